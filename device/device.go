@@ -1,0 +1,183 @@
+// Package device defines what gpumem needs from a GPU: a small Device
+// interface that every backend implements, optional capabilities that a
+// backend may add, the value types that cross the boundary (Ptr, Stream,
+// Event) and the errors a backend returns.
+//
+// # Model
+//
+// A Device hands out ranges of device memory (Malloc/Free), reports how much
+// memory is free (MemInfo), and runs work on streams. The allocator never
+// touches device memory itself; it only needs addresses and sizes, so a Ptr
+// is an opaque integer address. A Stream is a queue of work on the device;
+// DefaultStream is always valid. An Event marks a point in a stream's queue:
+// it is done once all work queued on that stream before the event has
+// finished. The caching allocator uses events to learn when a block that
+// was used on another stream may be reused.
+//
+// # Capabilities
+//
+// Backends differ in what they can do beyond the minimum. Optional
+// capabilities are separate small interfaces, discovered with a type
+// assertion, so that a backend implements only what it can:
+//
+//	if vm, ok := dev.(device.VirtualMemory); ok { ... }
+//
+// VirtualMemory (reserve an address range, map physical pages into it) backs
+// expandable segments; HostMemory (page-locked host memory) backs the host
+// allocator.
+//
+// # Errors
+//
+// Backends wrap the sentinel errors of this package (ErrOutOfMemory,
+// ErrInvalidPointer, ErrInvalidStream, ErrInvalidSize, ErrInvalidEvent,
+// ErrInvalidArgument) so that callers test them with errors.Is, whatever the
+// backend. A backend never panics on bad input; it returns one of these.
+//
+// # Concurrency
+//
+// Every Device implementation must be safe for concurrent use by multiple
+// goroutines.
+package device
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Ptr is a device address. The zero Ptr is the null pointer: no valid
+// allocation ever starts at address zero.
+type Ptr uint64
+
+// String formats the address as hexadecimal, as CUDA tools print pointers.
+func (p Ptr) String() string { return fmt.Sprintf("0x%x", uint64(p)) }
+
+// Stream identifies a queue of work on one device. DefaultStream (zero) is
+// the device's default (legacy) stream and is always valid. Other values
+// come from Device.NewStream; their meaning is private to the backend.
+type Stream uint64
+
+// DefaultStream is the device's default stream.
+const DefaultStream Stream = 0
+
+// Event identifies a marker recorded on a stream. The zero Event is never
+// returned by a backend.
+type Event uint64
+
+// Device is the minimum a backend provides. All methods are safe for
+// concurrent use.
+type Device interface {
+	// Ordinal is the device's index among the devices of its backend.
+	Ordinal() int
+	// Name is a human-readable name, such as "NVIDIA H100 80GB HBM3".
+	Name() string
+
+	// Malloc reserves size bytes of device memory (size > 0). When the
+	// device cannot satisfy it, the error wraps ErrOutOfMemory.
+	Malloc(size uint64) (Ptr, error)
+	// Free returns memory obtained from Malloc. Like cudaFree, it may
+	// synchronize the device. Freeing an address that Malloc did not return,
+	// or returning one twice, fails with ErrInvalidPointer.
+	Free(p Ptr) error
+	// MemInfo reports the device's free and total memory in bytes, as
+	// cudaMemGetInfo does.
+	MemInfo() (free, total uint64, err error)
+	// Synchronize blocks until all work on every stream of the device has
+	// finished.
+	Synchronize() error
+
+	// NewStream creates a stream. Streams live as long as the device.
+	NewStream() (Stream, error)
+	// SynchronizeStream blocks until the work queued on s has finished.
+	SynchronizeStream(s Stream) error
+
+	// RecordEvent records an event on stream s: the event is done once all
+	// work queued on s before this call has finished.
+	RecordEvent(s Stream) (Event, error)
+	// EventDone reports whether the work before the event has finished,
+	// without blocking (cudaEventQuery).
+	EventDone(e Event) (bool, error)
+	// SynchronizeEvent blocks until the event is done (cudaEventSynchronize).
+	SynchronizeEvent(e Event) error
+	// ReleaseEvent destroys an event. A released event must not be used
+	// again.
+	ReleaseEvent(e Event) error
+}
+
+// VirtualMemory is the optional capability to reserve virtual address
+// ranges and map physical memory into them in units of Granularity bytes,
+// as the CUDA driver's cuMemAddressReserve / cuMemCreate / cuMemMap do. The
+// caching allocator builds expandable segments on it.
+type VirtualMemory interface {
+	// Granularity is the unit, in bytes, of reservations and mappings.
+	Granularity() uint64
+	// Reserve reserves size bytes of address space (a multiple of
+	// Granularity) and returns its base. No physical memory is used.
+	Reserve(size uint64) (Ptr, error)
+	// Map backs [p, p+size) inside a reservation with physical memory; p and
+	// size are multiples of Granularity and the range must not be mapped.
+	// When there is not enough physical memory the error wraps
+	// ErrOutOfMemory and nothing is mapped.
+	Map(p Ptr, size uint64) error
+	// Unmap releases the physical memory behind [p, p+size), which must be
+	// mapped.
+	Unmap(p Ptr, size uint64) error
+	// Release frees a whole reservation that Reserve returned; every page of
+	// it must be unmapped.
+	Release(p Ptr) error
+}
+
+// HostMemory is the optional capability to allocate page-locked (pinned)
+// host memory that the device can access directly.
+type HostMemory interface {
+	// HostAlloc returns size bytes of pinned host memory.
+	HostAlloc(size uint64) ([]byte, error)
+	// HostFree releases memory that HostAlloc returned.
+	HostFree(b []byte) error
+}
+
+// Sentinel errors. Backends wrap them (fmt.Errorf("...: %w", ErrX)) and
+// callers test them with errors.Is.
+var (
+	// ErrOutOfMemory: the device has not enough free memory.
+	ErrOutOfMemory = errors.New("out of memory")
+	// ErrInvalidPointer: an address the device did not hand out, or one
+	// already returned.
+	ErrInvalidPointer = errors.New("invalid device pointer")
+	// ErrInvalidStream: a stream that does not exist on this device.
+	ErrInvalidStream = errors.New("invalid stream")
+	// ErrInvalidEvent: an event that does not exist or was released.
+	ErrInvalidEvent = errors.New("invalid event")
+	// ErrInvalidSize: a size of zero, or one too large to represent.
+	ErrInvalidSize = errors.New("invalid size")
+	// ErrInvalidArgument: any other argument the backend cannot accept,
+	// such as a misaligned virtual-memory range.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrNotSupported: the backend lacks the operation.
+	ErrNotSupported = errors.New("operation not supported")
+)
+
+// Error is the error type backends return when they have more to say than
+// a sentinel: the operation, the device and the backend's own code and
+// text. It wraps one of the sentinel errors, so errors.Is works through it.
+type Error struct {
+	Op      string // "malloc", "free", "record event", ...
+	Device  int    // device ordinal
+	Code    int    // backend-specific code (a CUresult for CUDA), 0 if none
+	Message string // backend-specific text, "" if none
+	Err     error  // the sentinel this error is a case of
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("device %d: %s: %v", e.Device, e.Op, e.Err)
+	if e.Message != "" {
+		s += " (" + e.Message
+		if e.Code != 0 {
+			s += fmt.Sprintf(", code %d", e.Code)
+		}
+		s += ")"
+	}
+	return s
+}
+
+// Unwrap returns the sentinel error.
+func (e *Error) Unwrap() error { return e.Err }

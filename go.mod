@@ -1,0 +1,16 @@
+module github.com/gpumem/gpumem
+
+go 1.26
+
+require (
+	github.com/google/btree v1.1.3 // indirect
+	github.com/google/uuid v1.1.1 // indirect
+	github.com/nlpodyssey/gopickle v0.2.0 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
+	github.com/stretchr/testify v1.12.1 // indirect
+	golang.org/x/sync v0.25.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/term v0.48.0 // indirect
+	gorgonia.org/cu v0.9.6 // indirect
+	pgregory.net/rapid v1.3.0 // indirect
+)
