@@ -1,0 +1,204 @@
+// This file holds the invariant checker.
+
+package allocator
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/stats"
+)
+
+// CheckInvariants verifies the allocator's internal consistency and returns
+// an error describing every violation found, or nil:
+//
+//   - the blocks of every segment tile it exactly, in address order, with
+//     consistent prev/next links, the segment's head first;
+//   - no two neighbouring blocks of a segment are both free (free
+//     neighbours are always merged);
+//   - every free block is in its own pool's free index, and the index holds
+//     nothing else; every allocated block is in the address map under its
+//     address, and the map holds nothing else; every pending block has as
+//     many queued events as its event count;
+//   - every stat's current value equals a count over the blocks
+//     (allocation, active, segment, inactive_split, their byte
+//     counterparts, requested bytes, oversize counts) and the reserved
+//     total;
+//   - when the device reports its own bytes in use (the simulated device
+//     does), they equal the reserved bytes. This assumes the allocator is
+//     the device's only user.
+//
+// It takes the allocator's lock and walks every block: use it in tests and
+// debugging, not on a hot path.
+func (a *Allocator) CheckInvariants() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.checkLocked()
+}
+
+func (a *Allocator) checkLocked() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		if len(errs) < 20 {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	var want stats.DeviceStats
+	var reserved uint64
+	inIndex := map[*block]bool{}
+	for _, p := range [2]*pool{a.small, a.large} {
+		p.free.Ascend(func(b *block) bool {
+			if inIndex[b] {
+				bad("block %v is in a free index twice", b.ptr)
+			}
+			inIndex[b] = true
+			if b.pool != p {
+				bad("free block %v is in the wrong pool's index", b.ptr)
+			}
+			return true
+		})
+	}
+	queued := map[*block]int32{}
+	for _, q := range a.queues {
+		for _, e := range q.events[q.head:] {
+			queued[e.b]++
+		}
+	}
+	seenFree, seenLive := 0, 0
+	for base, s := range a.segments {
+		if base != s.ptr {
+			bad("segment %v is filed under %v", s.ptr, base)
+		}
+		if s.head == nil || s.head.prev != nil || s.head.ptr != s.ptr {
+			bad("segment %v: head block is wrong", s.ptr)
+			continue
+		}
+		reserved += s.size
+		st := s.pool.stat
+		want.Segment.Increase(st, 1)
+		want.ReservedBytes.Increase(st, int64(s.size))
+		if s.size >= a.maxSplit {
+			want.OversizeSegments.Increase(1)
+		}
+		next := s.ptr
+		var prev *block
+		for b := s.head; b != nil; b = b.next {
+			if b.ptr != next {
+				bad("segment %v: block at %v, expected %v (gap or overlap)", s.ptr, b.ptr, next)
+			}
+			if b.prev != prev {
+				bad("segment %v: block %v has a wrong prev link", s.ptr, b.ptr)
+			}
+			if b.seg != s || b.pool != s.pool {
+				bad("segment %v: block %v points to another segment or pool", s.ptr, b.ptr)
+			}
+			if b.size == 0 || b.size%kMinBlockSize != 0 {
+				bad("segment %v: block %v has size %d", s.ptr, b.ptr, b.size)
+			}
+			if b.stream != s.stream {
+				bad("segment %v: block %v has stream %d, segment %d", s.ptr, b.ptr, b.stream, s.stream)
+			}
+			switch {
+			case b.allocated:
+				seenLive++
+				if a.live[b.ptr] != b {
+					bad("allocated block %v is not in the address map", b.ptr)
+				}
+				if inIndex[b] {
+					bad("allocated block %v is in a free index", b.ptr)
+				}
+				if b.eventCount != 0 {
+					bad("allocated block %v has %d events", b.ptr, b.eventCount)
+				}
+				want.Allocation.Increase(st, 1)
+				want.AllocatedBytes.Increase(st, int64(b.size))
+				want.Active.Increase(st, 1)
+				want.ActiveBytes.Increase(st, int64(b.size))
+				want.RequestedBytes.Increase(st, int64(b.requested))
+				if b.size >= a.maxSplit {
+					want.OversizeAllocations.Increase(1)
+				}
+			case !b.isFree():
+				if b.eventCount <= 0 || queued[b] != b.eventCount {
+					bad("pending block %v has event count %d but %d queued events", b.ptr, b.eventCount, queued[b])
+				}
+				if inIndex[b] || a.live[b.ptr] == b {
+					bad("pending block %v is in the free index or the address map", b.ptr)
+				}
+				want.Active.Increase(st, 1)
+				want.ActiveBytes.Increase(st, int64(b.size))
+				want.RequestedBytes.Increase(st, int64(b.requested))
+			default:
+				seenFree++
+				if !inIndex[b] {
+					bad("free block %v is not in its pool's free index", b.ptr)
+				}
+				if prev != nil && prev.isFree() {
+					bad("segment %v: free blocks %v and %v are neighbours (not merged)", s.ptr, prev.ptr, b.ptr)
+				}
+				if b.isSplit() {
+					want.InactiveSplit.Increase(st, 1)
+					want.InactiveSplitBytes.Increase(st, int64(b.size))
+				}
+			}
+			next = b.ptr + device.Ptr(b.size)
+			prev = b
+		}
+		if uint64(next-s.ptr) != s.size {
+			bad("segment %v: blocks cover %d bytes of %d", s.ptr, next-s.ptr, s.size)
+		}
+	}
+	if seenFree != len(inIndex) {
+		bad("free indexes hold %d blocks, segments have %d free blocks", len(inIndex), seenFree)
+	}
+	if seenLive != len(a.live) {
+		bad("address map holds %d blocks, segments have %d allocated blocks", len(a.live), seenLive)
+	}
+	if reserved != a.reserved {
+		bad("reserved total %d, segments sum to %d", a.reserved, reserved)
+	}
+	type pair struct {
+		name      string
+		got, want *stats.StatArray
+	}
+	for _, c := range []pair{
+		{"allocation", &a.st.Allocation, &want.Allocation},
+		{"allocated_bytes", &a.st.AllocatedBytes, &want.AllocatedBytes},
+		{"active", &a.st.Active, &want.Active},
+		{"active_bytes", &a.st.ActiveBytes, &want.ActiveBytes},
+		{"requested_bytes", &a.st.RequestedBytes, &want.RequestedBytes},
+		{"segment", &a.st.Segment, &want.Segment},
+		{"reserved_bytes", &a.st.ReservedBytes, &want.ReservedBytes},
+		{"inactive_split", &a.st.InactiveSplit, &want.InactiveSplit},
+		{"inactive_split_bytes", &a.st.InactiveSplitBytes, &want.InactiveSplitBytes},
+	} {
+		for p := stats.All; p < stats.NumPools; p++ {
+			if c.got[p].Current != c.want[p].Current {
+				bad("stat %s.%s.current is %d, blocks say %d", c.name, p, c.got[p].Current, c.want[p].Current)
+			}
+			if c.got[p].Peak < c.got[p].Current {
+				bad("stat %s.%s.peak %d is below current %d", c.name, p, c.got[p].Peak, c.got[p].Current)
+			}
+		}
+	}
+	if a.st.OversizeAllocations.Current != want.OversizeAllocations.Current {
+		bad("oversize_allocations.current is %d, blocks say %d", a.st.OversizeAllocations.Current, want.OversizeAllocations.Current)
+	}
+	if a.st.OversizeSegments.Current != want.OversizeSegments.Current {
+		bad("oversize_segments.current is %d, segments say %d", a.st.OversizeSegments.Current, want.OversizeSegments.Current)
+	}
+	pending := 0
+	for _, q := range a.queues {
+		pending += len(q.events) - q.head
+	}
+	if pending != a.pending {
+		bad("pending event count %d, queues hold %d", a.pending, pending)
+	}
+	if d, ok := a.dev.(interface{ BytesInUse() uint64 }); ok {
+		if used := d.BytesInUse(); used != a.reserved {
+			bad("device reports %d bytes in use, allocator reserved %d", used, a.reserved)
+		}
+	}
+	return errors.Join(errs...)
+}

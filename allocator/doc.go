@@ -1,0 +1,104 @@
+// Package allocator is gpumem's caching allocator: one Allocator per device
+// that keeps device memory it has obtained and hands it out again instead of
+// calling the device's malloc and free for every request. With the zero
+// Config it makes exactly the decisions PyTorch 2.6's CUDA caching
+// allocator makes (c10/cuda/CUDACachingAllocator.cpp): the same requests
+// give the same device allocations, the same segments and the same
+// statistics.
+//
+//	a, err := allocator.New(dev, allocator.Config{})
+//	p, err := a.Alloc(4<<20, device.DefaultStream)
+//	...
+//	err = a.Free(p)
+//	fmt.Println(a.Stats().Get("allocated_bytes.all.peak"))
+//
+// # Data structures
+//
+//   - segment: one device allocation (Device.Malloc), 2 MiB for the small
+//     pool, 20 MiB or a multiple of 2 MiB for the large pool.
+//   - block: a contiguous range of a segment. The blocks of a segment tile
+//     it exactly and are linked to their neighbours (prev, next) in address
+//     order. A block is allocated (handed to a caller), pending (freed by the
+//     caller but recorded on other streams whose work has not finished), or
+//     free (cached).
+//   - pool: small (blocks of at most 1 MiB) or large. Each pool indexes its
+//     free blocks in a B-tree ordered by (stream, size, address).
+//   - live: a map from address to allocated block, for Free.
+//   - queues: per stream, the events recorded for pending frees, oldest
+//     first.
+//   - stats: a stats.DeviceStats kept as PyTorch keeps it.
+//
+// # Allocation ladder (Alloc)
+//
+//  0. Size 0 returns the zero Ptr; sizes of 1 EiB or more are refused.
+//  1. Complete pending frees whose stream events are done.
+//  2. Round the size: up to 512 bytes at least and a multiple of 512, or
+//     to the next power-of-two division when roundup_power2_divisions
+//     says so for the size's interval.
+//  3. Pick the pool: small if the rounded size is at most 1 MiB.
+//  4. Best fit: the lowest (size, address) free block of that pool on the
+//     same stream with size >= the rounded size. An oversize block (at
+//     least max_split_size) is never given to a smaller request, and given
+//     to an oversize request only if it is less than
+//     max_non_split_rounding bytes larger.
+//  5. On a miss: garbage-collect old cached blocks if a threshold and a
+//     memory cap are set; then ask the device for a new segment (refused
+//     without asking when it would pass the cap); if it says out of
+//     memory, release cached oversize blocks of this pool and stream and
+//     try again; if that fails, wait for all stream events, release every
+//     cached segment that is wholly free, and try once more (counted in
+//     num_alloc_retries).
+//  6. Still nothing: count num_ooms and return an *OutOfMemoryError,
+//     calling the OnOutOfMemory observers.
+//  7. Split: keep the front of the block for the request and return the
+//     rest to the free index, if the rest is at least 512 bytes (small
+//     pool) or more than 1 MiB and the request is not oversize (large
+//     pool).
+//
+// # Free ladder (Free)
+//
+//  1. Look the address up among allocated blocks (unknown or already freed:
+//     an error, nothing changes).
+//  2. Mark it not allocated (allocation and allocated_bytes fall now).
+//  3. If it was recorded on other streams, record an event on each and
+//     leave the block pending; it is completed later by step 1 of Alloc,
+//     by EmptyCache or by the out-of-memory path.
+//  4. Otherwise, or when its events are done, complete the free: merge the
+//     block with free neighbours in its segment and put the result in the
+//     free index (active, active_bytes and requested_bytes fall now).
+//  5. Segments stay cached until EmptyCache, the out-of-memory path or
+//     garbage collection releases those that are wholly free.
+//
+// # Invariants
+//
+// Checked by CheckInvariants after every step of the tests:
+//
+//   - every byte of a segment is in exactly one block; no gaps, no
+//     overlaps;
+//   - no two neighbouring blocks of a segment are both free;
+//   - a block is in its pool's free index if and only if it is free, and in
+//     the address map if and only if it is allocated;
+//   - a block is never reused on another stream: blocks keep the stream of
+//     their segment;
+//   - every current stat equals a count over the blocks, and the device's
+//     bytes in use equal reserved_bytes.all.current.
+//
+// # Locking
+//
+// One mutex (Allocator.mu) guards all state. Every exported method takes it
+// once; helpers whose names end in Locked expect it held. Device calls on
+// the slow paths (malloc, free, events) are made with the lock held, as
+// PyTorch does by default; the cached path makes none. Observers are called
+// with the lock held; out-of-memory observers after it is released. There
+// is no second lock and no background goroutine: pending frees are
+// completed by the calls above.
+//
+// # Differences from PyTorch 2.6
+//
+// gpumem follows 2.6 where later PyTorch differs (later versions add a
+// registration counter to the best-fit order, and a 20 MiB
+// large_segment_size option). CUDA graphs, private pools and expandable
+// segments are not implemented. Errors are returned, never thrown: a failed
+// device free leaves its block cached; an event that cannot be recorded is
+// replaced by synchronizing its stream.
+package allocator

@@ -1,0 +1,110 @@
+// This file holds the out-of-memory error and its observers.
+
+package allocator
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/stats"
+)
+
+// OutOfMemoryError is returned by Alloc when neither the cache nor the
+// device can serve a request, after the allocator has released what it
+// could and retried. It matches device.ErrOutOfMemory with errors.Is; use
+// errors.As to read its fields.
+type OutOfMemoryError struct {
+	Device    int           // device ordinal
+	Stream    device.Stream // stream of the request
+	Requested uint64        // bytes the caller asked for
+	// AllocSize is the size of the segment the allocator tried to obtain
+	// from the device: the rounded request, or the 2 MiB / 20 MiB segment a
+	// small request shares. PyTorch's message reports this figure.
+	AllocSize uint64
+
+	DeviceTotal uint64 // the device's total memory
+	DeviceFree  uint64 // the device's free memory, as it reported after the failure
+	Allowed     uint64 // the cap on reserved memory (fraction or limit); 0 if none
+
+	Allocated           uint64 // bytes in blocks allocated to callers
+	Reserved            uint64 // bytes this allocator holds from the device
+	ReservedUnallocated uint64 // Reserved - Allocated: cached and pending blocks
+	LargestFreeBlock    uint64 // the largest cached free block
+
+	// Err is the device's own error, if the device refused (nil when the
+	// configured cap refused without asking the device).
+	Err error
+}
+
+// Error returns a message modelled on PyTorch's, saying what to try.
+func (e *OutOfMemoryError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "gpumem: out of memory. Tried to allocate %s. Device %d has a total capacity of %s of which %s is free. ",
+		stats.FormatSize(e.AllocSize), e.Device, stats.FormatSize(e.DeviceTotal), stats.FormatSize(e.DeviceFree))
+	if e.Allowed > 0 {
+		fmt.Fprintf(&b, "%s allowed; ", stats.FormatSize(e.Allowed))
+	}
+	fmt.Fprintf(&b, "Of the allocated memory %s is allocated by gpumem, and %s is reserved by gpumem but unallocated (largest free cached block %s).",
+		stats.FormatSize(e.Allocated), stats.FormatSize(e.ReservedUnallocated), stats.FormatSize(e.LargestFreeBlock))
+	b.WriteString(" If reserved but unallocated memory is large, try setting max_split_size_mb (for example GPUMEM_ALLOC_CONF=max_split_size_mb:128) or expandable_segments to avoid fragmentation, or call EmptyCache between phases.")
+	return b.String()
+}
+
+// Is reports whether target is device.ErrOutOfMemory.
+func (e *OutOfMemoryError) Is(target error) bool { return target == device.ErrOutOfMemory }
+
+// Unwrap returns the device's error, if any.
+func (e *OutOfMemoryError) Unwrap() error { return e.Err }
+
+// OnOutOfMemory registers f to be called, outside the allocator's lock and
+// in the goroutine that called Alloc, each time Alloc returns an
+// out-of-memory error. It returns a function that unregisters f.
+func (a *Allocator) OnOutOfMemory(f func(*OutOfMemoryError)) (remove func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.nextID++
+	id := a.nextID
+	// Copy on write: Alloc calls the observers after unlocking, from the
+	// slice it read under the lock.
+	a.oomObservers = append(slices.Clip(a.oomObservers), oomObserver{id: id, f: f})
+	return func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.oomObservers = slices.DeleteFunc(slices.Clone(a.oomObservers), func(o oomObserver) bool { return o.id == id })
+	}
+}
+
+type oomObserver struct {
+	id uint64
+	f  func(*OutOfMemoryError)
+}
+
+// outOfMemoryLocked counts an out-of-memory failure and builds its error.
+func (a *Allocator) outOfMemoryLocked(orig, allocSize uint64, s device.Stream, devErr error) *OutOfMemoryError {
+	a.st.NumOOMs++
+	free, total, err := a.dev.MemInfo()
+	if err != nil {
+		free, total = 0, a.total
+	}
+	allocated := uint64(a.st.AllocatedBytes[stats.All].Current)
+	e := &OutOfMemoryError{
+		Device:              a.ordinal,
+		Stream:              s,
+		Requested:           orig,
+		AllocSize:           allocSize,
+		DeviceTotal:         total,
+		DeviceFree:          free,
+		Allowed:             a.allowed,
+		Allocated:           allocated,
+		Reserved:            a.reserved,
+		ReservedUnallocated: a.reserved - allocated,
+		LargestFreeBlock:    a.largestFreeLocked(),
+		Err:                 devErr,
+	}
+	if len(a.observers) > 0 {
+		a.notifyLocked(Event{Kind: EventOutOfMemory, Size: allocSize, Requested: orig, Stream: s})
+	}
+	return e
+}

@@ -1,0 +1,97 @@
+// This file holds the allocator snapshot: every segment and its blocks.
+
+package allocator
+
+import (
+	"slices"
+
+	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/stats"
+)
+
+// BlockState is the state of a block in a snapshot.
+type BlockState uint8
+
+// Block states, named as PyTorch's snapshots name them.
+const (
+	// BlockFree: cached, free for reuse ("inactive").
+	BlockFree BlockState = iota
+	// BlockAllocated: handed to a caller ("active_allocated").
+	BlockAllocated
+	// BlockPendingFree: freed by the caller, but waiting for the work of
+	// other streams it was recorded on ("active_pending_free").
+	BlockPendingFree
+)
+
+// String returns PyTorch's name for the state.
+func (s BlockState) String() string {
+	switch s {
+	case BlockFree:
+		return "inactive"
+	case BlockAllocated:
+		return "active_allocated"
+	case BlockPendingFree:
+		return "active_pending_free"
+	}
+	return "unknown"
+}
+
+// BlockInfo describes one block of a segment.
+type BlockInfo struct {
+	Ptr       device.Ptr
+	Size      uint64
+	Requested uint64 // bytes asked for; 0 for free blocks
+	State     BlockState
+}
+
+// SegmentInfo describes one segment (one device allocation) and its blocks
+// in address order.
+type SegmentInfo struct {
+	Ptr       device.Ptr
+	Size      uint64        // total bytes
+	Allocated uint64        // bytes in allocated blocks
+	Active    uint64        // bytes in allocated and pending blocks
+	Requested uint64        // bytes asked for, over active blocks
+	Stream    device.Stream // the stream the segment was allocated for
+	Pool      stats.Pool    // stats.SmallPool or stats.LargePool
+	Blocks    []BlockInfo
+}
+
+// Snapshot returns every segment the allocator holds, in address order,
+// with its blocks (PyTorch's memory_snapshot). It holds the allocator's
+// lock while it copies, which takes time proportional to the number of
+// blocks.
+func (a *Allocator) Snapshot() []SegmentInfo {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	segs := make([]SegmentInfo, 0, len(a.segments))
+	for _, s := range a.segments {
+		info := SegmentInfo{Ptr: s.ptr, Size: s.size, Stream: s.stream, Pool: s.pool.stat}
+		for b := s.head; b != nil; b = b.next {
+			bi := BlockInfo{Ptr: b.ptr, Size: b.size, Requested: b.requested}
+			switch {
+			case b.allocated:
+				bi.State = BlockAllocated
+				info.Allocated += b.size
+			case !b.isFree():
+				bi.State = BlockPendingFree
+			}
+			if bi.State != BlockFree {
+				info.Active += b.size
+				info.Requested += b.requested
+			}
+			info.Blocks = append(info.Blocks, bi)
+		}
+		segs = append(segs, info)
+	}
+	slices.SortFunc(segs, func(x, y SegmentInfo) int {
+		switch {
+		case x.Ptr < y.Ptr:
+			return -1
+		case x.Ptr > y.Ptr:
+			return 1
+		}
+		return 0
+	})
+	return segs
+}
