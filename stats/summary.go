@@ -5,6 +5,7 @@ package stats
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -24,6 +25,12 @@ type SummaryOptions struct {
 
 // summaryWidth is the width of the table between its outer borders.
 const summaryWidth = 75
+
+// The horizontal rules of the table, borders and newline included.
+var (
+	doubleRule = "|" + strings.Repeat("=", summaryWidth) + "|\n"
+	singleRule = "|" + strings.Repeat("-", summaryWidth) + "|\n"
+)
 
 // A summaryRow is one block of the table: a stat and how to print it.
 type summaryRow struct {
@@ -60,23 +67,27 @@ func Summary(d *DeviceStats, opt SummaryOptions) string {
 	if d == nil {
 		d = new(DeviceStats)
 	}
-	rule := func(b *strings.Builder, c byte) {
-		b.WriteByte('|')
-		for range summaryWidth {
-			b.WriteByte(c)
+	const lines = 48
+	buf := make([]byte, 0, lines*(summaryWidth+3))
+	rule := func(buf []byte, c byte) []byte {
+		if c == '=' {
+			return append(buf, doubleRule...)
 		}
-		b.WriteString("|\n")
+		return append(buf, singleRule...)
 	}
-	var b strings.Builder
-	b.Grow(48 * (summaryWidth + 3))
 
-	rule(&b, '=')
-	b.WriteString("|" + summaryTitle(opt.Device, opt.Name) + "|\n")
-	rule(&b, '-')
-	fmt.Fprintf(&b, "|  %9s CUDA OOMs: %-12d | %6s cudaMalloc retries: %-8d  |\n",
-		"", d.NumOOMs, "", d.NumAllocRetries)
-	rule(&b, '=')
-	b.WriteString("|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |\n")
+	buf = rule(buf, '=')
+	buf = append(buf, '|')
+	buf = append(buf, summaryTitle(opt.Device, opt.Name)...)
+	buf = append(buf, "|\n"...)
+	buf = rule(buf, '-')
+	buf = append(buf, "|            CUDA OOMs: "...)
+	buf = appendPadded(buf, d.NumOOMs, -12)
+	buf = append(buf, " |        cudaMalloc retries: "...)
+	buf = appendPadded(buf, d.NumAllocRetries, -8)
+	buf = append(buf, "  |\n"...)
+	buf = rule(buf, '=')
+	buf = append(buf, "|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |\n"...)
 
 	pools := []struct {
 		pool  Pool
@@ -86,50 +97,77 @@ func Summary(d *DeviceStats, opt SummaryOptions) string {
 		pools = pools[:1]
 	}
 	for _, row := range summaryRows {
-		rule(&b, '-')
+		buf = rule(buf, '-')
 		a := row.stat(d)
-		all := &a[All]
 		for _, pl := range pools {
 			label := pl.label
 			if pl.pool == All {
 				label = row.label
 			}
-			writeSummaryLine(&b, label, &a[pl.pool], all, row.bytes)
+			buf = appendSummaryLine(buf, label, &a[pl.pool], &a[All], row.bytes)
 		}
 	}
-
-	for _, over := range []struct {
-		s     *Stat
-		label string
-	}{{&d.OversizeAllocations, "Oversize allocations"}, {&d.OversizeSegments, "Oversize GPU segments"}} {
-		rule(&b, '-')
-		writeSummaryLine(&b, over.label, over.s, over.s, false)
-	}
-	rule(&b, '=')
-	return b.String()
+	buf = rule(buf, '-')
+	buf = appendSummaryLine(buf, "Oversize allocations", &d.OversizeAllocations, &d.OversizeAllocations, false)
+	buf = rule(buf, '-')
+	buf = appendSummaryLine(buf, "Oversize GPU segments", &d.OversizeSegments, &d.OversizeSegments, false)
+	buf = rule(buf, '=')
+	return string(buf)
 }
 
-// writeSummaryLine writes one table line: label, then the four fields of s,
-// each in the unit that the matching field of pref selects.
-func writeSummaryLine(b *strings.Builder, label string, s, pref *Stat, bytes bool) {
-	format := summaryCount
+// appendSummaryLine appends one table line: label, then the four fields of
+// s, each in the unit that the matching field of pref selects.
+func appendSummaryLine(buf []byte, label string, s, pref *Stat, bytes bool) []byte {
+	format := appendSummaryCount
 	if bytes {
-		format = summarySize
+		format = appendSummarySize
 	}
-	fmt.Fprintf(b, "| %-21s | %s | %s | %s | %s |\n", label,
-		format(s.Current, pref.Current),
-		format(s.Peak, pref.Peak),
-		format(s.Allocated, pref.Allocated),
-		format(s.Freed, pref.Freed))
+	buf = append(buf, "| "...)
+	buf = append(buf, label...)
+	for i := len(label); i < 21; i++ {
+		buf = append(buf, ' ')
+	}
+	buf = append(buf, " | "...)
+	buf = format(buf, s.Current, pref.Current)
+	buf = append(buf, " | "...)
+	buf = format(buf, s.Peak, pref.Peak)
+	buf = append(buf, " | "...)
+	buf = format(buf, s.Allocated, pref.Allocated)
+	buf = append(buf, " | "...)
+	buf = format(buf, s.Freed, pref.Freed)
+	return append(buf, " |\n"...)
 }
 
-// summarySize formats v in the byte unit chosen by pref: right-aligned in
-// six columns, then a space and a three-column unit.
+// appendPadded appends v in decimal, padded with spaces to |width| columns:
+// on the left for a positive width, on the right for a negative one. A
+// wider number is not cut.
+func appendPadded(buf []byte, v int64, width int) []byte {
+	var tmp [20]byte
+	digits := strconv.AppendInt(tmp[:0], v, 10)
+	pad := width
+	if pad < 0 {
+		pad = -pad
+	}
+	pad -= len(digits)
+	if width > 0 {
+		for ; pad > 0; pad-- {
+			buf = append(buf, ' ')
+		}
+	}
+	buf = append(buf, digits...)
+	for ; pad > 0; pad-- {
+		buf = append(buf, ' ')
+	}
+	return buf
+}
+
+// appendSummarySize appends v in the byte unit chosen by pref:
+// right-aligned in six columns, then a space and a three-column unit.
 //
 // The unit climbs while pref is at least 768 of the next unit. As in
 // PyTorch, the first test compares the integer, the later ones a float64
 // that has been divided by 1024 each time, and v is floor-divided.
-func summarySize(v, pref int64) string {
+func appendSummarySize(buf []byte, v, pref int64) []byte {
 	units := [...]string{"B  ", "KiB", "MiB", "GiB", "TiB", "PiB"}
 	u := 0
 	if pref >= 768*1024 {
@@ -143,14 +181,17 @@ func summarySize(v, pref int64) string {
 			p /= 1024
 		}
 	}
-	return fmt.Sprintf("%6d %s", v, units[u])
+	buf = appendPadded(buf, v, 6)
+	buf = append(buf, ' ')
+	return append(buf, units[u]...)
 }
 
-// summaryCount formats v in the count unit chosen by pref: right-aligned in
-// seven columns, then a space, a one-column unit and a space. The unit
-// climbs to K and then M while pref is at least 750 thousand of the next
-// unit, with the same integer-then-float tests as summarySize.
-func summaryCount(v, pref int64) string {
+// appendSummaryCount appends v in the count unit chosen by pref:
+// right-aligned in seven columns, then a space, a one-column unit and a
+// space. The unit climbs to K and then M while pref is at least 750
+// thousand of the next unit, with the same integer-then-float tests as
+// appendSummarySize.
+func appendSummaryCount(buf []byte, v, pref int64) []byte {
 	units := [...]string{" ", "K", "M"}
 	u := 0
 	if pref >= 750*1000 {
@@ -164,7 +205,10 @@ func summaryCount(v, pref int64) string {
 			p /= 1000
 		}
 	}
-	return fmt.Sprintf("%7d %s ", v, units[u])
+	buf = appendPadded(buf, v, 7)
+	buf = append(buf, ' ')
+	buf = append(buf, units[u]...)
+	return append(buf, ' ')
 }
 
 // floorDiv divides rounding toward negative infinity, as Python's //.

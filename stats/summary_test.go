@@ -136,7 +136,7 @@ func TestSummaryUnits(t *testing.T) {
 		{1<<63 - 1, 1<<63 - 1, "  8191 PiB"},
 		{1 << 40, 0, "1099511627776 B  "},
 	} {
-		assert.Equal(t, tc.want, summarySize(tc.v, tc.pref), "summarySize(%d, %d)", tc.v, tc.pref)
+		assert.Equal(t, tc.want, string(appendSummarySize(nil, tc.v, tc.pref)), "summarySize(%d, %d)", tc.v, tc.pref)
 	}
 	for _, tc := range []struct {
 		v, pref int64
@@ -151,7 +151,7 @@ func TestSummaryUnits(t *testing.T) {
 		{1<<63 - 1, 1<<63 - 1, "9223372036854 M "},
 		{9999999999999, 9999999999999, "9999999 M "},
 	} {
-		assert.Equal(t, tc.want, summaryCount(tc.v, tc.pref), "summaryCount(%d, %d)", tc.v, tc.pref)
+		assert.Equal(t, tc.want, string(appendSummaryCount(nil, tc.v, tc.pref)), "summaryCount(%d, %d)", tc.v, tc.pref)
 	}
 }
 
