@@ -1,0 +1,347 @@
+// This file holds the memtrace v1 vocabulary: Kind, Op, the text form of an
+// op, and the parser for one line that Reader uses.
+
+package trace
+
+import (
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
+
+// Kind says what an Op does. Its value is the op's letter in memtrace, so
+// Kind('a') is Alloc.
+type Kind uint8
+
+// The kinds of operation in a memtrace.
+const (
+	Alloc        Kind = 'a' // a ID BYTES [STREAM]: allocate BYTES on STREAM, call the block ID
+	Free         Kind = 'f' // f ID: free the block called ID
+	RecordStream Kind = 'r' // r ID STREAM: the block called ID is used on STREAM too
+	SyncStream   Kind = 's' // s STREAM: work queued on STREAM so far has finished
+	SyncDevice   Kind = 'S' // S: the whole device is synchronized
+	EmptyCache   Kind = 'c' // c: empty the allocator's cache
+	Tag          Kind = 't' // t [TAG]: allocations that follow belong to TAG; t alone clears it
+)
+
+// String names the kind in words ("alloc", "free", ...), for messages.
+func (k Kind) String() string {
+	switch k {
+	case Alloc:
+		return "alloc"
+	case Free:
+		return "free"
+	case RecordStream:
+		return "record-stream"
+	case SyncStream:
+		return "sync-stream"
+	case SyncDevice:
+		return "sync-device"
+	case EmptyCache:
+		return "empty-cache"
+	case Tag:
+		return "tag"
+	}
+	return "Kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Valid reports whether k is one of the kinds above.
+func (k Kind) Valid() bool {
+	switch k {
+	case Alloc, Free, RecordStream, SyncStream, SyncDevice, EmptyCache, Tag:
+		return true
+	}
+	return false
+}
+
+// Op is one operation of a trace: one memtrace line. Fields a kind does not
+// use are zero: ID for Alloc, Free and RecordStream; Size for Alloc; Stream
+// for Alloc, RecordStream and SyncStream; Tag for Tag.
+type Op struct {
+	Kind   Kind
+	ID     uint64
+	Size   uint64
+	Stream uint64
+	Tag    string
+}
+
+// String returns the op's memtrace line without the newline. An op that
+// Check rejects is shown in Go syntax instead, so that it is never mistaken
+// for a valid line.
+func (op Op) String() string {
+	b, err := op.AppendText(nil)
+	if err != nil {
+		return fmt.Sprintf("trace.Op{Kind:%q, ID:%d, Size:%d, Stream:%d, Tag:%q}",
+			byte(op.Kind), op.ID, op.Size, op.Stream, op.Tag)
+	}
+	return string(b)
+}
+
+// AppendText appends the op's memtrace line, without the newline, to b. An
+// Alloc always carries its stream, even stream 0. It returns Check's error
+// for an op that has no memtrace form.
+func (op Op) AppendText(b []byte) ([]byte, error) {
+	if err := op.Check(); err != nil {
+		return b, err
+	}
+	b = append(b, byte(op.Kind))
+	switch op.Kind {
+	case Alloc:
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, op.ID, 10)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, op.Size, 10)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, op.Stream, 10)
+	case Free:
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, op.ID, 10)
+	case RecordStream:
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, op.ID, 10)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, op.Stream, 10)
+	case SyncStream:
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, op.Stream, 10)
+	case Tag:
+		if op.Tag != "" {
+			b = append(b, ' ')
+			b = append(b, op.Tag...)
+		}
+	}
+	return b, nil
+}
+
+// Check reports whether the op can be written as a memtrace line and read
+// back unchanged: a known kind, zero in the fields the kind does not use,
+// and a tag that is one field of printable UTF-8 without spaces.
+func (op Op) Check() error {
+	if !op.Kind.Valid() {
+		return fmt.Errorf("memtrace: unknown op kind %q", byte(op.Kind))
+	}
+	usesID := op.Kind == Alloc || op.Kind == Free || op.Kind == RecordStream
+	usesStream := op.Kind == Alloc || op.Kind == RecordStream || op.Kind == SyncStream
+	switch {
+	case !usesID && op.ID != 0:
+		return fmt.Errorf("memtrace: %s op has an ID (%d)", op.Kind, op.ID)
+	case op.Kind != Alloc && op.Size != 0:
+		return fmt.Errorf("memtrace: %s op has a size (%d)", op.Kind, op.Size)
+	case !usesStream && op.Stream != 0:
+		return fmt.Errorf("memtrace: %s op has a stream (%d)", op.Kind, op.Stream)
+	case op.Kind != Tag && op.Tag != "":
+		return fmt.Errorf("memtrace: %s op has a tag (%q)", op.Kind, op.Tag)
+	}
+	if op.Kind == Tag {
+		if msg := checkTag(op.Tag); msg != "" {
+			return fmt.Errorf("memtrace: tag %q: %s", op.Tag, msg)
+		}
+	}
+	return nil
+}
+
+// checkTag returns why tag cannot be a memtrace field, or "".
+func checkTag[T string | []byte](tag T) string {
+	for i := 0; i < len(tag); i++ {
+		if c := tag[i]; c <= ' ' || c == 0x7f {
+			if c == ' ' {
+				return "a tag is one field and cannot hold a space"
+			}
+			return "a tag cannot hold control characters"
+		}
+	}
+	if !utf8.ValidString(string(tag)) {
+		return "a tag must be valid UTF-8"
+	}
+	return ""
+}
+
+// ParseOp parses one memtrace op line (without its newline). Comments and
+// blank lines are not ops: ParseOp rejects them.
+func ParseOp(line string) (Op, error) {
+	var p parser
+	op, msg := p.parse([]byte(line))
+	if msg != "" {
+		return Op{}, newSyntaxError(0, []byte(line), msg)
+	}
+	return op, nil
+}
+
+// SyntaxError is a malformed memtrace line. Line is the 1-based line
+// number (0 when the text did not come from a file), Text the line as read
+// (long lines are cut short), Msg what is wrong with it.
+type SyntaxError struct {
+	Line int
+	Text string
+	Msg  string
+}
+
+// maxErrorText is how much of a bad line a SyntaxError keeps.
+const maxErrorText = 200
+
+func newSyntaxError(line int, text []byte, msg string) *SyntaxError {
+	t := string(text)
+	if len(text) > maxErrorText {
+		t = string(text[:maxErrorText]) + "..."
+	}
+	return &SyntaxError{Line: line, Text: t, Msg: msg}
+}
+
+func (e *SyntaxError) Error() string {
+	if e.Line == 0 {
+		return fmt.Sprintf("memtrace: %q: %s", e.Text, e.Msg)
+	}
+	return fmt.Sprintf("memtrace line %d: %q: %s", e.Line, e.Text, e.Msg)
+}
+
+// MaxLineLength is the longest line a Reader accepts, newline included. Ops
+// are short; only a tag or a comment could come near it.
+const MaxLineLength = 64 << 10
+
+// parser turns the bytes of one op line into an Op without allocating,
+// except for the first use of each tag.
+type parser struct {
+	tags map[string]string // interned tags, at most maxInternedTags
+}
+
+// maxInternedTags bounds the parser's tag table; a trace with more
+// distinct tags than this pays one string per further tag line.
+const maxInternedTags = 1024
+
+// intern returns tag as a string, sharing one string per distinct tag.
+func (p *parser) intern(tag []byte) string {
+	if s, ok := p.tags[string(tag)]; ok { // the lookup does not allocate
+		return s
+	}
+	s := string(tag)
+	if p.tags == nil {
+		p.tags = make(map[string]string)
+	}
+	if len(p.tags) < maxInternedTags {
+		p.tags[s] = s
+	}
+	return s
+}
+
+// parse parses an op line. On error it returns a message for SyntaxError.
+func (p *parser) parse(line []byte) (Op, string) {
+	if len(line) == 0 {
+		return Op{}, "empty line is not an op"
+	}
+	var fields [5][]byte
+	n := 0
+	start := 0
+	for i := 0; i <= len(line); i++ {
+		if i < len(line) && line[i] != ' ' {
+			if c := line[i]; c < ' ' || c == 0x7f {
+				return Op{}, "control character in line (fields are separated by single spaces)"
+			}
+			continue
+		}
+		if i == start {
+			if i == len(line) {
+				return Op{}, "trailing space (fields are separated by single spaces)"
+			}
+			return Op{}, "empty field (fields are separated by single spaces)"
+		}
+		if n == len(fields) {
+			return Op{}, "too many fields"
+		}
+		fields[n] = line[start:i]
+		n++
+		start = i + 1
+	}
+	if len(fields[0]) != 1 {
+		return Op{}, fmt.Sprintf("unknown op %q (want one of a f r s S c t)", fields[0])
+	}
+	op := Op{Kind: Kind(fields[0][0])}
+	args := fields[1:n]
+	var msg string
+	switch op.Kind {
+	case Alloc:
+		if len(args) < 2 || len(args) > 3 {
+			return Op{}, fieldCount("a ID BYTES [STREAM]", len(args))
+		}
+		if op.ID, msg = parseUint(args[0], "ID"); msg != "" {
+			return Op{}, msg
+		}
+		if op.Size, msg = parseUint(args[1], "size"); msg != "" {
+			return Op{}, msg
+		}
+		if len(args) == 3 {
+			if op.Stream, msg = parseUint(args[2], "stream"); msg != "" {
+				return Op{}, msg
+			}
+		}
+	case Free:
+		if len(args) != 1 {
+			return Op{}, fieldCount("f ID", len(args))
+		}
+		if op.ID, msg = parseUint(args[0], "ID"); msg != "" {
+			return Op{}, msg
+		}
+	case RecordStream:
+		if len(args) != 2 {
+			return Op{}, fieldCount("r ID STREAM", len(args))
+		}
+		if op.ID, msg = parseUint(args[0], "ID"); msg != "" {
+			return Op{}, msg
+		}
+		if op.Stream, msg = parseUint(args[1], "stream"); msg != "" {
+			return Op{}, msg
+		}
+	case SyncStream:
+		if len(args) != 1 {
+			return Op{}, fieldCount("s STREAM", len(args))
+		}
+		if op.Stream, msg = parseUint(args[0], "stream"); msg != "" {
+			return Op{}, msg
+		}
+	case SyncDevice, EmptyCache:
+		if len(args) != 0 {
+			return Op{}, fieldCount(string(rune(op.Kind)), len(args))
+		}
+	case Tag:
+		if len(args) > 1 {
+			return Op{}, "too many fields (want t [TAG]; a tag is one field)"
+		}
+		if len(args) == 1 {
+			tag := args[0]
+			if msg := checkTag(tag); msg != "" {
+				return Op{}, msg
+			}
+			op.Tag = p.intern(tag)
+		}
+	default:
+		return Op{}, fmt.Sprintf("unknown op %q (want one of a f r s S c t)", fields[0])
+	}
+	return op, ""
+}
+
+func fieldCount(want string, got int) string {
+	return fmt.Sprintf("wrong number of fields (want %s, got %d after the op letter)", want, got)
+}
+
+// parseUint parses a decimal uint64 with no sign and no leading zeros.
+func parseUint(b []byte, what string) (uint64, string) {
+	if len(b) == 0 {
+		return 0, what + " is not a non-negative integer"
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, what + " is not a non-negative integer"
+		}
+	}
+	if len(b) > 1 && b[0] == '0' {
+		return 0, what + " has a leading zero"
+	}
+	var v uint64
+	for _, c := range b {
+		d := uint64(c - '0')
+		if v > (1<<64-1-d)/10 {
+			return 0, what + " is out of range (more than 2^64-1)"
+		}
+		v = v*10 + d
+	}
+	return v, ""
+}

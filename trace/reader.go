@@ -1,0 +1,207 @@
+// This file holds Reader, the streaming memtrace parser (plain or gzip).
+
+package trace
+
+import (
+	"bufio"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Reader reads the ops of a memtrace one at a time, in bounded memory: it
+// holds one buffered line, never the trace. Gzip input is recognised by
+// its magic bytes and decompressed on the fly.
+//
+// A Reader is not safe for concurrent use.
+type Reader struct {
+	br     *bufio.Reader
+	gz     *gzip.Reader // nil for plain input
+	file   *os.File     // set by Open; closed by Close
+	p      parser
+	line   int      // number of the last line read
+	header []string // the leading comment block, without "#"
+
+	pending    bool // the first op line was read (and parsed) by NewReader
+	pendingOp  Op
+	pendingErr error
+
+	err error // sticky: once set, Next returns it forever
+}
+
+// gzipMagic opens every gzip stream.
+var gzipMagic = [2]byte{0x1f, 0x8b}
+
+// NewReader returns a Reader of the memtrace in r, plain or gzip. It reads
+// the leading comment block at once, so that Header is ready; it fails
+// only if r cannot be read or its gzip header is damaged.
+func NewReader(r io.Reader) (*Reader, error) {
+	rd := &Reader{br: bufio.NewReaderSize(r, MaxLineLength)}
+	if magic, _ := rd.br.Peek(2); len(magic) == 2 && magic[0] == gzipMagic[0] && magic[1] == gzipMagic[1] {
+		gz, err := gzip.NewReader(rd.br)
+		if err != nil {
+			return nil, fmt.Errorf("memtrace: gzip: %w", err)
+		}
+		rd.gz = gz
+		rd.br = bufio.NewReaderSize(gz, MaxLineLength)
+	}
+	// Collect the leading comments; keep the first op line's outcome for Next.
+	for {
+		text, err := rd.readLine()
+		if err == io.EOF {
+			return rd, nil
+		}
+		var se *SyntaxError
+		if errors.As(err, &se) {
+			rd.pending, rd.pendingErr = true, err
+			return rd, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(text) == 0 {
+			continue
+		}
+		if text[0] == '#' {
+			c := text[1:]
+			if len(c) > 0 && c[0] == ' ' {
+				c = c[1:]
+			}
+			rd.header = append(rd.header, string(c))
+			continue
+		}
+		rd.pending = true
+		op, msg := rd.p.parse(text)
+		if msg != "" {
+			rd.pendingErr = newSyntaxError(rd.line, text, msg)
+		}
+		rd.pendingOp = op
+		return rd, nil
+	}
+}
+
+// Open opens the memtrace file at path (plain or gzip). Close the Reader
+// when done.
+func Open(path string) (*Reader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	rd, err := NewReader(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	rd.file = f
+	return rd, nil
+}
+
+// Close releases what the Reader holds: the gzip decompressor and, for a
+// Reader from Open, the file. It does not close an io.Reader given to
+// NewReader.
+func (r *Reader) Close() error {
+	var err error
+	if r.gz != nil {
+		err = r.gz.Close()
+	}
+	if r.file != nil {
+		if cerr := r.file.Close(); err == nil {
+			err = cerr
+		}
+		r.file = nil
+	}
+	return err
+}
+
+// Header returns the trace's leading comment block: the comment lines
+// before the first op, each without its "#" and one space after it. By
+// convention the first says where the trace came from ("memtrace v1 ...").
+func (r *Reader) Header() []string {
+	return append([]string(nil), r.header...)
+}
+
+// Line returns the number of the last line read: after Next, the line of
+// the op (or of the error) it returned.
+func (r *Reader) Line() int { return r.line }
+
+// Next returns the next op. At the end of the trace it returns io.EOF. A
+// malformed line gives a *SyntaxError naming the line; errors are final,
+// so every later call returns the same error.
+func (r *Reader) Next() (Op, error) {
+	if r.err != nil {
+		return Op{}, r.err
+	}
+	if r.pending {
+		r.pending = false
+		if r.pendingErr != nil {
+			r.err = r.pendingErr
+			return Op{}, r.err
+		}
+		return r.pendingOp, nil
+	}
+	for {
+		text, err := r.readLine()
+		if err != nil {
+			r.err = err
+			return Op{}, err
+		}
+		if len(text) == 0 || text[0] == '#' {
+			continue
+		}
+		op, msg := r.p.parse(text)
+		if msg != "" {
+			r.err = newSyntaxError(r.line, text, msg)
+			return Op{}, r.err
+		}
+		return op, nil
+	}
+}
+
+// readLine returns the next line without its "\n" (or "\r\n"). The slice
+// is valid until the next read.
+func (r *Reader) readLine() ([]byte, error) {
+	b, err := r.br.ReadSlice('\n')
+	switch {
+	case err == nil:
+	case errors.Is(err, bufio.ErrBufferFull):
+		r.line++
+		return nil, newSyntaxError(r.line, b, fmt.Sprintf("line longer than %d bytes", MaxLineLength))
+	case err == io.EOF:
+		if len(b) == 0 {
+			return nil, io.EOF
+		}
+	default:
+		return nil, fmt.Errorf("memtrace: reading line %d: %w", r.line+1, err)
+	}
+	r.line++
+	if n := len(b); n > 0 && b[n-1] == '\n' {
+		b = b[:n-1]
+		if n := len(b); n > 0 && b[n-1] == '\r' {
+			b = b[:n-1]
+		}
+	}
+	return b, nil
+}
+
+// ReadAll reads every op of the memtrace in r. It holds the whole trace in
+// memory; use a Reader to stream a long one.
+func ReadAll(r io.Reader) ([]Op, error) {
+	rd, err := NewReader(r)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	var ops []Op
+	for {
+		op, err := rd.Next()
+		if err == io.EOF {
+			return ops, nil
+		}
+		if err != nil {
+			return ops, err
+		}
+		ops = append(ops, op)
+	}
+}
