@@ -33,8 +33,8 @@
 //   - Allocation, AllocatedBytes, Active, ActiveBytes and RequestedBytes
 //     rise together when a block is handed to a caller: by one block, by
 //     the block's size and by the size the caller asked for.
-//   - AllocatedBytes and Active differ in when they fall. A free by the
-//     caller lowers Allocation and AllocatedBytes at once. Active,
+//   - The allocated stats and the active ones differ in when they fall. A
+//     free by the caller lowers Allocation and AllocatedBytes at once. Active,
 //     ActiveBytes and RequestedBytes fall only when the block truly
 //     returns to the cache: at once for a block used on its own stream
 //     only, but for a block recorded on other streams (RecordStream) only

@@ -246,12 +246,8 @@ func summaryTitle(device int, name string) string {
 			title += " (" + name + ")"
 		}
 	}
+	// At most 73 runes: the longest ordinal leaves room for the name.
 	n := utf8.RuneCountInString(title)
-	if n > summaryWidth {
-		// Only an absurd device ordinal gets here; PyTorch widens its line
-		// in that case too.
-		return title
-	}
 	left := (summaryWidth - n) / 2
 	return strings.Repeat(" ", left) + title + strings.Repeat(" ", summaryWidth-n-left)
 }
