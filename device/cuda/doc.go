@@ -1,0 +1,112 @@
+//go:build cuda
+
+// Package cuda is gpumem's CUDA backend: a device.Device on the CUDA driver
+// API through gorgonia.org/cu, with the virtual memory (device.VirtualMemory)
+// and pinned host memory (device.HostMemory) capabilities.
+//
+//	dev, err := cuda.Open(0)
+//	if err != nil { ... }
+//	defer dev.Close()
+//	p, err := dev.Malloc(1 << 20) // cuMemAlloc
+//
+// # Build tag
+//
+// Every file of this package carries the build tag cuda, and no other
+// package of gpumem imports it: a program gets the backend only when built
+// with -tags cuda, and then needs cgo, the CUDA headers (cuda.h) at build
+// time, and libcuda.so at link time (set CGO_CFLAGS=-I<dir of cuda.h> and
+// CGO_LDFLAGS=-L<dir of libcuda.so> when they are not in the default
+// places). The binary records libcuda.so.1 by name (DT_NEEDED), so it runs
+// wherever the NVIDIA driver is installed.
+//
+// # gorgonia.org/cu's init, and Available
+//
+// gorgonia.org/cu calls cuInit from its package init and, when that fails
+// (no GPU, no driver), prints a message and exits the process. That is why
+// the backend is opt-in by build tag. Within a cuda build, internal/cudadrv
+// interposes cuInit: cu's call reaches the driver through it, the first
+// result is remembered, and a failure is hidden from cu's init only, so the
+// process goes on. Available and DeviceCount then report the driver's
+// answer (ErrNoDevice with the driver's code and text), and Open fails with
+// the same error instead of the process dying. What cannot be helped: when
+// libcuda.so.1 itself is missing, the dynamic loader refuses to start the
+// program before any Go code runs.
+//
+// # Contexts
+//
+// The driver keeps a current context per OS thread, and goroutines move
+// between threads. A Device retains its device's primary context (the one
+// the CUDA runtime and most libraries share) and makes every driver call
+// with it current: the call locks its goroutine to the OS thread, pushes
+// the context (cuCtxPushCurrent), calls, and pops it (cuCtxPopCurrent), so
+// the thread's previous context, if any, is left as it was. Calls from any
+// number of goroutines are therefore safe; no goroutine needs to lock
+// itself to a thread or set a context beforehand.
+//
+// # Handle tables
+//
+// device.Stream and device.Event are integers. A Device keeps tables from
+// those integers to the driver's CUstream and CUevent, so a caller never
+// holds a driver pointer: an unknown, foreign or released handle gets
+// device.ErrInvalidStream or device.ErrInvalidEvent, never reaches the
+// driver and cannot crash it. device.DefaultStream is the legacy default
+// stream. NewStream creates non-blocking streams. RecordEvent creates an
+// event without timing (CU_EVENT_DISABLE_TIMING) and records it; EventDone
+// maps CUDA_ERROR_NOT_READY to false; ReleaseEvent destroys the event and
+// forgets the handle. Malloc results, reservations, mapped pages and pinned
+// host allocations are tracked the same way, so Free of an address Malloc
+// did not return, a double free, or an unmap of unmapped pages fails with
+// a clear error before the driver sees it.
+//
+// Virtual memory: Map creates one physical allocation (cuMemCreate) per
+// granularity page and maps it, then grants read-write access to the whole
+// range; Unmap unmaps and releases page by page. Any page-aligned sub-range
+// can thus be unmapped, whatever ranges were mapped together, at the cost
+// of one driver call pair per page.
+//
+// # Errors
+//
+// Every error is a *device.Error whose Err is a sentinel to test with
+// errors.Is, and whose Code and Message keep the driver's CUresult and its
+// text (cuGetErrorName: cuGetErrorString) when the driver failed:
+//
+//	CUDA_ERROR_OUT_OF_MEMORY                   device.ErrOutOfMemory
+//	CUDA_ERROR_INVALID_VALUE, _INVALID_HANDLE  by argument: device.ErrInvalidSize (sizes),
+//	                                           ErrInvalidPointer (frees), ErrInvalidStream,
+//	                                           ErrInvalidEvent, else ErrInvalidArgument
+//	CUDA_ERROR_NOT_SUPPORTED, _NOT_PERMITTED   device.ErrNotSupported
+//	CUDA_ERROR_NO_DEVICE, _INVALID_DEVICE,
+//	_NOT_INITIALIZED, _DEINITIALIZED           ErrNoDevice
+//	anything else                              ErrDriver
+//
+// Calls after Close fail with ErrClosed. A failed call changes nothing the
+// caller can see, except Unmap, which reports how far it got.
+//
+// # Locks
+//
+// Device.life is read-held by every call for its whole duration and
+// write-held by Close. Under it, each table has its own lock (memMu,
+// streamMu, eventMu, vmMu, hostMu); streamMu is taken before eventMu. The
+// stream and event table locks are read-held across the driver call that
+// uses the handle, so a handle cannot be destroyed under a call; vmMu is
+// held across Map and Unmap.
+//
+// # Tests
+//
+// Two kinds of tests live here, both with the cuda tag. The stub tests
+// check the Go glue without a GPU: scripts/ci-cuda.sh builds
+// internal/cudastub/csrc/libcuda_stub.c, a stub of the driver functions
+// this package calls, as libcuda.so.1 and runs
+//
+//	LD_LIBRARY_PATH=<stub dir> go test -tags cuda ./device/cuda/...
+//
+// The stub fakes memory with a capacity, streams, events, the virtual
+// memory calls and a per-thread current context that it checks on every
+// call; tests inject driver error codes through internal/cudastub. They skip
+// when the loaded libcuda is not the stub. The GPU tests (gpu_test.go,
+// allocator_gpu_test.go) skip unless a real device is present; on a machine
+// with a GPU run scripts/gpu-check.sh, which can also build the test
+// binaries on one machine (scripts/gpu-check.sh build DIR) and run them on
+// another that has the driver but no Go toolchain
+// (scripts/gpu-check.sh run DIR).
+package cuda

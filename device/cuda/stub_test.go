@@ -1,0 +1,699 @@
+//go:build cuda
+
+// stub_test.go: tests of the Go glue against the stub driver
+// (internal/cudastub); they skip unless the stub is the loaded libcuda.
+
+package cuda
+
+import (
+	"errors"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/internal/cudastub"
+)
+
+const mib = 1 << 20
+
+// stubMu serializes the tests that use the stub, whose state is global.
+var stubMu sync.Mutex
+
+// openStub resets the stub, lets setup configure it, and opens device 0.
+func openStub(t *testing.T, setup ...func()) *Device {
+	t.Helper()
+	if !cudastub.Loaded() {
+		t.Skip("the loaded libcuda.so.1 is not the stub (run scripts/ci-cuda.sh)")
+	}
+	stubMu.Lock()
+	t.Cleanup(stubMu.Unlock)
+	cudastub.Reset()
+	for _, f := range setup {
+		f()
+	}
+	d, err := Open(0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// requireDeviceError checks that err is a *device.Error of device 0 that
+// wraps want and carries the driver code (0 when the driver was not
+// called).
+func requireDeviceError(t *testing.T, err error, want error, code int) {
+	t.Helper()
+	require.Error(t, err)
+	require.ErrorIs(t, err, want)
+	var de *device.Error
+	require.ErrorAs(t, err, &de)
+	assert.Equal(t, code, de.Code, "driver code in %v", err)
+	if code != 0 {
+		assert.NotEmpty(t, de.Message)
+	}
+}
+
+func TestStubOpen(t *testing.T) {
+	d := openStub(t)
+	assert.Equal(t, 0, d.Ordinal())
+	assert.Equal(t, "gpumem stub device 0", d.Name())
+	assert.Equal(t, uint64(8<<30), d.TotalMemory())
+	assert.True(t, d.VirtualMemorySupported())
+	assert.Equal(t, uint64(2*mib), d.Granularity())
+	assert.True(t, Available())
+	n, err := DeviceCount()
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+
+	for _, ord := range []int{-1, 1, math.MaxInt} {
+		_, err := Open(ord)
+		requireDeviceError(t, err, ErrNoDevice, 0)
+	}
+	cudastub.SetDevices(2)
+	d1, err := Open(1)
+	require.NoError(t, err)
+	assert.Equal(t, "gpumem stub device 1", d1.Name())
+	require.NoError(t, d1.Close())
+
+	// A driver failure while opening is reported with its code.
+	cudastub.FailNext("cuDevicePrimaryCtxRetain", 101)
+	_, err = Open(0)
+	requireDeviceError(t, err, ErrNoDevice, 101)
+	assert.Contains(t, err.Error(), "CUDA_ERROR_INVALID_DEVICE")
+}
+
+func TestStubMallocFree(t *testing.T) {
+	d := openStub(t)
+	free0, total, err := d.MemInfo()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(8<<30), total)
+
+	p, err := d.Malloc(3 * mib)
+	require.NoError(t, err)
+	assert.NotZero(t, p)
+	free1, _, err := d.MemInfo()
+	require.NoError(t, err)
+	assert.Equal(t, free0-3*mib, free1)
+	assert.Equal(t, 1, cudastub.Live("mem"))
+
+	require.NoError(t, d.Free(p))
+	free2, _, err := d.MemInfo()
+	require.NoError(t, err)
+	assert.Equal(t, free0, free2)
+	assert.Equal(t, 0, cudastub.Live("mem"))
+
+	// Double free, unknown and null pointers never reach the driver.
+	frees := cudastub.Calls("cuMemFree")
+	requireDeviceError(t, d.Free(p), device.ErrInvalidPointer, 0)
+	requireDeviceError(t, d.Free(p+512), device.ErrInvalidPointer, 0)
+	requireDeviceError(t, d.Free(0), device.ErrInvalidPointer, 0)
+	assert.Equal(t, frees, cudastub.Calls("cuMemFree"))
+
+	mallocs := cudastub.Calls("cuMemAlloc")
+	for _, size := range []uint64{0, math.MaxInt64 + 1, math.MaxUint64} {
+		_, err := d.Malloc(size)
+		requireDeviceError(t, err, device.ErrInvalidSize, 0)
+	}
+	assert.Equal(t, mallocs, cudastub.Calls("cuMemAlloc"))
+}
+
+func TestStubOutOfMemory(t *testing.T) {
+	d := openStub(t, func() { cudastub.SetCapacity(64 * mib) })
+	p, err := d.Malloc(60 * mib)
+	require.NoError(t, err)
+	_, err = d.Malloc(8 * mib)
+	requireDeviceError(t, err, device.ErrOutOfMemory, 2)
+	assert.Contains(t, err.Error(), "CUDA_ERROR_OUT_OF_MEMORY: out of memory")
+	assert.Equal(t, 1, cudastub.Live("mem"), "a failed Malloc allocates nothing")
+	require.NoError(t, d.Free(p))
+	q, err := d.Malloc(8 * mib)
+	require.NoError(t, err)
+	require.NoError(t, d.Free(q))
+}
+
+// TestStubErrorMapping injects driver error codes into each driver call the
+// backend makes and checks the sentinel and code of the error it returns.
+func TestStubErrorMapping(t *testing.T) {
+	type op func(t *testing.T, d *Device) error
+	malloc := func(t *testing.T, d *Device) error { _, err := d.Malloc(mib); return err }
+	free := func(t *testing.T, d *Device) error {
+		p, err := d.Malloc(mib)
+		require.NoError(t, err)
+		return d.Free(p)
+	}
+	memInfo := func(t *testing.T, d *Device) error { _, _, err := d.MemInfo(); return err }
+	sync := func(t *testing.T, d *Device) error { return d.Synchronize() }
+	newStream := func(t *testing.T, d *Device) error { _, err := d.NewStream(); return err }
+	syncStream := func(t *testing.T, d *Device) error {
+		s, err := d.NewStream()
+		require.NoError(t, err)
+		return d.SynchronizeStream(s)
+	}
+	record := func(t *testing.T, d *Device) error { _, err := d.RecordEvent(device.DefaultStream); return err }
+	withEvent := func(f func(d *Device, e device.Event) error) op {
+		return func(t *testing.T, d *Device) error {
+			e, err := d.RecordEvent(device.DefaultStream)
+			require.NoError(t, err)
+			return f(d, e)
+		}
+	}
+	query := withEvent(func(d *Device, e device.Event) error { _, err := d.EventDone(e); return err })
+	syncEvent := withEvent(func(d *Device, e device.Event) error { return d.SynchronizeEvent(e) })
+	release := withEvent(func(d *Device, e device.Event) error { return d.ReleaseEvent(e) })
+	hostAlloc := func(t *testing.T, d *Device) error { _, err := d.HostAlloc(4096); return err }
+	hostFree := func(t *testing.T, d *Device) error {
+		b, err := d.HostAlloc(4096)
+		require.NoError(t, err)
+		return d.HostFree(b)
+	}
+	reserve := func(t *testing.T, d *Device) error { _, err := d.Reserve(4 * mib); return err }
+	mapRange := func(t *testing.T, d *Device) error {
+		p, err := d.Reserve(4 * mib)
+		require.NoError(t, err)
+		return d.Map(p, 4*mib)
+	}
+	unmap := func(t *testing.T, d *Device) error {
+		p, err := d.Reserve(4 * mib)
+		require.NoError(t, err)
+		require.NoError(t, d.Map(p, 4*mib))
+		return d.Unmap(p, 4*mib)
+	}
+	releaseRange := func(t *testing.T, d *Device) error {
+		p, err := d.Reserve(4 * mib)
+		require.NoError(t, err)
+		return d.Release(p)
+	}
+
+	cases := []struct {
+		fn   string
+		code int
+		op   op
+		want error
+	}{
+		{"cuMemAlloc", 2, malloc, device.ErrOutOfMemory},
+		{"cuMemAlloc", 1, malloc, device.ErrInvalidSize},
+		{"cuMemAlloc", 700, malloc, ErrDriver},
+		{"cuMemAlloc", 801, malloc, device.ErrNotSupported},
+		{"cuMemAlloc", 800, malloc, device.ErrNotSupported},
+		{"cuMemAlloc", 4, malloc, ErrNoDevice},
+		{"cuMemAlloc", 12345, malloc, ErrDriver},
+		{"cuCtxPushCurrent", 201, malloc, ErrDriver},
+		{"cuCtxPopCurrent", 201, malloc, ErrDriver},
+		{"cuMemFree", 1, free, device.ErrInvalidPointer},
+		{"cuMemFree", 400, free, device.ErrInvalidPointer},
+		{"cuMemFree", 700, free, ErrDriver},
+		{"cuMemGetInfo", 999, memInfo, ErrDriver},
+		{"cuCtxSynchronize", 700, sync, ErrDriver},
+		{"cuStreamCreate", 2, newStream, device.ErrOutOfMemory},
+		{"cuStreamSynchronize", 400, syncStream, device.ErrInvalidStream},
+		{"cuStreamSynchronize", 700, syncStream, ErrDriver},
+		{"cuEventCreate", 2, record, device.ErrOutOfMemory},
+		{"cuEventRecord", 400, record, device.ErrInvalidStream},
+		{"cuEventQuery", 400, query, device.ErrInvalidEvent},
+		{"cuEventQuery", 700, query, ErrDriver},
+		{"cuEventSynchronize", 400, syncEvent, device.ErrInvalidEvent},
+		{"cuEventDestroy", 400, release, device.ErrInvalidEvent},
+		{"cuMemHostAlloc", 2, hostAlloc, device.ErrOutOfMemory},
+		{"cuMemFreeHost", 1, hostFree, device.ErrInvalidPointer},
+		{"cuMemAddressReserve", 2, reserve, device.ErrOutOfMemory},
+		{"cuMemAddressReserve", 1, reserve, device.ErrInvalidSize},
+		{"cuMemCreate", 2, mapRange, device.ErrOutOfMemory},
+		{"cuMemMap", 1, mapRange, device.ErrInvalidArgument},
+		{"cuMemSetAccess", 801, mapRange, device.ErrNotSupported},
+		{"cuMemUnmap", 1, unmap, device.ErrInvalidArgument},
+		{"cuMemRelease", 1, unmap, device.ErrInvalidArgument},
+		{"cuMemAddressFree", 1, releaseRange, device.ErrInvalidPointer},
+	}
+	for _, c := range cases {
+		t.Run(c.fn+"/"+strings.TrimPrefix(strings.SplitN(driverText(c.code), ":", 2)[0], "CUDA_ERROR_"), func(t *testing.T) {
+			d := openStub(t)
+			// The op's setup calls come first; the injected failure hits the
+			// last call of fn, which is the one the op is about.
+			calls := countCalls(t, c.op, c.fn)
+			cudastub.Reset()
+			d = reopen(t, d)
+			require.True(t, cudastub.Fail(c.fn, c.code, calls-1, 1))
+			err := c.op(t, d)
+			requireDeviceError(t, err, c.want, c.code)
+		})
+	}
+}
+
+// countCalls runs op on a fresh device and returns how many times it
+// called the driver function fn.
+func countCalls(t *testing.T, o func(*testing.T, *Device) error, fn string) int {
+	t.Helper()
+	d, err := Open(0)
+	require.NoError(t, err)
+	before := cudastub.Calls(fn)
+	require.NoError(t, o(t, d))
+	n := cudastub.Calls(fn) - before
+	require.NoError(t, d.Close())
+	require.Positive(t, n, "the operation never calls %s", fn)
+	return n
+}
+
+// reopen closes d and opens device 0 again.
+func reopen(t *testing.T, d *Device) *Device {
+	t.Helper()
+	require.NoError(t, d.Close())
+	d, err := Open(0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+func TestStubFailedFreeKeepsPointer(t *testing.T) {
+	d := openStub(t)
+	p, err := d.Malloc(mib)
+	require.NoError(t, err)
+	cudastub.FailNext("cuMemFree", 700)
+	requireDeviceError(t, d.Free(p), ErrDriver, 700)
+	require.NoError(t, d.Free(p), "a failed Free leaves the pointer live")
+	assert.Equal(t, 0, cudastub.Live("mem"))
+}
+
+func TestStubStreamsAndEvents(t *testing.T) {
+	d := openStub(t)
+	s1, err := d.NewStream()
+	require.NoError(t, err)
+	s2, err := d.NewStream()
+	require.NoError(t, err)
+	assert.NotEqual(t, device.DefaultStream, s1)
+	assert.NotEqual(t, s1, s2)
+	assert.Equal(t, 2, cudastub.Live("stream"))
+	require.NoError(t, d.SynchronizeStream(device.DefaultStream))
+	require.NoError(t, d.SynchronizeStream(s1))
+
+	// Unknown streams never reach the driver.
+	before := cudastub.Calls("cuStreamSynchronize") + cudastub.Calls("cuEventCreate")
+	requireDeviceError(t, d.SynchronizeStream(s2+1000), device.ErrInvalidStream, 0)
+	_, err = d.RecordEvent(s2 + 1000)
+	requireDeviceError(t, err, device.ErrInvalidStream, 0)
+	assert.Equal(t, before, cudastub.Calls("cuStreamSynchronize")+cudastub.Calls("cuEventCreate"))
+
+	cudastub.HoldEvents(true)
+	e1, err := d.RecordEvent(s1)
+	require.NoError(t, err)
+	assert.NotZero(t, e1)
+	done, err := d.EventDone(e1)
+	require.NoError(t, err)
+	assert.False(t, done, "CUDA_ERROR_NOT_READY is not done")
+	require.NoError(t, d.SynchronizeEvent(e1))
+	done, err = d.EventDone(e1)
+	require.NoError(t, err)
+	assert.True(t, done)
+
+	e2, err := d.RecordEvent(s2)
+	require.NoError(t, err)
+	e3, err := d.RecordEvent(s1)
+	require.NoError(t, err)
+	require.NoError(t, d.SynchronizeStream(s2))
+	done2, err := d.EventDone(e2)
+	require.NoError(t, err)
+	done3, err := d.EventDone(e3)
+	require.NoError(t, err)
+	assert.True(t, done2, "synchronizing the stream completes its events")
+	assert.False(t, done3, "but not other streams' events")
+	require.NoError(t, d.Synchronize())
+	done3, err = d.EventDone(e3)
+	require.NoError(t, err)
+	assert.True(t, done3)
+
+	assert.Equal(t, 3, cudastub.Live("event"))
+	assert.Zero(t, cudastub.TimedEvents(), "events are created with CU_EVENT_DISABLE_TIMING")
+	for _, e := range []device.Event{e1, e2, e3} {
+		require.NoError(t, d.ReleaseEvent(e))
+	}
+	assert.Equal(t, 0, cudastub.Live("event"))
+
+	destroys := cudastub.Calls("cuEventDestroy")
+	for _, e := range []device.Event{0, e1, e3 + 1} {
+		requireDeviceError(t, d.ReleaseEvent(e), device.ErrInvalidEvent, 0)
+		_, err := d.EventDone(e)
+		requireDeviceError(t, err, device.ErrInvalidEvent, 0)
+		requireDeviceError(t, d.SynchronizeEvent(e), device.ErrInvalidEvent, 0)
+	}
+	assert.Equal(t, destroys, cudastub.Calls("cuEventDestroy"))
+}
+
+func TestStubFailedRecordLeaksNoEvent(t *testing.T) {
+	d := openStub(t)
+	cudastub.FailNext("cuEventRecord", 400)
+	_, err := d.RecordEvent(device.DefaultStream)
+	requireDeviceError(t, err, device.ErrInvalidStream, 400)
+	assert.Equal(t, 0, cudastub.Live("event"))
+}
+
+// TestStubContextsAcrossGoroutines calls the device from many goroutines on
+// many OS threads, none of which ever had a context current: the stub
+// refuses any call made without the device's context, so every success
+// shows that each call sets it.
+func TestStubContextsAcrossGoroutines(t *testing.T) {
+	d := openStub(t)
+	assert.Equal(t, 201, cudastub.UnboundMalloc(), "the stub refuses calls without a current context")
+	assert.Equal(t, 1, cudastub.ContextFailures())
+
+	cudastub.InvalidateContexts()
+	const goroutines, rounds = 16, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines*rounds)
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			if g%2 == 0 {
+				// Never unlocked: the thread exits with the goroutine, so
+				// later goroutines run on fresh threads.
+				runtime.LockOSThread()
+			}
+			s, err := d.NewStream()
+			if err != nil {
+				errs <- err
+				return
+			}
+			for i := 0; i < rounds; i++ {
+				p, err := d.Malloc(uint64(1+i) * 4096)
+				if err != nil {
+					errs <- err
+					continue
+				}
+				e, err := d.RecordEvent(s)
+				if err == nil {
+					_, err = d.EventDone(e)
+				}
+				if err == nil {
+					err = d.ReleaseEvent(e)
+				}
+				if err == nil {
+					err = d.Free(p)
+				}
+				if err != nil {
+					errs <- err
+				}
+				runtime.Gosched()
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	assert.Equal(t, 1, cudastub.ContextFailures(), "no call was made without the context")
+	assert.GreaterOrEqual(t, cudastub.Threads(), goroutines/2, "calls came from many OS threads")
+	assert.Equal(t, 0, cudastub.Live("mem"))
+	assert.Equal(t, 0, cudastub.Live("event"))
+}
+
+func TestStubVirtualMemory(t *testing.T) {
+	d := openStub(t)
+	g := d.Granularity()
+	for _, size := range []uint64{0, g / 2, g + 512} {
+		_, err := d.Reserve(size)
+		requireDeviceError(t, err, device.ErrInvalidSize, 0)
+	}
+	base, err := d.Reserve(10 * g)
+	require.NoError(t, err)
+	assert.Equal(t, 1, cudastub.Live("reservation"))
+
+	free0, _, err := d.MemInfo()
+	require.NoError(t, err)
+	require.NoError(t, d.Map(base, 4*g))
+	assert.Equal(t, 4, cudastub.Live("mapping"), "one physical allocation per page")
+	assert.Equal(t, 4, cudastub.Live("handle"))
+	free1, _, err := d.MemInfo()
+	require.NoError(t, err)
+	assert.Equal(t, free0-4*g, free1)
+
+	bad := []struct {
+		p    device.Ptr
+		size uint64
+	}{
+		{base, 4 * g},                   // already mapped
+		{base + device.Ptr(3*g), 2 * g}, // overlaps a mapped page
+		{base + device.Ptr(9*g), 2 * g}, // runs past the reservation
+		{base - device.Ptr(g), g},       // before it
+		{base + 512, g},                 // misaligned
+		{base + device.Ptr(4*g), 0},     // empty
+		{base + device.Ptr(4*g), g + 1}, // not a multiple
+		{device.Ptr(math.MaxUint64 - g + 1), g},
+	}
+	for _, b := range bad {
+		requireDeviceError(t, d.Map(b.p, b.size), device.ErrInvalidArgument, 0)
+	}
+	assert.Equal(t, 4, cudastub.Live("mapping"))
+
+	// Any page-aligned sub-range can be unmapped.
+	require.NoError(t, d.Unmap(base+device.Ptr(g), 2*g))
+	assert.Equal(t, 2, cudastub.Live("mapping"))
+	assert.Equal(t, 2, cudastub.Live("handle"), "unmapped pages' memory is released")
+	requireDeviceError(t, d.Unmap(base+device.Ptr(g), g), device.ErrInvalidArgument, 0)
+	requireDeviceError(t, d.Unmap(base, 2*g), device.ErrInvalidArgument, 0)
+	requireDeviceError(t, d.Release(base), device.ErrInvalidArgument, 0)
+	requireDeviceError(t, d.Release(base+device.Ptr(g)), device.ErrInvalidPointer, 0)
+
+	// Remapping a hole works.
+	require.NoError(t, d.Map(base+device.Ptr(g), g))
+	require.NoError(t, d.Unmap(base, 2*g))
+	require.NoError(t, d.Unmap(base+device.Ptr(3*g), g))
+	assert.Equal(t, 0, cudastub.Live("mapping"))
+	assert.Equal(t, uint64(0), cudastub.Used())
+	require.NoError(t, d.Release(base))
+	assert.Equal(t, 0, cudastub.Live("reservation"))
+	requireDeviceError(t, d.Release(base), device.ErrInvalidPointer, 0)
+	requireDeviceError(t, d.Map(base, g), device.ErrInvalidArgument, 0)
+}
+
+func TestStubMapRollsBack(t *testing.T) {
+	d := openStub(t)
+	g := d.Granularity()
+	base, err := d.Reserve(8 * g)
+	require.NoError(t, err)
+
+	// The third page's map fails: the first two are unmapped and released.
+	require.True(t, cudastub.Fail("cuMemMap", 1, 2, 1))
+	requireDeviceError(t, d.Map(base, 4*g), device.ErrInvalidArgument, 1)
+	assert.Equal(t, 0, cudastub.Live("mapping"))
+	assert.Equal(t, 0, cudastub.Live("handle"))
+	assert.Equal(t, uint64(0), cudastub.Used())
+
+	// Access fails after all pages are mapped: all are undone.
+	cudastub.FailNext("cuMemSetAccess", 801)
+	requireDeviceError(t, d.Map(base, 4*g), device.ErrNotSupported, 801)
+	assert.Equal(t, 0, cudastub.Live("mapping"))
+	assert.Equal(t, 0, cudastub.Live("handle"))
+
+	// Not enough physical memory: nothing mapped.
+	cudastub.SetCapacity(3 * g)
+	requireDeviceError(t, d.Map(base, 4*g), device.ErrOutOfMemory, 2)
+	assert.Equal(t, 0, cudastub.Live("mapping"))
+	assert.Equal(t, uint64(0), cudastub.Used())
+
+	// The range is still free to map.
+	require.NoError(t, d.Map(base, 3*g))
+	assert.Equal(t, 3, cudastub.Live("mapping"))
+}
+
+func TestStubNoVirtualMemory(t *testing.T) {
+	d := openStub(t, func() { cudastub.SetVirtualMemory(false) })
+	assert.False(t, d.VirtualMemorySupported())
+	assert.Equal(t, uint64(2*mib), d.Granularity())
+	_, err := d.Reserve(2 * mib)
+	requireDeviceError(t, err, device.ErrNotSupported, 0)
+	requireDeviceError(t, d.Map(2*mib, 2*mib), device.ErrNotSupported, 0)
+	requireDeviceError(t, d.Unmap(2*mib, 2*mib), device.ErrNotSupported, 0)
+	requireDeviceError(t, d.Release(2*mib), device.ErrNotSupported, 0)
+	assert.Zero(t, cudastub.Calls("cuMemAddressReserve"))
+}
+
+func TestStubHostMemory(t *testing.T) {
+	d := openStub(t)
+	b, err := d.HostAlloc(4096)
+	require.NoError(t, err)
+	require.Len(t, b, 4096)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	assert.Equal(t, byte(255), b[255])
+	assert.Equal(t, 1, cudastub.Live("host"))
+	require.NoError(t, d.HostFree(b[:10]), "a reslice from the start frees")
+	assert.Equal(t, 0, cudastub.Live("host"))
+
+	requireDeviceError(t, d.HostFree(b), device.ErrInvalidPointer, 0)
+	requireDeviceError(t, d.HostFree(nil), device.ErrInvalidPointer, 0)
+	requireDeviceError(t, d.HostFree(make([]byte, 10)), device.ErrInvalidPointer, 0)
+	_, err = d.HostAlloc(0)
+	requireDeviceError(t, err, device.ErrInvalidSize, 0)
+
+	c, err := d.HostAlloc(100)
+	require.NoError(t, err)
+	requireDeviceError(t, d.HostFree(c[1:]), device.ErrInvalidPointer, 0)
+	cudastub.FailNext("cuMemFreeHost", 700)
+	requireDeviceError(t, d.HostFree(c), ErrDriver, 700)
+	require.NoError(t, d.HostFree(c), "a failed HostFree leaves the memory live")
+}
+
+func TestStubClose(t *testing.T) {
+	d := openStub(t)
+	_, err := d.Malloc(mib)
+	require.NoError(t, err)
+	s, err := d.NewStream()
+	require.NoError(t, err)
+	_, err = d.RecordEvent(s)
+	require.NoError(t, err)
+	_, err = d.HostAlloc(100)
+	require.NoError(t, err)
+	base, err := d.Reserve(4 * d.Granularity())
+	require.NoError(t, err)
+	require.NoError(t, d.Map(base, 2*d.Granularity()))
+
+	require.NoError(t, d.Close())
+	for _, kind := range []string{"mem", "stream", "event", "host", "reservation", "handle", "mapping"} {
+		assert.Equal(t, 0, cudastub.Live(kind), kind)
+	}
+	assert.Equal(t, uint64(0), cudastub.Used())
+	require.NoError(t, d.Close(), "a second Close does nothing")
+
+	_, err = d.Malloc(mib)
+	requireDeviceError(t, err, ErrClosed, 0)
+	requireDeviceError(t, d.Free(1), ErrClosed, 0)
+	_, err = d.NewStream()
+	requireDeviceError(t, err, ErrClosed, 0)
+	_, err = d.RecordEvent(0)
+	requireDeviceError(t, err, ErrClosed, 0)
+	_, _, err = d.MemInfo()
+	requireDeviceError(t, err, ErrClosed, 0)
+	requireDeviceError(t, d.Map(base, d.Granularity()), ErrClosed, 0)
+}
+
+// TestStubCloseWhileBusy closes the device while goroutines use it: every
+// call either succeeds or fails with ErrClosed, and nothing is left behind.
+func TestStubCloseWhileBusy(t *testing.T) {
+	d := openStub(t)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := 0; i < 200; i++ {
+				p, err := d.Malloc(4096)
+				if err != nil {
+					if !errors.Is(err, ErrClosed) {
+						t.Error(err)
+					}
+					return
+				}
+				if err := d.Free(p); err != nil && !errors.Is(err, ErrClosed) {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	close(start)
+	require.NoError(t, d.Close())
+	wg.Wait()
+	assert.Equal(t, 0, cudastub.Live("mem"))
+}
+
+// TestStubMallocFreeModel checks random sequences of Malloc and Free (with
+// bad pointers among them) against a model of the live set.
+func TestStubMallocFreeModel(t *testing.T) {
+	d := openStub(t, func() { cudastub.SetCapacity(256 * mib) })
+	rapid.Check(t, func(rt *rapid.T) {
+		live := map[device.Ptr]uint64{}
+		var used uint64
+		defer func() {
+			for p := range live {
+				_ = d.Free(p)
+			}
+		}()
+		for i, n := 0, rapid.IntRange(1, 60).Draw(rt, "n"); i < n; i++ {
+			switch rapid.IntRange(0, 2).Draw(rt, "op") {
+			case 0:
+				size := rapid.Uint64Range(1, 64*mib).Draw(rt, "size")
+				p, err := d.Malloc(size)
+				if used+size > 256*mib {
+					if !errors.Is(err, device.ErrOutOfMemory) {
+						rt.Fatalf("Malloc(%d) with %d used: %v, want out of memory", size, used, err)
+					}
+					continue
+				}
+				if err != nil {
+					rt.Fatalf("Malloc(%d): %v", size, err)
+				}
+				if _, dup := live[p]; dup {
+					rt.Fatalf("Malloc returned live pointer %v", p)
+				}
+				live[p] = size
+				used += size
+			case 1:
+				if len(live) == 0 {
+					continue
+				}
+				var p device.Ptr
+				k := rapid.IntRange(0, len(live)-1).Draw(rt, "which")
+				for q := range live {
+					if k == 0 {
+						p = q
+						break
+					}
+					k--
+				}
+				if err := d.Free(p); err != nil {
+					rt.Fatalf("Free(%v): %v", p, err)
+				}
+				used -= live[p]
+				delete(live, p)
+			case 2:
+				p := device.Ptr(rapid.Uint64().Draw(rt, "bad"))
+				if _, ok := live[p]; ok {
+					continue
+				}
+				if err := d.Free(p); !errors.Is(err, device.ErrInvalidPointer) {
+					rt.Fatalf("Free(%v) of an unknown pointer: %v", p, err)
+				}
+			}
+			if got := cudastub.Live("mem"); got != len(live) {
+				rt.Fatalf("stub has %d live allocations, model %d", got, len(live))
+			}
+			if got := cudastub.Used(); got != used {
+				rt.Fatalf("stub uses %d bytes, model %d", got, used)
+			}
+		}
+	})
+}
+
+// TestStubInitFailure runs this test binary again with the stub's cuInit
+// failing: the process must survive gorgonia.org/cu's init, and the
+// backend must report no device.
+func TestStubInitFailure(t *testing.T) {
+	if os.Getenv("GPUMEM_CUDA_INIT_CHILD") == "1" {
+		called, err := DeviceCount()
+		if Available() || called != 0 || err == nil {
+			t.Fatalf("Available()=%v DeviceCount()=%d, %v; want no device", Available(), called, err)
+		}
+		requireDeviceError(t, err, ErrNoDevice, 100)
+		_, err = Open(0)
+		requireDeviceError(t, err, ErrNoDevice, 100)
+		return
+	}
+	if !cudastub.Loaded() {
+		t.Skip("the loaded libcuda.so.1 is not the stub")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStubInitFailure$", "-test.v")
+	cmd.Env = append(os.Environ(), "GPUMEM_CUDA_INIT_CHILD=1", "CUDASTUB_INIT_ERROR=100")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "child failed:\n%s", out)
+	assert.Contains(t, string(out), "--- PASS: TestStubInitFailure")
+}
