@@ -1,66 +1,155 @@
-// This file holds the cost model: what each call adds to the device clock.
+// The cost model: simulated time charged for each driver call.
 
 package sim
 
-import "time"
+import (
+	"math"
+	"math/bits"
+	"time"
+)
 
-// Costs is the simulated time each call takes. A negative field means the
-// call is free; a zero Costs value as a whole means DefaultCosts. Malloc
-// costs MallocBase plus MallocPerGiB for each GiB charged; Map and Unmap
-// cost their figure per page.
+// Costs gives the simulated time each call takes. Every call adds its cost
+// to the device clock (Device.Clock), whether it succeeds or fails; with
+// Config.Sleep the calling goroutine also really sleeps that long.
+//
+// A zero field takes its default (see DefaultCosts), so the zero Costs is
+// the default model. A negative field means the call costs nothing. NoCosts
+// returns a model where every call is free.
 type Costs struct {
-	MallocBase, MallocPerGiB time.Duration
-	Free                     time.Duration // plus Synchronize: cudaFree synchronizes the device
-	MemInfo                  time.Duration
-	Synchronize              time.Duration
-	StreamCreate             time.Duration
-	EventRecord              time.Duration
-	EventQuery               time.Duration
-	EventSynchronize         time.Duration
-	EventRelease             time.Duration
-	Reserve, Release         time.Duration
-	MapPerPage, UnmapPerPage time.Duration
-	HostAlloc, HostFree      time.Duration
+	Malloc       time.Duration // fixed part of cudaMalloc
+	MallocPerGiB time.Duration // added per GiB charged (pro rata)
+	Free         time.Duration // cudaFree, not counting the synchronization it implies
+	MemInfo      time.Duration // cudaMemGetInfo
+
+	Synchronize       time.Duration // device-wide synchronization (also charged by each Free)
+	StreamSynchronize time.Duration // cudaStreamSynchronize
+	StreamCreate      time.Duration // cudaStreamCreate
+
+	EventRecord      time.Duration // cudaEventRecord (creation included)
+	EventQuery       time.Duration // cudaEventQuery
+	EventSynchronize time.Duration // cudaEventSynchronize
+	EventRelease     time.Duration // cudaEventDestroy
+
+	Reserve time.Duration // cuMemAddressReserve
+	Release time.Duration // cuMemAddressFree
+	Map     time.Duration // per page mapped: cuMemCreate + cuMemMap + cuMemSetAccess
+	Unmap   time.Duration // per page unmapped: cuMemUnmap + cuMemRelease
+
+	HostAlloc       time.Duration // fixed part of cudaHostAlloc
+	HostAllocPerGiB time.Duration // page pinning, per GiB (pro rata)
+	HostFree        time.Duration // cudaFreeHost
 }
 
-// DefaultCosts returns figures near a real driver on a current GPU:
-// cudaMalloc takes tens to hundreds of microseconds, growing with size;
-// cudaFree tens of microseconds plus a device synchronization; event calls
-// a few microseconds.
+// DefaultCosts returns the default model, in the range a current data-centre
+// GPU and driver show: cudaMalloc costs tens of microseconds plus about a
+// quarter of a millisecond per GiB, cudaFree tens of microseconds plus a
+// device synchronization, event calls a microsecond or two.
 func DefaultCosts() Costs {
 	return Costs{
-		MallocBase:       60 * time.Microsecond,
-		MallocPerGiB:     150 * time.Microsecond,
-		Free:             40 * time.Microsecond,
-		MemInfo:          2 * time.Microsecond,
-		Synchronize:      10 * time.Microsecond,
-		StreamCreate:     5 * time.Microsecond,
+		Malloc:       30 * time.Microsecond,
+		MallocPerGiB: 250 * time.Microsecond,
+		Free:         20 * time.Microsecond,
+		MemInfo:      2 * time.Microsecond,
+
+		Synchronize:       10 * time.Microsecond,
+		StreamSynchronize: 5 * time.Microsecond,
+		StreamCreate:      10 * time.Microsecond,
+
 		EventRecord:      2 * time.Microsecond,
 		EventQuery:       1 * time.Microsecond,
 		EventSynchronize: 3 * time.Microsecond,
 		EventRelease:     1 * time.Microsecond,
-		Reserve:          5 * time.Microsecond,
-		Release:          5 * time.Microsecond,
-		MapPerPage:       20 * time.Microsecond,
-		UnmapPerPage:     15 * time.Microsecond,
-		HostAlloc:        200 * time.Microsecond,
-		HostFree:         100 * time.Microsecond,
+
+		Reserve: 10 * time.Microsecond,
+		Release: 10 * time.Microsecond,
+		Map:     20 * time.Microsecond,
+		Unmap:   15 * time.Microsecond,
+
+		HostAlloc:       20 * time.Microsecond,
+		HostAllocPerGiB: 150 * time.Millisecond,
+		HostFree:        30 * time.Microsecond,
 	}
 }
 
-// normalized turns negative fields into zero.
-func (c Costs) normalized() Costs {
-	for _, f := range []*time.Duration{&c.MallocBase, &c.MallocPerGiB, &c.Free, &c.MemInfo, &c.Synchronize,
-		&c.StreamCreate, &c.EventRecord, &c.EventQuery, &c.EventSynchronize, &c.EventRelease,
-		&c.Reserve, &c.Release, &c.MapPerPage, &c.UnmapPerPage, &c.HostAlloc, &c.HostFree} {
-		if *f < 0 {
-			*f = 0
+// NoCosts returns a model where every call takes no simulated time.
+func NoCosts() Costs {
+	return Costs{
+		Malloc: -1, MallocPerGiB: -1, Free: -1, MemInfo: -1,
+		Synchronize: -1, StreamSynchronize: -1, StreamCreate: -1,
+		EventRecord: -1, EventQuery: -1, EventSynchronize: -1, EventRelease: -1,
+		Reserve: -1, Release: -1, Map: -1, Unmap: -1,
+		HostAlloc: -1, HostAllocPerGiB: -1, HostFree: -1,
+	}
+}
+
+// resolve replaces zero fields by their defaults and negative ones by zero.
+func (c Costs) resolve() Costs {
+	d := DefaultCosts()
+	pick := func(v, def time.Duration) time.Duration {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return 0
 		}
+		return v
 	}
-	return c
+	return Costs{
+		Malloc:            pick(c.Malloc, d.Malloc),
+		MallocPerGiB:      pick(c.MallocPerGiB, d.MallocPerGiB),
+		Free:              pick(c.Free, d.Free),
+		MemInfo:           pick(c.MemInfo, d.MemInfo),
+		Synchronize:       pick(c.Synchronize, d.Synchronize),
+		StreamSynchronize: pick(c.StreamSynchronize, d.StreamSynchronize),
+		StreamCreate:      pick(c.StreamCreate, d.StreamCreate),
+		EventRecord:       pick(c.EventRecord, d.EventRecord),
+		EventQuery:        pick(c.EventQuery, d.EventQuery),
+		EventSynchronize:  pick(c.EventSynchronize, d.EventSynchronize),
+		EventRelease:      pick(c.EventRelease, d.EventRelease),
+		Reserve:           pick(c.Reserve, d.Reserve),
+		Release:           pick(c.Release, d.Release),
+		Map:               pick(c.Map, d.Map),
+		Unmap:             pick(c.Unmap, d.Unmap),
+		HostAlloc:         pick(c.HostAlloc, d.HostAlloc),
+		HostAllocPerGiB:   pick(c.HostAllocPerGiB, d.HostAllocPerGiB),
+		HostFree:          pick(c.HostFree, d.HostFree),
+	}
 }
 
-// mallocCost is the cost of a malloc charging n bytes.
-func (c *Costs) mallocCost(n uint64) time.Duration {
-	return c.MallocBase + time.Duration(float64(c.MallocPerGiB)*float64(n)/(1<<30))
+// perGiB returns rate × bytes / GiB, saturating instead of overflowing.
+func perGiB(rate time.Duration, bytes uint64) time.Duration {
+	hi, lo := bits.Mul64(uint64(rate), bytes)
+	if hi>>30 != 0 {
+		return math.MaxInt64
+	}
+	q := hi<<34 | lo>>30
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(q)
+}
+
+// times returns rate × n, saturating.
+func times(rate time.Duration, n uint64) time.Duration {
+	hi, lo := bits.Mul64(uint64(rate), n)
+	if hi != 0 || lo > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(lo)
+}
+
+// plus adds durations, saturating.
+func plus(a, b time.Duration) time.Duration {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxInt64
+}
+
+func (c *Costs) malloc(bytes uint64) time.Duration {
+	return plus(c.Malloc, perGiB(c.MallocPerGiB, bytes))
+}
+
+func (c *Costs) hostAlloc(bytes uint64) time.Duration {
+	return plus(c.HostAlloc, perGiB(c.HostAllocPerGiB, bytes))
 }

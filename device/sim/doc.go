@@ -1,61 +1,130 @@
 // Package sim is a simulated GPU: a pure-Go, deterministic model of a
-// device that the caching allocator, its tests, trace replays and
-// benchmarks run on without a GPU. It implements device.Device,
+// device on which the caching allocator, its tests, trace replays and
+// benchmarks run without a GPU. A *Device implements device.Device,
 // device.VirtualMemory and device.HostMemory.
 //
-// # Memory
+// It is a model, not a mock: memory is charged in pages against a
+// capacity, addresses follow one fixed rule, streams hold work until the
+// test says it has run, every call costs simulated time, and faults can be
+// injected into any call that can fail on a real card.
 //
-// A device has a capacity and a page size (default 80 GiB and 2 MiB).
-// Every Malloc is charged in whole pages against capacity, as a real
-// card's cudaMemGetInfo shows, and MemInfo reports capacity less the
-// charged bytes. A Malloc that does not fit in what is free fails with an
-// error wrapping device.ErrOutOfMemory.
+// # Device memory
+//
+// A device has a capacity and a page size (default 80 GiB and 2 MiB; the
+// page size is also the virtual-memory granularity). Every Malloc is
+// charged in whole pages, as a real card's cudaMemGetInfo shows: MemInfo
+// returns (capacity - charged bytes, capacity). Malloc(0), and a size
+// whose rounding to pages would overflow, fail with device.ErrInvalidSize;
+// a Malloc charging more than is free fails with an error wrapping
+// device.ErrOutOfMemory (a *device.Error naming the operation and device).
+// Free of an address that is not the start of a live allocation fails
+// with device.ErrInvalidPointer. A failed call changes no memory state.
+//
+// # The address rule
 //
 // Addresses are fake and sparse: no host memory backs them, so an 80 GiB
-// device costs nothing. They follow one fixed rule, which replays rely on
-// to compare with other allocators replayed on a device with the same rule
-// (it decides ties between equal-size free blocks):
+// device costs nothing. They follow one rule, fixed for good, because
+// replays are compared with other allocators replayed on a device with the
+// same rule (it decides, for instance, which of two equal free blocks is
+// the lower):
 //
-//   - first fit at the lowest free address: each allocation starts on a
-//     page boundary and occupies whole pages;
-//   - freed ranges merge with their free neighbours and are reused;
-//   - the address space is not bounded by capacity (physical pages need not
-//     be contiguous), so a Malloc fails only for lack of free capacity,
-//     never for lack of a contiguous hole;
-//   - device memory of ordinal o starts at (o+1)<<44; virtual-memory
-//     reservations come from a separate region starting at (o+1)<<44 +
-//     1<<43, by the same rule.
+//   - Device memory of ordinal o is the region [(o+1)<<44, (o+1)<<44 +
+//     1<<43). Malloc takes the lowest free address of that region where
+//     the charged pages fit (first fit). Every allocation starts on a page
+//     boundary and occupies whole pages.
+//   - Freed ranges merge with free neighbours and are reused by the same
+//     rule.
+//   - The region (8 TiB) is not bounded by capacity: capacity bounds the
+//     sum of charged pages, physical pages need not be contiguous, and so
+//     a Malloc fails for lack of free capacity, never for lack of a hole.
+//     (Only a pathologically fragmented 8 TiB region could lack a hole; the
+//     error then says so.)
+//   - Virtual-memory reservations come from the region [(o+1)<<44 + 1<<43,
+//     (o+2)<<44), by the same first-fit rule.
 //
-// The same calls always give the same addresses.
+// The same calls therefore give the same addresses, on any machine, in any
+// run. Free ranges are kept in a treap ordered by address in which every
+// node knows the largest free range below it, so first fit costs
+// O(log free ranges), not a scan.
 //
 // # Streams and events
 //
-// The default stream is 0; NewStream returns 1, 2, 3, ... in creation
-// order (replays map a trace's stream N to the Nth stream created). By
-// default work finishes at once: an event recorded on a stream is done
-// immediately. A test can hold a stream busy (SetStreamBusy): events
-// recorded on it stay pending until CompleteStream, SynchronizeStream,
-// Synchronize, or SynchronizeEvent of one of them (which finishes the
-// stream's work up to that event, as waiting for it would). Free charges a
-// device synchronization to the clock, as cudaFree implies one, but does
-// not finish held work: held work finishes only when the test (or a
-// trace's s and S lines) says so.
+// The default stream is 0 and always valid. NewStream returns 1, 2, 3, ...
+// in creation order: a replay that creates its streams in order finds
+// trace stream N at device stream N. Other values fail with
+// device.ErrInvalidStream. RecordEvent returns ids 1, 2, 3, ...; ids are
+// never reused, and a released or unknown id fails with
+// device.ErrInvalidEvent.
 //
-// # Costs
+// By default work finishes at once: an event recorded on a stream is done
+// as soon as it is recorded. A test holds a stream with SetStreamBusy(s,
+// true): events recorded on s then stay pending until CompleteStream(s),
+// SynchronizeStream(s), Synchronize() or SynchronizeEvent(e) of one of
+// them, which finishes the stream's work up to and including e, as a
+// caller waiting on e would see. A stream stays busy after such a
+// completion: events recorded later are pending again until the next one.
+// SetStreamBusy(s, false) finishes the pending work and returns the
+// stream to finishing at once.
 //
-// Every call adds its cost (Costs; DefaultCosts are near a real driver) to
-// a simulated device clock (Clock). With Config.Sleep a call also really
-// sleeps that long, outside the device's lock, for demos.
+// Free charges a device synchronization to the clock and counts it, as
+// cudaFree implies one, but it does not finish held work: held work
+// finishes only when the test says so, or, in a replay, when the trace's
+// s and S lines do. That keeps a replay's event timing a function of the
+// trace, not of how often the allocator happens to free.
+//
+// # Virtual memory
+//
+// Reserve(size) takes a range of the reservation region (size a positive
+// multiple of the granularity) and charges nothing. Map(p, size) backs
+// granularity-aligned pages inside one reservation, none of them mapped
+// yet, charging them against the same capacity as Malloc. Mapping is
+// tracked per page, as if each page were its own physical allocation: one
+// Unmap may cover pages of several Maps or part of one, as long as every
+// page it names is mapped. Release(p) takes a reservation's base and
+// requires that nothing in it is mapped. Misuse fails with
+// device.ErrInvalidArgument (size 0 with device.ErrInvalidSize) and
+// changes nothing.
+//
+// # Host memory
+//
+// HostAlloc returns real Go memory (make([]byte, size)), up to
+// Config.HostCapacity live at once; HostFree identifies the allocation by
+// its first byte, as cudaFreeHost does by pointer.
+//
+// # Costs and the clock
+//
+// Every call adds its simulated cost (Costs; DefaultCosts are near a real
+// driver) to the device clock (Clock), whether it succeeds or fails: a
+// real driver spends time on a failed cudaMalloc too. Free adds the cost
+// of a device synchronization on success. Test controls
+// (SetStreamBusy, CompleteStream, the Fail methods) and the read-only
+// methods (Counters, Clock, Allocations, ...) cost nothing. With
+// Config.Sleep each call also really sleeps for its cost, after releasing
+// the device's lock.
+//
+// # Counters
+//
+// Counters counts successful calls (Mallocs, Frees, Maps, ...), failed
+// ones (FailedMallocs counts every Malloc that returned an error;
+// FailedFrees every Free; FailedMaps the Maps that ran out of memory;
+// FailedUnmaps and FailedEventQueries the injected failures), and bytes:
+// BytesInUse is what is charged against capacity (Malloc pages and mapped
+// pages), PeakBytesInUse its high-water mark.
 //
 // # Faults
 //
-// FailNthMalloc, FailMallocAbove and FailMallocWhen make Malloc (and Map)
-// fail with ErrOutOfMemory; FailFrees makes Free and Unmap fail;
-// FailEventQueries makes EventDone and SynchronizeEvent fail. A failed
-// call changes nothing but the failure counters.
+// FailNthMalloc, FailMallocAbove and FailMallocWhen make Malloc and Map
+// fail with device.ErrOutOfMemory; FailFrees makes Free and Unmap fail
+// with a given error; FailEventQueries makes EventDone and SynchronizeEvent
+// fail with a given error. Arguments are checked first, so an invalid call
+// fails with its own error whatever the faults. A call failed by a fault
+// changes nothing but the failure counters and the clock.
 //
 // # Concurrency
 //
-// A Device is safe for concurrent use: one mutex guards its state, and it
-// never sleeps while holding it.
+// A Device is safe for concurrent use. One mutex, Device.mu, guards all
+// mutable state; every exported method takes it for a short, bounded time
+// and never while sleeping or calling user code (FailMallocWhen's
+// predicate runs before the lock is taken). Helpers named ...Locked expect
+// it held.
 package sim

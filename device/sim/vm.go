@@ -1,160 +1,269 @@
-// This file holds the virtual-memory and host-memory capabilities.
+// The virtual-memory capability: address reservations and the physical
+// pages mapped into them.
 
 package sim
 
 import (
-	"fmt"
 	"slices"
+	"time"
 
 	"github.com/gpumem/gpumem/device"
 )
 
-// A reservation is an address range from Reserve; mapped marks its pages
-// that are backed by (charged) physical memory.
+// A reservation is an address range from Reserve. mapped lists its mapped
+// ranges as [start, end) address pairs, sorted, disjoint and never
+// adjacent (touching ranges merge): mapping state is per page, not per Map
+// call, so one Unmap may cover pages of several Maps, or part of one.
 type reservation struct {
+	base   device.Ptr
 	size   uint64
-	mapped []bool // one per page
+	mapped [][2]uint64
+	bytes  uint64 // mapped bytes
 }
 
-// Granularity returns the page size: reservations and mappings are made
-// in multiples of it.
+// Reservation describes a live reservation, for checkers.
+type Reservation struct {
+	Ptr    device.Ptr
+	Size   uint64 // bytes of address space
+	Mapped uint64 // bytes mapped (and charged) inside it
+}
+
+// Granularity returns the page size: reservations and mappings are made in
+// multiples of it.
 func (d *Device) Granularity() uint64 { return d.page }
 
-// Reserve reserves size bytes of address space from the device's
-// virtual-memory region, first fit, lowest address. Nothing is charged.
+// Reserve reserves size bytes of address space (a positive multiple of the
+// granularity) from the device's virtual-memory region, at the lowest free
+// address that fits, as Malloc does in its own region. It charges nothing
+// against capacity.
 func (d *Device) Reserve(size uint64) (device.Ptr, error) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if size == 0 || size%d.page != 0 {
-		return 0, d.errorf("reserve", device.ErrInvalidSize, "size %d is not a positive multiple of %d", size, d.page)
-	}
-	p, ok := d.vm.take(size)
-	if !ok {
-		return 0, d.errorf("reserve", device.ErrOutOfMemory, "virtual address space exhausted")
-	}
-	d.reserved[p] = &reservation{size: size, mapped: make([]bool, size/d.page)}
-	d.c.Reserves++
-	d.pay(d.costs.Reserve)
-	return p, nil
+	p, t, err := d.reserveLocked(size)
+	d.mu.Unlock()
+	nap(t)
+	return p, err
 }
 
-// pagesLocked finds the reservation holding [p, p+size) and the page
-// indexes of the range.
-func (d *Device) pagesLocked(op string, p device.Ptr, size uint64) (*reservation, int, int, error) {
-	if size == 0 || size%d.page != 0 || uint64(p)%d.page != 0 {
-		return nil, 0, 0, d.errorf(op, device.ErrInvalidArgument, "range %v+%d is not page aligned", p, size)
+func (d *Device) reserveLocked(size uint64) (device.Ptr, time.Duration, error) {
+	const op = "reserve"
+	t := d.payLocked(d.costs.Reserve)
+	if size == 0 {
+		return 0, t, d.fail(op, device.ErrInvalidSize, "size 0")
 	}
-	for base, r := range d.reserved {
-		if p >= base && uint64(p-base)+size <= r.size && uint64(p-base) < r.size {
-			first := int(uint64(p-base) / d.page)
-			return r, first, first + int(size/d.page), nil
+	if size%d.page != 0 {
+		return 0, t, d.fail(op, device.ErrInvalidArgument, "size %d is not a multiple of the granularity %d", size, d.page)
+	}
+	a, ok := d.vm.take(size)
+	if !ok {
+		return 0, t, d.fail(op, device.ErrOutOfMemory, "%s of address space requested: the 8 TiB virtual-memory region has no free range that large", formatBytes(size))
+	}
+	r := &reservation{base: device.Ptr(a), size: size}
+	i, _ := slices.BinarySearchFunc(d.resv, r.base, func(r *reservation, p device.Ptr) int { return cmpPtr(r.base, p) })
+	d.resv = slices.Insert(d.resv, i, r)
+	d.c.Reserves++
+	return r.base, t, nil
+}
+
+func cmpPtr(a, b device.Ptr) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// rangeLocked checks that [p, p+size) is page aligned, non-empty and inside
+// one reservation, and returns that reservation.
+func (d *Device) rangeLocked(op string, p device.Ptr, size uint64) (*reservation, error) {
+	if size == 0 {
+		return nil, d.fail(op, device.ErrInvalidArgument, "size 0")
+	}
+	if size%d.page != 0 || uint64(p)%d.page != 0 {
+		return nil, d.fail(op, device.ErrInvalidArgument, "range %v+%d is not aligned to the granularity %d", p, size, d.page)
+	}
+	i, found := slices.BinarySearchFunc(d.resv, p, func(r *reservation, p device.Ptr) int { return cmpPtr(r.base, p) })
+	if !found {
+		i-- // the reservation with the greatest base below p
+	}
+	if i >= 0 {
+		r := d.resv[i]
+		if off := uint64(p - r.base); off < r.size && size <= r.size-off {
+			return r, nil
 		}
 	}
-	return nil, 0, 0, d.errorf(op, device.ErrInvalidArgument, "range %v+%d is not inside a reservation", p, size)
+	return nil, d.fail(op, device.ErrInvalidArgument, "range %v+%d is not inside one reservation", p, size)
 }
 
-// Map backs [p, p+size) with physical memory charged against capacity.
-// The malloc faults (FailNthMalloc, FailMallocAbove, FailMallocWhen) apply
-// to it too.
+// Map backs [p, p+size) with physical pages charged against capacity. The
+// range must lie in one reservation, be aligned to the granularity and
+// have no page mapped (else device.ErrInvalidArgument). When fewer bytes
+// are free than size, or an injected fault says so (FailNthMalloc,
+// FailMallocAbove and FailMallocWhen apply to Map as to Malloc), it fails
+// with device.ErrOutOfMemory and maps nothing.
 func (d *Device) Map(p device.Ptr, size uint64) error {
+	injected := d.predicateSays(size)
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	r, lo, hi, err := d.pagesLocked("map", p, size)
-	if err != nil {
-		return err
-	}
-	if slices.Contains(r.mapped[lo:hi], true) {
-		return d.errorf("map", device.ErrInvalidArgument, "range %v+%d is already partly mapped", p, size)
-	}
-	d.mallocCall++
-	if err := d.faults.mallocFault(d.mallocCall, size); err != nil {
-		d.c.FailedMallocs++
-		return d.errorf("map", device.ErrOutOfMemory, "%v", err)
-	}
-	if d.used+size > d.capacity {
-		d.c.FailedMallocs++
-		return d.errorf("map", device.ErrOutOfMemory, "%d bytes requested, %d free", size, d.capacity-d.used)
-	}
-	for i := lo; i < hi; i++ {
-		r.mapped[i] = true
-	}
-	d.useLocked(int64(size))
-	d.c.Maps++
-	d.pay(d.costs.MapPerPage * timeUnits(size/d.page))
-	return nil
+	t, err := d.mapLocked(p, size, injected)
+	d.mu.Unlock()
+	nap(t)
+	return err
 }
 
-// Unmap releases the physical memory behind [p, p+size), which must be
-// wholly mapped.
+func (d *Device) mapLocked(p device.Ptr, size uint64, injected bool) (time.Duration, error) {
+	const op = "map"
+	t := d.payLocked(times(d.costs.Map, size/d.page))
+	r, err := d.rangeLocked(op, p, size)
+	if err != nil {
+		return t, err
+	}
+	lo, hi := uint64(p), uint64(p)+size
+	// The first mapped range that ends after lo must start at or after hi.
+	i, _ := slices.BinarySearchFunc(r.mapped, lo, func(m [2]uint64, a uint64) int { return cmpU64(m[1], a+1) })
+	if i < len(r.mapped) && r.mapped[i][0] < hi {
+		return t, d.fail(op, device.ErrInvalidArgument, "range %v+%d overlaps mapped pages", p, size)
+	}
+	if why := d.faults.mallocFault(size, injected); why != "" {
+		d.c.FailedMaps++
+		return t, d.fail(op, device.ErrOutOfMemory, "%s requested; injected fault: %s", formatBytes(size), why)
+	}
+	if size > d.capacity-d.used {
+		d.c.FailedMaps++
+		return t, d.fail(op, device.ErrOutOfMemory, "%s requested, %s free of %s",
+			formatBytes(size), formatBytes(d.capacity-d.used), formatBytes(d.capacity))
+	}
+	// Insert at i, merging with a range that ends at lo or starts at hi.
+	joinPrev := i > 0 && r.mapped[i-1][1] == lo
+	joinNext := i < len(r.mapped) && r.mapped[i][0] == hi
+	switch {
+	case joinPrev && joinNext:
+		r.mapped[i-1][1] = r.mapped[i][1]
+		r.mapped = slices.Delete(r.mapped, i, i+1)
+	case joinPrev:
+		r.mapped[i-1][1] = hi
+	case joinNext:
+		r.mapped[i][0] = lo
+	default:
+		r.mapped = slices.Insert(r.mapped, i, [2]uint64{lo, hi})
+	}
+	r.bytes += size
+	d.chargeLocked(size)
+	d.c.MappedBytes += size
+	d.c.Maps++
+	return t, nil
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Unmap releases the physical pages behind [p, p+size), which must all be
+// mapped (by one Map or several), and returns their charge. A range with an
+// unmapped page, misaligned or outside one reservation fails with
+// device.ErrInvalidArgument and changes nothing; FailFrees makes it fail
+// too.
 func (d *Device) Unmap(p device.Ptr, size uint64) error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	r, lo, hi, err := d.pagesLocked("unmap", p, size)
+	t, err := d.unmapLocked(p, size)
+	d.mu.Unlock()
+	nap(t)
+	return err
+}
+
+func (d *Device) unmapLocked(p device.Ptr, size uint64) (time.Duration, error) {
+	const op = "unmap"
+	t := d.payLocked(times(d.costs.Unmap, size/d.page))
+	r, err := d.rangeLocked(op, p, size)
 	if err != nil {
-		return err
+		return t, err
 	}
-	if slices.Contains(r.mapped[lo:hi], false) {
-		return d.errorf("unmap", device.ErrInvalidArgument, "range %v+%d is not wholly mapped", p, size)
+	lo, hi := uint64(p), uint64(p)+size
+	// Merged ranges: every page is mapped iff one range covers them all.
+	i, _ := slices.BinarySearchFunc(r.mapped, lo, func(m [2]uint64, a uint64) int { return cmpU64(m[1], a+1) })
+	if i == len(r.mapped) || r.mapped[i][0] > lo || r.mapped[i][1] < hi {
+		return t, d.fail(op, device.ErrInvalidArgument, "range %v+%d has pages that are not mapped", p, size)
 	}
 	if err := d.faults.freeErr; err != nil {
-		d.c.FailedFrees++
-		return fmt.Errorf("sim: device %d: unmap %v: %w", d.ordinal, p, err)
+		d.c.FailedUnmaps++
+		return t, d.fail(op, err, "range %v+%d: injected fault", p, size)
 	}
-	for i := lo; i < hi; i++ {
-		r.mapped[i] = false
+	m := r.mapped[i]
+	switch {
+	case m[0] == lo && m[1] == hi:
+		r.mapped = slices.Delete(r.mapped, i, i+1)
+	case m[0] == lo:
+		r.mapped[i][0] = hi
+	case m[1] == hi:
+		r.mapped[i][1] = lo
+	default:
+		r.mapped[i][1] = lo
+		r.mapped = slices.Insert(r.mapped, i+1, [2]uint64{hi, m[1]})
 	}
-	d.useLocked(-int64(size))
+	r.bytes -= size
+	d.unchargeLocked(size)
+	d.c.MappedBytes -= size
 	d.c.Unmaps++
-	d.pay(d.costs.UnmapPerPage * timeUnits(size/d.page))
-	return nil
+	return t, nil
 }
 
-// Release frees a reservation, which must have no page mapped.
+// Release frees a reservation. p must be a base that Reserve returned and
+// no page of the reservation may be mapped; otherwise it fails with
+// device.ErrInvalidArgument and changes nothing.
 func (d *Device) Release(p device.Ptr) error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	r, ok := d.reserved[p]
-	if !ok {
-		return d.errorf("release", device.ErrInvalidPointer, "%v is not a reservation", p)
+	t, err := d.releaseLocked(p)
+	d.mu.Unlock()
+	nap(t)
+	return err
+}
+
+func (d *Device) releaseLocked(p device.Ptr) (time.Duration, error) {
+	const op = "release"
+	t := d.payLocked(d.costs.Release)
+	i, found := slices.BinarySearchFunc(d.resv, p, func(r *reservation, p device.Ptr) int { return cmpPtr(r.base, p) })
+	if !found {
+		return t, d.fail(op, device.ErrInvalidArgument, "%v is not the base of a reservation", p)
 	}
-	if slices.Contains(r.mapped, true) {
-		return d.errorf("release", device.ErrInvalidArgument, "reservation %v still has mapped pages", p)
+	r := d.resv[i]
+	if r.bytes != 0 {
+		return t, d.fail(op, device.ErrInvalidArgument, "reservation %v still has %s mapped", p, formatBytes(r.bytes))
 	}
-	delete(d.reserved, p)
-	d.vm.give(p, r.size)
+	d.resv = slices.Delete(d.resv, i, i+1)
+	d.vm.give(uint64(r.base), r.size)
 	d.c.Releases++
-	d.pay(d.costs.Release)
-	return nil
+	return t, nil
 }
 
-// HostAlloc returns size bytes of (simulated) pinned host memory: real Go
-// memory.
-func (d *Device) HostAlloc(size uint64) ([]byte, error) {
-	if size == 0 || size > 1<<40 {
-		return nil, d.errorf("host alloc", device.ErrInvalidSize, "size %d", size)
-	}
-	b := make([]byte, size)
+// Reservations returns the live reservations in address order.
+func (d *Device) Reservations() []Reservation {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.host[&b[0]] = len(b)
-	d.c.HostAllocs++
-	d.pay(d.costs.HostAlloc)
-	return b, nil
+	out := make([]Reservation, len(d.resv))
+	for i, r := range d.resv {
+		out[i] = Reservation{Ptr: r.base, Size: r.size, Mapped: r.bytes}
+	}
+	return out
 }
 
-// HostFree releases memory from HostAlloc.
-func (d *Device) HostFree(b []byte) error {
+// Mapped returns the mapped ranges of the reservation at base, in address
+// order, merged where they touch; nil if base is not a reservation's base.
+func (d *Device) Mapped(base device.Ptr) []Range {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(b) == 0 {
-		return d.errorf("host free", device.ErrInvalidPointer, "empty slice")
+	i, found := slices.BinarySearchFunc(d.resv, base, func(r *reservation, p device.Ptr) int { return cmpPtr(r.base, p) })
+	if !found {
+		return nil
 	}
-	n, ok := d.host[&b[0]]
-	if !ok || n != len(b) {
-		return d.errorf("host free", device.ErrInvalidPointer, "memory was not returned by HostAlloc or was already freed")
+	out := make([]Range, len(d.resv[i].mapped))
+	for j, m := range d.resv[i].mapped {
+		out[j] = Range{Ptr: device.Ptr(m[0]), Size: m[1] - m[0], Pages: m[1] - m[0]}
 	}
-	delete(d.host, &b[0])
-	d.c.HostFrees++
-	d.pay(d.costs.HostFree)
-	return nil
+	return out
 }

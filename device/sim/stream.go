@@ -1,0 +1,222 @@
+// Streams and events: a queue position per stream, and a test's control
+// over when queued work finishes.
+
+package sim
+
+import "github.com/gpumem/gpumem/device"
+
+// streamState is one stream's queue. The only work the simulation knows
+// about is recorded events, so a queue is two positions: how many events
+// were recorded on it and how many of those have finished (a prefix, since
+// a stream runs its work in order).
+type streamState struct {
+	busy      bool   // recorded work stays pending until completed
+	queued    uint64 // events recorded so far
+	completed uint64 // events finished; completed <= queued
+}
+
+func (st *streamState) finishAll() { st.completed = st.queued }
+
+// eventState is a recorded event: it is done once its stream has finished
+// seq events.
+type eventState struct {
+	stream device.Stream
+	seq    uint64
+}
+
+// Synchronize finishes the work queued on every stream (busy streams stay
+// busy for work queued later).
+func (d *Device) Synchronize() error {
+	d.mu.Lock()
+	for i := range d.streams {
+		d.streams[i].finishAll()
+	}
+	d.c.Synchronizations++
+	t := d.payLocked(d.costs.Synchronize)
+	d.mu.Unlock()
+	nap(t)
+	return nil
+}
+
+// NewStream creates a stream. A device numbers its streams 1, 2, 3, ... in
+// creation order, so a replay that creates its streams in order finds trace
+// stream N at device stream N.
+func (d *Device) NewStream() (device.Stream, error) {
+	d.mu.Lock()
+	d.streams = append(d.streams, streamState{})
+	s := device.Stream(len(d.streams) - 1)
+	d.c.StreamsCreated++
+	t := d.payLocked(d.costs.StreamCreate)
+	d.mu.Unlock()
+	nap(t)
+	return s, nil
+}
+
+// HasStream reports whether s is a stream of this device.
+func (d *Device) HasStream(s device.Stream) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return s < device.Stream(len(d.streams))
+}
+
+// Streams returns how many streams the device has, the default one
+// included.
+func (d *Device) Streams() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.streams)
+}
+
+func (d *Device) streamLocked(op string, s device.Stream) (*streamState, error) {
+	if s >= device.Stream(len(d.streams)) {
+		return nil, d.fail(op, device.ErrInvalidStream, "stream %d does not exist (the device has %d)", s, len(d.streams))
+	}
+	return &d.streams[s], nil
+}
+
+// SynchronizeStream finishes the work queued on s so far.
+func (d *Device) SynchronizeStream(s device.Stream) error {
+	d.mu.Lock()
+	t := d.payLocked(d.costs.StreamSynchronize)
+	st, err := d.streamLocked("synchronize stream", s)
+	if err == nil {
+		st.finishAll()
+		d.c.StreamSynchronizations++
+	}
+	d.mu.Unlock()
+	nap(t)
+	return err
+}
+
+// SetStreamBusy holds the work of s: while s is busy, events recorded on it
+// stay pending until something finishes them (CompleteStream,
+// SynchronizeStream, Synchronize, or SynchronizeEvent of one of them).
+// SetStreamBusy(s, false) finishes the pending work and makes later work
+// finish at once again. It is a test control: it costs and counts nothing.
+func (d *Device) SetStreamBusy(s device.Stream, busy bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, err := d.streamLocked("set stream busy", s)
+	if err != nil {
+		return err
+	}
+	st.busy = busy
+	if !busy {
+		st.finishAll()
+	}
+	return nil
+}
+
+// CompleteStream finishes the work queued on s so far, as if the device had
+// run it; a busy stream stays busy for work recorded later. It is a test
+// control: it costs and counts nothing.
+func (d *Device) CompleteStream(s device.Stream) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, err := d.streamLocked("complete stream", s)
+	if err != nil {
+		return err
+	}
+	st.finishAll()
+	return nil
+}
+
+// PendingWork returns how many events recorded on s have not finished.
+func (d *Device) PendingWork(s device.Stream) (uint64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, err := d.streamLocked("pending work", s)
+	if err != nil {
+		return 0, err
+	}
+	return st.queued - st.completed, nil
+}
+
+// RecordEvent records an event on s and returns its id: 1, 2, 3, ... in
+// recording order, never reused. On a stream that is not busy the event is
+// done at once.
+func (d *Device) RecordEvent(s device.Stream) (device.Event, error) {
+	d.mu.Lock()
+	t := d.payLocked(d.costs.EventRecord)
+	st, err := d.streamLocked("record event", s)
+	if err != nil {
+		d.mu.Unlock()
+		nap(t)
+		return 0, err
+	}
+	st.queued++
+	if !st.busy {
+		st.finishAll()
+	}
+	d.nextEvent++
+	e := d.nextEvent
+	d.events[e] = eventState{stream: s, seq: st.queued}
+	d.c.EventsRecorded++
+	d.mu.Unlock()
+	nap(t)
+	return e, nil
+}
+
+// eventLocked finds e, then applies FailEventQueries.
+func (d *Device) eventLocked(op string, e device.Event) (eventState, error) {
+	ev, ok := d.events[e]
+	if !ok {
+		return ev, d.fail(op, device.ErrInvalidEvent, "event %d does not exist or was released", e)
+	}
+	if err := d.faults.eventErr; err != nil {
+		d.c.FailedEventQueries++
+		return ev, d.fail(op, err, "event %d: injected fault", e)
+	}
+	return ev, nil
+}
+
+// EventDone reports whether the work before e has finished, without
+// finishing anything.
+func (d *Device) EventDone(e device.Event) (bool, error) {
+	d.mu.Lock()
+	t := d.payLocked(d.costs.EventQuery)
+	ev, err := d.eventLocked("query event", e)
+	done := false
+	if err == nil {
+		done = d.streams[ev.stream].completed >= ev.seq
+		d.c.EventQueries++
+	}
+	d.mu.Unlock()
+	nap(t)
+	return done, err
+}
+
+// SynchronizeEvent waits for e: the work of e's stream up to and including
+// e finishes, as it would once a real caller had waited for it. Work
+// recorded on the stream after e stays pending.
+func (d *Device) SynchronizeEvent(e device.Event) error {
+	d.mu.Lock()
+	t := d.payLocked(d.costs.EventSynchronize)
+	ev, err := d.eventLocked("synchronize event", e)
+	if err == nil {
+		st := &d.streams[ev.stream]
+		st.completed = max(st.completed, ev.seq)
+		d.c.EventSynchronizations++
+	}
+	d.mu.Unlock()
+	nap(t)
+	return err
+}
+
+// ReleaseEvent destroys e; its id then fails with device.ErrInvalidEvent.
+// Releasing an event does not finish or cancel the work before it.
+func (d *Device) ReleaseEvent(e device.Event) error {
+	d.mu.Lock()
+	t := d.payLocked(d.costs.EventRelease)
+	_, ok := d.events[e]
+	if ok {
+		delete(d.events, e)
+		d.c.EventsReleased++
+	}
+	d.mu.Unlock()
+	nap(t)
+	if !ok {
+		return d.fail("release event", device.ErrInvalidEvent, "event %d does not exist or was released", e)
+	}
+	return nil
+}
