@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/big"
+	"strconv"
 
 	"github.com/nlpodyssey/gopickle/pickle"
 	"github.com/nlpodyssey/gopickle/types"
@@ -80,8 +81,11 @@ var pickleOps = map[byte]pickleOp{
 	0x97: {"NEXT_BUFFER", argRejected, 0}, 0x98: {"READONLY_BUFFER", argRejected, 0},
 }
 
-// scanPickle checks that data is one pickle of plain data (see above).
+// scanPickle checks that data is one pickle of plain data (see above). It
+// also follows the memo, so that a GET of an index never stored is refused
+// (as Python refuses it) instead of decoding to None.
 func scanPickle(data []byte) error {
+	memo := map[uint64]bool{}
 	for i := 0; i < len(data); {
 		at := i
 		code := data[i]
@@ -140,8 +144,43 @@ func scanPickle(data []byte) error {
 		if err != nil {
 			return err
 		}
+		if err := followMemo(memo, code, data[at+1:i]); err != nil {
+			return fmt.Errorf("pickle: %s at byte %d: %w", op.name, at, err)
+		}
 	}
 	return fmt.Errorf("pickle: no STOP opcode: the data is cut short")
+}
+
+// followMemo records memo stores and checks memo loads; arg is the
+// opcode's argument bytes.
+func followMemo(memo map[uint64]bool, code byte, arg []byte) error {
+	var idx uint64
+	switch code {
+	case 'h', 'q': // BINGET, BINPUT
+		idx = uint64(arg[0])
+	case 'j', 'r': // LONG_BINGET, LONG_BINPUT
+		idx = uint64(binary.LittleEndian.Uint32(arg))
+	case 'g', 'p': // GET, PUT: decimal text and a newline
+		n, err := strconv.ParseUint(string(bytes.TrimSuffix(arg, []byte("\n"))), 10, 32)
+		if err != nil {
+			return fmt.Errorf("bad memo index %q", arg)
+		}
+		idx = n
+	case 0x94: // MEMOIZE stores at the next free index
+		memo[uint64(len(memo))] = true
+		return nil
+	default:
+		return nil
+	}
+	switch code {
+	case 'h', 'j', 'g':
+		if !memo[idx] {
+			return fmt.Errorf("memo index %d was never stored", idx)
+		}
+	default:
+		memo[idx] = true
+	}
+	return nil
 }
 
 // maxPickleDepth bounds how deeply nested a decoded value may be; it also

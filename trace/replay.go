@@ -38,7 +38,7 @@ type Result struct {
 	Ops   int64  `json:"ops"`    // op lines replayed, tags and syncs included
 	Alloc int64  `json:"allocs"` // a lines
 	Frees int64  `json:"frees"`  // f lines that freed a block (those of failed allocations are skipped)
-	OOMs  int64  `json:"ooms"`  // a lines that failed for lack of memory
+	OOMs  int64  `json:"ooms"`   // a lines that failed for lack of memory
 
 	NsPerOp       float64 `json:"ns_per_op"`      // replay time per op, parsing excluded
 	ReplaySeconds float64 `json:"replay_seconds"` // time spent in the allocator and the replay's bookkeeping
