@@ -1,0 +1,111 @@
+// Runnable examples of the trace package.
+
+package trace_test
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/gpumem/gpumem/trace"
+)
+
+func ExampleReader() {
+	const text = `# memtrace v1 example
+a 0 1048576 0
+t backward
+a 1 512 1
+r 0 1
+f 1
+s 1
+f 0
+`
+	rd, err := trace.NewReader(strings.NewReader(text))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("header:", rd.Header())
+	for {
+		op, err := rd.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Printf("line %d: %-8s %v\n", rd.Line(), op.Kind, op)
+	}
+	// Output:
+	// header: [memtrace v1 example]
+	// line 2: alloc    a 0 1048576 0
+	// line 3: tag      t backward
+	// line 4: alloc    a 1 512 1
+	// line 5: record-stream r 0 1
+	// line 6: free     f 1
+	// line 7: sync-stream s 1
+	// line 8: free     f 0
+}
+
+func ExampleReader_syntaxError() {
+	_, err := trace.ReadAll(strings.NewReader("a 0 512\na 1 -5\n"))
+	fmt.Println(err)
+	// Output:
+	// memtrace line 2: "a 1 -5": size is not a non-negative integer
+}
+
+func ExampleWriter() {
+	w := trace.NewWriter(os.Stdout, "source=example", "two blocks")
+	w.Write(trace.Op{Kind: trace.Alloc, ID: 0, Size: 4096})
+	w.Write(trace.Op{Kind: trace.Alloc, ID: 1, Size: 512, Stream: 2})
+	w.Write(trace.Op{Kind: trace.Free, ID: 0})
+	w.Write(trace.Op{Kind: trace.EmptyCache})
+	if err := w.Close(); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// # memtrace v1 source=example
+	// # two blocks
+	// a 0 4096 0
+	// a 1 512 2
+	// f 0
+	// c
+}
+
+func ExampleValidator() {
+	v := trace.NewValidator()
+	ops := []trace.Op{
+		{Kind: trace.Alloc, ID: 7, Size: 100},
+		{Kind: trace.Free, ID: 7},
+		{Kind: trace.Free, ID: 7},
+	}
+	for i, op := range ops {
+		if _, err := v.Check(op, i+1); err != nil {
+			fmt.Println(err)
+		}
+	}
+	// Output:
+	// memtrace line 3: "f 7": ID 7 is not live
+}
+
+func ExampleConvert() {
+	const log = `Thread,Time,Action,Pointer,Size,Stream
+1,12:00:00.000001,allocate,0x7f0000000000,1024,0x0
+1,12:00:00.000002,free,0x7effff000000,256,0x0
+1,12:00:00.000003,free,0x7f0000000000,1024,0x0
+`
+	if err := trace.Convert(os.Stdout, strings.NewReader(log), "rmm.csv"); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// # memtrace v1 source=rmm.csv format=rmm-csv
+	// # capture: RMM logging_resource_adaptor CSV (3 rows); allocate->a, free->f; 1 blocks freed in the log but allocated before it, allocated up front; 0 blocks alive at the end freed after the log
+	// # stats: ops=4 allocs=2 peak_live_bytes=1280 streams=1
+	// a 0 256 0
+	// # history window starts
+	// a 1 1024 0
+	// f 0
+	// f 1
+}

@@ -1,0 +1,88 @@
+// Tests of Validator.
+
+package trace
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestValidatorRules(t *testing.T) {
+	v := NewValidator()
+	check := func(line string, n int) (bool, error) {
+		op, err := ParseOp(line)
+		require.NoError(t, err)
+		return v.Check(op, n)
+	}
+	skip, err := check("a 1 10 0", 1)
+	require.NoError(t, err)
+	assert.False(t, skip)
+	_, err = check("r 1 2", 2)
+	require.NoError(t, err)
+
+	_, err = check("a 1 20 0", 3)
+	var se *StateError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, 3, se.Line)
+	assert.EqualError(t, err, `memtrace line 3: "a 1 20 0": ID 1 is already live`)
+
+	_, err = check("f 2", 4)
+	assert.EqualError(t, err, `memtrace line 4: "f 2": ID 2 is not live`)
+	_, err = check("r 2 1", 5)
+	assert.EqualError(t, err, `memtrace line 5: "r 2 1": ID 2 is not live`)
+
+	_, err = check("f 1", 6)
+	require.NoError(t, err)
+	_, err = check("f 1", 7)
+	assert.Error(t, err, "double free")
+	_, err = check("a 1 5 0", 8)
+	assert.NoError(t, err, "an ID may be reused after its free")
+	assert.Equal(t, 1, v.Live())
+
+	// Ops that need no state pass.
+	for _, l := range []string{"s 3", "S", "c", "t x", "t"} {
+		_, err = check(l, 9)
+		assert.NoError(t, err, l)
+	}
+	// An op Check refuses is a StateError too.
+	_, err = v.Check(Op{Kind: 'z'}, 10)
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, 10, se.Line)
+}
+
+func TestValidatorFailedAllocations(t *testing.T) {
+	v := NewValidator()
+	_, err := v.Check(Op{Kind: Alloc, ID: 5, Size: 1 << 40}, 1)
+	require.NoError(t, err)
+	require.NoError(t, v.MarkFailed(5))
+	assert.Error(t, v.MarkFailed(5), "already marked")
+	assert.Error(t, v.MarkFailed(6), "not live")
+
+	_, err = v.Check(Op{Kind: Alloc, ID: 5, Size: 1}, 2)
+	require.Error(t, err)
+	assert.True(t, strings.Contains(err.Error(), "allocation failed"), err.Error())
+
+	skip, err := v.Check(Op{Kind: RecordStream, ID: 5, Stream: 1}, 3)
+	require.NoError(t, err)
+	assert.True(t, skip)
+	skip, err = v.Check(Op{Kind: Free, ID: 5}, 4)
+	require.NoError(t, err)
+	assert.True(t, skip)
+	assert.Zero(t, v.Live())
+	_, err = v.Check(Op{Kind: Free, ID: 5}, 5)
+	assert.Error(t, err, "the skipped free still ends the ID")
+}
+
+func TestValidatorLiveIDs(t *testing.T) {
+	v := NewValidator()
+	for _, id := range []uint64{9, 2, 7} {
+		_, err := v.Check(Op{Kind: Alloc, ID: id}, 0)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, []uint64{2, 7, 9}, v.LiveIDs())
+	_, err := v.Check(Op{Kind: Free, ID: 3}, 0)
+	assert.EqualError(t, err, `memtrace: "f 3": ID 3 is not live`)
+}
