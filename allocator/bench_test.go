@@ -1,0 +1,194 @@
+package allocator
+
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/device/sim"
+)
+
+func newBench(b *testing.B, cfg Config) (*Allocator, *sim.Device) {
+	b.Helper()
+	dev, err := sim.New(sim.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := New(dev, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return a, dev
+}
+
+// BenchmarkAllocFreeCached is the cached path: alloc 1 MiB then free it on
+// one stream, in steady state. It must not allocate on the Go heap or call
+// the device.
+func BenchmarkAllocFreeCached(b *testing.B) {
+	a, dev := newBench(b, Config{})
+	p, _ := a.Alloc(mib, 0)
+	_ = a.Free(p)
+	before := dev.Counters().Mallocs
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		p, err := a.Alloc(mib, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := a.Free(p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if dev.Counters().Mallocs != before {
+		b.Fatal("the cached path called the device")
+	}
+}
+
+// BenchmarkAllocFreeMixed allocates and frees random sizes across both
+// pools with about 1000 live blocks, so that splits and merges happen.
+func BenchmarkAllocFreeMixed(b *testing.B) {
+	a, dev := newBench(b, Config{})
+	rng := rand.New(rand.NewPCG(1, 2))
+	sizes := make([]uint64, 4096)
+	for i := range sizes {
+		switch rng.IntN(4) {
+		case 0:
+			sizes[i] = uint64(rng.IntN(4096)) + 1
+		case 1:
+			sizes[i] = uint64(rng.IntN(mib)) + 1
+		case 2:
+			sizes[i] = uint64(rng.IntN(10*mib)) + mib
+		default:
+			sizes[i] = uint64(rng.IntN(64*mib)) + 10*mib
+		}
+	}
+	live := make([]device.Ptr, 1000)
+	for i := range live {
+		live[i], _ = a.Alloc(sizes[i%len(sizes)], 0)
+	}
+	mallocs := dev.Counters().Mallocs
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		j := i % len(live)
+		if err := a.Free(live[j]); err != nil {
+			b.Fatal(err)
+		}
+		p, err := a.Alloc(sizes[i%len(sizes)], 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		live[j] = p
+		i++
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(dev.Counters().Mallocs-mallocs)/float64(b.N), "device-mallocs/op")
+}
+
+// BenchmarkTwoStreamsInterleaved alternates Alloc/Free pairs between two
+// streams in one goroutine.
+func BenchmarkTwoStreamsInterleaved(b *testing.B) {
+	a, dev := newBench(b, Config{})
+	s1, _ := dev.NewStream()
+	s2, _ := dev.NewStream()
+	for _, s := range []device.Stream{s1, s2} {
+		p, _ := a.Alloc(mib, s)
+		_ = a.Free(p)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		p1, _ := a.Alloc(mib, s1)
+		p2, _ := a.Alloc(mib, s2)
+		_ = a.Free(p1)
+		_ = a.Free(p2)
+	}
+}
+
+// BenchmarkParallelStreams runs one goroutine per stream against one
+// allocator; compare its ns/op with BenchmarkAllocFreeCached for the
+// scaling of one mutex per device.
+func BenchmarkParallelStreams(b *testing.B) {
+	a, dev := newBench(b, Config{})
+	var mu sync.Mutex
+	b.ReportAllocs()
+	b.SetParallelism(1)
+	b.RunParallel(func(pb *testing.PB) {
+		mu.Lock()
+		s, _ := dev.NewStream()
+		mu.Unlock()
+		for pb.Next() {
+			p, err := a.Alloc(mib, s)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_ = a.Free(p)
+		}
+	})
+}
+
+// BenchmarkStatsRead measures Stats() while another goroutine allocates.
+func BenchmarkStatsRead(b *testing.B) {
+	a, _ := newBench(b, Config{})
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				p, _ := a.Alloc(mib, 0)
+				_ = a.Free(p)
+			}
+		}
+	}()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		st := a.Stats()
+		if st.Allocated() < 0 {
+			b.Fatal("negative")
+		}
+	}
+	b.StopTimer()
+	close(stop)
+	<-done
+}
+
+// BenchmarkSnapshotRead measures Snapshot() of about 200 segments while
+// another goroutine allocates.
+func BenchmarkSnapshotRead(b *testing.B) {
+	a, _ := newBench(b, Config{})
+	for i := range 200 {
+		_, _ = a.Alloc(uint64(i+1)*mib/2, 0)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				p, _ := a.Alloc(mib, 0)
+				_ = a.Free(p)
+			}
+		}
+	}()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		_ = a.Snapshot()
+	}
+	b.StopTimer()
+	close(stop)
+	<-done
+}

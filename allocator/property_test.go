@@ -1,0 +1,359 @@
+package allocator
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/stats"
+)
+
+// machine is a rapid state machine driving one allocator on a small
+// simulated device with random requests on three streams, RecordStream,
+// stream completion, EmptyCache, injected device failures and stat
+// resets. After every action it runs the invariant checker and checks the
+// model's own properties:
+//
+//   - live blocks never overlap and each lies in a segment of its stream;
+//   - a block freed after RecordStream is not handed out again while the
+//     work of a recorded stream is still pending;
+//   - every stat keeps Current <= Peak, and counters never go down between
+//     resets.
+type machine struct {
+	a       *Allocator
+	dev     *sim.Device
+	streams []device.Stream
+	live    map[device.Ptr]liveBlock
+	// held are ranges freed while recorded on a busy stream, by stream:
+	// they must not be reused until that stream's work completes.
+	held map[device.Stream][]span
+	busy map[device.Stream]bool
+	prev stats.DeviceStats
+}
+
+type liveBlock struct {
+	size   uint64
+	stream device.Stream
+	uses   []device.Stream
+}
+
+type span struct {
+	lo, hi device.Ptr
+}
+
+func newMachine(t *rapid.T) *machine {
+	capacity := rapid.SampledFrom([]uint64{64 * mib, 200 * mib, gib}).Draw(t, "capacity")
+	dev, err := sim.New(sim.Config{Capacity: capacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg Config
+	if rapid.Bool().Draw(t, "maxSplit") {
+		cfg.MaxSplitSize = 32 * mib
+	}
+	if rapid.Bool().Draw(t, "gc") {
+		cfg.GarbageCollectionThreshold = 0.5
+		cfg.MemoryFraction = 0.8
+	}
+	if rapid.Bool().Draw(t, "roundup") {
+		for i := range cfg.RoundupPower2Divisions {
+			cfg.RoundupPower2Divisions[i] = 4
+		}
+	}
+	a, err := New(dev, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &machine{a: a, dev: dev, live: map[device.Ptr]liveBlock{},
+		held: map[device.Stream][]span{}, busy: map[device.Stream]bool{}}
+	m.streams = []device.Stream{device.DefaultStream}
+	for range 2 {
+		s, err := dev.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.streams = append(m.streams, s)
+	}
+	return m
+}
+
+func (m *machine) size(t *rapid.T) uint64 {
+	switch rapid.IntRange(0, 3).Draw(t, "sizeClass") {
+	case 0:
+		return rapid.Uint64Range(0, 4096).Draw(t, "tiny")
+	case 1:
+		return rapid.Uint64Range(4097, mib).Draw(t, "small")
+	case 2:
+		return rapid.Uint64Range(mib+1, 12*mib).Draw(t, "medium")
+	}
+	return rapid.Uint64Range(12*mib, 80*mib).Draw(t, "large")
+}
+
+func (m *machine) Alloc(t *rapid.T) {
+	size := m.size(t)
+	s := rapid.SampledFrom(m.streams).Draw(t, "stream")
+	fail := rapid.IntRange(0, 9).Draw(t, "fail") == 0
+	if fail {
+		m.dev.FailNthMalloc(1)
+	}
+	syncs := m.a.Stats().NumSyncAllStreams
+	p, err := m.a.Alloc(size, s)
+	m.dev.FailNthMalloc(0)
+	if m.a.Stats().NumSyncAllStreams != syncs {
+		// The out-of-memory path waited for every event: held memory
+		// became reusable.
+		clear(m.held)
+	}
+	if err != nil {
+		var oom *OutOfMemoryError
+		if !errors.As(err, &oom) || !errors.Is(err, device.ErrOutOfMemory) {
+			t.Fatalf("Alloc(%d): unexpected error %v", size, err)
+		}
+		return
+	}
+	if size == 0 {
+		if p != 0 {
+			t.Fatalf("Alloc(0) = %v", p)
+		}
+		return
+	}
+	if _, dup := m.live[p]; dup {
+		t.Fatalf("Alloc returned live address %v", p)
+	}
+	lo, hi := p, p+device.Ptr(size)
+	for q, b := range m.live {
+		if lo < q+device.Ptr(b.size) && q < hi {
+			t.Fatalf("block %v+%d overlaps live %v+%d", p, size, q, b.size)
+		}
+	}
+	for hs, spans := range m.held {
+		for _, sp := range spans {
+			if lo < sp.hi && sp.lo < hi {
+				t.Fatalf("block %v+%d reuses memory freed while stream %d still had work", p, size, hs)
+			}
+		}
+	}
+	m.live[p] = liveBlock{size: size, stream: s}
+}
+
+func (m *machine) pick(t *rapid.T) (device.Ptr, bool) {
+	if len(m.live) == 0 {
+		return 0, false
+	}
+	keys := make([]device.Ptr, 0, len(m.live))
+	for p := range m.live {
+		keys = append(keys, p)
+	}
+	slices.Sort(keys)
+	return rapid.SampledFrom(keys).Draw(t, "ptr"), true
+}
+
+func (m *machine) Free(t *rapid.T) {
+	p, ok := m.pick(t)
+	if !ok {
+		t.Skip("nothing live")
+	}
+	b := m.live[p]
+	if err := m.a.Free(p); err != nil {
+		t.Fatalf("Free(%v): %v", p, err)
+	}
+	delete(m.live, p)
+	for _, s := range b.uses {
+		if m.busy[s] {
+			m.held[s] = append(m.held[s], span{p, p + device.Ptr(b.size)})
+		}
+	}
+	if err := m.a.Free(p); !errors.Is(err, device.ErrInvalidPointer) {
+		t.Fatalf("double Free(%v) = %v", p, err)
+	}
+}
+
+func (m *machine) RecordStream(t *rapid.T) {
+	p, ok := m.pick(t)
+	if !ok {
+		t.Skip("nothing live")
+	}
+	s := rapid.SampledFrom(m.streams).Draw(t, "stream")
+	if err := m.a.RecordStream(p, s); err != nil {
+		t.Fatalf("RecordStream: %v", err)
+	}
+	b := m.live[p]
+	if s != b.stream && !slices.Contains(b.uses, s) {
+		b.uses = append(b.uses, s)
+		m.live[p] = b
+	}
+}
+
+func (m *machine) SetBusy(t *rapid.T) {
+	s := rapid.SampledFrom(m.streams[1:]).Draw(t, "stream")
+	busy := rapid.Bool().Draw(t, "busy")
+	if err := m.dev.SetStreamBusy(s, busy); err != nil {
+		t.Fatal(err)
+	}
+	m.busy[s] = busy
+	if !busy {
+		delete(m.held, s)
+	}
+}
+
+func (m *machine) CompleteStream(t *rapid.T) {
+	s := rapid.SampledFrom(m.streams[1:]).Draw(t, "stream")
+	if err := m.dev.CompleteStream(s); err != nil {
+		t.Fatal(err)
+	}
+	delete(m.held, s)
+}
+
+func (m *machine) EmptyCache(t *rapid.T) {
+	if rapid.IntRange(0, 4).Draw(t, "failFree") == 0 {
+		m.dev.FailFrees(errors.New("injected"))
+		defer m.dev.FailFrees(nil)
+	}
+	_ = m.a.EmptyCache() // may fail with the injected error; invariants still hold
+	// EmptyCache waits for every event: held memory is safe to reuse.
+	clear(m.held)
+}
+
+func (m *machine) Reset(t *rapid.T) {
+	if rapid.Bool().Draw(t, "peak") {
+		m.a.ResetPeakStats()
+	} else {
+		m.a.ResetAccumulatedStats()
+	}
+	m.prev = m.a.Stats()
+}
+
+func (m *machine) Check(t *rapid.T) {
+	if err := m.a.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	st := m.a.Stats()
+	for _, e := range []struct {
+		name string
+		now  int64
+		then int64
+	}{
+		{"num_device_alloc", st.NumDeviceAlloc, m.prev.NumDeviceAlloc},
+		{"num_device_free", st.NumDeviceFree, m.prev.NumDeviceFree},
+		{"num_ooms", st.NumOOMs, m.prev.NumOOMs},
+		{"num_alloc_retries", st.NumAllocRetries, m.prev.NumAllocRetries},
+		{"num_sync_all_streams", st.NumSyncAllStreams, m.prev.NumSyncAllStreams},
+	} {
+		if e.now < e.then {
+			t.Fatalf("%s went down: %d -> %d", e.name, e.then, e.now)
+		}
+	}
+	m.prev = st
+	for _, seg := range m.a.Snapshot() {
+		for _, b := range seg.Blocks {
+			if lb, ok := m.live[b.Ptr]; ok {
+				if b.State != BlockAllocated || lb.stream != seg.Stream || b.Size < lb.size {
+					t.Fatalf("live block %v: state %v, size %d for %d, segment stream %d for %d",
+						b.Ptr, b.State, b.Size, lb.size, seg.Stream, lb.stream)
+				}
+			}
+		}
+	}
+}
+
+func TestAllocatorStateMachine(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		m := newMachine(t)
+		t.Repeat(rapid.StateMachineActions(m))
+		// Drain: free everything, complete all work, empty the cache: the
+		// device must be back to zero.
+		for p := range m.live {
+			if err := m.a.Free(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := m.a.EmptyCache(); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.a.CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
+		if u := m.dev.BytesInUse(); u != 0 {
+			t.Fatalf("after freeing everything and emptying the cache, %d bytes are in use", u)
+		}
+		st := m.a.Stats()
+		for _, k := range []string{"allocation.all.current", "active.all.current", "segment.all.current", "reserved_bytes.all.current", "requested_bytes.all.current", "inactive_split.all.current"} {
+			if v, _ := st.Get(k); v != 0 {
+				t.Fatalf("%s = %d after draining", k, v)
+			}
+		}
+	})
+}
+
+// FuzzAllocator drives the allocator from bytes: each op is 4 bytes (kind,
+// stream, size class, size), with the invariant checker after every op.
+func FuzzAllocator(f *testing.F) {
+	f.Add([]byte{0, 0, 1, 10, 0, 0, 2, 200, 1, 0, 0, 0, 2, 1, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0})
+	f.Add([]byte{0, 1, 3, 255, 3, 1, 0, 0, 0, 2, 3, 7, 1, 0, 0, 0, 5, 1, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dev, err := sim.New(sim.Config{Capacity: 256 * mib})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := New(dev, Config{MaxSplitSize: 64 * mib})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams := []device.Stream{0}
+		for range 2 {
+			s, _ := dev.NewStream()
+			streams = append(streams, s)
+		}
+		var live []device.Ptr
+		for len(data) >= 4 {
+			op, sb, class, n := data[0], data[1], data[2], data[3]
+			data = data[4:]
+			s := streams[int(sb)%len(streams)]
+			switch op % 7 {
+			case 0:
+				size := uint64(n) * []uint64{1, 512, 64 << 10, mib}[class%4]
+				p, err := a.Alloc(size, s)
+				if err != nil && !errors.Is(err, device.ErrOutOfMemory) {
+					t.Fatalf("Alloc(%d): %v", size, err)
+				}
+				if err == nil && p != 0 {
+					live = append(live, p)
+				}
+			case 1:
+				if len(live) > 0 {
+					i := int(n) % len(live)
+					if err := a.Free(live[i]); err != nil {
+						t.Fatalf("Free: %v", err)
+					}
+					live = slices.Delete(live, i, i+1)
+				}
+			case 2:
+				if len(live) > 0 {
+					if err := a.RecordStream(live[int(n)%len(live)], s); err != nil {
+						t.Fatalf("RecordStream: %v", err)
+					}
+				}
+			case 3:
+				_ = dev.SetStreamBusy(s, n%2 == 0)
+			case 4:
+				if err := a.EmptyCache(); err != nil {
+					t.Fatalf("EmptyCache: %v", err)
+				}
+			case 5:
+				_ = dev.CompleteStream(s)
+			case 6:
+				if err := a.Free(device.Ptr(n)<<20 + 1); err == nil {
+					t.Fatal("Free of a made-up pointer succeeded")
+				}
+			}
+			if err := a.CheckInvariants(); err != nil {
+				t.Fatal(fmt.Errorf("after op %d: %w", op%7, err))
+			}
+		}
+	})
+}

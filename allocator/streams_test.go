@@ -1,0 +1,146 @@
+package allocator
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpumem/gpumem/device"
+)
+
+func TestRecordStreamDefersReuseUntilWorkCompletes(t *testing.T) {
+	a, dev := newTest(t, 0, Config{})
+	side, err := dev.NewStream()
+	require.NoError(t, err)
+	require.NoError(t, dev.SetStreamBusy(side, true))
+
+	p := mustAlloc(t, a, 3*mib, 0)
+	require.NoError(t, a.RecordStream(p, side))
+	require.NoError(t, a.RecordStream(p, 0), "recording the block's own stream is a no-op")
+	mustFree(t, a, p)
+	assert.EqualValues(t, 0, get(t, a, "allocation.all.current"), "allocation falls at the free request")
+	assert.EqualValues(t, 1, get(t, a, "active.all.current"), "active stays until the free completes")
+	assert.EqualValues(t, 3*mib, get(t, a, "active_bytes.all.current"))
+	assert.EqualValues(t, 3*mib, get(t, a, "requested_bytes.all.current"))
+	segs := a.Snapshot()
+	require.Len(t, segs, 1)
+	assert.Equal(t, BlockPendingFree, segs[0].Blocks[0].State)
+	assert.Equal(t, "active_pending_free", segs[0].Blocks[0].State.String())
+
+	q := mustAlloc(t, a, 3*mib, 0)
+	assert.NotEqual(t, p, q, "the pending block is not reused while the side stream is busy")
+	assert.EqualValues(t, 1, get(t, a, "active.all.current")-1)
+
+	require.ErrorIs(t, a.Free(p), device.ErrInvalidPointer, "freeing a pending block again is a double free")
+
+	require.NoError(t, dev.CompleteStream(side))
+	r := mustAlloc(t, a, 3*mib, 0) // processes the completed event first
+	assert.Equal(t, p, r, "after the side stream's work completes, the block is reused")
+	assert.EqualValues(t, 2, get(t, a, "active.all.current"))
+	mustFree(t, a, q)
+	mustFree(t, a, r)
+}
+
+func TestPendingFreesAreProcessedOnNextAlloc(t *testing.T) {
+	a, dev := newTest(t, 0, Config{})
+	side, _ := dev.NewStream()
+	require.NoError(t, dev.SetStreamBusy(side, true))
+	var ps []device.Ptr
+	for range 4 {
+		p := mustAlloc(t, a, 100*kib, 0)
+		require.NoError(t, a.RecordStream(p, side))
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		mustFree(t, a, p)
+	}
+	assert.EqualValues(t, 4, get(t, a, "active.small_pool.current"))
+	require.NoError(t, dev.CompleteStream(side))
+	assert.EqualValues(t, 4, get(t, a, "active.small_pool.current"), "nothing happens in the background")
+	mustAlloc(t, a, 512, 0)
+	assert.EqualValues(t, 1, get(t, a, "active.small_pool.current"), "the next Alloc completed the four frees")
+	segs := a.Snapshot()
+	require.Len(t, segs, 1)
+	assert.Len(t, segs[0].Blocks, 2, "the completed frees merged")
+}
+
+func TestEmptyCacheSynchronizesPendingEvents(t *testing.T) {
+	a, dev := newTest(t, 0, Config{})
+	side, _ := dev.NewStream()
+	require.NoError(t, dev.SetStreamBusy(side, true))
+	p := mustAlloc(t, a, 30*mib, 0)
+	require.NoError(t, a.RecordStream(p, side))
+	mustFree(t, a, p)
+	require.NoError(t, a.EmptyCache())
+	require.NoError(t, a.CheckInvariants())
+	assert.EqualValues(t, 0, dev.BytesInUse(), "EmptyCache waited for the event and released the segment")
+	assert.EqualValues(t, 1, get(t, a, "num_sync_all_streams"))
+	assert.EqualValues(t, 0, get(t, a, "active.all.current"))
+}
+
+func TestStreamsDoNotShareCachedBlocks(t *testing.T) {
+	a, dev := newTest(t, 0, Config{})
+	s1, _ := dev.NewStream()
+	s2, _ := dev.NewStream()
+	p := mustAlloc(t, a, 4*mib, s1)
+	mustFree(t, a, p)
+	q := mustAlloc(t, a, 4*mib, s2)
+	assert.NotEqual(t, p, q, "memory freed on stream A is not handed out on stream B")
+	assert.EqualValues(t, 2, dev.Counters().Mallocs)
+	r := mustAlloc(t, a, 4*mib, s1)
+	assert.Equal(t, p, r, "it is handed out again on stream A")
+	small1 := mustAlloc(t, a, 512, s1)
+	small2 := mustAlloc(t, a, 512, s2)
+	segs := a.Snapshot()
+	for _, s := range segs {
+		for _, b := range s.Blocks {
+			if b.Ptr == small1 {
+				assert.Equal(t, s1, s.Stream)
+			}
+			if b.Ptr == small2 {
+				assert.Equal(t, s2, s.Stream)
+			}
+		}
+	}
+}
+
+func TestRecordEventFailureFallsBackToSynchronize(t *testing.T) {
+	a, dev := newTest(t, 0, Config{})
+	side, _ := dev.NewStream()
+	require.NoError(t, dev.SetStreamBusy(side, true))
+	p := mustAlloc(t, a, 3*mib, 0)
+	require.NoError(t, a.RecordStream(p, side))
+	// An unknown stream cannot be recorded: make the device refuse by
+	// recording a stream the device does not know.
+	a.mu.Lock()
+	*a.live[p].uses = append(*a.live[p].uses, 77)
+	a.mu.Unlock()
+	err := a.Free(p)
+	require.Error(t, err, "neither an event nor a synchronization is possible on stream 77")
+	assert.ErrorIs(t, err, device.ErrInvalidStream)
+	assert.EqualValues(t, 1, get(t, a, "allocation.all.current"), "the failed free changed nothing")
+	a.mu.Lock()
+	*a.live[p].uses = (*a.live[p].uses)[:1]
+	a.mu.Unlock()
+	mustFree(t, a, p)
+}
+
+func TestEventQueryFailureKeepsBlockPending(t *testing.T) {
+	a, dev := newTest(t, 0, Config{})
+	side, _ := dev.NewStream()
+	require.NoError(t, dev.SetStreamBusy(side, true))
+	p := mustAlloc(t, a, 3*mib, 0)
+	require.NoError(t, a.RecordStream(p, side))
+	mustFree(t, a, p)
+	require.NoError(t, dev.CompleteStream(side))
+	dev.FailEventQueries(errors.New("injected"))
+	q := mustAlloc(t, a, 3*mib, 0)
+	assert.NotEqual(t, p, q, "an event that cannot be queried is treated as not done")
+	assert.Error(t, a.EmptyCache(), "EmptyCache reports the failed wait")
+	require.NoError(t, a.CheckInvariants())
+	dev.FailEventQueries(nil)
+	require.NoError(t, a.EmptyCache())
+	mustFree(t, a, q)
+}
