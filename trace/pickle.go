@@ -183,8 +183,9 @@ func followMemo(memo map[uint64]bool, code byte, arg []byte) error {
 	return nil
 }
 
-// maxPickleDepth bounds how deeply nested a decoded value may be; it also
-// stops a self-referencing list or dict (which the memo can build).
+// maxPickleDepth bounds how deeply nested a decoded value may be, and so
+// the recursion of the walks over it. (A list or dict that contains itself,
+// which the memo can build, is walked once: checkPlain marks what it saw.)
 const maxPickleDepth = 64
 
 // loadPickle decodes data, a pickle of plain data, into gopickle's plain

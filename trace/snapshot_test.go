@@ -203,3 +203,19 @@ func FuzzLoadPickle(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkReadSnapshot(b *testing.B) {
+	data, err := os.ReadFile("testdata/cs336_MAGMA27_lm_fwdbwd.noframes.pickle.gz")
+	require.NoError(b, err)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var ops int
+	for i := 0; i < b.N; i++ {
+		im, err := ReadSnapshot(bytes.NewReader(data), SnapshotOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ops = len(im.Ops)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*ops), "ns/trace-op")
+}
