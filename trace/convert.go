@@ -14,12 +14,14 @@ import (
 // Format is a kind of input that Convert understands.
 type Format int
 
+// The formats Convert reads.
 const (
 	FormatMemtrace Format = iota + 1 // memtrace v1 (this package's format)
 	FormatSnapshot                   // PyTorch memory snapshot pickle
 	FormatRMM                        // RMM logging_resource_adaptor CSV
 )
 
+// String names the format as Convert's header does ("pytorch-snapshot").
 func (f Format) String() string {
 	switch f {
 	case FormatMemtrace:
