@@ -281,17 +281,17 @@ func (d *Device) mallocLocked(size uint64, injected bool) (device.Ptr, time.Dura
 	}
 	if why := d.faults.mallocFault(size, injected); why != "" {
 		d.c.FailedMallocs++
-		return 0, t, d.fail(op, device.ErrOutOfMemory, "%s bytes requested; injected fault: %s", formatBytes(size), why)
+		return 0, t, d.fail(op, device.ErrOutOfMemory, "%s requested; injected fault: %s", formatBytes(size), why)
 	}
 	if pages > d.capacity-d.used {
 		d.c.FailedMallocs++
-		return 0, t, d.fail(op, device.ErrOutOfMemory, "%s bytes requested (%s in pages), %s free of %s",
+		return 0, t, d.fail(op, device.ErrOutOfMemory, "%s requested (%s in pages), %s free of %s",
 			formatBytes(size), formatBytes(pages), formatBytes(d.capacity-d.used), formatBytes(d.capacity))
 	}
 	a, ok := d.mem.take(pages)
 	if !ok {
 		d.c.FailedMallocs++
-		return 0, t, d.fail(op, device.ErrOutOfMemory, "%s bytes requested: the 8 TiB address region is too fragmented", formatBytes(size))
+		return 0, t, d.fail(op, device.ErrOutOfMemory, "%s requested: the 8 TiB address region is too fragmented", formatBytes(size))
 	}
 	p := device.Ptr(a)
 	d.live[p] = Range{Ptr: p, Size: size, Pages: pages}
