@@ -161,7 +161,7 @@ go build -tags cuda ./... || die "go build -tags cuda failed"
 race=-race
 [ "${GPUMEM_CI_NORACE:-}" = 1 ] && race=
 note "go test -tags cuda $race (stub driver) ./device/cuda/... ./internal/cudadrv/... ./internal/cudastub/..."
-LD_LIBRARY_PATH=$stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} GPUMEM_CUDA_STUB=1 \
+LD_LIBRARY_PATH=$stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
 	go test -count=1 $race -tags cuda ./device/cuda/... ./internal/cudadrv/... ./internal/cudastub/... ||
 	die "stub-backed tests failed"
 note "ok"

@@ -80,7 +80,10 @@
 //	anything else                              ErrDriver
 //
 // Calls after Close fail with ErrClosed. A failed call changes nothing the
-// caller can see, except Unmap, which reports how far it got.
+// caller can see, with two exceptions: Unmap reports how far it got, and if
+// popping the context fails after a successful driver call (only possible
+// when something else corrupted the thread's context stack), the pop's
+// error is returned and what the driver call made is not undone.
 //
 // # Locks
 //
