@@ -1,5 +1,8 @@
 //go:build cuda
 
+// example_test.go: runnable examples of opening a device, memory, streams and
+// events (they need a device: the stub driver or a GPU).
+
 package cuda_test
 
 import (
