@@ -586,10 +586,10 @@ func TestCounters(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	r, err := d.Reserve(6 * mib)
+	r, err := d.Reserve(14 * mib)
 	require.NoError(t, err)
 	require.NoError(t, d.Map(r, 4*mib))
-	require.ErrorIs(t, d.Map(r+device.Ptr(4*mib), 2*mib), device.ErrOutOfMemory)
+	require.ErrorIs(t, d.Map(r+device.Ptr(4*mib), 10*mib), device.ErrOutOfMemory)
 	require.ErrorIs(t, d.Map(r, 2*mib), device.ErrInvalidArgument, "counts nothing")
 	require.NoError(t, d.Unmap(r, 2*mib))
 	require.ErrorIs(t, d.Release(r), device.ErrInvalidArgument, "counts nothing")
@@ -1252,7 +1252,7 @@ func TestFailEventQueries(t *testing.T) {
 }
 
 func TestVirtualMemoryReserve(t *testing.T) {
-	const page = 2 * mib
+	const page = 2 << 20
 	d := newDevice(t, sim.Config{Ordinal: 4, Capacity: 8 * page, Costs: sim.NoCosts()})
 	vbase := device.Ptr(5)<<44 + device.Ptr(1)<<43
 	assert.Equal(t, uint64(page), d.Granularity())
@@ -1298,7 +1298,7 @@ func TestVirtualMemoryReserve(t *testing.T) {
 	c, err := d.Reserve(10 * page)
 	require.NoError(t, err)
 	assert.Equal(t, vbase, c)
-	e, err := d.Reserve(91 * page)
+	e, err := d.Reserve(89 * page)
 	require.NoError(t, err)
 	assert.Equal(t, vbase+10*page, e, "fills what is left of the hole but a page")
 	f, err := d.Reserve(2 * page)
@@ -1319,7 +1319,7 @@ func TestVirtualMemoryReserve(t *testing.T) {
 }
 
 func TestVirtualMemoryMap(t *testing.T) {
-	const page = 2 * mib
+	const page = 2 << 20
 	d := newDevice(t, sim.Config{Ordinal: 1, Capacity: 8 * page, Costs: sim.NoCosts()})
 	r, err := d.Reserve(6 * page)
 	require.NoError(t, err)
@@ -1346,7 +1346,7 @@ func TestVirtualMemoryMap(t *testing.T) {
 		{"zero size", r, 0},
 		{"outside any reservation", r - 2*page, page},
 		{"device memory", device.Ptr(2) << 44, page},
-		{"past the end", r + 6*page, page},
+		{"past the end", other + 2*page, page},
 		{"spanning two reservations", r + 5*page, 2 * page},
 		{"already mapped", r + page, page},
 		{"partly mapped", r, 2 * page},
@@ -1370,7 +1370,7 @@ func TestVirtualMemoryMap(t *testing.T) {
 	assert.Equal(t, []sim.Range{{Ptr: r + page, Size: 3 * page, Pages: 3 * page}}, d.Mapped(r))
 
 	// Short of memory: nothing is mapped.
-	mustMalloc(t, d, 3*page)
+	mustMalloc(t, d, 4*page)
 	before := snap(t, d)
 	err = d.Map(r+4*page, 2*page)
 	requireDeviceError(t, err, "map", 1, device.ErrOutOfMemory)
@@ -1382,11 +1382,11 @@ func TestVirtualMemoryMap(t *testing.T) {
 	require.ErrorIs(t, err, device.ErrOutOfMemory, "Malloc and Map share the capacity")
 	assert.Equal(t, uint64(8*page), d.BytesInUse())
 	assert.Equal(t, uint64(8*page), d.Counters().PeakBytesInUse)
-	assert.Equal(t, uint64(5*page), d.Counters().MappedBytes)
+	assert.Equal(t, uint64(4*page), d.Counters().MappedBytes)
 }
 
 func TestVirtualMemoryUnmapRelease(t *testing.T) {
-	const page = 64 * kib
+	const page = 64 << 10
 	d := newDevice(t, sim.Config{Ordinal: 2, Capacity: 16 * page, PageSize: page, Costs: sim.NoCosts()})
 	r, err := d.Reserve(4 * page)
 	require.NoError(t, err)
