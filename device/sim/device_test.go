@@ -720,6 +720,23 @@ func TestCosts(t *testing.T) {
 	})
 }
 
+// TestMallocCostIsPerChargedByte: MallocPerGiB applies to the bytes
+// charged (whole pages), as a real cudaMalloc maps whole pages, not to the
+// bytes asked for.
+func TestMallocCostIsPerChargedByte(t *testing.T) {
+	const page = 64 * kib
+	d := newDevice(t, sim.Config{Capacity: 64 * page, PageSize: page, Costs: testCosts()})
+	for _, c := range []struct {
+		size    uint64
+		charged uint64
+	}{{1, page}, {page - 1, page}, {page, page}, {page + 1, 2 * page}, {5*page + 7, 6 * page}} {
+		before := d.Clock()
+		p := mustMalloc(t, d, c.size)
+		assert.Equal(t, time.Duration(1000+c.charged/kib), d.Clock()-before, "malloc of %d bytes", c.size)
+		require.NoError(t, d.Free(p))
+	}
+}
+
 // TestCostsOfFailedCalls: a failed call costs its call, as a failed driver
 // call takes time too; a failed Free does not synchronize.
 func TestCostsOfFailedCalls(t *testing.T) {

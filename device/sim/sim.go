@@ -273,8 +273,12 @@ func (d *Device) Malloc(size uint64) (device.Ptr, error) {
 
 func (d *Device) mallocLocked(size uint64, injected bool) (device.Ptr, time.Duration, error) {
 	const op = "malloc"
-	t := d.payLocked(d.costs.malloc(size))
 	pages, ok := d.pagesFor(size)
+	charged := pages // MallocPerGiB applies to whole pages, as a real card maps them
+	if !ok {
+		charged = size
+	}
+	t := d.payLocked(d.costs.malloc(charged))
 	if size == 0 || !ok {
 		d.c.FailedMallocs++
 		return 0, t, d.fail(op, device.ErrInvalidSize, "size %d", size)
