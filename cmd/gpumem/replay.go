@@ -152,7 +152,9 @@ var resultRows = []struct {
 	{"peak requested", func(r *trace.Result) string { return human(r.PeakRequested) }},
 	{"peak allocated", func(r *trace.Result) string { return human(r.PeakAllocated) }},
 	{"peak reserved", func(r *trace.Result) string { return human(r.PeakReserved) }},
-	{"fragmentation", func(r *trace.Result) string { return fmt.Sprintf("%.3f (peak reserved / peak requested)", r.Fragmentation) }},
+	{"fragmentation", func(r *trace.Result) string {
+		return fmt.Sprintf("%.3f (peak reserved / peak requested)", r.Fragmentation)
+	}},
 	{"device mallocs / frees", func(r *trace.Result) string { return fmt.Sprintf("%d / %d", r.DeviceAllocs, r.DeviceFrees) }},
 	{"alloc retries", func(r *trace.Result) string { return fmt.Sprint(r.Stats["num_alloc_retries"]) }},
 }

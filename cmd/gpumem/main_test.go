@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func runCmd(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = run(args, &o, &e)
+	return o.String(), e.String(), code
+}
+
+func TestDemo(t *testing.T) {
+	out, errOut, code := runCmd(t, "demo", "--steps", "3", "--layers", "4")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "step 1")
+	assert.Contains(t, out, "step 3")
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "step 2") || strings.HasPrefix(line, "step 3") {
+			assert.Contains(t, line, "device mallocs 0, frees 0", "after the first step everything comes from the cache")
+		}
+	}
+	assert.Contains(t, out, "every step after the first was served from the cache")
+	assert.Contains(t, out, "| Allocated memory      |")
+	assert.Contains(t, out, "gpumem memory summary, device 0")
+}
+
+func TestDemoBadFlags(t *testing.T) {
+	_, errOut, code := runCmd(t, "demo", "--steps", "0")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "--steps")
+	_, errOut, code = runCmd(t, "demo", "--conf", "bogus:1")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, `unrecognized key "bogus"`)
+	assert.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
+}
+
+func TestReplayJSON(t *testing.T) {
+	out, errOut, code := runCmd(t, "replay", "--json", "testdata/small.trace.gz", "testdata/small.trace.gz")
+	require.Equal(t, 0, code, errOut)
+	assert.Empty(t, errOut, "no progress bar when not on a terminal")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, "one object per trace")
+	var res map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &res))
+	for _, k := range []string{"trace", "ops", "allocs", "frees", "ooms", "ns_per_op", "replay_seconds", "device_seconds",
+		"peak_requested_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "device_allocs", "device_frees", "fragmentation", "stats"} {
+		assert.Contains(t, res, k)
+	}
+	st := res["stats"].(map[string]any)
+	assert.Equal(t, res["peak_reserved_bytes"], st["reserved_bytes.all.peak"])
+	assert.Equal(t, res["peak_requested_bytes"], st["requested_bytes.all.peak"])
+	assert.Equal(t, res["peak_allocated_bytes"], st["allocated_bytes.all.peak"])
+	assert.EqualValues(t, 3118, res["ops"])
+}
+
+func TestReplayTextSummaryBaselineCapacity(t *testing.T) {
+	out, errOut, code := runCmd(t, "replay", "--summary", "--conf", "max_split_size_mb:64", "testdata/small.trace.gz")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "fragmentation")
+	assert.Contains(t, out, "| GPU reserved memory   |")
+	out, _, code = runCmd(t, "replay", "--baseline", "--capacity", "4GiB", "testdata/small.trace.gz")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "out of memory")
+	out, _, code = runCmd(t, "replay", "--capacity", "64MiB", "testdata/small.trace.gz")
+	require.Equal(t, 0, code, "out of memory is counted, not fatal")
+	assert.NotContains(t, out, "out of memory           0")
+}
+
+func TestReplayErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.trace")
+	require.NoError(t, os.WriteFile(bad, []byte("a 0 10\nf 7\n"), 0o644))
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"replay"}, 2, "no trace given"},
+		{[]string{"replay", "--capacity", "lots", "x"}, 2, "bad size"},
+		{[]string{"replay", "--conf", "max_split_size_mb:5", "x"}, 2, "too small"},
+		{[]string{"replay", filepath.Join(dir, "missing")}, 1, "no such file"},
+		{[]string{"replay", bad}, 1, `line 2: "f 7": ID 7 is not live`},
+		{[]string{"compare"}, 2, "exactly one trace"},
+		{[]string{"convert"}, 2, "exactly one file"},
+		{[]string{"nonsense"}, 2, "unknown command"},
+		{[]string{}, 2, "Usage"},
+	} {
+		_, errOut, code := runCmd(t, c.args...)
+		assert.Equal(t, c.code, code, "%v", c.args)
+		assert.Contains(t, errOut, c.want, "%v", c.args)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, cmd := range []string{"demo", "replay", "compare", "convert"} {
+		_, errOut, code := runCmd(t, cmd, "--help")
+		assert.Equal(t, 0, code, cmd)
+		assert.Contains(t, errOut, "Usage: gpumem "+cmd, cmd)
+	}
+	out, _, code := runCmd(t, "help")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "gpumem replay")
+}
+
+func TestCompare(t *testing.T) {
+	out, errOut, code := runCmd(t, "compare", "--conf", "", "--conf", "max_split_size_mb:64", "testdata/small.trace.gz")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "baseline (no cache)")
+	assert.Contains(t, out, "default")
+	assert.Contains(t, out, "max_split_size_mb:64")
+	assert.Contains(t, out, "peak reserved")
+}
+
+func TestConvert(t *testing.T) {
+	out, errOut, code := runCmd(t, "convert", "testdata/rmm_log.csv")
+	require.Equal(t, 0, code, errOut)
+	assert.True(t, strings.HasPrefix(out, "# memtrace v1"), out)
+	assert.Contains(t, out, "\na ")
+	dst := filepath.Join(t.TempDir(), "out.trace.gz")
+	_, errOut, code = runCmd(t, "convert", "-o", dst, "testdata/rmm_log.csv")
+	require.Equal(t, 0, code, errOut)
+	out2, errOut, code := runCmd(t, "replay", "--json", dst)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out2, `"ooms":0`)
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]uint64{"80GiB": 80 << 30, "512MiB": 512 << 20, "1024": 1024, "1.5GiB": 3 << 29, "2GB": 2e9, "4 KiB": 4096} {
+		got, err := parseSize(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"", "GiB", "-1", "1e400", "12XB", "99999999999999999999TiB"} {
+		_, err := parseSize(in)
+		assert.Error(t, err, in)
+	}
+}
