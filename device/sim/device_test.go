@@ -78,7 +78,11 @@ func snap(t tb, d *sim.Device) snapshot {
 		s.mapped[r.Ptr] = d.Mapped(r.Ptr)
 	}
 	for st := range d.Streams() {
-		n, err := d.PendingWork(device.Stream(st))
+		h := device.Stream(st) // stream handles: ordinal<<32 | n
+		if st > 0 {
+			h |= device.Stream(uint64(d.Ordinal()) << 32)
+		}
+		n, err := d.PendingWork(h)
 		require.NoError(t, err)
 		s.pending = append(s.pending, n)
 	}
@@ -871,24 +875,27 @@ func TestStreams(t *testing.T) {
 	d := newDevice(t, sim.Config{Ordinal: 1, Capacity: gib, Costs: sim.NoCosts()})
 	assert.True(t, d.HasStream(device.DefaultStream))
 	assert.False(t, d.HasStream(1))
-	for want := device.Stream(1); want <= 3; want++ {
+	for n := uint64(1); n <= 3; n++ {
 		s, err := d.NewStream()
 		require.NoError(t, err)
-		assert.Equal(t, want, s)
+		assert.Equal(t, device.Stream(1<<32|n), s, "ordinal 1's stream n is 1<<32 | n")
 		assert.True(t, d.HasStream(s))
 	}
-	assert.False(t, d.HasStream(4))
+	assert.False(t, d.HasStream(1<<32|4))
+	assert.False(t, d.HasStream(2), "a stream of another device")
 	assert.False(t, d.HasStream(^device.Stream(0)))
 	assert.Equal(t, 4, d.Streams())
 	assert.Equal(t, int64(3), d.Counters().StreamsCreated)
 
-	// Every device numbers its own streams from 1.
+	// Every device numbers its own streams from 1; ordinal 0's handles are
+	// the plain numbers, and are not streams of device 1.
 	other := newDevice(t, sim.Config{Capacity: gib})
 	s, err := other.NewStream()
 	require.NoError(t, err)
 	assert.Equal(t, device.Stream(1), s)
+	assert.False(t, d.HasStream(s))
 
-	for _, bad := range []device.Stream{4, 100, ^device.Stream(0)} {
+	for _, bad := range []device.Stream{1<<32 | 4, 1, 100, ^device.Stream(0)} {
 		before := snap(t, d)
 		requireDeviceError(t, d.SynchronizeStream(bad), "synchronize stream", 1, device.ErrInvalidStream)
 		_, err := d.RecordEvent(bad)
@@ -900,7 +907,7 @@ func TestStreams(t *testing.T) {
 		requireUnchanged(t, before, snap(t, d), nil)
 		assert.False(t, d.HasStream(bad))
 	}
-	for s := device.Stream(0); s <= 3; s++ {
+	for _, s := range []device.Stream{0, 1<<32 | 1, 1<<32 | 2, 1<<32 | 3} {
 		require.NoError(t, d.SynchronizeStream(s))
 		require.NoError(t, d.SetStreamBusy(s, false))
 		require.NoError(t, d.CompleteStream(s))

@@ -49,9 +49,10 @@
 //
 // # Streams and events
 //
-// The default stream is 0 and always valid. NewStream returns 1, 2, 3, ...
-// in creation order: a replay that creates its streams in order finds
-// trace stream N at device stream N. Other values fail with
+// The default stream is 0 and always valid. NewStream numbers a device's
+// streams 1, 2, 3, ... in creation order; the handle of stream n is
+// ordinal<<32 | n (plain n on ordinal 0), so that a stream of another
+// device is never taken for one of this device. Other values fail with
 // device.ErrInvalidStream. RecordEvent returns ids 1, 2, 3, ...; ids are
 // never reused, and a released or unknown id fails with
 // device.ErrInvalidEvent.

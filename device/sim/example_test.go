@@ -51,7 +51,7 @@ func ExampleDevice_SetStreamBusy() {
 	// Output:
 	// while busy: false
 	// after CompleteStream: true
-	// device 0: record event: invalid stream (stream 42 does not exist (the device has 2))
+	// device 0: record event: invalid stream (stream 0x2a is not a stream of device 0 (it has 2))
 }
 
 // Faults make the next allocation fail as a full card would.

@@ -20,7 +20,7 @@ func (st *streamState) finishAll() { st.completed = st.queued }
 // eventState is a recorded event: it is done once its stream has finished
 // seq events.
 type eventState struct {
-	stream device.Stream
+	stream int // index into Device.streams
 	seq    uint64
 }
 
@@ -39,12 +39,11 @@ func (d *Device) Synchronize() error {
 }
 
 // NewStream creates a stream. A device numbers its streams 1, 2, 3, ... in
-// creation order, so a replay that creates its streams in order finds trace
-// stream N at device stream N.
+// creation order; the handle carries the ordinal too (see streamHandle).
 func (d *Device) NewStream() (device.Stream, error) {
 	d.mu.Lock()
 	d.streams = append(d.streams, streamState{})
-	s := device.Stream(len(d.streams) - 1)
+	s := d.streamHandle(len(d.streams) - 1)
 	d.c.StreamsCreated++
 	t := d.payLocked(d.costs.StreamCreate)
 	d.mu.Unlock()
@@ -56,7 +55,31 @@ func (d *Device) NewStream() (device.Stream, error) {
 func (d *Device) HasStream(s device.Stream) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return s < device.Stream(len(d.streams))
+	_, ok := d.streamIndex(s)
+	return ok
+}
+
+// streamHandle returns the handle of the stream at index i: 0 for the
+// default stream, else the ordinal in the high 32 bits and i in the low
+// ones, so that a stream of another device is never taken for one of this
+// device (on ordinal 0 the handles are simply 1, 2, 3, ...).
+func (d *Device) streamHandle(i int) device.Stream {
+	if i == 0 {
+		return device.DefaultStream
+	}
+	return device.Stream(uint64(d.ordinal)<<32 | uint64(i))
+}
+
+// streamIndex returns the index of the stream with handle s.
+func (d *Device) streamIndex(s device.Stream) (int, bool) {
+	if s == device.DefaultStream {
+		return 0, true
+	}
+	if uint64(s)>>32 != uint64(d.ordinal) {
+		return 0, false
+	}
+	i := int(uint32(s))
+	return i, i > 0 && i < len(d.streams)
 }
 
 // Streams returns how many streams the device has, the default one
@@ -68,10 +91,11 @@ func (d *Device) Streams() int {
 }
 
 func (d *Device) streamLocked(op string, s device.Stream) (*streamState, error) {
-	if s >= device.Stream(len(d.streams)) {
-		return nil, d.fail(op, device.ErrInvalidStream, "stream %d does not exist (the device has %d)", s, len(d.streams))
+	i, ok := d.streamIndex(s)
+	if !ok {
+		return nil, d.fail(op, device.ErrInvalidStream, "stream %#x is not a stream of device %d (it has %d)", uint64(s), d.ordinal, len(d.streams))
 	}
-	return &d.streams[s], nil
+	return &d.streams[i], nil
 }
 
 // SynchronizeStream finishes the work queued on s so far.
@@ -150,7 +174,8 @@ func (d *Device) RecordEvent(s device.Stream) (device.Event, error) {
 	}
 	d.nextEvent++
 	e := d.nextEvent
-	d.events[e] = eventState{stream: s, seq: st.queued}
+	idx, _ := d.streamIndex(s)
+	d.events[e] = eventState{stream: idx, seq: st.queued}
 	d.c.EventsRecorded++
 	d.mu.Unlock()
 	nap(t)
