@@ -471,6 +471,31 @@ func TestAddressRule(t *testing.T) {
 	})
 }
 
+// TestFragmentedRegion: the 8 TiB region runs out of holes only when a
+// device nearly as large as the region is fragmented on purpose; the
+// Malloc then fails with ErrOutOfMemory and changes nothing.
+func TestFragmentedRegion(t *testing.T) {
+	const page = sim.MaxPageSize // 1 GiB: the region holds 8192 pages
+	d := newDevice(t, sim.Config{Ordinal: 1, Capacity: sim.MaxCapacity, PageSize: page, Costs: sim.NoCosts()})
+	base := d.MemoryBase()
+	require.Equal(t, base, mustMalloc(t, d, page))
+	b := mustMalloc(t, d, 4095*page)
+	c := mustMalloc(t, d, page)
+	require.Equal(t, base+4096*page, c)
+	require.NoError(t, d.Free(b))
+	// 8190 pages are free, but the largest free range is 4095 pages.
+	before := snap(t, d)
+	_, err := d.Malloc(4096 * page)
+	requireDeviceError(t, err, "malloc", 1, device.ErrOutOfMemory)
+	assert.Contains(t, err.Error(), "fragmented")
+	requireUnchanged(t, before, snap(t, d), failedMalloc)
+	assert.Equal(t, base+page, mustMalloc(t, d, 4095*page), "the hole")
+	assert.Equal(t, c+page, mustMalloc(t, d, 4095*page), "the rest of the region")
+	free, _, err := d.MemInfo()
+	require.NoError(t, err)
+	assert.Zero(t, free)
+}
+
 // refSpace is the naive model of the address rule: a sorted list of free
 // ranges searched from the lowest address.
 type refSpace struct{ free [][2]uint64 } // {start, size}
