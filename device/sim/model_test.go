@@ -27,7 +27,7 @@ type modelStream struct {
 }
 
 type modelEvent struct {
-	stream device.Stream
+	stream int // index into model.streams
 	seq    uint64
 }
 
@@ -36,6 +36,7 @@ type modelEvent struct {
 // kept by hand from the package documentation.
 type model struct {
 	d         *sim.Device
+	ordinal   int
 	page      uint64
 	capacity  uint64
 	costs     sim.Costs
@@ -237,16 +238,34 @@ func (m *model) unmapPages(t *rapid.T) {
 	}
 }
 
-// stream draws a stream, now and then one that does not exist.
-func (m *model) stream(t *rapid.T) device.Stream {
-	return device.Stream(rapid.IntRange(0, len(m.streams)).Draw(t, "stream"))
+// handle is the documented handle of the stream with index i on a device
+// of the given ordinal: 0 for the default stream, else ordinal<<32 | i.
+func handle(ordinal, i int) device.Stream {
+	if i == 0 {
+		return device.DefaultStream
+	}
+	return device.Stream(uint64(ordinal)<<32 | uint64(i))
 }
 
-func (m *model) modelStream(s device.Stream) *modelStream {
-	if int(s) < len(m.streams) {
-		return &m.streams[s]
+// stream draws a stream handle, now and then one that does not exist or
+// belongs to a device of another ordinal.
+func (m *model) stream(t *rapid.T) device.Stream {
+	i := rapid.IntRange(0, len(m.streams)).Draw(t, "stream")
+	if rapid.IntRange(0, 9).Draw(t, "foreign") == 0 {
+		return handle((m.ordinal+1)%(sim.MaxOrdinal+1), i)
 	}
-	return nil
+	return handle(m.ordinal, i)
+}
+
+// modelStream returns the index and model of the stream with handle s, or
+// nil if the device has no such stream.
+func (m *model) modelStream(s device.Stream) (int, *modelStream) {
+	for i := range m.streams {
+		if handle(m.ordinal, i) == s {
+			return i, &m.streams[i]
+		}
+	}
+	return -1, nil
 }
 
 // event draws a live event, or now and then a released or unknown one.
@@ -280,7 +299,7 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			}
 			s, err := m.d.NewStream()
 			require.NoError(t, err)
-			require.Equal(t, device.Stream(len(m.streams)), s)
+			require.Equal(t, handle(m.ordinal, len(m.streams)), s)
 			m.streams = append(m.streams, modelStream{})
 			m.c.StreamsCreated++
 			m.pay(m.costs.StreamCreate)
@@ -289,7 +308,7 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			s := m.stream(t)
 			busy := rapid.Bool().Draw(t, "busy")
 			err := m.d.SetStreamBusy(s, busy)
-			st := m.modelStream(s)
+			_, st := m.modelStream(s)
 			if st == nil {
 				require.ErrorIs(t, err, device.ErrInvalidStream)
 				return
@@ -303,7 +322,7 @@ func (m *model) actions() map[string]func(*rapid.T) {
 		"CompleteStream": func(t *rapid.T) {
 			s := m.stream(t)
 			err := m.d.CompleteStream(s)
-			st := m.modelStream(s)
+			_, st := m.modelStream(s)
 			if st == nil {
 				require.ErrorIs(t, err, device.ErrInvalidStream)
 				return
@@ -315,7 +334,7 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			s := m.stream(t)
 			err := m.d.SynchronizeStream(s)
 			m.pay(m.costs.StreamSynchronize)
-			st := m.modelStream(s)
+			_, st := m.modelStream(s)
 			if st == nil {
 				require.ErrorIs(t, err, device.ErrInvalidStream)
 				return
@@ -336,7 +355,7 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			s := m.stream(t)
 			e, err := m.d.RecordEvent(s)
 			m.pay(m.costs.EventRecord)
-			st := m.modelStream(s)
+			i, st := m.modelStream(s)
 			if st == nil {
 				require.ErrorIs(t, err, device.ErrInvalidStream)
 				require.Zero(t, e)
@@ -349,7 +368,7 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			if !st.busy {
 				st.completed = st.queued
 			}
-			m.events[e] = modelEvent{stream: s, seq: st.queued}
+			m.events[e] = modelEvent{stream: i, seq: st.queued}
 			m.c.EventsRecorded++
 		},
 		"EventDone": func(t *rapid.T) {
@@ -464,7 +483,8 @@ func (m *model) check(t *rapid.T) {
 	require.Equal(t, m.clock, m.d.Clock(), "clock")
 	require.Equal(t, len(m.streams), m.d.Streams())
 	for s, st := range m.streams {
-		n, err := m.d.PendingWork(device.Stream(s))
+		require.True(t, m.d.HasStream(handle(m.ordinal, s)))
+		n, err := m.d.PendingWork(handle(m.ordinal, s))
 		require.NoError(t, err)
 		require.Equal(t, st.queued-st.completed, n, "pending work of stream %d", s)
 	}
@@ -499,9 +519,10 @@ func TestDeviceModel(t *testing.T) {
 		page := rapid.SampledFrom([]uint64{sim.MinPageSize, 4 * kib, 64 * kib, 2 * mib}).Draw(t, "page")
 		capacity := rapid.Uint64Range(1, 40).Draw(t, "capacity pages")*page +
 			rapid.SampledFrom([]uint64{0, 0, 1, page / 2, page - 1}).Draw(t, "extra bytes")
-		d := newDevice(t, sim.Config{Capacity: capacity, PageSize: page, Costs: testCosts()})
+		ordinal := rapid.SampledFrom([]int{0, 1, sim.MaxOrdinal}).Draw(t, "ordinal")
+		d := newDevice(t, sim.Config{Ordinal: ordinal, Capacity: capacity, PageSize: page, Costs: testCosts()})
 		m := &model{
-			d: d, page: page, capacity: capacity, costs: testCosts(),
+			d: d, ordinal: ordinal, page: page, capacity: capacity, costs: testCosts(),
 			mem:       newRefSpace(uint64(d.MemoryBase()), sim.MemoryRegionSize),
 			live:      map[device.Ptr]sim.Range{},
 			resvPages: 8,
