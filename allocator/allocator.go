@@ -28,11 +28,11 @@ type Allocator struct {
 	mu sync.Mutex // guards everything below
 
 	small, large *pool
-	live         map[device.Ptr]*block   // allocated blocks by address
+	live         ptrTable                // allocated blocks by address
 	segments     map[device.Ptr]*segment // every segment by base address
 	reserved     uint64                  // bytes obtained from the device (PyTorch's total_allocated_memory)
 	allowed      uint64                  // cap on reserved; 0 means none
-	st           stats.DeviceStats
+	st           counters
 
 	queues  []*eventQueue // per stream, sorted by stream, for deferred frees
 	pending int           // events outstanding across queues
@@ -41,7 +41,11 @@ type Allocator struct {
 	spare     []*block        // recycled block structs
 	key       block           // best-fit search key (scratch)
 	found     *block          // result of the last index search (scratch)
-	foundFunc func(*block) bool
+	foundFunc func(*block) bool // records the first item visited
+	nextFunc  func(*block) bool // records the second item visited
+	skipOne   bool              // state of nextFunc
+	gcActive  bool              // a garbage-collection threshold and a cap are both set
+	roundup   bool              // some RoundupPower2Divisions entry is set (read-only after New)
 	collected []*block // scratch list for release passes
 
 	observers    []observerEntry
@@ -86,11 +90,20 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 		maxNonSplitRounding: cfg.maxNonSplitRounding(),
 		small:               newPool(true),
 		large:               newPool(false),
-		live:                make(map[device.Ptr]*block),
 		segments:            make(map[device.Ptr]*segment),
 	}
 	a.foundFunc = func(b *block) bool { a.found = b; return false }
+	a.nextFunc = func(b *block) bool {
+		if a.skipOne {
+			a.skipOne = false
+			return true
+		}
+		a.found = b
+		return false
+	}
 	a.allowed = a.computeAllowed(cfg.MemoryFraction, cfg.MemoryLimit)
+	a.gcActive = a.allowed > 0 && cfg.GarbageCollectionThreshold > 0
+	a.roundup = cfg.RoundupPower2Divisions != [NumRoundupIntervals]uint64{}
 	a.st.MaxSplitSize = -1
 	if a.maxSplit != maxSplitNone {
 		a.st.MaxSplitSize = int64(a.maxSplit)
@@ -136,6 +149,7 @@ func (a *Allocator) SetMemoryFraction(fraction float64) error {
 	}
 	a.cfg.MemoryFraction = fraction
 	a.allowed = a.computeAllowed(fraction, a.cfg.MemoryLimit)
+	a.gcActive = a.allowed > 0 && a.cfg.GarbageCollectionThreshold > 0
 	return nil
 }
 
@@ -165,6 +179,7 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 		p = a.small
 	}
 	b := a.getFreeBlockLocked(p, rounded, s)
+	fresh := b == nil
 	if b == nil {
 		var oom *OutOfMemoryError
 		var err error
@@ -181,7 +196,7 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 			return 0, err
 		}
 	}
-	b = a.allocFoundLocked(b, p, rounded, size)
+	b = a.allocFoundLocked(b, p, rounded, size, fresh)
 	ptr := b.ptr
 	if len(a.observers) > 0 {
 		a.notifyLocked(Event{Kind: EventAlloc, Ptr: ptr, Size: b.size, Requested: size, Stream: s})
@@ -214,9 +229,11 @@ func (a *Allocator) roundSize(size uint64) uint64 {
 	if size < kMinBlockSize {
 		return kMinBlockSize
 	}
-	d := a.cfg.RoundupPower2Divisions[roundupIndex(size)]
-	if d > 1 && size > kMinBlockSize*d {
-		return roundupPower2NextDivision(size, d)
+	if a.roundup {
+		d := a.cfg.RoundupPower2Divisions[roundupIndex(size)]
+		if d > 1 && size > kMinBlockSize*d {
+			return roundupPower2NextDivision(size, d)
+		}
 	}
 	return (size + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize
 }
@@ -234,23 +251,21 @@ func allocationSize(size uint64) uint64 {
 	}
 }
 
-// gcActiveLocked reports whether garbage collection of cached blocks is on:
-// a threshold and a cap on reserved memory are both set.
-func (a *Allocator) gcActiveLocked() bool {
-	return a.allowed > 0 && a.cfg.GarbageCollectionThreshold > 0
-}
-
 // getFreeBlockLocked finds the best-fitting free block of p on stream s for
-// a request of size bytes and takes it out of the index; nil if none fits.
+// a request of size bytes; nil if none fits. The block stays in the index:
+// allocFoundLocked takes it out or shrinks it in place.
 func (a *Allocator) getFreeBlockLocked(p *pool, size uint64, s device.Stream) *block {
-	if a.gcActiveLocked() {
+	if a.gcActive {
 		p.gcCalls++
 	}
 	a.key.stream, a.key.size, a.key.ptr = s, size, 0
-	a.found = nil
-	p.free.AscendGreaterOrEqual(&a.key, a.foundFunc)
-	b := a.found
-	a.found = nil
+	var b *block
+	if first, ok := p.free.Min(); ok && !freeLess(first, &a.key) {
+		b = first // the smallest free block already fits: no search needed
+	} else if ok {
+		p.free.AscendGreaterOrEqual(&a.key, a.foundFunc)
+		b, a.found = a.found, nil
+	}
 	if b == nil || b.stream != s {
 		return nil
 	}
@@ -262,7 +277,6 @@ func (a *Allocator) getFreeBlockLocked(p *pool, size uint64, s device.Stream) *b
 	if size >= a.maxSplit && b.size >= size+a.maxNonSplitRounding {
 		return nil
 	}
-	p.remove(b)
 	return b
 }
 
@@ -281,7 +295,7 @@ func (a *Allocator) shouldSplit(b *block, size uint64) bool {
 // then releasing the whole cache and retrying. It returns the new segment's
 // block, or an out-of-memory error, or another device error.
 func (a *Allocator) allocSlowLocked(p *pool, size, orig uint64, s device.Stream) (*block, *OutOfMemoryError, error) {
-	if a.gcActiveLocked() {
+	if a.gcActive {
 		a.garbageCollectLocked()
 	}
 	allocSize := allocationSize(size)
@@ -338,37 +352,54 @@ func (a *Allocator) allocBlockLocked(p *pool, size uint64, s device.Stream, retr
 	return b, nil, nil
 }
 
-// allocFoundLocked hands out b (already out of the free index) for a
-// request of size rounded bytes (orig as asked), splitting off the rest of
-// the block when it is worth keeping.
-func (a *Allocator) allocFoundLocked(b *block, p *pool, size, orig uint64) *block {
+// allocFoundLocked hands out b for a request of size rounded bytes (orig
+// as asked), splitting off the rest of the block when it is worth keeping.
+// A block found in the cache is still in the free index (fresh is false);
+// a new segment's block is not (fresh is true).
+func (a *Allocator) allocFoundLocked(b *block, p *pool, size, orig uint64, fresh bool) *block {
 	alreadySplit := b.isSplit()
 	if a.shouldSplit(b, size) {
+		// The front of b is handed out as a new block; b keeps the rest
+		// and stays (or goes) in the index under its new, smaller key.
 		rest := b
-		b = a.newBlock()
-		*b = block{ptr: rest.ptr, size: size, stream: rest.stream, pool: p, seg: rest.seg, prev: rest.prev, next: rest}
+		b = a.newBlock() // zeroed
+		b.ptr, b.size, b.stream = rest.ptr, size, rest.stream
+		b.pool, b.seg, b.prev, b.next = p, rest.seg, rest.prev, rest
 		if b.prev != nil {
 			b.prev.next = b
 		} else {
 			b.seg.head = b
 		}
+		inPlace := !fresh && a.canShrinkInPlace(p, rest, size)
+		if !fresh && !inPlace {
+			p.remove(rest)
+		}
 		rest.prev = b
 		rest.ptr += device.Ptr(size)
 		rest.size -= size
-		p.insert(rest)
+		if inPlace {
+			rest.gcCountBase = p.gcCalls
+		} else {
+			p.insert(rest)
+		}
 		if alreadySplit {
 			a.st.InactiveSplitBytes.Decrease(p.stat, int64(size))
 		} else {
 			a.st.InactiveSplitBytes.Increase(p.stat, int64(rest.size))
 			a.st.InactiveSplit.Increase(p.stat, 1)
 		}
-	} else if alreadySplit {
-		a.st.InactiveSplitBytes.Decrease(p.stat, int64(b.size))
-		a.st.InactiveSplit.Decrease(p.stat, 1)
+	} else {
+		if !fresh {
+			p.remove(b)
+		}
+		if alreadySplit {
+			a.st.InactiveSplitBytes.Decrease(p.stat, int64(b.size))
+			a.st.InactiveSplit.Decrease(p.stat, 1)
+		}
 	}
 	b.allocated = true
 	b.requested = orig
-	a.live[b.ptr] = b
+	a.live.put(b.ptr, b)
 	a.st.Allocation.Increase(p.stat, 1)
 	a.st.AllocatedBytes.Increase(p.stat, int64(b.size))
 	a.st.Active.Increase(p.stat, 1)
@@ -378,6 +409,41 @@ func (a *Allocator) allocFoundLocked(b *block, p *pool, size, orig uint64) *bloc
 		a.st.OversizeAllocations.Increase(1)
 	}
 	return b
+}
+
+// canShrinkInPlace reports whether b, found by the best-fit search for
+// size bytes, can lose its first size bytes without leaving its place in
+// the free index (its key only decreases, so it must stay above its
+// predecessor). When the rest is at least size bytes this holds without
+// looking: every block before b is smaller than the request.
+func (a *Allocator) canShrinkInPlace(p *pool, b *block, size uint64) bool {
+	rest := block{stream: b.stream, size: b.size - size, ptr: b.ptr + device.Ptr(size)}
+	if rest.size >= size {
+		return true
+	}
+	if first, _ := p.free.Min(); first == b {
+		return true
+	}
+	a.found, a.skipOne = nil, true
+	p.free.DescendLessOrEqual(b, a.nextFunc)
+	prev := a.found
+	a.found, a.skipOne = nil, false
+	return prev == nil || freeLess(prev, &rest)
+}
+
+// canGrowInPlace reports whether x, a block in the free index, can take
+// the key (x.stream, size, ptr), which is larger than its own, without
+// leaving its place: it must stay below its successor.
+func (a *Allocator) canGrowInPlace(p *pool, x *block, size uint64, ptr device.Ptr) bool {
+	if last, ok := p.free.Max(); ok && last == x {
+		return true
+	}
+	a.found, a.skipOne = nil, true
+	p.free.AscendGreaterOrEqual(x, a.nextFunc)
+	next := a.found
+	a.found, a.skipOne = nil, false
+	grown := block{stream: x.stream, size: size, ptr: ptr}
+	return next == nil || freeLess(&grown, next)
 }
 
 // Free returns a block obtained from Alloc. Freeing the zero Ptr does
@@ -392,9 +458,14 @@ func (a *Allocator) Free(p device.Ptr) error {
 		return nil
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	b, ok := a.live[p]
-	if !ok {
+	err := a.freeLocked(p)
+	a.mu.Unlock()
+	return err
+}
+
+func (a *Allocator) freeLocked(p device.Ptr) error {
+	b := a.live.get(p)
+	if b == nil {
 		return a.invalidPointerLocked("free", p)
 	}
 	var events []pendingEvent
@@ -405,7 +476,7 @@ func (a *Allocator) Free(p device.Ptr) error {
 			return err
 		}
 	}
-	delete(a.live, p)
+	a.live.remove(p)
 	b.allocated = false
 	a.st.Allocation.Decrease(b.pool.stat, 1)
 	a.st.AllocatedBytes.Decrease(b.pool.stat, int64(b.size))
@@ -503,22 +574,87 @@ func (a *Allocator) enqueueLocked(e pendingEvent) {
 }
 
 // freeBlockLocked completes the free of b: merges it with free neighbours
-// and puts the result in its pool's free index (PyTorch's free_block).
+// and puts the result in its pool's free index (PyTorch's free_block). The
+// merged block keeps the place of a neighbour already in the index when
+// its larger key still fits there, which saves a delete and an insert.
 func (a *Allocator) freeBlockLocked(b *block) {
-	size, requested := b.size, b.requested
+	ptr, size, requested := b.ptr, b.size, b.requested
 	p := b.pool
+	prev, next := b.prev, b.next
+	mergePrev := prev != nil && prev.isFree()
+	mergeNext := next != nil && next.isFree()
 	var netBlocks, netBytes int64
-	for _, c := range [2]*block{b.prev, b.next} {
-		if n := a.tryMergeLocked(b, c); n > 0 {
-			netBlocks--
-			netBytes -= int64(n)
+	if mergePrev {
+		netBlocks--
+		netBytes -= int64(prev.size)
+	}
+	if mergeNext {
+		netBlocks--
+		netBytes -= int64(next.size)
+	}
+	// The survivor is the struct that ends up as the merged block.
+	var merged *block
+	switch {
+	case !mergePrev && !mergeNext:
+		merged = b
+		b.requested = 0
+		p.insert(b)
+	case mergePrev:
+		if mergeNext {
+			p.remove(next)
+		}
+		total := prev.size + b.size
+		if mergeNext {
+			total += next.size
+		}
+		inPlace := a.canGrowInPlace(p, prev, total, prev.ptr)
+		if !inPlace {
+			p.remove(prev)
+		}
+		after := b.next
+		if mergeNext {
+			after = next.next
+		}
+		prev.size = total
+		prev.next = after
+		if after != nil {
+			after.prev = prev
+		}
+		a.recycle(b)
+		if mergeNext {
+			a.recycle(next)
+		}
+		merged = prev
+		if inPlace {
+			prev.gcCountBase = p.gcCalls
+		} else {
+			p.insert(prev)
+		}
+	default: // only the next neighbour is free
+		total := b.size + next.size
+		inPlace := a.canGrowInPlace(p, next, total, b.ptr)
+		if !inPlace {
+			p.remove(next)
+		}
+		next.ptr = b.ptr
+		next.size = total
+		next.prev = b.prev
+		if next.prev != nil {
+			next.prev.next = next
+		} else {
+			next.seg.head = next
+		}
+		a.recycle(b)
+		merged = next
+		if inPlace {
+			next.gcCountBase = p.gcCalls
+		} else {
+			p.insert(next)
 		}
 	}
-	b.requested = 0
-	p.insert(b)
-	if b.isSplit() {
+	if merged.isSplit() {
 		netBlocks++
-		netBytes += int64(b.size)
+		netBytes += int64(merged.size)
 	}
 	switch {
 	case netBlocks > 0:
@@ -536,35 +672,8 @@ func (a *Allocator) freeBlockLocked(b *block) {
 	a.st.ActiveBytes.Decrease(p.stat, int64(size))
 	a.st.RequestedBytes.Decrease(p.stat, int64(requested))
 	if len(a.observers) > 0 {
-		a.notifyLocked(Event{Kind: EventFreeCompleted, Ptr: b.ptr, Size: size, Requested: requested, Stream: b.stream})
+		a.notifyLocked(Event{Kind: EventFreeCompleted, Ptr: ptr, Size: size, Requested: requested, Stream: merged.stream})
 	}
-}
-
-// tryMergeLocked merges the free block src into dst, its neighbour, and
-// returns the bytes dst gained (0 if src is absent or not free).
-func (a *Allocator) tryMergeLocked(dst, src *block) uint64 {
-	if src == nil || !src.isFree() {
-		return 0
-	}
-	src.pool.remove(src)
-	if dst.prev == src {
-		dst.ptr = src.ptr
-		dst.prev = src.prev
-		if dst.prev != nil {
-			dst.prev.next = dst
-		} else {
-			dst.seg.head = dst
-		}
-	} else {
-		dst.next = src.next
-		if dst.next != nil {
-			dst.next.prev = dst
-		}
-	}
-	n := src.size
-	dst.size += n
-	a.recycle(src)
-	return n
 }
 
 // RecordStream marks the allocated block at p as used on stream s too, as
@@ -574,8 +683,8 @@ func (a *Allocator) tryMergeLocked(dst, src *block) uint64 {
 func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	b, ok := a.live[p]
-	if !ok {
+	b := a.live.get(p)
+	if b == nil {
 		return a.invalidPointerLocked("record stream for", p)
 	}
 	if !a.knownStreamLocked(s) {
@@ -842,7 +951,7 @@ func (a *Allocator) recycle(b *block) {
 func (a *Allocator) Stats() stats.DeviceStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.st
+	return a.st.stats()
 }
 
 // ResetPeakStats makes every peak equal to its current value
@@ -850,7 +959,7 @@ func (a *Allocator) Stats() stats.DeviceStats {
 func (a *Allocator) ResetPeakStats() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.st.ResetPeak()
+	a.st.resetPeak()
 }
 
 // ResetAccumulatedStats zeroes the cumulative sums and counters
@@ -858,7 +967,7 @@ func (a *Allocator) ResetPeakStats() {
 func (a *Allocator) ResetAccumulatedStats() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.st.ResetAccumulated()
+	a.st.resetAccumulated()
 }
 
 // LargestFreeBlock returns the size of the largest cached free block.

@@ -241,7 +241,7 @@ func TestRounding(t *testing.T) {
 	for i := range cfg.RoundupPower2Divisions {
 		cfg.RoundupPower2Divisions[i] = 4
 	}
-	b := &Allocator{cfg: cfg}
+	b := &Allocator{cfg: cfg, roundup: true}
 	assert.EqualValues(t, 1536, b.roundSize(1200), "PyTorch's guard: 1200 <= 512*4 rounds normally")
 	assert.EqualValues(t, 1280*kib, b.roundSize(1200*kib), "1200 KiB -> next quarter of [1 MiB, 2 MiB)")
 	assert.EqualValues(t, 2*mib, b.roundSize(2*mib), "powers of two stay")

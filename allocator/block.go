@@ -13,10 +13,12 @@ import (
 // it exactly, in address order, linked through prev and next. All fields
 // are guarded by Allocator.mu.
 type block struct {
+	// The free index's key comes first, so that comparing two blocks
+	// touches one cache line of each.
 	ptr       device.Ptr
 	size      uint64 // bytes, a multiple of 512
-	requested uint64 // bytes the caller asked for (allocated or pending blocks)
 	stream    device.Stream
+	requested uint64 // bytes the caller asked for (allocated or pending blocks)
 	pool      *pool
 	seg       *segment
 	prev      *block // lower neighbour in the segment, nil for the first block
@@ -80,7 +82,7 @@ type pool struct {
 }
 
 func newPool(small bool) *pool {
-	p := &pool{small: small, stat: stats.LargePool, free: btree.NewG(16, freeLess)}
+	p := &pool{small: small, stat: stats.LargePool, free: btree.NewG(32, freeLess)}
 	if small {
 		p.stat = stats.SmallPool
 	}

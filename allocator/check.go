@@ -48,7 +48,15 @@ func (a *Allocator) checkLocked() error {
 	var reserved uint64
 	inIndex := map[*block]bool{}
 	for _, p := range [2]*pool{a.small, a.large} {
+		var last *block
 		p.free.Ascend(func(b *block) bool {
+			if last != nil && !freeLess(last, b) {
+				bad("free index out of order: %v+%d (stream %d) before %v+%d (stream %d)", last.ptr, last.size, last.stream, b.ptr, b.size, b.stream)
+			}
+			last = b
+			if !p.free.Has(b) {
+				bad("free block %v+%d is in the index but a lookup does not find it", b.ptr, b.size)
+			}
 			if inIndex[b] {
 				bad("block %v is in a free index twice", b.ptr)
 			}
@@ -102,7 +110,7 @@ func (a *Allocator) checkLocked() error {
 			switch {
 			case b.allocated:
 				seenLive++
-				if a.live[b.ptr] != b {
+				if a.live.get(b.ptr) != b {
 					bad("allocated block %v is not in the address map", b.ptr)
 				}
 				if inIndex[b] {
@@ -123,7 +131,7 @@ func (a *Allocator) checkLocked() error {
 				if b.eventCount <= 0 || queued[b] != b.eventCount {
 					bad("pending block %v has event count %d but %d queued events", b.ptr, b.eventCount, queued[b])
 				}
-				if inIndex[b] || a.live[b.ptr] == b {
+				if inIndex[b] || a.live.get(b.ptr) == b {
 					bad("pending block %v is in the free index or the address map", b.ptr)
 				}
 				want.Active.Increase(st, 1)
@@ -152,8 +160,8 @@ func (a *Allocator) checkLocked() error {
 	if seenFree != len(inIndex) {
 		bad("free indexes hold %d blocks, segments have %d free blocks", len(inIndex), seenFree)
 	}
-	if seenLive != len(a.live) {
-		bad("address map holds %d blocks, segments have %d allocated blocks", len(a.live), seenLive)
+	if seenLive != a.live.len() {
+		bad("address map holds %d blocks, segments have %d allocated blocks", a.live.len(), seenLive)
 	}
 	if reserved != a.reserved {
 		bad("reserved total %d, segments sum to %d", a.reserved, reserved)
@@ -162,16 +170,17 @@ func (a *Allocator) checkLocked() error {
 		name      string
 		got, want *stats.StatArray
 	}
+	got := a.st.stats()
 	for _, c := range []pair{
-		{"allocation", &a.st.Allocation, &want.Allocation},
-		{"allocated_bytes", &a.st.AllocatedBytes, &want.AllocatedBytes},
-		{"active", &a.st.Active, &want.Active},
-		{"active_bytes", &a.st.ActiveBytes, &want.ActiveBytes},
-		{"requested_bytes", &a.st.RequestedBytes, &want.RequestedBytes},
-		{"segment", &a.st.Segment, &want.Segment},
-		{"reserved_bytes", &a.st.ReservedBytes, &want.ReservedBytes},
-		{"inactive_split", &a.st.InactiveSplit, &want.InactiveSplit},
-		{"inactive_split_bytes", &a.st.InactiveSplitBytes, &want.InactiveSplitBytes},
+		{"allocation", &got.Allocation, &want.Allocation},
+		{"allocated_bytes", &got.AllocatedBytes, &want.AllocatedBytes},
+		{"active", &got.Active, &want.Active},
+		{"active_bytes", &got.ActiveBytes, &want.ActiveBytes},
+		{"requested_bytes", &got.RequestedBytes, &want.RequestedBytes},
+		{"segment", &got.Segment, &want.Segment},
+		{"reserved_bytes", &got.ReservedBytes, &want.ReservedBytes},
+		{"inactive_split", &got.InactiveSplit, &want.InactiveSplit},
+		{"inactive_split_bytes", &got.InactiveSplitBytes, &want.InactiveSplitBytes},
 	} {
 		for p := stats.All; p < stats.NumPools; p++ {
 			if c.got[p].Current != c.want[p].Current {
@@ -179,6 +188,9 @@ func (a *Allocator) checkLocked() error {
 			}
 			if c.got[p].Peak < c.got[p].Current {
 				bad("stat %s.%s.peak %d is below current %d", c.name, p, c.got[p].Peak, c.got[p].Current)
+			}
+			if p == stats.All && c.got[p].Peak > c.got[stats.SmallPool].Peak+c.got[stats.LargePool].Peak {
+				bad("stat %s.all.peak %d is above the sum of the pool peaks", c.name, c.got[p].Peak)
 			}
 		}
 	}

@@ -88,7 +88,7 @@ func (a *Allocator) outOfMemoryLocked(orig, allocSize uint64, s device.Stream, d
 	if err != nil {
 		free, total = 0, a.total
 	}
-	allocated := uint64(a.st.AllocatedBytes[stats.All].Current)
+	allocated := uint64(a.st.AllocatedBytes.array()[stats.All].Current)
 	e := &OutOfMemoryError{
 		Device:              a.ordinal,
 		Stream:              s,

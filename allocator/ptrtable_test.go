@@ -1,0 +1,54 @@
+package allocator
+
+import (
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/gpumem/gpumem/device"
+)
+
+// TestPtrTableMatchesMap drives ptrTable and a Go map with the same random
+// operations, with addresses drawn from a small range so that probe runs
+// collide and wrap, and requires identical answers.
+func TestPtrTableMatchesMap(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var tab ptrTable
+		ref := map[device.Ptr]*block{}
+		blocks := make([]block, 8)
+		ptr := rapid.Custom(func(t *rapid.T) device.Ptr {
+			return device.Ptr(rapid.IntRange(1, 300).Draw(t, "slot")) << 9
+		})
+		for range rapid.IntRange(0, 600).Draw(t, "ops") {
+			p := ptr.Draw(t, "ptr")
+			switch rapid.IntRange(0, 2).Draw(t, "op") {
+			case 0:
+				b := &blocks[rapid.IntRange(0, 7).Draw(t, "block")]
+				tab.put(p, b)
+				ref[p] = b
+			case 1:
+				if got, want := tab.remove(p), ref[p]; got != want {
+					t.Fatalf("remove(%v) = %p, want %p", p, got, want)
+				}
+				delete(ref, p)
+			case 2:
+				if got, want := tab.get(p), ref[p]; got != want {
+					t.Fatalf("get(%v) = %p, want %p", p, got, want)
+				}
+			}
+			if tab.len() != len(ref) {
+				t.Fatalf("len %d, want %d", tab.len(), len(ref))
+			}
+		}
+		n := 0
+		tab.each(func(p device.Ptr, b *block) {
+			n++
+			if ref[p] != b {
+				t.Fatalf("each: %v -> %p, want %p", p, b, ref[p])
+			}
+		})
+		if n != len(ref) {
+			t.Fatalf("each visited %d, want %d", n, len(ref))
+		}
+	})
+}
