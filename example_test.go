@@ -16,7 +16,7 @@ func Example() {
 	a, _ := allocator.New(dev, allocator.Config{})
 
 	p, _ := a.Alloc(64<<20, device.DefaultStream) // 64 MiB: one device malloc
-	_ = a.Free(p)                                  // kept in the cache
+	_ = a.Free(p)                                 // kept in the cache
 	q, _ := a.Alloc(64<<20, device.DefaultStream) // served from the cache
 	fmt.Println("reused:", p == q, "device mallocs:", dev.Counters().Mallocs)
 

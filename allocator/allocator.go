@@ -37,16 +37,16 @@ type Allocator struct {
 	queues  []*eventQueue // per stream, sorted by stream, for deferred frees
 	pending int           // events outstanding across queues
 
-	streams   []device.Stream // streams known to be valid
-	spare     []*block        // recycled block structs
-	key       block           // best-fit search key (scratch)
-	found     *block          // result of the last index search (scratch)
+	streams   []device.Stream   // streams known to be valid
+	spare     []*block          // recycled block structs
+	key       block             // best-fit search key (scratch)
+	found     *block            // result of the last index search (scratch)
 	foundFunc func(*block) bool // records the first item visited
 	nextFunc  func(*block) bool // records the second item visited
 	skipOne   bool              // state of nextFunc
 	gcActive  bool              // a garbage-collection threshold and a cap are both set
 	roundup   bool              // some RoundupPower2Divisions entry is set (read-only after New)
-	collected []*block // scratch list for release passes
+	collected []*block          // scratch list for release passes
 
 	observers    []observerEntry
 	oomObservers []oomObserver
