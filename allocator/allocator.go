@@ -34,7 +34,8 @@ type Allocator struct {
 	allowed      uint64                  // cap on reserved; 0 means none
 	st           counters
 
-	queues  []*eventQueue // per stream, sorted by stream, for deferred frees
+	uses    map[*block][]device.Stream // streams other than its own that an allocated block was recorded on
+	queues  []*eventQueue              // per stream, sorted by stream, for deferred frees
 	pending int           // events outstanding across queues
 
 	streams   []device.Stream   // streams known to be valid
@@ -399,7 +400,7 @@ func (a *Allocator) allocFoundLocked(b *block, p *pool, size, orig uint64, fresh
 	}
 	b.allocated = true
 	b.requested = orig
-	a.live.put(b.ptr, b)
+	a.live.put(b)
 	a.st.Allocation.Increase(p.stat, 1)
 	a.st.AllocatedBytes.Increase(p.stat, int64(b.size))
 	a.st.Active.Increase(p.stat, 1)
@@ -469,7 +470,7 @@ func (a *Allocator) freeLocked(p device.Ptr) error {
 		return a.invalidPointerLocked("free", p)
 	}
 	var events []pendingEvent
-	if b.uses != nil && len(*b.uses) > 0 {
+	if b.recorded {
 		var err error
 		events, err = a.recordUsesLocked(b)
 		if err != nil {
@@ -486,9 +487,9 @@ func (a *Allocator) freeLocked(p device.Ptr) error {
 	if len(a.observers) > 0 {
 		a.notifyLocked(Event{Kind: EventFreeRequested, Ptr: p, Size: b.size, Requested: b.requested, Stream: b.stream})
 	}
-	if b.uses != nil {
-		*b.uses = (*b.uses)[:0]
-		b.uses = nil
+	if b.recorded {
+		delete(a.uses, b)
+		b.recorded = false
 	}
 	if len(events) > 0 {
 		for _, e := range events {
@@ -534,7 +535,7 @@ func (a *Allocator) segmentOfLocked(p device.Ptr) *segment {
 // streams are synchronized instead, which is just as safe; if even that
 // fails, the error is returned and nothing has changed.
 func (a *Allocator) recordUsesLocked(b *block) ([]pendingEvent, error) {
-	uses := *b.uses
+	uses := a.uses[b]
 	events := make([]pendingEvent, 0, len(uses))
 	for _, s := range uses {
 		ev, err := a.dev.RecordEvent(s)
@@ -693,13 +694,13 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 	if s == b.stream {
 		return nil
 	}
-	if b.uses == nil {
-		u := make([]device.Stream, 0, 2)
-		b.uses = &u
+	if a.uses == nil {
+		a.uses = make(map[*block][]device.Stream)
 	}
-	if !slices.Contains(*b.uses, s) {
-		*b.uses = append(*b.uses, s)
+	if u := a.uses[b]; !slices.Contains(u, s) {
+		a.uses[b] = append(u, s)
 	}
+	b.recorded = true
 	if len(a.observers) > 0 {
 		a.notifyLocked(Event{Kind: EventRecordStream, Ptr: p, Size: b.size, Requested: b.requested, Stream: s})
 	}

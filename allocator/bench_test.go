@@ -2,8 +2,11 @@ package allocator
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
@@ -191,4 +194,62 @@ func BenchmarkSnapshotRead(b *testing.B) {
 	b.StopTimer()
 	close(stop)
 	<-done
+}
+
+// BenchmarkParallelDevices runs one goroutine per device, each with its
+// own allocator (no shared lock); compare with BenchmarkParallelStreams
+// and BenchmarkAllocFreeCached.
+func BenchmarkParallelDevices(b *testing.B) {
+	var next atomic.Int32
+	m, err := NewManager(func(o int) (device.Device, error) { return sim.New(sim.Config{Ordinal: o}) }, Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetParallelism(1)
+	b.RunParallel(func(pb *testing.PB) {
+		o := int(next.Add(1)) - 1
+		a, err := m.Allocator(o)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		for pb.Next() {
+			p, err := a.Alloc(mib, 0)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_ = a.Free(p)
+		}
+	})
+}
+
+// BenchmarkMemoryPerBlock reports the Go heap bytes the allocator spends
+// per block it tracks, with 100,000 blocks, half of them cached (free, in
+// the index) and half allocated.
+func BenchmarkMemoryPerBlock(b *testing.B) {
+	const n = 100_000
+	var perBlock float64
+	for b.Loop() {
+		dev, _ := sim.New(sim.Config{})
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		a, _ := New(dev, Config{})
+		ps := make([]device.Ptr, n)
+		for i := range ps {
+			ps[i], _ = a.Alloc(512, 0)
+		}
+		for i := 0; i < n; i += 2 {
+			_ = a.Free(ps[i])
+		}
+		ps = nil
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perBlock = float64(after.HeapAlloc-before.HeapAlloc) / n
+		runtime.KeepAlive(a)
+	}
+	b.ReportMetric(perBlock, "heap-bytes/block")
+	b.ReportMetric(float64(unsafe.Sizeof(block{})), "block-struct-bytes")
 }

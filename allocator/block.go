@@ -28,11 +28,8 @@ type block struct {
 	// last inserted into the free index; its age is the difference.
 	gcCountBase int64
 
-	// uses lists the streams other than stream that the block was recorded
-	// on (RecordStream). nil for almost every block.
-	uses *[]device.Stream
-
 	allocated  bool
+	recorded   bool  // RecordStream added streams: they are in Allocator.uses
 	eventCount int32 // outstanding stream events before the free completes
 }
 
@@ -42,7 +39,7 @@ func (b *block) isSplit() bool { return b.prev != nil || b.next != nil }
 // isFree reports whether the block is cached: not allocated and not waiting
 // for stream events.
 func (b *block) isFree() bool {
-	return !b.allocated && b.eventCount == 0 && (b.uses == nil || len(*b.uses) == 0)
+	return !b.allocated && b.eventCount == 0 && !b.recorded
 }
 
 // A segment is one device allocation.

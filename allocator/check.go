@@ -200,6 +200,11 @@ func (a *Allocator) checkLocked() error {
 	if a.st.OversizeSegments.Current != want.OversizeSegments.Current {
 		bad("oversize_segments.current is %d, segments say %d", a.st.OversizeSegments.Current, want.OversizeSegments.Current)
 	}
+	for b, u := range a.uses {
+		if !b.allocated || !b.recorded || len(u) == 0 || a.live.get(b.ptr) != b {
+			bad("stream uses are kept for %v, which is not an allocated, recorded block", b.ptr)
+		}
+	}
 	pending := 0
 	for _, q := range a.queues {
 		pending += len(q.events) - q.head

@@ -34,6 +34,12 @@ type machine struct {
 	held map[device.Stream][]span
 	busy map[device.Stream]bool
 	prev stats.DeviceStats
+
+	// An independent count of what the stats must say: allocations and
+	// frees since the last accumulated reset, out-of-memory errors, and the
+	// peak number of live blocks since the last peak reset.
+	nAllocs, nFrees, nOOMs int64
+	peakLive               int64
 }
 
 type liveBlock struct {
@@ -114,6 +120,7 @@ func (m *machine) Alloc(t *rapid.T) {
 		if !errors.As(err, &oom) || !errors.Is(err, device.ErrOutOfMemory) {
 			t.Fatalf("Alloc(%d): unexpected error %v", size, err)
 		}
+		m.nOOMs++
 		return
 	}
 	if size == 0 {
@@ -139,6 +146,8 @@ func (m *machine) Alloc(t *rapid.T) {
 		}
 	}
 	m.live[p] = liveBlock{size: size, stream: s}
+	m.nAllocs++
+	m.peakLive = max(m.peakLive, int64(len(m.live)))
 }
 
 func (m *machine) pick(t *rapid.T) (device.Ptr, bool) {
@@ -163,6 +172,7 @@ func (m *machine) Free(t *rapid.T) {
 		t.Fatalf("Free(%v): %v", p, err)
 	}
 	delete(m.live, p)
+	m.nFrees++
 	for _, s := range b.uses {
 		if m.busy[s] {
 			m.held[s] = append(m.held[s], span{p, p + device.Ptr(b.size)})
@@ -222,8 +232,10 @@ func (m *machine) EmptyCache(t *rapid.T) {
 func (m *machine) Reset(t *rapid.T) {
 	if rapid.Bool().Draw(t, "peak") {
 		m.a.ResetPeakStats()
+		m.peakLive = int64(len(m.live))
 	} else {
 		m.a.ResetAccumulatedStats()
+		m.nAllocs, m.nFrees, m.nOOMs = 0, 0, 0
 	}
 	m.prev = m.a.Stats()
 }
@@ -233,6 +245,20 @@ func (m *machine) Check(t *rapid.T) {
 		t.Fatal(err)
 	}
 	st := m.a.Stats()
+	for _, c := range []struct {
+		key  string
+		want int64
+	}{
+		{"allocation.all.current", int64(len(m.live))},
+		{"allocation.all.peak", m.peakLive},
+		{"allocation.all.allocated", m.nAllocs},
+		{"allocation.all.freed", m.nFrees},
+		{"num_ooms", m.nOOMs},
+	} {
+		if got, _ := st.Get(c.key); got != c.want {
+			t.Fatalf("%s = %d, the model counts %d", c.key, got, c.want)
+		}
+	}
 	for _, e := range []struct {
 		name string
 		now  int64

@@ -10,24 +10,20 @@ import "github.com/gpumem/gpumem/device"
 // in steady state (as many frees as allocations) it neither grows nor
 // allocates. It replaces a Go map on the hot path because a map that
 // empties re-seeds itself from the runtime's random source on every
-// delete. Addresses are never zero, so zero marks an empty slot. Guarded
-// by Allocator.mu.
+// delete. A nil slot is empty. Guarded
+// by Allocator.mu. A slot holds only the block pointer (the key is the
+// block's address field), so the table costs 8 bytes a slot.
 type ptrTable struct {
-	slots []ptrSlot
+	slots []*block // a block's key is its own ptr field
 	mask  uint64
 	shift uint8
 	n     int
 }
 
-type ptrSlot struct {
-	ptr device.Ptr
-	b   *block
-}
-
 const ptrTableMinSize = 64
 
 func (t *ptrTable) init(size int) {
-	t.slots = make([]ptrSlot, size)
+	t.slots = make([]*block, size)
 	t.mask = uint64(size - 1)
 	t.shift = uint8(64 - bitsLen(uint64(size-1)))
 	t.n = 0
@@ -55,32 +51,29 @@ func (t *ptrTable) get(p device.Ptr) *block {
 		return nil
 	}
 	for i := t.home(p); ; i = (i + 1) & t.mask {
-		s := &t.slots[i]
-		if s.ptr == p {
-			return s.b
-		}
-		if s.ptr == 0 {
-			return nil
+		b := t.slots[i]
+		if b == nil || b.ptr == p {
+			return b
 		}
 	}
 }
 
-// put adds or replaces the block at p.
-func (t *ptrTable) put(p device.Ptr, b *block) {
+// put adds b under its address, replacing a block with the same address.
+func (t *ptrTable) put(b *block) {
 	if t.slots == nil {
 		t.init(ptrTableMinSize)
 	} else if 2*(t.n+1) > len(t.slots) {
 		t.grow()
 	}
-	for i := t.home(p); ; i = (i + 1) & t.mask {
-		s := &t.slots[i]
-		if s.ptr == p {
-			s.b = b
+	for i := t.home(b.ptr); ; i = (i + 1) & t.mask {
+		s := t.slots[i]
+		if s == nil {
+			t.slots[i] = b
+			t.n++
 			return
 		}
-		if s.ptr == 0 {
-			*s = ptrSlot{p, b}
-			t.n++
+		if s.ptr == b.ptr {
+			t.slots[i] = b
 			return
 		}
 	}
@@ -94,22 +87,22 @@ func (t *ptrTable) remove(p device.Ptr) *block {
 	}
 	i := t.home(p)
 	for {
-		s := &t.slots[i]
+		s := t.slots[i]
+		if s == nil {
+			return nil
+		}
 		if s.ptr == p {
 			break
 		}
-		if s.ptr == 0 {
-			return nil
-		}
 		i = (i + 1) & t.mask
 	}
-	b := t.slots[i].b
+	b := t.slots[i]
 	// Backward shift: move each later entry of the run into the hole if
 	// its home slot does not lie (cyclically) between the hole and it.
 	hole := i
 	for j := (i + 1) & t.mask; ; j = (j + 1) & t.mask {
 		s := t.slots[j]
-		if s.ptr == 0 {
+		if s == nil {
 			break
 		}
 		h := t.home(s.ptr)
@@ -118,7 +111,7 @@ func (t *ptrTable) remove(p device.Ptr) *block {
 			hole = j
 		}
 	}
-	t.slots[hole] = ptrSlot{}
+	t.slots[hole] = nil
 	t.n--
 	return b
 }
@@ -126,9 +119,9 @@ func (t *ptrTable) remove(p device.Ptr) *block {
 func (t *ptrTable) grow() {
 	old := t.slots
 	t.init(2 * len(old))
-	for _, s := range old {
-		if s.ptr != 0 {
-			t.put(s.ptr, s.b)
+	for _, b := range old {
+		if b != nil {
+			t.put(b)
 		}
 	}
 }
@@ -136,11 +129,11 @@ func (t *ptrTable) grow() {
 // len returns the number of entries.
 func (t *ptrTable) len() int { return t.n }
 
-// each calls f for every entry, in no particular order.
-func (t *ptrTable) each(f func(device.Ptr, *block)) {
-	for _, s := range t.slots {
-		if s.ptr != 0 {
-			f(s.ptr, s.b)
+// each calls f for every block, in no particular order.
+func (t *ptrTable) each(f func(*block)) {
+	for _, b := range t.slots {
+		if b != nil {
+			f(b)
 		}
 	}
 }

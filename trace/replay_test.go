@@ -243,3 +243,24 @@ func TestRecorderRoundTrip(t *testing.T) {
 		assert.Equal(t, v, res.Stats[k], "stats[%s]", k)
 	}
 }
+
+// TestSnapshotsConvertAndReplay converts both real PyTorch snapshots of
+// the test data to memtrace and replays the result through the caching
+// allocator: blocks from before the window must not break the replay.
+func TestSnapshotsConvertAndReplay(t *testing.T) {
+	for _, name := range []string{"EoR_NN_cnn_counterfactuals", "cs336_MAGMA27_lm_fwdbwd"} {
+		t.Run(name, func(t *testing.T) {
+			f, err := os.Open("testdata/" + name + ".noframes.pickle.gz")
+			require.NoError(t, err)
+			defer f.Close()
+			var buf bytes.Buffer
+			require.NoError(t, Convert(&buf, f, name))
+			res, a, _, err := replayString(t, buf.String(), 0, allocator.Config{})
+			require.NoError(t, err)
+			require.NoError(t, a.CheckInvariants())
+			assert.Positive(t, res.Alloc)
+			assert.Zero(t, res.OOMs)
+			assert.EqualValues(t, 0, res.Stats["allocation.all.current"], "the converted trace frees every block it allocates")
+		})
+	}
+}

@@ -1,0 +1,152 @@
+package allocator
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+)
+
+func TestParseConfKeys(t *testing.T) {
+	cfg, err := ParseConf("max_split_size_mb:128,roundup_power2_divisions:4,garbage_collection_threshold:0.6,expandable_segments:False,per_process_memory_fraction:0.5,memory_limit_bytes:1000,max_non_split_rounding_mb:40")
+	require.NoError(t, err)
+	assert.EqualValues(t, 128*mib, cfg.MaxSplitSize)
+	assert.EqualValues(t, 40*mib, cfg.MaxNonSplitRounding)
+	for _, d := range cfg.RoundupPower2Divisions {
+		assert.EqualValues(t, 4, d)
+	}
+	assert.Equal(t, 0.6, cfg.GarbageCollectionThreshold)
+	assert.False(t, cfg.ExpandableSegments)
+	assert.Equal(t, 0.5, cfg.MemoryFraction)
+	assert.EqualValues(t, 1000, cfg.MemoryLimit)
+
+	zero, err := ParseConf("")
+	require.NoError(t, err)
+	assert.Equal(t, Config{}, zero)
+	_, err = ParseConf("max_split_size_mb:64,")
+	require.NoError(t, err, "a trailing comma is accepted, as PyTorch accepts it")
+	spaced, err := ParseConf(" max_split_size_mb : 64 ")
+	require.NoError(t, err, "spaces are ignored, as PyTorch does")
+	assert.EqualValues(t, 64*mib, spaced.MaxSplitSize)
+	full, err := ParseConf("per_process_memory_fraction:1")
+	require.NoError(t, err)
+	assert.Zero(t, full.MemoryFraction, "the whole device is no cap")
+}
+
+func TestParseConfPyTorchKeysAccepted(t *testing.T) {
+	_, err := ParseConf("backend:native,release_lock_on_cudamalloc:True,pinned_use_cuda_host_register:False,pinned_num_register_threads:8,pinned_use_background_threads:True")
+	require.NoError(t, err)
+}
+
+// TestRoundupIntervals checks the list form of roundup_power2_divisions
+// against PyTorch 2.6's parser: the first pair fills the intervals below
+// it, and ">" fills from the previous pair's interval (inclusive) on.
+func TestRoundupIntervals(t *testing.T) {
+	cfg, err := ParseConf("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]")
+	require.NoError(t, err)
+	var want [NumRoundupIntervals]uint64
+	for i := range want {
+		switch {
+		case i <= 8:
+			want[i] = 1 // below and at 256 MiB (index log2(256) = 8)
+		case i == 9:
+			want[i] = 2 // [512 MiB, 1 GiB)
+		default:
+			want[i] = 8 // ">" starts at the 1024 entry, overriding its 4
+		}
+	}
+	assert.Equal(t, want, cfg.RoundupPower2Divisions)
+
+	cfg, err = ParseConf("roundup_power2_divisions:[>:2]")
+	require.NoError(t, err)
+	for _, d := range cfg.RoundupPower2Divisions {
+		assert.EqualValues(t, 2, d)
+	}
+	cfg, err = ParseConf("roundup_power2_divisions:[1:4,65536:16]")
+	require.NoError(t, err)
+	assert.EqualValues(t, 4, cfg.RoundupPower2Divisions[0])
+	assert.EqualValues(t, 16, cfg.RoundupPower2Divisions[15], "intervals past 32 GiB clamp to the last entry")
+	assert.EqualValues(t, 0, cfg.RoundupPower2Divisions[7])
+
+	a, _ := newTest(t, 0, cfg)
+	mustAlloc(t, a, 1200*kib, 0)
+	assert.EqualValues(t, 1280*kib, get(t, a, "allocated_bytes.all.current"), "1200 KiB rounds to the next quarter of [1, 2) MiB")
+}
+
+func TestParseConfErrorsNameTheProblem(t *testing.T) {
+	for conf, want := range map[string]string{
+		"bogus:1":                                  `unrecognized key "bogus"`,
+		"max_split_size_mb:20":                     "max_split_size_mb:20 is too small",
+		"max_split_size_mb:abc":                    `bad value "abc" for "max_split_size_mb"`,
+		"max_split_size_mb":                        `expected ":"`,
+		"max_split_size_mb:":                       `missing value for "max_split_size_mb"`,
+		"garbage_collection_threshold:1.0":         "must be in (0, 1)",
+		"garbage_collection_threshold:0":           "must be in (0, 1)",
+		"expandable_segments:true":                 "want True or False",
+		"expandable_segments:True":                 "ExpandableSegments is not supported yet",
+		"roundup_power2_divisions:3":               "must be a power of two",
+		"roundup_power2_divisions:[256:3]":         "divisions 3 must be a power of two or 0",
+		"roundup_power2_divisions:[300:2]":         `interval "300" must be a power of two`,
+		"roundup_power2_divisions:[256:2":          "expected ',' or ']'",
+		"roundup_power2_divisions:[256:2;512:4]":   "bad value",
+		"per_process_memory_fraction:1.5":          "must be in [0, 1]",
+		"backend:cudaMallocAsync":                  "not supported",
+		"pinned_num_register_threads:3":            "power of two up to 128",
+		"max_split_size_mb:64 max_non_split":       "bad value",
+		"max_split_size_mb:64,,":                   "expected a key",
+		"max_split_size_mb:64:65":                  `expected ","`,
+		"max_non_split_rounding_mb:99999999999999": "too large",
+	} {
+		_, err := ParseConf(conf)
+		require.Error(t, err, conf)
+		assert.Contains(t, err.Error(), want, conf)
+	}
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	t.Setenv(EnvVar, "max_split_size_mb:256")
+	cfg, err := ConfigFromEnv()
+	require.NoError(t, err)
+	assert.EqualValues(t, 256*mib, cfg.MaxSplitSize)
+	t.Setenv(EnvVar, "nope:1")
+	_, err = ConfigFromEnv()
+	assert.Error(t, err)
+	t.Setenv(EnvVar, "")
+	cfg, err = ConfigFromEnv()
+	require.NoError(t, err)
+	assert.Equal(t, Config{}, cfg)
+}
+
+// TestConfigStringRoundTrip: String renders a Config that ParseConf reads
+// back unchanged.
+func TestConfigStringRoundTrip(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var c Config
+		if rapid.Bool().Draw(t, "split") {
+			c.MaxSplitSize = rapid.Uint64Range(21, 1<<20).Draw(t, "mb") * mib
+		}
+		if rapid.Bool().Draw(t, "rounding") {
+			c.MaxNonSplitRounding = rapid.Uint64Range(21, 1<<20).Draw(t, "rmb") * mib
+		}
+		if rapid.Bool().Draw(t, "roundup") {
+			for i := range c.RoundupPower2Divisions {
+				c.RoundupPower2Divisions[i] = rapid.SampledFrom([]uint64{0, 1, 2, 4, 8, 16}).Draw(t, "d")
+			}
+		}
+		if rapid.Bool().Draw(t, "gc") {
+			c.GarbageCollectionThreshold = rapid.Float64Range(0.01, 0.99).Draw(t, "g")
+		}
+		if rapid.Bool().Draw(t, "fraction") {
+			c.MemoryFraction = rapid.Float64Range(0.01, 0.99).Draw(t, "f")
+		}
+		c.MemoryLimit = rapid.Uint64().Draw(t, "limit")
+		got, err := ParseConf(c.String())
+		if err != nil {
+			t.Fatalf("ParseConf(%q): %v", c.String(), err)
+		}
+		if got != c {
+			t.Fatalf("ParseConf(%q) = %+v, want %+v", c.String(), got, c)
+		}
+	})
+}
