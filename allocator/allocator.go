@@ -36,7 +36,7 @@ type Allocator struct {
 
 	uses    map[*block][]device.Stream // streams other than its own that an allocated block was recorded on
 	queues  []*eventQueue              // per stream, sorted by stream, for deferred frees
-	pending int           // events outstanding across queues
+	pending int                        // events outstanding across queues
 
 	streams   []device.Stream   // streams known to be valid
 	spare     []*block          // recycled block structs
