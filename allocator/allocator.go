@@ -208,7 +208,7 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 
 // knownStreamLocked reports whether s is a stream of the device. The
 // default stream always is; others are asked of the device once, when it
-// can tell (see device.StreamChecker), and remembered.
+// can tell (device.StreamChecker), and remembered.
 func (a *Allocator) knownStreamLocked(s device.Stream) bool {
 	if s == device.DefaultStream {
 		return true
@@ -218,7 +218,7 @@ func (a *Allocator) knownStreamLocked(s device.Stream) bool {
 			return true
 		}
 	}
-	if c, ok := a.dev.(interface{ HasStream(device.Stream) bool }); ok && !c.HasStream(s) {
+	if c, ok := a.dev.(device.StreamChecker); ok && !c.HasStream(s) {
 		return false
 	}
 	a.streams = append(a.streams, s)

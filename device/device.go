@@ -126,6 +126,14 @@ type VirtualMemory interface {
 	Release(p Ptr) error
 }
 
+// StreamChecker is the optional capability to tell whether a stream
+// belongs to the device. The caching allocator uses it to reject, up front
+// and with a clear error, a stream of another device or one never created;
+// without it, such a stream fails only when an event is recorded on it.
+type StreamChecker interface {
+	HasStream(s Stream) bool
+}
+
 // HostMemory is the optional capability to allocate page-locked (pinned)
 // host memory that the device can access directly.
 type HostMemory interface {

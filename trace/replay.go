@@ -58,7 +58,7 @@ type Result struct {
 
 // replayBatch is the number of ops parsed ahead and then replayed under one
 // timing, so that neither parsing nor reading the clock is timed per op.
-const replayBatch = 4096
+const replayBatch = 1024
 
 // denseIDs is the bound below which block IDs index a slice instead of a
 // map.

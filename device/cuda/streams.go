@@ -43,10 +43,24 @@ func (d *Device) NewStream() (device.Stream, error) {
 	}
 	d.streamMu.Lock()
 	d.nextStream++
-	h := d.nextStream
+	// The handle carries the ordinal in its high bits, so that a stream of
+	// another device is never taken for one of this device.
+	h := device.Stream(uint64(d.ordinal)<<32) | d.nextStream
 	d.streams[h] = cs
 	d.streamMu.Unlock()
 	return h, nil
+}
+
+// HasStream reports whether s is the default stream or a stream this
+// device created and has not destroyed (device.StreamChecker).
+func (d *Device) HasStream(s device.Stream) bool {
+	if s == device.DefaultStream {
+		return true
+	}
+	d.streamMu.RLock()
+	defer d.streamMu.RUnlock()
+	_, ok := d.streams[s]
+	return ok
 }
 
 // SynchronizeStream waits for the work queued on s (cuStreamSynchronize).

@@ -290,6 +290,11 @@ func TestStubStreamsAndEvents(t *testing.T) {
 	assert.NotEqual(t, device.DefaultStream, s1)
 	assert.NotEqual(t, s1, s2)
 	assert.Equal(t, 2, cudastub.Live("stream"))
+	var checker device.StreamChecker = d
+	assert.True(t, checker.HasStream(device.DefaultStream))
+	assert.True(t, d.HasStream(s1))
+	assert.False(t, d.HasStream(s2+1000))
+	assert.False(t, d.HasStream(1<<32|s1), "a handle of device 1 is not a stream of device 0")
 	require.NoError(t, d.SynchronizeStream(device.DefaultStream))
 	require.NoError(t, d.SynchronizeStream(s1))
 

@@ -1,0 +1,29 @@
+package trace
+
+import (
+	"testing"
+
+	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/device/sim"
+)
+
+// BenchmarkReplay runs Replay (what `gpumem replay` does) on random_mixed
+// and reports the replay's own ns per op, parsing excluded.
+func BenchmarkReplay(b *testing.B) {
+	var ns float64
+	for b.Loop() {
+		r, err := Open("testdata/pytorch/random_mixed.trace.gz")
+		if err != nil {
+			b.Fatal(err)
+		}
+		dev, _ := sim.New(sim.Config{})
+		a, _ := allocator.New(dev, allocator.Config{})
+		res, err := Replay(r, a, dev, ReplayOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Close()
+		ns += res.NsPerOp
+	}
+	b.ReportMetric(ns/float64(b.N), "replay-ns/op")
+}
