@@ -135,16 +135,16 @@ func BenchmarkParallelStreams(b *testing.B) {
 	})
 }
 
-// BenchmarkStatsRead measures Stats() while another goroutine allocates.
-func BenchmarkStatsRead(b *testing.B) {
-	a, _ := newBench(b, Config{})
-	stop := make(chan struct{})
+// allocInBackground runs alloc/free pairs in another goroutine until the
+// returned stop function is called.
+func allocInBackground(a *Allocator) (stop func()) {
+	quit := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
 			select {
-			case <-stop:
+			case <-quit:
 				return
 			default:
 				p, _ := a.Alloc(mib, 0)
@@ -152,6 +152,17 @@ func BenchmarkStatsRead(b *testing.B) {
 			}
 		}
 	}()
+	return func() {
+		close(quit)
+		<-done
+	}
+}
+
+// BenchmarkStatsRead measures Stats() while another goroutine allocates.
+func BenchmarkStatsRead(b *testing.B) {
+	a, _ := newBench(b, Config{})
+	stop := allocInBackground(a)
+	defer stop()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
@@ -160,9 +171,6 @@ func BenchmarkStatsRead(b *testing.B) {
 			b.Fatal("negative")
 		}
 	}
-	b.StopTimer()
-	close(stop)
-	<-done
 }
 
 // BenchmarkSnapshotRead measures Snapshot() of about 200 segments while
@@ -172,28 +180,13 @@ func BenchmarkSnapshotRead(b *testing.B) {
 	for i := range 200 {
 		_, _ = a.Alloc(uint64(i+1)*mib/2, 0)
 	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				p, _ := a.Alloc(mib, 0)
-				_ = a.Free(p)
-			}
-		}
-	}()
+	stop := allocInBackground(a)
+	defer stop()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
 		_ = a.Snapshot()
 	}
-	b.StopTimer()
-	close(stop)
-	<-done
 }
 
 // BenchmarkParallelDevices runs one goroutine per device, each with its
