@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/google/btree"
+
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/stats"
 )
@@ -24,6 +26,7 @@ type Allocator struct {
 	// Read-only after New.
 	maxSplit            uint64
 	maxNonSplitRounding uint64
+	vm                  device.VirtualMemory // set when expandable segments are on
 
 	mu sync.Mutex // guards everything below
 
@@ -82,8 +85,19 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("allocator: reading device memory: %w", err)
 	}
+	var vm device.VirtualMemory
+	if cfg.ExpandableSegments {
+		var ok bool
+		if vm, ok = dev.(device.VirtualMemory); !ok {
+			return nil, fmt.Errorf("allocator: expandable_segments needs a device with virtual memory; %s has none: %w", dev.Name(), device.ErrNotSupported)
+		}
+		if g := vm.Granularity(); g == 0 || kSmallBuffer%g != 0 {
+			return nil, fmt.Errorf("allocator: expandable_segments needs a mapping granularity dividing 2 MiB; the device's is %d: %w", g, device.ErrNotSupported)
+		}
+	}
 	a := &Allocator{
 		dev:                 dev,
+		vm:                  vm,
 		cfg:                 cfg,
 		ordinal:             dev.Ordinal(),
 		total:               total,
@@ -105,6 +119,10 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 	a.allowed = a.computeAllowed(cfg.MemoryFraction, cfg.MemoryLimit)
 	a.gcActive = a.allowed > 0 && cfg.GarbageCollectionThreshold > 0
 	a.roundup = cfg.RoundupPower2Divisions != [NumRoundupIntervals]uint64{}
+	if vm != nil {
+		a.small.unmapped = btree.NewG(32, addrLess)
+		a.large.unmapped = btree.NewG(32, addrLess)
+	}
 	a.st.MaxSplitSize = -1
 	if a.maxSplit != maxSplitNone {
 		a.st.MaxSplitSize = int64(a.maxSplit)
@@ -180,11 +198,11 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 		p = a.small
 	}
 	b := a.getFreeBlockLocked(p, rounded, s)
-	fresh := b == nil
+	fresh := false // whether b is outside the free index
 	if b == nil {
 		var oom *OutOfMemoryError
 		var err error
-		b, oom, err = a.allocSlowLocked(p, rounded, size, s)
+		b, fresh, oom, err = a.allocSlowLocked(p, rounded, size, s)
 		if err != nil || oom != nil {
 			obs := a.oomObservers
 			a.mu.Unlock()
@@ -270,6 +288,9 @@ func (a *Allocator) getFreeBlockLocked(p *pool, size uint64, s device.Stream) *b
 	if b == nil || b.stream != s {
 		return nil
 	}
+	if b.seg.expandable() {
+		b = a.expandableBestFitLocked(p, b)
+	}
 	// Never hand an oversize block to a request below max_split_size, and
 	// hand one to an oversize request only if little of it is wasted.
 	if size < a.maxSplit && b.size >= a.maxSplit {
@@ -285,7 +306,7 @@ func (a *Allocator) getFreeBlockLocked(p *pool, size uint64, s device.Stream) *b
 // worth keeping as a free block.
 func (a *Allocator) shouldSplit(b *block, size uint64) bool {
 	rest := b.size - size
-	if b.pool.small {
+	if b.pool.small || a.vm != nil { // PyTorch 2.6 tests the global expandable_segments setting here
 		return rest >= kMinBlockSize
 	}
 	return size < a.maxSplit && rest > kSmallSize
@@ -295,45 +316,53 @@ func (a *Allocator) shouldSplit(b *block, size uint64) bool {
 // a device allocation, then releasing cached oversize blocks and retrying,
 // then releasing the whole cache and retrying. It returns the new segment's
 // block, or an out-of-memory error, or another device error.
-func (a *Allocator) allocSlowLocked(p *pool, size, orig uint64, s device.Stream) (*block, *OutOfMemoryError, error) {
+func (a *Allocator) allocSlowLocked(p *pool, size, orig uint64, s device.Stream) (b *block, fresh bool, oom *OutOfMemoryError, err error) {
 	if a.gcActive {
 		a.garbageCollectLocked()
 	}
 	allocSize := allocationSize(size)
-	b, devErr, err := a.allocBlockLocked(p, allocSize, s, false)
+	var devErr error
+	b, fresh, devErr, err = a.allocBlockLocked(p, size, allocSize, s, false)
 	if b == nil && err == nil && a.releaseAvailableLocked(p, size, s) {
-		b, devErr, err = a.allocBlockLocked(p, allocSize, s, false)
+		b, fresh, devErr, err = a.allocBlockLocked(p, size, allocSize, s, false)
 	}
 	if b == nil && err == nil {
 		_ = a.releaseCachedLocked() // a failed release leaves those blocks cached; the retry decides
-		b, devErr, err = a.allocBlockLocked(p, allocSize, s, true)
+		b, fresh, devErr, err = a.allocBlockLocked(p, size, allocSize, s, true)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, false, nil, err
 	}
 	if b != nil {
-		return b, nil, nil
+		return b, fresh, nil, nil
 	}
-	return nil, a.outOfMemoryLocked(orig, allocSize, s, devErr), nil
+	return nil, false, a.outOfMemoryLocked(orig, allocSize, s, devErr), nil
 }
 
-// allocBlockLocked obtains a new segment of size bytes from the device. A
-// refusal for lack of memory (by the device or by the configured cap)
-// returns a nil block and nil error, with the device's error in devErr;
-// any other device failure is returned as err.
-func (a *Allocator) allocBlockLocked(p *pool, size uint64, s device.Stream, retry bool) (b *block, devErr, err error) {
+// allocBlockLocked obtains memory for a request of rounded bytes from the
+// device: a new segment of size bytes, or with expandable segments, pages
+// mapped into one (the block returned is then in the free index: fresh is
+// false). A refusal for lack of memory (by the device or by the configured
+// cap, which counts size bytes either way, as PyTorch does) returns a nil
+// block and nil error, with the device's error in devErr; any other device
+// failure is returned as err.
+func (a *Allocator) allocBlockLocked(p *pool, rounded, size uint64, s device.Stream, retry bool) (b *block, fresh bool, devErr, err error) {
 	if retry {
 		a.st.NumAllocRetries++
 	}
 	if a.allowed > 0 && a.reserved+size > a.allowed {
-		return nil, nil, nil
+		return nil, false, nil, nil
+	}
+	if a.vm != nil {
+		b, devErr, err = a.allocExpandableLocked(p, rounded, s)
+		return b, false, devErr, err
 	}
 	ptr, err := a.dev.Malloc(size)
 	if err != nil {
 		if errors.Is(err, device.ErrOutOfMemory) {
-			return nil, err, nil
+			return nil, false, err, nil
 		}
-		return nil, nil, fmt.Errorf("allocator: device %d: allocating a %d-byte segment: %w", a.ordinal, size, err)
+		return nil, false, nil, fmt.Errorf("allocator: device %d: allocating a %d-byte segment: %w", a.ordinal, size, err)
 	}
 	a.reserved += size
 	seg := &segment{ptr: ptr, size: size, stream: s, pool: p}
@@ -350,7 +379,7 @@ func (a *Allocator) allocBlockLocked(p *pool, size uint64, s device.Stream, retr
 	if len(a.observers) > 0 {
 		a.notifyLocked(Event{Kind: EventSegmentAlloc, Ptr: ptr, Size: size, Stream: s})
 	}
-	return b, nil, nil
+	return b, true, nil, nil
 }
 
 // allocFoundLocked hands out b for a request of size rounded bytes (orig
@@ -383,9 +412,11 @@ func (a *Allocator) allocFoundLocked(b *block, p *pool, size, orig uint64, fresh
 		} else {
 			p.insert(rest)
 		}
-		if alreadySplit {
+		switch {
+		case b.seg.expandable(): // expandable blocks are never "inactive split"
+		case alreadySplit:
 			a.st.InactiveSplitBytes.Decrease(p.stat, int64(size))
-		} else {
+		default:
 			a.st.InactiveSplitBytes.Increase(p.stat, int64(rest.size))
 			a.st.InactiveSplit.Increase(p.stat, 1)
 		}
@@ -393,7 +424,7 @@ func (a *Allocator) allocFoundLocked(b *block, p *pool, size, orig uint64, fresh
 		if !fresh {
 			p.remove(b)
 		}
-		if alreadySplit {
+		if alreadySplit && !b.seg.expandable() {
 			a.st.InactiveSplitBytes.Decrease(p.stat, int64(b.size))
 			a.st.InactiveSplit.Decrease(p.stat, 1)
 		}
@@ -419,7 +450,8 @@ func (a *Allocator) allocFoundLocked(b *block, p *pool, size, orig uint64, fresh
 // looking: every block before b is smaller than the request.
 func (a *Allocator) canShrinkInPlace(p *pool, b *block, size uint64) bool {
 	rest := block{stream: b.stream, size: b.size - size, ptr: b.ptr + device.Ptr(size)}
-	if rest.size >= size {
+	if rest.size >= size && !b.seg.expandable() {
+		// (An expandable block may have been chosen past the lower bound.)
 		return true
 	}
 	if first, _ := p.free.Min(); first == b {
@@ -580,7 +612,7 @@ func (a *Allocator) enqueueLocked(e pendingEvent) {
 // its larger key still fits there, which saves a delete and an insert.
 func (a *Allocator) freeBlockLocked(b *block) {
 	ptr, size, requested := b.ptr, b.size, b.requested
-	p := b.pool
+	p, seg := b.pool, b.seg
 	prev, next := b.prev, b.next
 	mergePrev := prev != nil && prev.isFree()
 	mergeNext := next != nil && next.isFree()
@@ -657,17 +689,19 @@ func (a *Allocator) freeBlockLocked(b *block) {
 		netBlocks++
 		netBytes += int64(merged.size)
 	}
-	switch {
-	case netBlocks > 0:
-		a.st.InactiveSplit.Increase(p.stat, netBlocks)
-	case netBlocks < 0:
-		a.st.InactiveSplit.Decrease(p.stat, -netBlocks)
-	}
-	switch {
-	case netBytes > 0:
-		a.st.InactiveSplitBytes.Increase(p.stat, netBytes)
-	case netBytes < 0:
-		a.st.InactiveSplitBytes.Decrease(p.stat, -netBytes)
+	if !seg.expandable() { // expandable blocks are never "inactive split"
+		switch {
+		case netBlocks > 0:
+			a.st.InactiveSplit.Increase(p.stat, netBlocks)
+		case netBlocks < 0:
+			a.st.InactiveSplit.Decrease(p.stat, -netBlocks)
+		}
+		switch {
+		case netBytes > 0:
+			a.st.InactiveSplitBytes.Increase(p.stat, netBytes)
+		case netBytes < 0:
+			a.st.InactiveSplitBytes.Decrease(p.stat, -netBytes)
+		}
 	}
 	a.st.Active.Decrease(p.stat, 1)
 	a.st.ActiveBytes.Decrease(p.stat, int64(size))
@@ -798,8 +832,12 @@ func (a *Allocator) releaseCachedLocked() error {
 // segment.
 func (a *Allocator) releaseBlocksLocked(p *pool) error {
 	list := a.collected[:0]
+	var unmap []*block
 	p.free.Ascend(func(b *block) bool {
-		if !b.isSplit() {
+		switch {
+		case b.seg.expandable():
+			unmap = append(unmap, b)
+		case !b.isSplit():
 			list = append(list, b)
 		}
 		return true
@@ -812,6 +850,17 @@ func (a *Allocator) releaseBlocksLocked(p *pool) error {
 	}
 	clear(list)
 	a.collected = list[:0]
+	for _, b := range unmap {
+		if err := a.unmapBlockLocked(b); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !b.isSplit() && b.unmapped {
+			if err := a.releaseExpandableLocked(b); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -854,17 +903,21 @@ func (a *Allocator) releaseAvailableLocked(p *pool, size uint64, s device.Stream
 	p.free.AscendGreaterOrEqual(&a.key, a.foundFunc)
 	b := a.found
 	a.found = nil
-	if b != nil && b.stream == s {
+	if b != nil && b.stream == s && !b.seg.expandable() {
 		return a.releaseBlockLocked(b) == nil
 	}
+	// No single block is large enough: release oversize blocks from the
+	// largest down (expandable ones are passed over, not released).
 	list := a.collected[:0]
 	var total uint64
 	p.free.DescendLessOrEqual(&a.key, func(c *block) bool {
 		if total >= want || c.size < a.maxSplit || c.stream != s {
 			return false
 		}
-		list = append(list, c)
-		total += c.size
+		if !c.seg.expandable() {
+			list = append(list, c)
+			total += c.size
+		}
 		return true
 	})
 	var released uint64
@@ -909,7 +962,7 @@ func (a *Allocator) garbageCollectLocked() {
 		freed = false
 		list := a.collected[:0]
 		p.free.Ascend(func(b *block) bool {
-			if !b.isSplit() && float64(p.gcCalls-b.gcCountBase) >= ageThreshold {
+			if !b.isSplit() && !b.seg.expandable() && float64(p.gcCalls-b.gcCountBase) >= ageThreshold {
 				list = append(list, b)
 			}
 			return true

@@ -327,7 +327,6 @@ func TestNewRejectsBadConfigAndDevice(t *testing.T) {
 		{GarbageCollectionThreshold: 1},
 		{GarbageCollectionThreshold: -0.5},
 		{MemoryFraction: 2},
-		{ExpandableSegments: true},
 		{RoundupPower2Divisions: [NumRoundupIntervals]uint64{3}},
 	} {
 		_, err := New(dev, c)

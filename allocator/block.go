@@ -30,26 +30,40 @@ type block struct {
 
 	allocated  bool
 	recorded   bool  // RecordStream added streams: they are in Allocator.uses
+	unmapped   bool  // an address range of an expandable segment with no memory behind it
 	eventCount int32 // outstanding stream events before the free completes
 }
 
 // isSplit reports whether the block shares its segment with other blocks.
 func (b *block) isSplit() bool { return b.prev != nil || b.next != nil }
 
-// isFree reports whether the block is cached: not allocated and not waiting
-// for stream events.
+// isFree reports whether the block is cached: not allocated, not waiting
+// for stream events, and backed by memory.
 func (b *block) isFree() bool {
-	return !b.allocated && b.eventCount == 0 && !b.recorded
+	return !b.allocated && b.eventCount == 0 && !b.recorded && !b.unmapped
 }
 
-// A segment is one device allocation.
+// available reports whether the block is not in use: free, or an unmapped
+// range of an expandable segment (PyTorch's "allocatable").
+func (b *block) available() bool {
+	return b != nil && !b.allocated && b.eventCount == 0 && !b.recorded
+}
+
+// A segment is one device allocation, or one expandable segment: an
+// address range reserved once and backed by memory page by page.
 type segment struct {
 	ptr    device.Ptr
 	size   uint64
 	stream device.Stream
 	pool   *pool
 	head   *block // the block at ptr
+	// page is the mapping unit of an expandable segment (2 MiB for the
+	// small pool, 20 MiB for the large one); 0 for a plain segment.
+	page uint64
 }
+
+// expandable reports whether the segment is an expandable segment.
+func (s *segment) expandable() bool { return s.page != 0 }
 
 // freeLess orders free blocks by (stream, size, address): a lower bound on
 // (stream, size, 0) finds the best fit on a stream, and among blocks of
@@ -72,10 +86,21 @@ type pool struct {
 	small bool
 	stat  stats.Pool
 	free  *btree.BTreeG[*block]
+	// unmapped indexes the unmapped ranges of expandable segments by
+	// (stream, address); nil without expandable segments.
+	unmapped *btree.BTreeG[*block]
 
 	// gcCalls counts best-fit searches while garbage collection is active
 	// (PyTorch's get_free_blocks_call_count): the clock of block ages.
 	gcCalls int64
+}
+
+// addrLess orders blocks by (stream, address).
+func addrLess(a, b *block) bool {
+	if a.stream != b.stream {
+		return a.stream < b.stream
+	}
+	return a.ptr < b.ptr
 }
 
 func newPool(small bool) *pool {

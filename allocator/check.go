@@ -73,7 +73,7 @@ func (a *Allocator) checkLocked() error {
 			queued[e.b]++
 		}
 	}
-	seenFree, seenLive := 0, 0
+	seenFree, seenLive, seenUnmapped := 0, 0, 0
 	for base, s := range a.segments {
 		if base != s.ptr {
 			bad("segment %v is filed under %v", s.ptr, base)
@@ -82,12 +82,14 @@ func (a *Allocator) checkLocked() error {
 			bad("segment %v: head block is wrong", s.ptr)
 			continue
 		}
-		reserved += s.size
 		st := s.pool.stat
-		want.Segment.Increase(st, 1)
-		want.ReservedBytes.Increase(st, int64(s.size))
-		if s.size >= a.maxSplit {
-			want.OversizeSegments.Increase(1)
+		if !s.expandable() {
+			reserved += s.size
+			want.Segment.Increase(st, 1)
+			want.ReservedBytes.Increase(st, int64(s.size))
+			if s.size >= a.maxSplit {
+				want.OversizeSegments.Increase(1)
+			}
 		}
 		next := s.ptr
 		var prev *block
@@ -107,7 +109,29 @@ func (a *Allocator) checkLocked() error {
 			if b.stream != s.stream {
 				bad("segment %v: block %v has stream %d, segment %d", s.ptr, b.ptr, b.stream, s.stream)
 			}
+			if s.expandable() && !b.unmapped {
+				reserved += b.size
+				want.ReservedBytes.Increase(st, int64(b.size))
+			}
 			switch {
+			case b.unmapped:
+				if !s.expandable() {
+					bad("segment %v: block %v is unmapped in a plain segment", s.ptr, b.ptr)
+					break
+				}
+				if b.allocated || b.eventCount != 0 || b.recorded || inIndex[b] {
+					bad("unmapped block %v is allocated, pending or in the free index", b.ptr)
+				}
+				if !s.pool.unmapped.Has(b) {
+					bad("unmapped block %v is not in its pool's unmapped index", b.ptr)
+				}
+				if uint64(b.ptr-s.ptr)%s.page != 0 || b.size%s.page != 0 {
+					bad("unmapped block %v+%d is not page aligned", b.ptr, b.size)
+				}
+				if prev != nil && prev.unmapped {
+					bad("segment %v: unmapped blocks %v and %v are neighbours (not merged)", s.ptr, prev.ptr, b.ptr)
+				}
+				seenUnmapped++
 			case b.allocated:
 				seenLive++
 				if a.live.get(b.ptr) != b {
@@ -145,7 +169,7 @@ func (a *Allocator) checkLocked() error {
 				if prev != nil && prev.isFree() {
 					bad("segment %v: free blocks %v and %v are neighbours (not merged)", s.ptr, prev.ptr, b.ptr)
 				}
-				if b.isSplit() {
+				if b.isSplit() && !s.expandable() {
 					want.InactiveSplit.Increase(st, 1)
 					want.InactiveSplitBytes.Increase(st, int64(b.size))
 				}
@@ -156,6 +180,15 @@ func (a *Allocator) checkLocked() error {
 		if uint64(next-s.ptr) != s.size {
 			bad("segment %v: blocks cover %d bytes of %d", s.ptr, next-s.ptr, s.size)
 		}
+	}
+	unmappedIndexed := 0
+	for _, p := range [2]*pool{a.small, a.large} {
+		if p.unmapped != nil {
+			unmappedIndexed += p.unmapped.Len()
+		}
+	}
+	if unmappedIndexed != seenUnmapped {
+		bad("unmapped indexes hold %d blocks, segments have %d unmapped blocks", unmappedIndexed, seenUnmapped)
 	}
 	if seenFree != len(inIndex) {
 		bad("free indexes hold %d blocks, segments have %d free blocks", len(inIndex), seenFree)

@@ -65,9 +65,12 @@ type Config struct {
 	// no cap.
 	MemoryLimit uint64
 
-	// ExpandableSegments asks for segments that grow by mapping pages. It
-	// is accepted by the parser for compatibility but not implemented yet:
-	// New rejects a Config that sets it.
+	// ExpandableSegments makes the allocator reserve one address range per
+	// stream and pool and back it with memory page by page (2 MiB pages for
+	// the small pool, 20 MiB for the large one) instead of allocating
+	// separate segments, so that freed memory merges across what would
+	// have been segment boundaries. The device must have the VirtualMemory
+	// capability. PyTorch: expandable_segments.
 	ExpandableSegments bool
 }
 
@@ -102,9 +105,6 @@ func (c *Config) validate() error {
 	}
 	if f := c.MemoryFraction; f != 0 && !(f > 0 && f <= 1) {
 		errs = append(errs, fmt.Errorf("MemoryFraction %v must be in (0, 1]", f))
-	}
-	if c.ExpandableSegments {
-		errs = append(errs, errors.New("ExpandableSegments is not supported yet"))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("allocator: invalid config: %w", errors.Join(errs...))

@@ -9,6 +9,9 @@ import (
 )
 
 func TestParseConfKeys(t *testing.T) {
+	exp, err := ParseConf("expandable_segments:True")
+	require.NoError(t, err)
+	assert.True(t, exp.ExpandableSegments)
 	cfg, err := ParseConf("max_split_size_mb:128,roundup_power2_divisions:4,garbage_collection_threshold:0.6,expandable_segments:False,per_process_memory_fraction:0.5,memory_limit_bytes:1000,max_non_split_rounding_mb:40")
 	require.NoError(t, err)
 	assert.EqualValues(t, 128*mib, cfg.MaxSplitSize)
@@ -84,7 +87,6 @@ func TestParseConfErrorsNameTheProblem(t *testing.T) {
 		"garbage_collection_threshold:1.0":         "must be in (0, 1)",
 		"garbage_collection_threshold:0":           "must be in (0, 1)",
 		"expandable_segments:true":                 "want True or False",
-		"expandable_segments:True":                 "ExpandableSegments is not supported yet",
 		"roundup_power2_divisions:3":               "must be a power of two",
 		"roundup_power2_divisions:[256:3]":         "divisions 3 must be a power of two or 0",
 		"roundup_power2_divisions:[300:2]":         `interval "300" must be a power of two`,

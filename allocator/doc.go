@@ -97,8 +97,19 @@
 //
 // gpumem follows 2.6 where later PyTorch differs (later versions add a
 // registration counter to the best-fit order, and a 20 MiB
-// large_segment_size option). CUDA graphs, private pools and expandable
-// segments are not implemented. Errors are returned, never thrown: a failed
-// device free leaves its block cached; an event that cannot be recorded is
-// replaced by synchronizing its stream.
+// large_segment_size option). CUDA graphs and private pools are not
+// implemented. Errors are returned, never thrown: a failed device free
+// leaves its block cached; an event that cannot be recorded is replaced by
+// synchronizing its stream.
+//
+// # Expandable segments
+//
+// With Config.ExpandableSegments (expandable_segments:True) a pool's
+// memory for a stream comes from one reserved address range, backed by
+// memory page by page (2 MiB pages in the small pool, 20 MiB in the large
+// one), so that blocks freed next to each other merge even when they were
+// mapped at different times; expandable.go describes the rules. Mapping a
+// page counts as a device allocation and adds to reserved bytes; unmapping
+// (EmptyCache, the out-of-memory path) counts as a device free. The device
+// must implement device.VirtualMemory.
 package allocator

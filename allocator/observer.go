@@ -22,6 +22,8 @@ const (
 	EventRecordStream                       // a block was recorded on another stream
 	EventEmptyCache                         // EmptyCache was called
 	EventOutOfMemory                        // Alloc is about to return an out-of-memory error (oom)
+	EventSegmentMap                         // pages were mapped into an expandable segment (segment_map)
+	EventSegmentUnmap                       // pages of an expandable segment were unmapped (segment_unmap)
 )
 
 var eventKindNames = [...]string{
@@ -33,6 +35,8 @@ var eventKindNames = [...]string{
 	EventRecordStream:  "record_stream",
 	EventEmptyCache:    "empty_cache",
 	EventOutOfMemory:   "oom",
+	EventSegmentMap:    "segment_map",
+	EventSegmentUnmap:  "segment_unmap",
 }
 
 // String returns the PyTorch-style name of the kind.

@@ -59,6 +59,7 @@ func newMachine(t *rapid.T) *machine {
 		t.Fatal(err)
 	}
 	var cfg Config
+	cfg.ExpandableSegments = rapid.Bool().Draw(t, "expandable")
 	if rapid.Bool().Draw(t, "maxSplit") {
 		cfg.MaxSplitSize = 32 * mib
 	}
@@ -326,7 +327,7 @@ func FuzzAllocator(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := New(dev, Config{MaxSplitSize: 64 * mib})
+		a, err := New(dev, Config{MaxSplitSize: 64 * mib, ExpandableSegments: len(data)%2 == 1})
 		if err != nil {
 			t.Fatal(err)
 		}

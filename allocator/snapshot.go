@@ -54,7 +54,10 @@ type SegmentInfo struct {
 	Requested uint64        // bytes asked for, over active blocks
 	Stream    device.Stream // the stream the segment was allocated for
 	Pool      stats.Pool    // stats.SmallPool or stats.LargePool
-	Blocks    []BlockInfo
+	// Expandable marks a mapped range of an expandable segment; each
+	// contiguous mapped range is reported as a segment of its own.
+	Expandable bool
+	Blocks     []BlockInfo
 }
 
 // Snapshot returns every segment the allocator holds, in address order,
@@ -66,8 +69,18 @@ func (a *Allocator) Snapshot() []SegmentInfo {
 	defer a.mu.Unlock()
 	segs := make([]SegmentInfo, 0, len(a.segments))
 	for _, s := range a.segments {
-		info := SegmentInfo{Ptr: s.ptr, Size: s.size, Stream: s.stream, Pool: s.pool.stat}
+		// An expandable segment is reported as one segment per run of
+		// mapped blocks, as PyTorch reports it.
+		var info *SegmentInfo
 		for b := s.head; b != nil; b = b.next {
+			if b.unmapped {
+				info = nil
+				continue
+			}
+			if info == nil {
+				segs = append(segs, SegmentInfo{Ptr: b.ptr, Stream: s.stream, Pool: s.pool.stat, Expandable: s.expandable()})
+				info = &segs[len(segs)-1]
+			}
 			bi := BlockInfo{Ptr: b.ptr, Size: b.size, Requested: b.requested}
 			switch {
 			case b.allocated:
@@ -80,9 +93,9 @@ func (a *Allocator) Snapshot() []SegmentInfo {
 				info.Active += b.size
 				info.Requested += b.requested
 			}
+			info.Size += b.size
 			info.Blocks = append(info.Blocks, bi)
 		}
-		segs = append(segs, info)
 	}
 	slices.SortFunc(segs, func(x, y SegmentInfo) int {
 		switch {
