@@ -191,21 +191,24 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	st := a.Stats()
-	fmt.Fprintf(stdout, "parameters:  %s, %d device mallocs\n", stats.Line(&st), dev.Counters().Mallocs)
-	var laterCalls int64 // device mallocs and frees after the first step
+	fmt.Fprintf(stdout, "parameters:  %s, %d device mallocs\n", stats.Line(&st), st.NumDeviceAlloc)
+	// Device calls are the allocator's num_device_alloc and num_device_free:
+	// cudaMalloc and cudaFree, or page maps and unmaps with expandable
+	// segments.
+	var laterCalls int64 // device allocations and frees after the first step
 	for i := 1; i <= *steps; i++ {
-		before := dev.Counters()
+		before := a.Stats()
 		clock := dev.Clock()
 		if err := d.step(i == 1); err != nil {
 			return fmt.Errorf("step %d: %w", i, err)
 		}
-		after := dev.Counters()
+		after := a.Stats()
+		mallocs, frees := after.NumDeviceAlloc-before.NumDeviceAlloc, after.NumDeviceFree-before.NumDeviceFree
 		if i > 1 {
-			laterCalls += after.Mallocs - before.Mallocs + after.Frees - before.Frees
+			laterCalls += mallocs + frees
 		}
-		st := a.Stats()
-		fmt.Fprintf(stdout, "step %-3d     %s | device mallocs %d, frees %d, device time %v\n", i, stats.Line(&st),
-			after.Mallocs-before.Mallocs, after.Frees-before.Frees, dev.Clock()-clock)
+		fmt.Fprintf(stdout, "step %-3d     %s | device mallocs %d, frees %d, device time %v\n", i, stats.Line(&after),
+			mallocs, frees, dev.Clock()-clock)
 	}
 	st = a.Stats()
 	fmt.Fprintf(stdout, "\n%d allocations served with %d device mallocs", st.Allocation[stats.All].Allocated, st.NumDeviceAlloc)

@@ -34,6 +34,14 @@ func TestDemo(t *testing.T) {
 	assert.Contains(t, out, "gpumem memory summary, device 0")
 }
 
+func TestDemoExpandable(t *testing.T) {
+	out, errOut, code := runCmd(t, "demo", "--steps", "2", "--layers", "2", "--conf", "expandable_segments:True")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "configuration: expandable_segments:True")
+	assert.Regexp(t, `step 1 .*device mallocs [1-9]`, out, "the first step maps pages")
+	assert.Regexp(t, `step 2 .*device mallocs 0, frees 0`, out)
+}
+
 func TestDemoBadFlags(t *testing.T) {
 	_, errOut, code := runCmd(t, "demo", "--steps", "0")
 	assert.Equal(t, 2, code)
