@@ -66,8 +66,12 @@ func (a *poolStat) array() stats.StatArray {
 }
 
 // counters is everything the allocator counts; stats() turns it into the
-// stats.DeviceStats that callers see.
+// stats.DeviceStats that callers see. The embedded DeviceStats holds the
+// counters and the two oversize stats; its nine pool arrays are shadowed by
+// the poolStat fields below and stay unused.
 type counters struct {
+	stats.DeviceStats
+
 	Allocation         poolStat
 	Segment            poolStat
 	Active             poolStat
@@ -77,16 +81,6 @@ type counters struct {
 	ActiveBytes        poolStat
 	InactiveSplitBytes poolStat
 	RequestedBytes     poolStat
-
-	OversizeAllocations stats.Stat
-	OversizeSegments    stats.Stat
-
-	NumAllocRetries   int64
-	NumOOMs           int64
-	NumSyncAllStreams int64
-	NumDeviceAlloc    int64
-	NumDeviceFree     int64
-	MaxSplitSize      int64
 }
 
 func (c *counters) arrays() [9]*poolStat {
@@ -95,44 +89,29 @@ func (c *counters) arrays() [9]*poolStat {
 }
 
 func (c *counters) stats() stats.DeviceStats {
-	return stats.DeviceStats{
-		Allocation:          c.Allocation.array(),
-		Segment:             c.Segment.array(),
-		Active:              c.Active.array(),
-		InactiveSplit:       c.InactiveSplit.array(),
-		AllocatedBytes:      c.AllocatedBytes.array(),
-		ReservedBytes:       c.ReservedBytes.array(),
-		ActiveBytes:         c.ActiveBytes.array(),
-		InactiveSplitBytes:  c.InactiveSplitBytes.array(),
-		RequestedBytes:      c.RequestedBytes.array(),
-		OversizeAllocations: c.OversizeAllocations,
-		OversizeSegments:    c.OversizeSegments,
-		NumAllocRetries:     c.NumAllocRetries,
-		NumOOMs:             c.NumOOMs,
-		NumSyncAllStreams:   c.NumSyncAllStreams,
-		NumDeviceAlloc:      c.NumDeviceAlloc,
-		NumDeviceFree:       c.NumDeviceFree,
-		MaxSplitSize:        c.MaxSplitSize,
-	}
+	d := c.DeviceStats
+	d.Allocation = c.Allocation.array()
+	d.Segment = c.Segment.array()
+	d.Active = c.Active.array()
+	d.InactiveSplit = c.InactiveSplit.array()
+	d.AllocatedBytes = c.AllocatedBytes.array()
+	d.ReservedBytes = c.ReservedBytes.array()
+	d.ActiveBytes = c.ActiveBytes.array()
+	d.InactiveSplitBytes = c.InactiveSplitBytes.array()
+	d.RequestedBytes = c.RequestedBytes.array()
+	return d
 }
 
 func (c *counters) resetPeak() {
 	for _, a := range c.arrays() {
 		a.resetPeak()
 	}
-	c.OversizeAllocations.ResetPeak()
-	c.OversizeSegments.ResetPeak()
+	c.DeviceStats.ResetPeak()
 }
 
 func (c *counters) resetAccumulated() {
 	for _, a := range c.arrays() {
 		a.resetAccumulated()
 	}
-	c.OversizeAllocations.ResetAccumulated()
-	c.OversizeSegments.ResetAccumulated()
-	c.NumAllocRetries = 0
-	c.NumOOMs = 0
-	c.NumSyncAllStreams = 0
-	c.NumDeviceAlloc = 0
-	c.NumDeviceFree = 0
+	c.DeviceStats.ResetAccumulated()
 }
