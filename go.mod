@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/google/btree v1.1.3
+	github.com/google/pprof v0.0.0-20261105003125-4bf881d7fb0b
 	github.com/nlpodyssey/gopickle v0.2.0
 	github.com/stretchr/testify v1.12.1
 	golang.org/x/term v0.48.0
