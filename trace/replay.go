@@ -79,6 +79,33 @@ type clockReader interface {
 	Clock() time.Duration
 }
 
+// OpReader is a source of ops: a *Reader, or SliceReader for ops in
+// memory.
+type OpReader interface {
+	// Next returns the next op, or io.EOF at the end.
+	Next() (Op, error)
+	// Line returns the line number of the op Next returned last.
+	Line() int
+}
+
+// SliceReader returns an OpReader of ops; op i is "line" i+1.
+func SliceReader(ops []Op) OpReader { return &sliceReader{ops: ops} }
+
+type sliceReader struct {
+	ops []Op
+	i   int
+}
+
+func (s *sliceReader) Next() (Op, error) {
+	if s.i >= len(s.ops) {
+		return Op{}, io.EOF
+	}
+	s.i++
+	return s.ops[s.i-1], nil
+}
+
+func (s *sliceReader) Line() int { return s.i }
+
 // Replay reads every op of r and applies it to t, whose memory comes from
 // dev. It follows memtrace's rules (FORMAT.md): an allocation that fails
 // for lack of memory is counted and replay goes on, skipping the later f
@@ -89,7 +116,7 @@ type clockReader interface {
 // and, on a device that can hold work (the simulated device), holds it
 // busy, so that events recorded on it complete only at an s line for that
 // stream or an S line, as the format says.
-func Replay(r *Reader, t Target, dev device.Device, opt ReplayOptions) (*Result, error) {
+func Replay(r OpReader, t Target, dev device.Device, opt ReplayOptions) (*Result, error) {
 	res := &Result{Trace: opt.Name}
 	rp := replayer{t: t, dev: dev, res: res, streams: map[uint64]device.Stream{0: device.DefaultStream}}
 	var clock0 time.Duration

@@ -10,146 +10,29 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/estimate"
 	"github.com/gpumem/gpumem/stats"
+	"github.com/gpumem/gpumem/trace"
 )
 
-// model is the toy transformer whose training loop the demo allocates
-// for: fp32 tensors, one block per tensor, as a framework would ask.
-type model struct {
-	layers, hidden, vocab, batch, seq, heads int
-}
-
-const f32 = 4
-
-func (m model) params() []uint64 {
-	h := uint64(m.hidden)
-	ps := []uint64{uint64(m.vocab) * h * f32} // embedding
-	for range m.layers {
-		ps = append(ps,
-			3*h*h*f32, 3*h*f32, // attention qkv weight, bias
-			h*h*f32, h*f32, // attention output
-			4*h*h*f32, 4*h*f32, // MLP up
-			4*h*h*f32, h*f32, // MLP down
-			h*f32, h*f32, h*f32, h*f32) // two layer norms (weight, bias)
-	}
-	return ps
-}
-
-func (m model) tokens() uint64 { return uint64(m.batch) * uint64(m.seq) }
-
-// layerActivations are the tensors one layer keeps for backward.
-func (m model) layerActivations() []uint64 {
-	t, h := m.tokens(), uint64(m.hidden)
-	scores := uint64(m.batch) * uint64(m.heads) * uint64(m.seq) * uint64(m.seq) * f32
-	return []uint64{t * h * f32, 3 * t * h * f32, scores, scores, t * h * f32, t * 4 * h * f32, t * 4 * h * f32, t * h * f32}
-}
-
-// demo runs the allocations of a training loop on a and reports each step.
-type demo struct {
-	m   model
-	a   *allocator.Allocator
-	dev *sim.Device
-	out io.Writer
-	s   device.Stream
-
-	params, optState []device.Ptr
-}
-
-func (d *demo) alloc(n uint64) (device.Ptr, error) { return d.a.Alloc(n, d.s) }
-
-func (d *demo) allocAll(sizes []uint64) ([]device.Ptr, error) {
-	ps := make([]device.Ptr, 0, len(sizes))
-	for _, n := range sizes {
-		p, err := d.alloc(n)
-		if err != nil {
-			return nil, err
-		}
-		ps = append(ps, p)
-	}
-	return ps, nil
-}
-
-func (d *demo) freeAll(ps []device.Ptr) error {
-	for _, p := range ps {
-		if err := d.a.Free(p); err != nil {
-			return err
+// runOps applies workload ops to a, keeping the blocks by ID in live.
+func runOps(a *allocator.Allocator, ops []trace.Op, live map[uint64]device.Ptr) error {
+	for _, op := range ops {
+		switch op.Kind {
+		case trace.Alloc:
+			p, err := a.Alloc(op.Size, device.DefaultStream)
+			if err != nil {
+				return err
+			}
+			live[op.ID] = p
+		case trace.Free:
+			if err := a.Free(live[op.ID]); err != nil {
+				return err
+			}
+			delete(live, op.ID)
 		}
 	}
 	return nil
-}
-
-// temporary allocates and frees a short-lived tensor (an intermediate of
-// a kernel, a loss scalar).
-func (d *demo) temporary(n uint64) error {
-	p, err := d.alloc(n)
-	if err != nil {
-		return err
-	}
-	return d.a.Free(p)
-}
-
-// step runs one training step: optimizer states on the first step (Adam
-// keeps two per parameter), forward layer by layer, loss, backward layer by
-// layer producing gradients, the optimizer update, and zero_grad.
-func (d *demo) step(first bool) error {
-	var err error
-	if first {
-		for _, n := range d.m.params() {
-			for range 2 {
-				p, err := d.alloc(n)
-				if err != nil {
-					return err
-				}
-				d.optState = append(d.optState, p)
-			}
-		}
-	}
-	acts := make([][]device.Ptr, d.m.layers)
-	for l := range d.m.layers {
-		if acts[l], err = d.allocAll(d.m.layerActivations()); err != nil {
-			return err
-		}
-		if err := d.temporary(d.m.tokens() * uint64(d.m.hidden) * f32); err != nil {
-			return err
-		}
-	}
-	logits, err := d.alloc(d.m.tokens() * uint64(d.m.vocab) * f32)
-	if err != nil {
-		return err
-	}
-	if err := d.temporary(f32); err != nil { // the loss
-		return err
-	}
-	grads := make([]device.Ptr, 0, len(d.params))
-	if err := d.a.Free(logits); err != nil {
-		return err
-	}
-	g, err := d.alloc(d.m.params()[0]) // embedding gradient
-	if err != nil {
-		return err
-	}
-	grads = append(grads, g)
-	perLayer := (len(d.m.params()) - 1) / d.m.layers
-	for l := d.m.layers - 1; l >= 0; l-- {
-		sizes := d.m.params()[1+l*perLayer : 1+(l+1)*perLayer]
-		gs, err := d.allocAll(sizes)
-		if err != nil {
-			return err
-		}
-		grads = append(grads, gs...)
-		if err := d.temporary(4 * d.m.tokens() * uint64(d.m.hidden) * f32); err != nil {
-			return err
-		}
-		if err := d.freeAll(acts[l]); err != nil {
-			return err
-		}
-	}
-	for _, n := range d.m.params() { // the update's temporaries
-		if err := d.temporary(n); err != nil {
-			return err
-		}
-	}
-	return d.freeAll(grads) // zero_grad(set_to_none=True)
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) error {
@@ -180,14 +63,18 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m := model{layers: *layers, hidden: 1024, vocab: 32000, batch: 8, seq: 512, heads: 16}
-	d := &demo{m: m, a: a, dev: dev, out: stdout}
-	fmt.Fprintf(stdout, "gpumem demo: a %d-layer transformer (hidden %d, vocab %d, batch %d x %d tokens) training with Adam on %s\n",
-		m.layers, m.hidden, m.vocab, m.batch, m.seq, dev)
+	m := estimate.Model{Layers: *layers, Hidden: 1024, Heads: 16, Vocab: 32000, Seq: 512, Batch: 8, Bytes: 4, Optimizer: estimate.Adam}
+	w, err := estimate.NewWorkload(m)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "gpumem demo: a %d-layer transformer (hidden %d, vocab %d, batch %d x %d tokens, fp32) training with Adam on %s\n",
+		m.Layers, m.Hidden, m.Vocab, m.Batch, m.Seq, dev)
 	if cfg.String() != "" {
 		fmt.Fprintf(stdout, "configuration: %s\n", cfg)
 	}
-	if d.params, err = d.allocAll(m.params()); err != nil {
+	live := map[uint64]device.Ptr{}
+	if err := runOps(a, w.Setup(), live); err != nil {
 		return err
 	}
 	st := a.Stats()
@@ -199,7 +86,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	for i := 1; i <= *steps; i++ {
 		before := a.Stats()
 		clock := dev.Clock()
-		if err := d.step(i == 1); err != nil {
+		if err := runOps(a, w.Step(), live); err != nil {
 			return fmt.Errorf("step %d: %w", i, err)
 		}
 		after := a.Stats()

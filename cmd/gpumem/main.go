@@ -9,6 +9,7 @@
 //	gpumem replay [--conf CONF] [--capacity SIZE] [--baseline] [--json] [--summary] TRACE...
 //	gpumem compare [--conf CONF]... [--capacity SIZE] TRACE
 //	gpumem convert [-o OUT] FILE
+//	gpumem estimate [--layers N --hidden N --batch N ...] [--capacity SIZE] [--max-batch]
 //
 // CONF uses PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax, for example
 // "max_split_size_mb:128,garbage_collection_threshold:0.6". SIZE accepts
@@ -39,6 +40,7 @@ Usage:
   gpumem replay [flags] TRACE...                   replay allocation traces and print what they cost
   gpumem compare --conf A --conf B ... TRACE       replay one trace under several configurations side by side
   gpumem convert [-o OUT] FILE                     convert a PyTorch snapshot or RMM log to memtrace
+  gpumem estimate [--layers N ...] [--capacity SIZE] will this transformer train on this card
 
 Run 'gpumem COMMAND --help' for a command's flags.
 `
@@ -59,6 +61,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runCompare(args[1:], stdout, stderr)
 	case "convert":
 		err = runConvert(args[1:], stdout, stderr)
+	case "estimate":
+		err = runEstimate(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -110,7 +110,7 @@ func TestReplayErrors(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, cmd := range []string{"demo", "replay", "compare", "convert"} {
+	for _, cmd := range []string{"demo", "replay", "compare", "convert", "estimate"} {
 		_, errOut, code := runCmd(t, cmd, "--help")
 		assert.Equal(t, 0, code, cmd)
 		assert.Contains(t, errOut, "Usage: gpumem "+cmd, cmd)
@@ -152,4 +152,22 @@ func TestParseSize(t *testing.T) {
 		_, err := parseSize(in)
 		assert.Error(t, err, in)
 	}
+}
+
+func TestEstimate(t *testing.T) {
+	out, errOut, code := runCmd(t, "estimate", "--layers", "2", "--hidden", "256", "--heads", "4", "--vocab", "1000", "--seq", "128", "--batch", "2", "--capacity", "1GiB", "--max-batch")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "optimizer state")
+	assert.Contains(t, out, "peak reserved")
+	assert.Contains(t, out, "fits:")
+	assert.Regexp(t, `largest batch that fits: \d+`, out)
+	out, _, code = runCmd(t, "estimate", "--layers", "4", "--hidden", "1024", "--heads", "8", "--batch", "64", "--capacity", "1GiB")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "does not fit")
+	_, errOut, code = runCmd(t, "estimate", "--dtype", "int8")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "unknown dtype")
+	_, errOut, code = runCmd(t, "estimate", "--heads", "5")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "not a multiple of heads")
 }
