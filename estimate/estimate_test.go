@@ -88,7 +88,7 @@ func TestValidate(t *testing.T) {
 		func(m *Model) { m.Bytes = 8 },
 		func(m *Model) { m.Batch = -1 },
 		func(m *Model) { m.Optimizer = 9 },
-		func(m *Model) { m.Seq, m.Batch, m.Heads, m.Hidden = 1 << 20, 1 << 20, 64, 1 << 12 },
+		func(m *Model) { m.Seq, m.Batch, m.Heads, m.Hidden = 1<<20, 1<<20, 64, 1<<12 },
 	} {
 		m := small
 		bad(&m)
