@@ -29,6 +29,9 @@ type ReplayOptions struct {
 	// Progress, if set, is called after each batch of ops with the number
 	// of ops replayed so far.
 	Progress func(ops int64)
+	// Batch is the number of ops parsed ahead and replayed under one timing
+	// (default 1024); smaller batches call Progress more often.
+	Batch int
 }
 
 // Result is what a replay measured. Its JSON form is what `gpumem replay
@@ -125,12 +128,16 @@ func Replay(r OpReader, t Target, dev device.Device, opt ReplayOptions) (*Result
 		clock0 = clk.Clock()
 	}
 	v := NewValidator()
-	batch := make([]pendingOp, 0, replayBatch)
+	size := opt.Batch
+	if size <= 0 {
+		size = replayBatch
+	}
+	batch := make([]pendingOp, 0, size)
 	var elapsed time.Duration
 	for {
 		batch = batch[:0]
 		var readErr error
-		for len(batch) < replayBatch {
+		for len(batch) < size {
 			op, err := r.Next()
 			if err != nil {
 				readErr = err

@@ -10,6 +10,7 @@
 //	gpumem compare [--conf CONF]... [--capacity SIZE] TRACE
 //	gpumem convert [-o OUT] FILE
 //	gpumem estimate [--layers N --hidden N --batch N ...] [--capacity SIZE] [--max-batch]
+//	gpumem viz [-o OUT.svg] [--conf CONF] [--capacity SIZE] TRACE
 //
 // CONF uses PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax, for example
 // "max_split_size_mb:128,garbage_collection_threshold:0.6". SIZE accepts
@@ -41,6 +42,7 @@ Usage:
   gpumem compare --conf A --conf B ... TRACE       replay one trace under several configurations side by side
   gpumem convert [-o OUT] FILE                     convert a PyTorch snapshot or RMM log to memtrace
   gpumem estimate [--layers N ...] [--capacity SIZE] will this transformer train on this card
+  gpumem viz [-o OUT.svg] [--conf CONF] TRACE      draw a replay: memory timeline and segment map (SVG)
 
 Run 'gpumem COMMAND --help' for a command's flags.
 `
@@ -63,6 +65,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runConvert(args[1:], stdout, stderr)
 	case "estimate":
 		err = runEstimate(args[1:], stdout, stderr)
+	case "viz":
+		err = runViz(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

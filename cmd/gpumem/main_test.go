@@ -110,7 +110,7 @@ func TestReplayErrors(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, cmd := range []string{"demo", "replay", "compare", "convert", "estimate"} {
+	for _, cmd := range []string{"demo", "replay", "compare", "convert", "estimate", "viz"} {
 		_, errOut, code := runCmd(t, cmd, "--help")
 		assert.Equal(t, 0, code, cmd)
 		assert.Contains(t, errOut, "Usage: gpumem "+cmd, cmd)
@@ -170,4 +170,17 @@ func TestEstimate(t *testing.T) {
 	_, errOut, code = runCmd(t, "estimate", "--heads", "5")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "not a multiple of heads")
+}
+
+func TestViz(t *testing.T) {
+	dst := filepath.Join(t.TempDir(), "out.svg")
+	_, errOut, code := runCmd(t, "viz", "-o", dst, "--conf", "expandable_segments:True", "testdata/small.trace.gz")
+	require.Equal(t, 0, code, errOut)
+	b, err := os.ReadFile(dst)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "<svg")
+	assert.Contains(t, string(b), "expandable_segments:True")
+	_, errOut, code = runCmd(t, "viz")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "exactly one trace")
 }
