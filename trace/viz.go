@@ -24,9 +24,9 @@ type Sample struct {
 type Picture struct {
 	Title    string
 	Subtitle string
-	Samples []Sample                // in op order
-	Peak    []allocator.SegmentInfo // the segments when reserved memory peaked
-	PeakOp  int64
+	Samples  []Sample                // in op order
+	Peak     []allocator.SegmentInfo // the segments when reserved memory peaked
+	PeakOp   int64
 }
 
 // Record replays r through a, like Replay, and samples its memory every
