@@ -41,7 +41,11 @@
 //     multi-device Manager and a pass-through baseline.
 //   - stats: the statistics, PyTorch's memory_stats key space and its
 //     memory_summary table, expvar export.
-//   - trace: memtrace, the trace format; a recorder, replay, and importers
-//     of PyTorch memory snapshots and RMM logs.
-//   - cmd/gpumem: the command line: demo, replay, compare, convert.
+//   - trace: memtrace, the trace format; a recorder (and a pprof profile of
+//     live memory by call site), replay, pictures, and importers of PyTorch
+//     memory snapshots and RMM logs.
+//   - estimate: will a transformer train on a card, by count and by
+//     simulation.
+//   - cmd/gpumem: the command line: demo, replay, compare, convert,
+//     estimate, viz.
 package gpumem
