@@ -81,11 +81,34 @@
 // whose header says where it came from, how it was converted, and a line
 // of figures (ops, allocations, peak live bytes, streams).
 //
+// # Replay
+//
+// Replay drives a Target (the caching allocator, or the pass-through
+// baseline) from any OpReader (a Reader, or SliceReader of ops in memory)
+// on a device, following the format's rules: an allocation that fails for
+// lack of memory is counted and the replay goes on, skipping the later f
+// or r of its ID; trace stream 0 is the default stream and every other
+// stream number gets a device stream of its own, held busy on the
+// simulated device so that its work completes only at an s or S line. Ops
+// are parsed in batches and only the replay of a batch is timed, so the
+// Result's ns per op excludes parsing. The Result carries the peaks,
+// device calls, fragmentation (peak reserved / peak requested) and every
+// memory_stats key. Record does the same and samples memory for a
+// Picture, which WriteSVG draws as a timeline and a segment map.
+//
+// # Recording
+//
+// Recorder is an allocator.Observer that writes what an allocator serves
+// as memtrace, so that a real program's allocations can be replayed
+// later; with RecordStacks it keeps the Go call stack of each live
+// allocation and WriteProfile turns them into a pprof profile of live
+// device memory by call site.
+//
 // # Memory and concurrency
 //
 // Reader, Writer and Validator use memory bounded by a line, a buffer and
 // the live blocks respectively. Importers hold the whole converted trace
 // (about 48 bytes an op) because blocks from before the window can only be
-// known at its end. None of the types is safe for concurrent use; use one
-// per goroutine.
+// known at its end. Recorder is safe for concurrent use; the other types
+// are not: use one per goroutine.
 package trace
