@@ -152,3 +152,28 @@ func TestConfigStringRoundTrip(t *testing.T) {
 		}
 	})
 }
+
+// FuzzParseConf: ParseConf never panics, and a configuration it accepts
+// renders (String) to text that parses back to the same Config.
+func FuzzParseConf(f *testing.F) {
+	for _, s := range []string{
+		"", "max_split_size_mb:128", "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
+		"garbage_collection_threshold:0.6,per_process_memory_fraction:0.5", "expandable_segments:True",
+		"backend:native,pinned_num_register_threads:8", "max_split_size_mb:64:65", "roundup_power2_divisions:[",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := ParseConf(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseConf(c.String())
+		if err != nil {
+			t.Fatalf("ParseConf(%q) accepted, but its String %q does not parse: %v", s, c.String(), err)
+		}
+		if again != c {
+			t.Fatalf("ParseConf(%q) = %+v; String %q parses to %+v", s, c, c.String(), again)
+		}
+	})
+}
