@@ -1,0 +1,124 @@
+package allocator
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/stats"
+)
+
+// TestCheckInvariantsCatchesCorruption breaks the allocator's state in
+// each way the checker promises to notice, and requires it to notice.
+func TestCheckInvariantsCatchesCorruption(t *testing.T) {
+	setup := func(t *testing.T) (*Allocator, *sim.Device, device.Ptr) {
+		dev, err := sim.New(sim.Config{})
+		require.NoError(t, err)
+		a, err := New(dev, Config{})
+		require.NoError(t, err)
+		p, err := a.Alloc(3*mib, 0) // a 20 MiB segment: [3 MiB allocated][17 MiB free]
+		require.NoError(t, err)
+		require.NoError(t, a.CheckInvariants())
+		return a, dev, p
+	}
+	for _, c := range []struct {
+		name, want string
+		breakIt    func(a *Allocator, dev *sim.Device, p device.Ptr)
+	}{
+		{"gap between blocks", "gap or overlap", func(a *Allocator, _ *sim.Device, p device.Ptr) {
+			a.live.get(p).size -= 512
+		}},
+		{"unmerged free neighbours", "not merged", func(a *Allocator, _ *sim.Device, p device.Ptr) {
+			b := a.live.get(p)
+			a.live.remove(p)
+			b.allocated = false
+			a.large.insert(b)
+		}},
+		{"free block missing from the index", "not in its pool's free index", func(a *Allocator, _ *sim.Device, p device.Ptr) {
+			a.large.remove(a.live.get(p).next)
+		}},
+		{"allocated block missing from the address map", "not in the address map", func(a *Allocator, _ *sim.Device, p device.Ptr) {
+			a.live.remove(p)
+		}},
+		{"a stat that drifted", "allocated_bytes", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			a.st.AllocatedBytes.Increase(stats.LargePool, 512)
+		}},
+		{"reserved total off", "reserved total", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			a.reserved += 2 * mib
+		}},
+		{"device memory used behind the allocator's back", "device reports", func(_ *Allocator, dev *sim.Device, _ device.Ptr) {
+			_, _ = dev.Malloc(1)
+		}},
+		{"index out of order", "out of order", func(a *Allocator, _ *sim.Device, p device.Ptr) {
+			q, _ := a.Alloc(30*mib, 0) // a second segment
+			_ = a.Free(q)              // a free 30 MiB block after the 17 MiB one
+			a.live.get(p).next.size = 40 * mib
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, dev, p := setup(t)
+			c.breakIt(a, dev, p)
+			err := a.CheckInvariants()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.want)
+		})
+	}
+}
+
+func TestPassthrough(t *testing.T) {
+	dev, err := sim.New(sim.Config{Capacity: 100 * mib})
+	require.NoError(t, err)
+	_, err = NewPassthrough(nil)
+	assert.Error(t, err)
+	pt, err := NewPassthrough(dev)
+	require.NoError(t, err)
+	side, _ := dev.NewStream()
+	require.NoError(t, dev.SetStreamBusy(side, true))
+
+	p, err := pt.Alloc(1000, 0)
+	require.NoError(t, err)
+	q, err := pt.Alloc(3*mib, 0)
+	require.NoError(t, err)
+	z, err := pt.Alloc(0, 0)
+	require.NoError(t, err)
+	assert.Zero(t, z)
+	assert.EqualValues(t, 2, dev.Counters().Mallocs, "every allocation is a device malloc")
+	st := pt.Stats()
+	assert.EqualValues(t, 1024+3*mib, st.Allocated(), "sizes are rounded as the caching allocator rounds them")
+	assert.EqualValues(t, 2, st.Segment[stats.All].Current)
+	assert.EqualValues(t, 1000+3*mib, st.RequestedBytes[stats.All].Current)
+
+	require.NoError(t, pt.RecordStream(q, side))
+	require.NoError(t, pt.Free(q))
+	pending, _ := dev.PendingWork(side)
+	assert.Zero(t, pending, "freeing a block used on a busy stream waits for that stream")
+	assert.ErrorIs(t, pt.Free(q), device.ErrInvalidPointer)
+	assert.ErrorIs(t, pt.RecordStream(q, side), device.ErrInvalidPointer)
+	require.NoError(t, pt.Free(p))
+	require.NoError(t, pt.Free(0))
+	require.NoError(t, pt.EmptyCache())
+	assert.EqualValues(t, 0, dev.BytesInUse())
+	assert.EqualValues(t, 2, pt.Stats().NumDeviceFree)
+
+	_, err = pt.Alloc(200*mib, 0)
+	var oom *OutOfMemoryError
+	require.ErrorAs(t, err, &oom)
+	assert.EqualValues(t, 1, pt.Stats().NumOOMs)
+	assert.ErrorIs(t, oom.Unwrap(), device.ErrOutOfMemory, "the device's own error is kept")
+	_, err = pt.Alloc(1<<61, 0)
+	assert.ErrorIs(t, err, device.ErrInvalidSize)
+}
+
+func TestSmallAccessors(t *testing.T) {
+	a, _ := newTest(t, 0, Config{MaxSplitSize: 64 * mib})
+	assert.Equal(t, Config{MaxSplitSize: 64 * mib}, a.Config())
+	assert.Zero(t, a.LargestFreeBlock())
+	mustFree(t, a, mustAlloc(t, a, 3*mib, 0))
+	assert.EqualValues(t, 20*mib, a.LargestFreeBlock())
+	assert.Equal(t, "unknown", EventKind(99).String())
+	assert.Equal(t, "segment_map", EventSegmentMap.String())
+	assert.Equal(t, "unknown", BlockState(9).String())
+}
