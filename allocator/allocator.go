@@ -194,6 +194,9 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 		var err error
 		b, fresh, oom, err = a.allocSlowLocked(p, rounded, size, s)
 		if err != nil || oom != nil {
+			if selfCheck {
+				a.selfCheckLocked("a failed Alloc")
+			}
 			obs := a.oomObservers
 			a.mu.Unlock()
 			if oom != nil {
@@ -209,6 +212,9 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 	ptr := b.ptr
 	if len(a.observers) > 0 {
 		a.notifyLocked(Event{Kind: EventAlloc, Ptr: ptr, Size: b.size, Requested: size, Stream: s})
+	}
+	if selfCheck {
+		a.selfCheckLocked("Alloc")
 	}
 	a.mu.Unlock()
 	return ptr, nil
@@ -471,6 +477,9 @@ func (a *Allocator) Free(p device.Ptr) error {
 	}
 	a.mu.Lock()
 	err := a.freeLocked(p)
+	if selfCheck {
+		a.selfCheckLocked("Free")
+	}
 	a.mu.Unlock()
 	return err
 }
@@ -795,7 +804,11 @@ func (a *Allocator) EmptyCache() error {
 	if len(a.observers) > 0 {
 		a.notifyLocked(Event{Kind: EventEmptyCache})
 	}
-	return a.releaseCachedLocked()
+	err := a.releaseCachedLocked()
+	if selfCheck {
+		a.selfCheckLocked("EmptyCache")
+	}
+	return err
 }
 
 // releaseCachedLocked synchronizes events and releases every unsplit free

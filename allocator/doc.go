@@ -71,7 +71,10 @@
 //
 // # Invariants
 //
-// Checked by CheckInvariants after every step of the tests:
+// Checked by CheckInvariants after every step of the tests, and after
+// every Alloc, Free and EmptyCache in builds with the gpumem_invariants
+// tag (go test -tags gpumem_invariants), which panic on a violation: a bug
+// in gpumem, never a caller's mistake:
 //
 //   - every byte of a segment is in exactly one block; no gaps, no
 //     overlaps;
