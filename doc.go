@@ -38,7 +38,8 @@
 //   - device/cuda: the CUDA backend on gorgonia.org/cu (build tag cuda).
 //   - allocator: the caching allocator, its configuration (ParseConf reads
 //     PYTORCH_CUDA_ALLOC_CONF syntax), out-of-memory errors, snapshots, a
-//     multi-device Manager and a pass-through baseline.
+//     multi-device Manager and a pass-through baseline; allocator/host
+//     caches pinned host memory as PyTorch's host allocator does.
 //   - stats: the statistics, PyTorch's memory_stats key space and its
 //     memory_summary table, expvar export.
 //   - trace: memtrace, the trace format; a recorder (and a pprof profile of
