@@ -102,6 +102,7 @@ func TestErrorsChangeNothing(t *testing.T) {
 	assert.ErrorIs(t, a.RecordStream(p, 0), device.ErrInvalidPointer)
 	_, err := a.Alloc(1 << 63)
 	assert.ErrorIs(t, err, device.ErrInvalidSize)
+	assert.Equal(t, before, a.Stats(), "the refused calls changed nothing")
 	live, _ := a.Alloc(100)
 	before = a.Stats()
 	require.NoError(t, a.RecordStream(live, 77))
