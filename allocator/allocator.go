@@ -172,7 +172,10 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 		return 0, nil
 	}
 	if size >= maxRequestSize {
-		return 0, fmt.Errorf("allocator: cannot allocate %d bytes (more than 1 EiB; a negative size converted to uint64?): %w", size, device.ErrInvalidSize)
+		// PyTorch raises its out-of-memory error here (without counting it
+		// in num_ooms); the error matches both, so that a replay counts it
+		// as PyTorch's does while a caller sees a size it should not ask.
+		return 0, fmt.Errorf("allocator: cannot allocate %d bytes (more than 1 EiB; a negative size converted to uint64?): %w (%w)", size, device.ErrInvalidSize, device.ErrOutOfMemory)
 	}
 	a.mu.Lock()
 	if !a.knownStreamLocked(s) {

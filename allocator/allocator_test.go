@@ -295,6 +295,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 
 	_, err := a.Alloc(1<<60, 0)
 	assert.ErrorIs(t, err, device.ErrInvalidSize)
+	assert.ErrorIs(t, err, device.ErrOutOfMemory, "PyTorch raises its out-of-memory error above 1 EB")
 	_, err = a.Alloc(uint64(int64(-5)&(1<<63-1))|1<<63, 0) // a negative int64 as uint64
 	assert.ErrorIs(t, err, device.ErrInvalidSize)
 	_, err = a.Alloc(100, 99)
