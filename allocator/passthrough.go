@@ -52,7 +52,7 @@ func (p *Passthrough) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 		return 0, nil
 	}
 	if size >= maxRequestSize {
-		return 0, fmt.Errorf("allocator: cannot allocate %d bytes (more than 1 EiB): %w", size, device.ErrInvalidSize)
+		return 0, fmt.Errorf("allocator: cannot allocate %d bytes (more than 1 EiB): %w (%w)", size, device.ErrInvalidSize, device.ErrOutOfMemory)
 	}
 	rounded := (&Allocator{}).roundSize(size)
 	pool := stats.LargePool
