@@ -488,7 +488,7 @@ func (a *Allocator) Free(p device.Ptr) error {
 }
 
 func (a *Allocator) freeLocked(p device.Ptr) error {
-	b := a.live.get(p)
+	b := a.live.remove(p)
 	if b == nil {
 		return a.invalidPointerLocked("free", p)
 	}
@@ -497,10 +497,10 @@ func (a *Allocator) freeLocked(p device.Ptr) error {
 		var err error
 		events, err = a.recordUsesLocked(b)
 		if err != nil {
+			a.live.put(b) // nothing changed
 			return err
 		}
 	}
-	a.live.remove(p)
 	b.allocated = false
 	a.st.Allocation.Decrease(b.pool.stat, 1)
 	a.st.AllocatedBytes.Decrease(b.pool.stat, int64(b.size))
