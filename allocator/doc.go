@@ -22,8 +22,11 @@
 //     caller but recorded on other streams whose work has not finished), or
 //     free (cached).
 //   - pool: small (blocks of at most 1 MiB) or large. Each pool indexes its
-//     free blocks in a B-tree ordered by (stream, size, address).
-//   - live: a map from address to allocated block, for Free.
+//     free blocks in a B-tree (github.com/google/btree) ordered by (stream,
+//     size, address), and with expandable segments its unmapped ranges in
+//     a second one ordered by (stream, address).
+//   - live: an open-addressing table from address to allocated block, for
+//     Free.
 //   - queues: per stream, the events recorded for pending frees, oldest
 //     first.
 //   - stats: a stats.DeviceStats kept as PyTorch keeps it.
@@ -42,8 +45,9 @@
 //     to an oversize request only if it is less than
 //     max_non_split_rounding bytes larger.
 //  5. On a miss: garbage-collect old cached blocks if a threshold and a
-//     memory cap are set; then ask the device for a new segment (refused
-//     without asking when it would pass the cap); if it says out of
+//     memory cap are set; then ask the device for a new segment, or with
+//     expandable segments map pages into one (refused without asking when
+//     it would pass the cap); if it says out of
 //     memory, release cached oversize blocks of this pool and stream and
 //     try again; if that fails, wait for all stream events, release every
 //     cached segment that is wholly free, and try once more (counted in
@@ -67,7 +71,9 @@
 //     block with free neighbours in its segment and put the result in the
 //     free index (active, active_bytes and requested_bytes fall now).
 //  5. Segments stay cached until EmptyCache, the out-of-memory path or
-//     garbage collection releases those that are wholly free.
+//     garbage collection releases those that are wholly free (with
+//     expandable segments, EmptyCache and the out-of-memory path unmap the
+//     whole pages of free blocks instead).
 //
 // # Invariants
 //
