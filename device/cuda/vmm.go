@@ -52,6 +52,28 @@ func (d *Device) checkRange(op string, p device.Ptr, size uint64) error {
 
 // findLocked returns the reservation that contains [p, p+size), or nil.
 // The caller holds d.vmMu.
+// pagesLocked finds the reservation holding [p, p+size) and the range of
+// its page indexes, and checks that every page is mapped (wantMapped) or
+// that none is. The caller holds d.vmMu.
+func (d *Device) pagesLocked(op string, p device.Ptr, size uint64, wantMapped bool) (r *reservation, first, n int, err error) {
+	r = d.findLocked(p, size)
+	if r == nil {
+		return nil, 0, 0, usageError(op, d.ordinal, device.ErrInvalidArgument, "range [%v, +%d) is not inside a reservation", p, size)
+	}
+	first = int((uint64(p) - uint64(r.base)) / d.gran)
+	n = int(size / d.gran)
+	for i := first; i < first+n; i++ {
+		if r.mapped[i] != wantMapped {
+			what := "is already mapped"
+			if wantMapped {
+				what = "is not mapped"
+			}
+			return nil, 0, 0, usageError(op, d.ordinal, device.ErrInvalidArgument, "page %v %s", device.Ptr(uint64(r.base)+uint64(i)*d.gran), what)
+		}
+	}
+	return r, first, n, nil
+}
+
 func (d *Device) findLocked(p device.Ptr, size uint64) *reservation {
 	i := sort.Search(len(d.reservations), func(i int) bool { return d.reservations[i].base > p })
 	if i == 0 {
@@ -113,16 +135,9 @@ func (d *Device) Map(p device.Ptr, size uint64) error {
 	defer d.life.RUnlock()
 	d.vmMu.Lock()
 	defer d.vmMu.Unlock()
-	r := d.findLocked(p, size)
-	if r == nil {
-		return usageError("map", d.ordinal, device.ErrInvalidArgument, "range [%v, +%d) is not inside a reservation", p, size)
-	}
-	first := int((uint64(p) - uint64(r.base)) / d.gran)
-	n := int(size / d.gran)
-	for i := first; i < first+n; i++ {
-		if r.mapped[i] {
-			return usageError("map", d.ordinal, device.ErrInvalidArgument, "page %v is already mapped", device.Ptr(uint64(r.base)+uint64(i)*d.gran))
-		}
+	r, first, n, err := d.pagesLocked("map", p, size, false)
+	if err != nil {
+		return err
 	}
 	c := d.call(func() int {
 		done := 0
@@ -176,18 +191,10 @@ func (d *Device) Unmap(p device.Ptr, size uint64) error {
 	defer d.life.RUnlock()
 	d.vmMu.Lock()
 	defer d.vmMu.Unlock()
-	r := d.findLocked(p, size)
-	if r == nil {
-		return usageError("unmap", d.ordinal, device.ErrInvalidArgument, "range [%v, +%d) is not inside a reservation", p, size)
+	r, first, n, err := d.pagesLocked("unmap", p, size, true)
+	if err != nil {
+		return err
 	}
-	first := int((uint64(p) - uint64(r.base)) / d.gran)
-	n := int(size / d.gran)
-	for i := first; i < first+n; i++ {
-		if !r.mapped[i] {
-			return usageError("unmap", d.ordinal, device.ErrInvalidArgument, "page %v is not mapped", device.Ptr(uint64(r.base)+uint64(i)*d.gran))
-		}
-	}
-	var err error
 	d.call(func() int {
 		for i := first; i < first+n; i++ {
 			addr := uint64(r.base) + uint64(i)*d.gran
