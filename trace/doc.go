@@ -102,7 +102,10 @@
 // as memtrace, so that a real program's allocations can be replayed
 // later; with RecordStacks it keeps the Go call stack of each live
 // allocation and WriteProfile turns them into a pprof profile of live
-// device memory by call site.
+// device memory by call site. History records the same events as PyTorch's
+// memory history (a ring buffer of alloc, free and segment entries) and
+// WriteSnapshot writes them, with the allocator's segments, as a
+// PyTorch-format snapshot pickle that PyTorch's memory visualizer opens.
 //
 // # Memory and concurrency
 //

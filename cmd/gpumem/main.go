@@ -6,7 +6,7 @@
 // Usage:
 //
 //	gpumem demo [--steps N] [--conf CONF]
-//	gpumem replay [--conf CONF] [--capacity SIZE] [--baseline] [--json] [--summary] TRACE...
+//	gpumem replay [--conf CONF] [--capacity SIZE] [--baseline] [--json] [--summary] [--snapshot OUT.pickle] TRACE...
 //	gpumem compare [--conf CONF]... [--capacity SIZE] TRACE
 //	gpumem convert [-o OUT] FILE
 //	gpumem estimate [--layers N --hidden N --batch N ...] [--capacity SIZE] [--max-batch]

@@ -184,3 +184,19 @@ func TestViz(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "exactly one trace")
 }
+
+func TestReplaySnapshotRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	snap := filepath.Join(dir, "snap.pickle")
+	_, errOut, code := runCmd(t, "replay", "--snapshot", snap, "testdata/small.trace.gz")
+	require.Equal(t, 0, code, errOut)
+	back := filepath.Join(dir, "back.trace")
+	_, errOut, code = runCmd(t, "convert", "-o", back, snap)
+	require.Equal(t, 0, code, errOut)
+	out, errOut, code := runCmd(t, "replay", "--json", back)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, `"ops":3118`, "the snapshot's history holds every allocation and free of the replay")
+	_, errOut, code = runCmd(t, "replay", "--snapshot", snap, "--baseline", "testdata/small.trace.gz")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "--snapshot takes one trace")
+}

@@ -24,6 +24,9 @@ type replaySetup struct {
 	label    string
 	conf     allocator.Config
 	baseline bool
+	// with, if set, is called with the caching allocator before the
+	// replay; the function it returns, after it.
+	with func(a *allocator.Allocator) (after func() error)
 }
 
 // replayFile replays the trace at path under one setup on a fresh
@@ -52,10 +55,15 @@ func replayFile(path string, setup replaySetup, capacity uint64, progress io.Wri
 		return nil, err
 	}
 	var target trace.Target
+	after := func() error { return nil }
 	if setup.baseline {
 		target, err = allocator.NewPassthrough(dev)
 	} else {
-		target, err = allocator.New(dev, setup.conf)
+		var a *allocator.Allocator
+		if a, err = allocator.New(dev, setup.conf); err == nil && setup.with != nil {
+			after = setup.with(a)
+		}
+		target = a
 	}
 	if err != nil {
 		return nil, err
@@ -67,6 +75,9 @@ func replayFile(path string, setup replaySetup, capacity uint64, progress io.Wri
 	res, err := trace.Replay(r, target, dev, opt)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := after(); err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -91,6 +102,8 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	baseline := fs.Bool("baseline", false, "replay with the pass-through baseline (no caching) instead")
 	asJSON := fs.Bool("json", false, "print one JSON object per trace")
 	summary := fs.Bool("summary", false, "print the memory summary after each replay")
+	snapshot := fs.String("snapshot", "", "write a PyTorch-format memory snapshot (pickle) of the end of the replay here, for PyTorch's memory visualizer (one trace only)")
+	history := fs.Int("history", 100000, "with --snapshot, how many of the last allocator events the snapshot keeps")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -102,6 +115,27 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 		return usageError{err.Error()}
 	}
 	setup := replaySetup{conf: cfg, baseline: *baseline}
+	if *snapshot != "" {
+		if fs.NArg() != 1 || *baseline {
+			return usageError{"--snapshot takes one trace and the caching allocator"}
+		}
+		setup.with = func(a *allocator.Allocator) func() error {
+			h := trace.NewHistory(*history)
+			detach := a.Attach(h)
+			return func() error {
+				detach()
+				f, err := os.Create(*snapshot)
+				if err != nil {
+					return err
+				}
+				if err := h.WriteSnapshot(f, a); err != nil {
+					f.Close()
+					return err
+				}
+				return f.Close()
+			}
+		}
+	}
 	for _, path := range fs.Args() {
 		res, err := replayFile(path, setup, capacity.n, progressOutput(stderr, *asJSON))
 		if err != nil {
