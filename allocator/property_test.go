@@ -40,6 +40,8 @@ type machine struct {
 	// peak number of live blocks since the last peak reset.
 	nAllocs, nFrees, nOOMs int64
 	peakLive               int64
+	// device calls before the last accumulated reset
+	devAllocBase, devFreeBase int64
 }
 
 type liveBlock struct {
@@ -237,6 +239,8 @@ func (m *machine) Reset(t *rapid.T) {
 	} else {
 		m.a.ResetAccumulatedStats()
 		m.nAllocs, m.nFrees, m.nOOMs = 0, 0, 0
+		dc := m.dev.Counters()
+		m.devAllocBase, m.devFreeBase = dc.Mallocs+dc.Maps, dc.Frees+dc.Unmaps
 	}
 	m.prev = m.a.Stats()
 }
@@ -246,10 +250,13 @@ func (m *machine) Check(t *rapid.T) {
 		t.Fatal(err)
 	}
 	st := m.a.Stats()
+	dc := m.dev.Counters()
 	for _, c := range []struct {
 		key  string
 		want int64
 	}{
+		{"num_device_alloc", dc.Mallocs + dc.Maps - m.devAllocBase},
+		{"num_device_free", dc.Frees + dc.Unmaps - m.devFreeBase},
 		{"allocation.all.current", int64(len(m.live))},
 		{"allocation.all.peak", m.peakLive},
 		{"allocation.all.allocated", m.nAllocs},
