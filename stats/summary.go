@@ -169,21 +169,31 @@ func appendPadded(buf []byte, v int64, width int) []byte {
 // that has been divided by 1024 each time, and v is floor-divided.
 func appendSummarySize(buf []byte, v, pref int64) []byte {
 	units := [...]string{"B  ", "KiB", "MiB", "GiB", "TiB", "PiB"}
-	u := 0
-	if pref >= 768*1024 {
-		p := float64(pref)
-		for u+1 < len(units) {
-			if u > 0 && p < 768*1024 {
-				break
-			}
-			u++
-			v = floorDiv(v, 1024)
-			p /= 1024
-		}
-	}
+	v, u := climbUnit(v, pref, 1024, 768*1024, len(units))
 	buf = appendPadded(buf, v, 6)
 	buf = append(buf, ' ')
 	return append(buf, units[u]...)
+}
+
+// climbUnit picks the unit of a summary cell: it divides v (flooring) by
+// step while pref is at least threshold of the next unit, up to n units.
+// As in PyTorch, the first test compares the integer pref, the later ones
+// a float64 divided by step each time. It returns v in that unit and the
+// unit's index.
+func climbUnit(v, pref, step, threshold int64, n int) (int64, int) {
+	u := 0
+	if pref >= threshold {
+		p := float64(pref)
+		for u+1 < n {
+			if u > 0 && p < float64(threshold) {
+				break
+			}
+			u++
+			v = floorDiv(v, step)
+			p /= float64(step)
+		}
+	}
+	return v, u
 }
 
 // appendSummaryCount appends v in the count unit chosen by pref:
@@ -193,18 +203,7 @@ func appendSummarySize(buf []byte, v, pref int64) []byte {
 // appendSummarySize.
 func appendSummaryCount(buf []byte, v, pref int64) []byte {
 	units := [...]string{" ", "K", "M"}
-	u := 0
-	if pref >= 750*1000 {
-		p := float64(pref)
-		for u+1 < len(units) {
-			if u > 0 && p < 750*1000 {
-				break
-			}
-			u++
-			v = floorDiv(v, 1000)
-			p /= 1000
-		}
-	}
+	v, u := climbUnit(v, pref, 1000, 750*1000, len(units))
 	buf = appendPadded(buf, v, 7)
 	buf = append(buf, ' ')
 	buf = append(buf, units[u]...)
