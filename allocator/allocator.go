@@ -214,7 +214,7 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 	b = a.allocFoundLocked(b, p, rounded, size, fresh)
 	ptr := b.ptr
 	if len(a.observers) > 0 {
-		a.notifyLocked(Event{Kind: EventAlloc, Ptr: ptr, Size: b.size, Requested: size, Stream: s})
+		a.notifyLocked(Action{Kind: ActionAlloc, Ptr: ptr, Size: b.size, Requested: size, Stream: s})
 	}
 	if selfCheck {
 		a.selfCheckLocked("Alloc")
@@ -376,7 +376,7 @@ func (a *Allocator) allocBlockLocked(p *pool, rounded, size uint64, s device.Str
 	}
 	a.st.NumDeviceAlloc++
 	if len(a.observers) > 0 {
-		a.notifyLocked(Event{Kind: EventSegmentAlloc, Ptr: ptr, Size: size, Stream: s})
+		a.notifyLocked(Action{Kind: ActionSegmentAlloc, Ptr: ptr, Size: size, Stream: s})
 	}
 	return b, true, nil, nil
 }
@@ -508,7 +508,7 @@ func (a *Allocator) freeLocked(p device.Ptr) error {
 		a.st.OversizeAllocations.Decrease(1)
 	}
 	if len(a.observers) > 0 {
-		a.notifyLocked(Event{Kind: EventFreeRequested, Ptr: p, Size: b.size, Requested: b.requested, Stream: b.stream})
+		a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: p, Size: b.size, Requested: b.requested, Stream: b.stream})
 	}
 	if b.recorded {
 		delete(a.uses, b)
@@ -698,7 +698,7 @@ func (a *Allocator) freeBlockLocked(b *block) {
 	a.st.ActiveBytes.Decrease(p.stat, int64(size))
 	a.st.RequestedBytes.Decrease(p.stat, int64(requested))
 	if len(a.observers) > 0 {
-		a.notifyLocked(Event{Kind: EventFreeCompleted, Ptr: ptr, Size: size, Requested: requested, Stream: merged.stream})
+		a.notifyLocked(Action{Kind: ActionFreeCompleted, Ptr: ptr, Size: size, Requested: requested, Stream: merged.stream})
 	}
 }
 
@@ -727,7 +727,7 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 	}
 	b.recorded = true
 	if len(a.observers) > 0 {
-		a.notifyLocked(Event{Kind: EventRecordStream, Ptr: p, Size: b.size, Requested: b.requested, Stream: s})
+		a.notifyLocked(Action{Kind: ActionRecordStream, Ptr: p, Size: b.size, Requested: b.requested, Stream: s})
 	}
 	return nil
 }
@@ -805,7 +805,7 @@ func (a *Allocator) EmptyCache() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.observers) > 0 {
-		a.notifyLocked(Event{Kind: EventEmptyCache})
+		a.notifyLocked(Action{Kind: ActionEmptyCache})
 	}
 	err := a.releaseCachedLocked()
 	if selfCheck {
@@ -876,7 +876,7 @@ func (a *Allocator) releaseBlockLocked(b *block) error {
 	p.remove(b)
 	delete(a.segments, b.ptr)
 	if len(a.observers) > 0 {
-		a.notifyLocked(Event{Kind: EventSegmentFree, Ptr: b.ptr, Size: b.size, Stream: b.stream})
+		a.notifyLocked(Action{Kind: ActionSegmentFree, Ptr: b.ptr, Size: b.size, Stream: b.stream})
 	}
 	a.recycle(b)
 	return nil

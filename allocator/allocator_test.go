@@ -507,27 +507,27 @@ func TestFailedDeviceFreeKeepsBlockCached(t *testing.T) {
 
 func TestObserverSeesEveryEvent(t *testing.T) {
 	a, _ := newTest(t, 0, Config{})
-	var got []Event
-	detach := a.Attach(observerFunc(func(e Event) { got = append(got, e) }))
+	var got []Action
+	detach := a.Attach(observerFunc(func(e Action) { got = append(got, e) }))
 	p := mustAlloc(t, a, 3000, 0)
 	mustFree(t, a, p)
 	require.NoError(t, a.EmptyCache())
 	detach()
 	mustAlloc(t, a, 3000, 0)
-	kinds := []EventKind{}
+	kinds := []ActionKind{}
 	for _, e := range got {
 		kinds = append(kinds, e.Kind)
 	}
-	assert.Equal(t, []EventKind{EventSegmentAlloc, EventAlloc, EventFreeRequested, EventFreeCompleted, EventEmptyCache, EventSegmentFree}, kinds)
+	assert.Equal(t, []ActionKind{ActionSegmentAlloc, ActionAlloc, ActionFreeRequested, ActionFreeCompleted, ActionEmptyCache, ActionSegmentFree}, kinds)
 	assert.EqualValues(t, 3000, got[1].Requested)
 	assert.EqualValues(t, 3072, got[1].Size)
 	assert.Equal(t, p, got[1].Ptr)
-	assert.Equal(t, "free_requested", EventFreeRequested.String())
+	assert.Equal(t, "free_requested", ActionFreeRequested.String())
 }
 
-type observerFunc func(Event)
+type observerFunc func(Action)
 
-func (f observerFunc) Observe(e Event) { f(e) }
+func (f observerFunc) Observe(e Action) { f(e) }
 
 func TestSnapshot(t *testing.T) {
 	a, _ := newTest(t, 0, Config{})

@@ -118,7 +118,7 @@ func TestSmallAccessors(t *testing.T) {
 	assert.Zero(t, a.LargestFreeBlock())
 	mustFree(t, a, mustAlloc(t, a, 3*mib, 0))
 	assert.EqualValues(t, 20*mib, a.LargestFreeBlock())
-	assert.Equal(t, "unknown", EventKind(99).String())
-	assert.Equal(t, "segment_map", EventSegmentMap.String())
+	assert.Equal(t, "unknown", ActionKind(99).String())
+	assert.Equal(t, "segment_map", ActionSegmentMap.String())
 	assert.Equal(t, "unknown", BlockState(9).String())
 }

@@ -168,7 +168,7 @@ func (a *Allocator) mapBlockLocked(u *block, size uint64) (devErr, err error) {
 	a.st.ReservedBytes.Increase(p.stat, int64(n))
 	a.st.NumDeviceAlloc++
 	if len(a.observers) > 0 {
-		a.notifyLocked(Event{Kind: EventSegmentMap, Ptr: device.Ptr(uint64(seg.ptr) + begin*seg.page), Size: n, Stream: seg.stream})
+		a.notifyLocked(Action{Kind: ActionSegmentMap, Ptr: device.Ptr(uint64(seg.ptr) + begin*seg.page), Size: n, Stream: seg.stream})
 	}
 	return nil, nil
 }
@@ -216,7 +216,7 @@ func (a *Allocator) unmapBlockLocked(b *block) error {
 	a.st.ReservedBytes.Decrease(p.stat, int64(n))
 	a.st.NumDeviceFree++
 	if len(a.observers) > 0 {
-		a.notifyLocked(Event{Kind: EventSegmentUnmap, Ptr: ptr, Size: n, Stream: seg.stream})
+		a.notifyLocked(Action{Kind: ActionSegmentUnmap, Ptr: ptr, Size: n, Stream: seg.stream})
 	}
 	return nil
 }

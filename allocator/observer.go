@@ -9,61 +9,61 @@ import (
 	"github.com/gpumem/gpumem/device"
 )
 
-// EventKind says what an Event reports.
-type EventKind uint8
+// ActionKind says what an Action reports.
+type ActionKind uint8
 
-// The kinds of Event, named after PyTorch's memory-history trace actions.
+// The kinds of Action, named after PyTorch's memory-history trace actions.
 const (
-	EventAlloc         EventKind = iota + 1 // a block was handed to a caller (alloc)
-	EventFreeRequested                      // a caller freed a block (free_requested)
-	EventFreeCompleted                      // a freed block returned to the cache (free_completed)
-	EventSegmentAlloc                       // a segment was obtained from the device (segment_alloc)
-	EventSegmentFree                        // a segment was returned to the device (segment_free)
-	EventRecordStream                       // a block was recorded on another stream
-	EventEmptyCache                         // EmptyCache was called
-	EventOutOfMemory                        // Alloc is about to return an out-of-memory error (oom)
-	EventSegmentMap                         // pages were mapped into an expandable segment (segment_map)
-	EventSegmentUnmap                       // pages of an expandable segment were unmapped (segment_unmap)
+	ActionAlloc         ActionKind = iota + 1 // a block was handed to a caller (alloc)
+	ActionFreeRequested                      // a caller freed a block (free_requested)
+	ActionFreeCompleted                      // a freed block returned to the cache (free_completed)
+	ActionSegmentAlloc                       // a segment was obtained from the device (segment_alloc)
+	ActionSegmentFree                        // a segment was returned to the device (segment_free)
+	ActionRecordStream                       // a block was recorded on another stream
+	ActionEmptyCache                         // EmptyCache was called
+	ActionOutOfMemory                        // Alloc is about to return an out-of-memory error (oom)
+	ActionSegmentMap                         // pages were mapped into an expandable segment (segment_map)
+	ActionSegmentUnmap                       // pages of an expandable segment were unmapped (segment_unmap)
 )
 
-var eventKindNames = [...]string{
-	EventAlloc:         "alloc",
-	EventFreeRequested: "free_requested",
-	EventFreeCompleted: "free_completed",
-	EventSegmentAlloc:  "segment_alloc",
-	EventSegmentFree:   "segment_free",
-	EventRecordStream:  "record_stream",
-	EventEmptyCache:    "empty_cache",
-	EventOutOfMemory:   "oom",
-	EventSegmentMap:    "segment_map",
-	EventSegmentUnmap:  "segment_unmap",
+var actionKindNames = [...]string{
+	ActionAlloc:         "alloc",
+	ActionFreeRequested: "free_requested",
+	ActionFreeCompleted: "free_completed",
+	ActionSegmentAlloc:  "segment_alloc",
+	ActionSegmentFree:   "segment_free",
+	ActionRecordStream:  "record_stream",
+	ActionEmptyCache:    "empty_cache",
+	ActionOutOfMemory:   "oom",
+	ActionSegmentMap:    "segment_map",
+	ActionSegmentUnmap:  "segment_unmap",
 }
 
 // String returns the PyTorch-style name of the kind.
-func (k EventKind) String() string {
-	if int(k) < len(eventKindNames) && eventKindNames[k] != "" {
-		return eventKindNames[k]
+func (k ActionKind) String() string {
+	if int(k) < len(actionKindNames) && actionKindNames[k] != "" {
+		return actionKindNames[k]
 	}
 	return "unknown"
 }
 
-// Event is one thing the allocator did. Fields that do not apply to a kind
+// Action is one thing the allocator did. Fields that do not apply to a kind
 // are zero.
-type Event struct {
-	Kind      EventKind
+type Action struct {
+	Kind      ActionKind
 	Ptr       device.Ptr    // block or segment address
 	Size      uint64        // block or segment size in bytes
 	Requested uint64        // bytes the caller asked for (alloc, free, oom)
-	Stream    device.Stream // the block's stream; for EventRecordStream the stream recorded
+	Stream    device.Stream // the block's stream; for ActionRecordStream the stream recorded
 }
 
 // Observer receives the allocator's events. Observe is called with the
 // allocator's lock held, in the order the events happen, from the
 // goroutine whose call caused them: it must be quick and must not call the
-// allocator (that would deadlock). The Event is passed by value; keep a
+// allocator (that would deadlock). The Action is passed by value; keep a
 // copy, not a pointer.
 type Observer interface {
-	Observe(e Event)
+	Observe(e Action)
 }
 
 type observerEntry struct {
@@ -86,7 +86,7 @@ func (a *Allocator) Attach(o Observer) (detach func()) {
 	}
 }
 
-func (a *Allocator) notifyLocked(e Event) {
+func (a *Allocator) notifyLocked(e Action) {
 	for _, o := range a.observers {
 		o.obs.Observe(e)
 	}

@@ -104,7 +104,7 @@ func (a *Allocator) outOfMemoryLocked(orig, allocSize uint64, s device.Stream, d
 		Err:                 devErr,
 	}
 	if len(a.observers) > 0 {
-		a.notifyLocked(Event{Kind: EventOutOfMemory, Size: allocSize, Requested: orig, Stream: s})
+		a.notifyLocked(Action{Kind: ActionOutOfMemory, Size: allocSize, Requested: orig, Stream: s})
 	}
 	return e
 }

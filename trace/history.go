@@ -44,25 +44,25 @@ func NewHistory(maxEntries int) *History {
 }
 
 // Observe implements allocator.Observer.
-func (h *History) Observe(e allocator.Event) {
+func (h *History) Observe(e allocator.Action) {
 	var action string
 	size := e.Size
 	switch e.Kind {
-	case allocator.EventAlloc:
+	case allocator.ActionAlloc:
 		action, size = "alloc", e.Requested
-	case allocator.EventFreeRequested:
+	case allocator.ActionFreeRequested:
 		action, size = "free_requested", e.Requested
-	case allocator.EventFreeCompleted:
+	case allocator.ActionFreeCompleted:
 		action, size = "free_completed", e.Requested
-	case allocator.EventSegmentAlloc:
+	case allocator.ActionSegmentAlloc:
 		action = "segment_alloc"
-	case allocator.EventSegmentFree:
+	case allocator.ActionSegmentFree:
 		action = "segment_free"
-	case allocator.EventSegmentMap:
+	case allocator.ActionSegmentMap:
 		action = "segment_map"
-	case allocator.EventSegmentUnmap:
+	case allocator.ActionSegmentUnmap:
 		action = "segment_unmap"
-	case allocator.EventOutOfMemory:
+	case allocator.ActionOutOfMemory:
 		action, size = "oom", e.Size
 	default:
 		return // no PyTorch counterpart

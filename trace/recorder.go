@@ -60,11 +60,11 @@ func NewRecorder(w *Writer, opt RecorderOptions) *Recorder {
 }
 
 // Observe implements allocator.Observer.
-func (r *Recorder) Observe(e allocator.Event) {
+func (r *Recorder) Observe(e allocator.Action) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch e.Kind {
-	case allocator.EventAlloc:
+	case allocator.ActionAlloc:
 		id := r.nextID
 		r.nextID++
 		r.ids[e.Ptr] = id
@@ -74,7 +74,7 @@ func (r *Recorder) Observe(e allocator.Event) {
 			n := runtime.Callers(3, pcs)
 			r.stacks[e.Ptr] = &LiveBlock{ID: id, Ptr: e.Ptr, Size: e.Requested, Stream: e.Stream, Stack: pcs[:n:n]}
 		}
-	case allocator.EventFreeRequested:
+	case allocator.ActionFreeRequested:
 		id, ok := r.ids[e.Ptr]
 		if !ok {
 			return // allocated before the recorder was attached
@@ -82,11 +82,11 @@ func (r *Recorder) Observe(e allocator.Event) {
 		delete(r.ids, e.Ptr)
 		delete(r.stacks, e.Ptr)
 		r.write(Op{Kind: Free, ID: id})
-	case allocator.EventRecordStream:
+	case allocator.ActionRecordStream:
 		if id, ok := r.ids[e.Ptr]; ok {
 			r.write(Op{Kind: RecordStream, ID: id, Stream: uint64(e.Stream)})
 		}
-	case allocator.EventEmptyCache:
+	case allocator.ActionEmptyCache:
 		r.write(Op{Kind: EmptyCache})
 	}
 }
