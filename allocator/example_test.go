@@ -1,15 +1,12 @@
 package allocator_test
 
 import (
-	"encoding/json"
 	"errors"
-	"expvar"
 	"fmt"
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
-	"github.com/gpumem/gpumem/stats"
 )
 
 func Example() {
@@ -103,19 +100,4 @@ func ExampleAllocator_Snapshot() {
 	// small_pool 2 MiB
 	//   active_allocated 1024 1000
 	//   inactive 2096128 0
-}
-
-// An allocator publishes its stats at /debug/vars with one call.
-func Example_expvar() {
-	dev, _ := sim.New(sim.Config{})
-	a, _ := allocator.New(dev, allocator.Config{})
-	if err := stats.Publish("gpumem_device0", a); err != nil {
-		panic(err)
-	}
-	_, _ = a.Alloc(1<<20, device.DefaultStream)
-	var m map[string]int64
-	_ = json.Unmarshal([]byte(expvar.Get("gpumem_device0").String()), &m)
-	fmt.Println(m["allocated_bytes.all.current"], m["segment.all.current"])
-	// Output:
-	// 1048576 1
 }

@@ -160,35 +160,9 @@ func (m *Manager) TotalStats() stats.DeviceStats {
 	total := stats.DeviceStats{MaxSplitSize: m.statsMaxSplit()}
 	for _, o := range m.Devices() {
 		st := m.allocs[o].Load().Stats()
-		addStats(&total, &st)
+		total.Add(&st)
 	}
 	return total
-}
-
-func addStats(dst, src *stats.DeviceStats) {
-	add := func(d, s *stats.Stat) {
-		d.Current += s.Current
-		d.Peak += s.Peak
-		d.Allocated += s.Allocated
-		d.Freed += s.Freed
-	}
-	arrays := func(d *stats.DeviceStats) []*stats.StatArray {
-		return []*stats.StatArray{&d.Allocation, &d.Segment, &d.Active, &d.InactiveSplit, &d.AllocatedBytes,
-			&d.ReservedBytes, &d.ActiveBytes, &d.InactiveSplitBytes, &d.RequestedBytes}
-	}
-	da, sa := arrays(dst), arrays(src)
-	for i := range da {
-		for p := range da[i] {
-			add(&da[i][p], &sa[i][p])
-		}
-	}
-	add(&dst.OversizeAllocations, &src.OversizeAllocations)
-	add(&dst.OversizeSegments, &src.OversizeSegments)
-	dst.NumAllocRetries += src.NumAllocRetries
-	dst.NumOOMs += src.NumOOMs
-	dst.NumSyncAllStreams += src.NumSyncAllStreams
-	dst.NumDeviceAlloc += src.NumDeviceAlloc
-	dst.NumDeviceFree += src.NumDeviceFree
 }
 
 // Summary returns the memory summary table of device ordinal.

@@ -15,15 +15,15 @@ type ActionKind uint8
 // The kinds of Action, named after PyTorch's memory-history trace actions.
 const (
 	ActionAlloc         ActionKind = iota + 1 // a block was handed to a caller (alloc)
-	ActionFreeRequested                      // a caller freed a block (free_requested)
-	ActionFreeCompleted                      // a freed block returned to the cache (free_completed)
-	ActionSegmentAlloc                       // a segment was obtained from the device (segment_alloc)
-	ActionSegmentFree                        // a segment was returned to the device (segment_free)
-	ActionRecordStream                       // a block was recorded on another stream
-	ActionEmptyCache                         // EmptyCache was called
-	ActionOutOfMemory                        // Alloc is about to return an out-of-memory error (oom)
-	ActionSegmentMap                         // pages were mapped into an expandable segment (segment_map)
-	ActionSegmentUnmap                       // pages of an expandable segment were unmapped (segment_unmap)
+	ActionFreeRequested                       // a caller freed a block (free_requested)
+	ActionFreeCompleted                       // a freed block returned to the cache (free_completed)
+	ActionSegmentAlloc                        // a segment was obtained from the device (segment_alloc)
+	ActionSegmentFree                         // a segment was returned to the device (segment_free)
+	ActionRecordStream                        // a block was recorded on another stream
+	ActionEmptyCache                          // EmptyCache was called
+	ActionOutOfMemory                         // Alloc is about to return an out-of-memory error (oom)
+	ActionSegmentMap                          // pages were mapped into an expandable segment (segment_map)
+	ActionSegmentUnmap                        // pages of an expandable segment were unmapped (segment_unmap)
 )
 
 var actionKindNames = [...]string{

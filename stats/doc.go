@@ -1,6 +1,6 @@
 // Package stats holds what a gpumem allocator counts and the ways to read
 // it: the memory_stats key space of PyTorch, PyTorch's memory summary
-// table, a one-line report, an slog value and an expvar bridge.
+// table, a one-line report and an slog value.
 //
 // Every stat means what it means in PyTorch 2.6's CUDA caching allocator,
 // so that numbers can be compared one for one with a PyTorch run, and tools
@@ -98,8 +98,9 @@
 // Summary prints PyTorch's memory_summary table, the same to the character
 // but for the title. FormatSize writes a byte count as PyTorch's
 // out-of-memory message does. Line gives a one-line progress report for a
-// training loop; a DeviceStats is an slog.LogValuer; Publish shows a live
-// Source under expvar's /debug/vars.
+// training loop; a DeviceStats is an slog.LogValuer. The expvar bridge
+// (/debug/vars) is package expvarstats, so that importing stats registers
+// nothing.
 //
 // # Copies and concurrency
 //
@@ -108,5 +109,5 @@
 // changes behind the reader, so reading it needs no lock, and the functions
 // of this package read only what they are given. Several goroutines may read
 // one DeviceStats at once; a goroutine that updates one must not share it
-// without its own lock. The one lock of this package serializes Publish.
+// without its own lock. This package has no lock and no global state.
 package stats

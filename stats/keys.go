@@ -10,22 +10,6 @@ import (
 	"strings"
 )
 
-// The names of the nine StatArrays, in the order of DeviceStats.arrays.
-var arrayNames = [9]string{
-	"allocation",
-	"segment",
-	"active",
-	"inactive_split",
-	"allocated_bytes",
-	"reserved_bytes",
-	"active_bytes",
-	"inactive_split_bytes",
-	"requested_bytes",
-}
-
-// The names of the four fields of a Stat, in field order.
-var fieldNames = [4]string{"current", "peak", "allocated", "freed"}
-
 // A keyEntry is one key of the key space and where its value lives.
 type keyEntry struct {
 	name string
@@ -38,52 +22,26 @@ var sortedKeys = buildKeys()
 
 func buildKeys() []keyEntry {
 	var keys []keyEntry
-	for ai, an := range arrayNames {
+	for m := range NumMetrics {
 		for p := All; p < NumPools; p++ {
 			for fi, fn := range fieldNames {
 				keys = append(keys, keyEntry{
-					name: an + "." + p.String() + "." + fn,
-					ref: func(d *DeviceStats) *int64 {
-						return statField(&d.arrays()[ai][p], fi)
-					},
+					name: m.String() + "." + p.String() + "." + fn,
+					ref:  func(d *DeviceStats) *int64 { return d.Of(m)[p].field(fi) },
 				})
 			}
 		}
 	}
-	for fi, fn := range fieldNames {
-		keys = append(keys,
-			keyEntry{"oversize_allocations." + fn, func(d *DeviceStats) *int64 {
-				return statField(&d.OversizeAllocations, fi)
-			}},
-			keyEntry{"oversize_segments." + fn, func(d *DeviceStats) *int64 {
-				return statField(&d.OversizeSegments, fi)
-			}},
-		)
+	for _, o := range oversizeStats {
+		for fi, fn := range fieldNames {
+			keys = append(keys, keyEntry{o.key + "." + fn, func(d *DeviceStats) *int64 { return o.of(d).field(fi) }})
+		}
 	}
-	keys = append(keys,
-		keyEntry{"num_alloc_retries", func(d *DeviceStats) *int64 { return &d.NumAllocRetries }},
-		keyEntry{"num_ooms", func(d *DeviceStats) *int64 { return &d.NumOOMs }},
-		keyEntry{"num_sync_all_streams", func(d *DeviceStats) *int64 { return &d.NumSyncAllStreams }},
-		keyEntry{"num_device_alloc", func(d *DeviceStats) *int64 { return &d.NumDeviceAlloc }},
-		keyEntry{"num_device_free", func(d *DeviceStats) *int64 { return &d.NumDeviceFree }},
-		keyEntry{"max_split_size", func(d *DeviceStats) *int64 { return &d.MaxSplitSize }},
-	)
+	for _, c := range counterKeys {
+		keys = append(keys, keyEntry{c.key, c.of})
+	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].name < keys[j].name })
 	return keys
-}
-
-// statField returns the field of s with index i in fieldNames order.
-func statField(s *Stat, i int) *int64 {
-	switch i {
-	case 0:
-		return &s.Current
-	case 1:
-		return &s.Peak
-	case 2:
-		return &s.Allocated
-	default:
-		return &s.Freed
-	}
 }
 
 // NumKeys is the number of keys in the key space: 9 stat arrays of 3 pools
@@ -198,30 +156,21 @@ func FromMap(m map[string]int64) (DeviceStats, error) {
 func (d *DeviceStats) ref(key string) *int64 {
 	head, rest, dotted := strings.Cut(key, ".")
 	if !dotted {
-		switch key {
-		case "num_alloc_retries":
-			return &d.NumAllocRetries
-		case "num_ooms":
-			return &d.NumOOMs
-		case "num_sync_all_streams":
-			return &d.NumSyncAllStreams
-		case "num_device_alloc":
-			return &d.NumDeviceAlloc
-		case "num_device_free":
-			return &d.NumDeviceFree
-		case "max_split_size":
-			return &d.MaxSplitSize
+		for _, c := range counterKeys {
+			if c.key == key {
+				return c.of(d)
+			}
 		}
 		return nil
 	}
 	var s *Stat
-	switch head {
-	case "oversize_allocations":
-		s = &d.OversizeAllocations
-	case "oversize_segments":
-		s = &d.OversizeSegments
-	default:
-		a := d.arrayNamed(head)
+	for _, o := range oversizeStats {
+		if o.key == head {
+			s = o.of(d)
+		}
+	}
+	if s == nil {
+		a := d.metricNamed(head)
 		if a == nil {
 			return nil
 		}
@@ -241,40 +190,20 @@ func (d *DeviceStats) ref(key string) *int64 {
 			return nil
 		}
 	}
-	switch rest {
-	case "current":
-		return &s.Current
-	case "peak":
-		return &s.Peak
-	case "allocated":
-		return &s.Allocated
-	case "freed":
-		return &s.Freed
+	for i, f := range fieldNames {
+		if f == rest {
+			return s.field(i)
+		}
 	}
 	return nil
 }
 
-// arrayNamed returns the StatArray whose key segment is name, or nil.
-func (d *DeviceStats) arrayNamed(name string) *StatArray {
-	switch name {
-	case "allocation":
-		return &d.Allocation
-	case "segment":
-		return &d.Segment
-	case "active":
-		return &d.Active
-	case "inactive_split":
-		return &d.InactiveSplit
-	case "allocated_bytes":
-		return &d.AllocatedBytes
-	case "reserved_bytes":
-		return &d.ReservedBytes
-	case "active_bytes":
-		return &d.ActiveBytes
-	case "inactive_split_bytes":
-		return &d.InactiveSplitBytes
-	case "requested_bytes":
-		return &d.RequestedBytes
+// metricNamed returns the StatArray whose key segment is name, or nil.
+func (d *DeviceStats) metricNamed(name string) *StatArray {
+	for m := range NumMetrics {
+		if metrics[m].key == name {
+			return d.Of(m)
+		}
 	}
 	return nil
 }

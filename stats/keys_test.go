@@ -172,7 +172,8 @@ func TestKeysReturnsFreshSlice(t *testing.T) {
 func distinctStats() DeviceStats {
 	var d DeviceStats
 	v := int64(1)
-	for _, a := range d.arrays() {
+	for m := range NumMetrics {
+		a := d.Of(m)
 		for p := range a {
 			s := &a[p]
 			s.Current, s.Peak, s.Allocated, s.Freed = v, v+1, v+2, v+3
@@ -317,4 +318,58 @@ func TestKeySpaceProperties(t *testing.T) {
 			t.Fatalf("prefix %q of %q accepted", key[:cut], key)
 		}
 	})
+}
+
+func TestAddSumsEveryKeyButTheSetting(t *testing.T) {
+	a, b := distinctStats(), distinctStats()
+	b.MaxSplitSize = 128 << 20
+	sum := a
+	sum.Add(&b)
+	for k, v := range a.Entries() {
+		got, _ := sum.Get(k)
+		if k == "max_split_size" {
+			assert.Equal(t, v, got, "the setting stays the receiver's")
+			continue
+		}
+		w, _ := b.Get(k)
+		assert.Equal(t, v+w, got, k)
+	}
+}
+
+func TestResetsFollowTheTable(t *testing.T) {
+	d := distinctStats()
+	d.ResetAccumulated()
+	for k, v := range d.Entries() {
+		switch {
+		case k == "max_split_size":
+			assert.EqualValues(t, -1, v, "a setting survives the reset")
+		case strings.HasSuffix(k, ".allocated"), strings.HasSuffix(k, ".freed"), strings.HasPrefix(k, "num_"):
+			assert.Zero(t, v, k)
+		default:
+			assert.NotZero(t, v, k)
+		}
+	}
+	d = distinctStats()
+	d.ResetPeak()
+	for k, v := range d.Entries() {
+		if cur, ok := strings.CutSuffix(k, ".peak"); ok {
+			c, _ := d.Get(cur + ".current")
+			assert.Equal(t, c, v, k)
+		}
+	}
+}
+
+func TestMetricTable(t *testing.T) {
+	var d DeviceStats
+	seen := map[*StatArray]bool{}
+	for m := range NumMetrics {
+		a := d.Of(m)
+		require.NotNil(t, a, m.String())
+		assert.False(t, seen[a], "%s shares its array", m)
+		seen[a] = true
+		assert.Equal(t, strings.HasSuffix(m.String(), "_bytes"), m.IsBytes(), m.String())
+	}
+	assert.Nil(t, d.Of(NumMetrics))
+	assert.Equal(t, "unknown", NumMetrics.String())
+	assert.Same(t, &d.ReservedBytes, d.Of(ReservedBytes))
 }

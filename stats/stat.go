@@ -145,32 +145,55 @@ type DeviceStats struct {
 // ResetPeak makes every peak equal to its current value, as PyTorch's
 // reset_peak_memory_stats does.
 func (d *DeviceStats) ResetPeak() {
-	for _, a := range d.arrays() {
-		a.ResetPeak()
+	for m := range NumMetrics {
+		d.Of(m).ResetPeak()
 	}
-	d.OversizeAllocations.ResetPeak()
-	d.OversizeSegments.ResetPeak()
+	for _, o := range oversizeStats {
+		o.of(d).ResetPeak()
+	}
 }
 
 // ResetAccumulated zeroes every cumulative sum and every counter, as
-// PyTorch's reset_accumulated_memory_stats does.
+// PyTorch's reset_accumulated_memory_stats does. MaxSplitSize, a setting,
+// stays.
 func (d *DeviceStats) ResetAccumulated() {
-	for _, a := range d.arrays() {
-		a.ResetAccumulated()
+	for m := range NumMetrics {
+		d.Of(m).ResetAccumulated()
 	}
-	d.OversizeAllocations.ResetAccumulated()
-	d.OversizeSegments.ResetAccumulated()
-	d.NumAllocRetries = 0
-	d.NumOOMs = 0
-	d.NumSyncAllStreams = 0
-	d.NumDeviceAlloc = 0
-	d.NumDeviceFree = 0
+	for _, o := range oversizeStats {
+		o.of(d).ResetAccumulated()
+	}
+	for _, c := range counterKeys {
+		if !c.setting {
+			*c.of(d) = 0
+		}
+	}
 }
 
-func (d *DeviceStats) arrays() [9]*StatArray {
-	return [9]*StatArray{
-		&d.Allocation, &d.Segment, &d.Active, &d.InactiveSplit,
-		&d.AllocatedBytes, &d.ReservedBytes, &d.ActiveBytes,
-		&d.InactiveSplitBytes, &d.RequestedBytes,
+// Add adds every field of src to d, to total several allocators (devices).
+// Current values, cumulative sums and counters become exact totals; each
+// peak becomes the sum of the peaks, which bounds the true peak of the
+// total from above, since the parts may have peaked at different times.
+// MaxSplitSize, a setting, stays d's.
+func (d *DeviceStats) Add(src *DeviceStats) {
+	add := func(d, s *Stat) {
+		d.Current += s.Current
+		d.Peak += s.Peak
+		d.Allocated += s.Allocated
+		d.Freed += s.Freed
+	}
+	for m := range NumMetrics {
+		da, sa := d.Of(m), src.Of(m)
+		for p := range da {
+			add(&da[p], &sa[p])
+		}
+	}
+	for _, o := range oversizeStats {
+		add(o.of(d), o.of(src))
+	}
+	for _, c := range counterKeys {
+		if !c.setting {
+			*c.of(d) += *c.of(src)
+		}
 	}
 }

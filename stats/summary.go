@@ -32,25 +32,6 @@ var (
 	singleRule = "|" + strings.Repeat("-", summaryWidth) + "|\n"
 )
 
-// A summaryRow is one block of the table: a stat and how to print it.
-type summaryRow struct {
-	stat  func(d *DeviceStats) *StatArray
-	label string
-	bytes bool // sizes in B/KiB/...; otherwise counts with K/M
-}
-
-var summaryRows = [...]summaryRow{
-	{func(d *DeviceStats) *StatArray { return &d.AllocatedBytes }, "Allocated memory", true},
-	{func(d *DeviceStats) *StatArray { return &d.ActiveBytes }, "Active memory", true},
-	{func(d *DeviceStats) *StatArray { return &d.RequestedBytes }, "Requested memory", true},
-	{func(d *DeviceStats) *StatArray { return &d.ReservedBytes }, "GPU reserved memory", true},
-	{func(d *DeviceStats) *StatArray { return &d.InactiveSplitBytes }, "Non-releasable memory", true},
-	{func(d *DeviceStats) *StatArray { return &d.Allocation }, "Allocations", false},
-	{func(d *DeviceStats) *StatArray { return &d.Active }, "Active allocs", false},
-	{func(d *DeviceStats) *StatArray { return &d.Segment }, "GPU reserved segments", false},
-	{func(d *DeviceStats) *StatArray { return &d.InactiveSplit }, "Non-releasable allocs", false},
-}
-
 // Summary returns PyTorch 2.6's memory_summary table for d: the same rows,
 // columns, borders and unit rules, so that it reads exactly like the
 // PyTorch printout, down to the character. Only the title line differs: it
@@ -96,15 +77,15 @@ func Summary(d *DeviceStats, opt SummaryOptions) string {
 	if opt.Abbreviated {
 		pools = pools[:1]
 	}
-	for _, row := range summaryRows {
+	for m := range NumMetrics {
 		buf = rule(buf, '-')
-		a := row.stat(d)
+		a := d.Of(m)
 		for _, pl := range pools {
 			label := pl.label
 			if pl.pool == All {
-				label = row.label
+				label = metrics[m].label
 			}
-			buf = appendSummaryLine(buf, label, &a[pl.pool], &a[All], row.bytes)
+			buf = appendSummaryLine(buf, label, &a[pl.pool], &a[All], metrics[m].bytes)
 		}
 	}
 	buf = rule(buf, '-')

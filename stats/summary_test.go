@@ -172,22 +172,23 @@ func TestSummaryWidthProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		const maxCount = 1e13 - 1
 		var d DeviceStats
-		for ai, a := range d.arrays() {
+		for m := range NumMetrics {
+			a, ai := d.Of(m), int(m)
 			limit := int64(1<<63 - 1)
-			if ai < 4 { // allocation, segment, active, inactive_split
+			if !m.IsBytes() { // allocation, segment, active, inactive_split
 				limit = maxCount
 			}
 			for fi := range 4 {
 				all := rapid.Int64Range(0, limit).Draw(t, "all"+strconv.Itoa(ai*4+fi))
 				large := rapid.Int64Range(0, all).Draw(t, "large")
-				*statField(&a[All], fi) = all
-				*statField(&a[LargePool], fi) = large
-				*statField(&a[SmallPool], fi) = all - large
+				*a[All].field(fi) = all
+				*a[LargePool].field(fi) = large
+				*a[SmallPool].field(fi) = all - large
 			}
 		}
 		for fi := range 4 {
-			*statField(&d.OversizeAllocations, fi) = rapid.Int64Range(0, maxCount).Draw(t, "oa")
-			*statField(&d.OversizeSegments, fi) = rapid.Int64Range(0, maxCount).Draw(t, "os")
+			*d.OversizeAllocations.field(fi) = rapid.Int64Range(0, maxCount).Draw(t, "oa")
+			*d.OversizeSegments.field(fi) = rapid.Int64Range(0, maxCount).Draw(t, "os")
 		}
 		d.NumOOMs = rapid.Int64Range(0, 999999999999).Draw(t, "ooms")
 		d.NumAllocRetries = rapid.Int64Range(0, 99999999).Draw(t, "retries")

@@ -1,7 +1,7 @@
 // This file tests Publish: the expvar variable, its JSON under /debug/vars
 // and the errors that replace expvar's panics.
 
-package stats
+package expvarstats
 
 import (
 	"encoding/json"
@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/gpumem/gpumem/stats"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,10 +21,10 @@ import (
 // allocator's do.
 type liveSource struct {
 	mu sync.Mutex
-	d  DeviceStats
+	d  stats.DeviceStats
 }
 
-func (s *liveSource) Stats() DeviceStats {
+func (s *liveSource) Stats() stats.DeviceStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.d
@@ -31,8 +33,8 @@ func (s *liveSource) Stats() DeviceStats {
 func (s *liveSource) alloc(n int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.d.Allocation.Increase(LargePool, 1)
-	s.d.AllocatedBytes.Increase(LargePool, n)
+	s.d.Allocation.Increase(stats.LargePool, 1)
+	s.d.AllocatedBytes.Increase(stats.LargePool, n)
 }
 
 func TestPublishExpvarGet(t *testing.T) {
@@ -47,7 +49,7 @@ func TestPublishExpvarGet(t *testing.T) {
 		return m
 	}
 	m := read()
-	assert.Len(t, m, NumKeys)
+	assert.Len(t, m, stats.NumKeys)
 	assert.Zero(t, m["allocated_bytes.all.current"])
 
 	src.alloc(4096)
