@@ -230,22 +230,20 @@ func TestMaxSplitSize(t *testing.T) {
 }
 
 func TestRounding(t *testing.T) {
-	a := &Allocator{}
 	cases := []struct{ in, want uint64 }{
 		{1, 512}, {511, 512}, {512, 512}, {513, 1024}, {1000, 1024}, {mib, mib}, {mib + 1, mib + 512},
 	}
 	for _, c := range cases {
-		assert.Equal(t, c.want, a.roundSize(c.in), "roundSize(%d)", c.in)
+		assert.Equal(t, c.want, roundSize(c.in, nil), "roundSize(%d)", c.in)
 	}
-	var cfg Config
-	for i := range cfg.RoundupPower2Divisions {
-		cfg.RoundupPower2Divisions[i] = 4
+	var d [NumRoundupIntervals]uint64
+	for i := range d {
+		d[i] = 4
 	}
-	b := &Allocator{cfg: cfg, roundup: true}
-	assert.EqualValues(t, 1536, b.roundSize(1200), "PyTorch's guard: 1200 <= 512*4 rounds normally")
-	assert.EqualValues(t, 1280*kib, b.roundSize(1200*kib), "1200 KiB -> next quarter of [1 MiB, 2 MiB)")
-	assert.EqualValues(t, 2*mib, b.roundSize(2*mib), "powers of two stay")
-	assert.EqualValues(t, 2*mib+512*kib, b.roundSize(2*mib+1))
+	assert.EqualValues(t, 1536, roundSize(1200, &d), "PyTorch's guard: 1200 <= 512*4 rounds normally")
+	assert.EqualValues(t, 1280*kib, roundSize(1200*kib, &d), "1200 KiB -> next quarter of [1 MiB, 2 MiB)")
+	assert.EqualValues(t, 2*mib, roundSize(2*mib, &d), "powers of two stay")
+	assert.EqualValues(t, 2*mib+512*kib, roundSize(2*mib+1, &d))
 	assert.EqualValues(t, 1280, roundupPower2NextDivision(1200, 4))
 	assert.EqualValues(t, 1024, roundupPower2NextDivision(1024, 4))
 	assert.EqualValues(t, 1026, roundupPower2NextDivision(1025, 512))
@@ -256,12 +254,12 @@ func TestRounding(t *testing.T) {
 	assert.Equal(t, 15, roundupIndex(1<<62))
 }
 
-func TestAllocationSize(t *testing.T) {
+func TestSegmentSize(t *testing.T) {
 	for _, c := range []struct{ in, want uint64 }{
 		{512, 2 * mib}, {mib, 2 * mib}, {mib + 512, 20 * mib}, {10*mib - 512, 20 * mib},
 		{10 * mib, 10 * mib}, {10*mib + 512, 12 * mib}, {gib + 1, gib + 2*mib},
 	} {
-		assert.Equal(t, c.want, allocationSize(c.in), "allocationSize(%d)", c.in)
+		assert.Equal(t, c.want, segmentSize(c.in), "segmentSize(%d)", c.in)
 	}
 }
 

@@ -1,4 +1,5 @@
-// This file holds blocks, segments and the free-block index of one pool.
+// This file holds blocks, segments and pools: the allocator's data
+// structures, their invariants, and the free-block index of each pool.
 
 package allocator
 
@@ -11,7 +12,21 @@ import (
 
 // A block is a contiguous range of a segment. The blocks of a segment tile
 // it exactly, in address order, linked through prev and next. All fields
-// are guarded by Allocator.mu.
+// are guarded by Allocator.mu, and so are the block's methods.
+//
+// A block is in exactly one of these states:
+//
+//   - allocated: handed to a caller; in Allocator.live under its address.
+//   - pending: freed by the caller but recorded on other streams whose
+//     work has not finished; eventCount > 0 events wait in
+//     Allocator.events.
+//   - free: cached, backed by memory; in its pool's free index (indexed).
+//   - unmapped: an address range of an expandable segment with no memory
+//     behind it; in its pool's unmapped index.
+//
+// Invariants: two free neighbours never both exist (they are merged at
+// once), nor two unmapped ones; a block's stream and pool are its
+// segment's; size is a positive multiple of 512.
 type block struct {
 	// The free index's key comes first, so that comparing two blocks
 	// touches one cache line of each.
@@ -25,32 +40,58 @@ type block struct {
 	next      *block // higher neighbour in the segment, nil for the last block
 
 	// gcCountBase is the pool's free-block search count when the block was
-	// last inserted into the free index; its age is the difference.
+	// last filed in the free index; its age is the difference.
 	gcCountBase int64
 
 	allocated  bool
-	recorded   bool  // RecordStream added streams: they are in Allocator.uses
+	indexed    bool  // in its pool's free index: set and cleared by pool.insert and pool.remove only
+	recorded   bool  // allocated and RecordStream added streams: they are in Allocator.uses
 	unmapped   bool  // an address range of an expandable segment with no memory behind it
-	eventCount int32 // outstanding stream events before the free completes
+	eventCount int32 // outstanding stream events before a pending free completes
 }
 
 // isSplit reports whether the block shares its segment with other blocks.
 func (b *block) isSplit() bool { return b.prev != nil || b.next != nil }
 
-// isFree reports whether the block is cached: not allocated, not waiting
-// for stream events, and backed by memory.
-func (b *block) isFree() bool {
-	return !b.allocated && b.eventCount == 0 && !b.recorded && !b.unmapped
+// busy reports whether the block is in use: allocated, or pending.
+func (b *block) busy() bool { return b.allocated || b.eventCount != 0 }
+
+// isFree reports whether the block is cached: not busy and backed by
+// memory.
+func (b *block) isFree() bool { return !b.busy() && !b.unmapped }
+
+// mergesWith reports whether neighbour n merges with b, which is free or
+// unmapped: n is not busy and of the same kind (free with free, unmapped
+// with unmapped). PyTorch's try_merge_blocks.
+func (b *block) mergesWith(n *block) bool {
+	return n != nil && !n.busy() && n.unmapped == b.unmapped
 }
 
-// available reports whether the block is not in use: free, or an unmapped
-// range of an expandable segment (PyTorch's "allocatable").
-func (b *block) available() bool {
-	return b != nil && !b.allocated && b.eventCount == 0 && !b.recorded
+// linkAfter puts n right after b in b's segment.
+func (b *block) linkAfter(n *block) {
+	n.prev, n.next = b, b.next
+	if b.next != nil {
+		b.next.prev = n
+	}
+	b.next = n
+}
+
+// linkBefore puts n right before b in b's segment.
+func (b *block) linkBefore(n *block) {
+	n.prev, n.next = b.prev, b
+	if b.prev != nil {
+		b.prev.next = n
+	} else {
+		b.seg.head = n
+	}
+	b.prev = n
 }
 
 // A segment is one device allocation, or one expandable segment: an
-// address range reserved once and backed by memory page by page.
+// address range reserved once and backed by memory page by page. Its
+// fields are guarded by Allocator.mu.
+//
+// Invariant: the blocks from head to the last tile [ptr, ptr+size).
 type segment struct {
 	ptr    device.Ptr
 	size   uint64
@@ -79,22 +120,6 @@ func freeLess(a, b *block) bool {
 	return a.ptr < b.ptr
 }
 
-// A pool is one of the allocator's two sets of segments: small (blocks of at
-// most 1 MiB, 2 MiB segments) or large. Its free blocks are indexed by
-// freeLess in a B-tree.
-type pool struct {
-	small bool
-	stat  stats.Pool
-	free  *btree.BTreeG[*block]
-	// unmapped indexes the unmapped ranges of expandable segments by
-	// (stream, address); nil without expandable segments.
-	unmapped *btree.BTreeG[*block]
-
-	// gcCalls counts best-fit searches while garbage collection is active
-	// (PyTorch's get_free_blocks_call_count): the clock of block ages.
-	gcCalls int64
-}
-
 // addrLess orders blocks by (stream, address).
 func addrLess(a, b *block) bool {
 	if a.stream != b.stream {
@@ -103,21 +128,106 @@ func addrLess(a, b *block) bool {
 	return a.ptr < b.ptr
 }
 
-func newPool(small bool) *pool {
+// A pool is one of the allocator's two sets of segments: small (blocks of
+// at most 1 MiB, 2 MiB segments) or large. Its fields are guarded by
+// Allocator.mu, and so are its methods.
+//
+// Invariants: free holds exactly the pool's free blocks, in freeLess
+// order; unmapped holds exactly its unmapped blocks, in addrLess order.
+type pool struct {
+	small bool
+	stat  stats.Pool
+	free  *btree.BTreeG[*block]
+	// unmapped indexes the unmapped ranges of expandable segments; nil
+	// without expandable segments.
+	unmapped *btree.BTreeG[*block]
+
+	// gcCalls counts best-fit searches while garbage collection is active
+	// (PyTorch's get_free_blocks_call_count): the clock of block ages.
+	gcCalls int64
+}
+
+func newPool(small, expandable bool) *pool {
 	p := &pool{small: small, stat: stats.LargePool, free: btree.NewG(32, freeLess)}
 	if small {
 		p.stat = stats.SmallPool
 	}
+	if expandable {
+		p.unmapped = btree.NewG(32, addrLess)
+	}
 	return p
 }
 
-// insert adds a free block to the index and stamps its age base.
+// insert files a free block in the free index and stamps its age base.
 func (p *pool) insert(b *block) {
 	b.gcCountBase = p.gcCalls
+	b.indexed = true
 	p.free.ReplaceOrInsert(b)
 }
 
-// remove takes a free block out of the index.
+// remove takes a free block out of the free index.
 func (p *pool) remove(b *block) {
 	p.free.Delete(b)
+	b.indexed = false
+}
+
+// file puts a free block in the free index, an unmapped one in the
+// unmapped index.
+func (p *pool) file(b *block) {
+	if b.unmapped {
+		p.unmapped.ReplaceOrInsert(b)
+	} else {
+		p.insert(b)
+	}
+}
+
+// unfile takes a block out of the index file put it in.
+func (p *pool) unfile(b *block) {
+	if b.unmapped {
+		p.unmapped.Delete(b)
+	} else {
+		p.remove(b)
+	}
+}
+
+// keepsPlace reports whether x, filed in an index, keeps its place there
+// when it absorbs a neighbour (its size grows; absorbing the block before
+// it also lowers its address). In the unmapped index, ordered by address,
+// it always does: no other range lies between x and its neighbour. In the
+// free index it does when x is the largest block. A search for x's
+// successor would tell in more cases, but fails most of the time and then
+// costs more than the delete and insert it tries to save.
+func (p *pool) keepsPlace(x *block) bool {
+	if x.unmapped {
+		return true
+	}
+	last, _ := p.free.Max()
+	return last == x
+}
+
+// newBlockLocked returns a zeroed block struct, recycled when possible.
+// New structs come in slabs of blockSlab, so that blocks created together
+// sit together in memory, which helps the free index's comparisons.
+func (a *Allocator) newBlockLocked() *block {
+	if len(a.spare) == 0 {
+		slab := make([]block, blockSlab)
+		for i := range slab {
+			a.spare = append(a.spare, &slab[len(slab)-1-i])
+		}
+	}
+	n := len(a.spare)
+	b := a.spare[n-1]
+	a.spare[n-1] = nil
+	a.spare = a.spare[:n-1]
+	return b
+}
+
+const blockSlab = 64
+
+// recycleLocked keeps a dead block struct for reuse.
+func (a *Allocator) recycleLocked(b *block) {
+	*b = block{}
+	if len(a.spare) < 4096 {
+		a.spare = append(a.spare, b)
+	}
 }

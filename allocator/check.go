@@ -45,7 +45,6 @@ func (a *Allocator) checkLocked() error {
 		}
 	}
 	var want stats.DeviceStats
-	var reserved uint64
 	inIndex := map[*block]bool{}
 	for _, p := range [2]*pool{a.small, a.large} {
 		var last *block
@@ -64,14 +63,17 @@ func (a *Allocator) checkLocked() error {
 			if b.pool != p {
 				bad("free block %v is in the wrong pool's index", b.ptr)
 			}
+			if !b.indexed {
+				bad("free block %v is in the index but not marked indexed", b.ptr)
+			}
 			return true
 		})
 	}
 	queued := map[*block]int32{}
-	for _, q := range a.queues {
-		for _, e := range q.events[q.head:] {
-			queued[e.b]++
-		}
+	pending := 0
+	for b := range a.events.Items() {
+		queued[b]++
+		pending++
 	}
 	seenFree, seenLive, seenUnmapped := 0, 0, 0
 	for base, s := range a.segments {
@@ -84,10 +86,9 @@ func (a *Allocator) checkLocked() error {
 		}
 		st := s.pool.stat
 		if !s.expandable() {
-			reserved += s.size
 			want.Segment.Increase(st, 1)
 			want.ReservedBytes.Increase(st, int64(s.size))
-			if s.size >= a.maxSplit {
+			if a.rule.oversize(s.size) {
 				want.OversizeSegments.Increase(1)
 			}
 		}
@@ -109,8 +110,10 @@ func (a *Allocator) checkLocked() error {
 			if b.stream != s.stream {
 				bad("segment %v: block %v has stream %d, segment %d", s.ptr, b.ptr, b.stream, s.stream)
 			}
+			if b.indexed != inIndex[b] {
+				bad("block %v is marked indexed %v but is in the free index: %v", b.ptr, b.indexed, inIndex[b])
+			}
 			if s.expandable() && !b.unmapped {
-				reserved += b.size
 				want.ReservedBytes.Increase(st, int64(b.size))
 			}
 			switch {
@@ -148,7 +151,7 @@ func (a *Allocator) checkLocked() error {
 				want.Active.Increase(st, 1)
 				want.ActiveBytes.Increase(st, int64(b.size))
 				want.RequestedBytes.Increase(st, int64(b.requested))
-				if b.size >= a.maxSplit {
+				if a.rule.oversize(b.size) {
 					want.OversizeAllocations.Increase(1)
 				}
 			case !b.isFree():
@@ -196,58 +199,43 @@ func (a *Allocator) checkLocked() error {
 	if seenLive != a.live.len() {
 		bad("address map holds %d blocks, segments have %d allocated blocks", a.live.len(), seenLive)
 	}
-	if reserved != a.reserved {
-		bad("reserved total %d, segments sum to %d", a.reserved, reserved)
-	}
-	type pair struct {
-		name      string
-		got, want *stats.StatArray
-	}
 	got := a.st.stats()
-	for _, c := range []pair{
-		{"allocation", &got.Allocation, &want.Allocation},
-		{"allocated_bytes", &got.AllocatedBytes, &want.AllocatedBytes},
-		{"active", &got.Active, &want.Active},
-		{"active_bytes", &got.ActiveBytes, &want.ActiveBytes},
-		{"requested_bytes", &got.RequestedBytes, &want.RequestedBytes},
-		{"segment", &got.Segment, &want.Segment},
-		{"reserved_bytes", &got.ReservedBytes, &want.ReservedBytes},
-		{"inactive_split", &got.InactiveSplit, &want.InactiveSplit},
-		{"inactive_split_bytes", &got.InactiveSplitBytes, &want.InactiveSplitBytes},
-	} {
+	for m := range stats.NumMetrics {
+		g, w := got.Of(m), want.Of(m)
 		for p := stats.All; p < stats.NumPools; p++ {
-			if c.got[p].Current != c.want[p].Current {
-				bad("stat %s.%s.current is %d, blocks say %d", c.name, p, c.got[p].Current, c.want[p].Current)
+			if g[p].Current != w[p].Current {
+				bad("stat %s.%s.current is %d, blocks say %d", m, p, g[p].Current, w[p].Current)
 			}
-			if c.got[p].Peak < c.got[p].Current {
-				bad("stat %s.%s.peak %d is below current %d", c.name, p, c.got[p].Peak, c.got[p].Current)
+			if g[p].Peak < g[p].Current {
+				bad("stat %s.%s.peak %d is below current %d", m, p, g[p].Peak, g[p].Current)
 			}
-			if p == stats.All && c.got[p].Peak > c.got[stats.SmallPool].Peak+c.got[stats.LargePool].Peak {
-				bad("stat %s.all.peak %d is above the sum of the pool peaks", c.name, c.got[p].Peak)
+			if p == stats.All && g[p].Peak > g[stats.SmallPool].Peak+g[stats.LargePool].Peak {
+				bad("stat %s.all.peak %d is above the sum of the pool peaks", m, g[p].Peak)
 			}
 		}
 	}
-	if a.st.OversizeAllocations.Current != want.OversizeAllocations.Current {
-		bad("oversize_allocations.current is %d, blocks say %d", a.st.OversizeAllocations.Current, want.OversizeAllocations.Current)
-	}
-	if a.st.OversizeSegments.Current != want.OversizeSegments.Current {
-		bad("oversize_segments.current is %d, segments say %d", a.st.OversizeSegments.Current, want.OversizeSegments.Current)
+	for _, c := range []struct {
+		name      string
+		got, want stats.Stat
+	}{
+		{"oversize_allocations", got.OversizeAllocations, want.OversizeAllocations},
+		{"oversize_segments", got.OversizeSegments, want.OversizeSegments},
+	} {
+		if c.got.Current != c.want.Current {
+			bad("%s.current is %d, blocks say %d", c.name, c.got.Current, c.want.Current)
+		}
 	}
 	for b, u := range a.uses {
 		if !b.allocated || !b.recorded || len(u) == 0 || a.live.get(b.ptr) != b {
 			bad("stream uses are kept for %v, which is not an allocated, recorded block", b.ptr)
 		}
 	}
-	pending := 0
-	for _, q := range a.queues {
-		pending += len(q.events) - q.head
-	}
-	if pending != a.pending {
-		bad("pending event count %d, queues hold %d", a.pending, pending)
+	if pending != a.events.Len() {
+		bad("pending event count %d, queues hold %d", a.events.Len(), pending)
 	}
 	if d, ok := a.dev.(interface{ BytesInUse() uint64 }); ok {
-		if used := d.BytesInUse(); used != a.reserved {
-			bad("device reports %d bytes in use, allocator reserved %d", used, a.reserved)
+		if used, reserved := d.BytesInUse(), a.reservedLocked(); used != reserved {
+			bad("device reports %d bytes in use, allocator reserved %d", used, reserved)
 		}
 	}
 	return errors.Join(errs...)

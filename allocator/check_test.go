@@ -44,10 +44,13 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			a.live.remove(p)
 		}},
 		{"a stat that drifted", "allocated_bytes", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			a.st.AllocatedBytes.Increase(stats.LargePool, 512)
+			a.st.of(stats.AllocatedBytes).increase(stats.LargePool, 512)
 		}},
-		{"reserved total off", "reserved total", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			a.reserved += 2 * mib
+		{"reserved bytes off", "reserved_bytes", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			a.st.of(stats.ReservedBytes).increase(stats.SmallPool, 2*mib)
+		}},
+		{"a free block not marked indexed", "not marked indexed", func(a *Allocator, _ *sim.Device, p device.Ptr) {
+			a.live.get(p).next.indexed = false
 		}},
 		{"device memory used behind the allocator's back", "device reports", func(_ *Allocator, dev *sim.Device, _ device.Ptr) {
 			_, _ = dev.Malloc(1)

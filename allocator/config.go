@@ -74,18 +74,6 @@ type Config struct {
 	ExpandableSegments bool
 }
 
-const (
-	kMinBlockSize  = 512      // every block is a multiple of this
-	kSmallSize     = 1 << 20  // largest request served by the small pool
-	kSmallBuffer   = 2 << 20  // segment size of the small pool
-	kMinLargeAlloc = 10 << 20 // requests below this share a kLargeBuffer segment
-	kRoundLarge    = 2 << 20  // larger requests are rounded up to this for the device
-	kLargeBuffer   = 20 << 20 // segment size for 1-10 MiB requests
-	maxRequestSize = 1 << 60  // larger requests are refused outright (PyTorch's 1 EB guard)
-	mib            = 1 << 20  // one MiB
-	maxSplitNone   = math.MaxUint64
-)
-
 // validate checks a Config and returns an error naming the bad field.
 func (c *Config) validate() error {
 	var errs []error

@@ -1,5 +1,5 @@
 // This file holds the allocator's own representation of its statistics,
-// laid out for the hot path.
+// laid out for the hot path. Only the ledger (ledger.go) changes it.
 
 package allocator
 
@@ -20,8 +20,8 @@ type poolStat struct {
 // poolIndex maps stats.SmallPool and stats.LargePool to 0 and 1.
 func poolIndex(p stats.Pool) int { return int(p-stats.SmallPool) & 1 }
 
-// Increase adds n to pool p.
-func (a *poolStat) Increase(p stats.Pool, n int64) {
+// increase adds n to pool p.
+func (a *poolStat) increase(p stats.Pool, n int64) {
 	s := &a.pool[poolIndex(p)]
 	s.Current += n
 	s.Allocated += n
@@ -33,23 +33,25 @@ func (a *poolStat) Increase(p stats.Pool, n int64) {
 	}
 }
 
-// Decrease subtracts n from pool p.
-func (a *poolStat) Decrease(p stats.Pool, n int64) {
+// decrease subtracts n from pool p.
+func (a *poolStat) decrease(p stats.Pool, n int64) {
 	s := &a.pool[poolIndex(p)]
 	s.Current -= n
 	s.Freed += n
 }
 
-func (a *poolStat) resetPeak() {
-	a.pool[0].ResetPeak()
-	a.pool[1].ResetPeak()
-	a.allPeak = a.pool[0].Current + a.pool[1].Current
+// add adds n, which may be negative or zero, to pool p.
+func (a *poolStat) add(p stats.Pool, n int64) {
+	switch {
+	case n > 0:
+		a.increase(p, n)
+	case n < 0:
+		a.decrease(p, -n)
+	}
 }
 
-func (a *poolStat) resetAccumulated() {
-	a.pool[0].ResetAccumulated()
-	a.pool[1].ResetAccumulated()
-}
+// current returns the "all" current value.
+func (a *poolStat) current() int64 { return a.pool[0].Current + a.pool[1].Current }
 
 // array returns the stats.StatArray this poolStat stands for.
 func (a *poolStat) array() stats.StatArray {
@@ -57,7 +59,7 @@ func (a *poolStat) array() stats.StatArray {
 	out[stats.SmallPool] = a.pool[poolIndex(stats.SmallPool)]
 	out[stats.LargePool] = a.pool[poolIndex(stats.LargePool)]
 	out[stats.All] = stats.Stat{
-		Current:   a.pool[0].Current + a.pool[1].Current,
+		Current:   a.current(),
 		Peak:      a.allPeak,
 		Allocated: a.pool[0].Allocated + a.pool[1].Allocated,
 		Freed:     a.pool[0].Freed + a.pool[1].Freed,
@@ -66,52 +68,66 @@ func (a *poolStat) array() stats.StatArray {
 }
 
 // counters is everything the allocator counts; stats() turns it into the
-// stats.DeviceStats that callers see. The embedded DeviceStats holds the
-// counters and the two oversize stats; its nine pool arrays are shadowed by
-// the poolStat fields below and stay unused.
+// stats.DeviceStats that callers see. Guarded by Allocator.mu.
 type counters struct {
-	stats.DeviceStats
+	metrics [stats.NumMetrics]poolStat // indexed by stats.Metric
 
-	Allocation         poolStat
-	Segment            poolStat
-	Active             poolStat
-	InactiveSplit      poolStat
-	AllocatedBytes     poolStat
-	ReservedBytes      poolStat
-	ActiveBytes        poolStat
-	InactiveSplitBytes poolStat
-	RequestedBytes     poolStat
+	oversizeAllocations stats.Stat
+	oversizeSegments    stats.Stat
+
+	numAllocRetries   int64
+	numOOMs           int64
+	numSyncAllStreams int64
+	numDeviceAlloc    int64
+	numDeviceFree     int64
+
+	maxSplitSize int64 // the setting, -1 when unlimited
 }
 
-func (c *counters) arrays() [9]*poolStat {
-	return [9]*poolStat{&c.Allocation, &c.Segment, &c.Active, &c.InactiveSplit, &c.AllocatedBytes,
-		&c.ReservedBytes, &c.ActiveBytes, &c.InactiveSplitBytes, &c.RequestedBytes}
-}
+// of returns the poolStat of metric m.
+func (c *counters) of(m stats.Metric) *poolStat { return &c.metrics[m] }
 
 func (c *counters) stats() stats.DeviceStats {
-	d := c.DeviceStats
-	d.Allocation = c.Allocation.array()
-	d.Segment = c.Segment.array()
-	d.Active = c.Active.array()
-	d.InactiveSplit = c.InactiveSplit.array()
-	d.AllocatedBytes = c.AllocatedBytes.array()
-	d.ReservedBytes = c.ReservedBytes.array()
-	d.ActiveBytes = c.ActiveBytes.array()
-	d.InactiveSplitBytes = c.InactiveSplitBytes.array()
-	d.RequestedBytes = c.RequestedBytes.array()
+	d := stats.DeviceStats{
+		OversizeAllocations: c.oversizeAllocations,
+		OversizeSegments:    c.oversizeSegments,
+		NumAllocRetries:     c.numAllocRetries,
+		NumOOMs:             c.numOOMs,
+		NumSyncAllStreams:   c.numSyncAllStreams,
+		NumDeviceAlloc:      c.numDeviceAlloc,
+		NumDeviceFree:       c.numDeviceFree,
+		MaxSplitSize:        c.maxSplitSize,
+	}
+	for m := range stats.NumMetrics {
+		*d.Of(m) = c.metrics[m].array()
+	}
 	return d
 }
 
-func (c *counters) resetPeak() {
-	for _, a := range c.arrays() {
-		a.resetPeak()
+// load sets the counters from d, the inverse of stats.
+func (c *counters) load(d *stats.DeviceStats) {
+	for m := range stats.NumMetrics {
+		a := d.Of(m)
+		c.metrics[m] = poolStat{allPeak: a[stats.All].Peak}
+		c.metrics[m].pool[poolIndex(stats.SmallPool)] = a[stats.SmallPool]
+		c.metrics[m].pool[poolIndex(stats.LargePool)] = a[stats.LargePool]
 	}
-	c.DeviceStats.ResetPeak()
+	c.oversizeAllocations, c.oversizeSegments = d.OversizeAllocations, d.OversizeSegments
+	c.numAllocRetries, c.numOOMs, c.numSyncAllStreams = d.NumAllocRetries, d.NumOOMs, d.NumSyncAllStreams
+	c.numDeviceAlloc, c.numDeviceFree = d.NumDeviceAlloc, d.NumDeviceFree
+	c.maxSplitSize = d.MaxSplitSize
+}
+
+// resetPeak and resetAccumulated apply the stats package's resets, which
+// follow its one table of stats, through a DeviceStats.
+func (c *counters) resetPeak() {
+	d := c.stats()
+	d.ResetPeak()
+	c.load(&d)
 }
 
 func (c *counters) resetAccumulated() {
-	for _, a := range c.arrays() {
-		a.resetAccumulated()
-	}
-	c.DeviceStats.ResetAccumulated()
+	d := c.stats()
+	d.ResetAccumulated()
+	c.load(&d)
 }

@@ -26,10 +26,22 @@
 //     size, address), and with expandable segments its unmapped ranges in
 //     a second one ordered by (stream, address).
 //   - live: an open-addressing table from address to allocated block, for
-//     Free.
-//   - queues: per stream, the events recorded for pending frees, oldest
-//     first.
-//   - stats: a stats.DeviceStats kept as PyTorch keeps it.
+//     Free (ptrtable.go).
+//   - events: per stream, the events recorded for pending frees, oldest
+//     first (the queue of internal/deferred, shared with allocator/host).
+//   - counters: the stats, kept per pool as PyTorch keeps them, and changed
+//     only by the ledger (ledger.go): one method per state change (segment
+//     allocated or freed, pages mapped or unmapped, block handed out, free
+//     requested, free completed, out of memory, retry, synchronize-all)
+//     updates the stats and notifies the observers together.
+//
+// The files follow the ladders: allocator.go holds the public methods;
+// sizes.go the constants, the rounding, the segment sizes and the split
+// rule; fit.go best fit and the split; merge.go the merge of neighbours
+// (one merge for plain and expandable segments); reclaim.go obtaining
+// memory from the device and reclaiming it (the out-of-memory ladder,
+// garbage collection); streams.go RecordStream and deferred frees;
+// expandable.go expandable segments; check.go the invariant checker.
 //
 // # Allocation ladder (Alloc)
 //
@@ -57,7 +69,7 @@
 //  7. Split: keep the front of the block for the request and return the
 //     rest to the free index, if the rest is at least 512 bytes (small
 //     pool) or more than 1 MiB and the request is not oversize (large
-//     pool).
+//     pool). The block is handed out: allocated, in live, in the ledger.
 //
 // # Free ladder (Free)
 //
@@ -85,8 +97,11 @@
 //   - every byte of a segment is in exactly one block; no gaps, no
 //     overlaps;
 //   - no two neighbouring blocks of a segment are both free;
-//   - a block is in its pool's free index if and only if it is free, and in
-//     the address map if and only if it is allocated;
+//   - a block is in its pool's free index if and only if it is free (and
+//     then marked indexed), in the unmapped index if and only if it is an
+//     unmapped range, in the address map if and only if it is allocated,
+//     and in the events queue (once per event) if and only if it is
+//     pending;
 //   - a block is never reused on another stream: blocks keep the stream of
 //     their segment;
 //   - every current stat equals a count over the blocks, and the device's
@@ -94,8 +109,11 @@
 //
 // # Locking
 //
-// One mutex (Allocator.mu) guards all state. Every exported method takes it
-// once; helpers whose names end in Locked expect it held. Device calls on
+// One mutex (Allocator.mu) guards all state but the fields set once by
+// New. Every exported method takes it once; methods of the Allocator whose
+// names end in Locked expect it held, and every method that needs it has
+// the suffix. The fields and methods of blocks, segments and pools are
+// guarded by it too. Device calls on
 // the slow paths (malloc, free, events) are made with the lock held, as
 // PyTorch does by default; the cached path makes none. Observers are called
 // with the lock held; out-of-memory observers after it is released. There
@@ -109,7 +127,9 @@
 // large_segment_size option). CUDA graphs and private pools are not
 // implemented. Errors are returned, never thrown: a failed device free
 // leaves its block cached; an event that cannot be recorded is replaced by
-// synchronizing its stream.
+// synchronizing its stream. An expandable segment reserved for an
+// allocation that fails is released at once, and a reservation the device
+// refuses to release is released by a later flush.
 //
 // # Expandable segments
 //

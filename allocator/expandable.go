@@ -30,81 +30,62 @@ import (
 //     allocation and adds to reserved bytes, but not to the segment count.
 //   - Emptying the cache unmaps every whole page inside free blocks (after
 //     synchronizing the segment's stream, as unmapping does not wait for
-//     the device) and releases a segment that becomes wholly unmapped.
+//     the device) and releases every segment with nothing mapped.
 //   - Every split keeps a remainder of 512 bytes or more, and expandable
 //     blocks never count as inactive split.
+//
+// gpumem differs in one point: a segment reserved for an allocation that
+// then fails is released at once, so that failed allocations cannot
+// exhaust the device's address space; and a release the device refuses is
+// retried by the next EmptyCache or out-of-memory flush.
 
-// expandableBestFitLocked applies PyTorch's rule for an expandable block b
-// found by the best-fit search: among the following blocks of the same
-// stream, prefer one whose size plus the unmapped range after it is
-// smaller, that is, one that could not grow as much.
-func (a *Allocator) expandableBestFitLocked(p *pool, b *block) *block {
-	cur := b
-	p.free.AscendGreaterOrEqual(b, func(n *block) bool {
-		if n == b {
-			return true
-		}
-		if !cur.seg.expandable() || n.stream != b.stream || expandableSize(n) >= expandableSize(cur) {
-			return false
-		}
-		cur = n
-		return true
-	})
-	return cur
-}
-
-// expandableSize is what a free block could grow to by mapping the
-// unmapped range after it.
-func expandableSize(b *block) uint64 {
-	if b.next != nil && b.next.unmapped {
-		return b.size + b.next.size
-	}
-	return b.size
-}
-
-// allocExpandableLocked maps memory for a request of size bytes on stream
-// s and returns a free block of at least size bytes, in the free index. A
-// refusal for lack of memory returns a nil block with the device's error
-// in devErr (pages mapped before the refusal stay mapped, as free cached
-// memory, as in PyTorch); other device errors are returned as err.
-func (a *Allocator) allocExpandableLocked(p *pool, size uint64, s device.Stream) (b *block, devErr, err error) {
-	c, devErr, err := a.findExpandableLocked(p, size, s)
-	if c == nil {
-		return nil, devErr, err
+// growExpandableLocked maps memory for a request of size bytes on stream s
+// and returns a free block of at least size bytes, in the free index. A
+// refusal for lack of memory wraps device.ErrOutOfMemory; pages mapped
+// before the refusal stay mapped, as free cached memory, as in PyTorch.
+func (a *Allocator) growExpandableLocked(p *pool, size uint64, s device.Stream) (*block, error) {
+	c, reserved, err := a.findExpandableLocked(p, size, s)
+	if err != nil {
+		return nil, err
 	}
 	if c.unmapped {
-		if devErr, err = a.mapBlockLocked(c, min(c.size, size)); devErr != nil || err != nil {
-			return nil, devErr, err
+		m, err := a.mapLocked(c, min(c.size, size))
+		if err != nil {
+			if reserved {
+				// Nothing of the new segment is mapped: give its address
+				// range back now rather than at the next flush.
+				_ = a.releaseExpandableLocked(c)
+			}
+			return nil, err
 		}
+		c = m
 	}
 	for c.size < size {
 		// c is free and followed by an unmapped range: map the rest there;
-		// the mapped block absorbs c.
-		n := c.next
-		if devErr, err = a.mapBlockLocked(n, min(size-c.size, n.size)); devErr != nil || err != nil {
-			return nil, devErr, err
+		// the mapped pages merge with c.
+		if c, err = a.mapLocked(c.next, min(size-c.size, c.next.size)); err != nil {
+			return nil, err
 		}
-		c = n
 	}
-	return c, nil, nil
+	return c, nil
 }
 
 // findExpandableLocked returns the lowest-addressed block of stream s in
 // p from which size bytes of free and unmapped space follow, reserving a
-// new segment when no segment has room.
-func (a *Allocator) findExpandableLocked(p *pool, size uint64, s device.Stream) (*block, error, error) {
-	var found *block
+// new segment when no segment has room (reserved is then true and the
+// block is the new segment's one unmapped range).
+func (a *Allocator) findExpandableLocked(p *pool, size uint64, s device.Stream) (found *block, reserved bool, err error) {
 	a.key.stream, a.key.size, a.key.ptr = s, 0, 0
 	p.unmapped.AscendGreaterOrEqual(&a.key, func(u *block) bool {
 		if u.stream != s {
 			return false
 		}
 		c := u
-		if u.prev.available() {
+		if u.prev != nil && !u.prev.busy() {
 			c = u.prev
 		}
 		var room uint64
-		for b := c; room < size && b.available(); b = b.next {
+		for b := c; b != nil && room < size && !b.busy(); b = b.next {
 			room += b.size
 		}
 		if room >= size {
@@ -114,70 +95,63 @@ func (a *Allocator) findExpandableLocked(p *pool, size uint64, s device.Stream) 
 		return true
 	})
 	if found != nil {
-		return found, nil, nil
+		return found, false, nil
 	}
 	page := uint64(kLargeBuffer)
 	if p.small {
 		page = kSmallBuffer
 	}
-	reserve := (a.total + a.total/8 + page - 1) / page * page
-	ptr, err := a.vm.Reserve(reserve)
+	n := (a.total + a.total/8 + page - 1) / page * page
+	ptr, err := a.vm.Reserve(n)
 	if err != nil {
-		if errors.Is(err, device.ErrOutOfMemory) {
-			return nil, err, nil
+		if refused(err) {
+			return nil, false, err
 		}
-		return nil, nil, fmt.Errorf("allocator: device %d: reserving an expandable segment of %d bytes: %w", a.ordinal, reserve, err)
+		return nil, false, fmt.Errorf("allocator: device %d: reserving an expandable segment of %d bytes: %w", a.ordinal, n, err)
 	}
-	seg := &segment{ptr: ptr, size: reserve, stream: s, pool: p, page: page}
-	b := a.newBlock()
-	b.ptr, b.size, b.stream, b.pool, b.seg, b.unmapped = ptr, reserve, s, p, seg, true
+	seg := &segment{ptr: ptr, size: n, stream: s, pool: p, page: page}
+	b := a.newBlockLocked()
+	b.ptr, b.size, b.stream, b.pool, b.seg, b.unmapped = ptr, n, s, p, seg, true
 	seg.head = b
 	a.segments[ptr] = seg
 	p.unmapped.ReplaceOrInsert(b)
-	return b, nil, nil
+	return b, true, nil
 }
 
-// mapBlockLocked backs the first size bytes of the unmapped block u with
+// mapLocked backs the first size bytes of the unmapped block u with
 // memory, rounded up to whole pages, and makes them a free block merged
-// with free neighbours; the rest of u stays unmapped. u itself becomes the
-// free block.
-func (a *Allocator) mapBlockLocked(u *block, size uint64) (devErr, err error) {
+// with free neighbours, which it returns; the rest of u stays unmapped.
+// On an error nothing changes.
+func (a *Allocator) mapLocked(u *block, size uint64) (*block, error) {
 	seg, p := u.seg, u.pool
 	begin := uint64(u.ptr-seg.ptr) / seg.page
 	end := (uint64(u.ptr-seg.ptr) + size + seg.page - 1) / seg.page
 	n := (end - begin) * seg.page
-	if mapErr := a.vm.Map(u.ptr, n); mapErr != nil {
-		if errors.Is(mapErr, device.ErrOutOfMemory) {
-			return mapErr, nil
+	if err := a.vm.Map(u.ptr, n); err != nil {
+		if refused(err) {
+			return nil, err
 		}
-		return nil, fmt.Errorf("allocator: device %d: mapping %d bytes at %v: %w", a.ordinal, n, u.ptr, mapErr)
+		return nil, fmt.Errorf("allocator: device %d: mapping %d bytes at %v: %w", a.ordinal, n, u.ptr, err)
 	}
 	p.unmapped.Delete(u)
-	u.unmapped = false
 	if n < u.size {
-		rest := a.newBlock()
+		rest := a.newBlockLocked()
 		rest.ptr, rest.size, rest.stream, rest.pool, rest.seg, rest.unmapped = u.ptr+device.Ptr(n), u.size-n, u.stream, p, seg, true
-		a.linkAfter(u, rest)
+		u.linkAfter(rest)
 		p.unmapped.ReplaceOrInsert(rest)
 		u.size = n
 	}
-	a.absorbLocked(u, u.prev)
-	a.absorbLocked(u, u.next)
-	p.insert(u)
-	a.reserved += n
-	a.st.ReservedBytes.Increase(p.stat, int64(n))
-	a.st.NumDeviceAlloc++
-	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionSegmentMap, Ptr: device.Ptr(uint64(seg.ptr) + begin*seg.page), Size: n, Stream: seg.stream})
-	}
-	return nil, nil
+	u.unmapped = false
+	a.pagesMappedLocked(seg, u.ptr, n)
+	m, _, _ := a.mergeLocked(u)
+	return m, nil
 }
 
-// unmapBlockLocked returns to the device the whole pages inside the free
-// expandable block b. The pages become an unmapped block (merged with
+// unmapLocked returns to the device the whole pages inside the free
+// expandable block b. The pages become an unmapped range (merged with
 // unmapped neighbours); the free bytes before and after them stay free
-// blocks. b becomes the unmapped block.
-func (a *Allocator) unmapBlockLocked(b *block) error {
+// blocks. On an error nothing changes.
+func (a *Allocator) unmapLocked(b *block) error {
 	seg, p := b.seg, b.pool
 	off := uint64(b.ptr - seg.ptr)
 	begin := (off + seg.page - 1) / seg.page
@@ -197,89 +171,57 @@ func (a *Allocator) unmapBlockLocked(b *block) error {
 	}
 	p.remove(b)
 	if before := uint64(ptr - b.ptr); before > 0 {
-		f := a.newBlock()
+		f := a.newBlockLocked()
 		f.ptr, f.size, f.stream, f.pool, f.seg = b.ptr, before, b.stream, p, seg
-		a.linkBefore(b, f)
+		b.linkBefore(f)
 		p.insert(f)
 	}
 	if after := b.size - uint64(ptr-b.ptr) - n; after > 0 {
-		f := a.newBlock()
+		f := a.newBlockLocked()
 		f.ptr, f.size, f.stream, f.pool, f.seg = ptr+device.Ptr(n), after, b.stream, p, seg
-		a.linkAfter(b, f)
+		b.linkAfter(f)
 		p.insert(f)
 	}
 	b.ptr, b.size, b.unmapped = ptr, n, true
-	a.absorbLocked(b, b.prev)
-	a.absorbLocked(b, b.next)
-	p.unmapped.ReplaceOrInsert(b)
-	a.reserved -= n
-	a.st.ReservedBytes.Decrease(p.stat, int64(n))
-	a.st.NumDeviceFree++
-	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionSegmentUnmap, Ptr: ptr, Size: n, Stream: seg.stream})
-	}
+	a.pagesUnmappedLocked(seg, ptr, n)
+	a.mergeLocked(b)
 	return nil
 }
 
-// releaseExpandableLocked releases the address range of a segment that is
-// wholly unmapped (b is its only block).
-func (a *Allocator) releaseExpandableLocked(b *block) error {
-	seg := b.seg
+// releaseUnmappedLocked releases the address range of every expandable
+// segment of p with nothing mapped (its one block is an unmapped range).
+func (a *Allocator) releaseUnmappedLocked(p *pool) error {
+	if p.unmapped == nil {
+		return nil
+	}
+	list := a.collected[:0]
+	p.unmapped.Ascend(func(u *block) bool {
+		if !u.isSplit() {
+			list = append(list, u)
+		}
+		return true
+	})
+	var errs []error
+	for _, u := range list {
+		if err := a.releaseExpandableLocked(u); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	clear(list)
+	a.collected = list[:0]
+	return errors.Join(errs...)
+}
+
+// releaseExpandableLocked releases the address range of a segment with
+// nothing mapped (u is its only block). On an error nothing changes and a
+// later flush tries again.
+func (a *Allocator) releaseExpandableLocked(u *block) error {
+	seg := u.seg
 	if err := a.vm.Release(seg.ptr); err != nil {
 		return fmt.Errorf("allocator: device %d: releasing expandable segment %v: %w", a.ordinal, seg.ptr, err)
 	}
-	b.pool.unmapped.Delete(b)
+	u.pool.unmapped.Delete(u)
 	delete(a.segments, seg.ptr)
-	a.recycle(b)
+	a.recycleLocked(u)
 	return nil
-}
-
-// absorbLocked merges src into dst, its neighbour, when both are free
-// mapped blocks or both unmapped ranges (PyTorch's try_merge_blocks); dst
-// must be out of its index, src leaves its own.
-func (a *Allocator) absorbLocked(dst, src *block) {
-	if !src.available() || src.unmapped != dst.unmapped {
-		return
-	}
-	if src.unmapped {
-		src.pool.unmapped.Delete(src)
-	} else {
-		src.pool.remove(src)
-	}
-	if dst.prev == src {
-		dst.ptr = src.ptr
-		dst.prev = src.prev
-		if dst.prev != nil {
-			dst.prev.next = dst
-		} else {
-			dst.seg.head = dst
-		}
-	} else {
-		dst.next = src.next
-		if dst.next != nil {
-			dst.next.prev = dst
-		}
-	}
-	dst.size += src.size
-	a.recycle(src)
-}
-
-// linkAfter puts n right after b in b's segment.
-func (a *Allocator) linkAfter(b, n *block) {
-	n.prev, n.next = b, b.next
-	if b.next != nil {
-		b.next.prev = n
-	}
-	b.next = n
-}
-
-// linkBefore puts n right before b in b's segment.
-func (a *Allocator) linkBefore(b, n *block) {
-	n.prev, n.next = b.prev, b
-	if b.prev != nil {
-		b.prev.next = n
-	} else {
-		b.seg.head = n
-	}
-	b.prev = n
 }

@@ -125,3 +125,45 @@ func TestExpandableFailedUnmapKeepsPages(t *testing.T) {
 	require.NoError(t, a.EmptyCache())
 	assert.EqualValues(t, 0, dev.BytesInUse())
 }
+
+// TestFailedExpandableAllocLeavesNoReservation: a request larger than the
+// device fails without leaving the address range reserved for it, so
+// that failed allocations cannot exhaust the address space (8 GiB of
+// memory gives an 8 TiB virtual region: about 900 such ranges).
+func TestFailedExpandableAllocLeavesNoReservation(t *testing.T) {
+	dev, err := sim.New(sim.Config{Capacity: 8 << 30})
+	require.NoError(t, err)
+	a, err := New(dev, expandable)
+	require.NoError(t, err)
+	for i := range 1000 {
+		_, err := a.Alloc(16<<30, 0)
+		require.ErrorIs(t, err, device.ErrOutOfMemory, "request %d", i)
+		require.Empty(t, dev.Reservations(), "request %d left a reservation", i)
+	}
+	p, err := a.Alloc(mib, 0)
+	require.NoError(t, err, "a small request still fits on the empty device")
+	assert.EqualValues(t, 1000, get(t, a, "num_ooms"))
+	require.NoError(t, a.Free(p))
+	require.NoError(t, a.EmptyCache())
+	assert.Empty(t, dev.Reservations(), "EmptyCache releases segments with nothing mapped")
+	require.NoError(t, a.CheckInvariants())
+}
+
+// TestFailedUnmapIsRetried: pages the device refuses to unmap stay cached,
+// and the next EmptyCache unmaps them and releases the reservation.
+func TestFailedUnmapIsRetried(t *testing.T) {
+	dev, err := sim.New(sim.Config{Capacity: 8 << 30})
+	require.NoError(t, err)
+	a, err := New(dev, expandable)
+	require.NoError(t, err)
+	p := mustAlloc(t, a, 3*mib, 0)
+	mustFree(t, a, p)
+	dev.FailFrees(errors.New("injected"))
+	require.Error(t, a.EmptyCache(), "the unmap fails")
+	require.NoError(t, a.CheckInvariants())
+	dev.FailFrees(nil)
+	require.NoError(t, a.EmptyCache())
+	assert.Empty(t, dev.Reservations())
+	assert.Zero(t, dev.BytesInUse())
+	require.NoError(t, a.CheckInvariants())
+}

@@ -81,30 +81,28 @@ type oomObserver struct {
 	f  func(*OutOfMemoryError)
 }
 
-// outOfMemoryLocked counts an out-of-memory failure and builds its error.
-func (a *Allocator) outOfMemoryLocked(orig, allocSize uint64, s device.Stream, devErr error) *OutOfMemoryError {
-	a.st.NumOOMs++
+// outOfMemoryLocked builds the error for a request that failed after the
+// whole ladder, and records it in the ledger.
+func (a *Allocator) outOfMemoryLocked(requested, allocSize uint64, s device.Stream, devErr error) *OutOfMemoryError {
 	free, total, err := a.dev.MemInfo()
 	if err != nil {
 		free, total = 0, a.total
 	}
-	allocated := uint64(a.st.AllocatedBytes.array()[stats.All].Current)
+	allocated, reserved := a.allocatedLocked(), a.reservedLocked()
 	e := &OutOfMemoryError{
 		Device:              a.ordinal,
 		Stream:              s,
-		Requested:           orig,
+		Requested:           requested,
 		AllocSize:           allocSize,
 		DeviceTotal:         total,
 		DeviceFree:          free,
 		Allowed:             a.allowed,
 		Allocated:           allocated,
-		Reserved:            a.reserved,
-		ReservedUnallocated: a.reserved - allocated,
+		Reserved:            reserved,
+		ReservedUnallocated: reserved - allocated,
 		LargestFreeBlock:    a.largestFreeLocked(),
 		Err:                 devErr,
 	}
-	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionOutOfMemory, Size: allocSize, Requested: orig, Stream: s})
-	}
+	a.outOfMemoryRecordedLocked(e)
 	return e
 }

@@ -54,9 +54,9 @@ func (p *Passthrough) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 	if size >= maxRequestSize {
 		return 0, fmt.Errorf("allocator: cannot allocate %d bytes (more than 1 EiB): %w (%w)", size, device.ErrInvalidSize, device.ErrOutOfMemory)
 	}
-	rounded := (&Allocator{}).roundSize(size)
+	rounded := roundSize(size, nil)
 	pool := stats.LargePool
-	if rounded <= kSmallSize {
+	if isSmall(rounded) {
 		pool = stats.SmallPool
 	}
 	p.mu.Lock()

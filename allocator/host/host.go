@@ -14,8 +14,10 @@
 //     stream of an asynchronous copy) is not reusable when freed: an event
 //     is recorded on each of those streams, and the block joins its free
 //     list once all of them are done. Pending events are checked, oldest
-//     first, at the start of every Alloc and by EmptyCache, which also
-//     waits for the rest.
+//     first on each stream, at the start of every Alloc and by EmptyCache,
+//     which also waits for the rest. The queue is the device allocator's
+//     (internal/deferred), with its policy on device failures: an event
+//     that cannot be recorded is replaced by synchronizing the streams.
 //   - EmptyCache returns every free block to the device.
 //
 // Alloc returns a slice of the requested length whose capacity is the
@@ -34,6 +36,7 @@ import (
 	"sync"
 
 	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/internal/deferred"
 	"github.com/gpumem/gpumem/stats"
 )
 
@@ -71,20 +74,15 @@ type block struct {
 	streams   []device.Stream // streams used on, recorded before the free
 }
 
-type pendingEvent struct {
-	ev device.Event
-	b  *block
-}
-
 // Allocator caches pinned host memory of one device.
 type Allocator struct {
 	dev  device.Device
 	host device.HostMemory
 
-	mu     sync.Mutex       // guards everything below
-	blocks map[*byte]*block // every block, by its first byte
-	free   [64][]*block     // free blocks by log2 of their size, LIFO
-	events []pendingEvent   // oldest first
+	mu     sync.Mutex              // guards everything below
+	blocks map[*byte]*block        // every block, by its first byte
+	free   [64][]*block            // free blocks by log2 of their size, LIFO
+	events *deferred.Queue[*block] // frees waiting for stream work
 	st     Stats
 }
 
@@ -98,7 +96,7 @@ func New(dev device.Device) (*Allocator, error) {
 	if !ok {
 		return nil, fmt.Errorf("host: device %s has no pinned host memory: %w", dev.Name(), device.ErrNotSupported)
 	}
-	return &Allocator{dev: dev, host: h, blocks: make(map[*byte]*block)}, nil
+	return &Allocator{dev: dev, host: h, blocks: make(map[*byte]*block), events: deferred.New[*block](dev)}, nil
 }
 
 // roundPow2 rounds n (> 0) up to a power of two.
@@ -121,7 +119,9 @@ func (a *Allocator) Alloc(size uint64) ([]byte, error) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.processEventsLocked()
+	if a.events.Len() > 0 {
+		a.events.Poll(a.completeLocked)
+	}
 	n := roundPow2(size)
 	i := bits.Len64(n) - 1
 	var b *block
@@ -189,25 +189,17 @@ func (a *Allocator) Free(p []byte) error {
 	if err != nil {
 		return err
 	}
-	var evs []pendingEvent
-	for _, s := range b.streams {
-		ev, err := a.dev.RecordEvent(s)
-		if err != nil {
-			for _, e := range evs {
-				_ = a.dev.ReleaseEvent(e.ev)
-			}
-			return fmt.Errorf("host: free: recording an event on stream %d: %w", s, err)
-		}
-		evs = append(evs, pendingEvent{ev: ev, b: b})
+	n, err := a.events.Record(b, b.streams)
+	if err != nil {
+		return fmt.Errorf("host: free: %w", err)
 	}
 	b.allocated = false
 	b.streams = b.streams[:0]
-	if len(evs) == 0 {
+	if n == 0 {
 		a.releaseLocked(b)
 		return nil
 	}
-	b.events = len(evs)
-	a.events = append(a.events, evs...)
+	b.events = n
 	return nil
 }
 
@@ -219,26 +211,12 @@ func (a *Allocator) releaseLocked(b *block) {
 	a.free[i] = append(a.free[i], b)
 }
 
-// processEventsLocked completes pending frees, oldest event first, up to
-// the first event not done yet (or whose query fails).
-func (a *Allocator) processEventsLocked() {
-	n := 0
-	for _, e := range a.events {
-		done, err := a.dev.EventDone(e.ev)
-		if err != nil || !done {
-			break
-		}
-		a.completeLocked(e)
-		n++
-	}
-	a.events = slices.Delete(a.events, 0, n)
-}
-
-func (a *Allocator) completeLocked(e pendingEvent) {
-	_ = a.dev.ReleaseEvent(e.ev)
-	e.b.events--
-	if e.b.events == 0 {
-		a.releaseLocked(e.b)
+// completeLocked counts one finished event of b's pending free, and
+// finishes the free after the last.
+func (a *Allocator) completeLocked(b *block) {
+	b.events--
+	if b.events == 0 {
+		a.releaseLocked(b)
 	}
 }
 
@@ -248,16 +226,9 @@ func (a *Allocator) EmptyCache() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var errs []error
-	n := 0
-	for _, e := range a.events {
-		if err := a.dev.SynchronizeEvent(e.ev); err != nil {
-			errs = append(errs, fmt.Errorf("host: waiting for an event: %w", err))
-			break
-		}
-		a.completeLocked(e)
-		n++
+	if err := a.events.Drain(a.completeLocked); err != nil {
+		errs = append(errs, fmt.Errorf("host: %w", err))
 	}
-	a.events = slices.Delete(a.events, 0, n)
 	for i, l := range a.free {
 		kept := l[:0]
 		for _, b := range l {

@@ -1,0 +1,253 @@
+// This file holds steps 5 and 6 of the allocation ladder: obtaining memory
+// from the device after a cache miss, and reclaiming cached memory when
+// the device refuses (releasing oversize blocks, then the whole cache, and
+// garbage collection), up to the out-of-memory error.
+
+package allocator
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gpumem/gpumem/device"
+)
+
+// errOverCap is a refusal by the allocator's own cap (memory fraction or
+// limit), which PyTorch treats as the device refusing.
+var errOverCap = fmt.Errorf("allocator: over the configured memory cap: %w", device.ErrOutOfMemory)
+
+// refused reports whether err is a refusal for lack of memory (by the
+// device or by the cap), which the ladder answers by reclaiming and
+// retrying; other errors end the allocation.
+func refused(err error) bool { return err != nil && errors.Is(err, device.ErrOutOfMemory) }
+
+// allocSlowLocked runs the ladder after a cache miss for a request of size
+// (rounded) bytes, requested as asked: garbage collection, a device
+// allocation, then releasing cached oversize blocks and retrying, then
+// releasing the whole cache and retrying. It returns a free block of at
+// least size bytes, or an *OutOfMemoryError, or another device error.
+func (a *Allocator) allocSlowLocked(p *pool, size, requested uint64, s device.Stream) (*block, error) {
+	if a.gcActive {
+		a.garbageCollectLocked()
+	}
+	segSize := segmentSize(size)
+	b, err := a.growLocked(p, size, segSize, s)
+	if refused(err) && a.releaseOversizeLocked(p, size, s) {
+		b, err = a.growLocked(p, size, segSize, s)
+	}
+	if refused(err) {
+		_ = a.releaseCachedLocked() // a failed release leaves those blocks cached; the retry decides
+		a.retriedLocked()
+		b, err = a.growLocked(p, size, segSize, s)
+	}
+	if refused(err) {
+		if err == errOverCap {
+			err = nil // the cap refused without asking the device
+		}
+		return nil, a.outOfMemoryLocked(requested, segSize, s, err)
+	}
+	return b, err
+}
+
+// growLocked obtains memory for a request of size (rounded) bytes on
+// stream s: a new segment of segSize bytes, or with expandable segments
+// pages mapped into one. The block returned is free: a new segment's in
+// no index, a mapped one in the free index. A refusal for lack of memory
+// (by the device, or by the cap, which counts segSize bytes either way, as
+// PyTorch does) wraps device.ErrOutOfMemory.
+func (a *Allocator) growLocked(p *pool, size, segSize uint64, s device.Stream) (*block, error) {
+	if a.allowed > 0 && a.reservedLocked()+segSize > a.allowed {
+		return nil, errOverCap
+	}
+	if a.vm != nil {
+		return a.growExpandableLocked(p, size, s)
+	}
+	return a.newSegmentLocked(p, segSize, s)
+}
+
+// newSegmentLocked asks the device for a segment of size bytes and returns
+// its one block, free and in no index.
+func (a *Allocator) newSegmentLocked(p *pool, size uint64, s device.Stream) (*block, error) {
+	ptr, err := a.dev.Malloc(size)
+	if err != nil {
+		if refused(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("allocator: device %d: allocating a %d-byte segment: %w", a.ordinal, size, err)
+	}
+	seg := &segment{ptr: ptr, size: size, stream: s, pool: p}
+	b := a.newBlockLocked()
+	b.ptr, b.size, b.stream, b.pool, b.seg = ptr, size, s, p, seg
+	seg.head = b
+	a.segments[ptr] = seg
+	a.segmentAllocatedLocked(seg)
+	return b, nil
+}
+
+// releaseSegmentLocked returns the segment of the free, unsplit block b to
+// the device. On a device error nothing changes.
+func (a *Allocator) releaseSegmentLocked(b *block) error {
+	seg := b.seg
+	if err := a.dev.Free(seg.ptr); err != nil {
+		return fmt.Errorf("allocator: device %d: releasing segment %v: %w", a.ordinal, seg.ptr, err)
+	}
+	b.pool.remove(b)
+	delete(a.segments, seg.ptr)
+	a.segmentFreedLocked(seg)
+	a.recycleLocked(b)
+	return nil
+}
+
+// releaseCachedLocked waits for every outstanding stream event, then
+// releases every cached segment of both pools that is wholly free, and
+// with expandable segments unmaps the whole pages of free blocks
+// (PyTorch's release_cached_blocks).
+func (a *Allocator) releaseCachedLocked() error {
+	err := a.drainEventsLocked()
+	err2 := a.releasePoolLocked(a.large)
+	err3 := a.releasePoolLocked(a.small)
+	return errors.Join(err, err2, err3)
+}
+
+// releasePoolLocked releases every free block of p that fills its plain
+// segment, and unmaps the whole pages inside every free block of an
+// expandable segment, releasing the segment's address range once nothing
+// of it is mapped (PyTorch's release_blocks).
+func (a *Allocator) releasePoolLocked(p *pool) error {
+	plain := a.collected[:0]
+	var mapped []*block
+	p.free.Ascend(func(b *block) bool {
+		switch {
+		case b.seg.expandable():
+			mapped = append(mapped, b)
+		case !b.isSplit():
+			plain = append(plain, b)
+		}
+		return true
+	})
+	var errs []error
+	for _, b := range plain {
+		if err := a.releaseSegmentLocked(b); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	clear(plain)
+	a.collected = plain[:0]
+	for _, b := range mapped {
+		if err := a.unmapLocked(b); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := a.releaseUnmappedLocked(p); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// releaseOversizeLocked frees cached oversize blocks of p on stream s to
+// make room for a request of size bytes (PyTorch's
+// release_available_cached_blocks): the smallest single block of at least
+// max(size, max_split_size) if there is one, else oversize blocks from the
+// largest down until that many bytes are released. It does nothing without
+// max_split_size, and reports whether it released enough.
+func (a *Allocator) releaseOversizeLocked(p *pool, size uint64, s device.Stream) bool {
+	if a.rule.maxSplit == maxSplitNone {
+		return false
+	}
+	want := max(size, a.rule.maxSplit)
+	a.key.stream, a.key.size, a.key.ptr = s, want, 0
+	a.found = nil
+	p.free.AscendGreaterOrEqual(&a.key, a.foundFunc)
+	b := a.found
+	a.found = nil
+	if b != nil && b.stream == s && !b.seg.expandable() {
+		return a.releaseSegmentLocked(b) == nil
+	}
+	// No single block is large enough: release oversize blocks from the
+	// largest down (expandable ones are passed over, not released).
+	list := a.collected[:0]
+	var total uint64
+	p.free.DescendLessOrEqual(&a.key, func(c *block) bool {
+		if total >= want || c.size < a.rule.maxSplit || c.stream != s {
+			return false
+		}
+		if !c.seg.expandable() {
+			list = append(list, c)
+			total += c.size
+		}
+		return true
+	})
+	var released uint64
+	for _, c := range list {
+		n := c.size
+		if a.releaseSegmentLocked(c) == nil {
+			released += n
+		}
+	}
+	clear(list)
+	a.collected = list[:0]
+	return released >= want
+}
+
+// garbageCollectLocked releases cached large blocks that have gone unused
+// longest when reserved memory passes the threshold (PyTorch's
+// garbage_collect_cached_blocks). Each pass releases every unsplit block at
+// least as old as the average, until enough is reclaimed.
+func (a *Allocator) garbageCollectLocked() {
+	threshold := uint64(a.cfg.GarbageCollectionThreshold * float64(a.allowed))
+	reserved := a.reservedLocked()
+	if reserved <= threshold {
+		return
+	}
+	target := reserved - threshold
+	p := a.large
+	var totalAge int64
+	count := 0
+	p.free.Ascend(func(b *block) bool {
+		if !b.isSplit() {
+			totalAge += p.gcCalls - b.gcCountBase
+			count++
+		}
+		return true
+	})
+	if count == 0 {
+		return
+	}
+	var reclaimed uint64
+	freed := true
+	for reclaimed < target && freed && count > 0 {
+		ageThreshold := float64(totalAge) / float64(count)
+		freed = false
+		list := a.collected[:0]
+		p.free.Ascend(func(b *block) bool {
+			if !b.isSplit() && !b.seg.expandable() && float64(p.gcCalls-b.gcCountBase) >= ageThreshold {
+				list = append(list, b)
+			}
+			return true
+		})
+		for _, b := range list {
+			age, n := p.gcCalls-b.gcCountBase, b.size
+			if a.releaseSegmentLocked(b) != nil {
+				continue
+			}
+			freed = true
+			reclaimed += n
+			totalAge -= age
+			count--
+		}
+		clear(list)
+		a.collected = list[:0]
+	}
+}
+
+// largestFreeLocked returns the size of the largest cached free block.
+func (a *Allocator) largestFreeLocked() uint64 {
+	var largest uint64
+	for _, p := range [2]*pool{a.small, a.large} {
+		p.free.Ascend(func(b *block) bool {
+			largest = max(largest, b.size)
+			return true
+		})
+	}
+	return largest
+}

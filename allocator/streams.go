@@ -1,0 +1,100 @@
+// This file holds streams: which streams are valid, RecordStream, and the
+// frees deferred until work on other streams finishes (steps 3 and 4 of
+// the free ladder), on the queue shared with the host allocator.
+
+package allocator
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gpumem/gpumem/device"
+)
+
+// knownStreamLocked reports whether s is a stream of the device. The
+// default stream always is; others are asked of the device once, when it
+// can tell (device.StreamChecker), and remembered.
+func (a *Allocator) knownStreamLocked(s device.Stream) bool {
+	if s == device.DefaultStream {
+		return true
+	}
+	if slices.Contains(a.streams, s) {
+		return true
+	}
+	if c, ok := a.dev.(device.StreamChecker); ok && !c.HasStream(s) {
+		return false
+	}
+	a.streams = append(a.streams, s)
+	return true
+}
+
+// RecordStream marks the allocated block at p as used on stream s too, as
+// PyTorch's recordStream: when the block is freed, it is reused only after
+// the work queued on s by then has finished. Recording the block's own
+// stream does nothing.
+func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b := a.live.get(p)
+	if b == nil {
+		return a.invalidPointerLocked("record stream for", p)
+	}
+	if !a.knownStreamLocked(s) {
+		return fmt.Errorf("allocator: record stream for %v: stream %d is not a stream of device %d: %w", p, s, a.ordinal, device.ErrInvalidStream)
+	}
+	if s == b.stream {
+		return nil
+	}
+	if a.uses == nil {
+		a.uses = make(map[*block][]device.Stream)
+	}
+	if u := a.uses[b]; !slices.Contains(u, s) {
+		a.uses[b] = append(u, s)
+	}
+	b.recorded = true
+	a.streamRecordedLocked(b, s)
+	return nil
+}
+
+// deferFreeLocked records an event on every stream the allocated block b
+// was used on, and returns how many are now outstanding: 0 when b was
+// recorded on no other stream, or when the events could not be recorded
+// and the streams were synchronized instead. On an error nothing changed.
+func (a *Allocator) deferFreeLocked(b *block) (int, error) {
+	if !b.recorded {
+		return 0, nil
+	}
+	n, err := a.events.Record(b, a.uses[b])
+	if err != nil {
+		return 0, fmt.Errorf("allocator: free %v on device %d: %w", b.ptr, a.ordinal, err)
+	}
+	delete(a.uses, b)
+	b.recorded = false
+	return n, nil
+}
+
+// eventDoneLocked counts one finished event of b's pending free, and
+// completes the free after the last.
+func (a *Allocator) eventDoneLocked(b *block) {
+	b.eventCount--
+	if b.eventCount == 0 {
+		a.finishFreeLocked(b)
+	}
+}
+
+// pollEventsLocked completes the deferred frees whose events are done
+// (PyTorch's process_events).
+func (a *Allocator) pollEventsLocked() {
+	a.events.Poll(a.eventDone)
+}
+
+// drainEventsLocked waits for every outstanding event and completes the
+// frees waiting on them (PyTorch's synchronize_and_free_events; counted
+// in num_sync_all_streams).
+func (a *Allocator) drainEventsLocked() error {
+	a.streamsSyncedLocked()
+	if err := a.events.Drain(a.eventDone); err != nil {
+		return fmt.Errorf("allocator: device %d: %w", a.ordinal, err)
+	}
+	return nil
+}
