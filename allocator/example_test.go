@@ -101,3 +101,82 @@ func ExampleAllocator_Snapshot() {
 	//   active_allocated 1024 1000
 	//   inactive 2096128 0
 }
+
+// actionLog is an Observer that prints what the allocator does.
+type actionLog struct{}
+
+func (actionLog) Observe(e allocator.Action) {
+	fmt.Println(e.Kind, e.Size, e.Requested)
+}
+
+func ExampleAllocator_Attach() {
+	dev, _ := sim.New(sim.Config{})
+	a, _ := allocator.New(dev, allocator.Config{})
+	detach := a.Attach(actionLog{})
+	p, _ := a.Alloc(1000, device.DefaultStream)
+	_ = a.Free(p)
+	_ = a.EmptyCache()
+	detach()
+	_, _ = a.Alloc(1000, device.DefaultStream) // not seen: detached
+	// Output:
+	// segment_alloc 2097152 0
+	// alloc 1024 1000
+	// free_requested 1024 1000
+	// free_completed 1024 1000
+	// empty_cache 0 0
+	// segment_free 2097152 0
+}
+
+func ExampleAllocator_EmptyCache() {
+	dev, _ := sim.New(sim.Config{})
+	a, _ := allocator.New(dev, allocator.Config{})
+	p, _ := a.Alloc(64<<20, device.DefaultStream)
+	_ = a.Free(p)
+	fmt.Println("cached:", a.Stats().Reserved()>>20, "MiB reserved,", dev.BytesInUse()>>20, "MiB held on the device")
+	_ = a.EmptyCache()
+	fmt.Println("emptied:", a.Stats().Reserved()>>20, "MiB reserved,", dev.BytesInUse()>>20, "MiB held on the device")
+	// Output:
+	// cached: 64 MiB reserved, 64 MiB held on the device
+	// emptied: 0 MiB reserved, 0 MiB held on the device
+}
+
+// Expandable segments map pages into one reserved range, so memory freed in
+// pieces merges into one block: four 32 MiB requests reuse eight freed
+// 16 MiB blocks instead of asking the device for more.
+func ExampleConfig_expandableSegments() {
+	for _, conf := range []string{"", "expandable_segments:True"} {
+		cfg, _ := allocator.ParseConf(conf)
+		dev, _ := sim.New(sim.Config{})
+		a, _ := allocator.New(dev, cfg)
+		var ps []device.Ptr
+		for range 8 {
+			p, _ := a.Alloc(16<<20, device.DefaultStream)
+			ps = append(ps, p)
+		}
+		for _, p := range ps {
+			_ = a.Free(p)
+		}
+		for range 4 {
+			_, _ = a.Alloc(32<<20, device.DefaultStream)
+		}
+		fmt.Printf("%q: %d MiB reserved\n", conf, a.Stats().Reserved()>>20)
+	}
+	// Output:
+	// "": 256 MiB reserved
+	// "expandable_segments:True": 140 MiB reserved
+}
+
+// Passthrough is the baseline without a cache: every Alloc and Free is a
+// device call, as PyTorch with PYTORCH_NO_CUDA_MEMORY_CACHING=1.
+func ExamplePassthrough() {
+	dev, _ := sim.New(sim.Config{})
+	pt, _ := allocator.NewPassthrough(dev)
+	for range 3 {
+		p, _ := pt.Alloc(4<<20, device.DefaultStream)
+		_ = pt.Free(p)
+	}
+	c := dev.Counters()
+	fmt.Println(c.Mallocs, "device mallocs,", c.Frees, "device frees")
+	// Output:
+	// 3 device mallocs, 3 device frees
+}
