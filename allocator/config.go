@@ -74,6 +74,16 @@ type Config struct {
 	ExpandableSegments bool
 }
 
+// Limits that keep every size computation within 64 bits: a byte size in
+// the configuration is at most 1 EiB (requests of that size or more are
+// refused anyway, so a larger setting could mean nothing more), and an
+// interval is divided into at most 2^20 steps (the smallest interval
+// governed, 1 MiB, then has steps of one byte).
+const (
+	maxConfBytes = maxRequestSize
+	maxDivisions = 1 << 20
+)
+
 // validate checks a Config and returns an error naming the bad field.
 func (c *Config) validate() error {
 	var errs []error
@@ -83,9 +93,15 @@ func (c *Config) validate() error {
 	if c.MaxNonSplitRounding != 0 && c.MaxNonSplitRounding <= kLargeBuffer {
 		errs = append(errs, fmt.Errorf("MaxNonSplitRounding %d must be more than %d bytes (20 MiB)", c.MaxNonSplitRounding, kLargeBuffer))
 	}
+	if c.MaxSplitSize > maxConfBytes {
+		errs = append(errs, fmt.Errorf("MaxSplitSize %d is more than 1 EiB", c.MaxSplitSize))
+	}
+	if c.MaxNonSplitRounding > maxConfBytes {
+		errs = append(errs, fmt.Errorf("MaxNonSplitRounding %d is more than 1 EiB", c.MaxNonSplitRounding))
+	}
 	for i, d := range c.RoundupPower2Divisions {
-		if d != 0 && d&(d-1) != 0 {
-			errs = append(errs, fmt.Errorf("RoundupPower2Divisions[%d] = %d is not a power of two or 0", i, d))
+		if d != 0 && d&(d-1) != 0 || d > maxDivisions {
+			errs = append(errs, fmt.Errorf("RoundupPower2Divisions[%d] = %d is not a power of two up to %d, or 0", i, d, maxDivisions))
 		}
 	}
 	if g := c.GarbageCollectionThreshold; g != 0 && !(g > 0 && g < 1) {
@@ -285,8 +301,8 @@ func (p *confParser) mbValue(key string) (uint64, error) {
 	if n <= kLargeBuffer/mib {
 		return 0, p.errorf("%s:%d is too small: it must be more than %d", key, n, kLargeBuffer/mib)
 	}
-	if n > math.MaxUint64/mib {
-		return 0, p.errorf("%s:%d is too large", key, n)
+	if n > maxConfBytes/mib {
+		return 0, p.errorf("%s:%d is too large: at most %d (1 EiB)", key, n, maxConfBytes/mib)
 	}
 	return n * mib, nil
 }
@@ -356,8 +372,8 @@ func (p *confParser) parseRoundup(c *Config) error {
 		if err != nil {
 			return err
 		}
-		if n == 0 || n&(n-1) != 0 {
-			return p.errorf("%s:%d must be a power of two", key, n)
+		if n == 0 || n&(n-1) != 0 || n > maxDivisions {
+			return p.errorf("%s:%d must be a power of two up to %d", key, n, maxDivisions)
 		}
 		for i := range table {
 			table[i] = n
@@ -383,8 +399,8 @@ func (p *confParser) parseRoundup(c *Config) error {
 		if err != nil {
 			return err
 		}
-		if div != 0 && div&(div-1) != 0 {
-			return p.errorf("%s: divisions %d must be a power of two or 0", key, div)
+		if div != 0 && div&(div-1) != 0 || div > maxDivisions {
+			return p.errorf("%s: divisions %d must be a power of two up to %d, or 0", key, div, maxDivisions)
 		}
 		if tok == ">" {
 			for i := last; i < NumRoundupIntervals; i++ {

@@ -1,11 +1,14 @@
 package allocator
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
+
+	"github.com/gpumem/gpumem/device/sim"
 )
 
 func TestParseConfKeys(t *testing.T) {
@@ -88,7 +91,7 @@ func TestParseConfErrorsNameTheProblem(t *testing.T) {
 		"garbage_collection_threshold:0":           "must be in (0, 1)",
 		"expandable_segments:true":                 "want True or False",
 		"roundup_power2_divisions:3":               "must be a power of two",
-		"roundup_power2_divisions:[256:3]":         "divisions 3 must be a power of two or 0",
+		"roundup_power2_divisions:[256:3]":         "divisions 3 must be a power of two",
 		"roundup_power2_divisions:[300:2]":         `interval "300" must be a power of two`,
 		"roundup_power2_divisions:[256:2":          "expected ',' or ']'",
 		"roundup_power2_divisions:[256:2;512:4]":   "bad value",
@@ -176,4 +179,48 @@ func FuzzParseConf(f *testing.F) {
 			t.Fatalf("ParseConf(%q) = %+v; String %q parses to %+v", s, c, c.String(), again)
 		}
 	})
+}
+
+// TestConfigOverflowsRefused: values whose byte size or use would wrap
+// 64 bits are refused, naming the key, instead of silently changing
+// decisions (a rounding limit that wraps disables reuse; divisions that
+// wrap round 100 MiB up to 128 MiB).
+func TestConfigOverflowsRefused(t *testing.T) {
+	for _, conf := range []string{
+		"max_split_size_mb:64,max_non_split_rounding_mb:17592186044415",
+		"max_split_size_mb:17592186044415",
+		"max_non_split_rounding_mb:1099511627777",
+		"roundup_power2_divisions:9223372036854775808",
+		"roundup_power2_divisions:[256:9223372036854775808]",
+		"roundup_power2_divisions:[>:2097152]",
+	} {
+		_, err := ParseConf(conf)
+		require.Error(t, err, conf)
+		key := conf[:strings.IndexByte(conf, ':')]
+		if strings.Contains(conf, "max_non_split") {
+			key = "max_non_split_rounding_mb"
+		}
+		assert.Contains(t, err.Error(), key, conf)
+	}
+	// The largest accepted values work without wrapping.
+	cfg, err := ParseConf("max_split_size_mb:1099511627776,max_non_split_rounding_mb:1099511627776,roundup_power2_divisions:1048576")
+	require.NoError(t, err)
+	dev, _ := sim.New(sim.Config{})
+	a, err := New(dev, cfg)
+	require.NoError(t, err)
+	p := mustAlloc(t, a, 100*mib, 0)
+	assert.EqualValues(t, 100*mib, get(t, a, "allocated_bytes.all.current"), "100 MiB rounds to itself, not to 128 MiB")
+	mustFree(t, a, p)
+	q := mustAlloc(t, a, 100*mib, 0)
+	assert.Equal(t, p, q, "the cached block is reused")
+	assert.EqualValues(t, 1, get(t, a, "num_device_alloc"))
+
+	for _, c := range []Config{
+		{MaxSplitSize: 1 << 61},
+		{MaxNonSplitRounding: 1 << 61},
+		{RoundupPower2Divisions: [NumRoundupIntervals]uint64{1 << 63}},
+	} {
+		_, err := New(dev, c)
+		assert.Error(t, err, "%+v", c)
+	}
 }
