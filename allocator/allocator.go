@@ -50,6 +50,7 @@ type Allocator struct {
 	key       block    // best-fit search key (scratch)
 	found     *block   // result of the last index search (scratch)
 	collected []*block // scratch list for release passes
+	examined  int      // blocks looked at by release passes, for the tests of their cost
 
 	observers    []observerEntry // copy on write: notified with mu held
 	oomObservers []oomObserver   // copy on write: called after mu is released

@@ -549,3 +549,29 @@ func TestSnapshot(t *testing.T) {
 	assert.Equal(t, q, large.Blocks[0].Ptr)
 	assert.Equal(t, stats.LargePool, large.Pool)
 }
+
+// TestFailedAllocCostsWhatItReleases: an out-of-memory failure releases
+// the cache, and that costs what is released, not a walk over every
+// cached block: 100,000 free blocks in split segments are not examined.
+func TestFailedAllocCostsWhatItReleases(t *testing.T) {
+	dev, err := sim.New(sim.Config{Capacity: 4 << 30})
+	require.NoError(t, err)
+	a, err := New(dev, Config{})
+	require.NoError(t, err)
+	ptrs := make([]device.Ptr, 200_000)
+	for i := range ptrs {
+		ptrs[i], err = a.Alloc(512, 0)
+		require.NoError(t, err)
+	}
+	for i := 1; i < len(ptrs); i += 2 { // every other block stays: the segments stay split
+		require.NoError(t, a.Free(ptrs[i]))
+	}
+	whole := mustAlloc(t, a, 30*mib, 0)
+	mustFree(t, a, whole) // one whole free segment
+	a.examined = 0
+	_, err = a.Alloc(8<<30, 0)
+	require.ErrorIs(t, err, device.ErrOutOfMemory)
+	assert.Equal(t, 1, a.examined, "only the whole free segment is looked at")
+	assert.EqualValues(t, 100_000, get(t, a, "inactive_split.all.current"))
+	require.NoError(t, a.CheckInvariants())
+}

@@ -4,6 +4,8 @@
 package allocator
 
 import (
+	"slices"
+
 	"github.com/google/btree"
 
 	"github.com/gpumem/gpumem/device"
@@ -43,8 +45,13 @@ type block struct {
 	// last filed in the free index; its age is the difference.
 	gcCountBase int64
 
+	// prevWhole and nextWhole link the block into its pool's list of whole
+	// free segments while listed is set.
+	prevWhole, nextWhole *block
+
 	allocated  bool
 	indexed    bool  // in its pool's free index: set and cleared by pool.insert and pool.remove only
+	listed     bool  // in its pool's list of whole free segments (pool.wholes)
 	recorded   bool  // allocated and RecordStream added streams: they are in Allocator.uses
 	unmapped   bool  // an address range of an expandable segment with no memory behind it
 	eventCount int32 // outstanding stream events before a pending free completes
@@ -133,11 +140,15 @@ func addrLess(a, b *block) bool {
 // Allocator.mu, and so are its methods.
 //
 // Invariants: free holds exactly the pool's free blocks, in freeLess
-// order; unmapped holds exactly its unmapped blocks, in addrLess order.
+// order; unmapped holds exactly its unmapped blocks, in addrLess order;
+// wholes lists exactly the free blocks that fill a plain segment, the
+// segments that releasing the cache returns to the device, so that a
+// release costs what it releases, not a walk of every cached block.
 type pool struct {
-	small bool
-	stat  stats.Pool
-	free  *btree.BTreeG[*block]
+	small  bool
+	stat   stats.Pool
+	free   *btree.BTreeG[*block]
+	wholes *block // head of the list of whole free segments, through nextWhole
 	// unmapped indexes the unmapped ranges of expandable segments; nil
 	// without expandable segments.
 	unmapped *btree.BTreeG[*block]
@@ -163,12 +174,56 @@ func (p *pool) insert(b *block) {
 	b.gcCountBase = p.gcCalls
 	b.indexed = true
 	p.free.ReplaceOrInsert(b)
+	p.relist(b)
 }
 
 // remove takes a free block out of the free index.
 func (p *pool) remove(b *block) {
 	p.free.Delete(b)
 	b.indexed = false
+	p.relist(b)
+}
+
+// relist puts b in the list of whole free segments, or takes it out, as
+// it now is or is not one. Every change to a filed block's neighbours or
+// index membership ends with it.
+func (p *pool) relist(b *block) {
+	whole := b.indexed && !b.isSplit() && !b.seg.expandable()
+	switch {
+	case whole && !b.listed:
+		b.listed, b.prevWhole, b.nextWhole = true, nil, p.wholes
+		if p.wholes != nil {
+			p.wholes.prevWhole = b
+		}
+		p.wholes = b
+	case !whole && b.listed:
+		if b.prevWhole != nil {
+			b.prevWhole.nextWhole = b.nextWhole
+		} else {
+			p.wholes = b.nextWhole
+		}
+		if b.nextWhole != nil {
+			b.nextWhole.prevWhole = b.prevWhole
+		}
+		b.listed, b.prevWhole, b.nextWhole = false, nil, nil
+	}
+}
+
+// wholeSegments appends the blocks of the list of whole free segments to
+// list, in free-index order (the order PyTorch releases them in), and
+// returns it.
+func (p *pool) wholeSegments(list []*block) []*block {
+	n := len(list)
+	for b := p.wholes; b != nil; b = b.nextWhole {
+		list = append(list, b)
+	}
+	slices.SortFunc(list[n:], func(x, y *block) int {
+		if freeLess(x, y) {
+			return -1
+		}
+		return 1
+	})
+	return list
 }
 
 // file puts a free block in the free index, an unmapped one in the

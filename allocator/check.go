@@ -184,6 +184,27 @@ func (a *Allocator) checkLocked() error {
 			bad("segment %v: blocks cover %d bytes of %d", s.ptr, next-s.ptr, s.size)
 		}
 	}
+	for _, p := range [2]*pool{a.small, a.large} {
+		listed := map[*block]bool{}
+		var prev *block
+		for b := p.wholes; b != nil; b = b.nextWhole {
+			if listed[b] || b.prevWhole != prev {
+				bad("the list of whole free segments is broken at %v", b.ptr)
+				break
+			}
+			listed[b] = true
+			prev = b
+			if !b.listed || !inIndex[b] || b.isSplit() || b.seg.expandable() || b.pool != p {
+				bad("block %v is in the list of whole free segments but is not one", b.ptr)
+			}
+		}
+		p.free.Ascend(func(b *block) bool {
+			if whole := !b.isSplit() && !b.seg.expandable(); whole != listed[b] || whole != b.listed {
+				bad("free block %v fills its segment: %v, but is listed: %v (marked %v)", b.ptr, whole, listed[b], b.listed)
+			}
+			return true
+		})
+	}
 	unmappedIndexed := 0
 	for _, p := range [2]*pool{a.small, a.large} {
 		if p.unmapped != nil {

@@ -49,6 +49,11 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 		{"reserved bytes off", "reserved_bytes", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
 			a.st.of(stats.ReservedBytes).increase(stats.SmallPool, 2*mib)
 		}},
+		{"a whole free segment missing from its list", "fills its segment", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			q, _ := a.Alloc(30*mib, 0) // a second segment, freed whole
+			_ = a.Free(q)
+			a.large.wholes = nil
+		}},
 		{"a free block not marked indexed", "not marked indexed", func(a *Allocator, _ *sim.Device, p device.Ptr) {
 			a.live.get(p).next.indexed = false
 		}},

@@ -87,6 +87,7 @@ func (a *Allocator) takeLocked(b *block, size, requested uint64) *block {
 		rest.size -= size
 		if inPlace {
 			rest.gcCountBase = p.gcCalls
+			p.relist(rest) // it is split now
 		} else {
 			p.insert(rest)
 		}

@@ -72,6 +72,7 @@ func (a *Allocator) mergeLocked(b *block) (merged *block, absorbed, absorbedByte
 	if inPlace {
 		if !survivor.unmapped {
 			survivor.gcCountBase = p.gcCalls // as filing it anew would
+			p.relist(survivor)               // it may fill its segment now
 		}
 	} else {
 		p.file(survivor)

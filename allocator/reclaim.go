@@ -114,17 +114,15 @@ func (a *Allocator) releaseCachedLocked() error {
 // expandable segment, releasing the segment's address range once nothing
 // of it is mapped (PyTorch's release_blocks).
 func (a *Allocator) releasePoolLocked(p *pool) error {
-	plain := a.collected[:0]
+	plain := p.wholeSegments(a.collected[:0])
 	var mapped []*block
-	p.free.Ascend(func(b *block) bool {
-		switch {
-		case b.seg.expandable():
+	if p.unmapped != nil { // expandable segments: every free block is in one
+		p.free.Ascend(func(b *block) bool {
 			mapped = append(mapped, b)
-		case !b.isSplit():
-			plain = append(plain, b)
-		}
-		return true
-	})
+			return true
+		})
+	}
+	a.examined += len(plain) + len(mapped)
 	var errs []error
 	for _, b := range plain {
 		if err := a.releaseSegmentLocked(b); err != nil {
@@ -203,13 +201,10 @@ func (a *Allocator) garbageCollectLocked() {
 	p := a.large
 	var totalAge int64
 	count := 0
-	p.free.Ascend(func(b *block) bool {
-		if !b.isSplit() {
-			totalAge += p.gcCalls - b.gcCountBase
-			count++
-		}
-		return true
-	})
+	for b := p.wholes; b != nil; b = b.nextWhole {
+		totalAge += p.gcCalls - b.gcCountBase
+		count++
+	}
 	if count == 0 {
 		return
 	}
@@ -218,14 +213,11 @@ func (a *Allocator) garbageCollectLocked() {
 	for reclaimed < target && freed && count > 0 {
 		ageThreshold := float64(totalAge) / float64(count)
 		freed = false
-		list := a.collected[:0]
-		p.free.Ascend(func(b *block) bool {
-			if !b.isSplit() && !b.seg.expandable() && float64(p.gcCalls-b.gcCountBase) >= ageThreshold {
-				list = append(list, b)
-			}
-			return true
-		})
+		list := p.wholeSegments(a.collected[:0])
 		for _, b := range list {
+			if float64(p.gcCalls-b.gcCountBase) < ageThreshold {
+				continue
+			}
 			age, n := p.gcCalls-b.gcCountBase, b.size
 			if a.releaseSegmentLocked(b) != nil {
 				continue
