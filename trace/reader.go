@@ -205,3 +205,30 @@ func ReadAll(r io.Reader) ([]Op, error) {
 		ops = append(ops, op)
 	}
 }
+
+// OpReader is a source of ops, one at a time: a *Reader, or SliceReader of
+// ops held in memory. Replay and conversion take an OpReader.
+type OpReader interface {
+	// Next returns the next op, or io.EOF at the end.
+	Next() (Op, error)
+	// Line returns the line number of the op Next returned last.
+	Line() int
+}
+
+// SliceReader returns an OpReader of ops; op i is "line" i+1.
+func SliceReader(ops []Op) OpReader { return &sliceReader{ops: ops} }
+
+type sliceReader struct {
+	ops []Op
+	i   int
+}
+
+func (s *sliceReader) Next() (Op, error) {
+	if s.i >= len(s.ops) {
+		return Op{}, io.EOF
+	}
+	s.i++
+	return s.ops[s.i-1], nil
+}
+
+func (s *sliceReader) Line() int { return s.i }
