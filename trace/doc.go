@@ -6,8 +6,8 @@
 //
 // # The memtrace format
 //
-// memtrace v1 is plain text, one operation a line, fields separated by
-// single spaces:
+// The specification is FORMAT.md, beside this file; in short, memtrace v1
+// is plain text, one operation a line, fields separated by single spaces:
 //
 //	a ID BYTES [STREAM]   allocate BYTES on STREAM (default 0), call the block ID
 //	f ID                  free the block called ID
@@ -16,21 +16,26 @@
 //	S                     the whole device is synchronized
 //	c                     empty the cache
 //	t [TAG]               allocations that follow belong to TAG; t alone clears it
+//	m NAME                a step boundary called NAME (a training step, a request)
 //
 // Lines starting with "#" are comments; the first says where the trace came
-// from ("# memtrace v1 source=..."). Blank lines are skipped, and a line may
-// end in "\r\n". Files may be gzip-compressed. Numbers are decimal uint64
-// without sign or leading zeros; a TAG is one field of printable UTF-8.
+// from ("# memtrace v1 source=..."). One comment is an operation: a line
+// that is exactly "# mark NAME" is a step boundary, as "m NAME" is, so
+// that captures made before m existed keep their steps. Blank lines are
+// skipped, and a line may end in "\r\n". Files may be gzip-compressed.
+// Numbers are decimal uint64 without sign or leading zeros; a TAG or NAME
+// is one field of printable UTF-8.
 //
 // In Go an operation is an Op: a Kind (whose value is the line's letter:
-// Alloc is 'a') and the fields the kind uses. Op.String is the line.
+// Alloc is 'a', Mark is 'm') and the fields the kind uses. Op.String is
+// the line.
 //
 // # Reading and writing
 //
 // Reader streams a trace: Next returns one Op at a time, so a trace of tens
 // of millions of lines is read in the memory of one line. It parses each
 // line in place in its buffer and does not allocate per line (only the
-// first use of each tag costs a string). It never guesses: a
+// first use of each tag or mark name costs a string). It never guesses: a
 // missing or extra field, a bad or overflowing integer, an unknown letter,
 // two spaces, a tab or a trailing space is a *SyntaxError that names the
 // line number and the line, and ends the reading. Reader detects gzip by
@@ -41,7 +46,7 @@
 // Writer writes ops, plain (NewWriter) or gzip (NewGzipWriter, or Create
 // with a ".gz" name), after a header comment block that starts with
 // "# memtrace v1". An op that cannot be written and read back unchanged
-// (see Op.Check) is refused.
+// (see Op.Check) is refused, and a Mark is written as an m line.
 //
 // The reader checks each line alone. The rules that need state, that an f
 // or r names a live ID and that an a does not reuse one, belong to whoever
@@ -79,7 +84,7 @@
 //
 // Reader, Writer and Validator use memory bounded by a line, a buffer and
 // the live blocks respectively. An Import holds the whole converted trace
-// (about 48 bytes an op) because blocks from before the window can only be
+// (about 64 bytes an op) because blocks from before the window can only be
 // known at its end. None of these types is safe for concurrent use: use
 // one per goroutine.
 package trace

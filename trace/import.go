@@ -15,7 +15,7 @@ import "fmt"
 //   - Ops[WindowEnd:]: frees of the blocks still alive at the end, in
 //     increasing ID order.
 //
-// An Import holds the whole result in memory (about 48 bytes an op),
+// An Import holds the whole result in memory (about 64 bytes an op),
 // because the blocks from before the window are known only at its end.
 type Import struct {
 	Ops         []Op

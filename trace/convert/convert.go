@@ -75,7 +75,8 @@ type Options struct {
 // before the log are handled), and their notes and a line of figures
 // follow in the header. A memtrace input is streamed through a Reader and
 // a Validator, in bounded memory, and rewritten in canonical form with its
-// header kept; its other comments are dropped. Nothing is written unless
+// header kept: step marks written as "# mark NAME" comments become m
+// lines, and its other comments are dropped. Nothing is written unless
 // the input converts cleanly, except for memtrace, which is streamed: an
 // error there leaves w holding the ops before the bad line.
 func Convert(w io.Writer, r io.Reader, name string, opt Options) (Format, error) {

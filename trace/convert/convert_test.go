@@ -79,6 +79,12 @@ func TestConvertMemtrace(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "# memtrace v1 source=old.trace.gz format=memtrace\n# memtrace v1 original\n# more\na 1 5 0\nf 1\n", out.String())
 
+	// Step marks written as comments come out as m lines.
+	out.Reset()
+	_, err = Convert(&out, strings.NewReader("# memtrace v1 old\n# mark s0\na 1 5\n# mark s1\nf 1\n"), "old", Options{})
+	require.NoError(t, err)
+	assert.Equal(t, "# memtrace v1 source=old format=memtrace\n# memtrace v1 old\nm s0\na 1 5 0\nm s1\nf 1\n", out.String())
+
 	// A memtrace that breaks the live-ID rules is refused with its line.
 	out.Reset()
 	_, err = Convert(&out, strings.NewReader("a 1 5\nf 2\n"), "bad", Options{})

@@ -19,8 +19,8 @@
 // is still a valid trace. Other actions (segments, page maps, retries) are
 // the allocator's answer to the requests, not requests, and are not
 // written: a replay recomputes them. What the allocator cannot see the
-// program writes itself: tags with Tag, stream and device synchronizations
-// with SyncStream and SyncDevice.
+// program writes itself: tags with Tag, step boundaries with Mark, stream
+// and device synchronizations with SyncStream and SyncDevice.
 //
 // With Options.Stacks the Recorder also keeps, for each live allocation,
 // the program counters of the Go call stack that made it (LiveBlocks), and

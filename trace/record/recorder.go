@@ -17,7 +17,7 @@ import (
 // RecordStream an r line, each EmptyCache a c line. Attach it with
 // Allocator.Attach; detach it and call Flush (or Close) when done. Tags
 // (t lines) and stream synchronizations (s, S) are not visible to the
-// allocator: write them with Tag, SyncStream and SyncDevice.
+// allocator: write them with Tag, Mark, SyncStream and SyncDevice.
 //
 // With Options.Stacks, the Recorder also keeps the Go call stack of every
 // live allocation (LiveBlocks), so that a report can say where memory
@@ -99,12 +99,30 @@ func (r *Recorder) write(op trace.Op) {
 	}
 }
 
-// Tag writes a t line: the allocations that follow belong to tag ("" clears it).
+// Tag writes a t line: the allocations that follow belong to tag ("" clears
+// it). A tag is one field: no spaces. A bad tag is an error that writes
+// nothing and does not stop the Recorder.
 func (r *Recorder) Tag(tag string) error {
+	return r.writeChecked(trace.Op{Kind: trace.Tag, Tag: tag})
+}
+
+// writeChecked writes an op given by the program, refusing one that has no
+// memtrace form without making the refusal the Recorder's sticky error.
+func (r *Recorder) writeChecked(op trace.Op) error {
+	if err := op.Check(); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.write(trace.Op{Kind: trace.Tag, Tag: tag})
+	r.write(op)
 	return r.err
+}
+
+// Mark writes an m line: a step boundary named name (the start of a
+// training step or of a request). The name is one field: no spaces. A bad
+// name is an error that writes nothing and does not stop the Recorder.
+func (r *Recorder) Mark(name string) error {
+	return r.writeChecked(trace.Op{Kind: trace.Mark, Name: name})
 }
 
 // SyncStream writes an s line: the work queued on s so far has finished.

@@ -32,6 +32,10 @@ func TestRecorderRoundTrip(t *testing.T) {
 	w := trace.NewWriter(&buf, "recorded by a test")
 	rec := New(w, Options{Stacks: true})
 	detach := a.Attach(rec)
+	require.NoError(t, rec.Mark("step0"))
+	assert.Error(t, rec.Mark("two words"), "a mark's name is one field")
+	assert.Error(t, rec.Tag("two words"), "so is a tag")
+	require.NoError(t, rec.Err(), "a refused mark or tag does not stop the Recorder")
 	require.NoError(t, rec.Tag("forward"))
 	var live []device.Ptr
 	for i := range 200 {

@@ -15,8 +15,9 @@
 //	S                   device.Synchronize
 //	c                   Target.EmptyCache
 //	t TAG               nothing: tags are for whoever reads the trace
+//	m NAME              a step boundary: Options.Mark, if set, is called with NAME
 //
-// The rules are memtrace's (FORMAT.md, beside package trace). Each op is
+// The rules are memtrace's (trace/FORMAT.md in this module). Each op is
 // first checked by a trace.Validator, so an f or r of an ID that is not
 // live, or an a that reuses one, stops the replay with an error naming the
 // line. An allocation that fails for lack of memory (an error matching

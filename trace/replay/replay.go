@@ -23,6 +23,20 @@ type Target interface {
 	Stats() stats.DeviceStats
 }
 
+// StreamHolder is what a device must offer for memtrace's stream rule
+// (trace/FORMAT.md): work queued on a stream other than 0 counts as still
+// running until an s line for that stream or an S line, so that an event
+// recorded on it (for a block freed after an r line) completes only then.
+// *sim.Device implements it. Run holds every stream it creates busy on a
+// device that is a StreamHolder; on any other device (a real GPU) streams
+// run as they do, and the rule cannot be enforced.
+type StreamHolder interface {
+	// SetStreamBusy(s, true) holds the work queued on s, so that events
+	// recorded on s do not complete; SynchronizeStream(s) and Synchronize
+	// finish it.
+	SetStreamBusy(s device.Stream, busy bool) error
+}
+
 // Options configures Run.
 type Options struct {
 	// Name is reported as Result.Trace.
@@ -33,13 +47,20 @@ type Options struct {
 	// Batch is the number of ops parsed ahead and replayed under one timing
 	// (default 1024); smaller batches call Progress more often.
 	Batch int
+	// Mark, if set, is called at each step mark of the trace (an m line,
+	// or a "# mark NAME" comment) with the mark's name, once every op
+	// before the mark has been applied and before any op after it, so
+	// that it can read the target's state at the step boundary. A batch
+	// ends at a mark; the call is not timed. Without Mark, marks are
+	// skipped.
+	Mark func(name string)
 }
 
 // Result is what a replay measured. Its JSON form is what `gpumem replay
 // --json` prints.
 type Result struct {
 	Trace string `json:"trace"`
-	Ops   int64  `json:"ops"`    // op lines replayed, tags and syncs included
+	Ops   int64  `json:"ops"`    // op lines replayed, tags, marks and syncs included
 	Alloc int64  `json:"allocs"` // a lines
 	Frees int64  `json:"frees"`  // f lines that freed a block (those of failed allocations are skipped)
 	OOMs  int64  `json:"ooms"`   // a lines that failed for lack of memory
@@ -77,30 +98,17 @@ type pendingOp struct {
 	line int
 }
 
-// StreamHolder is what a device must offer for memtrace's stream rule
-// (FORMAT.md beside the trace package): work queued on a stream other than
-// 0 counts as still running until an s line for that stream or an S line,
-// so that an event recorded on it (for a block freed after an r line)
-// completes only then. *sim.Device implements it. Run holds every stream
-// it creates busy on a device that is a StreamHolder; on any other device
-// (a real GPU) streams run as they do, and the rule cannot be enforced.
-type StreamHolder interface {
-	// SetStreamBusy(s, true) holds the work queued on s, so that events
-	// recorded on s do not complete; SynchronizeStream(s) and Synchronize
-	// finish it.
-	SetStreamBusy(s device.Stream, busy bool) error
-}
-
 // Run reads every op of r and applies it to t, whose memory comes from
-// dev. It follows memtrace's rules (FORMAT.md): an allocation that fails
-// for lack of memory is counted and replay goes on, skipping the later f
-// or r of its ID; any other error stops the replay and names the line.
+// dev. It follows memtrace's rules (trace/FORMAT.md): an allocation that
+// fails for lack of memory is counted and replay goes on, skipping the
+// later f or r of its ID; any other error stops the replay and names the
+// line.
 //
 // Streams: trace stream 0 is the device's default stream; the first time
-// another stream number appears, Run creates a device stream for it,
-// and, on a device that can hold work (a StreamHolder, such as the
-// simulated device), holds it busy, so that events recorded on it complete only at an s line for that
-// stream or an S line, as the format says.
+// another stream number appears, Run creates a device stream for it, and,
+// on a device that can hold work (a StreamHolder, such as the simulated
+// device), holds it busy, so that events recorded on it complete only at
+// an s line for that stream or an S line, as the format says.
 func Run(r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, error) {
 	res := &Result{Trace: opt.Name}
 	rp := replayer{t: t, dev: dev, res: res, streams: map[uint64]device.Stream{0: device.DefaultStream}}
@@ -125,6 +133,9 @@ func Run(r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, e
 				break
 			}
 			batch = append(batch, pendingOp{op, r.Line()})
+			if op.Kind == trace.Mark && opt.Mark != nil {
+				break
+			}
 		}
 		start := time.Now()
 		err := rp.run(batch)
@@ -133,6 +144,9 @@ func Run(r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, e
 			return nil, err
 		}
 		res.Ops += int64(len(batch))
+		if n := len(batch); n > 0 && batch[n-1].op.Kind == trace.Mark && opt.Mark != nil {
+			opt.Mark(batch[n-1].op.Name)
+		}
 		if opt.Progress != nil {
 			opt.Progress(res.Ops)
 		}

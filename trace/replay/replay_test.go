@@ -2,6 +2,7 @@ package replay
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/stats"
 	"github.com/gpumem/gpumem/trace"
 )
 
@@ -30,6 +32,9 @@ type expectation struct {
 	PeakReserved  int64            `json:"peak_reserved_bytes"`
 	Stats         map[string]int64 `json:"stats"`
 }
+
+// The simulated device holds streams, as the format's stream rule needs.
+var _ StreamHolder = (*sim.Device)(nil)
 
 func replayPath(t *testing.T, path string, target func(*sim.Device) Target, capacity uint64) *Result {
 	t.Helper()
@@ -179,4 +184,39 @@ func TestReplayBaseline(t *testing.T) {
 	}, 0)
 	assert.Less(t, cached.DeviceAllocs, res.DeviceAllocs/5, "caching saves most device calls")
 	assert.Equal(t, res.PeakRequested, cached.PeakRequested)
+}
+
+// TestReplayMarks replays a real capture of three training steps, whose
+// steps are delimited by "# mark stepN" comments, and reads the allocator
+// at each step boundary: the blocks live when a step starts are the same
+// in the second and third steps.
+func TestReplayMarks(t *testing.T) {
+	r, err := trace.Open("testdata/bert_b2.trace.gz")
+	require.NoError(t, err)
+	defer r.Close()
+	dev, err := sim.New(sim.Config{})
+	require.NoError(t, err)
+	a, err := allocator.New(dev, allocator.Config{})
+	require.NoError(t, err)
+	var marks []string
+	opt := Options{Mark: func(name string) {
+		st := a.Stats()
+		marks = append(marks, fmt.Sprintf("%s: %d live", name, st.Allocation[stats.All].Current))
+	}}
+	res, err := Run(r, a, dev, opt)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"step0: 153 live", "step1: 612 live", "step2: 612 live"}, marks)
+	assert.EqualValues(t, 7251, res.Ops, "3,624 a, 3,624 f and three marks")
+
+	// Without the callback the marks are skipped and nothing else changes.
+	r2, err := trace.Open("testdata/bert_b2.trace.gz")
+	require.NoError(t, err)
+	defer r2.Close()
+	dev2, err := sim.New(sim.Config{})
+	require.NoError(t, err)
+	a2, err := allocator.New(dev2, allocator.Config{})
+	require.NoError(t, err)
+	res2, err := Run(r2, a2, dev2, Options{})
+	require.NoError(t, err)
+	assert.Equal(t, res.Stats, res2.Stats)
 }
