@@ -41,8 +41,8 @@ type StreamHolder interface {
 type Options struct {
 	// Name is reported as Result.Trace.
 	Name string
-	// Progress, if set, is called after each batch of ops with the number
-	// of ops replayed so far.
+	// Progress, if set, is called after each batch of ops (never for an
+	// empty one) with the number of ops replayed so far.
 	Progress func(ops int64)
 	// Batch is the number of ops parsed ahead and replayed under one timing
 	// (default 1024); smaller batches call Progress more often.
@@ -147,7 +147,7 @@ func Run(r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, e
 		if n := len(batch); n > 0 && batch[n-1].op.Kind == trace.Mark && opt.Mark != nil {
 			opt.Mark(batch[n-1].op.Name)
 		}
-		if opt.Progress != nil {
+		if opt.Progress != nil && len(batch) > 0 {
 			opt.Progress(res.Ops)
 		}
 		if readErr == io.EOF {
