@@ -42,9 +42,14 @@
 //     caches pinned host memory as PyTorch's host allocator does.
 //   - stats: the statistics, PyTorch's memory_stats key space and its
 //     memory_summary table, expvar export.
-//   - trace: memtrace, the trace format; a recorder (and a pprof profile of
-//     live memory by call site), replay, pictures, and importers of PyTorch
-//     memory snapshots and RMM logs.
+//   - trace: memtrace, the trace format alone (ops, reader, writer,
+//     validator; specified in trace/FORMAT.md), importing nothing else of
+//     gpumem. Around it: trace/replay drives an allocator from a trace and
+//     measures it, trace/viz draws a replay, trace/record records an
+//     allocator as memtrace (and a pprof profile of live memory by call
+//     site), trace/pytorch reads and writes PyTorch memory snapshots,
+//     trace/rmm reads RMM logs, trace/convert converts any of them to
+//     memtrace.
 //   - estimate: will a transformer train on a card, by count and by
 //     simulation.
 //   - cmd/gpumem: the command line: demo, replay, compare, convert,

@@ -9,6 +9,7 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/replay"
 )
 
 // Result is an estimate: the count, and what the allocator did.
@@ -17,7 +18,7 @@ type Result struct {
 	Count    Breakdown
 	Capacity uint64
 	Steps    int
-	Replay   *trace.Result // peaks, device calls, out-of-memory errors, every stat
+	Replay   *replay.Result // peaks, device calls, out-of-memory errors, every stat
 	// Fits reports whether every allocation succeeded.
 	Fits bool
 	// Headroom is capacity minus peak reserved (negative when it did not
@@ -49,7 +50,7 @@ func Simulate(m Model, capacity uint64, cfg allocator.Config, steps int) (*Resul
 	if err != nil {
 		return nil, err
 	}
-	res, err := trace.Replay(trace.SliceReader(ops), a, dev, trace.ReplayOptions{Name: "training"})
+	res, err := replay.Run(trace.SliceReader(ops), a, dev, replay.Options{Name: "training"})
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,7 @@ benchstat=$(go env GOPATH)/bin/benchstat
 
 echo "== go test -bench (count $count, benchtime $benchtime) -> $out/bench.txt"
 go test -run '^$' -bench . -benchtime "$benchtime" -count "$count" \
-	./allocator ./stats ./device/sim ./trace >"$out/bench.txt"
+	./allocator ./stats ./device/sim ./trace/... >"$out/bench.txt"
 "$benchstat" "$out/bench.txt"
 
 echo
@@ -29,7 +29,7 @@ with gzip.open(sys.argv[1], "wt") as f:
     f.write("# memtrace v1 hot loop: 1e6 x (alloc 1 MiB, free)\n")
     f.write("a 0 1048576\nf 0\n" * 1000000)
 PY
-for t in trace/testdata/pytorch/random_mixed.trace.gz trace/testdata/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz "$out/hot.trace.gz"; do
+for t in trace/replay/testdata/pytorch/random_mixed.trace.gz trace/testdata/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz "$out/hot.trace.gz"; do
 	for mode in "" --baseline; do
 		for _ in $(seq "$count"); do
 			"$out/gpumem" replay --json $mode "$t"

@@ -13,6 +13,7 @@ import (
 
 func ExampleReader() {
 	const text = `# memtrace v1 example
+# mark step0
 a 0 1048576 0
 t backward
 a 1 512 1
@@ -40,13 +41,14 @@ f 0
 	}
 	// Output:
 	// header: [memtrace v1 example]
-	// line 2: alloc    a 0 1048576 0
-	// line 3: tag      t backward
-	// line 4: alloc    a 1 512 1
-	// line 5: record-stream r 0 1
-	// line 6: free     f 1
-	// line 7: sync-stream s 1
-	// line 8: free     f 0
+	// line 2: mark     m step0
+	// line 3: alloc    a 0 1048576 0
+	// line 4: tag      t backward
+	// line 5: alloc    a 1 512 1
+	// line 6: record-stream r 0 1
+	// line 7: free     f 1
+	// line 8: sync-stream s 1
+	// line 9: free     f 0
 }
 
 func ExampleReader_syntaxError() {
@@ -58,6 +60,7 @@ func ExampleReader_syntaxError() {
 
 func ExampleWriter() {
 	w := trace.NewWriter(os.Stdout, "source=example", "two blocks")
+	w.Write(trace.Op{Kind: trace.Mark, Name: "step0"})
 	w.Write(trace.Op{Kind: trace.Alloc, ID: 0, Size: 4096})
 	w.Write(trace.Op{Kind: trace.Alloc, ID: 1, Size: 512, Stream: 2})
 	w.Write(trace.Op{Kind: trace.Free, ID: 0})
@@ -68,6 +71,7 @@ func ExampleWriter() {
 	// Output:
 	// # memtrace v1 source=example
 	// # two blocks
+	// m step0
 	// a 0 4096 0
 	// a 1 512 2
 	// f 0
@@ -88,24 +92,4 @@ func ExampleValidator() {
 	}
 	// Output:
 	// memtrace line 3: "f 7": ID 7 is not live
-}
-
-func ExampleConvert() {
-	const log = `Thread,Time,Action,Pointer,Size,Stream
-1,12:00:00.000001,allocate,0x7f0000000000,1024,0x0
-1,12:00:00.000002,free,0x7effff000000,256,0x0
-1,12:00:00.000003,free,0x7f0000000000,1024,0x0
-`
-	if err := trace.Convert(os.Stdout, strings.NewReader(log), "rmm.csv"); err != nil {
-		fmt.Println(err)
-	}
-	// Output:
-	// # memtrace v1 source=rmm.csv format=rmm-csv
-	// # capture: RMM logging_resource_adaptor CSV (3 rows); allocate->a, free->f; 1 blocks freed in the log but allocated before it, allocated up front; 0 blocks alive at the end freed after the log
-	// # stats: ops=4 allocs=2 peak_live_bytes=1280 streams=1
-	// a 0 256 0
-	// # history window starts
-	// a 1 1024 0
-	// f 0
-	// f 1
 }

@@ -22,6 +22,7 @@ const (
 	SyncDevice   Kind = 'S' // S: the whole device is synchronized
 	EmptyCache   Kind = 'c' // c: empty the allocator's cache
 	Tag          Kind = 't' // t [TAG]: allocations that follow belong to TAG; t alone clears it
+	Mark         Kind = 'm' // m NAME: a step boundary named NAME (also written "# mark NAME")
 )
 
 // String names the kind in words ("alloc", "free", ...), for messages.
@@ -41,6 +42,8 @@ func (k Kind) String() string {
 		return "empty-cache"
 	case Tag:
 		return "tag"
+	case Mark:
+		return "mark"
 	}
 	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -48,7 +51,7 @@ func (k Kind) String() string {
 // Valid reports whether k is one of the kinds above.
 func (k Kind) Valid() bool {
 	switch k {
-	case Alloc, Free, RecordStream, SyncStream, SyncDevice, EmptyCache, Tag:
+	case Alloc, Free, RecordStream, SyncStream, SyncDevice, EmptyCache, Tag, Mark:
 		return true
 	}
 	return false
@@ -56,13 +59,14 @@ func (k Kind) Valid() bool {
 
 // Op is one operation of a trace: one memtrace line. Fields a kind does not
 // use are zero: ID for Alloc, Free and RecordStream; Size for Alloc; Stream
-// for Alloc, RecordStream and SyncStream; Tag for Tag.
+// for Alloc, RecordStream and SyncStream; Tag for Tag; Name for Mark.
 type Op struct {
 	Kind   Kind
 	ID     uint64
 	Size   uint64
 	Stream uint64
 	Tag    string
+	Name   string
 }
 
 // String returns the op's memtrace line without the newline. An op that
@@ -71,8 +75,8 @@ type Op struct {
 func (op Op) String() string {
 	b, err := op.AppendText(nil)
 	if err != nil {
-		return fmt.Sprintf("trace.Op{Kind:%q, ID:%d, Size:%d, Stream:%d, Tag:%q}",
-			byte(op.Kind), op.ID, op.Size, op.Stream, op.Tag)
+		return fmt.Sprintf("trace.Op{Kind:%q, ID:%d, Size:%d, Stream:%d, Tag:%q, Name:%q}",
+			byte(op.Kind), op.ID, op.Size, op.Stream, op.Tag, op.Name)
 	}
 	return string(b)
 }
@@ -109,13 +113,17 @@ func (op Op) AppendText(b []byte) ([]byte, error) {
 			b = append(b, ' ')
 			b = append(b, op.Tag...)
 		}
+	case Mark:
+		b = append(b, ' ')
+		b = append(b, op.Name...)
 	}
 	return b, nil
 }
 
 // Check reports whether the op can be written as a memtrace line and read
 // back unchanged: a known kind, zero in the fields the kind does not use,
-// and a tag that is one field of printable UTF-8 without spaces.
+// a tag that is one field of printable UTF-8 without spaces, and for a
+// mark a name of the same kind, which cannot be empty.
 func (op Op) Check() error {
 	if !op.Kind.Valid() {
 		return fmt.Errorf("memtrace: unknown op kind %q", byte(op.Kind))
@@ -131,33 +139,62 @@ func (op Op) Check() error {
 		return fmt.Errorf("memtrace: %s op has a stream (%d)", op.Kind, op.Stream)
 	case op.Kind != Tag && op.Tag != "":
 		return fmt.Errorf("memtrace: %s op has a tag (%q)", op.Kind, op.Tag)
+	case op.Kind != Mark && op.Name != "":
+		return fmt.Errorf("memtrace: %s op has a name (%q)", op.Kind, op.Name)
 	}
-	if op.Kind == Tag {
+	switch op.Kind {
+	case Tag:
 		if msg := checkTag(op.Tag); msg != "" {
 			return fmt.Errorf("memtrace: tag %q: %s", op.Tag, msg)
+		}
+	case Mark:
+		if op.Name == "" {
+			return fmt.Errorf("memtrace: a mark needs a name")
+		}
+		if msg := checkTag(op.Name); msg != "" {
+			return fmt.Errorf("memtrace: mark %q: %s", op.Name, msg)
 		}
 	}
 	return nil
 }
 
-// checkTag returns why tag cannot be a memtrace field, or "".
+// checkTag returns why tag (a tag or a mark's name) cannot be a memtrace
+// field, or "".
 func checkTag[T string | []byte](tag T) string {
 	for i := 0; i < len(tag); i++ {
 		if c := tag[i]; c <= ' ' || c == 0x7f {
 			if c == ' ' {
-				return "a tag is one field and cannot hold a space"
+				return "a name is one field and cannot hold a space"
 			}
-			return "a tag cannot hold control characters"
+			return "a name cannot hold control characters"
 		}
 	}
 	if !utf8.ValidString(string(tag)) {
-		return "a tag must be valid UTF-8"
+		return "a name must be valid UTF-8"
 	}
 	return ""
 }
 
+// markPrefix opens a comment line that is a step mark: "# mark NAME".
+const markPrefix = "# mark "
+
+// markComment reports whether the comment line is exactly "# mark NAME"
+// with NAME one valid field, and returns NAME. Such a comment is a Mark op,
+// as the format says, for traces written before the m line existed.
+func markComment[T string | []byte](line T) (T, bool) {
+	if len(line) <= len(markPrefix) || string(line[:len(markPrefix)]) != markPrefix {
+		return line[:0], false
+	}
+	name := line[len(markPrefix):]
+	if checkTag(name) != "" {
+		return line[:0], false
+	}
+	return name, true
+}
+
 // ParseOp parses one memtrace op line (without its newline). Comments and
-// blank lines are not ops: ParseOp rejects them.
+// blank lines are not ops: ParseOp rejects them, except a comment that is
+// exactly "# mark NAME", which is a Mark op.
 func ParseOp(line string) (Op, error) {
 	var p parser
 	op, msg := p.parse([]byte(line))
@@ -199,16 +236,17 @@ func (e *SyntaxError) Error() string {
 const MaxLineLength = 64 << 10
 
 // parser turns the bytes of one op line into an Op without allocating,
-// except for the first use of each tag.
+// except for the first use of each tag or mark name.
 type parser struct {
-	tags map[string]string // interned tags, at most maxInternedTags
+	tags map[string]string // interned tags and mark names, at most maxInternedTags
 }
 
 // maxInternedTags bounds the parser's tag table; a trace with more
 // distinct tags than this pays one string per further tag line.
 const maxInternedTags = 1024
 
-// intern returns tag as a string, sharing one string per distinct tag.
+// intern returns tag (a tag or a mark name) as a string, sharing one
+// string per distinct value.
 func (p *parser) intern(tag []byte) string {
 	if s, ok := p.tags[string(tag)]; ok { // the lookup does not allocate
 		return s
@@ -227,6 +265,12 @@ func (p *parser) intern(tag []byte) string {
 func (p *parser) parse(line []byte) (Op, string) {
 	if len(line) == 0 {
 		return Op{}, "empty line is not an op"
+	}
+	if line[0] == '#' {
+		if name, ok := markComment(line); ok {
+			return Op{Kind: Mark, Name: p.intern(name)}, ""
+		}
+		return Op{}, "a comment is not an op"
 	}
 	var fields [5][]byte
 	n := 0
@@ -252,7 +296,7 @@ func (p *parser) parse(line []byte) (Op, string) {
 		start = i + 1
 	}
 	if len(fields[0]) != 1 {
-		return Op{}, fmt.Sprintf("unknown op %q (want one of a f r s S c t)", fields[0])
+		return Op{}, fmt.Sprintf("unknown op %q (want one of a f r s S c t m)", fields[0])
 	}
 	op := Op{Kind: Kind(fields[0][0])}
 	args := fields[1:n]
@@ -312,8 +356,16 @@ func (p *parser) parse(line []byte) (Op, string) {
 			}
 			op.Tag = p.intern(tag)
 		}
+	case Mark:
+		if len(args) != 1 {
+			return Op{}, fieldCount("m NAME", len(args))
+		}
+		if msg := checkTag(args[0]); msg != "" {
+			return Op{}, msg
+		}
+		op.Name = p.intern(args[0])
 	default:
-		return Op{}, fmt.Sprintf("unknown op %q (want one of a f r s S c t)", fields[0])
+		return Op{}, fmt.Sprintf("unknown op %q (want one of a f r s S c t m)", fields[0])
 	}
 	return op, ""
 }

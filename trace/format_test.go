@@ -3,6 +3,9 @@
 package trace
 
 import (
+	"io"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -23,6 +26,7 @@ func TestOpString(t *testing.T) {
 		{Op{Kind: EmptyCache}, "c"},
 		{Op{Kind: Tag, Tag: "forward"}, "t forward"},
 		{Op{Kind: Tag}, "t"},
+		{Op{Kind: Mark, Name: "step3"}, "m step3"},
 	}
 	for _, c := range cases {
 		assert.Equal(t, c.want, c.op.String())
@@ -46,6 +50,11 @@ func TestOpCheck(t *testing.T) {
 		{Kind: Tag, Tag: "tab\there"},
 		{Kind: Tag, Tag: "new\nline"},
 		{Kind: Tag, Tag: "\xff\xfe"},
+		{Kind: Mark},
+		{Kind: Mark, Name: "two words"},
+		{Kind: Mark, Name: "x", Tag: "y"},
+		{Kind: Tag, Name: "x"},
+		{Kind: Alloc, Name: "x"},
 	}
 	for _, op := range bad {
 		assert.Error(t, op.Check(), "%#v", op)
@@ -61,6 +70,7 @@ func TestOpCheck(t *testing.T) {
 func TestKindString(t *testing.T) {
 	assert.Equal(t, "alloc", Alloc.String())
 	assert.Equal(t, "record-stream", RecordStream.String())
+	assert.Equal(t, "mark", Mark.String())
 	assert.Equal(t, "Kind(120)", Kind('x').String())
 	assert.True(t, SyncDevice.Valid())
 	assert.False(t, Kind('x').Valid())
@@ -89,4 +99,46 @@ func TestParseUintEdges(t *testing.T) {
 		_, msg := parseUint([]byte(in), "size")
 		assert.Equal(t, want, msg, in)
 	}
+}
+
+// A step mark is an m line, or a comment that is exactly "# mark NAME".
+func TestParseOpMark(t *testing.T) {
+	for _, line := range []string{"m step1", "# mark step1"} {
+		op, err := ParseOp(line)
+		require.NoError(t, err, line)
+		assert.Equal(t, Op{Kind: Mark, Name: "step1"}, op, line)
+	}
+	for _, line := range []string{"m", "m a b", "m \xff", "# a comment", "# mark", "# mark ", "# mark a b", "#mark a", "#  mark a"} {
+		_, err := ParseOp(line)
+		assert.Error(t, err, line)
+	}
+}
+
+// The example in FORMAT.md reads and follows the live-ID rules.
+func TestFormatSpecExample(t *testing.T) {
+	spec, err := os.ReadFile("FORMAT.md")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(spec), "## Example\n\n```\n")
+	require.True(t, ok, "FORMAT.md has an example")
+	example, _, ok := strings.Cut(rest, "```")
+	require.True(t, ok)
+	rd, err := NewReader(strings.NewReader(example))
+	require.NoError(t, err)
+	assert.Equal(t, "memtrace v1 source=example", rd.Header()[0])
+	v := NewValidator()
+	var marks []string
+	for {
+		op, err := rd.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		_, err = v.Check(op, rd.Line())
+		require.NoError(t, err)
+		if op.Kind == Mark {
+			marks = append(marks, op.Name)
+		}
+	}
+	assert.Equal(t, []string{"step0", "step1"}, marks)
+	assert.Zero(t, v.Live())
 }

@@ -31,6 +31,13 @@ type Reader struct {
 	err error // sticky: once set, Next returns it forever
 }
 
+// isMarkComment reports whether a comment line is a step mark, which the
+// Reader returns as a Mark op.
+func isMarkComment(line []byte) bool {
+	_, ok := markComment(line)
+	return ok
+}
+
 // gzipMagic opens every gzip stream.
 var gzipMagic = [2]byte{0x1f, 0x8b}
 
@@ -64,7 +71,7 @@ func NewReader(r io.Reader) (*Reader, error) {
 		if len(text) == 0 {
 			continue
 		}
-		if text[0] == '#' {
+		if text[0] == '#' && !isMarkComment(text) {
 			c := text[1:]
 			if len(c) > 0 && c[0] == ' ' {
 				c = c[1:]
@@ -118,6 +125,7 @@ func (r *Reader) Close() error {
 // Header returns the trace's leading comment block: the comment lines
 // before the first op, each without its "#" and one space after it. By
 // convention the first says where the trace came from ("memtrace v1 ...").
+// A "# mark NAME" comment is an op (a Mark), so it ends the header.
 func (r *Reader) Header() []string {
 	return append([]string(nil), r.header...)
 }
@@ -126,9 +134,11 @@ func (r *Reader) Header() []string {
 // the op (or of the error) it returned.
 func (r *Reader) Line() int { return r.line }
 
-// Next returns the next op. At the end of the trace it returns io.EOF. A
-// malformed line gives a *SyntaxError naming the line; errors are final,
-// so every later call returns the same error.
+// Next returns the next op. At the end of the trace it returns io.EOF.
+// Comments and blank lines are skipped, except a comment that is exactly
+// "# mark NAME", which is returned as a Mark op. A malformed line gives a
+// *SyntaxError naming the line; errors are final, so every later call
+// returns the same error.
 func (r *Reader) Next() (Op, error) {
 	if r.err != nil {
 		return Op{}, r.err
@@ -147,7 +157,7 @@ func (r *Reader) Next() (Op, error) {
 			r.err = err
 			return Op{}, err
 		}
-		if len(text) == 0 || text[0] == '#' {
+		if len(text) == 0 || text[0] == '#' && !isMarkComment(text) {
 			continue
 		}
 		op, msg := r.p.parse(text)
@@ -205,3 +215,30 @@ func ReadAll(r io.Reader) ([]Op, error) {
 		ops = append(ops, op)
 	}
 }
+
+// OpReader is a source of ops, one at a time: a *Reader, or SliceReader of
+// ops held in memory. Replay and conversion take an OpReader.
+type OpReader interface {
+	// Next returns the next op, or io.EOF at the end.
+	Next() (Op, error)
+	// Line returns the line number of the op Next returned last.
+	Line() int
+}
+
+// SliceReader returns an OpReader of ops; op i is "line" i+1.
+func SliceReader(ops []Op) OpReader { return &sliceReader{ops: ops} }
+
+type sliceReader struct {
+	ops []Op
+	i   int
+}
+
+func (s *sliceReader) Next() (Op, error) {
+	if s.i >= len(s.ops) {
+		return Op{}, io.EOF
+	}
+	s.i++
+	return s.ops[s.i-1], nil
+}
+
+func (s *sliceReader) Line() int { return s.i }

@@ -51,6 +51,9 @@ func TestReaderMalformedLines(t *testing.T) {
 		{"c 0", "wrong number of fields"},
 		{"t a b", "too many fields"},
 		{"t \xff", "valid UTF-8"},
+		{"m", "wrong number of fields (want m NAME"},
+		{"m a b", "wrong number of fields"},
+		{"m a\x01", "control character"},
 		{"x 1", "unknown op"},
 		{"alloc 1 2", "unknown op"},
 		{"A 1 2", "unknown op"},
@@ -200,6 +203,8 @@ func TestReaderTestdataTraces(t *testing.T) {
 	}{
 		{"testdata/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz", 3900, 1950, "stats: ops=3900 allocs=1950"},
 		{"testdata/random_mixed_2000.trace.gz", 3118, 1559, "random-mixed seed=44"},
+		// 7,248 a and f lines and three "# mark stepN" comments.
+		{"testdata/bert_b2.trace.gz", 7251, 3624, "source=bert batch=2"},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
@@ -230,6 +235,51 @@ func TestReaderTestdataTraces(t *testing.T) {
 	}
 }
 
+// Step marks: m lines, and comments that are exactly "# mark NAME" (as
+// older captures write them), are Mark ops; other comments are skipped. A
+// mark comment is an op, so it ends the header.
+func TestReaderMarks(t *testing.T) {
+	in := "# memtrace v1 marks\n# mark setup\na 0 10\n# mark  spaced\n#mark glued\n# mark two words\nm step1\nf 0\n# mark step2\n"
+	rd, err := NewReader(strings.NewReader(in))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"memtrace v1 marks"}, rd.Header())
+	var got []string
+	for {
+		op, err := rd.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		got = append(got, fmt.Sprintf("%d:%v", rd.Line(), op))
+	}
+	assert.Equal(t, []string{"2:m setup", "3:a 0 10 0", "7:m step1", "8:f 0", "9:m step2"}, got)
+}
+
+// The marks of a real capture: three training steps of a BERT encoder.
+func TestReaderMarksInCapture(t *testing.T) {
+	rd, err := Open("testdata/bert_b2.trace.gz")
+	require.NoError(t, err)
+	defer rd.Close()
+	var marks []string
+	live := 0
+	for {
+		op, err := rd.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		switch op.Kind {
+		case Alloc:
+			live++
+		case Free:
+			live--
+		case Mark:
+			marks = append(marks, fmt.Sprintf("%s@%d live=%d", op.Name, rd.Line(), live))
+		}
+	}
+	assert.Equal(t, []string{"step0@155 live=153", "step1@2623 live=612", "step2@4632 live=612"}, marks)
+}
+
 func TestOpenMissing(t *testing.T) {
 	_, err := Open("testdata/no-such-file.trace")
 	assert.True(t, errors.Is(err, os.ErrNotExist))
@@ -243,6 +293,7 @@ func FuzzReader(f *testing.F) {
 	f.Add([]byte("a 18446744073709551615 18446744073709551615 18446744073709551615\n"))
 	f.Add([]byte("a  1 2\n"))
 	f.Add([]byte("t \xc3\xbc\n"))
+	f.Add([]byte("# mark s0\na 0 1\nm s1\n#mark x\n# mark a b\nf 0\n"))
 	f.Add(gzipBytes(f, "a 0 1\nf 0\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		rd, err := NewReader(bytes.NewReader(data))

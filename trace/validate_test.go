@@ -43,7 +43,7 @@ func TestValidatorRules(t *testing.T) {
 	assert.Equal(t, 1, v.Live())
 
 	// Ops that need no state pass.
-	for _, l := range []string{"s 3", "S", "c", "t x", "t"} {
+	for _, l := range []string{"s 3", "S", "c", "t x", "t", "m step1", "# mark step2"} {
 		_, err = check(l, 9)
 		assert.NoError(t, err, l)
 	}

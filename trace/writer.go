@@ -83,7 +83,9 @@ func (w *Writer) writeHeader(header []string) {
 
 // Comment writes text as comment lines ("# text"); text with newlines
 // becomes several lines. Comments after the first op are not part of the
-// header that Reader.Header returns.
+// header that Reader.Header returns. A comment always reads back as a
+// comment: a line "mark NAME" is written "#mark NAME", since "# mark NAME"
+// is a step mark; write a Mark op for that.
 func (w *Writer) Comment(text string) error {
 	w.comment(text)
 	return w.err
@@ -101,6 +103,11 @@ func (w *Writer) comment(text string) {
 		}
 		w.buf = append(w.buf[:0], "# "...)
 		w.buf = append(w.buf, line...)
+		if _, ok := markComment(w.buf); ok {
+			// "# mark NAME" would read back as a Mark op: keep it a
+			// comment (Reader.Header gives the same text back).
+			w.buf = append(w.buf[:1], line...)
+		}
 		w.buf = append(w.buf, '\n')
 		_, w.err = w.bw.Write(w.buf)
 	}

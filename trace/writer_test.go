@@ -19,7 +19,7 @@ func opGen() *rapid.Generator[Op] {
 	tag := rapid.StringMatching(`[A-Za-z0-9_.:/\-]{1,12}|ü[a-z]{0,3}`)
 	num := rapid.OneOf(rapid.Uint64Range(0, 10), rapid.Uint64())
 	return rapid.Custom(func(t *rapid.T) Op {
-		switch rapid.SampledFrom([]Kind{Alloc, Free, RecordStream, SyncStream, SyncDevice, EmptyCache, Tag}).Draw(t, "kind") {
+		switch rapid.SampledFrom([]Kind{Alloc, Free, RecordStream, SyncStream, SyncDevice, EmptyCache, Tag, Mark}).Draw(t, "kind") {
 		case Alloc:
 			return Op{Kind: Alloc, ID: num.Draw(t, "id"), Size: num.Draw(t, "size"), Stream: num.Draw(t, "stream")}
 		case Free:
@@ -32,6 +32,8 @@ func opGen() *rapid.Generator[Op] {
 			return Op{Kind: SyncDevice}
 		case EmptyCache:
 			return Op{Kind: EmptyCache}
+		case Mark:
+			return Op{Kind: Mark, Name: tag.Draw(t, "name")}
 		default:
 			if rapid.Bool().Draw(t, "clear") {
 				return Op{Kind: Tag}
@@ -44,7 +46,7 @@ func opGen() *rapid.Generator[Op] {
 func TestRoundTripProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		ops := rapid.SliceOfN(opGen(), 0, 200).Draw(t, "ops")
-		header := rapid.SliceOfN(rapid.StringMatching(`[ -~]{0,30}`), 0, 3).Draw(t, "header")
+		header := rapid.SliceOfN(rapid.OneOf(rapid.StringMatching(`[ -~]{0,30}`), rapid.StringMatching(`mark [a-z ]{1,5}`)), 0, 3).Draw(t, "header")
 		zip := rapid.Bool().Draw(t, "gzip")
 		var buf bytes.Buffer
 		w := NewWriter(&buf, header...)
@@ -81,6 +83,9 @@ func TestRoundTripProperty(t *testing.T) {
 		if len(h) == 0 || !strings.HasPrefix(h[0], Version) {
 			t.Fatalf("header %q does not start with %q", h, Version)
 		}
+		if len(header) > 1 && !assert.ObjectsAreEqual(header[1:], h[1:]) {
+			t.Fatalf("header %q read back as %q", header, h)
+		}
 	})
 }
 
@@ -113,6 +118,25 @@ func TestWriterCommentAndOps(t *testing.T) {
 	rd, err := NewReader(&buf)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"memtrace v1 test"}, rd.Header(), "a comment after the first op is not header")
+}
+
+// A Mark op is written as an m line; a comment that would read as a mark
+// is written so that it stays a comment.
+func TestWriterMarks(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf, "test", "mark header")
+	require.NoError(t, w.Write(Op{Kind: Mark, Name: "step0"}))
+	require.NoError(t, w.Comment("mark step1"))
+	require.NoError(t, w.Write(Op{Kind: Alloc, ID: 1, Size: 512}))
+	require.NoError(t, w.Close())
+	text := buf.String()
+	assert.Equal(t, "# memtrace v1 test\n#mark header\nm step0\n#mark step1\na 1 512 0\n", text)
+	rd, err := NewReader(strings.NewReader(text))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"memtrace v1 test", "mark header"}, rd.Header())
+	ops, err := ReadAll(strings.NewReader(text))
+	require.NoError(t, err)
+	assert.Equal(t, []Op{{Kind: Mark, Name: "step0"}, {Kind: Alloc, ID: 1, Size: 512}}, ops)
 }
 
 func TestWriterRejectsBadOpAndGoesOn(t *testing.T) {

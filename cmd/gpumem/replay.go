@@ -17,6 +17,9 @@ import (
 	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/stats"
 	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/convert"
+	"github.com/gpumem/gpumem/trace/pytorch"
+	"github.com/gpumem/gpumem/trace/replay"
 )
 
 // replaySetup is one configuration to replay a trace under.
@@ -31,7 +34,7 @@ type replaySetup struct {
 
 // replayFile replays the trace at path under one setup on a fresh
 // simulated device of the given capacity.
-func replayFile(path string, setup replaySetup, capacity uint64, progress io.Writer) (*trace.Result, error) {
+func replayFile(path string, setup replaySetup, capacity uint64, progress io.Writer) (*replay.Result, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -54,7 +57,7 @@ func replayFile(path string, setup replaySetup, capacity uint64, progress io.Wri
 	if err != nil {
 		return nil, err
 	}
-	var target trace.Target
+	var target replay.Target
 	after := func() error { return nil }
 	if setup.baseline {
 		target, err = allocator.NewPassthrough(dev)
@@ -68,14 +71,18 @@ func replayFile(path string, setup replaySetup, capacity uint64, progress io.Wri
 	if err != nil {
 		return nil, err
 	}
-	opt := trace.ReplayOptions{Name: path}
+	opt := replay.Options{Name: path}
 	if bar != nil {
 		opt.Progress = func(int64) { bar.draw(false) }
 	}
-	res, err := trace.Replay(r, target, dev, opt)
+	// The simulated device's cost clock is the device's own: read it
+	// around the replay.
+	clock := dev.Clock()
+	res, err := replay.Run(r, target, dev, opt)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	res.DeviceSeconds = (dev.Clock() - clock).Seconds()
 	if err := after(); err != nil {
 		return nil, err
 	}
@@ -120,7 +127,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 			return usageError{"--snapshot takes one trace and the caching allocator"}
 		}
 		setup.with = func(a *allocator.Allocator) func() error {
-			h := trace.NewHistory(*history)
+			h := pytorch.NewHistory(*history)
 			detach := a.Attach(h)
 			return func() error {
 				detach()
@@ -161,7 +168,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func printResult(w io.Writer, r *trace.Result) {
+func printResult(w io.Writer, r *replay.Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "trace\t%s\n", r.Trace)
 	for _, row := range resultRows {
@@ -172,25 +179,25 @@ func printResult(w io.Writer, r *trace.Result) {
 
 var resultRows = []struct {
 	name  string
-	value func(*trace.Result) string
+	value func(*replay.Result) string
 }{
-	{"ops", func(r *trace.Result) string { return fmt.Sprint(r.Ops) }},
-	{"allocs / frees", func(r *trace.Result) string { return fmt.Sprintf("%d / %d", r.Alloc, r.Frees) }},
-	{"out of memory", func(r *trace.Result) string { return fmt.Sprint(r.OOMs) }},
-	{"replay time", func(r *trace.Result) string {
+	{"ops", func(r *replay.Result) string { return fmt.Sprint(r.Ops) }},
+	{"allocs / frees", func(r *replay.Result) string { return fmt.Sprintf("%d / %d", r.Alloc, r.Frees) }},
+	{"out of memory", func(r *replay.Result) string { return fmt.Sprint(r.OOMs) }},
+	{"replay time", func(r *replay.Result) string {
 		return fmt.Sprintf("%v (%.1f ns/op)", time.Duration(r.ReplaySeconds*1e9).Round(time.Microsecond), r.NsPerOp)
 	}},
-	{"simulated device time", func(r *trace.Result) string {
+	{"simulated device time", func(r *replay.Result) string {
 		return time.Duration(r.DeviceSeconds * 1e9).Round(time.Microsecond).String()
 	}},
-	{"peak requested", func(r *trace.Result) string { return human(r.PeakRequested) }},
-	{"peak allocated", func(r *trace.Result) string { return human(r.PeakAllocated) }},
-	{"peak reserved", func(r *trace.Result) string { return human(r.PeakReserved) }},
-	{"fragmentation", func(r *trace.Result) string {
+	{"peak requested", func(r *replay.Result) string { return human(r.PeakRequested) }},
+	{"peak allocated", func(r *replay.Result) string { return human(r.PeakAllocated) }},
+	{"peak reserved", func(r *replay.Result) string { return human(r.PeakReserved) }},
+	{"fragmentation", func(r *replay.Result) string {
 		return fmt.Sprintf("%.3f (peak reserved / peak requested)", r.Fragmentation)
 	}},
-	{"device mallocs / frees", func(r *trace.Result) string { return fmt.Sprintf("%d / %d", r.DeviceAllocs, r.DeviceFrees) }},
-	{"alloc retries", func(r *trace.Result) string { return fmt.Sprint(r.Stats["num_alloc_retries"]) }},
+	{"device mallocs / frees", func(r *replay.Result) string { return fmt.Sprintf("%d / %d", r.DeviceAllocs, r.DeviceFrees) }},
+	{"alloc retries", func(r *replay.Result) string { return fmt.Sprint(r.Stats["num_alloc_retries"]) }},
 }
 
 // human formats bytes with the exact count.
@@ -229,7 +236,7 @@ func runCompare(args []string, stdout, stderr io.Writer) error {
 		setups = append(setups, replaySetup{label: label, conf: cfg})
 	}
 	path := fs.Arg(0)
-	results := make([]*trace.Result, len(setups))
+	results := make([]*replay.Result, len(setups))
 	for i, s := range setups {
 		res, err := replayFile(path, s, capacity.n, progressOutput(stderr, false))
 		if err != nil {
@@ -269,17 +276,17 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer in.Close()
-	conv := trace.Converter{Device: *dev}
+	opt := convert.Options{Device: *dev}
 	var w io.Writer = stdout
 	var file *os.File
 	if *out != "" {
-		conv.Gzip = strings.HasSuffix(*out, ".gz")
+		opt.Gzip = strings.HasSuffix(*out, ".gz")
 		if file, err = os.Create(*out); err != nil {
 			return err
 		}
 		w = file
 	}
-	if _, err := conv.Convert(w, in, fs.Arg(0)); err != nil {
+	if _, err := convert.Convert(w, in, fs.Arg(0), opt); err != nil {
 		if file != nil {
 			file.Close()
 			os.Remove(*out)

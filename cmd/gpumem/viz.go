@@ -11,6 +11,8 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/replay"
+	"github.com/gpumem/gpumem/trace/viz"
 )
 
 func runViz(args []string, stdout, stderr io.Writer) error {
@@ -47,7 +49,7 @@ func runViz(args []string, stdout, stderr io.Writer) error {
 	if cfg.String() != "" {
 		title += " (" + cfg.String() + ")"
 	}
-	pic, res, err := trace.Record(r, a, trace.ReplayOptions{Name: title})
+	pic, res, err := viz.Replay(r, a, replay.Options{Name: title})
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}

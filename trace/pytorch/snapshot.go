@@ -1,0 +1,334 @@
+// This file holds ReadSnapshot, the importer of PyTorch memory snapshots
+// (the pickles written by torch.cuda.memory._dump_snapshot).
+
+package pytorch
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/nlpodyssey/gopickle/types"
+
+	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/internal/window"
+)
+
+// SnapshotOptions tune ReadSnapshot.
+type SnapshotOptions struct {
+	// Device selects device_traces[Device] and the segments of that device.
+	Device int
+}
+
+// ReadSnapshot converts a PyTorch memory snapshot (the pickle that
+// torch.cuda.memory._dump_snapshot writes, plain or gzip) to memtrace ops.
+// The pickle may hold only plain data (dicts, lists, tuples, strings,
+// numbers); anything that would build a Python object is refused, and no
+// code is ever run.
+//
+// From device_traces[opt.Device] it takes alloc entries as a (the size is
+// the requested size, as PyTorch records it) and free_completed entries as
+// f: the moment the block really returns to the cache. Each cudaStream_t
+// becomes a small stream number: the null stream 0 stays 0, the others get
+// 1, 2, 3, ... in order of first appearance in the output.
+//
+// The trace is a window of the run (a ring buffer of the most recent
+// entries), so two kinds of block were allocated before it began:
+//
+//   - a block freed in the window whose address the window has not seen
+//     before: its size and stream are the free entry's;
+//   - a block active at the end (state active_allocated or
+//     active_pending_free in the snapshot's segments) that the window never
+//     allocated: its size is the block's requested_size and its stream the
+//     segment's.
+//
+// Both kinds are allocated up front, before the window, in increasing
+// address order, and numbered 0, 1, 2, ... in that order; the window's
+// allocations take the next IDs in order. Blocks still alive at the end of
+// the window, pre-window blocks included, are freed after it in increasing
+// ID order, so the trace ends with nothing live.
+//
+// A free_requested entry with no free_completed before the window ends
+// means the block was freed by the program but was still waiting for
+// stream work (PyTorch shows it as active_pending_free): it still held its
+// memory when the snapshot was taken, so it stays live to the end of the
+// window and is freed with the other survivors. free_requested entries are
+// otherwise ignored.
+//
+// segment_alloc, segment_free, segment_map, segment_unmap, snapshot, oom,
+// annotate and any action this importer does not know produce no op; they
+// are counted in trace.Import.Ignored and named in the notes. An oom entry means
+// an allocation failed in the original run and so was never recorded.
+//
+// A snapshot that contradicts itself is an error: an alloc at an address
+// the window holds live, a free of an address the window has seen but that
+// is not live, a block the window leaves alive that the segments do not
+// show as active (or show with another size), or an active block at an
+// address the window allocated and freed.
+func ReadSnapshot(r io.Reader, opt SnapshotOptions) (*trace.Import, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if len(data) >= 2 && data[0] == 0x1f && data[1] == 0x8b {
+		zr, err := gzip.NewReader(bytes.NewReader(data))
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: gzip: %w", err)
+		}
+		if data, err = io.ReadAll(zr); err != nil {
+			return nil, fmt.Errorf("snapshot: gzip: %w", err)
+		}
+	}
+	root, err := loadPickle(data)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	return importSnapshot(root, opt)
+}
+
+// snapEvent is one device_traces entry that matters.
+type snapEvent struct {
+	action string
+	addr   uint64
+	size   uint64
+	stream uint64
+}
+
+func importSnapshot(root any, opt SnapshotOptions) (*trace.Import, error) {
+	top, ok := root.(*types.Dict)
+	if !ok {
+		return nil, fmt.Errorf("snapshot: the pickle holds a %s, not a snapshot dict", pyTypeName(root))
+	}
+	dtv, ok := dictGet(top, "device_traces")
+	if !ok {
+		return nil, fmt.Errorf("snapshot: no device_traces (was memory history recorded with torch.cuda.memory._record_memory_history?)")
+	}
+	dts, ok := asList(dtv)
+	if !ok {
+		return nil, fmt.Errorf("snapshot: device_traces is a %s, not a list", pyTypeName(dtv))
+	}
+	if opt.Device < 0 || opt.Device >= len(dts) {
+		return nil, fmt.Errorf("snapshot: device %d: the snapshot has device_traces for %d devices", opt.Device, len(dts))
+	}
+	entries, ok := asList(dts[opt.Device])
+	if !ok {
+		return nil, fmt.Errorf("snapshot: device_traces[%d] is a %s, not a list", opt.Device, pyTypeName(dts[opt.Device]))
+	}
+	where := func(i int) string { return fmt.Sprintf("snapshot: device_traces[%d][%d]", opt.Device, i) }
+
+	im := &trace.Import{Events: len(entries), Ignored: map[string]int{}}
+
+	// Pass 1: decode the entries, follow which addresses are live, and find
+	// the blocks freed in the window that it never allocated.
+	events := make([]snapEvent, 0, len(entries))
+	type winBlock struct {
+		size    uint64
+		entry   int
+		pending bool // free_requested seen, free_completed not yet
+	}
+	live := map[uint64]*winBlock{}
+	seen := map[uint64]int{} // address -> last entry that allocated or freed it
+	var pre []window.Block
+	ooms := 0
+	for i, ev := range entries {
+		e, ok := ev.(*types.Dict)
+		if !ok {
+			return nil, fmt.Errorf("%s: entry is a %s, not a dict", where(i), pyTypeName(ev))
+		}
+		action, err := dictString(e, "action")
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where(i), err)
+		}
+		switch action {
+		case "alloc", "free_completed", "free_requested":
+		default:
+			im.Ignored[action]++
+			if action == "oom" {
+				ooms++
+			}
+			continue
+		}
+		var se snapEvent
+		se.action = action
+		if se.addr, err = dictUint(e, "addr"); err == nil {
+			if se.size, err = dictUint(e, "size"); err == nil {
+				se.stream, err = dictUint(e, "stream")
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s entry: %w", where(i), action, err)
+		}
+		switch action {
+		case "alloc":
+			if b, ok := live[se.addr]; ok {
+				return nil, fmt.Errorf("%s: alloc at 0x%x, which is live (allocated by entry %d)", where(i), se.addr, b.entry)
+			}
+			live[se.addr] = &winBlock{size: se.size, entry: i}
+			seen[se.addr] = i
+		case "free_completed":
+			if b, ok := live[se.addr]; ok {
+				if b.size != se.size {
+					return nil, fmt.Errorf("%s: free_completed of 0x%x with size %d; entry %d allocated it with size %d",
+						where(i), se.addr, se.size, b.entry, b.size)
+				}
+				delete(live, se.addr)
+			} else if last, ok := seen[se.addr]; ok {
+				return nil, fmt.Errorf("%s: free_completed of 0x%x, which is not live (entry %d freed it)", where(i), se.addr, last)
+			} else {
+				pre = append(pre, window.Block{Addr: se.addr, Size: se.size, Stream: se.stream})
+			}
+			seen[se.addr] = i
+		case "free_requested":
+			im.Ignored[action]++
+			if b, ok := live[se.addr]; ok {
+				b.pending = true
+			}
+			continue
+		}
+		events = append(events, se)
+	}
+	im.PreWindowFreed = len(pre)
+
+	// The final segments: active blocks the window never allocated were
+	// alive before it; blocks the window leaves alive must be active there.
+	segv, haveSegments := dictGet(top, "segments")
+	if haveSegments {
+		segs, ok := asList(segv)
+		if !ok {
+			return nil, fmt.Errorf("snapshot: segments is a %s, not a list", pyTypeName(segv))
+		}
+		active := map[uint64]bool{}
+		for si, sv := range segs {
+			swhere := fmt.Sprintf("snapshot: segments[%d]", si)
+			s, ok := sv.(*types.Dict)
+			if !ok {
+				return nil, fmt.Errorf("%s: a %s, not a dict", swhere, pyTypeName(sv))
+			}
+			if dv, ok := dictGet(s, "device"); ok {
+				if d, ok := asInt(dv); !ok || d != int64(opt.Device) {
+					continue
+				}
+			}
+			stream, err := dictUint(s, "stream")
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", swhere, err)
+			}
+			bv, ok := dictGet(s, "blocks")
+			if !ok {
+				continue
+			}
+			blocks, ok := asList(bv)
+			if !ok {
+				return nil, fmt.Errorf("%s: blocks is a %s, not a list", swhere, pyTypeName(bv))
+			}
+			for bi, bv := range blocks {
+				bwhere := fmt.Sprintf("%s.blocks[%d]", swhere, bi)
+				b, ok := bv.(*types.Dict)
+				if !ok {
+					return nil, fmt.Errorf("%s: a %s, not a dict", bwhere, pyTypeName(bv))
+				}
+				state, err := dictString(b, "state")
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", bwhere, err)
+				}
+				if !strings.HasPrefix(state, "active") {
+					continue
+				}
+				addr, err := dictUint(b, "address")
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", bwhere, err)
+				}
+				size, err := dictUint(b, "requested_size")
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", bwhere, err)
+				}
+				active[addr] = true
+				if wb, ok := live[addr]; ok {
+					if wb.size != size {
+						return nil, fmt.Errorf("%s: active block at 0x%x has requested_size %d; entry %d allocated it with size %d",
+							bwhere, addr, size, wb.entry, wb.size)
+					}
+					continue
+				}
+				if last, ok := seen[addr]; ok {
+					return nil, fmt.Errorf("%s: active block at 0x%x, but the trace freed that address last (entry %d)", bwhere, addr, last)
+				}
+				pre = append(pre, window.Block{Addr: addr, Size: size, Stream: stream})
+				im.PreWindowLive++
+			}
+		}
+		for addr, wb := range live {
+			if !active[addr] {
+				return nil, fmt.Errorf("snapshot: entry %d allocated 0x%x and the trace never frees it, but the segments do not show it active",
+					wb.entry, addr)
+			}
+		}
+	}
+
+	// Pass 2: number the blocks and emit the ops.
+	sort.Slice(pre, func(i, j int) bool { return pre[i].Addr < pre[j].Addr })
+	for i := 1; i < len(pre); i++ {
+		if pre[i].Addr == pre[i-1].Addr {
+			return nil, fmt.Errorf("snapshot: two blocks from before the window at 0x%x (one freed in the window, one active at the end)", pre[i].Addr)
+		}
+	}
+	var streams window.Streams
+	ids := make(map[uint64]uint64, len(pre)+len(live))
+	im.Ops = make([]trace.Op, 0, len(pre)+len(events)+len(live)+len(pre))
+	for i, b := range pre {
+		ids[b.Addr] = uint64(i)
+		im.Ops = append(im.Ops, trace.Op{Kind: trace.Alloc, ID: uint64(i), Size: b.Size, Stream: streams.Get(b.Stream)})
+	}
+	im.WindowStart = len(im.Ops)
+	next := uint64(len(pre))
+	for _, e := range events {
+		switch e.action {
+		case "alloc":
+			ids[e.addr] = next
+			im.Ops = append(im.Ops, trace.Op{Kind: trace.Alloc, ID: next, Size: e.size, Stream: streams.Get(e.stream)})
+			next++
+		case "free_completed":
+			im.Ops = append(im.Ops, trace.Op{Kind: trace.Free, ID: ids[e.addr]})
+			delete(ids, e.addr)
+		}
+	}
+	im.WindowEnd = len(im.Ops)
+	im.Ops = window.FreeSurvivors(im.Ops, ids)
+
+	// Notes for the header.
+	pending := 0
+	for _, b := range live {
+		if b.pending {
+			pending++
+		}
+	}
+	note := fmt.Sprintf("capture: PyTorch memory snapshot, device_traces[%d] (%d entries); alloc->a, free_completed->f; "+
+		"%d blocks from before the window allocated up front (%d seen freed in it, %d still active at the snapshot); "+
+		"%d blocks alive at the end freed after the window",
+		opt.Device, len(entries), len(pre), im.PreWindowFreed, im.PreWindowLive, len(im.Ops)-im.WindowEnd)
+	if !haveSegments {
+		note += "; the snapshot has no segments, so blocks alive before the window and never freed in it are missing"
+	}
+	im.Notes = append(im.Notes, note)
+	if len(im.Ignored) > 0 {
+		im.Notes = append(im.Notes, "entries without an op: "+window.CountList(im.Ignored))
+	}
+	if pending > 0 {
+		im.Notes = append(im.Notes, fmt.Sprintf("%d blocks had free_requested without free_completed: they stay live to the end of the window", pending))
+	}
+	if ooms > 0 {
+		im.Notes = append(im.Notes, fmt.Sprintf("%d out-of-memory events in the window (the failed allocations are not in the trace)", ooms))
+	}
+	if s := streams.String(); s != "" {
+		im.Notes = append(im.Notes, "streams (cudaStream_t -> trace stream): "+s)
+	}
+	if sv, ok := dictGet(top, "allocator_settings"); ok {
+		var b strings.Builder
+		pyRepr(&b, sv, 0)
+		im.Notes = append(im.Notes, "allocator_settings="+b.String())
+	}
+	return im, nil
+}

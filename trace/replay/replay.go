@@ -1,0 +1,297 @@
+// This file holds Run, which drives an allocator from a trace.
+
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/stats"
+	"github.com/gpumem/gpumem/trace"
+)
+
+// Target is what Run drives. *allocator.Allocator and
+// *allocator.Passthrough implement it.
+type Target interface {
+	Alloc(size uint64, s device.Stream) (device.Ptr, error)
+	Free(p device.Ptr) error
+	RecordStream(p device.Ptr, s device.Stream) error
+	EmptyCache() error
+	Stats() stats.DeviceStats
+}
+
+// StreamHolder is what a device must offer for memtrace's stream rule
+// (trace/FORMAT.md): work queued on a stream other than 0 counts as still
+// running until an s line for that stream or an S line, so that an event
+// recorded on it (for a block freed after an r line) completes only then.
+// *sim.Device implements it. Run holds every stream it creates busy on a
+// device that is a StreamHolder; on any other device (a real GPU) streams
+// run as they do, and the rule cannot be enforced.
+type StreamHolder interface {
+	// SetStreamBusy(s, true) holds the work queued on s, so that events
+	// recorded on s do not complete; SynchronizeStream(s) and Synchronize
+	// finish it.
+	SetStreamBusy(s device.Stream, busy bool) error
+}
+
+// Options configures Run.
+type Options struct {
+	// Name is reported as Result.Trace.
+	Name string
+	// Progress, if set, is called after each batch of ops (never for an
+	// empty one) with the number of ops replayed so far.
+	Progress func(ops int64)
+	// Batch is the number of ops parsed ahead and replayed under one timing
+	// (default 1024); smaller batches call Progress more often.
+	Batch int
+	// Mark, if set, is called at each step mark of the trace (an m line,
+	// or a "# mark NAME" comment) with the mark's name, once every op
+	// before the mark has been applied and before any op after it, so
+	// that it can read the target's state at the step boundary. A batch
+	// ends at a mark; the call is not timed. Without Mark, marks are
+	// skipped.
+	Mark func(name string)
+}
+
+// Result is what a replay measured. Its JSON form is what `gpumem replay
+// --json` prints.
+type Result struct {
+	Trace string `json:"trace"`
+	Ops   int64  `json:"ops"`    // op lines replayed, tags, marks and syncs included
+	Alloc int64  `json:"allocs"` // a lines
+	Frees int64  `json:"frees"`  // f lines that freed a block (those of failed allocations are skipped)
+	OOMs  int64  `json:"ooms"`   // a lines that failed for lack of memory
+
+	NsPerOp       float64 `json:"ns_per_op"`      // replay time per op, parsing excluded
+	ReplaySeconds float64 `json:"replay_seconds"` // time spent in the allocator and the replay's bookkeeping
+	// DeviceSeconds is the device time the replay took, for a device that
+	// keeps a cost clock (the simulated device). Run leaves it zero: the
+	// device's clock is its own, so the caller that made the device reads
+	// it before and after Run and fills this in (gpumem replay does).
+	DeviceSeconds float64 `json:"device_seconds"`
+
+	PeakRequested int64 `json:"peak_requested_bytes"` // requested_bytes.all.peak
+	PeakAllocated int64 `json:"peak_allocated_bytes"` // allocated_bytes.all.peak
+	PeakReserved  int64 `json:"peak_reserved_bytes"`  // reserved_bytes.all.peak
+	DeviceAllocs  int64 `json:"device_allocs"`        // num_device_alloc
+	DeviceFrees   int64 `json:"device_frees"`         // num_device_free
+	// Fragmentation is peak reserved / peak requested: 1 is perfect, 0 if
+	// nothing was requested.
+	Fragmentation float64 `json:"fragmentation"`
+
+	Stats map[string]int64 `json:"stats"` // the final stats, PyTorch's memory_stats keys
+}
+
+// replayBatch is the number of ops parsed ahead and then replayed under one
+// timing, so that neither parsing nor reading the clock is timed per op.
+const replayBatch = 1024
+
+// denseIDs is the bound below which block IDs index a slice instead of a
+// map.
+const denseIDs = 1 << 22
+
+type pendingOp struct {
+	op   trace.Op
+	line int
+}
+
+// Run reads every op of r and applies it to t, whose memory comes from
+// dev. It follows memtrace's rules (trace/FORMAT.md): an allocation that
+// fails for lack of memory is counted and replay goes on, skipping the
+// later f or r of its ID; any other error stops the replay and names the
+// line.
+//
+// Streams: trace stream 0 is the device's default stream; the first time
+// another stream number appears, Run creates a device stream for it, and,
+// on a device that can hold work (a StreamHolder, such as the simulated
+// device), holds it busy, so that events recorded on it complete only at
+// an s line for that stream or an S line, as the format says.
+func Run(r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, error) {
+	res := &Result{Trace: opt.Name}
+	rp := replayer{t: t, dev: dev, res: res, streams: map[uint64]device.Stream{0: device.DefaultStream}}
+	v := trace.NewValidator()
+	size := opt.Batch
+	if size <= 0 {
+		size = replayBatch
+	}
+	batch := make([]pendingOp, 0, size)
+	var elapsed time.Duration
+	for {
+		batch = batch[:0]
+		var readErr error
+		for len(batch) < size {
+			op, err := r.Next()
+			if err != nil {
+				readErr = err
+				break
+			}
+			if _, err := v.Check(op, r.Line()); err != nil {
+				readErr = err
+				break
+			}
+			batch = append(batch, pendingOp{op, r.Line()})
+			if op.Kind == trace.Mark && opt.Mark != nil {
+				break
+			}
+		}
+		start := time.Now()
+		err := rp.run(batch)
+		elapsed += time.Since(start)
+		if err != nil {
+			return nil, err
+		}
+		res.Ops += int64(len(batch))
+		if n := len(batch); n > 0 && batch[n-1].op.Kind == trace.Mark && opt.Mark != nil {
+			opt.Mark(batch[n-1].op.Name)
+		}
+		if opt.Progress != nil && len(batch) > 0 {
+			opt.Progress(res.Ops)
+		}
+		if readErr == io.EOF {
+			break
+		}
+		if readErr != nil {
+			return nil, readErr
+		}
+	}
+	res.ReplaySeconds = elapsed.Seconds()
+	if res.Ops > 0 {
+		res.NsPerOp = float64(elapsed.Nanoseconds()) / float64(res.Ops)
+	}
+	st := t.Stats()
+	res.Stats = st.Map()
+	res.PeakRequested = st.RequestedBytes[stats.All].Peak
+	res.PeakAllocated = st.AllocatedBytes[stats.All].Peak
+	res.PeakReserved = st.ReservedBytes[stats.All].Peak
+	res.DeviceAllocs = st.NumDeviceAlloc
+	res.DeviceFrees = st.NumDeviceFree
+	if res.PeakRequested > 0 {
+		res.Fragmentation = float64(res.PeakReserved) / float64(res.PeakRequested)
+	}
+	return res, nil
+}
+
+// replayer holds a replay's state: live blocks by ID and the stream map.
+type replayer struct {
+	t       Target
+	dev     device.Device
+	res     *Result
+	dense   []device.Ptr // ptr by ID for small IDs; 0: not live or failed
+	sparse  map[uint64]device.Ptr
+	streams map[uint64]device.Stream
+}
+
+func (rp *replayer) run(batch []pendingOp) error {
+	for i := range batch {
+		if err := rp.apply(&batch[i].op); err != nil {
+			return fmt.Errorf("memtrace line %d: %q: %w", batch[i].line, batch[i].op.String(), err)
+		}
+	}
+	return nil
+}
+
+func (rp *replayer) apply(op *trace.Op) error {
+	switch op.Kind {
+	case trace.Alloc:
+		rp.res.Alloc++
+		s, err := rp.stream(op.Stream)
+		if err != nil {
+			return err
+		}
+		p, err := rp.t.Alloc(op.Size, s)
+		if err != nil {
+			if !errors.Is(err, device.ErrOutOfMemory) {
+				return err
+			}
+			rp.res.OOMs++
+			p = 0 // a failed block: its f and r are skipped
+		}
+		rp.set(op.ID, p)
+	case trace.Free:
+		p := rp.get(op.ID)
+		rp.set(op.ID, 0)
+		if p == 0 {
+			return nil // failed allocation, or a 0-byte one
+		}
+		rp.res.Frees++
+		return rp.t.Free(p)
+	case trace.RecordStream:
+		p := rp.get(op.ID)
+		if p == 0 {
+			return nil
+		}
+		s, err := rp.stream(op.Stream)
+		if err != nil {
+			return err
+		}
+		return rp.t.RecordStream(p, s)
+	case trace.SyncStream:
+		s, err := rp.stream(op.Stream)
+		if err != nil {
+			return err
+		}
+		return rp.dev.SynchronizeStream(s)
+	case trace.SyncDevice:
+		return rp.dev.Synchronize()
+	case trace.EmptyCache:
+		return rp.t.EmptyCache()
+	}
+	return nil
+}
+
+func (rp *replayer) get(id uint64) device.Ptr {
+	if id < denseIDs {
+		if id < uint64(len(rp.dense)) {
+			return rp.dense[id]
+		}
+		return 0
+	}
+	return rp.sparse[id]
+}
+
+func (rp *replayer) set(id uint64, p device.Ptr) {
+	if id < denseIDs {
+		if id >= uint64(len(rp.dense)) {
+			if p == 0 {
+				return
+			}
+			n := max(2*len(rp.dense), int(id)+1, 1024)
+			rp.dense = append(rp.dense, make([]device.Ptr, min(n, denseIDs)-len(rp.dense))...)
+		}
+		rp.dense[id] = p
+		return
+	}
+	if rp.sparse == nil {
+		rp.sparse = make(map[uint64]device.Ptr)
+	}
+	if p == 0 {
+		delete(rp.sparse, id)
+	} else {
+		rp.sparse[id] = p
+	}
+}
+
+// stream maps a trace stream number to a device stream, creating (and
+// holding busy) one the first time a number appears.
+func (rp *replayer) stream(n uint64) (device.Stream, error) {
+	if n == 0 {
+		return device.DefaultStream, nil
+	}
+	if s, ok := rp.streams[n]; ok {
+		return s, nil
+	}
+	s, err := rp.dev.NewStream()
+	if err != nil {
+		return 0, fmt.Errorf("creating a device stream for trace stream %d: %w", n, err)
+	}
+	if h, ok := rp.dev.(StreamHolder); ok {
+		if err := h.SetStreamBusy(s, true); err != nil {
+			return 0, err
+		}
+	}
+	rp.streams[n] = s
+	return s, nil
+}

@@ -1,0 +1,222 @@
+package replay
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/stats"
+	"github.com/gpumem/gpumem/trace"
+)
+
+// expectation is what PyTorch 2.6.0's own caching allocator reported after
+// replaying a trace on a simulated device with the same address rule as
+// device/sim (testdata/pytorch/*.pytorch-2.6.json).
+type expectation struct {
+	Trace         string           `json:"trace"`
+	Conf          string           `json:"conf"`
+	Capacity      uint64           `json:"capacity"`
+	Ops           int64            `json:"ops"`
+	Allocs        int64            `json:"allocs"`
+	OOMs          int64            `json:"ooms"`
+	PeakRequested int64            `json:"peak_requested_bytes"`
+	PeakAllocated int64            `json:"peak_allocated_bytes"`
+	PeakReserved  int64            `json:"peak_reserved_bytes"`
+	Stats         map[string]int64 `json:"stats"`
+}
+
+// The simulated device holds streams, as the format's stream rule needs.
+var _ StreamHolder = (*sim.Device)(nil)
+
+func replayPath(t *testing.T, path string, target func(*sim.Device) Target, capacity uint64) *Result {
+	t.Helper()
+	r, err := trace.Open(path)
+	require.NoError(t, err)
+	defer r.Close()
+	dev, err := sim.New(sim.Config{Capacity: capacity})
+	require.NoError(t, err)
+	res, err := Run(r, target(dev), dev, Options{Name: filepath.Base(path)})
+	require.NoError(t, err)
+	return res
+}
+
+// TestFidelityWithPyTorch replays every trace that has a PyTorch 2.6
+// expectation and requires every memory_stats key, the peaks and the OOM
+// count to be equal. It also pins every allocation decision: a change that
+// moves a segment or a device call shows up here.
+func TestFidelityWithPyTorch(t *testing.T) {
+	files, err := filepath.Glob("testdata/pytorch/*.pytorch-2.6.json")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".pytorch-2.6.json"), func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			require.NoError(t, err)
+			var exp expectation
+			require.NoError(t, json.Unmarshal(b, &exp))
+			name := strings.SplitN(filepath.Base(f), ".", 2)[0]
+			path := filepath.Join("testdata/pytorch", name+".trace.gz")
+			cfg, err := allocator.ParseConf(exp.Conf)
+			require.NoError(t, err)
+			var a *allocator.Allocator
+			res := replayPath(t, path, func(dev *sim.Device) Target {
+				a, err = allocator.New(dev, cfg)
+				require.NoError(t, err)
+				return a
+			}, exp.Capacity)
+			require.NoError(t, a.CheckInvariants())
+			assert.Equal(t, exp.Ops, res.Ops)
+			assert.Equal(t, exp.Allocs, res.Alloc)
+			assert.Equal(t, exp.OOMs, res.OOMs)
+			assert.Equal(t, exp.PeakRequested, res.PeakRequested)
+			assert.Equal(t, exp.PeakAllocated, res.PeakAllocated)
+			assert.Equal(t, exp.PeakReserved, res.PeakReserved)
+			require.Len(t, res.Stats, len(exp.Stats))
+			for k, v := range exp.Stats {
+				assert.Equal(t, v, res.Stats[k], "stats[%s]", k)
+			}
+		})
+	}
+}
+
+func replayString(t *testing.T, text string, capacity uint64, cfg allocator.Config) (*Result, *allocator.Allocator, *sim.Device, error) {
+	t.Helper()
+	r, err := trace.NewReader(strings.NewReader(text))
+	require.NoError(t, err)
+	dev, err := sim.New(sim.Config{Capacity: capacity})
+	require.NoError(t, err)
+	a, err := allocator.New(dev, cfg)
+	require.NoError(t, err)
+	res, err := Run(r, a, dev, Options{})
+	return res, a, dev, err
+}
+
+func TestReplayContinuesPastOutOfMemory(t *testing.T) {
+	res, a, dev, err := replayString(t, `# memtrace v1
+a 0 60000000
+a 1 60000000
+a 2 1000
+f 1
+f 0
+f 2
+a 1 1000
+`, 100<<20, allocator.Config{})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, res.OOMs)
+	assert.EqualValues(t, 4, res.Alloc)
+	assert.EqualValues(t, 2, res.Frees, "f 0 and f 2; the free of the failed block is skipped")
+	assert.EqualValues(t, 7, res.Ops)
+	assert.EqualValues(t, 1, res.Stats["num_ooms"])
+	assert.Zero(t, res.DeviceSeconds, "the device clock is the caller's to read")
+	require.NoError(t, a.CheckInvariants())
+	assert.EqualValues(t, 60<<20, dev.BytesInUse(), "a 58 MiB segment and a 2 MiB one")
+}
+
+func TestReplayErrorsNameTheLine(t *testing.T) {
+	for _, c := range []struct{ text, want string }{
+		{"a 0 10\nf 1\n", `line 2: "f 1": ID 1 is not live`},
+		{"a 0 10\na 0 10\n", `line 2: "a 0 10 0": ID 0 is already live`},
+		{"a 0 10\nr 3 1\n", `line 2`},
+		{"a 0 10\nx\n", `line 2`},
+	} {
+		_, _, _, err := replayString(t, c.text, 0, allocator.Config{})
+		require.Error(t, err, c.text)
+		assert.Contains(t, err.Error(), c.want)
+	}
+}
+
+// TestReplayStreams checks memtrace's stream rules: work on a stream other
+// than 0 is pending until an s line for it or an S line, so a block freed
+// after an r line is reused only then.
+func TestReplayStreams(t *testing.T) {
+	trace := `a 0 12000000
+r 0 1
+f 0
+a 1 12000000
+s 1
+a 2 12000000
+f 1
+f 2
+a 3 100 2
+r 3 0
+f 3
+S
+a 4 100 2
+f 4
+`
+	res, a, _, err := replayString(t, trace, 0, allocator.Config{})
+	require.NoError(t, err)
+	require.NoError(t, a.CheckInvariants())
+	// Each 12000000-byte block fills a 12 MiB segment. a 1 cannot reuse
+	// block 0 (stream 1 is busy): a second segment. After "s 1", a 2 reuses
+	// block 0's segment. Stream 2's block freed after "r 3 0" (stream 0's
+	// work completes at once) is reused by a 4.
+	assert.EqualValues(t, 3, res.DeviceAllocs, "two large segments and one small segment on stream 2")
+	assert.EqualValues(t, 2*(12<<20)+(2<<20), res.PeakReserved)
+	res2, _, _, err := replayString(t, trace, 0, allocator.Config{})
+	require.NoError(t, err)
+	res.ReplaySeconds, res.NsPerOp, res2.ReplaySeconds, res2.NsPerOp = 0, 0, 0, 0
+	assert.Equal(t, res, res2, "replays are deterministic")
+}
+
+func TestReplayBaseline(t *testing.T) {
+	var p *allocator.Passthrough
+	res := replayPath(t, "testdata/random_mixed_2000.trace.gz", func(dev *sim.Device) Target {
+		var err error
+		p, err = allocator.NewPassthrough(dev)
+		require.NoError(t, err)
+		return p
+	}, 0)
+	assert.Equal(t, res.Alloc, res.DeviceAllocs, "every allocation is a device malloc")
+	assert.Equal(t, res.Frees, res.DeviceFrees)
+	cached := replayPath(t, "testdata/random_mixed_2000.trace.gz", func(dev *sim.Device) Target {
+		a, err := allocator.New(dev, allocator.Config{})
+		require.NoError(t, err)
+		return a
+	}, 0)
+	assert.Less(t, cached.DeviceAllocs, res.DeviceAllocs/5, "caching saves most device calls")
+	assert.Equal(t, res.PeakRequested, cached.PeakRequested)
+}
+
+// TestReplayMarks replays a real capture of three training steps, whose
+// steps are delimited by "# mark stepN" comments, and reads the allocator
+// at each step boundary: the blocks live when a step starts are the same
+// in the second and third steps.
+func TestReplayMarks(t *testing.T) {
+	r, err := trace.Open("testdata/bert_b2.trace.gz")
+	require.NoError(t, err)
+	defer r.Close()
+	dev, err := sim.New(sim.Config{})
+	require.NoError(t, err)
+	a, err := allocator.New(dev, allocator.Config{})
+	require.NoError(t, err)
+	var marks []string
+	opt := Options{Mark: func(name string) {
+		st := a.Stats()
+		marks = append(marks, fmt.Sprintf("%s: %d live", name, st.Allocation[stats.All].Current))
+	}}
+	res, err := Run(r, a, dev, opt)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"step0: 153 live", "step1: 612 live", "step2: 612 live"}, marks)
+	assert.EqualValues(t, 7251, res.Ops, "3,624 a, 3,624 f and three marks")
+
+	// Without the callback the marks are skipped and nothing else changes.
+	r2, err := trace.Open("testdata/bert_b2.trace.gz")
+	require.NoError(t, err)
+	defer r2.Close()
+	dev2, err := sim.New(sim.Config{})
+	require.NoError(t, err)
+	a2, err := allocator.New(dev2, allocator.Config{})
+	require.NoError(t, err)
+	res2, err := Run(r2, a2, dev2, Options{})
+	require.NoError(t, err)
+	assert.Equal(t, res.Stats, res2.Stats)
+}

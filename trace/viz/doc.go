@@ -1,0 +1,14 @@
+// Package viz draws the replay of a trace through the caching allocator:
+// a timeline of requested, allocated and reserved memory, and a map of
+// the segments at the moment reserved memory peaked, as one standalone
+// SVG.
+//
+// Replay runs replay.Run on the allocator's device and samples the
+// allocator's stats after every batch of ops (64 by default); the Picture
+// it returns holds the samples and the allocator's segments
+// (allocator.SegmentInfo) at the highest reserved point it saw. WriteSVG draws the
+// samples as three lines (the longest traces are downsampled, keeping the
+// peak of each stretch) and the segments as rows of blocks coloured by
+// state: allocated, freed but waiting for stream work, free. Nothing is
+// written until the whole picture is drawn.
+package viz
