@@ -15,7 +15,7 @@ func loadOps(b *testing.B, path string) []trace.Op {
 	b.Helper()
 	r, err := trace.Open(path)
 	if err != nil {
-		b.Skipf("trace not available: %v", err)
+		b.Fatalf("trace not available: %v", err)
 	}
 	defer r.Close()
 	var ops []trace.Op
@@ -30,7 +30,7 @@ func loadOps(b *testing.B, path string) []trace.Op {
 }
 
 // replayOps applies ops (allocations and frees on stream 0, IDs below
-// len(ids)) to a; it is the core of trace.Replay without its checks.
+// len(ids)) to a; it is the core of replay.Run without its checks.
 func replayOps(b *testing.B, a *allocator.Allocator, ops []trace.Op, ids []device.Ptr) {
 	for i := range ops {
 		op := &ops[i]
@@ -83,11 +83,11 @@ func benchmarkReplay(b *testing.B, path string) {
 // BenchmarkReplayRandomMixed replays random_mixed (202,032 ops over both
 // pools, about 2,000 live blocks).
 func BenchmarkReplayRandomMixed(b *testing.B) {
-	benchmarkReplay(b, "../trace/testdata/pytorch/random_mixed.trace.gz")
+	benchmarkReplay(b, "../trace/replay/testdata/pytorch/random_mixed.trace.gz")
 }
 
 // BenchmarkReplayTransformerStep replays one real forward/backward step of
 // a 12-layer transformer (3,900 ops).
 func BenchmarkReplayTransformerStep(b *testing.B) {
-	benchmarkReplay(b, "../trace/testdata/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz")
+	benchmarkReplay(b, "../trace/replay/testdata/pytorch/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz")
 }
