@@ -42,6 +42,11 @@ type Allocator struct {
 	segments     map[device.Ptr]*segment // every segment by base address
 	st           counters                // the stats; changed only through the ledger
 
+	phases   []phaseState      // by phase id; 0 is the phase before any SetPhase
+	phaseIDs map[string]uint16 // phase ids by name
+	phase    uint16            // the current phase
+	steps    stats.StepCounts[leakKey]
+
 	uses    map[*block][]device.Stream // for allocated blocks with recorded set: the other streams used
 	events  *deferred.Queue[*block]    // pending frees, per stream
 	streams []device.Stream            // streams known to be valid
@@ -95,6 +100,8 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 		large:    newPool(false, vm != nil),
 		segments: make(map[device.Ptr]*segment),
 		events:   deferred.New[*block](dev),
+		phases:   []phaseState{{}},
+		phaseIDs: map[string]uint16{"": 0},
 	}
 	if cfg.RoundupPower2Divisions != [NumRoundupIntervals]uint64{} {
 		d := cfg.RoundupPower2Divisions
@@ -301,19 +308,27 @@ func (a *Allocator) Stats() stats.DeviceStats {
 }
 
 // ResetPeakStats makes every peak equal to its current value
-// (torch.cuda.reset_peak_memory_stats).
+// (torch.cuda.reset_peak_memory_stats), the peaks of phases included.
 func (a *Allocator) ResetPeakStats() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.st.resetPeak()
+	for i := range a.phases {
+		a.phases[i].bytes.ResetPeak()
+		a.phases[i].allocations.ResetPeak()
+	}
 }
 
 // ResetAccumulatedStats zeroes the cumulative sums and counters
-// (torch.cuda.reset_accumulated_memory_stats).
+// (torch.cuda.reset_accumulated_memory_stats), those of phases included.
 func (a *Allocator) ResetAccumulatedStats() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.st.resetAccumulated()
+	for i := range a.phases {
+		a.phases[i].bytes.ResetAccumulated()
+		a.phases[i].allocations.ResetAccumulated()
+	}
 }
 
 // LargestFreeBlock returns the size of the largest cached free block.

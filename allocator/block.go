@@ -50,11 +50,12 @@ type block struct {
 	prevWhole, nextWhole *block
 
 	allocated  bool
-	indexed    bool  // in its pool's free index: set and cleared by pool.insert and pool.remove only
-	listed     bool  // in its pool's list of whole free segments (pool.wholes)
-	recorded   bool  // allocated and RecordStream added streams: they are in Allocator.uses
-	unmapped   bool  // an address range of an expandable segment with no memory behind it
-	eventCount int32 // outstanding stream events before a pending free completes
+	indexed    bool   // in its pool's free index: set and cleared by pool.insert and pool.remove only
+	listed     bool   // in its pool's list of whole free segments (pool.wholes)
+	recorded   bool   // allocated and RecordStream added streams: they are in Allocator.uses
+	unmapped   bool   // an address range of an expandable segment with no memory behind it
+	eventCount int32  // outstanding stream events before a pending free completes
+	phase      uint16 // the phase current when the block was handed out (Allocator.phases)
 }
 
 // isSplit reports whether the block shares its segment with other blocks.

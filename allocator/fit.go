@@ -108,6 +108,7 @@ func (a *Allocator) takeLocked(b *block, size, requested uint64) *block {
 	}
 	b.allocated = true
 	b.requested = requested
+	b.phase = a.phase
 	a.live.put(b)
 	a.blockAllocatedLocked(b)
 	return b

@@ -74,8 +74,11 @@ func (a *Allocator) blockAllocatedLocked(b *block) {
 	if a.rule.oversize(b.size) {
 		a.st.oversizeAllocations.Increase(1)
 	}
+	ph := &a.phases[b.phase]
+	ph.bytes.Increase(n)
+	ph.allocations.Increase(1)
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream})
+		a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: ph.name})
 	}
 }
 
@@ -88,8 +91,11 @@ func (a *Allocator) freeRequestedLocked(b *block) {
 	if a.rule.oversize(b.size) {
 		a.st.oversizeAllocations.Decrease(1)
 	}
+	ph := &a.phases[b.phase]
+	ph.bytes.Decrease(int64(b.size))
+	ph.allocations.Decrease(1)
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream})
+		a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: ph.name})
 	}
 }
 
@@ -97,12 +103,12 @@ func (a *Allocator) freeRequestedLocked(b *block) {
 // by its caller, returned to the cache (free_completed): it is no longer
 // active. The block itself may already be merged into a neighbour, so its
 // figures are passed, not the block.
-func (a *Allocator) freeCompletedLocked(p *pool, ptr device.Ptr, size, requested uint64, s device.Stream) {
+func (a *Allocator) freeCompletedLocked(p *pool, ptr device.Ptr, size, requested uint64, s device.Stream, phase uint16) {
 	a.st.of(stats.Active).decrease(p.stat, 1)
 	a.st.of(stats.ActiveBytes).decrease(p.stat, int64(size))
 	a.st.of(stats.RequestedBytes).decrease(p.stat, int64(requested))
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionFreeCompleted, Ptr: ptr, Size: size, Requested: requested, Stream: s})
+		a.notifyLocked(Action{Kind: ActionFreeCompleted, Ptr: ptr, Size: size, Requested: requested, Stream: s, Phase: a.phases[phase].name})
 	}
 }
 
@@ -119,7 +125,7 @@ func (a *Allocator) inactiveSplitLocked(p *pool, blocks, bytes int64) {
 // (record_stream); no stat counts it.
 func (a *Allocator) streamRecordedLocked(b *block, s device.Stream) {
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionRecordStream, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: s})
+		a.notifyLocked(Action{Kind: ActionRecordStream, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: s, Phase: a.phases[b.phase].name})
 	}
 }
 
@@ -136,7 +142,23 @@ func (a *Allocator) cacheEmptiedLocked() {
 func (a *Allocator) outOfMemoryRecordedLocked(e *OutOfMemoryError) {
 	a.st.numOOMs++
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionOutOfMemory, Size: e.AllocSize, Requested: e.Requested, Stream: e.Stream})
+		a.notifyLocked(Action{Kind: ActionOutOfMemory, Size: e.AllocSize, Requested: e.Requested, Stream: e.Stream, Phase: e.Phase})
+	}
+}
+
+// phaseSetLocked tells observers that the current phase is now name
+// (phase); the per-phase stats change with the blocks.
+func (a *Allocator) phaseSetLocked(name string) {
+	if len(a.observers) > 0 {
+		a.notifyLocked(Action{Kind: ActionPhase, Phase: name})
+	}
+}
+
+// stepMarkedLocked tells observers that a step boundary named name was
+// marked (step).
+func (a *Allocator) stepMarkedLocked(name string) {
+	if len(a.observers) > 0 {
+		a.notifyLocked(Action{Kind: ActionStep, Step: name, Phase: a.phases[a.phase].name})
 	}
 }
 

@@ -174,8 +174,16 @@ func (m *Manager) Summary(ordinal int, abbreviated bool) (string, error) {
 	return a.Summary(abbreviated), nil
 }
 
-// Summary returns PyTorch's memory_summary table for this allocator.
+// Summary returns PyTorch's memory_summary table for this allocator,
+// followed, once the caller has named phases (SetPhase), by the memory of
+// each phase, and once allocations grow at every step (MarkStep, Leaks),
+// by the possible leaks.
 func (a *Allocator) Summary(abbreviated bool) string {
 	st := a.Stats()
-	return stats.Summary(&st, stats.SummaryOptions{Device: a.ordinal, Name: a.dev.Name(), Abbreviated: abbreviated})
+	opt := stats.SummaryOptions{Device: a.ordinal, Name: a.dev.Name(), Abbreviated: abbreviated}
+	if phases := a.PhaseStats(); len(phases) > 1 || len(phases) == 1 && phases[0].Name != "" {
+		opt.Phases = phases
+	}
+	opt.Leaks = a.Leaks()
+	return stats.Summary(&st, opt)
 }

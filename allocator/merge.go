@@ -8,8 +8,8 @@ package allocator
 // the result in the free index and records the free as completed
 // (PyTorch's free_block).
 func (a *Allocator) finishFreeLocked(b *block) {
-	p, ptr, size, requested, s := b.pool, b.ptr, b.size, b.requested, b.stream
-	b.requested = 0
+	p, ptr, size, requested, s, phase := b.pool, b.ptr, b.size, b.requested, b.stream, b.phase
+	b.requested, b.phase = 0, 0
 	m, absorbed, absorbedBytes := a.mergeLocked(b)
 	if !m.seg.expandable() { // expandable blocks are never "inactive split"
 		blocks, bytes := -absorbed, -absorbedBytes
@@ -19,7 +19,7 @@ func (a *Allocator) finishFreeLocked(b *block) {
 		}
 		a.inactiveSplitLocked(p, blocks, bytes)
 	}
-	a.freeCompletedLocked(p, ptr, size, requested, s)
+	a.freeCompletedLocked(p, ptr, size, requested, s, phase)
 }
 
 // mergeLocked merges b, a free block or an unmapped range in no index,

@@ -24,6 +24,8 @@ const (
 	ActionOutOfMemory                         // Alloc is about to return an out-of-memory error (oom)
 	ActionSegmentMap                          // pages were mapped into an expandable segment (segment_map)
 	ActionSegmentUnmap                        // pages of an expandable segment were unmapped (segment_unmap)
+	ActionPhase                               // the current phase changed (SetPhase)
+	ActionStep                                // a step boundary was marked (MarkStep)
 )
 
 var actionKindNames = [...]string{
@@ -37,6 +39,8 @@ var actionKindNames = [...]string{
 	ActionOutOfMemory:   "oom",
 	ActionSegmentMap:    "segment_map",
 	ActionSegmentUnmap:  "segment_unmap",
+	ActionPhase:         "phase",
+	ActionStep:          "step",
 }
 
 // String returns the PyTorch-style name of the kind.
@@ -55,6 +59,12 @@ type Action struct {
 	Size      uint64        // block or segment size in bytes
 	Requested uint64        // bytes the caller asked for (alloc, free, oom)
 	Stream    device.Stream // the block's stream; for ActionRecordStream the stream recorded
+	// Phase is the block's phase (the phase current when it was handed
+	// out) for the block actions; the current phase for ActionPhase (the
+	// new one), ActionStep and ActionOutOfMemory.
+	Phase string
+	// Step is the name of the step boundary, for ActionStep.
+	Step string
 }
 
 // Observer receives the allocator's events. Observe is called with the

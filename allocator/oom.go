@@ -33,10 +33,47 @@ type OutOfMemoryError struct {
 	ReservedUnallocated uint64 // Reserved - Allocated: cached and pending blocks
 	LargestFreeBlock    uint64 // the largest cached free block
 
+	// Phase is the phase the request was made in (SetPhase), and
+	// LiveByPhase the bytes still allocated by each phase, largest first:
+	// which phase was running, and which ones hold the memory.
+	Phase       string
+	LiveByPhase []PhaseBytes
+
+	// HeldElsewhere is the device memory in use that this allocator does
+	// not hold: DeviceTotal - DeviceFree - Reserved, memory of other
+	// processes, contexts or allocators (0 when the device does not tell).
+	HeldElsewhere uint64
+
+	// Sites lists the call sites holding the most allocated memory, largest
+	// first, when an attached observer records call stacks (SiteReporter).
+	Sites []SiteBytes
+
 	// Err is the device's own error, if the device refused (nil when the
 	// configured cap refused without asking the device).
 	Err error
 }
+
+// SiteBytes is the memory allocated from one call site.
+type SiteBytes struct {
+	Site   string // the call site, as the reporter names it (function and file:line)
+	Bytes  uint64
+	Blocks int
+}
+
+// SiteReporter is an Observer that records call stacks and can say which
+// call sites hold the most memory; an out-of-memory error lists them. It is
+// called with the allocator's lock held, like Observe.
+type SiteReporter interface {
+	Observer
+	LargestSites(n int) []SiteBytes
+}
+
+// maxOOMSites is the number of call sites an out-of-memory error lists;
+// maxListed the number of phases its message names.
+const (
+	maxOOMSites = 5
+	maxListed   = 8
+)
 
 // Error returns a message modelled on PyTorch's, saying what to try.
 func (e *OutOfMemoryError) Error() string {
@@ -48,6 +85,38 @@ func (e *OutOfMemoryError) Error() string {
 	}
 	fmt.Fprintf(&b, "Of the allocated memory %s is allocated by gpumem, and %s is reserved by gpumem but unallocated (largest free cached block %s).",
 		stats.FormatSize(e.Allocated), stats.FormatSize(e.ReservedUnallocated), stats.FormatSize(e.LargestFreeBlock))
+	if e.HeldElsewhere > 0 {
+		fmt.Fprintf(&b, " %s of device memory is held outside this allocator (other processes or contexts).", stats.FormatSize(e.HeldElsewhere))
+	}
+	if e.Phase != "" || len(e.LiveByPhase) > 0 {
+		fmt.Fprintf(&b, " It failed in phase %q", e.Phase)
+		if len(e.LiveByPhase) > 0 {
+			b.WriteString("; allocated by phase:")
+			for i, p := range e.LiveByPhase {
+				if i == maxListed {
+					fmt.Fprintf(&b, " and %d more", len(e.LiveByPhase)-i)
+					break
+				}
+				sep := ","
+				if i == 0 {
+					sep = ""
+				}
+				fmt.Fprintf(&b, "%s %q %s", sep, p.Phase, stats.FormatSize(p.Bytes))
+			}
+		}
+		b.WriteString(".")
+	}
+	if len(e.Sites) > 0 {
+		b.WriteString(" Largest allocations by call site:")
+		for i, s := range e.Sites {
+			sep := ";"
+			if i == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(&b, "%s %s %s in %d blocks", sep, s.Site, stats.FormatSize(s.Bytes), s.Blocks)
+		}
+		b.WriteString(".")
+	}
 	b.WriteString(" If reserved but unallocated memory is large, try setting max_split_size_mb (for example GPUMEM_ALLOC_CONF=max_split_size_mb:128) or expandable_segments to avoid fragmentation, or call EmptyCache between phases.")
 	return b.String()
 }
@@ -101,7 +170,18 @@ func (a *Allocator) outOfMemoryLocked(requested, allocSize uint64, s device.Stre
 		Reserved:            reserved,
 		ReservedUnallocated: reserved - allocated,
 		LargestFreeBlock:    a.largestFreeLocked(),
+		Phase:               a.phases[a.phase].name,
+		LiveByPhase:         a.liveByPhaseLocked(),
 		Err:                 devErr,
+	}
+	if err == nil && total >= free && total-free > reserved {
+		e.HeldElsewhere = total - free - reserved
+	}
+	for _, o := range a.observers {
+		if r, ok := o.obs.(SiteReporter); ok {
+			e.Sites = r.LargestSites(maxOOMSites)
+			break
+		}
 	}
 	a.outOfMemoryRecordedLocked(e)
 	return e

@@ -128,3 +128,12 @@ func (t *ptrTable) grow() {
 
 // len returns the number of entries.
 func (t *ptrTable) len() int { return t.n }
+
+// each calls f for every block in the table, in no particular order.
+func (t *ptrTable) each(f func(*block)) {
+	for _, b := range t.slots {
+		if b != nil {
+			f(b)
+		}
+	}
+}

@@ -21,6 +21,14 @@ type SummaryOptions struct {
 	// Abbreviated drops the "from large pool" and "from small pool" lines,
 	// as PyTorch's memory_summary(abbreviated=True) does.
 	Abbreviated bool
+	// Phases, if not empty, adds a section after PyTorch's table with the
+	// memory of each phase: bytes allocated now and at the phase's peak,
+	// allocations made and allocations alive.
+	Phases []PhaseStats
+	// Leaks, if not empty, adds a section listing the groups of
+	// allocations whose number alive grew at each of the last step
+	// boundaries.
+	Leaks []Leak
 }
 
 // summaryWidth is the width of the table between its outer borders.
@@ -93,7 +101,83 @@ func Summary(d *DeviceStats, opt SummaryOptions) string {
 	buf = rule(buf, '-')
 	buf = appendSummaryLine(buf, "Oversize GPU segments", &d.OversizeSegments, &d.OversizeSegments, false)
 	buf = rule(buf, '=')
+	if len(opt.Phases) > 0 {
+		buf = appendCentered(buf, "Memory by phase")
+		buf = rule(buf, '-')
+		buf = append(buf, "| Phase                 | Cur Usage  | Peak Usage | Tot Allocs | Cur Allocs |\n"...)
+		buf = rule(buf, '-')
+		for _, ph := range opt.Phases {
+			buf = appendRowLabel(buf, ph.Name)
+			buf = appendSummarySize(buf, ph.AllocatedBytes.Current, ph.AllocatedBytes.Current)
+			buf = append(buf, " | "...)
+			buf = appendSummarySize(buf, ph.AllocatedBytes.Peak, ph.AllocatedBytes.Peak)
+			buf = append(buf, " | "...)
+			buf = appendSummaryCount(buf, ph.Allocations.Allocated, ph.Allocations.Allocated)
+			buf = append(buf, " | "...)
+			buf = appendSummaryCount(buf, ph.Allocations.Current, ph.Allocations.Current)
+			buf = append(buf, " |\n"...)
+		}
+		buf = rule(buf, '=')
+	}
+	if len(opt.Leaks) > 0 {
+		buf = appendCentered(buf, "Growing at every step: possible leaks")
+		buf = rule(buf, '-')
+		buf = append(buf, "| Phase or call site    | Block size | Alive now  | Held now   | Steps grew |\n"...)
+		buf = rule(buf, '-')
+		for _, l := range opt.Leaks {
+			label := l.Site
+			if label == "" {
+				label = l.Phase
+				if label == "" {
+					label = "(no phase)"
+				}
+			}
+			held := int64(min(l.Bytes(), 1<<62))
+			buf = appendRowLabel(buf, label)
+			buf = appendSummarySize(buf, int64(min(l.Size, 1<<62)), int64(min(l.Size, 1<<62)))
+			buf = append(buf, " | "...)
+			buf = appendSummaryCount(buf, l.Count(), l.Count())
+			buf = append(buf, " | "...)
+			buf = appendSummarySize(buf, held, held)
+			buf = append(buf, " | "...)
+			buf = appendSummaryCount(buf, int64(l.Grew), int64(l.Grew))
+			buf = append(buf, " |\n"...)
+		}
+		buf = rule(buf, '=')
+	}
 	return string(buf)
+}
+
+// appendCentered appends a table line holding text centred.
+func appendCentered(buf []byte, text string) []byte {
+	left := (summaryWidth - len(text)) / 2
+	buf = append(buf, '|')
+	buf = append(buf, strings.Repeat(" ", left)...)
+	buf = append(buf, text...)
+	buf = append(buf, strings.Repeat(" ", summaryWidth-len(text)-left)...)
+	return append(buf, "|\n"...)
+}
+
+// appendRowLabel appends the start of a row: its label in the first
+// column, cut to fit (control characters print as '?'), and the column
+// separator.
+func appendRowLabel(buf []byte, label string) []byte {
+	const width = 21
+	label = strings.Map(func(r rune) rune {
+		if !unicode.IsPrint(r) {
+			return '?'
+		}
+		return r
+	}, label)
+	if utf8.RuneCountInString(label) > width {
+		label = string([]rune(label)[:width-3]) + "..."
+	}
+	buf = append(buf, "| "...)
+	buf = append(buf, label...)
+	for i := utf8.RuneCountInString(label); i < width; i++ {
+		buf = append(buf, ' ')
+	}
+	return append(buf, " | "...)
 }
 
 // appendSummaryLine appends one table line: label, then the four fields of

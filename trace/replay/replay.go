@@ -37,8 +37,28 @@ type StreamHolder interface {
 	SetStreamBusy(s device.Stream, busy bool) error
 }
 
+// Phaser is a Target that counts memory by phase, as *allocator.Allocator
+// does: Run calls SetPhase at each t line (an empty tag for a bare t), so
+// that the allocations that follow carry the phase.
+type Phaser interface {
+	SetPhase(name string) (previous string)
+	PhaseStats() []stats.PhaseStats
+}
+
+// Stepper is a Target that watches step boundaries for leaks, as
+// *allocator.Allocator does: Run calls MarkStep at each step mark (an m
+// line, or a "# mark NAME" comment).
+type Stepper interface {
+	MarkStep(name string)
+	Leaks() []stats.Leak
+}
+
 // Options configures Run.
 type Options struct {
+	// Phases fills Result.Phases, and Leaks fills Result.Leaks, for a
+	// Target that is a Phaser or a Stepper.
+	Phases, Leaks bool
+
 	// Name is reported as Result.Trace.
 	Name string
 	// Progress, if set, is called after each batch of ops (never for an
@@ -83,6 +103,29 @@ type Result struct {
 	Fragmentation float64 `json:"fragmentation"`
 
 	Stats map[string]int64 `json:"stats"` // the final stats, PyTorch's memory_stats keys
+
+	// Phases holds, with Options.Phases, each phase's peak allocated bytes
+	// and number of allocations, by phase name (allocations before any t
+	// line belong to the phase named "").
+	Phases map[string]PhaseResult `json:"phases,omitempty"`
+	// Leaks lists, with Options.Leaks, the groups of allocations (by phase
+	// and requested size) whose number alive grew at each of the last two
+	// step boundaries or more; Count is the number alive at the last one.
+	Leaks []LeakResult `json:"leaks,omitempty"`
+}
+
+// PhaseResult is one phase's figures in a Result.
+type PhaseResult struct {
+	PeakAllocated int64 `json:"peak_allocated_bytes"`
+	Allocs        int64 `json:"allocs"`
+}
+
+// LeakResult is one group of possibly leaked allocations in a Result.
+type LeakResult struct {
+	Phase string `json:"phase"`
+	Size  uint64 `json:"size_bytes"`
+	Count int64  `json:"count"`
+	Grew  int    `json:"steps_grew"`
 }
 
 // replayBatch is the number of ops parsed ahead and then replayed under one
@@ -112,6 +155,8 @@ type pendingOp struct {
 func Run(r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, error) {
 	res := &Result{Trace: opt.Name}
 	rp := replayer{t: t, dev: dev, res: res, streams: map[uint64]device.Stream{0: device.DefaultStream}}
+	rp.phaser, _ = t.(Phaser)
+	rp.stepper, _ = t.(Stepper)
 	v := trace.NewValidator()
 	size := opt.Batch
 	if size <= 0 {
@@ -171,12 +216,26 @@ func Run(r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, e
 	if res.PeakRequested > 0 {
 		res.Fragmentation = float64(res.PeakReserved) / float64(res.PeakRequested)
 	}
+	if opt.Phases && rp.phaser != nil {
+		res.Phases = make(map[string]PhaseResult)
+		for _, ph := range rp.phaser.PhaseStats() {
+			res.Phases[ph.Name] = PhaseResult{PeakAllocated: ph.AllocatedBytes.Peak, Allocs: ph.Allocations.Allocated}
+		}
+	}
+	if opt.Leaks && rp.stepper != nil {
+		res.Leaks = []LeakResult{}
+		for _, l := range rp.stepper.Leaks() {
+			res.Leaks = append(res.Leaks, LeakResult{Phase: l.Phase, Size: l.Size, Count: l.Count(), Grew: l.Grew})
+		}
+	}
 	return res, nil
 }
 
 // replayer holds a replay's state: live blocks by ID and the stream map.
 type replayer struct {
 	t       Target
+	phaser  Phaser  // t, if it is one
+	stepper Stepper // t, if it is one
 	dev     device.Device
 	res     *Result
 	dense   []device.Ptr // ptr by ID for small IDs; 0: not live or failed
@@ -238,6 +297,14 @@ func (rp *replayer) apply(op *trace.Op) error {
 		return rp.dev.Synchronize()
 	case trace.EmptyCache:
 		return rp.t.EmptyCache()
+	case trace.Tag:
+		if rp.phaser != nil {
+			rp.phaser.SetPhase(op.Tag)
+		}
+	case trace.Mark:
+		if rp.stepper != nil {
+			rp.stepper.MarkStep(op.Name)
+		}
 	}
 	return nil
 }
