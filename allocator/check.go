@@ -245,7 +245,7 @@ func (a *Allocator) checkLocked() error {
 	if pending != a.pending {
 		bad("pending event count %d, queues hold %d", a.pending, pending)
 	}
-	if d, ok := a.dev.(interface{ BytesInUse() uint64 }); ok {
+	if d, ok := a.dev.(device.UsageReporter); ok {
 		if used := d.BytesInUse(); used != a.reserved {
 			bad("device reports %d bytes in use, allocator reserved %d", used, a.reserved)
 		}

@@ -22,6 +22,7 @@ var (
 	_ device.VirtualMemory = (*Device)(nil)
 	_ device.HostMemory    = (*Device)(nil)
 	_ device.StreamChecker = (*Device)(nil)
+	_ device.UsageReporter = (*Device)(nil)
 )
 
 // tb is what both *testing.T and *rapid.T offer.

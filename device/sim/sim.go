@@ -94,8 +94,9 @@ type Range struct {
 // End returns the address just past the charged bytes.
 func (r Range) End() device.Ptr { return r.Ptr + device.Ptr(r.Charged) }
 
-// Device is a simulated GPU. It implements device.Device,
-// device.VirtualMemory and device.HostMemory, and is safe for concurrent
+// Device is a simulated GPU. It implements device.Device and every
+// optional capability (device.VirtualMemory, device.HostMemory,
+// device.StreamChecker, device.UsageReporter), and is safe for concurrent
 // use.
 type Device struct {
 	// Fixed at construction; read without the lock.
@@ -352,7 +353,8 @@ func (d *Device) MemInfo() (free, total uint64, err error) {
 }
 
 // BytesInUse returns the bytes charged against capacity (Malloc pages and
-// mapped pages). Unlike MemInfo it costs nothing and counts nothing.
+// mapped pages): the device.UsageReporter capability. Unlike MemInfo it
+// costs nothing and counts nothing.
 func (d *Device) BytesInUse() uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
