@@ -254,7 +254,7 @@ func (a *Allocator) checkLocked() error {
 	if pending != a.events.Len() {
 		bad("pending event count %d, queues hold %d", a.events.Len(), pending)
 	}
-	if d, ok := a.dev.(interface{ BytesInUse() uint64 }); ok {
+	if d, ok := a.dev.(device.UsageReporter); ok {
 		if used, reserved := d.BytesInUse(), a.reservedLocked(); used != reserved {
 			bad("device reports %d bytes in use, allocator reserved %d", used, reserved)
 		}

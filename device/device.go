@@ -17,14 +17,50 @@
 // # Capabilities
 //
 // Backends differ in what they can do beyond the minimum. Optional
-// capabilities are separate small interfaces, discovered with a type
+// capabilities are separate small named interfaces, discovered with a type
 // assertion, so that a backend implements only what it can:
 //
 //	if vm, ok := dev.(device.VirtualMemory); ok { ... }
 //
-// VirtualMemory (reserve an address range, map physical pages into it) backs
-// expandable segments; HostMemory (page-locked host memory) backs the host
-// allocator.
+// The capabilities are these:
+//
+//   - VirtualMemory (reserve an address range, map physical pages into it)
+//     backs expandable segments. A VirtualMemory whose Granularity is 0 has
+//     the methods but not the means (a CUDA device without virtual memory
+//     management): callers treat it as absent.
+//   - HostMemory (page-locked host memory) backs the host allocator.
+//   - StreamChecker (is this stream one of the device's?) lets the caching
+//     allocator refuse a foreign stream up front.
+//   - UsageReporter (the bytes the device's own allocations hold) lets the
+//     caching allocator's self-check compare its books with the device's.
+//
+// Capabilities are what every consumer may rely on, whatever the backend.
+// What only one backend offers, such as the simulator's cost clock or its
+// control over when a stream's work finishes, stays a method of that
+// backend's type, reached through that type.
+//
+// # Adaptors
+//
+// An adaptor wraps a Device and adds behaviour to every call (counting in
+// package device/counting, fault injection in device/faulty), as RMM's
+// resource adaptors wrap a memory resource. Because support is a type
+// assertion, an adaptor must offer exactly the capabilities of the device
+// it wraps: one it hides would be lost (no expandable segments over a
+// counted device), one it adds would be a lie (expandable segments over a
+// device that cannot map pages). An adaptor therefore implements every
+// capability's methods on its own type but never hands that type out;
+// it hands out WithCapabilitiesOf(adaptor, inner), a Device that calls the
+// adaptor's methods and passes exactly the type assertions inner passes.
+// Compose builds such a Device from explicit parts, CapabilitiesOf lists
+// what a device offers. Adaptors compose: each layer forwards to the one
+// below, and the capabilities are those of the innermost device.
+//
+// There is deliberately no way down through an adaptor (no Unwrap): a
+// capability found beneath an adaptor would be called around it, uncounted
+// and unfailed. A caller that needs a backend's own methods, such as the
+// simulator's SetStreamBusy, keeps its own reference to the backend.
+// Adaptors name the kinds of fallible call with Call (CallMalloc, CallMap,
+// ...), whose String is the operation name backends put in Error.Op.
 //
 // # Errors
 //
@@ -108,7 +144,8 @@ type Device interface {
 // as the CUDA driver's cuMemAddressReserve / cuMemCreate / cuMemMap do. The
 // caching allocator builds expandable segments on it.
 type VirtualMemory interface {
-	// Granularity is the unit, in bytes, of reservations and mappings.
+	// Granularity is the unit, in bytes, of reservations and mappings; 0
+	// when the device cannot map memory after all (see the package doc).
 	Granularity() uint64
 	// Reserve reserves size bytes of address space (a multiple of
 	// Granularity) and returns its base. No physical memory is used.
@@ -141,6 +178,18 @@ type HostMemory interface {
 	HostAlloc(size uint64) ([]byte, error)
 	// HostFree releases memory that HostAlloc returned.
 	HostFree(b []byte) error
+}
+
+// UsageReporter is the optional capability to report how much device
+// memory the device's own allocations hold. The caching allocator's
+// self-check (CheckInvariants) compares it with the bytes the allocator
+// believes it has reserved.
+type UsageReporter interface {
+	// BytesInUse returns the bytes held by live Malloc allocations (as
+	// the device charges them, rounded up to its pages) and by mapped
+	// virtual-memory pages. It is a bookkeeping read: it calls no driver,
+	// costs nothing and changes nothing.
+	BytesInUse() uint64
 }
 
 // Sentinel errors. Backends wrap them (fmt.Errorf("...: %w", ErrX)) and

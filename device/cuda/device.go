@@ -28,7 +28,7 @@ type Device struct {
 	name    string
 	total   uint64
 	vmm     bool   // the device supports virtual memory management
-	gran    uint64 // VMM granularity in bytes (2 MiB nominal when !vmm)
+	gran    uint64 // VMM granularity in bytes (2 MiB nominal when !vmm, when Granularity reports 0)
 
 	// life is read-held by every call for its whole duration and
 	// write-held by Close, so that Close never tears down under a call.

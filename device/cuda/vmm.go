@@ -33,9 +33,16 @@ func (d *Device) VirtualMemorySupported() bool { return d.vmm }
 
 // Granularity returns the minimum granularity of physical allocations on
 // the device (cuMemGetAllocationGranularity, 2 MiB on current GPUs), the
-// unit of Reserve, Map and Unmap. Without virtual memory support it returns
-// a nominal 2 MiB.
-func (d *Device) Granularity() uint64 { return d.gran }
+// unit of Reserve, Map and Unmap. Without virtual memory support it
+// returns 0, which tells callers of device.VirtualMemory that the
+// capability is absent (the caching allocator then refuses expandable
+// segments up front).
+func (d *Device) Granularity() uint64 {
+	if !d.vmm {
+		return 0
+	}
+	return d.gran
+}
 
 // checkRange validates a range of op: p and size multiples of the
 // granularity, size > 0, no wrap-around.

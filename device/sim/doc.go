@@ -1,7 +1,8 @@
 // Package sim is a simulated GPU: a pure-Go, deterministic model of a
 // device on which the caching allocator, its tests, trace replays and
-// benchmarks run without a GPU. A *Device implements device.Device,
-// device.VirtualMemory and device.HostMemory.
+// benchmarks run without a GPU. A *Device implements device.Device and
+// every optional capability: device.VirtualMemory, device.HostMemory,
+// device.StreamChecker and device.UsageReporter.
 //
 // It is a model, not a mock: memory is charged in pages against a
 // capacity, addresses follow one fixed rule, streams hold work until the
@@ -113,6 +114,11 @@
 // pages), PeakBytesInUse its high-water mark.
 //
 // # Faults
+//
+// The faults below are the simulator's own, tied to its model (a Malloc
+// above a size, a predicate on sizes, the countdown shared by Malloc and
+// Map). To fail the Nth call of any kind on any backend, wrap the device
+// with package device/faulty.
 //
 // FailNthMalloc, FailMallocAbove and FailMallocWhen make Malloc and Map
 // fail with device.ErrOutOfMemory; FailFrees makes Free and Unmap fail

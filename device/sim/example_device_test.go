@@ -22,7 +22,7 @@ func ExampleDevice_Allocations() {
 	d, _ := dev.Malloc(3 << 20) // two pages: the lowest hole that fits is b's
 	fmt.Println("reused b's hole:", d == b)
 	for _, r := range dev.Allocations() {
-		fmt.Printf("%v: %d bytes asked, %d MiB charged\n", r.Ptr, r.Size, r.Pages>>20)
+		fmt.Printf("%v: %d bytes asked, %d MiB charged\n", r.Ptr, r.Size, r.Charged>>20)
 	}
 	_, _ = a, c
 	// Output:

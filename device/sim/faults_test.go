@@ -15,147 +15,197 @@ import (
 )
 
 func TestFailNthMalloc(t *testing.T) {
-	d := newDev(t, Config{})
-	r, err := d.Reserve(16 * MiB)
+	const page = 4096
+	d := newDev(t, Config{Capacity: 64 * page, PageSize: page})
+	r, err := d.Reserve(8 * page)
 	require.NoError(t, err)
+	mustMalloc(t, d, 1)
 	d.FailNthMalloc(3)
-	_, err = d.Malloc(1) // 1
-	require.NoError(t, err)
+	mustMalloc(t, d, 1)  // 1
 	_, err = d.Malloc(0) // invalid: not counted
 	require.ErrorIs(t, err, device.ErrInvalidSize)
-	require.NoError(t, d.Map(r, 2*MiB)) // 2: Map counts too
+	require.NoError(t, d.Map(r, page)) // 2: Map counts too
 	before := stateOf(d)
-	free, _, _ := d.MemInfo()
 	_, err = d.Malloc(1) // 3
-	require.ErrorIs(t, err, device.ErrOutOfMemory)
+	requireDeviceError(t, err, "malloc", 0, device.ErrOutOfMemory)
 	assert.Contains(t, err.Error(), "FailNthMalloc")
-	var de *device.Error
-	require.True(t, errors.As(err, &de))
-	assert.Equal(t, "malloc", de.Op)
-	assert.Equal(t, before.Counters.MemInfos+1, stateOf(d).Counters.MemInfos)
-	after := stateOf(d)
-	after.Counters.MemInfos = before.Counters.MemInfos
-	assert.Equal(t, before, after)
-	free2, _, _ := d.MemInfo()
-	assert.Equal(t, free, free2)
-	assert.Equal(t, int64(2), d.Counters().FailedMallocs)
+	requireUnchanged(t, d, before, failedMalloc)
+	assert.Equal(t, int64(2), d.Counters().FailedMallocs, "the invalid call and the injected one")
+	// Once only, and the failed call took no address.
+	assert.Equal(t, d.MemoryBase()+2*page, mustMalloc(t, d, 1))
+	for range 5 {
+		mustMalloc(t, d, 1)
+	}
 
-	p, err := d.Malloc(1) // once only
-	require.NoError(t, err)
-	assert.Equal(t, d.MemoryBase()+device.Ptr(2*MiB), p, "the failed call took no address")
-
+	// 1 is the next call; a failed Map maps nothing.
+	d.FailNthMalloc(2)
+	mustMalloc(t, d, 1)
+	before = stateOf(d)
+	err = d.Map(r+page, 2*page)
+	requireDeviceError(t, err, "map", 0, device.ErrOutOfMemory)
+	requireUnchanged(t, d, before, failedMap)
 	d.FailNthMalloc(1)
 	before = stateOf(d)
-	require.ErrorIs(t, d.Map(r+device.Ptr(2*MiB), 2*MiB), device.ErrOutOfMemory)
-	assert.Equal(t, before, stateOf(d))
-	assert.Equal(t, int64(1), d.Counters().FailedMaps)
+	require.ErrorIs(t, d.Map(r+page, 2*page), device.ErrOutOfMemory)
+	requireUnchanged(t, d, before, failedMap)
+	require.NoError(t, d.Map(r+page, 3*page), "nothing was mapped by the failed calls")
 
+	d.FailNthMalloc(1)
+	_, err = d.Malloc(1)
+	require.ErrorIs(t, err, device.ErrOutOfMemory)
+
+	// Calls with invalid arguments are not counted.
 	d.FailNthMalloc(2)
-	d.FailNthMalloc(0) // off
-	for range 3 {
-		_, err := d.Malloc(1)
-		require.NoError(t, err)
+	_, err = d.Malloc(0)
+	require.ErrorIs(t, err, device.ErrInvalidSize)
+	require.ErrorIs(t, d.Map(r+1, page), device.ErrInvalidArgument)
+	require.ErrorIs(t, d.Map(r, page), device.ErrInvalidArgument, "already mapped")
+	mustMalloc(t, d, 1)
+	_, err = d.Malloc(1)
+	require.ErrorIs(t, err, device.ErrOutOfMemory, "the second counted call")
+
+	// Turned off.
+	d.FailNthMalloc(2)
+	d.FailNthMalloc(0)
+	for range 4 {
+		mustMalloc(t, d, 1)
+	}
+	d.FailNthMalloc(2)
+	d.FailNthMalloc(-1)
+	for range 4 {
+		mustMalloc(t, d, 1)
+	}
+}
+
+func TestFailNthMallocCountsOutOfMemoryCalls(t *testing.T) {
+	// A call that fails anyway (not enough free memory, or more than the
+	// device has) is still a call: the count moves on.
+	for _, size := range []uint64{3 * 4096, 100 * 4096} {
+		d := newDev(t, Config{Capacity: 2 * 4096, PageSize: 4096})
+		d.FailNthMalloc(2)
+		_, err := d.Malloc(size)
+		require.ErrorIs(t, err, device.ErrOutOfMemory)
+		_, err = d.Malloc(1)
+		require.ErrorIs(t, err, device.ErrOutOfMemory, "size %d: second call fails", size)
+		mustMalloc(t, d, 1)
 	}
 }
 
 func TestFailMallocAbove(t *testing.T) {
-	d := newDev(t, Config{})
-	r, _ := d.Reserve(64 * MiB)
-	d.FailMallocAbove(4 * MiB)
+	const page = 4096
+	d := newDev(t, Config{Capacity: 64 * page, PageSize: page})
+	r, err := d.Reserve(16 * page)
+	require.NoError(t, err)
+	d.FailMallocAbove(4 * page)
+	mustMalloc(t, d, 4*page) // not more than the limit
 	before := stateOf(d)
-	_, err := d.Malloc(4*MiB + 1)
-	require.ErrorIs(t, err, device.ErrOutOfMemory)
+	_, err = d.Malloc(4*page + 1)
+	requireDeviceError(t, err, "malloc", 0, device.ErrOutOfMemory)
 	assert.Contains(t, err.Error(), "FailMallocAbove")
-	require.ErrorIs(t, d.Map(r, 6*MiB), device.ErrOutOfMemory)
-	assert.Equal(t, before, stateOf(d))
-
-	p, err := d.Malloc(4 * MiB) // not more than the limit
-	require.NoError(t, err)
-	require.NoError(t, d.Map(r, 4*MiB))
+	requireUnchanged(t, d, before, failedMalloc)
+	require.NoError(t, d.Map(r, 4*page))
+	before = stateOf(d)
+	require.ErrorIs(t, d.Map(r+4*page, 8*page), device.ErrOutOfMemory)
+	requireUnchanged(t, d, before, failedMap)
+	// Still on for the next call.
+	_, err = d.Malloc(5 * page)
+	require.ErrorIs(t, err, device.ErrOutOfMemory)
 	d.FailMallocAbove(0)
-	_, err = d.Malloc(64 * MiB)
-	require.NoError(t, err)
-	require.NoError(t, d.Free(p))
+	mustMalloc(t, d, 5*page)
+	require.NoError(t, d.Map(r+4*page, 8*page))
 }
 
 func TestFailMallocWhen(t *testing.T) {
-	d := newDev(t, Config{})
-	r, _ := d.Reserve(64 * MiB)
+	const page = 4096
+	d := newDev(t, Config{Capacity: 64 * page, PageSize: page})
+	var asked []uint64
 	var calls atomic.Int64
 	d.FailMallocWhen(func(size uint64) bool {
 		calls.Add(1)
-		// The predicate runs without the device's lock: it may read it.
+		asked = append(asked, size)
+		// The predicate runs without the device's lock: it may call it.
+		_ = d.BytesInUse()
 		_ = d.Counters()
-		return size == 3*MiB
+		return size == 3*page
 	})
+	mustMalloc(t, d, 2*page)
 	before := stateOf(d)
-	_, err := d.Malloc(3 * MiB)
-	require.ErrorIs(t, err, device.ErrOutOfMemory)
+	_, err := d.Malloc(3 * page)
+	requireDeviceError(t, err, "malloc", 0, device.ErrOutOfMemory)
 	assert.Contains(t, err.Error(), "FailMallocWhen")
+	requireUnchanged(t, d, before, failedMalloc)
+	r, err := d.Reserve(8 * page)
+	require.NoError(t, err)
+	before = stateOf(d)
+	require.ErrorIs(t, d.Map(r, 3*page), device.ErrOutOfMemory)
+	requireUnchanged(t, d, before, failedMap)
 	require.ErrorIs(t, d.Map(r, 0), device.ErrInvalidArgument, "arguments are checked before faults")
-	err = d.Map(r, 4*MiB)
-	require.NoError(t, err, "4 MiB is not 3 MiB")
-	require.NoError(t, d.Unmap(r, 4*MiB))
-	assert.Equal(t, before.Allocs, d.Allocations())
-	_, err = d.Malloc(2 * MiB)
-	require.NoError(t, err)
-	assert.Equal(t, int64(4), calls.Load(), "once per Malloc and Map call")
+	require.NoError(t, d.Map(r, 2*page))
+	assert.Equal(t, []uint64{2 * page, 3 * page, 3 * page, 0, 2 * page}, asked)
+	assert.Equal(t, int64(5), calls.Load(), "once per Malloc and Map call, valid or not")
 	d.FailMallocWhen(nil)
-	_, err = d.Malloc(3 * MiB)
-	require.NoError(t, err)
+	mustMalloc(t, d, 3*page)
+	assert.Len(t, asked, 5, "off: the predicate is not called")
 }
 
 func TestFailFrees(t *testing.T) {
-	d := newDev(t, Config{})
-	p, _ := d.Malloc(MiB)
-	r, _ := d.Reserve(4 * MiB)
-	require.NoError(t, d.Map(r, 2*MiB))
-	boom := errors.New("boom")
-	d.FailFrees(boom)
-	before := stateOf(d)
+	const page = 4096
+	errBoom := errors.New("boom")
+	d := newDev(t, Config{Ordinal: 9, Capacity: 64 * page, PageSize: page})
+	p := mustMalloc(t, d, page)
+	r, err := d.Reserve(4 * page)
+	require.NoError(t, err)
+	require.NoError(t, d.Map(r, 4*page))
+	d.FailFrees(errBoom)
 
-	err := d.Free(p)
-	require.ErrorIs(t, err, boom)
+	before := stateOf(d)
+	err = d.Free(p)
+	requireDeviceError(t, err, "free", 9, errBoom)
 	assert.NotErrorIs(t, err, device.ErrInvalidPointer)
-	var de *device.Error
-	require.True(t, errors.As(err, &de))
-	assert.Equal(t, "free", de.Op)
-	err = d.Unmap(r, 2*MiB)
-	require.ErrorIs(t, err, boom)
-	assert.ErrorIs(t, d.Free(p+1), device.ErrInvalidPointer, "bad arguments keep their own error")
-	assert.Equal(t, before, stateOf(d))
+	requireUnchanged(t, d, before, failedFree)
+	before = stateOf(d)
+	err = d.Unmap(r, 2*page)
+	requireDeviceError(t, err, "unmap", 9, errBoom)
+	requireUnchanged(t, d, before, failedUnmap)
+	// Bad arguments still fail with their own errors.
+	before = stateOf(d)
+	require.ErrorIs(t, d.Free(p+page), device.ErrInvalidPointer)
+	require.ErrorIs(t, d.Unmap(r+4*page, page), device.ErrInvalidArgument)
+	requireUnchanged(t, d, before, failedFree)
 	c := d.Counters()
 	assert.Equal(t, int64(2), c.FailedFrees)
 	assert.Equal(t, int64(1), c.FailedUnmaps)
+	// Mallocs still work.
+	q := mustMalloc(t, d, page)
 
 	d.FailFrees(nil)
 	require.NoError(t, d.Free(p))
-	require.NoError(t, d.Unmap(r, 2*MiB))
+	require.NoError(t, d.Free(q))
+	require.NoError(t, d.Unmap(r, 4*page), "all four pages were still mapped")
+	require.NoError(t, d.Release(r))
+	assert.Zero(t, d.BytesInUse())
 }
 
 func TestFailEventQueries(t *testing.T) {
-	d := newDev(t, Config{})
-	s, _ := d.NewStream()
-	require.NoError(t, d.SetStreamBusy(s, true))
-	e, _ := d.RecordEvent(s)
-	boom := errors.New("driver lost")
-	d.FailEventQueries(boom)
+	errBoom := errors.New("driver lost")
+	d, s, e1, _ := busyStream(t)
+	d.FailEventQueries(errBoom)
 	before := stateOf(d)
-
-	done, err := d.EventDone(e)
-	require.ErrorIs(t, err, boom)
+	done, err := d.EventDone(e1)
+	requireDeviceError(t, err, "query event", 0, errBoom)
 	assert.False(t, done)
-	require.ErrorIs(t, d.SynchronizeEvent(e), boom)
-	_, err = d.EventDone(e + 1)
-	require.ErrorIs(t, err, device.ErrInvalidEvent, "unknown events keep their own error")
-	assert.Equal(t, before, stateOf(d), "the failed synchronization finished nothing")
+	requireDeviceError(t, d.SynchronizeEvent(e1), "synchronize event", 0, errBoom)
+	requireUnchanged(t, d, before, failedEventQueries(2))
+	// Unknown events keep their own error; recording and releasing work.
+	_, err = d.EventDone(999)
+	require.ErrorIs(t, err, device.ErrInvalidEvent)
+	e3, err := d.RecordEvent(s)
+	require.NoError(t, err)
+	require.NoError(t, d.ReleaseEvent(e3))
 	assert.Equal(t, int64(2), d.Counters().FailedEventQueries)
 
 	d.FailEventQueries(nil)
-	done, err = d.EventDone(e)
-	require.NoError(t, err)
-	assert.False(t, done)
-	require.NoError(t, d.SynchronizeEvent(e))
-	done, _ = d.EventDone(e)
-	assert.True(t, done)
+	assert.False(t, eventDone(t, d, e1), "the failed SynchronizeEvent finished nothing")
+	require.NoError(t, d.SynchronizeEvent(e1))
+	assert.True(t, eventDone(t, d, e1))
 }

@@ -16,16 +16,14 @@ const (
 	GiB = uint64(1) << 30
 )
 
-// newDev returns a device with cfg, free of costs unless cfg sets them.
-func newDev(t testing.TB, cfg Config) *Device {
-	t.Helper()
-	if cfg.Costs == (Costs{}) {
-		cfg.Costs = NoCosts()
-	}
-	d, err := New(cfg)
-	require.NoError(t, err)
-	return d
-}
+// The simulated device offers every capability.
+var (
+	_ device.Device        = (*Device)(nil)
+	_ device.VirtualMemory = (*Device)(nil)
+	_ device.HostMemory    = (*Device)(nil)
+	_ device.StreamChecker = (*Device)(nil)
+	_ device.UsageReporter = (*Device)(nil)
+)
 
 // tb is what both *testing.T and *rapid.T offer.
 type tb interface {
@@ -33,14 +31,53 @@ type tb interface {
 	require.TestingT
 }
 
-// state is everything a failed call must leave unchanged.
+// mustNew returns a device with cfg as given (default costs if unset).
+func mustNew(t tb, cfg Config) *Device {
+	t.Helper()
+	d, err := New(cfg)
+	require.NoError(t, err)
+	return d
+}
+
+// newDev returns a device with cfg, free of costs unless cfg sets them.
+func newDev(t tb, cfg Config) *Device {
+	t.Helper()
+	if cfg.Costs == (Costs{}) {
+		cfg.Costs = NoCosts()
+	}
+	return mustNew(t, cfg)
+}
+
+func mustMalloc(t tb, d *Device, size uint64) device.Ptr {
+	t.Helper()
+	p, err := d.Malloc(size)
+	require.NoError(t, err)
+	return p
+}
+
+// requireDeviceError checks that err is a *device.Error of operation op on
+// the given device, wrapping sentinel, with a message.
+func requireDeviceError(t tb, err error, op string, ordinal int, sentinel error) {
+	t.Helper()
+	require.ErrorIs(t, err, sentinel)
+	var de *device.Error
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, op, de.Op)
+	require.Equal(t, ordinal, de.Device)
+	require.Equal(t, sentinel, de.Err)
+	require.NotEmpty(t, de.Message)
+	require.Contains(t, err.Error(), op)
+}
+
+// state is everything a failed call must leave unchanged. It is read
+// without costing or counting anything.
 type state struct {
 	Allocs   []Range
 	Resv     []Reservation
 	Mapped   map[device.Ptr][]Range
 	Used     uint64
-	Counters Counters // with the failure counters zeroed
-	Streams  []streamState
+	Counters Counters
+	Streams  []streamState // queue positions and busy flags, per stream
 	Events   int
 	Host     int
 }
@@ -50,15 +87,66 @@ func stateOf(d *Device) state {
 	for _, r := range s.Resv {
 		s.Mapped[r.Ptr] = d.Mapped(r.Ptr)
 	}
-	c := d.Counters()
-	c.FailedMallocs, c.FailedFrees, c.FailedMaps, c.FailedUnmaps, c.FailedEventQueries = 0, 0, 0, 0, 0
-	s.Counters = c
+	s.Counters = d.Counters()
 	d.mu.Lock()
 	s.Streams = append([]streamState(nil), d.streams...)
 	s.Events = len(d.events)
 	s.Host = len(d.host)
 	d.mu.Unlock()
 	return s
+}
+
+// requireUnchanged checks that nothing moved on d since before except the
+// failure counters, which must have moved as failed says (nil: not at
+// all).
+func requireUnchanged(t tb, d *Device, before state, failed func(c *Counters)) {
+	t.Helper()
+	if failed != nil {
+		failed(&before.Counters)
+	}
+	require.Equal(t, before, stateOf(d))
+}
+
+func failedMalloc(c *Counters) { c.FailedMallocs++ }
+func failedFree(c *Counters)   { c.FailedFrees++ }
+func failedMap(c *Counters)    { c.FailedMaps++ }
+func failedUnmap(c *Counters)  { c.FailedUnmaps++ }
+
+// failedEventQueries returns a counter change of n failed event queries.
+func failedEventQueries(n int64) func(c *Counters) {
+	return func(c *Counters) { c.FailedEventQueries += n }
+}
+
+func eventDone(t tb, d *Device, e device.Event) bool {
+	t.Helper()
+	done, err := d.EventDone(e)
+	require.NoError(t, err)
+	return done
+}
+
+func pending(t tb, d *Device, s device.Stream) uint64 {
+	t.Helper()
+	n, err := d.PendingWork(s)
+	require.NoError(t, err)
+	return n
+}
+
+// busyStream returns a device with a busy stream and two pending events on
+// it, recorded in order.
+func busyStream(t *testing.T) (*Device, device.Stream, device.Event, device.Event) {
+	t.Helper()
+	d := newDev(t, Config{Capacity: GiB})
+	s, err := d.NewStream()
+	require.NoError(t, err)
+	require.NoError(t, d.SetStreamBusy(s, true))
+	e1, err := d.RecordEvent(s)
+	require.NoError(t, err)
+	e2, err := d.RecordEvent(s)
+	require.NoError(t, err)
+	require.False(t, eventDone(t, d, e1))
+	require.False(t, eventDone(t, d, e2))
+	require.Equal(t, uint64(2), pending(t, d, s))
+	return d, s, e1, e2
 }
 
 // checkSpace verifies the treap: address order, merged ranges, maxSize

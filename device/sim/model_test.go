@@ -1,8 +1,9 @@
-// A state-machine test of the whole device against a reference model:
-// memory and the address rule, one reservation's mappings, streams and
-// events, every fault, and the exact counters and clock after each call.
+// The reference model of the device, and a state-machine test of the
+// whole device against it: memory and the address rule, reservations and
+// their mappings, streams and events, every fault, and the exact counters
+// and clock after each call.
 
-package sim_test
+package sim
 
 import (
 	"errors"
@@ -15,8 +16,52 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/device/sim"
 )
+
+// refSpace is the reference model of the address rule, and the only one
+// in the tests: a sorted list of free ranges {start, size}, searched from
+// the lowest address. The treap (TestFreeSpaceAgainstReference) and the
+// whole device (TestDeviceModel, TestDeterminism) are checked against it.
+type refSpace struct{ free [][2]uint64 }
+
+func newRefSpace(base, size uint64) *refSpace {
+	return &refSpace{free: [][2]uint64{{base, size}}}
+}
+
+// take returns the lowest start of a free range of at least size bytes,
+// and removes [start, start+size) from the free ranges.
+func (r *refSpace) take(size uint64) (uint64, bool) {
+	for i, f := range r.free {
+		if f[1] >= size {
+			if f[1] == size {
+				r.free = slices.Delete(r.free, i, i+1)
+			} else {
+				r.free[i] = [2]uint64{f[0] + size, f[1] - size}
+			}
+			return f[0], true
+		}
+	}
+	return 0, false
+}
+
+// give returns [start, start+size) to the free ranges, merging it with
+// the ranges that touch it.
+func (r *refSpace) give(start, size uint64) {
+	i := 0
+	for i < len(r.free) && r.free[i][0] < start {
+		i++
+	}
+	r.free = slices.Insert(r.free, i, [2]uint64{start, size})
+	// Merge with the next range, then with the previous one.
+	if i+1 < len(r.free) && r.free[i][0]+r.free[i][1] == r.free[i+1][0] {
+		r.free[i][1] += r.free[i+1][1]
+		r.free = slices.Delete(r.free, i+1, i+2)
+	}
+	if i > 0 && r.free[i-1][0]+r.free[i-1][1] == r.free[i][0] {
+		r.free[i-1][1] += r.free[i][1]
+		r.free = slices.Delete(r.free, i, i+1)
+	}
+}
 
 var errFault = errors.New("injected by the model test")
 
@@ -24,6 +69,12 @@ var errFault = errors.New("injected by the model test")
 type modelStream struct {
 	busy              bool
 	queued, completed uint64
+}
+
+// modelResv is the model of one reservation.
+type modelResv struct {
+	pages  uint64
+	mapped map[uint64]bool // page index in the reservation -> mapped
 }
 
 type modelEvent struct {
@@ -35,23 +86,23 @@ type modelEvent struct {
 // way: a list of free ranges, maps keyed by address, counters and clock
 // kept by hand from the package documentation.
 type model struct {
-	d         *sim.Device
+	d         *Device
 	ordinal   int
 	page      uint64
 	capacity  uint64
-	costs     sim.Costs
-	mem       *refSpace
-	live      map[device.Ptr]sim.Range
+	costs     Costs
+	mem       *refSpace // free device-memory addresses
+	vm        *refSpace // free virtual-memory addresses
+	live      map[device.Ptr]Range
 	freed     []device.Ptr // addresses freed once, for double frees
-	resv      device.Ptr   // one reservation of resvPages pages
-	resvPages uint64
-	mapped    map[uint64]bool // page index in the reservation -> mapped
+	resv      map[device.Ptr]*modelResv
+	released  []device.Ptr // reservation bases released once
 	used      uint64
 	streams   []modelStream
 	events    map[device.Event]modelEvent
-	released  []device.Event
+	gone      []device.Event // released events
 	nextEvent device.Event
-	c         sim.Counters
+	c         Counters
 	clock     time.Duration
 
 	countdown  int    // FailNthMalloc
@@ -84,7 +135,7 @@ func (m *model) uncharge(n uint64) {
 // mallocCost is the cost of a Malloc charging the given bytes: testCosts
 // charges 1 ns per KiB.
 func (m *model) mallocCost(charged uint64) time.Duration {
-	return m.costs.Malloc + time.Duration(charged/kib)
+	return m.costs.Malloc + time.Duration(charged/KiB)
 }
 
 // fault says whether the malloc faults fail an allocating call of size
@@ -133,7 +184,7 @@ func (m *model) malloc(t *rapid.T) {
 		want, ok := m.mem.take(pages)
 		require.True(t, ok)
 		require.Equal(t, device.Ptr(want), p, "first fit at the lowest address")
-		m.live[p] = sim.Range{Ptr: p, Size: size, Pages: pages}
+		m.live[p] = Range{Ptr: p, Size: size, Charged: pages}
 		m.charge(pages)
 		m.c.Mallocs++
 		return
@@ -151,8 +202,9 @@ func (m *model) livePtrs() []device.Ptr {
 }
 
 func (m *model) free(t *rapid.T) {
-	candidates := []device.Ptr{0, m.d.MemoryBase() + device.Ptr(m.page)*1000, m.resv}
+	candidates := []device.Ptr{0, m.d.MemoryBase() + device.Ptr(m.page)*1000}
 	candidates = append(candidates, m.freed...)
+	candidates = append(candidates, m.resvPtrs()...) // a reservation is not a Malloc
 	for _, p := range m.livePtrs() {
 		candidates = append(candidates, p, p, p, p+device.Ptr(m.page)) // live ones often
 	}
@@ -171,29 +223,95 @@ func (m *model) free(t *rapid.T) {
 		require.NoError(t, err)
 		delete(m.live, p)
 		m.freed = append(m.freed, p)
-		m.mem.give(uint64(p), r.Pages)
-		m.uncharge(r.Pages)
+		m.mem.give(uint64(p), r.Charged)
+		m.uncharge(r.Charged)
 		m.c.Frees++
 		m.c.Synchronizations++
 		m.pay(m.costs.Synchronize)
 	}
 }
 
-// pageRange draws a run of pages of the reservation.
-func (m *model) pageRange(t *rapid.T) (first, n uint64) {
-	first = rapid.Uint64Range(0, m.resvPages-1).Draw(t, "first page")
-	n = rapid.Uint64Range(1, m.resvPages-first).Draw(t, "pages")
-	return first, n
+func (m *model) resvPtrs() []device.Ptr {
+	ps := make([]device.Ptr, 0, len(m.resv))
+	for p := range m.resv {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	return ps
+}
+
+func (m *model) reserve(t *rapid.T) {
+	if len(m.resv) >= 4 {
+		t.Skip("enough reservations")
+	}
+	size := rapid.OneOf(
+		rapid.Map(rapid.Uint64Range(1, 12), func(n uint64) uint64 { return n * m.page }),
+		rapid.SampledFrom([]uint64{0, m.page / 2, m.page + 1, MemoryRegionSize + m.page}),
+	).Draw(t, "reserve size")
+	p, err := m.d.Reserve(size)
+	m.pay(m.costs.Reserve)
+	switch {
+	case size == 0:
+		require.ErrorIs(t, err, device.ErrInvalidSize)
+	case size%m.page != 0:
+		require.ErrorIs(t, err, device.ErrInvalidArgument)
+	default:
+		want, ok := m.vm.take(size)
+		if !ok {
+			require.ErrorIs(t, err, device.ErrOutOfMemory)
+			break
+		}
+		require.NoError(t, err)
+		require.Equal(t, device.Ptr(want), p, "reservations are first fit in their region")
+		m.resv[p] = &modelResv{pages: size / m.page, mapped: map[uint64]bool{}}
+		m.c.Reserves++
+		return
+	}
+	require.Zero(t, p)
+}
+
+func (m *model) release(t *rapid.T) {
+	candidates := []device.Ptr{0}
+	candidates = append(candidates, m.released...)
+	for _, p := range m.resvPtrs() {
+		candidates = append(candidates, p, p, p+device.Ptr(m.page))
+	}
+	p := rapid.SampledFrom(candidates).Draw(t, "reservation")
+	err := m.d.Release(p)
+	m.pay(m.costs.Release)
+	r, ok := m.resv[p]
+	if !ok || len(r.mapped) > 0 {
+		require.ErrorIs(t, err, device.ErrInvalidArgument)
+		return
+	}
+	require.NoError(t, err)
+	m.vm.give(uint64(p), r.pages*m.page)
+	delete(m.resv, p)
+	m.released = append(m.released, p)
+	m.c.Releases++
+}
+
+// pageRange draws a run of pages of a reservation.
+func (m *model) pageRange(t *rapid.T) (base device.Ptr, r *modelResv, first, n uint64) {
+	ptrs := m.resvPtrs()
+	if len(ptrs) == 0 {
+		t.Skip("no reservation")
+	}
+	base = rapid.SampledFrom(ptrs).Draw(t, "reservation")
+	r = m.resv[base]
+	first = rapid.Uint64Range(0, r.pages-1).Draw(t, "first page")
+	n = rapid.Uint64Range(1, r.pages-first).Draw(t, "pages")
+	return base, r, first, n
 }
 
 func (m *model) mapPages(t *rapid.T) {
-	first, n := m.pageRange(t)
+	base, r, first, n := m.pageRange(t)
 	size := n * m.page
-	err := m.d.Map(m.resv+device.Ptr(first*m.page), size)
+	err := m.d.Map(base+device.Ptr(first*m.page), size)
 	m.pay(m.costs.Map * time.Duration(n))
 	overlap := false
 	for i := first; i < first+n; i++ {
-		overlap = overlap || m.mapped[i]
+		overlap = overlap || r.mapped[i]
 	}
 	switch {
 	case overlap:
@@ -204,7 +322,7 @@ func (m *model) mapPages(t *rapid.T) {
 	default:
 		require.NoError(t, err)
 		for i := first; i < first+n; i++ {
-			m.mapped[i] = true
+			r.mapped[i] = true
 		}
 		m.charge(size)
 		m.c.MappedBytes += size
@@ -213,13 +331,13 @@ func (m *model) mapPages(t *rapid.T) {
 }
 
 func (m *model) unmapPages(t *rapid.T) {
-	first, n := m.pageRange(t)
+	base, r, first, n := m.pageRange(t)
 	size := n * m.page
-	err := m.d.Unmap(m.resv+device.Ptr(first*m.page), size)
+	err := m.d.Unmap(base+device.Ptr(first*m.page), size)
 	m.pay(m.costs.Unmap * time.Duration(n))
 	all := true
 	for i := first; i < first+n; i++ {
-		all = all && m.mapped[i]
+		all = all && r.mapped[i]
 	}
 	switch {
 	case !all:
@@ -230,7 +348,7 @@ func (m *model) unmapPages(t *rapid.T) {
 	default:
 		require.NoError(t, err)
 		for i := first; i < first+n; i++ {
-			delete(m.mapped, i)
+			delete(r.mapped, i)
 		}
 		m.uncharge(size)
 		m.c.MappedBytes -= size
@@ -252,7 +370,7 @@ func handle(ordinal, i int) device.Stream {
 func (m *model) stream(t *rapid.T) device.Stream {
 	i := rapid.IntRange(0, len(m.streams)).Draw(t, "stream")
 	if rapid.IntRange(0, 9).Draw(t, "foreign") == 0 {
-		return handle((m.ordinal+1)%(sim.MaxOrdinal+1), i)
+		return handle((m.ordinal+1)%(MaxOrdinal+1), i)
 	}
 	return handle(m.ordinal, i)
 }
@@ -271,7 +389,7 @@ func (m *model) modelStream(s device.Stream) (int, *modelStream) {
 // event draws a live event, or now and then a released or unknown one.
 func (m *model) event(t *rapid.T) device.Event {
 	candidates := []device.Event{0, m.nextEvent + 1}
-	candidates = append(candidates, m.released...)
+	candidates = append(candidates, m.gone...)
 	for e := range m.events {
 		candidates = append(candidates, e, e, e)
 	}
@@ -281,10 +399,12 @@ func (m *model) event(t *rapid.T) device.Event {
 
 func (m *model) actions() map[string]func(*rapid.T) {
 	return map[string]func(*rapid.T){
-		"Malloc": m.malloc,
-		"Free":   m.free,
-		"Map":    m.mapPages,
-		"Unmap":  m.unmapPages,
+		"Malloc":  m.malloc,
+		"Free":    m.free,
+		"Map":     m.mapPages,
+		"Unmap":   m.unmapPages,
+		"Reserve": m.reserve,
+		"Release": m.release,
 		"MemInfo": func(t *rapid.T) {
 			free, total, err := m.d.MemInfo()
 			require.NoError(t, err)
@@ -418,7 +538,7 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			}
 			require.NoError(t, err)
 			delete(m.events, e)
-			m.released = append(m.released, e)
+			m.gone = append(m.gone, e)
 			m.c.EventsReleased++
 		},
 		"FailNthMalloc": func(t *rapid.T) {
@@ -463,7 +583,7 @@ func (m *model) actions() map[string]func(*rapid.T) {
 // check compares everything observable with the model. It uses only
 // methods that cost and count nothing.
 func (m *model) check(t *rapid.T) {
-	want := make([]sim.Range, 0, len(m.live))
+	want := make([]Range, 0, len(m.live))
 	for _, p := range m.livePtrs() {
 		want = append(want, m.live[p])
 	}
@@ -472,7 +592,7 @@ func (m *model) check(t *rapid.T) {
 	for i, r := range got {
 		require.Zero(t, uint64(r.Ptr)%m.page, "page aligned")
 		require.GreaterOrEqual(t, r.Ptr, m.d.MemoryBase())
-		require.LessOrEqual(t, r.End(), m.d.MemoryBase()+sim.MemoryRegionSize)
+		require.LessOrEqual(t, r.End(), m.d.MemoryBase()+MemoryRegionSize)
 		if i > 0 {
 			require.LessOrEqual(t, got[i-1].End(), r.Ptr, "live ranges overlap")
 		}
@@ -488,27 +608,41 @@ func (m *model) check(t *rapid.T) {
 		require.NoError(t, err)
 		require.Equal(t, st.queued-st.completed, n, "pending work of stream %d", s)
 	}
-	var mapped []sim.Range
-	for i := uint64(0); i < m.resvPages; i++ {
-		if !m.mapped[i] {
-			continue
+	var resv []Reservation
+	for _, base := range m.resvPtrs() {
+		r := m.resv[base]
+		resv = append(resv, Reservation{Ptr: base, Size: r.pages * m.page, Mapped: uint64(len(r.mapped)) * m.page})
+		var mapped []Range
+		for i := range r.pages {
+			if !r.mapped[i] {
+				continue
+			}
+			p := base + device.Ptr(i*m.page)
+			if n := len(mapped); n > 0 && mapped[n-1].End() == p {
+				mapped[n-1].Size += m.page
+				mapped[n-1].Charged += m.page
+				continue
+			}
+			mapped = append(mapped, Range{Ptr: p, Size: m.page, Charged: m.page})
 		}
-		p := m.resv + device.Ptr(i*m.page)
-		if n := len(mapped); n > 0 && mapped[n-1].End() == p {
-			mapped[n-1].Size += m.page
-			mapped[n-1].Pages += m.page
-			continue
-		}
-		mapped = append(mapped, sim.Range{Ptr: p, Size: m.page, Pages: m.page})
+		require.Equal(t, mapped, nonNil(m.d.Mapped(base)), "mapped pages of %v", base)
 	}
-	require.Equal(t, mapped, nonNil(m.d.Mapped(m.resv)), "mapped pages")
+	require.Equal(t, resv, nonNil(m.d.Reservations()), "reservations")
+	// The free address ranges of both regions, and the treaps that hold
+	// them.
+	m.d.mu.Lock()
+	defer m.d.mu.Unlock()
+	checkSpace(t, &m.d.mem)
+	checkSpace(t, &m.d.vm)
+	require.Equal(t, m.mem.free, m.d.mem.ranges(), "free device memory")
+	require.Equal(t, m.vm.free, m.d.vm.ranges(), "free address space")
 }
 
-func nonNil(r []sim.Range) []sim.Range {
-	if len(r) == 0 {
+func nonNil[T any](s []T) []T {
+	if len(s) == 0 {
 		return nil
 	}
-	return r
+	return s
 }
 
 // TestDeviceModel runs random call sequences against the model: by
@@ -516,24 +650,26 @@ func nonNil(r []sim.Range) []sim.Range {
 // go further).
 func TestDeviceModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		page := rapid.SampledFrom([]uint64{sim.MinPageSize, 4 * kib, 64 * kib, 2 * mib}).Draw(t, "page")
+		page := rapid.SampledFrom([]uint64{MinPageSize, 4 * KiB, 64 * KiB, 2 * MiB}).Draw(t, "page")
 		capacity := rapid.Uint64Range(1, 40).Draw(t, "capacity pages")*page +
 			rapid.SampledFrom([]uint64{0, 0, 1, page / 2, page - 1}).Draw(t, "extra bytes")
-		ordinal := rapid.SampledFrom([]int{0, 1, sim.MaxOrdinal}).Draw(t, "ordinal")
-		d := newDevice(t, sim.Config{Ordinal: ordinal, Capacity: capacity, PageSize: page, Costs: testCosts()})
+		ordinal := rapid.SampledFrom([]int{0, 1, MaxOrdinal}).Draw(t, "ordinal")
+		d := mustNew(t, Config{Ordinal: ordinal, Capacity: capacity, PageSize: page, Costs: testCosts()})
 		m := &model{
 			d: d, ordinal: ordinal, page: page, capacity: capacity, costs: testCosts(),
-			mem:       newRefSpace(uint64(d.MemoryBase()), sim.MemoryRegionSize),
-			live:      map[device.Ptr]sim.Range{},
-			resvPages: 8,
-			mapped:    map[uint64]bool{},
-			streams:   []modelStream{{}},
-			events:    map[device.Event]modelEvent{},
+			mem:     newRefSpace(uint64(d.MemoryBase()), MemoryRegionSize),
+			vm:      newRefSpace(uint64(d.MemoryBase())+MemoryRegionSize, MemoryRegionSize),
+			live:    map[device.Ptr]Range{},
+			resv:    map[device.Ptr]*modelResv{},
+			streams: []modelStream{{}},
+			events:  map[device.Event]modelEvent{},
 		}
-		var err error
-		m.resv, err = d.Reserve(m.resvPages * page)
+		// One reservation to begin with, so that mapping starts at once.
+		r, err := d.Reserve(8 * page)
 		require.NoError(t, err)
-		require.Equal(t, d.MemoryBase()+sim.MemoryRegionSize, m.resv)
+		require.Equal(t, d.MemoryBase()+MemoryRegionSize, r)
+		m.vm.take(8 * page)
+		m.resv[r] = &modelResv{pages: 8, mapped: map[uint64]bool{}}
 		m.c.Reserves = 1
 		m.pay(m.costs.Reserve)
 		// Several rounds of rapid's ~30 steps: holes, exact fits and

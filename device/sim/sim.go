@@ -4,6 +4,7 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sync"
@@ -85,16 +86,17 @@ type Counters struct {
 
 // Range is one live Malloc allocation.
 type Range struct {
-	Ptr   device.Ptr
-	Size  uint64 // bytes asked for
-	Pages uint64 // bytes charged: Size rounded up to whole pages
+	Ptr     device.Ptr
+	Size    uint64 // bytes asked for
+	Charged uint64 // bytes charged against capacity: Size rounded up to whole pages
 }
 
-// End returns the address just past the charged pages.
-func (r Range) End() device.Ptr { return r.Ptr + device.Ptr(r.Pages) }
+// End returns the address just past the charged bytes.
+func (r Range) End() device.Ptr { return r.Ptr + device.Ptr(r.Charged) }
 
-// Device is a simulated GPU. It implements device.Device,
-// device.VirtualMemory and device.HostMemory, and is safe for concurrent
+// Device is a simulated GPU. It implements device.Device and every
+// optional capability (device.VirtualMemory, device.HostMemory,
+// device.StreamChecker, device.UsageReporter), and is safe for concurrent
 // use.
 type Device struct {
 	// Fixed at construction; read without the lock.
@@ -298,7 +300,7 @@ func (d *Device) mallocLocked(size uint64, injected bool) (device.Ptr, time.Dura
 		return 0, t, d.fail(op, device.ErrOutOfMemory, "%s requested: the 8 TiB address region is too fragmented", formatBytes(size))
 	}
 	p := device.Ptr(a)
-	d.live[p] = Range{Ptr: p, Size: size, Pages: pages}
+	d.live[p] = Range{Ptr: p, Size: size, Charged: pages}
 	d.chargeLocked(pages)
 	d.c.Mallocs++
 	return p, t, nil
@@ -330,8 +332,8 @@ func (d *Device) freeLocked(p device.Ptr) (time.Duration, error) {
 		return t, d.fail(op, err, "%v: injected fault", p)
 	}
 	delete(d.live, p)
-	d.mem.give(uint64(p), r.Pages)
-	d.unchargeLocked(r.Pages)
+	d.mem.give(uint64(p), r.Charged)
+	d.unchargeLocked(r.Charged)
 	d.c.Frees++
 	d.c.Synchronizations++
 	t += d.payLocked(d.costs.Synchronize)
@@ -351,7 +353,8 @@ func (d *Device) MemInfo() (free, total uint64, err error) {
 }
 
 // BytesInUse returns the bytes charged against capacity (Malloc pages and
-// mapped pages). Unlike MemInfo it costs nothing and counts nothing.
+// mapped pages): the device.UsageReporter capability. Unlike MemInfo it
+// costs nothing and counts nothing.
 func (d *Device) BytesInUse() uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -380,15 +383,7 @@ func (d *Device) Allocations() []Range {
 		out = append(out, r)
 	}
 	d.mu.Unlock()
-	slices.SortFunc(out, func(a, b Range) int {
-		switch {
-		case a.Ptr < b.Ptr:
-			return -1
-		case a.Ptr > b.Ptr:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b Range) int { return cmp.Compare(a.Ptr, b.Ptr) })
 	return out
 }
 

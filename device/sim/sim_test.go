@@ -1,10 +1,11 @@
-// Tests of configuration, device memory, the address rule, costs and
-// counters.
+// Tests of configuration, device memory, the address rule, determinism
+// and counters.
 
 package sim
 
 import (
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -15,50 +16,90 @@ import (
 	"github.com/gpumem/gpumem/device"
 )
 
-var (
-	_ device.Device        = (*Device)(nil)
-	_ device.VirtualMemory = (*Device)(nil)
-	_ device.HostMemory    = (*Device)(nil)
-)
-
 func TestNewDefaults(t *testing.T) {
 	d, err := New(Config{})
 	require.NoError(t, err)
 	assert.Equal(t, 0, d.Ordinal())
 	assert.Equal(t, DefaultName, d.Name())
-	assert.Equal(t, uint64(80*GiB), d.Capacity())
+	assert.Equal(t, uint64(DefaultCapacity), d.Capacity())
+	assert.Equal(t, 80*GiB, d.Capacity())
+	assert.Equal(t, uint64(DefaultPageSize), d.PageSize())
 	assert.Equal(t, 2*MiB, d.PageSize())
 	assert.Equal(t, 2*MiB, d.Granularity())
 	assert.Equal(t, DefaultCosts(), d.Costs())
 	assert.Equal(t, device.Ptr(1<<44), d.MemoryBase())
+	assert.Equal(t, Counters{}, d.Counters())
 	free, total, err := d.MemInfo()
 	require.NoError(t, err)
 	assert.Equal(t, 80*GiB, free)
 	assert.Equal(t, 80*GiB, total)
+	assert.Equal(t, Counters{MemInfos: 1}, d.Counters())
 	assert.Equal(t, "sim device 0 (gpumem simulated device): 0 B of 80 GiB in use, 2 MiB pages", d.String())
+	assert.Empty(t, d.Allocations())
+	assert.Empty(t, d.Reservations())
+	assert.Equal(t, 1, d.Streams())
+	// Host memory defaults to 4 GiB: more fails, without allocating it.
+	_, err = d.HostAlloc(DefaultHostCapacity + 1)
+	require.ErrorIs(t, err, device.ErrOutOfMemory)
 }
 
-func TestNewRejectsBadConfig(t *testing.T) {
-	for name, cfg := range map[string]Config{
-		"negative ordinal":    {Ordinal: -1},
-		"ordinal 64":          {Ordinal: 64},
-		"capacity over 8 TiB": {Capacity: 8<<40 + 1},
-		"page not power of 2": {PageSize: 3 << 20},
-		"page too small":      {PageSize: 256},
-		"page too large":      {PageSize: 2 << 30},
-		"capacity under page": {Capacity: 1 << 20, PageSize: 2 << 20},
-		"host capacity":       {HostCapacity: 1<<40 + 1},
-	} {
-		t.Run(name, func(t *testing.T) {
-			d, err := New(cfg)
-			require.Error(t, err)
+func TestNewKeepsConfig(t *testing.T) {
+	d := mustNew(t, Config{Ordinal: 7, Name: "test card", Capacity: 3*GiB + 5, PageSize: 64 * KiB})
+	assert.Equal(t, 7, d.Ordinal())
+	assert.Equal(t, "test card", d.Name())
+	assert.Equal(t, 3*GiB+5, d.Capacity())
+	assert.Equal(t, 64*KiB, d.PageSize())
+	assert.Equal(t, 64*KiB, d.Granularity())
+	assert.Equal(t, device.Ptr(8)<<44, d.MemoryBase())
+	_, total, err := d.MemInfo()
+	require.NoError(t, err)
+	assert.Equal(t, 3*GiB+5, total)
+	assert.Contains(t, d.String(), "test card")
+}
+
+func TestNewValidation(t *testing.T) {
+	bad := []struct {
+		name string
+		cfg  Config
+	}{
+		{"negative ordinal", Config{Ordinal: -1}},
+		{"ordinal above max", Config{Ordinal: MaxOrdinal + 1}},
+		{"capacity above max", Config{Capacity: MaxCapacity + 1}},
+		{"capacity far above max", Config{Capacity: ^uint64(0)}},
+		{"capacity below a page", Config{Capacity: 2*MiB - 1}},
+		{"capacity of half a page", Config{Capacity: 1 << 20, PageSize: 2 << 20}},
+		{"capacity below a small page", Config{Capacity: 100, PageSize: 4096}},
+		{"page not a power of two", Config{PageSize: 3 * MiB}},
+		{"page of three bytes", Config{PageSize: 3}},
+		{"page of one byte", Config{PageSize: 1}},
+		{"page below min", Config{PageSize: MinPageSize / 2}},
+		{"page above max", Config{PageSize: MaxPageSize * 2}},
+		{"page of all ones", Config{PageSize: ^uint64(0)}},
+		{"host capacity above max", Config{HostCapacity: MaxHostCapacity + 1}},
+	}
+	for _, c := range bad {
+		t.Run(c.name, func(t *testing.T) {
+			d, err := New(c.cfg)
+			require.ErrorIs(t, err, device.ErrInvalidArgument)
 			assert.Nil(t, d)
-			assert.ErrorIs(t, err, device.ErrInvalidArgument)
 			assert.True(t, strings.HasPrefix(err.Error(), "sim: "), err.Error())
 		})
 	}
-	_, err := New(Config{Ordinal: 63, Capacity: 8 << 40, PageSize: 1 << 30, HostCapacity: 1 << 40})
-	require.NoError(t, err, "the limits themselves are valid")
+	good := []Config{
+		{Ordinal: MaxOrdinal},
+		{Capacity: MaxCapacity},
+		{PageSize: MinPageSize},
+		{PageSize: MaxPageSize, Capacity: MaxPageSize},
+		{Capacity: 4096, PageSize: 4096},
+		{Capacity: 4097, PageSize: 4096},
+		{HostCapacity: MaxHostCapacity},
+		{Ordinal: 63, Capacity: 8 << 40, PageSize: 1 << 30, HostCapacity: 1 << 40}, // every limit at once
+	}
+	for _, cfg := range good {
+		d, err := New(cfg)
+		require.NoError(t, err, "%+v", cfg)
+		require.NotNil(t, d)
+	}
 }
 
 func TestMallocChargesWholePages(t *testing.T) {
@@ -75,8 +116,8 @@ func TestMallocChargesWholePages(t *testing.T) {
 	assert.Equal(t, 4*MiB, free)
 	assert.Equal(t, 10*MiB, total)
 	assert.Equal(t, []Range{
-		{Ptr: p1, Size: 1, Pages: 2 * MiB},
-		{Ptr: p2, Size: 2*MiB + 1, Pages: 4 * MiB},
+		{Ptr: p1, Size: 1, Charged: 2 * MiB},
+		{Ptr: p2, Size: 2*MiB + 1, Charged: 4 * MiB},
 	}, d.Allocations())
 	assert.Equal(t, p2+device.Ptr(4*MiB), d.Allocations()[1].End())
 
@@ -104,204 +145,493 @@ func TestMallocChargesWholePages(t *testing.T) {
 	assert.Equal(t, 10*MiB, c.PeakBytesInUse)
 	assert.Equal(t, int64(1), c.Synchronizations, "cudaFree synchronizes")
 	assert.Equal(t, int64(3), c.MemInfos)
+
+	t.Run("sizes", func(t *testing.T) {
+		d := newDev(t, Config{Capacity: 16 * MiB, PageSize: 2 * MiB})
+		cases := []struct{ size, charged uint64 }{
+			{1, 2 * MiB},
+			{2 * MiB, 2 * MiB},
+			{2*MiB + 1, 4 * MiB},
+			{512, 2 * MiB},
+		}
+		var want uint64
+		for _, c := range cases {
+			p := mustMalloc(t, d, c.size)
+			want += c.charged
+			assert.Equal(t, want, d.BytesInUse())
+			free, total, err := d.MemInfo()
+			require.NoError(t, err)
+			assert.Equal(t, 16*MiB, total)
+			assert.Equal(t, 16*MiB-want, free, "free = capacity - charged")
+			allocs := d.Allocations()
+			r := allocs[len(allocs)-1]
+			assert.Equal(t, Range{Ptr: p, Size: c.size, Charged: c.charged}, r)
+			assert.Equal(t, p+device.Ptr(c.charged), r.End())
+		}
+		c := d.Counters()
+		assert.Equal(t, want, c.BytesInUse)
+		assert.Equal(t, want, c.PeakBytesInUse)
+		assert.Equal(t, int64(len(cases)), c.Mallocs)
+	})
 }
 
-func TestMallocInvalidSizes(t *testing.T) {
-	d := newDev(t, Config{})
-	p, err := d.Malloc(1)
-	require.NoError(t, err)
-	before := stateOf(d)
-	for _, size := range []uint64{0, ^uint64(0), ^uint64(0) - 2*MiB + 2} {
-		_, err := d.Malloc(size)
-		require.ErrorIs(t, err, device.ErrInvalidSize, "size %d", size)
-	}
-	_, err = d.Malloc(^uint64(0) - 2*MiB + 1) // rounds to the last page: representable, just too big
-	require.ErrorIs(t, err, device.ErrOutOfMemory)
-	_, err = d.Malloc(80*GiB + 1)
-	require.ErrorIs(t, err, device.ErrOutOfMemory)
-	assert.Equal(t, before, stateOf(d))
-	assert.Equal(t, int64(5), d.Counters().FailedMallocs)
-	require.NoError(t, d.Free(p))
-}
+func TestMallocOutOfMemory(t *testing.T) {
+	d := newDev(t, Config{Ordinal: 3, Capacity: 8 * MiB, PageSize: 2 * MiB})
+	mustMalloc(t, d, 5*MiB) // three pages
 
-func TestFreeInvalidPointers(t *testing.T) {
-	d := newDev(t, Config{})
-	p, err := d.Malloc(3 * MiB)
-	require.NoError(t, err)
-	before := stateOf(d)
-	for _, bad := range []device.Ptr{0, p + 1, p + device.Ptr(2*MiB), p - device.Ptr(2*MiB), 1 << 60} {
-		err := d.Free(bad)
-		require.ErrorIs(t, err, device.ErrInvalidPointer, "ptr %v", bad)
-		var de *device.Error
-		require.True(t, errors.As(err, &de))
-		assert.Equal(t, "free", de.Op)
-	}
-	assert.Equal(t, before, stateOf(d))
-	require.NoError(t, d.Free(p))
-	err = d.Free(p)
-	require.ErrorIs(t, err, device.ErrInvalidPointer, "double free")
-	assert.Equal(t, int64(6), d.Counters().FailedFrees)
-	assert.Equal(t, int64(1), d.Counters().Frees)
-}
-
-func TestAddressRuleFirstFitLowestAddress(t *testing.T) {
-	d := newDev(t, Config{PageSize: 2 * MiB})
-	base := d.MemoryBase()
-	at := func(pages uint64) device.Ptr { return base + device.Ptr(pages*2*MiB) }
-	var ps []device.Ptr
-	for _, size := range []uint64{2 * MiB, 4 * MiB, 2 * MiB, 6 * MiB, 2 * MiB} {
+	for _, size := range []uint64{2*MiB + 1, 4 * MiB, 9 * MiB, MaxCapacity, ^uint64(0) - 2*MiB - 1} {
+		before := stateOf(d)
 		p, err := d.Malloc(size)
-		require.NoError(t, err)
-		ps = append(ps, p)
+		assert.Zero(t, p)
+		requireDeviceError(t, err, "malloc", 3, device.ErrOutOfMemory)
+		requireUnchanged(t, d, before, failedMalloc)
 	}
-	// Pages: [0] [1 2] [3] [4 5 6] [7]
-	assert.Equal(t, []device.Ptr{at(0), at(1), at(3), at(4), at(7)}, ps)
-	require.NoError(t, d.Free(ps[1])) // hole of 2 pages at 1
-	require.NoError(t, d.Free(ps[3])) // hole of 3 pages at 4
-	p, err := d.Malloc(5 * MiB)       // 3 pages: only the hole at 4 fits
+	// Exactly what is free fits.
+	mustMalloc(t, d, 2*MiB)
+	free, _, err := d.MemInfo()
 	require.NoError(t, err)
-	assert.Equal(t, at(4), p)
-	p, err = d.Malloc(1) // lowest hole
-	require.NoError(t, err)
-	assert.Equal(t, at(1), p)
-	p, err = d.Malloc(4 * MiB) // no hole fits: the top
-	require.NoError(t, err)
-	assert.Equal(t, at(8), p)
-	require.NoError(t, d.Free(ps[2])) // page 3 merges with free page 2
-	p, err = d.Malloc(4 * MiB)
-	require.NoError(t, err)
-	assert.Equal(t, at(2), p, "freed neighbours merge into one hole")
+	assert.Zero(t, free)
+	_, err = d.Malloc(1)
+	require.ErrorIs(t, err, device.ErrOutOfMemory)
 }
 
-func TestAddressSpaceIsNotBoundedByCapacity(t *testing.T) {
-	// Free every other page of a full device: half is free but no two free
-	// pages touch. A two-page Malloc still succeeds, above the others.
-	d := newDev(t, Config{Capacity: 16 * MiB, PageSize: 2 * MiB})
-	var ps []device.Ptr
-	for range 8 {
-		p, err := d.Malloc(2 * MiB)
-		require.NoError(t, err)
-		ps = append(ps, p)
-	}
-	for i := 0; i < 8; i += 2 {
-		require.NoError(t, d.Free(ps[i]))
-	}
-	p, err := d.Malloc(4 * MiB)
-	require.NoError(t, err)
-	assert.Equal(t, d.MemoryBase()+device.Ptr(16*MiB), p)
-	free, _, _ := d.MemInfo()
-	assert.Equal(t, 4*MiB, free)
+func TestMallocInvalidSize(t *testing.T) {
+	t.Run("small pages", func(t *testing.T) {
+		d := newDev(t, Config{Ordinal: 5, Capacity: 4 * 4096, PageSize: 4096})
+		mustMalloc(t, d, 10)
+		// Zero, and sizes whose rounding to pages overflows.
+		for _, size := range []uint64{0, ^uint64(0), ^uint64(0) - 4094} {
+			before := stateOf(d)
+			p, err := d.Malloc(size)
+			assert.Zero(t, p)
+			requireDeviceError(t, err, "malloc", 5, device.ErrInvalidSize)
+			requireUnchanged(t, d, before, failedMalloc)
+		}
+	})
+	t.Run("default pages", func(t *testing.T) {
+		d := newDev(t, Config{})
+		p := mustMalloc(t, d, 1)
+		before := stateOf(d)
+		for _, size := range []uint64{0, ^uint64(0), ^uint64(0) - 2*MiB + 2} {
+			_, err := d.Malloc(size)
+			require.ErrorIs(t, err, device.ErrInvalidSize, "size %d", size)
+		}
+		_, err := d.Malloc(^uint64(0) - 2*MiB + 1) // rounds to the last page: representable, just too big
+		require.ErrorIs(t, err, device.ErrOutOfMemory)
+		_, err = d.Malloc(80*GiB + 1)
+		require.ErrorIs(t, err, device.ErrOutOfMemory)
+		requireUnchanged(t, d, before, func(c *Counters) { c.FailedMallocs += 5 })
+		require.NoError(t, d.Free(p))
+	})
 }
 
-func TestDeterministicAddresses(t *testing.T) {
-	run := func(ordinal int) []device.Ptr {
-		d := newDev(t, Config{Ordinal: ordinal, Capacity: GiB})
-		var out, live []device.Ptr
-		x := uint64(12345)
-		for i := range 2000 {
-			x ^= x << 13
-			x ^= x >> 7
-			x ^= x << 17
-			if len(live) > 0 && (x%3 == 0 || i%50 == 49) {
-				j := int(x>>8) % len(live)
-				require.NoError(t, d.Free(live[j]))
-				live = append(live[:j], live[j+1:]...)
+func TestFreeInvalidPointer(t *testing.T) {
+	d := newDev(t, Config{Ordinal: 2, Capacity: 16 * MiB, PageSize: 2 * MiB})
+	a := mustMalloc(t, d, 4*MiB)
+	b := mustMalloc(t, d, 1)
+	require.NoError(t, d.Free(b))
+	r, err := d.Reserve(2 * MiB)
+	require.NoError(t, err)
+	require.NoError(t, d.Map(r, 2*MiB))
+
+	bad := map[string]device.Ptr{
+		"null":           0,
+		"double free":    b,
+		"inside":         a + device.Ptr(2*MiB),
+		"off by one":     a + 1,
+		"a page below":   a - device.Ptr(2*MiB),
+		"other ordinal":  device.Ptr(1) << 44,
+		"far away":       ^device.Ptr(0),
+		"beyond regions": 1 << 60,
+		"never returned": b + device.Ptr(8*MiB),
+		"a reservation":  r,
+	}
+	for name, p := range bad {
+		t.Run(name, func(t *testing.T) {
+			before := stateOf(d)
+			err := d.Free(p)
+			requireDeviceError(t, err, "free", 2, device.ErrInvalidPointer)
+			requireUnchanged(t, d, before, failedFree)
+		})
+	}
+	c := d.Counters()
+	assert.Equal(t, int64(len(bad)), c.FailedFrees)
+	assert.Equal(t, int64(1), c.Frees)
+	require.NoError(t, d.Free(a))
+	assert.Equal(t, 2*MiB, d.BytesInUse(), "the mapped page")
+	require.ErrorIs(t, d.Free(a), device.ErrInvalidPointer, "double free")
+}
+
+func TestFreeReturnsPages(t *testing.T) {
+	d := newDev(t, Config{Capacity: 8 * MiB, PageSize: 2 * MiB})
+	a := mustMalloc(t, d, 3*MiB)
+	b := mustMalloc(t, d, 1)
+	require.NoError(t, d.Free(a))
+	assert.Equal(t, 2*MiB, d.BytesInUse())
+	assert.Equal(t, []Range{{Ptr: b, Size: 1, Charged: 2 * MiB}}, d.Allocations())
+	free, _, err := d.MemInfo()
+	require.NoError(t, err)
+	assert.Equal(t, 6*MiB, free)
+	require.NoError(t, d.Free(b))
+	free, _, err = d.MemInfo()
+	require.NoError(t, err)
+	assert.Equal(t, 8*MiB, free)
+	c := d.Counters()
+	assert.Equal(t, int64(2), c.Frees)
+	assert.Equal(t, 6*MiB, c.PeakBytesInUse)
+	assert.Zero(t, c.BytesInUse)
+}
+
+func TestRegionBases(t *testing.T) {
+	assert.Equal(t, uint64(1)<<43, uint64(MemoryRegionSize))
+	for _, o := range []int{0, 1, 5, MaxOrdinal} {
+		d := mustNew(t, Config{Ordinal: o, Capacity: GiB})
+		assert.Equal(t, device.Ptr(o+1)<<44, d.MemoryBase())
+		p := mustMalloc(t, d, 1)
+		assert.Equal(t, device.Ptr(o+1)<<44, p, "ordinal %d malloc", o)
+		r, err := d.Reserve(d.Granularity())
+		require.NoError(t, err)
+		assert.Equal(t, device.Ptr(o+1)<<44+device.Ptr(1)<<43, r, "ordinal %d reserve", o)
+		// Reservations do not move device memory, nor the reverse.
+		assert.Equal(t, p+device.Ptr(2*MiB), mustMalloc(t, d, 1))
+		r2, err := d.Reserve(2 * d.Granularity())
+		require.NoError(t, err)
+		assert.Equal(t, r+device.Ptr(2*MiB), r2)
+	}
+}
+
+func TestAddressRule(t *testing.T) {
+	const page = 64 * KiB
+	pg := func(n uint64) device.Ptr { return device.Ptr(n * page) }
+	base := device.Ptr(1) << 44
+	small := func(t *testing.T, pages uint64) *Device {
+		return newDev(t, Config{Capacity: pages * page, PageSize: page})
+	}
+
+	t.Run("consecutive", func(t *testing.T) {
+		d := small(t, 64)
+		a := mustMalloc(t, d, page)
+		b := mustMalloc(t, d, 2*page+1) // three pages
+		c := mustMalloc(t, d, 7)
+		assert.Equal(t, base, a)
+		assert.Equal(t, base+pg(1), b)
+		assert.Equal(t, base+pg(4), c)
+		for _, p := range []device.Ptr{a, b, c} {
+			assert.Zero(t, uint64(p)%page, "page aligned")
+		}
+	})
+
+	t.Run("mixed sizes", func(t *testing.T) {
+		d := newDev(t, Config{PageSize: 2 * MiB})
+		at := func(pages uint64) device.Ptr { return d.MemoryBase() + device.Ptr(pages*2*MiB) }
+		var ps []device.Ptr
+		for _, size := range []uint64{2 * MiB, 4 * MiB, 2 * MiB, 6 * MiB, 2 * MiB} {
+			ps = append(ps, mustMalloc(t, d, size))
+		}
+		// Pages: [0] [1 2] [3] [4 5 6] [7]
+		assert.Equal(t, []device.Ptr{at(0), at(1), at(3), at(4), at(7)}, ps)
+		require.NoError(t, d.Free(ps[1]))               // hole of 2 pages at 1
+		require.NoError(t, d.Free(ps[3]))               // hole of 3 pages at 4
+		assert.Equal(t, at(4), mustMalloc(t, d, 5*MiB)) // 3 pages: only the hole at 4 fits
+		assert.Equal(t, at(1), mustMalloc(t, d, 1))     // lowest hole
+		assert.Equal(t, at(8), mustMalloc(t, d, 4*MiB)) // no hole fits: the top
+		require.NoError(t, d.Free(ps[2]))               // page 3 merges with free page 2
+		assert.Equal(t, at(2), mustMalloc(t, d, 4*MiB), "freed neighbours merge into one hole")
+	})
+
+	t.Run("hole reused by a smaller request", func(t *testing.T) {
+		d := small(t, 64)
+		mustMalloc(t, d, page)
+		b := mustMalloc(t, d, 3*page)
+		c := mustMalloc(t, d, page)
+		require.NoError(t, d.Free(b))
+		assert.Equal(t, b, mustMalloc(t, d, page), "lowest hole first")
+		assert.Equal(t, b+pg(1), mustMalloc(t, d, 1), "what is left of the hole")
+		// One page left in the hole: two pages go above c.
+		assert.Equal(t, c+pg(1), mustMalloc(t, d, 2*page))
+		assert.Equal(t, b+pg(2), mustMalloc(t, d, page), "the last page of the hole")
+	})
+
+	t.Run("first fit, not best fit", func(t *testing.T) {
+		d := small(t, 64)
+		ps := make([]device.Ptr, 6)
+		sizes := []uint64{3, 1, 1, 1, 1, 1}
+		for i := range ps {
+			ps[i] = mustMalloc(t, d, sizes[i]*page)
+		}
+		require.NoError(t, d.Free(ps[0])) // a three-page hole at the bottom
+		require.NoError(t, d.Free(ps[2])) // an exact one-page hole above it
+		assert.Equal(t, ps[0], mustMalloc(t, d, page))
+	})
+
+	t.Run("lowest hole that fits, skipping smaller ones", func(t *testing.T) {
+		d := small(t, 64)
+		ps := make([]device.Ptr, 8)
+		sizes := []uint64{1, 1, 2, 1, 4, 1, 3, 1}
+		for i := range ps {
+			ps[i] = mustMalloc(t, d, sizes[i]*page)
+		}
+		for _, i := range []int{0, 2, 4, 6} { // holes of 1, 2, 4 and 3 pages
+			require.NoError(t, d.Free(ps[i]))
+		}
+		assert.Equal(t, ps[4], mustMalloc(t, d, 3*page), "the 4-page hole is the lowest that fits")
+		assert.Equal(t, ps[6], mustMalloc(t, d, 3*page), "then the 3-page one")
+		assert.Equal(t, ps[2], mustMalloc(t, d, 2*page))
+		assert.Equal(t, ps[0], mustMalloc(t, d, page))
+		assert.Equal(t, ps[4]+pg(3), mustMalloc(t, d, page))
+		assert.Equal(t, ps[7]+pg(1), mustMalloc(t, d, page), "no hole left")
+	})
+
+	t.Run("free middle then neighbours", func(t *testing.T) {
+		d := small(t, 64)
+		ps := make([]device.Ptr, 5)
+		for i := range ps {
+			ps[i] = mustMalloc(t, d, page)
+		}
+		require.NoError(t, d.Free(ps[2]))
+		require.NoError(t, d.Free(ps[1])) // merges with the hole above
+		require.NoError(t, d.Free(ps[3])) // merges with the hole below
+		// One hole of three pages: a three-page request fits there.
+		assert.Equal(t, ps[1], mustMalloc(t, d, 3*page))
+		assert.Equal(t, ps[4]+pg(1), mustMalloc(t, d, page))
+	})
+
+	t.Run("merge on both sides at once", func(t *testing.T) {
+		d := small(t, 64)
+		ps := make([]device.Ptr, 4)
+		for i := range ps {
+			ps[i] = mustMalloc(t, d, page)
+		}
+		require.NoError(t, d.Free(ps[0]))
+		require.NoError(t, d.Free(ps[2]))
+		require.NoError(t, d.Free(ps[1])) // joins [0] and [2]
+		assert.Equal(t, ps[0], mustMalloc(t, d, 3*page))
+	})
+
+	t.Run("top shrinks when the highest range is freed", func(t *testing.T) {
+		d := small(t, 64)
+		a := mustMalloc(t, d, page)
+		b := mustMalloc(t, d, page)
+		c := mustMalloc(t, d, page)
+		require.NoError(t, d.Free(c))
+		// c's pages are free again and contiguous with the space above.
+		assert.Equal(t, c, mustMalloc(t, d, 10*page))
+		require.NoError(t, d.Free(b))
+		require.NoError(t, d.Free(c))
+		assert.Equal(t, b, mustMalloc(t, d, 20*page))
+		require.NoError(t, d.Free(a))
+		require.NoError(t, d.Free(b))
+		// Everything free: back to the base.
+		assert.Equal(t, base, mustMalloc(t, d, 40*page))
+	})
+
+	t.Run("hole below the top merges into it", func(t *testing.T) {
+		d := small(t, 64)
+		mustMalloc(t, d, page)
+		b := mustMalloc(t, d, page)
+		c := mustMalloc(t, d, page)
+		require.NoError(t, d.Free(b))
+		require.NoError(t, d.Free(c)) // b's hole, c and the space above are one
+		assert.Equal(t, b, mustMalloc(t, d, 5*page))
+	})
+
+	t.Run("address space is not bounded by capacity", func(t *testing.T) {
+		d := small(t, 4)
+		a := mustMalloc(t, d, page)
+		b := mustMalloc(t, d, page)
+		require.NoError(t, d.Free(a))
+		// Three pages free in total but no two-page hole below b: the
+		// allocation goes above b.
+		assert.Equal(t, b+pg(1), mustMalloc(t, d, 2*page))
+		// One page left, and a one-page hole at the bottom.
+		assert.Equal(t, a, mustMalloc(t, d, 1))
+		_, err := d.Malloc(1)
+		require.ErrorIs(t, err, device.ErrOutOfMemory)
+	})
+
+	t.Run("every other page of a full device free", func(t *testing.T) {
+		// Half is free but no two free pages touch: a two-page Malloc
+		// still succeeds, above the others.
+		d := small(t, 8)
+		var ps []device.Ptr
+		for range 8 {
+			ps = append(ps, mustMalloc(t, d, page))
+		}
+		for i := 0; i < 8; i += 2 {
+			require.NoError(t, d.Free(ps[i]))
+		}
+		assert.Equal(t, base+pg(8), mustMalloc(t, d, 2*page))
+		free, _, _ := d.MemInfo()
+		assert.Equal(t, 2*page, free)
+	})
+}
+
+// TestFragmentedRegion: the 8 TiB region runs out of holes only when a
+// device nearly as large as the region is fragmented on purpose; the
+// Malloc then fails with ErrOutOfMemory and changes nothing.
+func TestFragmentedRegion(t *testing.T) {
+	const page = MaxPageSize // 1 GiB: the region holds 8192 pages
+	d := newDev(t, Config{Ordinal: 1, Capacity: MaxCapacity, PageSize: page})
+	base := d.MemoryBase()
+	require.Equal(t, base, mustMalloc(t, d, page))
+	b := mustMalloc(t, d, 4095*page)
+	c := mustMalloc(t, d, page)
+	require.Equal(t, base+4096*page, c)
+	require.NoError(t, d.Free(b))
+	// 8190 pages are free, but the largest free range is 4095 pages.
+	before := stateOf(d)
+	_, err := d.Malloc(4096 * page)
+	requireDeviceError(t, err, "malloc", 1, device.ErrOutOfMemory)
+	assert.Contains(t, err.Error(), "fragmented")
+	requireUnchanged(t, d, before, failedMalloc)
+	assert.Equal(t, base+page, mustMalloc(t, d, 4095*page), "the hole")
+	assert.Equal(t, c+page, mustMalloc(t, d, 4095*page), "the rest of the region")
+	free, _, err := d.MemInfo()
+	require.NoError(t, err)
+	assert.Zero(t, free)
+}
+
+// TestDeterminism runs one random call sequence on several devices and on
+// the reference model: same addresses, same state, same clock, and on
+// another ordinal the same addresses shifted to its region.
+func TestDeterminism(t *testing.T) {
+	const page = 2 * MiB
+	type result struct {
+		addrs  []device.Ptr
+		allocs []Range
+		c      Counters
+		clock  time.Duration
+	}
+	run := func(ordinal int) result {
+		d := mustNew(t, Config{Ordinal: ordinal, Capacity: 512 * page})
+		ref := newRefSpace(uint64(ordinal+1)<<44, 1<<43)
+		rng := rand.New(rand.NewPCG(1, 2))
+		var live []Range
+		var got []device.Ptr
+		for range 3000 {
+			if len(live) > 0 && rng.IntN(5) < 2 {
+				i := rng.IntN(len(live))
+				require.NoError(t, d.Free(live[i].Ptr))
+				ref.give(uint64(live[i].Ptr), live[i].Charged)
+				live = append(live[:i], live[i+1:]...)
 				continue
 			}
-			p, err := d.Malloc(1 + x%(9*MiB))
+			size := 1 + rng.Uint64N(8*page)
+			p, err := d.Malloc(size)
 			if errors.Is(err, device.ErrOutOfMemory) {
 				continue
 			}
 			require.NoError(t, err)
-			out = append(out, p)
-			live = append(live, p)
+			charged := (size + page - 1) / page * page
+			want, ok := ref.take(charged)
+			require.True(t, ok)
+			require.Equal(t, device.Ptr(want), p)
+			live = append(live, Range{Ptr: p, Size: size, Charged: charged})
+			got = append(got, p)
 		}
-		return out
+		return result{got, d.Allocations(), d.Counters(), d.Clock()}
 	}
-	a, b := run(0), run(0)
-	require.NotEmpty(t, a)
-	assert.Equal(t, a, b, "same calls, same addresses")
-	c := run(5)
-	require.Len(t, c, len(a))
-	for i := range a {
-		assert.Equal(t, a[i]+device.Ptr(5)<<44, c[i], "ordinal 5 is ordinal 0 shifted by 5<<44")
+	r1, r2 := run(0), run(0)
+	require.Greater(t, len(r1.addrs), 1000)
+	require.Positive(t, r1.c.FailedMallocs, "the sequence ran the device full")
+	assert.Equal(t, r1, r2, "same calls, same addresses, state and clock")
+	assert.Positive(t, r1.clock)
+	r5 := run(5)
+	require.Len(t, r5.addrs, len(r1.addrs))
+	for i := range r1.addrs {
+		assert.Equal(t, r1.addrs[i]+device.Ptr(5)<<44, r5.addrs[i], "ordinal 5 is ordinal 0 shifted by 5<<44")
 	}
+	assert.Equal(t, r1.c, r5.c)
+	assert.Equal(t, r1.clock, r5.clock)
 }
 
-func TestCostsAndClock(t *testing.T) {
-	costs := Costs{
-		Malloc: 10 * time.Microsecond, MallocPerGiB: time.Millisecond,
-		Free: 5 * time.Microsecond, Synchronize: 7 * time.Microsecond,
-		MemInfo: -1, // free of cost
-	}
-	d, err := New(Config{Costs: costs})
-	require.NoError(t, err)
-	got := d.Costs()
-	assert.Zero(t, got.MemInfo)
-	assert.Equal(t, DefaultCosts().EventRecord, got.EventRecord, "zero fields take the default")
+func TestCounters(t *testing.T) {
+	d := newDev(t, Config{Capacity: 16 * MiB, PageSize: 2 * MiB})
+	a := mustMalloc(t, d, 3*MiB)
+	mustMalloc(t, d, 1)
+	_, err := d.Malloc(16 * MiB)
+	require.Error(t, err)
+	_, err = d.Malloc(0)
+	require.Error(t, err)
+	require.NoError(t, d.Free(a))
+	require.Error(t, d.Free(a))
+	mustMalloc(t, d, 2*MiB)
 
-	p, err := d.Malloc(GiB / 2)
+	require.NoError(t, d.Synchronize())
+	s1, err := d.NewStream()
 	require.NoError(t, err)
-	assert.Equal(t, 10*time.Microsecond+500*time.Microsecond, d.Clock())
-	_, _, _ = d.MemInfo()
-	assert.Equal(t, 510*time.Microsecond, d.Clock(), "a negative cost is free")
-	require.NoError(t, d.Free(p))
-	assert.Equal(t, 522*time.Microsecond, d.Clock(), "Free costs itself plus a synchronization")
-	require.Error(t, d.Free(p))
-	assert.Equal(t, 527*time.Microsecond, d.Clock(), "a failed call costs its call")
-
-	free, err := New(Config{Costs: NoCosts()})
+	_, err = d.NewStream()
 	require.NoError(t, err)
-	assert.Equal(t, Costs{}, free.Costs())
-	p, _ = free.Malloc(GiB)
-	_ = free.Free(p)
-	assert.Zero(t, free.Clock())
-}
-
-func TestCostArithmeticSaturates(t *testing.T) {
-	assert.Equal(t, time.Duration(1<<63-1), perGiB(time.Hour, ^uint64(0)))
-	assert.Equal(t, time.Duration(1<<63-1), times(time.Second, ^uint64(0)))
-	assert.Equal(t, time.Duration(1<<63-1), plus(1<<62, 1<<62))
-	assert.Equal(t, 3*time.Millisecond, perGiB(2*time.Millisecond, 3*GiB/2))
-	d := newDev(t, Config{Costs: Costs{Malloc: time.Hour, MallocPerGiB: time.Hour}})
+	require.NoError(t, d.SynchronizeStream(s1))
+	require.Error(t, d.SynchronizeStream(9))
+	e1, err := d.RecordEvent(s1)
+	require.NoError(t, err)
+	e2, err := d.RecordEvent(device.DefaultStream)
+	require.NoError(t, err)
 	for range 3 {
-		_, err := d.Malloc(^uint64(0))
-		require.Error(t, err)
+		_, err = d.EventDone(e1)
+		require.NoError(t, err)
 	}
-	assert.Equal(t, time.Duration(1<<63-1), d.Clock(), "the clock saturates rather than wrapping")
+	require.NoError(t, d.SynchronizeEvent(e1))
+	require.NoError(t, d.ReleaseEvent(e2))
+	for range 2 {
+		_, _, err = d.MemInfo()
+		require.NoError(t, err)
+	}
+
+	r, err := d.Reserve(14 * MiB)
+	require.NoError(t, err)
+	require.NoError(t, d.Map(r, 4*MiB))
+	require.ErrorIs(t, d.Map(r+device.Ptr(4*MiB), 10*MiB), device.ErrOutOfMemory)
+	require.ErrorIs(t, d.Map(r, 2*MiB), device.ErrInvalidArgument, "counts nothing")
+	require.NoError(t, d.Unmap(r, 2*MiB))
+	require.ErrorIs(t, d.Release(r), device.ErrInvalidArgument, "counts nothing")
+	h, err := d.HostAlloc(100)
+	require.NoError(t, err)
+	h2, err := d.HostAlloc(50)
+	require.NoError(t, err)
+	require.NoError(t, d.HostFree(h))
+
+	got := d.Counters()
+	assert.Equal(t, Counters{
+		Mallocs:                3,
+		Frees:                  1,
+		FailedMallocs:          2,
+		FailedFrees:            1,
+		BytesInUse:             4*MiB + 2*MiB, // two mallocs and one mapped page
+		PeakBytesInUse:         4*MiB + 4*MiB, // two mallocs and two mapped pages
+		Synchronizations:       2,             // Free and Synchronize
+		EventsRecorded:         2,
+		EventsReleased:         1,
+		EventQueries:           3,
+		StreamsCreated:         2,
+		Maps:                   1,
+		Unmaps:                 1,
+		Reserves:               1,
+		Releases:               0,
+		MemInfos:               2,
+		StreamSynchronizations: 1,
+		EventSynchronizations:  1,
+		FailedMaps:             1,
+		MappedBytes:            2 * MiB,
+		HostAllocs:             2,
+		HostFrees:              1,
+		HostBytesInUse:         uint64(len(h2)),
+	}, got)
+	assert.Equal(t, got.BytesInUse, d.BytesInUse())
 }
 
-func TestSleepReallySleeps(t *testing.T) {
-	d := newDev(t, Config{Sleep: true, Costs: Costs{Malloc: 20 * time.Millisecond, MallocPerGiB: -1}})
-	start := time.Now()
-	p, err := d.Malloc(1)
-	require.NoError(t, err)
-	elapsed := time.Since(start)
-	// A lower bound only: sleeping at least the cost is the behaviour.
-	assert.GreaterOrEqual(t, elapsed, 20*time.Millisecond)
-	require.NoError(t, d.Free(p))
-}
-
-func TestSleepDoesNotHoldTheLock(t *testing.T) {
-	slow := newDev(t, Config{Sleep: true, Costs: Costs{Synchronize: 200 * time.Millisecond}})
-	done := make(chan struct{})
-	go func() {
-		_ = slow.Synchronize()
-		close(done)
-	}()
-	// Wait until the sleeper has paid (it counts before sleeping), then
-	// take the lock: this must not wait for the sleep to end.
-	for slow.Counters().Synchronizations == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	_, _, err := slow.MemInfo()
-	require.NoError(t, err)
-	select {
-	case <-done:
-		t.Fatal("Synchronize returned before its simulated cost elapsed")
-	default:
-	}
-	<-done
+func TestPeakBytesInUse(t *testing.T) {
+	d := newDev(t, Config{Capacity: 16 * 4096, PageSize: 4096})
+	a := mustMalloc(t, d, 5*4096)
+	b := mustMalloc(t, d, 3*4096)
+	require.NoError(t, d.Free(a))
+	mustMalloc(t, d, 4096)
+	assert.Equal(t, uint64(8*4096), d.Counters().PeakBytesInUse)
+	require.NoError(t, d.Free(b))
+	mustMalloc(t, d, 10*4096)
+	assert.Equal(t, uint64(11*4096), d.Counters().PeakBytesInUse)
+	assert.Equal(t, uint64(11*4096), d.Counters().BytesInUse)
 }
 
 func TestFormatBytes(t *testing.T) {

@@ -1,4 +1,4 @@
-// Tests of the free-range treap against a naive list.
+// Tests of the free-range treap against the reference model (refSpace).
 
 package sim
 
@@ -10,43 +10,11 @@ import (
 	"pgregory.net/rapid"
 )
 
-// naiveSpace is the reference: a sorted list of free ranges, scanned.
-type naiveSpace struct{ free [][2]uint64 }
-
-func (n *naiveSpace) take(size uint64) (uint64, bool) {
-	for i, r := range n.free {
-		if r[1] >= size {
-			if r[1] == size {
-				n.free = slices.Delete(n.free, i, i+1)
-			} else {
-				n.free[i] = [2]uint64{r[0] + size, r[1] - size}
-			}
-			return r[0], true
-		}
-	}
-	return 0, false
-}
-
-func (n *naiveSpace) give(start, size uint64) {
-	n.free = append(n.free, [2]uint64{start, size})
-	slices.SortFunc(n.free, func(a, b [2]uint64) int { return cmpU64(a[0], b[0]) })
-	merged := n.free[:1]
-	for _, r := range n.free[1:] {
-		last := &merged[len(merged)-1]
-		if last[0]+last[1] == r[0] {
-			last[1] += r[1]
-		} else {
-			merged = append(merged, r)
-		}
-	}
-	n.free = merged
-}
-
-func TestFreeSpaceAgainstNaive(t *testing.T) {
+func TestFreeSpaceAgainstReference(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		const base, total = 1 << 20, 1 << 16
 		s := newFreeSpace(base, total)
-		ref := &naiveSpace{free: [][2]uint64{{base, total}}}
+		ref := newRefSpace(base, total)
 		var taken [][2]uint64
 		t.Repeat(map[string]func(*rapid.T){
 			"take": func(t *rapid.T) {

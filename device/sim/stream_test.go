@@ -11,173 +11,267 @@ import (
 	"github.com/gpumem/gpumem/device"
 )
 
-func TestStreamsAreNumberedInCreationOrder(t *testing.T) {
-	d := newDev(t, Config{})
-	assert.True(t, d.HasStream(device.DefaultStream))
-	assert.False(t, d.HasStream(1))
-	for want := device.Stream(1); want <= 3; want++ {
-		s, err := d.NewStream()
-		require.NoError(t, err)
-		assert.Equal(t, want, s)
-	}
-	assert.Equal(t, 4, d.Streams())
-	assert.Equal(t, int64(3), d.Counters().StreamsCreated)
+func TestStreams(t *testing.T) {
+	t.Run("ordinal 0", func(t *testing.T) {
+		d := newDev(t, Config{})
+		assert.True(t, d.HasStream(device.DefaultStream))
+		assert.False(t, d.HasStream(1))
+		for want := device.Stream(1); want <= 3; want++ {
+			s, err := d.NewStream()
+			require.NoError(t, err)
+			assert.Equal(t, want, s, "ordinal 0's handles are the plain numbers")
+		}
+		assert.Equal(t, 4, d.Streams())
+		assert.Equal(t, int64(3), d.Counters().StreamsCreated)
 
-	before := stateOf(d)
-	for _, bad := range []device.Stream{4, 1 << 40} {
-		assert.ErrorIs(t, d.SynchronizeStream(bad), device.ErrInvalidStream)
-		_, err := d.RecordEvent(bad)
-		assert.ErrorIs(t, err, device.ErrInvalidStream)
-		assert.ErrorIs(t, d.SetStreamBusy(bad, true), device.ErrInvalidStream)
-		assert.ErrorIs(t, d.CompleteStream(bad), device.ErrInvalidStream)
-		_, err = d.PendingWork(bad)
-		assert.ErrorIs(t, err, device.ErrInvalidStream)
-	}
-	assert.Equal(t, before, stateOf(d))
+		before := stateOf(d)
+		for _, bad := range []device.Stream{4, 1 << 40} {
+			assert.ErrorIs(t, d.SynchronizeStream(bad), device.ErrInvalidStream)
+			_, err := d.RecordEvent(bad)
+			assert.ErrorIs(t, err, device.ErrInvalidStream)
+			assert.ErrorIs(t, d.SetStreamBusy(bad, true), device.ErrInvalidStream)
+			assert.ErrorIs(t, d.CompleteStream(bad), device.ErrInvalidStream)
+			_, err = d.PendingWork(bad)
+			assert.ErrorIs(t, err, device.ErrInvalidStream)
+		}
+		requireUnchanged(t, d, before, nil)
+	})
+
+	t.Run("ordinal 1", func(t *testing.T) {
+		d := newDev(t, Config{Ordinal: 1, Capacity: GiB})
+		assert.True(t, d.HasStream(device.DefaultStream))
+		assert.False(t, d.HasStream(1))
+		for n := uint64(1); n <= 3; n++ {
+			s, err := d.NewStream()
+			require.NoError(t, err)
+			assert.Equal(t, device.Stream(1<<32|n), s, "ordinal 1's stream n is 1<<32 | n")
+			assert.True(t, d.HasStream(s))
+		}
+		assert.False(t, d.HasStream(1<<32|4))
+		assert.False(t, d.HasStream(2), "a stream of another device")
+		assert.False(t, d.HasStream(^device.Stream(0)))
+		assert.Equal(t, 4, d.Streams())
+		assert.Equal(t, int64(3), d.Counters().StreamsCreated)
+
+		// Every device numbers its own streams from 1; ordinal 0's
+		// handles are not streams of device 1.
+		other := mustNew(t, Config{Capacity: GiB})
+		s, err := other.NewStream()
+		require.NoError(t, err)
+		assert.Equal(t, device.Stream(1), s)
+		assert.False(t, d.HasStream(s))
+
+		for _, bad := range []device.Stream{1<<32 | 4, 1, 100, ^device.Stream(0)} {
+			before := stateOf(d)
+			requireDeviceError(t, d.SynchronizeStream(bad), "synchronize stream", 1, device.ErrInvalidStream)
+			_, err := d.RecordEvent(bad)
+			requireDeviceError(t, err, "record event", 1, device.ErrInvalidStream)
+			requireDeviceError(t, d.SetStreamBusy(bad, true), "set stream busy", 1, device.ErrInvalidStream)
+			requireDeviceError(t, d.CompleteStream(bad), "complete stream", 1, device.ErrInvalidStream)
+			_, err = d.PendingWork(bad)
+			requireDeviceError(t, err, "pending work", 1, device.ErrInvalidStream)
+			requireUnchanged(t, d, before, nil)
+			assert.False(t, d.HasStream(bad))
+		}
+		for _, s := range []device.Stream{0, 1<<32 | 1, 1<<32 | 2, 1<<32 | 3} {
+			require.NoError(t, d.SynchronizeStream(s))
+			require.NoError(t, d.SetStreamBusy(s, false))
+			require.NoError(t, d.CompleteStream(s))
+		}
+	})
 }
 
-func TestEventsOnIdleStreamsAreDoneAtOnce(t *testing.T) {
-	d := newDev(t, Config{})
-	s, _ := d.NewStream()
-	e1, err := d.RecordEvent(device.DefaultStream)
+func TestEventsCompleteAtOnceByDefault(t *testing.T) {
+	d := mustNew(t, Config{Capacity: GiB})
+	s, err := d.NewStream()
 	require.NoError(t, err)
-	e2, err := d.RecordEvent(s)
-	require.NoError(t, err)
-	assert.Equal(t, device.Event(1), e1)
-	assert.Equal(t, device.Event(2), e2)
-	for _, e := range []device.Event{e1, e2} {
-		done, err := d.EventDone(e)
+	want := device.Event(1)
+	for _, st := range []device.Stream{device.DefaultStream, s, s} {
+		e, err := d.RecordEvent(st)
 		require.NoError(t, err)
-		assert.True(t, done)
+		assert.Equal(t, want, e, "events are numbered 1, 2, 3, ...")
+		want++
+		assert.True(t, eventDone(t, d, e))
+		require.NoError(t, d.SynchronizeEvent(e))
+		assert.Zero(t, pending(t, d, st))
+	}
+	c := d.Counters()
+	assert.Equal(t, int64(3), c.EventsRecorded)
+	assert.Equal(t, int64(3), c.EventQueries)
+	assert.Equal(t, int64(3), c.EventSynchronizations)
+	// Ids are never reused.
+	require.NoError(t, d.ReleaseEvent(3))
+	e, err := d.RecordEvent(s)
+	require.NoError(t, err)
+	assert.Equal(t, device.Event(4), e)
+}
+
+func TestEventsOnBusyStream(t *testing.T) {
+	finishers := map[string]func(d *Device, s device.Stream) error{
+		"CompleteStream":    (*Device).CompleteStream,
+		"SynchronizeStream": (*Device).SynchronizeStream,
+		"Synchronize":       func(d *Device, _ device.Stream) error { return d.Synchronize() },
+	}
+	for name, finish := range finishers {
+		t.Run(name, func(t *testing.T) {
+			d, s, e1, e2 := busyStream(t)
+			// Pending events stay pending however often they are asked.
+			for range 3 {
+				require.False(t, eventDone(t, d, e1))
+			}
+			require.NoError(t, finish(d, s))
+			assert.True(t, eventDone(t, d, e1))
+			assert.True(t, eventDone(t, d, e2))
+			assert.Zero(t, pending(t, d, s))
+			// The stream stays busy for later work.
+			e3, err := d.RecordEvent(s)
+			require.NoError(t, err)
+			assert.False(t, eventDone(t, d, e3))
+			require.NoError(t, finish(d, s))
+			assert.True(t, eventDone(t, d, e3))
+		})
+	}
+
+	t.Run("SynchronizeEvent finishes up to its event", func(t *testing.T) {
+		d, s, e1, e2 := busyStream(t)
+		e3, err := d.RecordEvent(s)
+		require.NoError(t, err)
+		require.NoError(t, d.SynchronizeEvent(e2))
+		assert.True(t, eventDone(t, d, e1), "earlier event")
+		assert.True(t, eventDone(t, d, e2))
+		assert.False(t, eventDone(t, d, e3), "later event")
+		assert.Equal(t, uint64(1), pending(t, d, s))
+		// Waiting for an earlier event again undoes nothing.
+		require.NoError(t, d.SynchronizeEvent(e1))
+		assert.True(t, eventDone(t, d, e2))
+		assert.False(t, eventDone(t, d, e3))
+		assert.Equal(t, int64(2), d.Counters().EventSynchronizations)
+		require.NoError(t, d.SynchronizeEvent(e3))
+		assert.True(t, eventDone(t, d, e3))
+		// Still busy.
+		e4, err := d.RecordEvent(s)
+		require.NoError(t, err)
+		assert.False(t, eventDone(t, d, e4))
+	})
+
+	t.Run("SynchronizeEvent of a released predecessor's successor", func(t *testing.T) {
+		d, _, e1, e2 := busyStream(t)
+		require.NoError(t, d.ReleaseEvent(e1))
+		require.NoError(t, d.SynchronizeEvent(e2))
+		assert.True(t, eventDone(t, d, e2))
+	})
+
+	t.Run("SetStreamBusy false finishes pending work", func(t *testing.T) {
+		d, s, e1, e2 := busyStream(t)
+		require.NoError(t, d.SetStreamBusy(s, false))
+		assert.True(t, eventDone(t, d, e1))
+		assert.True(t, eventDone(t, d, e2))
+		e3, err := d.RecordEvent(s)
+		require.NoError(t, err)
+		assert.True(t, eventDone(t, d, e3), "not busy any more")
+	})
+
+	t.Run("SetStreamBusy true again keeps pending work", func(t *testing.T) {
+		d, s, e1, _ := busyStream(t)
+		require.NoError(t, d.SetStreamBusy(s, true))
+		assert.False(t, eventDone(t, d, e1))
+	})
+
+	t.Run("other streams are unaffected", func(t *testing.T) {
+		d, s, e1, _ := busyStream(t)
+		s2, err := d.NewStream()
+		require.NoError(t, err)
+		e, err := d.RecordEvent(s2)
+		require.NoError(t, err)
+		assert.True(t, eventDone(t, d, e))
+		e0, err := d.RecordEvent(device.DefaultStream)
+		require.NoError(t, err)
+		assert.True(t, eventDone(t, d, e0))
+		require.NoError(t, d.CompleteStream(s2))
+		require.NoError(t, d.SynchronizeStream(device.DefaultStream))
+		require.NoError(t, d.SetStreamBusy(s2, false))
+		require.NoError(t, d.SynchronizeEvent(e))
+		assert.False(t, eventDone(t, d, e1))
+		require.NoError(t, d.SynchronizeStream(s))
+		assert.True(t, eventDone(t, d, e1))
+	})
+
+	t.Run("a stream synchronization leaves other busy streams alone", func(t *testing.T) {
+		d := newDev(t, Config{})
+		s1, _ := d.NewStream()
+		s2, _ := d.NewStream()
+		require.NoError(t, d.SetStreamBusy(s1, true))
+		require.NoError(t, d.SetStreamBusy(s2, true))
+		e1, _ := d.RecordEvent(s1)
+		e2, _ := d.RecordEvent(s2)
+		require.NoError(t, d.SynchronizeStream(s1))
+		assert.True(t, eventDone(t, d, e1))
+		assert.False(t, eventDone(t, d, e2))
+		require.NoError(t, d.Synchronize())
+		assert.True(t, eventDone(t, d, e2))
+		e3, _ := d.RecordEvent(s2)
+		assert.False(t, eventDone(t, d, e3), "busy survives a synchronization")
+		c := d.Counters()
+		assert.Equal(t, int64(1), c.Synchronizations)
+		assert.Equal(t, int64(1), c.StreamSynchronizations)
+	})
+
+	t.Run("Free does not finish held work", func(t *testing.T) {
+		d, s, e1, _ := busyStream(t)
+		syncs := d.Counters().Synchronizations
+		p := mustMalloc(t, d, 1)
+		require.NoError(t, d.Free(p))
+		assert.Equal(t, syncs+1, d.Counters().Synchronizations, "free counts a synchronization")
+		assert.False(t, eventDone(t, d, e1))
+		assert.Equal(t, uint64(2), pending(t, d, s))
+	})
+
+	t.Run("the default stream can be busy too", func(t *testing.T) {
+		d := mustNew(t, Config{Capacity: GiB})
+		require.NoError(t, d.SetStreamBusy(device.DefaultStream, true))
+		e, err := d.RecordEvent(device.DefaultStream)
+		require.NoError(t, err)
+		other, err := d.RecordEvent(device.DefaultStream)
+		require.NoError(t, err)
+		assert.False(t, eventDone(t, d, e))
+		require.NoError(t, d.SynchronizeStream(device.DefaultStream))
+		assert.True(t, eventDone(t, d, e))
+		later, err := d.RecordEvent(device.DefaultStream)
+		require.NoError(t, err)
+		assert.False(t, eventDone(t, d, later))
+		require.NoError(t, d.Synchronize())
+		assert.True(t, eventDone(t, d, later))
+		assert.True(t, eventDone(t, d, other))
+	})
+}
+
+func TestReleasedEvent(t *testing.T) {
+	d, s, e1, e2 := busyStream(t)
+	require.NoError(t, d.ReleaseEvent(e1))
+	assert.Equal(t, int64(1), d.Counters().EventsReleased)
+	_, err := d.EventDone(e1)
+	requireDeviceError(t, err, "query event", 0, device.ErrInvalidEvent)
+	requireDeviceError(t, d.SynchronizeEvent(e1), "synchronize event", 0, device.ErrInvalidEvent)
+	requireDeviceError(t, d.ReleaseEvent(e1), "release event", 0, device.ErrInvalidEvent)
+	// The other event is untouched, and releasing finished nothing.
+	assert.False(t, eventDone(t, d, e2))
+	assert.Equal(t, uint64(2), pending(t, d, s))
+	for _, bad := range []device.Event{0, e1, e2 + 1, 99, ^device.Event(0)} {
+		before := stateOf(d)
+		_, err := d.EventDone(bad)
+		require.ErrorIs(t, err, device.ErrInvalidEvent, "event %d", bad)
+		require.ErrorIs(t, d.SynchronizeEvent(bad), device.ErrInvalidEvent)
+		require.ErrorIs(t, d.ReleaseEvent(bad), device.ErrInvalidEvent)
+		requireUnchanged(t, d, before, nil)
 	}
 	c := d.Counters()
 	assert.Equal(t, int64(2), c.EventsRecorded)
-	assert.Equal(t, int64(2), c.EventQueries)
-}
-
-func TestBusyStreamHoldsEventsUntilCompleted(t *testing.T) {
-	d := newDev(t, Config{})
-	s, _ := d.NewStream()
-	require.NoError(t, d.SetStreamBusy(s, true))
-	e1, _ := d.RecordEvent(s)
-	e2, _ := d.RecordEvent(s)
-	other, _ := d.RecordEvent(device.DefaultStream)
-	n, err := d.PendingWork(s)
-	require.NoError(t, err)
-	assert.Equal(t, uint64(2), n)
-
-	assertDone := func(e device.Event, want bool) {
-		t.Helper()
-		done, err := d.EventDone(e)
-		require.NoError(t, err)
-		assert.Equal(t, want, done, "event %d", e)
-	}
-	assertDone(e1, false)
-	assertDone(e2, false)
-	assertDone(other, true)
-
-	// Free synchronizes the device in cost and count, but held work stays.
-	p, _ := d.Malloc(1)
-	require.NoError(t, d.Free(p))
-	assertDone(e1, false)
-
+	assert.Equal(t, int64(1), c.EventsReleased)
+	// Releasing did not cancel the work: the later event finishes with its
+	// stream, and ids are never reused.
 	require.NoError(t, d.CompleteStream(s))
-	assertDone(e1, true)
-	assertDone(e2, true)
-
-	// Still busy: later work is held again.
-	e3, _ := d.RecordEvent(s)
-	assertDone(e3, false)
-	require.NoError(t, d.SetStreamBusy(s, false))
-	assertDone(e3, true) // not busy any more: pending work finished
-	e4, _ := d.RecordEvent(s)
-	assertDone(e4, true)
-}
-
-func TestSynchronizeEventFinishesUpToThatEvent(t *testing.T) {
-	d := newDev(t, Config{})
-	s, _ := d.NewStream()
-	require.NoError(t, d.SetStreamBusy(s, true))
-	e1, _ := d.RecordEvent(s)
-	e2, _ := d.RecordEvent(s)
-	e3, _ := d.RecordEvent(s)
-	require.NoError(t, d.SynchronizeEvent(e2))
-	for e, want := range map[device.Event]bool{e1: true, e2: true, e3: false} {
-		done, err := d.EventDone(e)
-		require.NoError(t, err)
-		assert.Equal(t, want, done, "event %d", e)
-	}
-	// Synchronizing an older event does not undo anything.
-	require.NoError(t, d.SynchronizeEvent(e1))
-	done, _ := d.EventDone(e2)
-	assert.True(t, done)
-	assert.Equal(t, int64(2), d.Counters().EventSynchronizations)
-	n, _ := d.PendingWork(s)
-	assert.Equal(t, uint64(1), n)
-}
-
-func TestSynchronizeFinishesEveryStream(t *testing.T) {
-	d := newDev(t, Config{})
-	s1, _ := d.NewStream()
-	s2, _ := d.NewStream()
-	require.NoError(t, d.SetStreamBusy(s1, true))
-	require.NoError(t, d.SetStreamBusy(s2, true))
-	e1, _ := d.RecordEvent(s1)
-	e2, _ := d.RecordEvent(s2)
-
-	require.NoError(t, d.SynchronizeStream(s1))
-	done1, _ := d.EventDone(e1)
-	done2, _ := d.EventDone(e2)
-	assert.True(t, done1)
-	assert.False(t, done2, "a stream synchronization leaves other streams alone")
-
-	require.NoError(t, d.Synchronize())
-	done2, _ = d.EventDone(e2)
-	assert.True(t, done2)
-	e3, _ := d.RecordEvent(s2)
-	done3, _ := d.EventDone(e3)
-	assert.False(t, done3, "busy survives a synchronization")
-	c := d.Counters()
-	assert.Equal(t, int64(1), c.Synchronizations)
-	assert.Equal(t, int64(1), c.StreamSynchronizations)
-}
-
-func TestReleasedAndUnknownEvents(t *testing.T) {
-	d := newDev(t, Config{})
-	s, _ := d.NewStream()
-	require.NoError(t, d.SetStreamBusy(s, true))
-	e, _ := d.RecordEvent(s)
-	later, _ := d.RecordEvent(s)
-	require.NoError(t, d.ReleaseEvent(e))
-	assert.Equal(t, int64(1), d.Counters().EventsReleased)
-
-	before := stateOf(d)
-	for _, bad := range []device.Event{0, e, 99} {
-		_, err := d.EventDone(bad)
-		assert.ErrorIs(t, err, device.ErrInvalidEvent, "event %d", bad)
-		assert.ErrorIs(t, d.SynchronizeEvent(bad), device.ErrInvalidEvent)
-		assert.ErrorIs(t, d.ReleaseEvent(bad), device.ErrInvalidEvent)
-	}
-	assert.Equal(t, before, stateOf(d))
-	// Releasing did not finish or cancel the work: the later event is
-	// still pending, and finishes with its stream.
-	n, _ := d.PendingWork(s)
-	assert.Equal(t, uint64(2), n)
-	require.NoError(t, d.CompleteStream(s))
-	done, err := d.EventDone(later)
+	assert.True(t, eventDone(t, d, e2))
+	next, err := d.RecordEvent(s)
 	require.NoError(t, err)
-	assert.True(t, done)
-	next, _ := d.RecordEvent(s)
 	assert.Equal(t, device.Event(3), next, "ids are never reused")
-}
-
-func TestDefaultStreamCanBeBusy(t *testing.T) {
-	d := newDev(t, Config{})
-	require.NoError(t, d.SetStreamBusy(device.DefaultStream, true))
-	e, _ := d.RecordEvent(device.DefaultStream)
-	done, _ := d.EventDone(e)
-	assert.False(t, done)
-	require.NoError(t, d.SynchronizeStream(device.DefaultStream))
-	done, _ = d.EventDone(e)
-	assert.True(t, done)
 }

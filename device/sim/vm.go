@@ -4,6 +4,7 @@
 package sim
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -58,20 +59,10 @@ func (d *Device) reserveLocked(size uint64) (device.Ptr, time.Duration, error) {
 		return 0, t, d.fail(op, device.ErrOutOfMemory, "%s of address space requested: the 8 TiB virtual-memory region has no free range that large", formatBytes(size))
 	}
 	r := &reservation{base: device.Ptr(a), size: size}
-	i, _ := slices.BinarySearchFunc(d.resv, r.base, func(r *reservation, p device.Ptr) int { return cmpPtr(r.base, p) })
+	i, _ := slices.BinarySearchFunc(d.resv, r.base, func(r *reservation, p device.Ptr) int { return cmp.Compare(r.base, p) })
 	d.resv = slices.Insert(d.resv, i, r)
 	d.c.Reserves++
 	return r.base, t, nil
-}
-
-func cmpPtr(a, b device.Ptr) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // rangeLocked checks that [p, p+size) is page aligned, non-empty and inside
@@ -83,7 +74,7 @@ func (d *Device) rangeLocked(op string, p device.Ptr, size uint64) (*reservation
 	if size%d.page != 0 || uint64(p)%d.page != 0 {
 		return nil, d.fail(op, device.ErrInvalidArgument, "range %v+%d is not aligned to the granularity %d", p, size, d.page)
 	}
-	i, found := slices.BinarySearchFunc(d.resv, p, func(r *reservation, p device.Ptr) int { return cmpPtr(r.base, p) })
+	i, found := slices.BinarySearchFunc(d.resv, p, func(r *reservation, p device.Ptr) int { return cmp.Compare(r.base, p) })
 	if !found {
 		i-- // the reservation with the greatest base below p
 	}
@@ -120,7 +111,7 @@ func (d *Device) mapLocked(p device.Ptr, size uint64, injected bool) (time.Durat
 	}
 	lo, hi := uint64(p), uint64(p)+size
 	// The first mapped range that ends after lo must start at or after hi.
-	i, _ := slices.BinarySearchFunc(r.mapped, lo, func(m [2]uint64, a uint64) int { return cmpU64(m[1], a+1) })
+	i, _ := slices.BinarySearchFunc(r.mapped, lo, func(m [2]uint64, a uint64) int { return cmp.Compare(m[1], a+1) })
 	if i < len(r.mapped) && r.mapped[i][0] < hi {
 		return t, d.fail(op, device.ErrInvalidArgument, "range %v+%d overlaps mapped pages", p, size)
 	}
@@ -154,16 +145,6 @@ func (d *Device) mapLocked(p device.Ptr, size uint64, injected bool) (time.Durat
 	return t, nil
 }
 
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // Unmap releases the physical pages behind [p, p+size), which must all be
 // mapped (by one Map or several), and returns their charge. A range with an
 // unmapped page, misaligned or outside one reservation fails with
@@ -186,7 +167,7 @@ func (d *Device) unmapLocked(p device.Ptr, size uint64) (time.Duration, error) {
 	}
 	lo, hi := uint64(p), uint64(p)+size
 	// Merged ranges: every page is mapped iff one range covers them all.
-	i, _ := slices.BinarySearchFunc(r.mapped, lo, func(m [2]uint64, a uint64) int { return cmpU64(m[1], a+1) })
+	i, _ := slices.BinarySearchFunc(r.mapped, lo, func(m [2]uint64, a uint64) int { return cmp.Compare(m[1], a+1) })
 	if i == len(r.mapped) || r.mapped[i][0] > lo || r.mapped[i][1] < hi {
 		return t, d.fail(op, device.ErrInvalidArgument, "range %v+%d has pages that are not mapped", p, size)
 	}
@@ -227,7 +208,7 @@ func (d *Device) Release(p device.Ptr) error {
 func (d *Device) releaseLocked(p device.Ptr) (time.Duration, error) {
 	const op = "release"
 	t := d.payLocked(d.costs.Release)
-	i, found := slices.BinarySearchFunc(d.resv, p, func(r *reservation, p device.Ptr) int { return cmpPtr(r.base, p) })
+	i, found := slices.BinarySearchFunc(d.resv, p, func(r *reservation, p device.Ptr) int { return cmp.Compare(r.base, p) })
 	if !found {
 		return t, d.fail(op, device.ErrInvalidArgument, "%v is not the base of a reservation", p)
 	}
@@ -253,17 +234,18 @@ func (d *Device) Reservations() []Reservation {
 }
 
 // Mapped returns the mapped ranges of the reservation at base, in address
-// order, merged where they touch; nil if base is not a reservation's base.
+// order, merged where they touch (each Range's Size and Charged are its
+// length); nil if base is not a reservation's base.
 func (d *Device) Mapped(base device.Ptr) []Range {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	i, found := slices.BinarySearchFunc(d.resv, base, func(r *reservation, p device.Ptr) int { return cmpPtr(r.base, p) })
+	i, found := slices.BinarySearchFunc(d.resv, base, func(r *reservation, p device.Ptr) int { return cmp.Compare(r.base, p) })
 	if !found {
 		return nil
 	}
 	out := make([]Range, len(d.resv[i].mapped))
 	for j, m := range d.resv[i].mapped {
-		out[j] = Range{Ptr: device.Ptr(m[0]), Size: m[1] - m[0], Pages: m[1] - m[0]}
+		out[j] = Range{Ptr: device.Ptr(m[0]), Size: m[1] - m[0], Charged: m[1] - m[0]}
 	}
 	return out
 }
