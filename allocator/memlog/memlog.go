@@ -322,11 +322,10 @@ func (r *Reporter) flush(force bool) {
 		}
 	}
 	r.mu.Unlock()
-	if len(out) == 0 {
+	if len(out) == 0 || !r.log.Enabled(context.Background(), r.level) {
 		return
 	}
-	st := r.a.Stats()
-	r.write(r.level, out, st)
+	r.write(r.level, out, r.a.Stats())
 }
 
 // grownLocked reports whether p has grown enough since it was last logged.
@@ -343,9 +342,6 @@ func (r *Reporter) grownLocked(p *peak) bool {
 // write logs the records with the stats st appended to each.
 func (r *Reporter) write(level slog.Level, out []record, st stats.DeviceStats) {
 	ctx := context.Background()
-	if !r.log.Enabled(ctx, level) {
-		return
-	}
 	line := stats.Line(&st)
 	for _, rec := range out {
 		attrs := append(rec.attrs, slog.String("line", line), slog.Any("memory", st))
@@ -358,6 +354,9 @@ func (r *Reporter) write(level slog.Level, out []record, st stats.DeviceStats) {
 // was already logged in this step), then the error.
 func (r *Reporter) outOfMemory(e *allocator.OutOfMemoryError) {
 	r.flush(true)
+	if !r.log.Enabled(context.Background(), slog.LevelError) {
+		return
+	}
 	r.write(slog.LevelError, []record{{msg: "gpu out of memory", attrs: []slog.Attr{
 		slog.Int("device", r.device),
 		slog.String("phase", e.Phase),
