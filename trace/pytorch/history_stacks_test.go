@@ -17,6 +17,8 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/replay"
 )
 
 //go:noinline
@@ -221,4 +223,49 @@ print(sorted({e.get("category") for e in d["device_traces"][0]}))
 `, path).CombinedOutput()
 	require.NoError(t, err, string(out))
 	assert.Equal(t, "allocateForward True True\n['backward', 'forward', 'unknown']\n", string(out))
+}
+
+// The two-pass snapshot at the peak: the snapshot written after replaying
+// up to Result.PeakOp holds exactly the peak's allocated bytes in its
+// allocated blocks, as torch.cuda.max_memory_allocated counts them.
+func TestSnapshotAtPeak(t *testing.T) {
+	ops := readTraceFile(t, "testdata/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz")
+	replayOn := func(opt replay.Options, h *History) (*replay.Result, *allocator.Allocator) {
+		dev, err := sim.New(sim.Config{})
+		require.NoError(t, err)
+		a, err := allocator.New(dev, allocator.Config{})
+		require.NoError(t, err)
+		if h != nil {
+			defer a.Attach(h)()
+		}
+		res, err := replay.Run(trace.SliceReader(ops), a, dev, opt)
+		require.NoError(t, err)
+		return res, a
+	}
+	full, end := replayOn(replay.Options{Peak: true}, nil)
+	require.Positive(t, full.PeakOp)
+	require.Less(t, full.PeakOp, full.Ops)
+	assert.Zero(t, end.Stats().AllocatedBytes[0].Current, "the trace ends with everything freed")
+
+	h := NewHistory(0)
+	at, a := replayOn(replay.Options{StopAfter: full.PeakOp}, h)
+	assert.Equal(t, full.PeakOp, at.Ops)
+	var buf bytes.Buffer
+	require.NoError(t, h.WriteSnapshot(&buf, a))
+	v, err := loadPickle(buf.Bytes())
+	require.NoError(t, err)
+	var allocated, blocks uint64
+	for _, sv := range dictList(t, v.(*types.Dict), "segments") {
+		for _, bv := range dictList(t, sv.(*types.Dict), "blocks") {
+			b := bv.(*types.Dict)
+			if state, _ := dictString(b, "state"); state == "active_allocated" {
+				size, err := dictUint(b, "size")
+				require.NoError(t, err)
+				allocated += size
+				blocks++
+			}
+		}
+	}
+	assert.EqualValues(t, full.PeakAllocated, allocated, "the snapshot is taken at the peak")
+	assert.Positive(t, blocks)
 }
