@@ -11,7 +11,6 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/trace/internal/callsite"
 )
 
 // History records what an allocator does as PyTorch's
@@ -42,7 +41,6 @@ type History struct {
 	live     map[device.Ptr]int32
 	segs     map[device.Ptr]int32
 	key      []byte
-	symbols  callsite.Cache
 }
 
 type historyEntry struct {

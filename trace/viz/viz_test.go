@@ -5,7 +5,6 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"testing"
 
@@ -44,9 +43,6 @@ func TestReplayAndWriteSVG(t *testing.T) {
 
 	var buf bytes.Buffer
 	require.NoError(t, pic.WriteSVG(&buf))
-	if out := os.Getenv("GPUMEM_VIZ_OUT"); out != "" {
-		require.NoError(t, os.WriteFile(out, buf.Bytes(), 0o644))
-	}
 	svg := buf.String()
 	assert.True(t, strings.HasPrefix(svg, "<svg"))
 	assert.Contains(t, svg, "cs336 &lt;step&gt;", "the title is escaped")
