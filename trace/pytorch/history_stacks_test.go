@@ -269,3 +269,38 @@ func TestSnapshotAtPeak(t *testing.T) {
 	assert.EqualValues(t, full.PeakAllocated, allocated, "the snapshot is taken at the peak")
 	assert.Positive(t, blocks)
 }
+
+// Snapshots can be written while other goroutines allocate.
+func TestHistoryConcurrentSnapshots(t *testing.T) {
+	dev, err := sim.New(sim.Config{})
+	require.NoError(t, err)
+	a, err := allocator.New(dev, allocator.Config{})
+	require.NoError(t, err)
+	h := NewHistoryWith(HistoryOptions{MaxEntries: 500, Stacks: true})
+	defer a.Attach(h)()
+	done := make(chan struct{})
+	for g := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 300 {
+				p, err := a.Alloc(uint64(g*1000+i+1)*512, 0)
+				if err != nil {
+					return
+				}
+				if err := a.Free(p); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	for range 5 {
+		var buf bytes.Buffer
+		require.NoError(t, h.WriteSnapshot(&buf, a))
+		_, err := loadPickle(buf.Bytes())
+		require.NoError(t, err)
+	}
+	for range 4 {
+		<-done
+	}
+	assert.Equal(t, 500, h.Entries())
+}
