@@ -78,6 +78,7 @@ package device
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Ptr is a device address. The zero Ptr is the null pointer: no valid
@@ -86,6 +87,26 @@ type Ptr uint64
 
 // String formats the address as hexadecimal, as CUDA tools print pointers.
 func (p Ptr) String() string { return fmt.Sprintf("0x%x", uint64(p)) }
+
+// Format implements fmt.Formatter: %v and %s print String's "0x..." (%q
+// quotes it), and the integer verbs print the number, with their flags,
+// width and precision: %x gives "2a", %#x "0x2a", %X "2A", %d "42".
+func (p Ptr) Format(f fmt.State, verb rune) {
+	switch verb {
+	case 'v', 's', 'q':
+		if verb == 'v' {
+			verb = 's'
+		}
+		directive := fmt.FormatString(f, verb)
+		if verb == 's' {
+			// '#' means nothing to %s, and %#v of a number is its hex.
+			directive = strings.Replace(directive, "#", "", 1)
+		}
+		fmt.Fprintf(f, directive, p.String())
+	default:
+		fmt.Fprintf(f, fmt.FormatString(f, verb), uint64(p))
+	}
+}
 
 // Stream identifies a queue of work on one device. DefaultStream (zero) is
 // the device's default (legacy) stream and is always valid. Other values

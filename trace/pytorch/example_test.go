@@ -10,8 +10,10 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/stats"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/pytorch"
+	"github.com/gpumem/gpumem/trace/replay"
 )
 
 // Record an allocator's history as PyTorch's
@@ -83,4 +85,48 @@ func ExampleReadSnapshot() {
 	// before the window: 229 blocks (2 freed in it, 227 alive at the snapshot)
 	// first op of the window: a 229 25165824 0
 	// ignored entries: map[free_requested:1721]
+}
+
+// Write a snapshot of the state at the peak of a trace's replay, not at
+// its end (when everything is freed): replay once to find after how many
+// ops allocated memory peaked, then again, with a History, up to there.
+// The simulated device is deterministic, so the second replay reaches the
+// same state.
+func ExampleHistory_atPeak() {
+	replayTo := func(opt replay.Options, h *pytorch.History) (*replay.Result, *allocator.Allocator, error) {
+		r, err := trace.Open("testdata/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz")
+		if err != nil {
+			return nil, nil, err
+		}
+		defer r.Close()
+		dev, _ := sim.New(sim.Config{})
+		a, _ := allocator.New(dev, allocator.Config{})
+		if h != nil {
+			defer a.Attach(h)()
+		}
+		res, err := replay.Run(r, a, dev, opt)
+		return res, a, err
+	}
+	full, _, err := replayTo(replay.Options{Peak: true}, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("peak: %d bytes allocated after op %d of %d (line %d)\n", full.PeakAllocated, full.PeakOp, full.Ops, full.PeakLine)
+
+	h := pytorch.NewHistoryWith(pytorch.HistoryOptions{MaxEntries: 100000})
+	_, a, err := replayTo(replay.Options{StopAfter: full.PeakOp}, h)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var snapshot bytes.Buffer // a file for the visualizer, in a real program
+	if err := h.WriteSnapshot(&snapshot, a); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("allocated when the snapshot was written:", a.Stats().AllocatedBytes[stats.All].Current)
+	// Output:
+	// peak: 13926947328 bytes allocated after op 1256 of 3900 (line 1262)
+	// allocated when the snapshot was written: 13926947328
 }

@@ -4,29 +4,43 @@
 package pytorch
 
 import (
-	"io"
-	"strconv"
+	"encoding/binary"
+	"runtime"
 	"sync"
 	"time"
 
 	"github.com/gpumem/gpumem/allocator"
-	"github.com/gpumem/gpumem/stats"
+	"github.com/gpumem/gpumem/device"
 )
 
 // History records what an allocator does as PyTorch's
 // torch.cuda.memory._record_memory_history does: a ring buffer of the last
 // entries (alloc, free_requested, free_completed, segment_alloc,
-// segment_free, segment_map, segment_unmap, oom), each with its address,
-// size, stream and time. Attach it with Allocator.Attach. WriteSnapshot
-// then writes a snapshot in the format of
+// segment_free, segment_map, segment_unmap, oom, snapshot), each with its
+// address, size, stream, time and phase, and, with HistoryOptions.Stacks,
+// the Go call stack that caused it. Attach it with Allocator.Attach.
+// WriteSnapshot then writes a snapshot in the format of
 // torch.cuda.memory._dump_snapshot, which PyTorch's memory visualizer
-// (https://pytorch.org/memory_viz) and ReadSnapshot open. Stack frames are
-// not recorded (the lists are empty). History is safe for concurrent use.
+// (https://pytorch.org/memory_viz) and ReadSnapshot open. History is safe
+// for concurrent use.
 type History struct {
+	max    int  // entries kept; 0: all
+	stacks bool // record call stacks
+
 	mu      sync.Mutex // guards everything below
 	entries []historyEntry
-	next    int // where the next entry goes once the ring is full
-	max     int
+	next    int    // where the next entry goes once the ring is full
+	phase   string // the allocator's current phase, as last seen
+
+	// With stacks: each distinct stack once (stackPCs[id], id 0 is no
+	// stack), the stack of each live block (as PyTorch keeps a block's
+	// context_when_allocated) and of each segment, and the scratch space
+	// of the stack lookup.
+	stackIDs map[string]int32
+	stackPCs [][]uintptr
+	live     map[device.Ptr]int32
+	segs     map[device.Ptr]int32
+	key      []byte
 }
 
 type historyEntry struct {
@@ -35,25 +49,58 @@ type historyEntry struct {
 	size   uint64
 	stream uint64
 	timeUs int64
+	phase  string
+	stack  int32
 }
 
+// HistoryOptions configures a History.
+type HistoryOptions struct {
+	// MaxEntries is the number of entries kept, the latest ones (all of
+	// them when 0 or less), as _record_memory_history's max_entries.
+	MaxEntries int
+	// Stacks records the Go call stack of each entry, and of each live
+	// block and segment, as _record_memory_history(stacks="all") records
+	// tracebacks: the snapshot gives them as the frames that the
+	// visualizer shows for an allocation, without the frames of this
+	// library (allocator, observer) that lead to the caller's code. The
+	// capture (runtime.Callers in the allocating goroutine) costs about a
+	// microsecond per entry; each distinct stack is kept once.
+	Stacks bool
+}
+
+// maxStackDepth bounds the frames captured per entry.
+const maxStackDepth = 64
+
 // NewHistory returns a History that keeps the last maxEntries entries (all
-// of them when maxEntries is 0 or less).
+// of them when maxEntries is 0 or less), without call stacks.
 func NewHistory(maxEntries int) *History {
-	return &History{max: maxEntries}
+	return NewHistoryWith(HistoryOptions{MaxEntries: maxEntries})
+}
+
+// NewHistoryWith returns a History configured by opt.
+func NewHistoryWith(opt HistoryOptions) *History {
+	h := &History{max: max(opt.MaxEntries, 0), stacks: opt.Stacks}
+	if opt.Stacks {
+		h.stackIDs = make(map[string]int32)
+		h.stackPCs = [][]uintptr{nil}
+		h.live = make(map[device.Ptr]int32)
+		h.segs = make(map[device.Ptr]int32)
+	}
+	return h
 }
 
 // Observe implements allocator.Observer.
 func (h *History) Observe(e allocator.Action) {
 	var action string
 	size := e.Size
+	block := false // an entry of a block, whose phase is the block's
 	switch e.Kind {
 	case allocator.ActionAlloc:
-		action, size = "alloc", e.Requested
+		action, size, block = "alloc", e.Requested, true
 	case allocator.ActionFreeRequested:
-		action, size = "free_requested", e.Requested
+		action, size, block = "free_requested", e.Requested, true
 	case allocator.ActionFreeCompleted:
-		action, size = "free_completed", e.Requested
+		action, size, block = "free_completed", e.Requested, true
 	case allocator.ActionSegmentAlloc:
 		action = "segment_alloc"
 	case allocator.ActionSegmentFree:
@@ -64,12 +111,58 @@ func (h *History) Observe(e allocator.Action) {
 		action = "segment_unmap"
 	case allocator.ActionOutOfMemory:
 		action, size = "oom", e.Size
+	case allocator.ActionPhase, allocator.ActionStep:
+		h.mu.Lock()
+		h.phase = e.Phase
+		h.mu.Unlock()
+		return
 	default:
 		return // no PyTorch counterpart
 	}
-	en := historyEntry{action: action, addr: uint64(e.Ptr), size: size, stream: uint64(e.Stream), timeUs: time.Now().UnixMicro()}
+	var pcs [maxStackDepth]uintptr
+	n := 0
+	if h.stacks {
+		// Observe runs in the goroutine that called the allocator: skip
+		// runtime.Callers and Observe; callsite drops the allocator's
+		// frames when the snapshot is written.
+		n = runtime.Callers(2, pcs[:])
+	}
+	en := historyEntry{action: action, addr: uint64(e.Ptr), size: size, stream: uint64(e.Stream), timeUs: nowUs()}
+
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	switch {
+	case block:
+		en.phase = e.Phase
+		if e.Kind == allocator.ActionAlloc {
+			h.phase = e.Phase // a block gets the phase current when it is handed out
+		}
+	case e.Kind == allocator.ActionOutOfMemory:
+		h.phase = e.Phase
+		en.phase = e.Phase
+	default:
+		en.phase = h.phase
+	}
+	if h.stacks {
+		en.stack = h.internLocked(pcs[:n])
+		switch e.Kind {
+		case allocator.ActionAlloc:
+			h.live[e.Ptr] = en.stack
+		case allocator.ActionFreeCompleted:
+			delete(h.live, e.Ptr)
+		case allocator.ActionSegmentAlloc, allocator.ActionSegmentMap:
+			h.segs[e.Ptr] = en.stack
+		case allocator.ActionSegmentFree, allocator.ActionSegmentUnmap:
+			delete(h.segs, e.Ptr)
+		}
+	}
+	h.addLocked(en)
+}
+
+func nowUs() int64 { return time.Now().UnixMicro() }
+
+// addLocked puts en in the ring buffer.
+func (h *History) addLocked(en historyEntry) {
 	if h.max > 0 && len(h.entries) == h.max {
 		h.entries[h.next] = en
 		h.next = (h.next + 1) % h.max
@@ -78,84 +171,28 @@ func (h *History) Observe(e allocator.Action) {
 	h.entries = append(h.entries, en)
 }
 
+// internLocked returns the ID of the stack pcs, giving it one the first
+// time it is seen.
+func (h *History) internLocked(pcs []uintptr) int32 {
+	if len(pcs) == 0 {
+		return 0
+	}
+	h.key = h.key[:0]
+	for _, pc := range pcs {
+		h.key = binary.LittleEndian.AppendUint64(h.key, uint64(pc))
+	}
+	if id, ok := h.stackIDs[string(h.key)]; ok {
+		return id
+	}
+	id := int32(len(h.stackPCs))
+	h.stackIDs[string(h.key)] = id
+	h.stackPCs = append(h.stackPCs, append([]uintptr(nil), pcs...))
+	return id
+}
+
 // Entries returns the number of entries kept.
 func (h *History) Entries() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.entries)
-}
-
-// WriteSnapshot writes a PyTorch-format memory snapshot (a pickle of a
-// dict with segments, device_traces and allocator_settings) of a's
-// current segments and the recorded history, oldest entry first.
-func (h *History) WriteSnapshot(w io.Writer, a *allocator.Allocator) error {
-	h.mu.Lock()
-	ordered := append(append([]historyEntry(nil), h.entries[h.next:]...), h.entries[:h.next]...)
-	h.mu.Unlock()
-
-	ordinal := a.Device().Ordinal()
-	var segs []any
-	for _, s := range a.Snapshot() {
-		var blocks []any
-		for _, b := range s.Blocks {
-			blocks = append(blocks, pdict{
-				{"address", uint64(b.Ptr)}, {"size", b.Size}, {"requested_size", b.Requested},
-				{"state", b.State.String()}, {"frames", []any{}},
-			})
-		}
-		kind := "large"
-		if s.Pool == stats.SmallPool {
-			kind = "small"
-		}
-		segs = append(segs, pdict{
-			{"device", ordinal}, {"address", uint64(s.Ptr)}, {"total_size", s.Size},
-			{"allocated_size", s.Allocated}, {"active_size", s.Active}, {"requested_size", s.Requested},
-			{"stream", uint64(s.Stream)}, {"segment_type", kind}, {"segment_pool_id", ptuple{0, 0}},
-			{"is_expandable", s.Expandable}, {"frames", []any{}}, {"blocks", blocks},
-		})
-	}
-	var trace []any
-	for _, e := range ordered {
-		addrKey := "addr"
-		if e.action == "oom" {
-			addrKey = "device_free" // PyTorch puts the device's free bytes here
-		}
-		trace = append(trace, pdict{
-			{"action", e.action}, {addrKey, e.addr}, {"size", e.size}, {"stream", e.stream},
-			{"time_us", e.timeUs}, {"compile_context", "N/A"}, {"user_metadata", ""}, {"frames", []any{}},
-		})
-	}
-	traces := make([]any, ordinal+1)
-	for i := range traces {
-		traces[i] = []any{}
-	}
-	traces[ordinal] = trace
-
-	cfg := a.Config()
-	maxSplit := int64(-1)
-	if cfg.MaxSplitSize != 0 {
-		maxSplit = int64(cfg.MaxSplitSize)
-	}
-	roundup := pdict{}
-	for i, d := range cfg.RoundupPower2Divisions {
-		roundup = append(roundup, pkv{strconv.Itoa(1 << i), d})
-	}
-	snapshot := pdict{
-		{"segments", segs},
-		{"device_traces", traces},
-		{"allocator_settings", pdict{
-			{"PYTORCH_CUDA_ALLOC_CONF", cfg.String()},
-			{"max_split_size", maxSplit},
-			{"garbage_collection_threshold", cfg.GarbageCollectionThreshold},
-			{"expandable_segments", cfg.ExpandableSegments},
-			{"roundup_power2_divisions", roundup},
-		}},
-		{"external_annotations", []any{}},
-	}
-	data, err := encodePickle(snapshot)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(data)
-	return err
 }

@@ -26,9 +26,15 @@
 // the program counters of the Go call stack that made it (LiveBlocks), and
 // WriteProfile turns them into a pprof profile with two sample values per
 // stack, live blocks and live bytes: `go tool pprof` then says which Go
-// code holds device memory.
+// code holds device memory. Such a Recorder is also an
+// allocator.SiteReporter: when the allocator it is attached to runs out of
+// memory, the error lists the call sites holding the most memory
+// (LargestSites), each named by the first frame of its stacks outside this
+// library, "function (file.go:line)".
 //
 // A Recorder is safe for concurrent use, as observers must be. It writes
 // through one trace.Writer; its first write error is kept and returned by
-// Err and Flush.
+// Err, Flush and Close. Close ends the recording and closes the Writer
+// (finishing a gzip stream and the file of trace.Create); Flush only
+// flushes it, for a caller that keeps the Writer.
 package record

@@ -4,27 +4,31 @@
 package record
 
 import (
+	"errors"
 	"runtime"
 	"sync"
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/internal/callsite"
 )
 
 // Recorder writes the requests an allocator serves as memtrace: each
 // allocation becomes an a line with a fresh ID, each free an f line, each
 // RecordStream an r line, each EmptyCache a c line. Attach it with
-// Allocator.Attach; detach it and call Flush (or Close) when done. Tags
-// (t lines) and stream synchronizations (s, S) are not visible to the
+// Allocator.Attach; when done, detach it and call Close, which flushes and
+// closes the trace.Writer (or Flush, to keep the Writer open). Tags (t
+// lines) and stream synchronizations (s, S) are not visible to the
 // allocator: write them with Tag, Mark, SyncStream and SyncDevice.
 //
 // With Options.Stacks, the Recorder also keeps the Go call stack of every
-// live allocation (LiveBlocks), so that a report can say where memory
-// was allocated.
+// live allocation (LiveBlocks, WriteProfile), and it is an
+// allocator.SiteReporter: an out-of-memory error of the allocator it is
+// attached to lists the call sites that hold the most memory.
 //
 // A Recorder is safe for concurrent use. Its first write error is kept
-// and returned by Err and Flush.
+// and returned by Err, Flush and Close.
 type Recorder struct {
 	mu     sync.Mutex // guards everything below
 	w      *trace.Writer
@@ -32,17 +36,20 @@ type Recorder struct {
 	ids    map[device.Ptr]uint64
 	stacks map[device.Ptr]*LiveBlock
 	keep   bool
+	closed bool
 	err    error
+	sites  callsite.Cache
 }
 
 // LiveBlock is an allocation that has not been freed, with the Go call
 // stack that allocated it (program counters, for runtime.CallersFrames).
 type LiveBlock struct {
-	ID     uint64
-	Ptr    device.Ptr
-	Size   uint64
-	Stream device.Stream
-	Stack  []uintptr
+	ID        uint64
+	Ptr       device.Ptr
+	Size      uint64 // bytes requested by the caller
+	BlockSize uint64 // bytes of the block that serves them (Size rounded up)
+	Stream    device.Stream
+	Stack     []uintptr
 }
 
 // Options configures a Recorder.
@@ -65,6 +72,9 @@ func New(w *trace.Writer, opt Options) *Recorder {
 func (r *Recorder) Observe(e allocator.Action) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
 	switch e.Kind {
 	case allocator.ActionAlloc:
 		id := r.nextID
@@ -74,7 +84,7 @@ func (r *Recorder) Observe(e allocator.Action) {
 		if r.keep {
 			pcs := make([]uintptr, 32)
 			n := runtime.Callers(3, pcs)
-			r.stacks[e.Ptr] = &LiveBlock{ID: id, Ptr: e.Ptr, Size: e.Requested, Stream: e.Stream, Stack: pcs[:n:n]}
+			r.stacks[e.Ptr] = &LiveBlock{ID: id, Ptr: e.Ptr, Size: e.Requested, BlockSize: e.Size, Stream: e.Stream, Stack: pcs[:n:n]}
 		}
 	case allocator.ActionFreeRequested:
 		id, ok := r.ids[e.Ptr]
@@ -114,6 +124,9 @@ func (r *Recorder) writeChecked(op trace.Op) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		return errClosed
+	}
 	r.write(op)
 	return r.err
 }
@@ -127,18 +140,12 @@ func (r *Recorder) Mark(name string) error {
 
 // SyncStream writes an s line: the work queued on s so far has finished.
 func (r *Recorder) SyncStream(s device.Stream) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.write(trace.Op{Kind: trace.SyncStream, Stream: uint64(s)})
-	return r.err
+	return r.writeChecked(trace.Op{Kind: trace.SyncStream, Stream: uint64(s)})
 }
 
 // SyncDevice writes an S line: the whole device was synchronized.
 func (r *Recorder) SyncDevice() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.write(trace.Op{Kind: trace.SyncDevice})
-	return r.err
+	return r.writeChecked(trace.Op{Kind: trace.SyncDevice})
 }
 
 // LiveBlocks returns the allocations not yet freed, with their stacks,
@@ -164,8 +171,31 @@ func (r *Recorder) Err() error {
 func (r *Recorder) Flush() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.err != nil {
+	if r.err != nil || r.closed {
 		return r.err
 	}
 	return r.w.Flush()
+}
+
+// errClosed is the error of a write the program makes after Close.
+var errClosed = errors.New("record: Recorder closed")
+
+// Close ends the recording: it closes the trace.Writer the Recorder writes
+// to (which flushes it, finishes a gzip stream, and closes the file of a
+// Writer from trace.Create) and returns the first error of the recording
+// or of the close. Detach the Recorder first: after Close it writes
+// nothing, ignores the allocator's actions, and its Tag, Mark, SyncStream
+// and SyncDevice fail. Closing twice is harmless. The Recorder owns the
+// Writer from then on; to keep the Writer open, call Flush instead.
+func (r *Recorder) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return r.err
+	}
+	r.closed = true
+	if err := r.w.Close(); r.err == nil {
+		r.err = err
+	}
+	return r.err
 }

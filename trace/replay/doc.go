@@ -43,6 +43,18 @@
 // there is one, belongs to the device: the caller that made the device
 // reads it around Run and fills Result.DeviceSeconds.
 //
+// # Peaks and stopping early
+//
+// With Options.Peak, Run also finds where allocated bytes (the sum of the
+// blocks handed out, allocated_bytes.all.current, whose highest value is
+// allocated_bytes.all.peak and torch.cuda.max_memory_allocated) first
+// reached their highest value: Result.PeakOp ops into the trace, at line
+// Result.PeakLine. Options.StopAfter ends a replay after that many ops. A
+// replay on the simulated device is deterministic, so replaying the trace
+// again on a new, equal allocator with StopAfter = PeakOp leaves it in its
+// state at the peak, for a snapshot (trace/pytorch) or a picture: the
+// state at the peak costs two replays, and nothing is copied on the way.
+//
 // # What it holds
 //
 // Run, its Options and Result; Target, what Run drives (the caching

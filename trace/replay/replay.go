@@ -74,6 +74,19 @@ type Options struct {
 	// ends at a mark; the call is not timed. Without Mark, marks are
 	// skipped.
 	Mark func(name string)
+
+	// Peak fills Result.PeakOp and Result.PeakLine: where allocated bytes
+	// (allocated_bytes.all.current, what torch.cuda.max_memory_allocated
+	// reports the peak of) first reached their highest value. It reads the
+	// Target's stats after every allocation, which the timing includes.
+	Peak bool
+	// StopAfter, if positive, ends the replay after that many ops: the
+	// Target is left in the state the trace describes at that point, and
+	// the Result covers the ops replayed. With Result.PeakOp from an
+	// earlier replay of the same trace (on an equal Target on a
+	// deterministic device, such as a new allocator with the same
+	// configuration on the simulated device), it stops at the peak.
+	StopAfter int64
 }
 
 // Result is what a replay measured. Its JSON form is what `gpumem replay
@@ -103,6 +116,15 @@ type Result struct {
 	Fragmentation float64 `json:"fragmentation"`
 
 	Stats map[string]int64 `json:"stats"` // the final stats, PyTorch's memory_stats keys
+
+	// PeakOp is, with Options.Peak, the number of ops replayed when
+	// allocated bytes first reached their highest value in the replay:
+	// the op at that position is the a line that reached PeakAllocated
+	// (for a Target that starts empty). Replaying the trace again with
+	// Options.StopAfter = PeakOp stops at the peak. PeakLine is that a
+	// line's line number. Both are 0 when no allocation was made.
+	PeakOp   int64 `json:"peak_op,omitempty"`
+	PeakLine int   `json:"peak_line,omitempty"`
 
 	// Phases holds, with Options.Phases, each phase's peak allocated bytes
 	// and number of allocations, by phase name (allocations before any t
@@ -154,7 +176,10 @@ type pendingOp struct {
 // an s line for that stream or an S line, as the format says.
 func Run(r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, error) {
 	res := &Result{Trace: opt.Name}
-	rp := replayer{t: t, dev: dev, res: res, streams: map[uint64]device.Stream{0: device.DefaultStream}}
+	rp := replayer{t: t, dev: dev, res: res, streams: map[uint64]device.Stream{0: device.DefaultStream}, peak: opt.Peak}
+	if opt.Peak {
+		rp.peakBytes = t.Stats().AllocatedBytes[stats.All].Current
+	}
 	rp.phaser, _ = t.(Phaser)
 	rp.stepper, _ = t.(Stepper)
 	v := trace.NewValidator()
@@ -168,6 +193,10 @@ func Run(r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, e
 		batch = batch[:0]
 		var readErr error
 		for len(batch) < size {
+			if opt.StopAfter > 0 && res.Ops+int64(len(batch)) >= opt.StopAfter {
+				readErr = io.EOF // stop here, as at the end of the trace
+				break
+			}
 			op, err := r.Next()
 			if err != nil {
 				readErr = err
@@ -231,22 +260,33 @@ func Run(r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, e
 	return res, nil
 }
 
-// replayer holds a replay's state: live blocks by ID and the stream map.
+// replayer holds a replay's state: live blocks by ID, the stream map and
+// the peak search.
 type replayer struct {
-	t       Target
-	phaser  Phaser  // t, if it is one
-	stepper Stepper // t, if it is one
-	dev     device.Device
-	res     *Result
-	dense   []device.Ptr // ptr by ID for small IDs; 0: not live or failed
-	sparse  map[uint64]device.Ptr
-	streams map[uint64]device.Stream
+	t         Target
+	peak      bool    // look for the peak of allocated bytes
+	peakBytes int64   // the highest allocated bytes seen
+	phaser    Phaser  // t, if it is one
+	stepper   Stepper // t, if it is one
+	dev       device.Device
+	res       *Result
+	dense     []device.Ptr // ptr by ID for small IDs; 0: not live or failed
+	sparse    map[uint64]device.Ptr
+	streams   map[uint64]device.Stream
 }
 
 func (rp *replayer) run(batch []pendingOp) error {
 	for i := range batch {
 		if err := rp.apply(&batch[i].op); err != nil {
 			return fmt.Errorf("memtrace line %d: %q: %w", batch[i].line, batch[i].op.String(), err)
+		}
+		if rp.peak && batch[i].op.Kind == trace.Alloc {
+			// Allocated bytes grow only when a block is handed out.
+			if cur := rp.t.Stats().AllocatedBytes[stats.All].Current; cur > rp.peakBytes {
+				rp.peakBytes = cur
+				rp.res.PeakOp = rp.res.Ops + int64(i) + 1
+				rp.res.PeakLine = batch[i].line
+			}
 		}
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"html"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/gpumem/gpumem/allocator"
@@ -98,34 +99,123 @@ func (p *Picture) timeline(b *strings.Builder) {
 		maxY = max(maxY, s.Reserved, s.Allocated, s.Requested)
 		maxX = max(maxX, s.Op)
 	}
+	yTicks := byteTicks(maxY)
+	top := yTicks[len(yTicks)-1].v // the axis ends at a round value
 	x := func(op int64) float64 { return plotLeft + plotW*float64(op)/float64(maxX) }
-	y := func(v int64) float64 { return plotTop + plotHeight - plotHeight*float64(v)/float64(maxY) }
-	// Axes and a few ticks.
+	y := func(v int64) float64 { return plotTop + plotHeight - plotHeight*float64(v)/float64(top) }
+	// Axes, gridlines at round sizes (1, 2 or 5 times a power of ten of a
+	// binary unit), and op ticks.
 	fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", plotLeft, plotTop+plotHeight, svgWidth-plotRight, plotTop+plotHeight)
 	fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", plotLeft, plotTop, plotLeft, plotTop+plotHeight)
-	for i := 0; i <= 4; i++ {
-		v := maxY * int64(i) / 4
-		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", plotLeft-6, y(v)+4, html.EscapeString(stats.FormatSize(uint64(v))))
-		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>`+"\n", plotLeft, y(v), svgWidth-plotRight, y(v))
+	for _, t := range yTicks {
+		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", plotLeft-6, y(t.v)+4, html.EscapeString(t.label))
+		if t.v > 0 {
+			fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>`+"\n", plotLeft, y(t.v), svgWidth-plotRight, y(t.v))
+		}
 	}
-	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="end">%d ops</text>`+"\n", svgWidth-plotRight, plotTop+plotHeight+18, maxX)
+	for _, t := range niceTicks(maxX, 1, "", false) {
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="black"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n",
+			x(t.v), plotTop+plotHeight, x(t.v), plotTop+plotHeight+4, x(t.v), plotTop+plotHeight+17, t.label)
+	}
+	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="end">ops</text>`+"\n", svgWidth-plotRight, plotTop+plotHeight+32)
+	// Requested bytes are never more than allocated ones and often about
+	// the same: requested is drawn first, as a wide pale band, and
+	// allocated on top of it as a thin line, so that both show.
 	series := []struct {
-		name, color, dash string
-		v                 func(Sample) int64
+		name, color, style string
+		v                  func(Sample) int64
 	}{
-		{"reserved", "#d62728", "", func(s Sample) int64 { return s.Reserved }},
-		{"allocated", "#1f77b4", "", func(s Sample) int64 { return s.Allocated }},
-		{"requested", "#2ca02c", "4 3", func(s Sample) int64 { return s.Requested }},
+		{"reserved", "#d62728", `stroke-width="1.5"`, func(s Sample) int64 { return s.Reserved }},
+		{"requested", "#2ca02c", `stroke-width="6" stroke-opacity="0.35" stroke-linejoin="round"`, func(s Sample) int64 { return s.Requested }},
+		{"allocated", "#1f77b4", `stroke-width="1.5"`, func(s Sample) int64 { return s.Allocated }},
 	}
 	for i, se := range series {
 		var pts strings.Builder
 		for _, s := range downsample(p.Samples, 2*int(plotW), se.v) {
 			fmt.Fprintf(&pts, "%.1f,%.1f ", x(s.Op), y(se.v(s)))
 		}
-		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="1.5" stroke-dasharray="%s" points="%s"/>`+"\n", se.color, se.dash, strings.TrimSpace(pts.String()))
-		fmt.Fprintf(b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
-			plotLeft+10+i*110, plotTop-20, se.color, plotLeft+26+i*110, plotTop-10, se.name)
+		peak, peakOp := peakOf(p.Samples, se.v)
+		title := html.EscapeString(fmt.Sprintf("%s bytes: highest sample %s (%d bytes) after op %d", se.name, stats.FormatSize(uint64(peak)), peak, peakOp))
+		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" %s points="%s"><title>%s</title></polyline>`+"\n",
+			se.color, se.style, strings.TrimSpace(pts.String()), title)
+		if len(p.Samples) > 0 {
+			fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"><title>%s</title></circle>`+"\n", x(peakOp), y(peak), se.color, title)
+		}
+		// The legend shows each line as it is drawn.
+		lx := plotLeft + 10 + i*120
+		fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" %s/><text x="%d" y="%d">%s</text>`+"\n",
+			lx, plotTop-14, lx+18, plotTop-14, se.color, se.style, lx+24, plotTop-10, se.name)
 	}
+}
+
+// peakOf returns the highest value of v over the samples, and the op of
+// the first sample that has it.
+func peakOf(s []Sample, v func(Sample) int64) (peak, op int64) {
+	for _, x := range s {
+		if v(x) > peak {
+			peak, op = v(x), x.Op
+		}
+	}
+	return peak, op
+}
+
+// tick is a labelled value on an axis.
+type tick struct {
+	v     int64
+	label string
+}
+
+// byteTicks returns round ticks from 0 to at least maxY bytes in the
+// binary unit that suits maxY (B, KiB, MiB, GiB, TiB).
+func byteTicks(maxY int64) []tick {
+	unit, name := int64(1), "B"
+	for _, u := range []struct {
+		n    int64
+		name string
+	}{{1 << 10, "KiB"}, {1 << 20, "MiB"}, {1 << 30, "GiB"}, {1 << 40, "TiB"}} {
+		if maxY >= u.n {
+			unit, name = u.n, u.name
+		}
+	}
+	return niceTicks(maxY, unit, name, true)
+}
+
+// niceTicks returns ticks at multiples of a round step (1, 2 or 5 times a
+// power of ten, times unit), about five of them, from 0 up to the first
+// multiple at or past maxV when cover is set, else up to maxV. Labels are
+// the values in units, followed by name.
+func niceTicks(maxV, unit int64, name string, cover bool) []tick {
+	inUnits := float64(maxV) / float64(unit)
+	exp := int(math.Floor(math.Log10(inUnits / 5)))
+	step := math.Pow10(exp)
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*math.Pow10(exp) >= inUnits/5 {
+			step = m * math.Pow10(exp)
+			break
+		}
+	}
+	if unit == 1 {
+		// Whole ops and bytes: no fractional steps.
+		step = math.Max(step, 1)
+	}
+	scale := 1.0 // labels are rounded to the step's decimals
+	for step*scale < 1 {
+		scale *= 10
+	}
+	var ticks []tick
+	for i := 0; ; i++ {
+		v := float64(i) * step
+		bytes := int64(math.Round(v * float64(unit)))
+		if bytes > maxV && (!cover || (len(ticks) > 0 && ticks[len(ticks)-1].v >= maxV)) {
+			break
+		}
+		label := strconv.FormatFloat(math.Round(v*scale)/scale, 'f', -1, 64)
+		if name != "" {
+			label += " " + name
+		}
+		ticks = append(ticks, tick{bytes, label})
+	}
+	return ticks
 }
 
 // downsample keeps at most n samples, each the one with the largest value
@@ -155,7 +245,7 @@ func (p *Picture) segmentMap(b *strings.Builder, top int) {
 		total += s.Size
 	}
 	fmt.Fprintf(b, `<text x="%d" y="%d">segments at the peak of reserved memory (after op %d): %d segments, %s; blocks: `+
-		`<tspan fill="#1f77b4">allocated</tspan>, <tspan fill="#ff7f0e">pending free</tspan>, <tspan fill="#999">free</tspan></text>`+"\n",
+		`<tspan fill="#1f77b4">allocated</tspan>, <tspan fill="#ff7f0e">pending free</tspan>, <tspan fill="#999">free</tspan> (hover for details)</text>`+"\n",
 		plotLeft, top-10, p.PeakOp, len(p.Peak), html.EscapeString(stats.FormatSize(total)))
 	if total == 0 {
 		return
@@ -164,6 +254,14 @@ func (p *Picture) segmentMap(b *strings.Builder, top int) {
 	perPx := math.Max(float64(total)/(rowW*mapRows), 1)
 	pos := 0.0 // pixels laid out so far, over all rows
 	for _, s := range p.Peak {
+		pool := "large"
+		if s.Pool == stats.SmallPool {
+			pool = "small"
+		}
+		segment := fmt.Sprintf("segment %v: %s, %s pool, stream %d, %s allocated", s.Ptr, stats.FormatSize(s.Size), pool, s.Stream, stats.FormatSize(s.Allocated))
+		if s.Expandable {
+			segment += ", expandable"
+		}
 		for _, blk := range s.Blocks {
 			wpx := float64(blk.Size) / perPx
 			color := "#999"
@@ -173,14 +271,19 @@ func (p *Picture) segmentMap(b *strings.Builder, top int) {
 			case allocator.BlockPendingFree:
 				color = "#ff7f0e"
 			}
+			title := fmt.Sprintf("block %v: %s (%d bytes), %s", blk.Ptr, stats.FormatSize(blk.Size), blk.Size, blk.State)
+			if blk.State != allocator.BlockFree {
+				title += fmt.Sprintf(", %s requested", stats.FormatSize(blk.Requested))
+			}
+			title = html.EscapeString(title + "\n" + segment)
 			for wpx > 0 {
 				row := int(pos / rowW)
 				if row >= mapRows {
 					return
 				}
 				inRow := math.Min(wpx, float64(row+1)*rowW-pos)
-				fmt.Fprintf(b, `<rect x="%.2f" y="%d" width="%.2f" height="%d" fill="%s"/>`+"\n",
-					plotLeft+pos-float64(row)*rowW, top+row*(mapRowH+4), inRow, mapRowH, color)
+				fmt.Fprintf(b, `<rect x="%.2f" y="%d" width="%.2f" height="%d" fill="%s"><title>%s</title></rect>`+"\n",
+					plotLeft+pos-float64(row)*rowW, top+row*(mapRowH+4), inRow, mapRowH, color, title)
 				pos += inRow
 				wpx -= inRow
 			}
