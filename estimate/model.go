@@ -410,20 +410,6 @@ func (m *Model) Params() int64 {
 	return int64(min(n, capBytes))
 }
 
-// describe says what the model is in one line.
-func (m *Model) describe() string {
-	name := m.Name
-	if name == "" {
-		name = m.Family.String() + "-shaped model"
-	}
-	kv := ""
-	if m.kvHeads() != m.Heads {
-		kv = fmt.Sprintf(" (%d kv)", m.kvHeads())
-	}
-	return fmt.Sprintf("%s: %d layers, hidden %d, %d heads%s, MLP %d, vocab %d, %s parameters",
-		name, m.Layers, m.Hidden, m.Heads, kv, m.Intermediate, m.Vocab, FormatCount(m.Params()))
-}
-
 // enumString and parseEnum back the String and Parse functions of the
 // small enums.
 func enumString(names []string, i int, typ string) string {

@@ -57,6 +57,23 @@ var presets = map[string]func() Model{
 	},
 }
 
+// Generic returns a model of the family without any one implementation's
+// customs, for dimensions given by hand: PyTorch's fused activation (GELU;
+// SiLU for Llama), no dropout, no cache returned in training; the
+// family's usual vocabulary (50257, 30522, 32000), biases and tied
+// embeddings for GPT2 and BERT, a two-class head for BERT. Set the
+// dimensions, then Normalize.
+func Generic(f Family) Model {
+	switch f {
+	case BERT:
+		return Model{Name: "bert-shaped model", Family: BERT, Vocab: 30522, Bias: true, TieEmbeddings: true,
+			Activation: GELU, Head: ClassifierHead}
+	case Llama:
+		return Model{Name: "llama-shaped model", Family: Llama, Vocab: 32000, Activation: SiLU}
+	}
+	return Model{Name: "gpt2-shaped model", Family: GPT2, Vocab: 50257, Bias: true, TieEmbeddings: true, Activation: GELU}
+}
+
 // Preset returns the model of that name (see Presets).
 func Preset(name string) (Model, error) {
 	f, ok := presets[strings.ToLower(strings.TrimSpace(name))]

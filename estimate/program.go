@@ -57,7 +57,9 @@ func (p *program) build() {
 			}
 			left -= n
 		}
-		p.units = []*unit{p.newUnit(ss, false)}
+		for _, s := range ss { // one unit per tensor, as gradient buckets reduce them
+			p.units = append(p.units, p.newUnit([]spec{s}, false))
+		}
 		return
 	}
 	m := p.m
@@ -244,21 +246,25 @@ func (p *program) setup() {
 		var all uint64
 		for _, x := range u.params {
 			gpu, host := p.stored(u, x)
-			p.host = add(p.host, host)
-			if p.w.Offload.params() {
-				p.host = add(p.host, x.gradN) // gradients follow the weights to the host
+			if p.w.Shard.states() { // each process offloads its shard
+				host = ceilDiv(host, p.gpus)
 			}
-			for _, n := range gpu {
-				if p.streamed() {
-					all = add(all, n)
-				} else {
+			p.host = add(p.host, host)
+			if p.w.Offload.params() { // gradients follow the weights to the host
+				p.host = add(p.host, ceilDiv(x.gradN, p.gpus))
+			}
+			for i, n := range gpu {
+				switch {
+				case !p.streamed():
 					u.store = append(u.store, t.alloc(n, catWeights))
+				case !x.train || i == 0: // a streamed unit's half copies are made when gathered
+					all = add(all, n)
 				}
 			}
 		}
 		switch {
 		case p.w.Offload.params():
-			p.host = add(p.host, all)
+			p.host = add(p.host, ceilDiv(all, p.gpus))
 		case p.streamed():
 			u.store = append(u.store, t.alloc(ceilDiv(all, p.gpus), catWeights))
 		}

@@ -50,15 +50,6 @@ func ceilDiv(a, b uint64) uint64 {
 	return a/b + min(a%b, 1)
 }
 
-// scale returns n × f rounded up, saturating (f ≥ 0).
-func scale(n uint64, f float64) uint64 {
-	v := math.Ceil(float64(n) * f)
-	if !(v < capBytes) {
-		return capBytes
-	}
-	return uint64(v)
-}
-
 var countSuffixes = []struct {
 	s string
 	v float64

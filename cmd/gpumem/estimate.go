@@ -183,25 +183,18 @@ func (f *estimateFlags) plan() (estimate.Plan, error) {
 		}
 		pl.Params = n
 	default:
-		m = &estimate.Model{Family: estimate.GPT2, Vocab: 50257, Bias: true, TieEmbeddings: true,
-			Activation: estimate.GELUTanhExplicit, ReturnsCache: true}
+		fam := estimate.GPT2
 		if set["family"] {
-			fam, err := estimate.ParseFamily(f.family)
-			if err != nil {
+			var err error
+			if fam, err = estimate.ParseFamily(f.family); err != nil {
 				return pl, err
-			}
-			switch fam {
-			case estimate.BERT:
-				m = &estimate.Model{Family: fam, Vocab: 30522, Bias: true, TieEmbeddings: true, Activation: estimate.GELU,
-					Head: estimate.ClassifierHead}
-			case estimate.Llama:
-				m = &estimate.Model{Family: fam, Vocab: 32000, Activation: estimate.SiLU, ReturnsCache: true}
 			}
 		}
 		if !set["layers"] || !set["hidden"] {
 			return pl, errors.New("dimension flags alone need at least --layers and --hidden")
 		}
-		m.Name = fmt.Sprintf("%s-shaped model", m.Family)
+		g := estimate.Generic(fam)
+		m = &g
 	}
 	if m != nil {
 		if err := f.applyDims(m, set); err != nil {
