@@ -173,7 +173,16 @@ func (pl Plan) Remedies() ([]Remedy, error) {
 		try("LoRA adapters (rank 8 on q and v)", "--mode lora", func(w *Workload) { w.Mode = LoRA })
 	}
 	if dims && (w.Mode == Full || w.Mode == LoRA) {
-		try("QLoRA (4-bit base, LoRA adapters)", "--mode qlora", func(w *Workload) { w.Mode = QLoRA })
+		change := "--mode qlora"
+		if w.Precision == FP32 { // QLoRA computes in half precision
+			change += " --precision amp-bf16"
+		}
+		try("QLoRA (4-bit base, LoRA adapters)", change, func(w *Workload) {
+			w.Mode = QLoRA
+			if w.Precision == FP32 {
+				w.Precision = AMPBF16
+			}
+		})
 	}
 	if training && !w.Offload.optimizer() && w.Optimizer != NoOptimizer && w.Optimizer != SGD {
 		try("offload the optimizer state to host memory", "--offload optimizer",

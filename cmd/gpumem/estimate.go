@@ -40,7 +40,7 @@ type estimateFlags struct {
 	capacity                          sizeFlag
 	overhead                          overheadFlag
 	conf                              string
-	maxBatch, maxSeq, asJSON          bool
+	maxBatch, maxSeq, asJSON, loss    bool
 }
 
 func newEstimateFlags(stderr io.Writer) *estimateFlags {
@@ -78,6 +78,7 @@ func newEstimateFlags(stderr io.Writer) *estimateFlags {
 	fs.Var(&f.capacity, "capacity", "one GPU's memory instead of --card (default 80GiB)")
 	fs.Var(&f.overhead, "overhead", "per-process memory outside the allocator: the CUDA context (default 512MiB)")
 	fs.StringVar(&f.conf, "conf", "", "allocator configuration, PYTORCH_CUDA_ALLOC_CONF syntax (default from GPUMEM_ALLOC_CONF or PYTORCH_CUDA_ALLOC_CONF)")
+	fs.BoolVar(&f.loss, "loss-only", false, "the training loop keeps only the loss (loss = model(x).loss, as the Hugging Face Trainer), not the whole output, through backward")
 	fs.BoolVar(&f.maxBatch, "max-batch", false, "also search the largest batch that fits")
 	fs.BoolVar(&f.maxSeq, "max-seq", false, "also search the longest sequence that fits")
 	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object")
@@ -282,7 +283,7 @@ func (f *estimateFlags) workload(w *estimate.Workload, set map[string]bool) erro
 		return err
 	}
 	if w.Mode == estimate.Infer {
-		for _, n := range []string{"optimizer", "optimizer-impl", "lora-rank", "lora-targets", "dropout"} {
+		for _, n := range []string{"optimizer", "optimizer-impl", "lora-rank", "lora-targets", "dropout", "loss-only"} {
 			if set[n] {
 				return fmt.Errorf("--%s applies to training, not --mode infer", n)
 			}
@@ -308,6 +309,7 @@ func (f *estimateFlags) workload(w *estimate.Workload, set map[string]bool) erro
 		return fmt.Errorf("--generate must be at least 0, got %d", f.generate)
 	}
 	w.Generate = f.generate
+	w.LossOnly = f.loss
 	w.Checkpointing = f.checkpointing.k
 	for _, t := range strings.Split(f.loraTargets, ",") {
 		if t = strings.TrimSpace(t); t != "" {

@@ -146,6 +146,7 @@ func TestEstimateBadInput(t *testing.T) {
 		{[]string{"--model", "gpt2", "--optimizer", "lion"}, `unknown optimizer "lion"`},
 		{[]string{"--model", "gpt2", "--optimizer-impl", "magic"}, "unknown optimizer implementation"},
 		{[]string{"--model", "gpt2", "--mode", "infer", "--optimizer", "sgd"}, "--optimizer applies to training"},
+		{[]string{"--model", "gpt2", "--mode", "infer", "--loss-only"}, "--loss-only applies to training"},
 		{[]string{"--model", "gpt2", "--batch", "0"}, "--batch must be at least 1"},
 		{[]string{"--model", "gpt2", "--batch", "x"}, `invalid value "x" for flag -batch`},
 		{[]string{"--model", "gpt2", "--seq", "0"}, "--seq must be at least 1"},
