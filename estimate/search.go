@@ -188,14 +188,12 @@ func (pl Plan) Remedies() ([]Remedy, error) {
 		try("offload the optimizer state to host memory", "--offload optimizer",
 			func(w *Workload) { w.Offload = OffloadOptimizer })
 	}
-	if w.Offload != OffloadAll {
+	if !w.Offload.params() {
 		to, change := OffloadAll, "--offload all"
 		if !training {
 			to, change = OffloadParams, "--offload params"
 		}
-		if w.Offload != to {
-			try("offload the weights to host memory too", change, func(w *Workload) { w.Offload = to })
-		}
+		try("offload the weights to host memory too", change, func(w *Workload) { w.Offload = to })
 	}
 	out = append(out, pl.moreGPUs()...)
 	return out, nil

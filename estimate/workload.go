@@ -184,8 +184,11 @@ type Offload int
 const (
 	NoOffload        Offload = iota
 	OffloadOptimizer         // optimizer state (and fp32 master weights) on the host; the step runs there
-	OffloadParams            // weights on the host, streamed to the GPU one layer at a time
-	OffloadAll               // both
+	// OffloadParams keeps the weights on the host, streamed to the GPU one
+	// layer at a time; in training their gradients go to the host too, and
+	// so, as with FSDP's CPU offload, do the optimizer state and step.
+	OffloadParams
+	OffloadAll // both: in training the same as OffloadParams
 )
 
 var offloadNames = []string{"none", "optimizer", "params", "all"}
@@ -199,7 +202,7 @@ func ParseOffload(s string) (Offload, error) {
 	return Offload(i), err
 }
 
-func (o Offload) optimizer() bool { return o == OffloadOptimizer || o == OffloadAll }
+func (o Offload) optimizer() bool { return o != NoOffload } // in training; see OffloadParams
 func (o Offload) params() bool    { return o == OffloadParams || o == OffloadAll }
 
 // LoRA target names; "all" means every linear layer of the blocks.
