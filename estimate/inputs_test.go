@@ -130,11 +130,13 @@ func TestLimits(t *testing.T) {
 func TestRandomPlansDoNotPanic(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	pick := func(xs ...int) int { return xs[rng.IntN(len(xs))] }
-	for range 300 {
+	for range 600 {
 		m := Model{Family: Family(rng.IntN(4) - rng.IntN(2)), Layers: pick(0, 1, 2, 3, 5000), Hidden: pick(0, 64, 96, 128),
 			Heads: pick(0, 1, 2, 3, 4), KVHeads: pick(0, 1, 2), Vocab: pick(0, 7, 1000), Intermediate: pick(0, 5, 256),
 			MaxPositions: pick(0, 16, 64), Dropout: []float64{0, 0.1, 1, -1}[rng.IntN(4)], Activation: Activation(rng.IntN(6)),
-			Softmax: Softmax(rng.IntN(3)), Head: Head(rng.IntN(3)), TieEmbeddings: rng.IntN(2) == 0, ReturnsCache: rng.IntN(2) == 0}
+			Softmax: Softmax(rng.IntN(3)), Head: Head(rng.IntN(3)), Labels: pick(0, 1, 3), HeadDim: pick(0, 0, 16),
+			TypeVocab: pick(0, 1), QKVBias: rng.IntN(2) == 0, Bias: rng.IntN(2) == 0,
+			TieEmbeddings: rng.IntN(2) == 0, ReturnsCache: rng.IntN(2) == 0}
 		w := Workload{Mode: Mode(rng.IntN(5)), Precision: Precision(rng.IntN(9)), Optimizer: Optimizer(rng.IntN(8)),
 			OptimizerImpl: OptimizerImpl(rng.IntN(5)), Batch: pick(0, 1, 3, -2), Seq: pick(0, 1, 17, 100), Generate: pick(0, 0, 2),
 			Checkpointing: pick(0, 1, 2), Attention: Attention(rng.IntN(3)), GPUs: pick(0, 1, 3), Shard: Shard(rng.IntN(6)),
@@ -160,15 +162,16 @@ func TestRandomPlansDoNotPanic(t *testing.T) {
 }
 
 func FuzzPlan(f *testing.F) {
-	f.Add(uint8(0), uint8(0), 12, 768, 12, 2, 128, uint8(0), uint8(1))
-	f.Add(uint8(2), uint8(3), 2, 64, 4, 1, 16, uint8(4), uint8(0))
-	f.Fuzz(func(t *testing.T, fam, mode uint8, layers, hidden, heads, batch, seq int, prec, att uint8) {
-		if layers > 8 || hidden > 512 || batch > 64 || seq > 512 {
+	f.Add(uint8(0), uint8(0), 12, 768, 12, 2, 128, uint8(0), uint8(1), uint8(0), 0, 0)
+	f.Add(uint8(2), uint8(3), 2, 64, 4, 1, 16, uint8(4), uint8(0), uint8(1), 1, 2)
+	f.Fuzz(func(t *testing.T, fam, mode uint8, layers, hidden, heads, batch, seq int, prec, att, head uint8, labels, gen int) {
+		if layers > 8 || hidden > 512 || batch > 64 || seq > 512 || labels > 100 || gen > 8 {
 			t.Skip()
 		}
-		m := Model{Family: Family(fam % 3), Layers: layers, Hidden: hidden, Heads: heads, Vocab: 1000}
+		m := Model{Family: Family(fam % 3), Layers: layers, Hidden: hidden, Heads: heads, Vocab: 1000,
+			Head: Head(head % 2), Labels: labels}
 		pl := Plan{Model: &m, Capacity: 1 << 30, Workload: Workload{Mode: Mode(mode % 4), Precision: Precision(prec % 8),
-			Batch: batch, Seq: seq, Attention: Attention(att % 2)}}
+			Batch: batch, Seq: seq, Attention: Attention(att % 2), Generate: gen}}
 		if r, err := pl.Estimate(); err == nil && r.Breakdown.Total <= 0 {
 			t.Errorf("total %d", r.Breakdown.Total)
 		}

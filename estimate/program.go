@@ -20,7 +20,7 @@ type program struct {
 	m      *Model // nil for a bare parameter count
 	w      *Workload
 	t      *tape
-	units  []*unit // embeddings, blocks, head; one unit of chunks for a bare count
+	units  []*unit // embeddings, blocks, head; for a bare count, one unit per chunk
 	caches []layerCache
 	ops    [][]*op // each unit's recorded operations during a step
 	ckpts  map[int]ckpt
@@ -96,13 +96,15 @@ func (p *program) newUnit(ss []spec, adapt bool) *unit {
 	for i := 0; i < len(ss); i++ {
 		s := ss[i]
 		switch {
-		case s.rows > 1 && s.role != roleEmbed && s.role != rolePos:
+		case s.role == roleEmbed || s.role == rolePos:
+			u.embs = append(u.embs, newParam(s, full))
+		case s.role.linear() || s.role == roleHead:
 			l := &lin{w: newParam(s, full), out: s.rows, in: s.cols}
 			if i+1 < len(ss) && ss[i+1].role == roleBias {
 				i++
 				l.b = newParam(ss[i], full)
 			}
-			if s.role.linear() || p.m == nil {
+			if s.role.linear() {
 				switch {
 				case w.Mode == QLoRA || (w.Mode == Infer && w.Precision == Int4):
 					l.quant = Int4
@@ -111,8 +113,6 @@ func (p *program) newUnit(ss []spec, adapt bool) *unit {
 				}
 			}
 			u.lins = append(u.lins, l)
-		case s.role == roleEmbed || s.role == rolePos:
-			u.embs = append(u.embs, newParam(s, full))
 		default:
 			u.norms = append(u.norms, newParam(s, full))
 		}

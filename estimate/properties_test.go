@@ -185,3 +185,30 @@ func TestOptimizerImplementations(t *testing.T) {
 		t.Errorf("single-tensor: temporaries %d, want two of the largest tensor", r.Breakdown.Temporaries)
 	}
 }
+
+// Optimizer state per parameter, fp32.
+func TestOptimizerState(t *testing.T) {
+	p := int64(1 << 30) // 16 chunks of 64 Mi parameters in rows of 4096
+	for _, c := range []struct {
+		o      Optimizer
+		lo, hi int64
+	}{
+		{AdamW, 8 * p, 8 * p}, {Adam, 8 * p, 8 * p}, {Momentum, 4 * p, 4 * p}, {SGD, 0, 0}, {NoOptimizer, 0, 0},
+		{Adam8bit, 2*p + 2*p/256*4, 2*p + 2*p/256*4},                  // two bytes and two fp32 absmax per 256
+		{Adafactor, 16 * 4 * (16384 + 4096), 16 * 4 * (16384 + 4096)}, // a row and a column per matrix
+	} {
+		r := estimateOf(t, Plan{Params: p, Workload: Workload{Optimizer: c.o}, Capacity: MaxDevice})
+		if o := r.Breakdown.Optimizer; o < c.lo || o > c.hi {
+			t.Errorf("%s: optimizer state %d, want %d..%d", c.o, o, c.lo, c.hi)
+		}
+	}
+}
+
+// GPT-2 small inference in fp32 at batch 4 × 512 is its weights, the
+// returned cache (the fused QKV output of every layer) and the logits.
+func TestGPT2InferenceComposition(t *testing.T) {
+	r := train(t, "gpt2", Workload{Mode: Infer, Precision: FP32, Batch: 4, Seq: 512})
+	tokens := int64(4 * 512)
+	want := 124_439_808*4 + 12*tokens*3*768*4 + tokens*50257*4
+	within(t, "peak allocated", r.Sim.PeakAllocated, want+2*int64(tokens*768*4), 0.02)
+}

@@ -113,8 +113,8 @@ func replayTrace(t *testing.T, path string, stepStart uint64) measured {
 func within(t *testing.T, what string, got, want int64, tol float64) {
 	t.Helper()
 	r := float64(got)/float64(want) - 1
-	t.Logf("%s: estimated %s, measured %s (%+.1f%%)", what, FormatBytes(got), FormatBytes(want), 100*r)
+	t.Logf("%s: estimated %s, reference %s (%+.1f%%)", what, FormatBytes(got), FormatBytes(want), 100*r)
 	if r < -tol || r > tol {
-		t.Errorf("%s: estimated %d bytes, measured %d: off by %+.1f%%, more than ±%.0f%%", what, got, want, 100*r, 100*tol)
+		t.Errorf("%s: estimated %d bytes, reference %d: off by %+.1f%%, more than ±%.0f%%", what, got, want, 100*r, 100*tol)
 	}
 }
