@@ -147,7 +147,12 @@ func (p *program) layerForward(f *fwd, l int, x *tensor, c *layerCache) *tensor 
 		p.ops[l+1] = t.take()
 		return y
 	}
-	x.saves++ // the checkpoint keeps its input
+	x.saves++ // the checkpoint keeps its inputs: the hidden states, and cos and sin
+	for _, r := range f.rot {
+		if r != nil {
+			r.saves++
+		}
+	}
 	t.record = false
 	y := f.block(u, x, nil, false)
 	t.record = true
@@ -167,6 +172,11 @@ func (p *program) recompute(f *fwd, i int, c ckpt) {
 	t.backward(ops)
 	t.drop(y)
 	t.unsave(c.x)
+	for _, r := range f.rot {
+		if r != nil {
+			t.unsave(r)
+		}
+	}
 }
 
 // bareStep is a training step of a bare parameter count: gradients, the
