@@ -3,17 +3,50 @@ package estimate_test
 import (
 	"fmt"
 
-	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/estimate"
 )
 
-func ExampleSimulate() {
-	m := estimate.Model{Layers: 12, Hidden: 768, Heads: 12, Vocab: 50257, Seq: 1024, Batch: 8, Bytes: 2, Optimizer: estimate.Adam}
-	r, err := estimate.Simulate(m, 24<<30, allocator.Config{}, 2)
+// The guide's arithmetic, then a question about a real model on a real
+// card.
+func Example() {
+	// Mixed-precision AdamW keeps 16 bytes per parameter before activations.
+	r, err := estimate.Plan{
+		Params:   7e9,
+		Workload: estimate.Workload{Precision: estimate.AMPBF16, Optimizer: estimate.AdamW},
+		Capacity: 80 << 30,
+	}.Estimate()
 	if err != nil {
 		panic(err)
 	}
-	fmt.Printf("%.0fM parameters; fits on 24 GiB: %v\n", float64(m.Params())/1e6, r.Fits)
+	b := r.Breakdown
+	fmt.Printf("7B, amp-bf16 AdamW: %d GB of parameter state; fits 80 GiB: %v\n", (b.Weights+b.Gradients+b.Optimizer)/1e9, r.Fits)
+
+	// QLoRA fine-tuning of Llama-2-7B on a 24 GB card.
+	m, _ := estimate.Preset("llama-7b")
+	card, _ := estimate.LookupCard("rtx4090-24g")
+	pl := estimate.Plan{Model: &m, Workload: estimate.Workload{Mode: estimate.QLoRA, Batch: 2, Seq: 1024}, Capacity: card.Memory}
+	r, err = pl.Estimate()
+	if err != nil {
+		panic(err)
+	}
+	n, _ := pl.MaxBatch(256)
+	fmt.Printf("llama-7b QLoRA, batch 2 × 1024 on %s: fits %v; largest batch %d\n", card.Name, r.Fits, n)
+
+	// Full training does not fit; the ladder of remedies says what would.
+	pl.Workload.Mode = estimate.Full
+	rs, _ := pl.Remedies()
+	for _, x := range rs {
+		fmt.Printf("%-34s fits %v\n", x.Change, x.Fits)
+	}
 	// Output:
-	// 124M parameters; fits on 24 GiB: true
+	// 7B, amp-bf16 AdamW: 112 GB of parameter state; fits 80 GiB: false
+	// llama-7b QLoRA, batch 2 × 1024 on rtx4090-24g: fits true; largest batch 3
+	// --batch 1                          fits false
+	// --checkpointing                    fits false
+	// --optimizer adam8bit               fits false
+	// --mode lora                        fits false
+	// --mode qlora --precision amp-bf16  fits true
+	// --offload optimizer                fits false
+	// --offload all                      fits false
+	// --gpus 1024 --shard fsdp           fits false
 }

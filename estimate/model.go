@@ -1,276 +1,430 @@
-// Package estimate answers "will this model fit on this card": it
-// estimates the memory a transformer's training takes, both by counting
-// (parameters, gradients, optimizer state, activations) and by
-// simulation, replaying the training loop's allocations through the
-// caching allocator on a simulated device of the card's capacity, so that
-// rounding, caching and fragmentation are counted as PyTorch's allocator
-// would count them.
-//
-// # The model
-//
-// A decoder-only transformer of Layers blocks, each with a fused QKV
-// projection, an output projection, a 4x MLP and two layer norms, plus a
-// token embedding; weights, gradients, optimizer states and activations
-// all use the same element size (Bytes). A training step allocates, in the
-// order a framework does: on the first step the optimizer state (Adam:
-// two tensors per parameter, momentum SGD: one); then per layer the
-// activations kept for backward and a temporary; the logits and the loss;
-// backward, layer by layer from the last, producing the gradients and
-// freeing the activations; the optimizer update's temporaries; and
-// zero_grad, which frees the gradients. The count is deliberately simple
-// (no activation checkpointing, no fused kernels, no mixed-precision
-// master weights); the simulation answers for allocation patterns exactly,
-// the model only approximately.
+// This file holds the model: a transformer's architecture, its limits and
+// its parameter tensors. See doc.go for the overview.
+
 package estimate
 
 import (
-	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/gpumem/gpumem/trace"
 )
 
-// Optimizer says how many state tensors the optimizer keeps per parameter.
-type Optimizer int
+// Family is the shape of a transformer block, named after the
+// implementation whose tensors the estimate follows (Hugging Face
+// transformers' modeling code for each family).
+type Family int
 
-// Optimizers.
+// Families.
 const (
-	Adam        Optimizer = iota // two states per parameter (exp_avg, exp_avg_sq)
-	SGDMomentum                  // one state per parameter
-	SGD                          // no state
+	// GPT2 is a pre-norm decoder with a fused QKV projection, learned
+	// positions, LayerNorm, biases and a two-matrix MLP (GPT-2, GPT-Neo-like).
+	GPT2 Family = iota
+	// BERT is a post-norm encoder with separate Q, K, V projections,
+	// learned positions and token types, LayerNorm and biases.
+	BERT
+	// Llama is a pre-norm decoder with RMSNorm, rotary positions,
+	// grouped-query attention and a gated (SwiGLU) MLP (Llama, Mistral,
+	// Qwen2, TinyLlama).
+	Llama
 )
 
-// ParseOptimizer reads "adam", "momentum" or "sgd".
-func ParseOptimizer(s string) (Optimizer, error) {
-	switch strings.ToLower(s) {
-	case "adam", "adamw":
-		return Adam, nil
-	case "momentum", "sgd-momentum":
-		return SGDMomentum, nil
-	case "sgd":
-		return SGD, nil
-	}
-	return 0, fmt.Errorf("estimate: unknown optimizer %q (want adam, momentum or sgd)", s)
+var familyNames = []string{"gpt2", "bert", "llama"}
+
+// String names the family.
+func (f Family) String() string { return enumString(familyNames, int(f), "Family") }
+
+// ParseFamily reads "gpt2", "bert" or "llama".
+func ParseFamily(s string) (Family, error) {
+	i, err := parseEnum("family", familyNames, s)
+	return Family(i), err
 }
 
-func (o Optimizer) states() int {
-	switch o {
-	case Adam:
-		return 2
-	case SGDMomentum:
-		return 1
+// Activation is the MLP's nonlinearity and how it is computed, which
+// decides what autograd keeps for backward.
+type Activation int
+
+// Activations.
+const (
+	// GELU is torch.nn.functional.gelu (erf or tanh form): one fused
+	// kernel that keeps only its input.
+	GELU Activation = iota
+	// GELUTanhExplicit is GPT-2's "gelu_new", written as the Python
+	// expression 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): autograd keeps
+	// the input, tanh's output, 0.5·x and 1 + tanh, four MLP-wide tensors.
+	GELUTanhExplicit
+	// SiLU is torch.nn.functional.silu: fused, keeps its input.
+	SiLU
+	// SiLUExplicit is x·sigmoid(x) written out: keeps x and sigmoid(x).
+	SiLUExplicit
+	// ReLU is torch.relu: keeps its output.
+	ReLU
+)
+
+var activationNames = []string{"gelu", "gelu-tanh-explicit", "silu", "silu-explicit", "relu"}
+
+// String names the activation.
+func (a Activation) String() string { return enumString(activationNames, int(a), "Activation") }
+
+// ParseActivation reads an activation name, or a Hugging Face hidden_act
+// value ("gelu_new", "gelu_pytorch_tanh", "swish", ...).
+func ParseActivation(s string) (Activation, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "gelu_new", "gelu_fast":
+		return GELUTanhExplicit, nil
+	case "gelu_pytorch_tanh", "gelu_python", "gelu_accurate":
+		return GELU, nil
+	case "swish":
+		return SiLU, nil
 	}
-	return 0
+	i, err := parseEnum("activation", activationNames, s)
+	return Activation(i), err
 }
 
-// String names the optimizer.
-func (o Optimizer) String() string {
-	switch o {
-	case Adam:
-		return "adam"
-	case SGDMomentum:
-		return "momentum"
-	case SGD:
-		return "sgd"
-	}
-	return fmt.Sprintf("Optimizer(%d)", int(o))
+// Softmax says how attention's softmax is computed in eager attention.
+type Softmax int
+
+// Softmax implementations.
+const (
+	// SoftmaxFused is torch.softmax: keeps its output.
+	SoftmaxFused Softmax = iota
+	// SoftmaxExplicit is exp(x − max) / sum written out: keeps the
+	// exponentials and the result, two score-sized tensors.
+	SoftmaxExplicit
+)
+
+var softmaxNames = []string{"fused", "explicit"}
+
+// String names the softmax.
+func (s Softmax) String() string { return enumString(softmaxNames, int(s), "Softmax") }
+
+// ParseSoftmax reads "fused" or "explicit".
+func ParseSoftmax(s string) (Softmax, error) {
+	i, err := parseEnum("softmax", softmaxNames, s)
+	return Softmax(i), err
 }
 
-// Model describes a transformer and its training batch.
+// Head is what sits on top of the last block.
+type Head int
+
+// Heads.
+const (
+	// LMHead projects every token to the vocabulary (causal or masked
+	// language modelling): logits of tokens × vocab.
+	LMHead Head = iota
+	// ClassifierHead pools the first token and classifies it into Labels
+	// classes (BertForSequenceClassification): tiny logits.
+	ClassifierHead
+)
+
+var headNames = []string{"lm", "classifier"}
+
+// String names the head.
+func (h Head) String() string { return enumString(headNames, int(h), "Head") }
+
+// ParseHead reads "lm" or "classifier".
+func ParseHead(s string) (Head, error) {
+	i, err := parseEnum("head", headNames, s)
+	return Head(i), err
+}
+
+// Model is a transformer's architecture. The zero value is not valid;
+// start from a preset (Preset), a Hugging Face config (ParseConfig) or
+// fill the dimensions and call Normalize.
 type Model struct {
-	Layers, Hidden, Heads, Vocab int
-	Seq, Batch                   int       // tokens per sequence, sequences per step
-	Bytes                        int       // bytes per element: 4 (fp32) or 2 (bf16, fp16)
-	Optimizer                    Optimizer // default Adam
+	Name   string
+	Family Family
+
+	Vocab        int // vocabulary size
+	Hidden       int // model width
+	Intermediate int // MLP width
+	Layers       int // transformer blocks
+	Heads        int // attention heads
+	KVHeads      int // key/value heads (grouped-query attention); 0 means Heads
+	HeadDim      int // per-head width; 0 means Hidden / Heads
+	MaxPositions int // learned position table size (GPT2, BERT); the longest sequence for every family
+	TypeVocab    int // BERT token types
+
+	TieEmbeddings bool    // the LM head reuses the token embedding
+	Bias          bool    // every linear layer has a bias (GPT2, BERT)
+	QKVBias       bool    // only Q, K and V have biases (Qwen2)
+	Dropout       float64 // dropout probability in training (embeddings, attention, residual)
+
+	Activation Activation
+	Softmax    Softmax // how eager attention computes its softmax
+	Head       Head
+	Labels     int // classes of a ClassifierHead
+
+	// ReturnsCache says the forward pass returns its keys and values (a
+	// Hugging Face decoder's use_cache=True default), so that in training
+	// too every layer's keys and values stay allocated while the caller
+	// holds the output.
+	ReturnsCache bool
 }
 
-// Validate checks that the model is one the estimate can handle.
-func (m Model) Validate() error {
-	var errs []error
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"layers", m.Layers}, {"hidden", m.Hidden}, {"heads", m.Heads}, {"vocab", m.Vocab}, {"seq", m.Seq}, {"batch", m.Batch}} {
-		if f.v <= 0 || f.v > 1<<24 {
-			errs = append(errs, fmt.Errorf("%s must be in 1..%d, got %d", f.name, 1<<24, f.v))
+// Limits on models and workloads. Anything larger is refused with an
+// error; within them every size is computed without overflow (products
+// saturate, and a saturated size simply does not fit).
+const (
+	MaxLayers     = 4096
+	MaxHidden     = 1 << 17
+	MaxHeads      = 1 << 12
+	MaxVocab      = 1 << 24
+	MaxSequence   = 1 << 24 // tokens per sequence, and MaxPositions
+	MaxBatch      = 1 << 24
+	MaxParameters = 1e15 // a bare --params count
+)
+
+// HeadWidth returns the per-head width.
+func (m *Model) HeadWidth() int {
+	if m.HeadDim > 0 {
+		return m.HeadDim
+	}
+	if m.Heads <= 0 {
+		return 0
+	}
+	return m.Hidden / m.Heads
+}
+
+// kvHeads returns the key/value heads.
+func (m *Model) kvHeads() int {
+	if m.KVHeads > 0 {
+		return m.KVHeads
+	}
+	return m.Heads
+}
+
+// Normalize fills what can be derived: KV heads from heads, the MLP
+// width (4 × hidden, or the Llama rule 8/3 × hidden rounded up to 256),
+// the position table, labels and the family's customs (GELU, cache
+// returned by decoders).
+func (m *Model) Normalize() {
+	if m.KVHeads == 0 {
+		m.KVHeads = m.Heads
+	}
+	if m.Intermediate == 0 && m.Hidden > 0 {
+		if m.Family == Llama {
+			m.Intermediate = (8*m.Hidden/3 + 255) / 256 * 256
+		} else {
+			m.Intermediate = 4 * m.Hidden
 		}
 	}
-	if m.Bytes != 2 && m.Bytes != 4 {
-		errs = append(errs, fmt.Errorf("bytes per element must be 2 or 4, got %d", m.Bytes))
+	if m.Family == BERT && m.TypeVocab == 0 {
+		m.TypeVocab = 2
 	}
-	if m.Heads > 0 && m.Hidden%m.Heads != 0 {
-		errs = append(errs, fmt.Errorf("hidden %d is not a multiple of heads %d", m.Hidden, m.Heads))
+	if m.Head == ClassifierHead && m.Labels == 0 {
+		m.Labels = 2
 	}
-	if m.Optimizer < Adam || m.Optimizer > SGD {
-		errs = append(errs, fmt.Errorf("unknown optimizer %d", m.Optimizer))
+	if m.MaxPositions == 0 {
+		switch m.Family {
+		case GPT2:
+			m.MaxPositions = 1024
+		case BERT:
+			m.MaxPositions = 512
+		default:
+			m.MaxPositions = 4096
+		}
 	}
-	if len(errs) == 0 && m.activationBytes() > 1<<50 {
-		errs = append(errs, errors.New("the activations of one step exceed 1 PiB"))
+}
+
+// Validate checks the dimensions against each other and the limits. The
+// error is one line.
+func (m *Model) Validate() error {
+	var errs []string
+	check := func(name string, v, lo, hi int) {
+		if v < lo || v > hi {
+			errs = append(errs, fmt.Sprintf("%s must be %d..%d, got %d", name, lo, hi, v))
+		}
+	}
+	if m.Family < GPT2 || m.Family > Llama {
+		errs = append(errs, fmt.Sprintf("unknown family %d", int(m.Family)))
+	}
+	check("layers", m.Layers, 1, MaxLayers)
+	check("hidden", m.Hidden, 1, MaxHidden)
+	check("heads", m.Heads, 1, MaxHeads)
+	check("vocab", m.Vocab, 1, MaxVocab)
+	check("intermediate", m.Intermediate, 1, 8*MaxHidden)
+	check("kv-heads", m.KVHeads, 0, MaxHeads)
+	check("head-dim", m.HeadDim, 0, MaxHidden)
+	check("max positions", m.MaxPositions, 0, MaxSequence)
+	check("type vocab", m.TypeVocab, 0, 1<<16)
+	check("labels", m.Labels, 0, 1<<20)
+	if len(errs) == 0 {
+		if m.HeadDim == 0 && m.Hidden%m.Heads != 0 {
+			errs = append(errs, fmt.Sprintf("hidden %d is not a multiple of heads %d", m.Hidden, m.Heads))
+		}
+		if kv := m.kvHeads(); kv > m.Heads || m.Heads%kv != 0 {
+			errs = append(errs, fmt.Sprintf("heads %d is not a multiple of kv-heads %d", m.Heads, kv))
+		}
+	}
+	if !(m.Dropout >= 0 && m.Dropout < 1) {
+		errs = append(errs, fmt.Sprintf("dropout must be in [0, 1), got %g", m.Dropout))
+	}
+	if m.Activation < GELU || m.Activation > ReLU {
+		errs = append(errs, fmt.Sprintf("unknown activation %d", int(m.Activation)))
+	}
+	if m.Softmax < SoftmaxFused || m.Softmax > SoftmaxExplicit {
+		errs = append(errs, fmt.Sprintf("unknown softmax %d", int(m.Softmax)))
+	}
+	if m.Head < LMHead || m.Head > ClassifierHead {
+		errs = append(errs, fmt.Sprintf("unknown head %d", int(m.Head)))
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("estimate: invalid model: %w", errors.Join(errs...))
+		return fmt.Errorf("invalid model: %s", strings.Join(errs, "; "))
 	}
 	return nil
 }
 
-// paramSizes returns the byte size of every parameter tensor: the
-// embedding, then each layer's tensors.
-func (m Model) paramSizes() []uint64 {
-	h, e := uint64(m.Hidden), uint64(m.Bytes)
-	ps := []uint64{uint64(m.Vocab) * h * e}
-	for range m.Layers {
-		ps = append(ps,
-			3*h*h*e, 3*h*e, // fused QKV weight, bias
-			h*h*e, h*e, // attention output
-			4*h*h*e, 4*h*e, // MLP up
-			4*h*h*e, h*e, // MLP down
-			h*e, h*e, h*e, h*e) // two layer norms
-	}
-	return ps
+// role names a parameter tensor's job, for LoRA targets and quantization.
+type role int
+
+const (
+	roleEmbed role = iota // token embedding
+	rolePos               // learned positions, token types
+	roleNorm              // norm weight or bias
+	roleBias              // a linear layer's bias
+	roleQKV               // GPT-2's fused projection
+	roleQ
+	roleK
+	roleV
+	roleO
+	roleUp   // MLP up (or GPT-2 c_fc, BERT intermediate)
+	roleGate // gated MLP's gate
+	roleDown // MLP down
+	roleHead // untied LM head, pooler, classifier
+)
+
+// linear reports whether the role is a transformer block's linear weight:
+// what LoRA adapts and int8/int4 quantize.
+func (r role) linear() bool { return r >= roleQKV && r <= roleDown }
+
+// spec is one parameter tensor: rows × cols elements (cols is the input
+// width of a linear weight; vectors have one row).
+type spec struct {
+	role       role
+	rows, cols uint64
 }
 
-const tensorsPerLayer = 12
+func (s spec) elems() uint64 { return mul(s.rows, s.cols) }
+
+func vec(r role, n int) spec { return spec{r, 1, uint64(n)} }
+
+func mat(r role, out, in int) spec { return spec{r, uint64(out), uint64(in)} }
+
+// linearSpecs appends a linear layer's weight and, if it has one, bias.
+func linearSpecs(ss []spec, r role, out, in int, bias bool) []spec {
+	ss = append(ss, mat(r, out, in))
+	if bias {
+		ss = append(ss, vec(roleBias, out))
+	}
+	return ss
+}
+
+// layerSpecs returns one block's parameter tensors, in the order the
+// block uses them.
+func (m *Model) layerSpecs() []spec {
+	h, i := m.Hidden, m.Intermediate
+	q, kv := m.Heads*m.HeadWidth(), m.kvHeads()*m.HeadWidth()
+	var ss []spec
+	switch m.Family {
+	case GPT2:
+		ss = append(ss, vec(roleNorm, h), vec(roleNorm, h))
+		ss = linearSpecs(ss, roleQKV, q+2*kv, h, m.Bias)
+		ss = linearSpecs(ss, roleO, h, q, m.Bias)
+		ss = append(ss, vec(roleNorm, h), vec(roleNorm, h))
+		ss = linearSpecs(ss, roleUp, i, h, m.Bias)
+		ss = linearSpecs(ss, roleDown, h, i, m.Bias)
+	case BERT:
+		ss = linearSpecs(ss, roleQ, q, h, m.Bias)
+		ss = linearSpecs(ss, roleK, kv, h, m.Bias)
+		ss = linearSpecs(ss, roleV, kv, h, m.Bias)
+		ss = linearSpecs(ss, roleO, h, q, m.Bias)
+		ss = append(ss, vec(roleNorm, h), vec(roleNorm, h))
+		ss = linearSpecs(ss, roleUp, i, h, m.Bias)
+		ss = linearSpecs(ss, roleDown, h, i, m.Bias)
+		ss = append(ss, vec(roleNorm, h), vec(roleNorm, h))
+	case Llama:
+		ss = append(ss, vec(roleNorm, h))
+		ss = linearSpecs(ss, roleQ, q, h, m.Bias || m.QKVBias)
+		ss = linearSpecs(ss, roleK, kv, h, m.Bias || m.QKVBias)
+		ss = linearSpecs(ss, roleV, kv, h, m.Bias || m.QKVBias)
+		ss = linearSpecs(ss, roleO, h, q, m.Bias)
+		ss = append(ss, vec(roleNorm, h))
+		ss = linearSpecs(ss, roleGate, i, h, m.Bias)
+		ss = linearSpecs(ss, roleUp, i, h, m.Bias)
+		ss = linearSpecs(ss, roleDown, h, i, m.Bias)
+	}
+	return ss
+}
+
+// embedSpecs returns the tensors before the first block.
+func (m *Model) embedSpecs() []spec {
+	ss := []spec{mat(roleEmbed, m.Vocab, m.Hidden)}
+	switch m.Family {
+	case GPT2:
+		ss = append(ss, mat(rolePos, m.MaxPositions, m.Hidden))
+	case BERT:
+		ss = append(ss, mat(rolePos, m.MaxPositions, m.Hidden), mat(rolePos, m.TypeVocab, m.Hidden),
+			vec(roleNorm, m.Hidden), vec(roleNorm, m.Hidden))
+	}
+	return ss
+}
+
+// headSpecs returns the tensors after the last block: the final norm and
+// the head (nothing for a tied LM head).
+func (m *Model) headSpecs() []spec {
+	var ss []spec
+	switch m.Family {
+	case GPT2:
+		ss = append(ss, vec(roleNorm, m.Hidden), vec(roleNorm, m.Hidden))
+	case Llama:
+		ss = append(ss, vec(roleNorm, m.Hidden))
+	}
+	switch {
+	case m.Head == ClassifierHead && m.Family == BERT: // pooler and classifier
+		ss = linearSpecs(ss, roleHead, m.Hidden, m.Hidden, true)
+		ss = linearSpecs(ss, roleHead, m.Labels, m.Hidden, true)
+	case m.Head == ClassifierHead: // a decoder's score layer on the last token
+		ss = append(ss, mat(roleHead, m.Labels, m.Hidden))
+	case m.Family == BERT: // BertForMaskedLM's transform and decoder bias
+		ss = linearSpecs(ss, roleHead, m.Hidden, m.Hidden, true)
+		ss = append(ss, vec(roleNorm, m.Hidden), vec(roleNorm, m.Hidden), vec(roleBias, m.Vocab))
+		if !m.TieEmbeddings {
+			ss = append(ss, mat(roleHead, m.Vocab, m.Hidden))
+		}
+	case !m.TieEmbeddings:
+		ss = append(ss, mat(roleHead, m.Vocab, m.Hidden))
+	}
+	return ss
+}
+
+func sumElems(ss []spec) uint64 {
+	var n uint64
+	for _, s := range ss {
+		n = add(n, s.elems())
+	}
+	return n
+}
 
 // Params returns the number of parameters.
-func (m Model) Params() int64 {
-	var n uint64
-	for _, s := range m.paramSizes() {
-		n += s
+func (m *Model) Params() int64 {
+	n := add(sumElems(m.embedSpecs()), mul(uint64(m.Layers), sumElems(m.layerSpecs())), sumElems(m.headSpecs()))
+	return int64(min(n, capBytes))
+}
+
+// enumString and parseEnum back the String and Parse functions of the
+// small enums.
+func enumString(names []string, i int, typ string) string {
+	if i >= 0 && i < len(names) {
+		return names[i]
 	}
-	return int64(n / uint64(m.Bytes))
+	return fmt.Sprintf("%s(%d)", typ, i)
 }
 
-func (m Model) tokens() uint64 { return uint64(m.Batch) * uint64(m.Seq) }
-
-// layerActivations are the tensors one layer keeps for backward: its
-// input, the QKV projection, the attention scores and probabilities, the
-// attention output, the MLP's two hidden tensors and its output.
-func (m Model) layerActivations() []uint64 {
-	t, h, e := m.tokens(), uint64(m.Hidden), uint64(m.Bytes)
-	scores := uint64(m.Batch) * uint64(m.Heads) * uint64(m.Seq) * uint64(m.Seq) * e
-	return []uint64{t * h * e, 3 * t * h * e, scores, scores, t * h * e, 4 * t * h * e, 4 * t * h * e, t * h * e}
-}
-
-func (m Model) activationBytes() uint64 {
-	var n uint64
-	for _, s := range m.layerActivations() {
-		n += s
-	}
-	return n*uint64(m.Layers) + m.logitBytes()
-}
-
-func (m Model) logitBytes() uint64 { return m.tokens() * uint64(m.Vocab) * uint64(m.Bytes) }
-
-// Breakdown is the counted memory of training, in bytes.
-type Breakdown struct {
-	Parameters     int64
-	Gradients      int64
-	OptimizerState int64
-	Activations    int64 // kept for backward at the end of the forward pass, logits included
-	Total          int64 // the sum: a lower bound of the peak
-}
-
-// Breakdown counts the model's memory.
-func (m Model) Breakdown() Breakdown {
-	p := m.Params() * int64(m.Bytes)
-	b := Breakdown{
-		Parameters:     p,
-		Gradients:      p,
-		OptimizerState: p * int64(m.Optimizer.states()),
-		Activations:    int64(m.activationBytes()),
-	}
-	b.Total = b.Parameters + b.Gradients + b.OptimizerState + b.Activations
-	return b
-}
-
-// Workload generates the allocations of training m as memtrace ops, each
-// allocation with a fresh ID. It is not safe for concurrent use.
-type Workload struct {
-	m      Model
-	next   uint64
-	params []uint64 // IDs of the parameter tensors
-	state  []uint64 // IDs of the optimizer state
-	ops    []trace.Op
-}
-
-// NewWorkload returns the workload of m.
-func NewWorkload(m Model) (*Workload, error) {
-	if err := m.Validate(); err != nil {
-		return nil, err
-	}
-	return &Workload{m: m}, nil
-}
-
-func (w *Workload) alloc(n uint64) uint64 {
-	id := w.next
-	w.next++
-	w.ops = append(w.ops, trace.Op{Kind: trace.Alloc, ID: id, Size: n})
-	return id
-}
-
-func (w *Workload) free(id uint64) { w.ops = append(w.ops, trace.Op{Kind: trace.Free, ID: id}) }
-
-func (w *Workload) temporary(n uint64) { w.free(w.alloc(n)) }
-
-func (w *Workload) take() []trace.Op {
-	ops := w.ops
-	w.ops = nil
-	return ops
-}
-
-// Setup returns the allocation of the parameters.
-func (w *Workload) Setup() []trace.Op {
-	w.ops = append(w.ops, trace.Op{Kind: trace.Tag, Tag: "parameters"})
-	for _, n := range w.m.paramSizes() {
-		w.params = append(w.params, w.alloc(n))
-	}
-	return w.take()
-}
-
-// Step returns the ops of one training step; the first step also
-// allocates the optimizer state, which lives on.
-func (w *Workload) Step() []trace.Op {
-	m := w.m
-	sizes := m.paramSizes()
-	if w.state == nil && m.Optimizer.states() > 0 {
-		w.ops = append(w.ops, trace.Op{Kind: trace.Tag, Tag: "optimizer-state"})
-		for _, n := range sizes {
-			for range m.Optimizer.states() {
-				w.state = append(w.state, w.alloc(n))
-			}
+func parseEnum(what string, names []string, s string) (int, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	for i, n := range names {
+		if t == n {
+			return i, nil
 		}
 	}
-	w.ops = append(w.ops, trace.Op{Kind: trace.Tag, Tag: "forward"})
-	h, e := uint64(m.Hidden), uint64(m.Bytes)
-	acts := make([][]uint64, m.Layers)
-	for l := range acts {
-		for _, n := range m.layerActivations() {
-			acts[l] = append(acts[l], w.alloc(n))
-		}
-		w.temporary(m.tokens() * h * e)
-	}
-	logits := w.alloc(m.logitBytes())
-	w.temporary(uint64(m.Bytes)) // the loss
-	w.ops = append(w.ops, trace.Op{Kind: trace.Tag, Tag: "backward"})
-	w.free(logits)
-	grads := []uint64{w.alloc(sizes[0])} // the embedding's gradient
-	for l := m.Layers - 1; l >= 0; l-- {
-		for _, n := range sizes[1+l*tensorsPerLayer : 1+(l+1)*tensorsPerLayer] {
-			grads = append(grads, w.alloc(n))
-		}
-		w.temporary(4 * m.tokens() * h * e)
-		for _, id := range acts[l] {
-			w.free(id)
-		}
-	}
-	w.ops = append(w.ops, trace.Op{Kind: trace.Tag, Tag: "optimizer"})
-	for _, n := range sizes {
-		w.temporary(n)
-	}
-	for _, id := range grads { // zero_grad(set_to_none=True)
-		w.free(id)
-	}
-	w.ops = append(w.ops, trace.Op{Kind: trace.Tag})
-	return w.take()
+	return 0, fmt.Errorf("unknown %s %q (want %s)", what, s, strings.Join(names, ", "))
 }

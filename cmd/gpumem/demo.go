@@ -8,32 +8,10 @@ import (
 	"io"
 
 	"github.com/gpumem/gpumem/allocator"
-	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/estimate"
 	"github.com/gpumem/gpumem/stats"
-	"github.com/gpumem/gpumem/trace"
 )
-
-// runOps applies workload ops to a, keeping the blocks by ID in live.
-func runOps(a *allocator.Allocator, ops []trace.Op, live map[uint64]device.Ptr) error {
-	for _, op := range ops {
-		switch op.Kind {
-		case trace.Alloc:
-			p, err := a.Alloc(op.Size, device.DefaultStream)
-			if err != nil {
-				return err
-			}
-			live[op.ID] = p
-		case trace.Free:
-			if err := a.Free(live[op.ID]); err != nil {
-				return err
-			}
-			delete(live, op.ID)
-		}
-	}
-	return nil
-}
 
 func runDemo(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("demo", "[--steps N] [--conf CONF] [--capacity SIZE]", stderr)
@@ -63,41 +41,39 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m := estimate.Model{Layers: *layers, Hidden: 1024, Heads: 16, Vocab: 32000, Seq: 512, Batch: 8, Bytes: 4, Optimizer: estimate.Adam}
-	w, err := estimate.NewWorkload(m)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "gpumem demo: a %d-layer transformer (hidden %d, vocab %d, batch %d x %d tokens, fp32) training with Adam on %s\n",
-		m.Layers, m.Hidden, m.Vocab, m.Batch, m.Seq, dev)
+	m := estimate.Model{Name: "demo", Family: estimate.GPT2, Layers: *layers, Hidden: 1024, Heads: 16, Vocab: 32000,
+		Bias: true, TieEmbeddings: true}
+	pl := estimate.Plan{Model: &m, Workload: estimate.Workload{Precision: estimate.FP32, Optimizer: estimate.SGD, Batch: 8, Seq: 512,
+		LossOnly: true}}
+	fmt.Fprintf(stdout, "gpumem demo: a %d-layer transformer (hidden %d, vocab %d, batch %d x %d tokens, fp32) training with SGD on %s\n",
+		m.Layers, m.Hidden, m.Vocab, pl.Workload.Batch, pl.Workload.Seq, dev)
 	if cfg.String() != "" {
 		fmt.Fprintf(stdout, "configuration: %s\n", cfg)
 	}
-	live := map[uint64]device.Ptr{}
-	if err := runOps(a, w.Setup(), live); err != nil {
-		return err
-	}
-	st := a.Stats()
-	fmt.Fprintf(stdout, "parameters:  %s, %d device mallocs\n", stats.Line(&st), st.NumDeviceAlloc)
 	// Device calls are the allocator's num_device_alloc and num_device_free:
 	// cudaMalloc and cudaFree, or page maps and unmaps with expandable
 	// segments.
 	var laterCalls int64 // device allocations and frees after the first step
-	for i := 1; i <= *steps; i++ {
-		before := a.Stats()
-		clock := dev.Clock()
-		if err := runOps(a, w.Step(), live); err != nil {
-			return fmt.Errorf("step %d: %w", i, err)
-		}
+	before, clock := a.Stats(), dev.Clock()
+	err = pl.Drive(a, *steps, func(i int) error {
 		after := a.Stats()
-		mallocs, frees := after.NumDeviceAlloc-before.NumDeviceAlloc, after.NumDeviceFree-before.NumDeviceFree
-		if i > 1 {
-			laterCalls += mallocs + frees
+		if i == 0 {
+			fmt.Fprintf(stdout, "parameters:  %s, %d device mallocs\n", stats.Line(&after), after.NumDeviceAlloc)
+		} else {
+			mallocs, frees := after.NumDeviceAlloc-before.NumDeviceAlloc, after.NumDeviceFree-before.NumDeviceFree
+			if i > 1 {
+				laterCalls += mallocs + frees
+			}
+			fmt.Fprintf(stdout, "step %-3d     %s | device mallocs %d, frees %d, device time %v\n", i, stats.Line(&after),
+				mallocs, frees, dev.Clock()-clock)
 		}
-		fmt.Fprintf(stdout, "step %-3d     %s | device mallocs %d, frees %d, device time %v\n", i, stats.Line(&after),
-			mallocs, frees, dev.Clock()-clock)
+		before, clock = after, dev.Clock()
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	st = a.Stats()
+	st := a.Stats()
 	fmt.Fprintf(stdout, "\n%d allocations served with %d device mallocs", st.Allocation[stats.All].Allocated, st.NumDeviceAlloc)
 	switch {
 	case *steps == 1:

@@ -1,93 +1,408 @@
-// This file holds `gpumem estimate`: will this model train on this card.
+// This file holds `gpumem estimate`: will this model fit on this card,
+// and if not, what to change.
 
 package main
 
 import (
+	"bytes"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/estimate"
 	"github.com/gpumem/gpumem/stats"
 )
 
+const estimateSynopsis = `(--model NAME | --config config.json | --params 7B | --layers N --hidden N ...) [flags]
+
+The model comes from a preset, a Hugging Face config.json, a bare parameter
+count (parameter state only), or dimension flags (which also override a
+preset or config). Sizes accept 80GiB, 24GB or bytes; counts 7e9, 7B or 1.3B.`
+
+// estimateFlags are the command's flags, read into a plan.
+type estimateFlags struct {
+	fs                                *flag.FlagSet
+	model, config, params, family     string
+	layers, hidden, heads, kvHeads    int
+	intermediate, vocab, headDim      int
+	mode, precision, optimizer, impl  string
+	attention, activation, softmax    string
+	batch, seq, generate, loraRank    int
+	loraTargets, shard, offload, card string
+	dropout                           float64
+	checkpointing                     ckptFlag
+	gpus                              int
+	capacity                          sizeFlag
+	overhead                          overheadFlag
+	conf                              string
+	maxBatch, maxSeq, asJSON, loss    bool
+}
+
+func newEstimateFlags(stderr io.Writer) *estimateFlags {
+	f := &estimateFlags{fs: newFlags("estimate", estimateSynopsis, stderr)}
+	fs := f.fs
+	fs.StringVar(&f.model, "model", "", "a preset: "+strings.Join(estimate.Presets(), ", "))
+	fs.StringVar(&f.config, "config", "", "a Hugging Face config.json (llama, mistral, qwen2, gpt2, bert)")
+	fs.StringVar(&f.params, "params", "", "a bare parameter count (7e9, 7B, 1.3B): parameter state only")
+	fs.StringVar(&f.family, "family", "", "with dimension flags alone: gpt2, bert or llama (default gpt2)")
+	fs.IntVar(&f.layers, "layers", 0, "transformer blocks")
+	fs.IntVar(&f.hidden, "hidden", 0, "model width")
+	fs.IntVar(&f.heads, "heads", 0, "attention heads (default hidden/64)")
+	fs.IntVar(&f.kvHeads, "kv-heads", 0, "key/value heads for grouped-query attention (default heads)")
+	fs.IntVar(&f.intermediate, "intermediate", 0, "MLP width (default 4 × hidden; Llama 8/3 × hidden)")
+	fs.IntVar(&f.vocab, "vocab", 0, "vocabulary (default 50257)")
+	fs.IntVar(&f.headDim, "head-dim", 0, "per-head width (default hidden/heads)")
+	fs.StringVar(&f.mode, "mode", "full", "full, lora, qlora or infer")
+	fs.StringVar(&f.precision, "precision", "", "fp32, amp-bf16, amp-fp16, bf16, fp16, int8 or int4 (default fp32 for full and lora, amp-bf16 for qlora, fp16 for infer)")
+	fs.StringVar(&f.optimizer, "optimizer", "adamw", "adam, adamw, sgd, momentum, adam8bit, adafactor or none (forward and backward only)")
+	fs.StringVar(&f.impl, "optimizer-impl", "foreach", "foreach (PyTorch's CUDA default: Adam keeps a parameter-sized list of temporaries), fused (none), single-tensor, or foreach-1.13 (two lists)")
+	fs.IntVar(&f.batch, "batch", 1, "sequences per step (per GPU)")
+	fs.IntVar(&f.seq, "seq", 0, "tokens per sequence; in inference the prompt (default 512, or fewer positions)")
+	fs.IntVar(&f.generate, "generate", 0, "inference: tokens decoded after the prompt, one at a time")
+	fs.IntVar(&f.loraRank, "lora-rank", 8, "LoRA rank")
+	fs.StringVar(&f.loraTargets, "lora-targets", "q,v", "LoRA targets: q, k, v, o, gate, up, down or all, comma-separated")
+	fs.Var(&f.checkpointing, "checkpointing", "activation checkpointing: every layer, or --checkpointing=K for every K-th")
+	fs.StringVar(&f.attention, "attention", "flash", "flash (fused scaled_dot_product_attention: no seq² tensors kept) or eager")
+	fs.Float64Var(&f.dropout, "dropout", -1, "dropout probability in training (default the model's)")
+	fs.StringVar(&f.activation, "activation", "", "MLP activation: gelu, gelu-tanh-explicit (GPT-2's gelu_new), silu, silu-explicit, relu (default the model's)")
+	fs.StringVar(&f.softmax, "softmax", "", "eager attention's softmax: fused or explicit (exp/sum written out)")
+	fs.IntVar(&f.gpus, "gpus", 1, "GPUs (data parallel; with --shard, the state is divided among them)")
+	fs.StringVar(&f.shard, "shard", "none", "none, zero1, zero2, zero3 or fsdp")
+	fs.StringVar(&f.offload, "offload", "none", "none, optimizer, params or all: kept in host memory")
+	fs.StringVar(&f.card, "card", "", "a card: "+strings.Join(estimate.CardNames(), ", "))
+	fs.Var(&f.capacity, "capacity", "one GPU's memory instead of --card (default 80GiB)")
+	fs.Var(&f.overhead, "overhead", "per-process memory outside the allocator: the CUDA context (default 512MiB)")
+	fs.StringVar(&f.conf, "conf", "", "allocator configuration, PYTORCH_CUDA_ALLOC_CONF syntax (default from GPUMEM_ALLOC_CONF or PYTORCH_CUDA_ALLOC_CONF)")
+	fs.BoolVar(&f.loss, "loss-only", false, "the training loop keeps only the loss (loss = model(x).loss, as the Hugging Face Trainer), not the whole output, through backward")
+	fs.BoolVar(&f.maxBatch, "max-batch", false, "also search the largest batch that fits")
+	fs.BoolVar(&f.maxSeq, "max-seq", false, "also search the longest sequence that fits")
+	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object")
+	return f
+}
+
 func runEstimate(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("estimate", "[--layers N --hidden N --heads N --vocab N --seq N --batch N --dtype fp32|bf16|fp16 --optimizer adam|momentum|sgd] [--capacity SIZE] [--conf CONF] [--max-batch]", stderr)
-	var m estimate.Model
-	fs.IntVar(&m.Layers, "layers", 12, "transformer layers")
-	fs.IntVar(&m.Hidden, "hidden", 768, "hidden size")
-	fs.IntVar(&m.Heads, "heads", 12, "attention heads")
-	fs.IntVar(&m.Vocab, "vocab", 50257, "vocabulary size")
-	fs.IntVar(&m.Seq, "seq", 1024, "tokens per sequence")
-	fs.IntVar(&m.Batch, "batch", 8, "sequences per step")
-	dtype := fs.String("dtype", "fp32", "element type: fp32, bf16 or fp16")
-	opt := fs.String("optimizer", "adam", "optimizer: adam, momentum or sgd")
-	capacity := &sizeFlag{80 << 30}
-	fs.Var(capacity, "capacity", "device memory (80GiB, 24GiB, bytes)")
-	conf := fs.String("conf", "", "allocator configuration, PYTORCH_CUDA_ALLOC_CONF syntax")
-	maxBatch := fs.Bool("max-batch", false, "also find the largest batch that fits")
+	f := newEstimateFlags(stderr)
+	fs := f.fs
+	usage := fs.Usage
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard) // one-line errors; --help prints the usage below
 	if err := parseFlags(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			usage()
+		}
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+		msg := fmt.Sprintf("unexpected argument %q", fs.Arg(0))
+		if _, err := strconv.Atoi(fs.Arg(0)); err == nil {
+			msg += " (a value of --checkpointing is written --checkpointing=K)"
+		}
+		return usageError{msg}
 	}
-	switch strings.ToLower(*dtype) {
-	case "fp32", "float32":
-		m.Bytes = 4
-	case "bf16", "fp16", "bfloat16", "float16":
-		m.Bytes = 2
-	default:
-		return usageError{fmt.Sprintf("unknown dtype %q (want fp32, bf16 or fp16)", *dtype)}
-	}
-	var err error
-	if m.Optimizer, err = estimate.ParseOptimizer(*opt); err != nil {
-		return usageError{err.Error()}
-	}
-	if err := m.Validate(); err != nil {
-		return usageError{err.Error()}
-	}
-	cfg, err := allocator.ParseConf(*conf)
+	pl, err := f.plan()
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	r, err := estimate.Simulate(m, capacity.n, cfg, 2)
+	if err := pl.Normalize(); err != nil {
+		return usageError{err.Error()}
+	}
+	if (f.maxBatch || f.maxSeq) && pl.Model == nil {
+		return usageError{"--max-batch and --max-seq need the model's dimensions (--model, --config or --layers and --hidden), not a bare --params"}
+	}
+	rep, err := newReport(pl, f.card, f.maxBatch, f.maxSeq)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%d-layer transformer, hidden %d, %d heads, vocab %d: %.1fM parameters, %s, %s; batch %d x %d tokens; device %s\n\n",
-		m.Layers, m.Hidden, m.Heads, m.Vocab, float64(m.Params())/1e6, *dtype, m.Optimizer, m.Batch, m.Seq, capacity)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	c := r.Count
-	fmt.Fprintf(tw, "counted\tparameters\t%s\n", size(c.Parameters))
-	fmt.Fprintf(tw, "\tgradients\t%s\n", size(c.Gradients))
-	fmt.Fprintf(tw, "\toptimizer state\t%s\n", size(c.OptimizerState))
-	fmt.Fprintf(tw, "\tactivations\t%s\n", size(c.Activations))
-	fmt.Fprintf(tw, "\ttotal\t%s\n", size(c.Total))
-	res := r.Replay
-	fmt.Fprintf(tw, "simulated\tpeak allocated\t%s\n", size(res.PeakAllocated))
-	fmt.Fprintf(tw, "\tpeak reserved\t%s (fragmentation %.3f)\n", size(res.PeakReserved), res.Fragmentation)
-	fmt.Fprintf(tw, "\tout of memory\t%d\n", res.OOMs)
-	tw.Flush()
-	fmt.Fprintln(stdout)
-	if r.Fits {
-		fmt.Fprintf(stdout, "fits: %s of headroom on a %s device\n", size(r.Headroom), capacity)
+	var buf bytes.Buffer
+	if f.asJSON {
+		err = rep.writeJSON(&buf)
 	} else {
-		fmt.Fprintf(stdout, "does not fit: %d allocations failed on a %s device\n", res.OOMs, capacity)
+		rep.writeText(&buf)
 	}
-	if *maxBatch {
-		n, err := estimate.MaxBatch(m, capacity.n, cfg, 1<<16)
+	if err != nil {
+		return err
+	}
+	if _, err := stdout.Write(buf.Bytes()); err != nil {
+		return fmt.Errorf("writing the estimate: %v", err)
+	}
+	return nil
+}
+
+// plan turns the flags into a plan.
+func (f *estimateFlags) plan() (estimate.Plan, error) {
+	var pl estimate.Plan
+	set := map[string]bool{}
+	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	dims := false
+	for _, n := range []string{"layers", "hidden", "heads", "kv-heads", "intermediate", "vocab", "head-dim"} {
+		dims = dims || set[n]
+	}
+	sources := 0
+	for _, n := range []string{"model", "config", "params"} {
+		if set[n] {
+			sources++
+		}
+	}
+	switch {
+	case sources > 1:
+		return pl, errors.New("give one of --model, --config and --params")
+	case set["params"] && dims:
+		return pl, errors.New("--params is a bare count; it does not combine with dimension flags")
+	case sources == 0 && !dims:
+		return pl, errors.New("no model: give --model NAME, --config config.json, --params 7B or --layers and --hidden")
+	case set["family"] && sources > 0:
+		return pl, errors.New("--family applies to a model given by dimension flags alone")
+	}
+	var m *estimate.Model
+	switch {
+	case set["model"]:
+		p, err := estimate.Preset(f.model)
+		if err != nil {
+			return pl, err
+		}
+		m = &p
+	case set["config"]:
+		data, err := os.ReadFile(f.config)
+		if err != nil {
+			return pl, fmt.Errorf("config: %v", err)
+		}
+		p, err := estimate.ParseConfig(data)
+		if err != nil {
+			return pl, err
+		}
+		m = &p
+	case set["params"]:
+		n, err := estimate.ParseCount(f.params)
+		if err != nil {
+			return pl, err
+		}
+		pl.Params = n
+	default:
+		fam := estimate.GPT2
+		if set["family"] {
+			var err error
+			if fam, err = estimate.ParseFamily(f.family); err != nil {
+				return pl, err
+			}
+		}
+		if !set["layers"] || !set["hidden"] {
+			return pl, errors.New("dimension flags alone need at least --layers and --hidden")
+		}
+		g := estimate.Generic(fam)
+		m = &g
+	}
+	if m != nil {
+		if err := f.applyDims(m, set); err != nil {
+			return pl, err
+		}
+		pl.Model = m
+	}
+	if err := f.workload(&pl.Workload, set); err != nil {
+		return pl, err
+	}
+	if err := f.device(&pl, set); err != nil {
+		return pl, err
+	}
+	return pl, nil
+}
+
+// applyDims sets the dimension flags (and the other model flags) on m.
+func (f *estimateFlags) applyDims(m *estimate.Model, set map[string]bool) error {
+	for _, d := range []struct {
+		name string
+		v    int
+		dst  *int
+	}{{"layers", f.layers, &m.Layers}, {"hidden", f.hidden, &m.Hidden}, {"heads", f.heads, &m.Heads},
+		{"kv-heads", f.kvHeads, &m.KVHeads}, {"intermediate", f.intermediate, &m.Intermediate},
+		{"vocab", f.vocab, &m.Vocab}, {"head-dim", f.headDim, &m.HeadDim}} {
+		if !set[d.name] {
+			continue
+		}
+		if d.v < 1 {
+			return fmt.Errorf("--%s must be at least 1, got %d", d.name, d.v)
+		}
+		*d.dst = d.v
+	}
+	if set["hidden"] && !set["heads"] && m.Heads == 0 {
+		if m.Hidden%64 != 0 {
+			return fmt.Errorf("give --heads: hidden %d is not a multiple of 64", m.Hidden)
+		}
+		m.Heads = m.Hidden / 64
+	}
+	if set["dropout"] {
+		m.Dropout = f.dropout
+	}
+	if set["activation"] {
+		a, err := estimate.ParseActivation(f.activation)
 		if err != nil {
 			return err
 		}
-		if n == 0 {
-			fmt.Fprintln(stdout, "largest batch that fits: none (even batch 1 runs out of memory)")
-		} else {
-			fmt.Fprintf(stdout, "largest batch that fits: %d\n", n)
+		m.Activation = a
+	}
+	if set["softmax"] {
+		s, err := estimate.ParseSoftmax(f.softmax)
+		if err != nil {
+			return err
+		}
+		m.Softmax = s
+	}
+	m.Normalize()
+	return m.Validate()
+}
+
+// workload reads the workload flags.
+func (f *estimateFlags) workload(w *estimate.Workload, set map[string]bool) error {
+	var err error
+	if w.Mode, err = estimate.ParseMode(f.mode); err != nil {
+		return err
+	}
+	if set["precision"] {
+		if w.Precision, err = estimate.ParsePrecision(f.precision); err != nil {
+			return err
 		}
 	}
+	if w.Optimizer, err = estimate.ParseOptimizer(f.optimizer); err != nil {
+		return err
+	}
+	if w.OptimizerImpl, err = estimate.ParseOptimizerImpl(f.impl); err != nil {
+		return err
+	}
+	if w.Attention, err = estimate.ParseAttention(f.attention); err != nil {
+		return err
+	}
+	if w.Shard, err = estimate.ParseShard(f.shard); err != nil {
+		return err
+	}
+	if w.Offload, err = estimate.ParseOffload(f.offload); err != nil {
+		return err
+	}
+	if w.Mode == estimate.Infer {
+		for _, n := range []string{"optimizer", "optimizer-impl", "lora-rank", "lora-targets", "dropout", "loss-only"} {
+			if set[n] {
+				return fmt.Errorf("--%s applies to training, not --mode infer", n)
+			}
+		}
+	}
+	if w.Mode != estimate.LoRA && w.Mode != estimate.QLoRA && (set["lora-rank"] || set["lora-targets"]) {
+		return errors.New("--lora-rank and --lora-targets apply to --mode lora and qlora")
+	}
+	if set["dropout"] && !(f.dropout >= 0 && f.dropout < 1) {
+		return fmt.Errorf("--dropout must be in [0, 1), got %g", f.dropout)
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+		dst  *int
+	}{{"batch", f.batch, &w.Batch}, {"seq", f.seq, &w.Seq}, {"lora-rank", f.loraRank, &w.LoRARank}, {"gpus", f.gpus, &w.GPUs}} {
+		if n.v < 1 && (set[n.name] || n.name != "seq") {
+			return fmt.Errorf("--%s must be at least 1, got %d", n.name, n.v)
+		}
+		*n.dst = n.v
+	}
+	if f.generate < 0 {
+		return fmt.Errorf("--generate must be at least 0, got %d", f.generate)
+	}
+	w.Generate = f.generate
+	w.LossOnly = f.loss
+	w.Checkpointing = f.checkpointing.k
+	for _, t := range strings.Split(f.loraTargets, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			w.LoRATargets = append(w.LoRATargets, strings.ToLower(t))
+		}
+	}
+	if set["shard"] && w.Shard != estimate.NoShard && w.GPUs < 2 {
+		return fmt.Errorf("--shard %s divides the state among GPUs: give --gpus 2 or more", w.Shard)
+	}
+	return nil
+}
+
+// device reads the card, capacity, overhead and allocator configuration.
+func (f *estimateFlags) device(pl *estimate.Plan, set map[string]bool) error {
+	switch {
+	case set["card"] && set["capacity"]:
+		return errors.New("give --card or --capacity, not both")
+	case set["card"]:
+		c, err := estimate.LookupCard(f.card)
+		if err != nil {
+			return err
+		}
+		pl.Capacity = c.Memory
+	case set["capacity"]:
+		pl.Capacity = f.capacity.n
+	default:
+		pl.Capacity = 80 << 30
+	}
+	if pl.Capacity > estimate.MaxDevice {
+		return fmt.Errorf("--capacity must be at most 8TiB, got %s", f.capacity.String())
+	}
+	pl.Context = 0
+	if set["overhead"] {
+		pl.Context = -1
+		if f.overhead.n > 0 {
+			pl.Context = int64(min(f.overhead.n, 1<<50))
+		}
+	}
+	var err error
+	if set["conf"] {
+		pl.Alloc, err = allocator.ParseConf(f.conf)
+	} else {
+		pl.Alloc, err = allocator.ConfigFromEnv()
+	}
+	return err
+}
+
+// ckptFlag is --checkpointing: a bool (every layer) or a number (every
+// k-th layer; 0 is off).
+type ckptFlag struct{ k int }
+
+func (c *ckptFlag) IsBoolFlag() bool { return true }
+
+func (c *ckptFlag) String() string {
+	if c == nil || c.k == 0 {
+		return "false"
+	}
+	return strconv.Itoa(c.k)
+}
+
+func (c *ckptFlag) Set(s string) error {
+	switch strings.ToLower(s) {
+	case "true", "every", "all":
+		c.k = 1
+		return nil
+	case "false", "off", "none":
+		c.k = 0
+		return nil
+	}
+	k, err := strconv.Atoi(s)
+	if err != nil || k < 0 || k > estimate.MaxLayers {
+		return fmt.Errorf("want true, false or K (every K-th layer, 1..%d)", estimate.MaxLayers)
+	}
+	c.k = k
+	return nil
+}
+
+// overheadFlag is a byte size that may be zero.
+type overheadFlag struct{ n uint64 }
+
+func (o *overheadFlag) String() string {
+	if o == nil {
+		return ""
+	}
+	return strconv.FormatUint(o.n, 10)
+}
+
+func (o *overheadFlag) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	o.n = n
 	return nil
 }
 

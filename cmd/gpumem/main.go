@@ -9,7 +9,7 @@
 //	gpumem replay [--conf CONF] [--capacity SIZE] [--baseline] [--json] [--summary] [--snapshot OUT.pickle] TRACE...
 //	gpumem compare [--conf CONF]... [--capacity SIZE] TRACE
 //	gpumem convert [-o OUT] FILE
-//	gpumem estimate [--layers N --hidden N --batch N ...] [--capacity SIZE] [--max-batch]
+//	gpumem estimate (--model NAME | --config FILE | --params 7B | --layers N --hidden N) [--mode ...] [--card NAME] [--json]
 //	gpumem viz [-o OUT.svg] [--conf CONF] [--capacity SIZE] TRACE
 //
 // CONF uses PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax, for example
@@ -41,7 +41,7 @@ Usage:
   gpumem replay [flags] TRACE...                   replay allocation traces and print what they cost
   gpumem compare --conf A --conf B ... TRACE       replay one trace under several configurations side by side
   gpumem convert [-o OUT] FILE                     convert a PyTorch snapshot or RMM log to memtrace
-  gpumem estimate [--layers N ...] [--capacity SIZE] will this transformer train on this card
+  gpumem estimate --model NAME [--card NAME ...]   will this model fit on this card, and what to change
   gpumem viz [-o OUT.svg] [--conf CONF] TRACE      draw a replay: memory timeline and segment map (SVG)
 
 Run 'gpumem COMMAND --help' for a command's flags.

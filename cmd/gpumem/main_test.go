@@ -154,24 +154,6 @@ func TestParseSize(t *testing.T) {
 	}
 }
 
-func TestEstimate(t *testing.T) {
-	out, errOut, code := runCmd(t, "estimate", "--layers", "2", "--hidden", "256", "--heads", "4", "--vocab", "1000", "--seq", "128", "--batch", "2", "--capacity", "1GiB", "--max-batch")
-	require.Equal(t, 0, code, errOut)
-	assert.Contains(t, out, "optimizer state")
-	assert.Contains(t, out, "peak reserved")
-	assert.Contains(t, out, "fits:")
-	assert.Regexp(t, `largest batch that fits: \d+`, out)
-	out, _, code = runCmd(t, "estimate", "--layers", "4", "--hidden", "1024", "--heads", "8", "--batch", "64", "--capacity", "1GiB")
-	require.Equal(t, 0, code)
-	assert.Contains(t, out, "does not fit")
-	_, errOut, code = runCmd(t, "estimate", "--dtype", "int8")
-	assert.Equal(t, 2, code)
-	assert.Contains(t, errOut, "unknown dtype")
-	_, errOut, code = runCmd(t, "estimate", "--heads", "5")
-	assert.Equal(t, 2, code)
-	assert.Contains(t, errOut, "not a multiple of heads")
-}
-
 func TestViz(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "out.svg")
 	_, errOut, code := runCmd(t, "viz", "-o", dst, "--conf", "expandable_segments:True", "testdata/small.trace.gz")

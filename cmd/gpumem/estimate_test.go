@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// estimateJSONOf runs gpumem estimate --json with args and decodes it.
+func estimateJSONOf(t *testing.T, args ...string) map[string]any {
+	t.Helper()
+	out, errOut, code := runCmd(t, append([]string{"estimate", "--json"}, args...)...)
+	require.Equal(t, 0, code, errOut)
+	var res map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	return res
+}
+
+func num(t *testing.T, res map[string]any, key string) float64 {
+	t.Helper()
+	v, ok := res[key].(float64)
+	require.True(t, ok, "%s is %v", key, res[key])
+	return v
+}
+
+func TestEstimateJSONContract(t *testing.T) {
+	res := estimateJSONOf(t, "--model", "gpt2", "--batch", "2", "--seq", "256", "--card", "rtx4090-24g", "--max-batch", "--max-seq")
+	for _, k := range []string{"parameters", "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+		"kv_cache_bytes", "overhead_bytes", "total_bytes", "host_bytes", "peak_allocated_bytes", "peak_reserved_bytes",
+		"fits", "max_batch", "max_seq", "phases", "remedies", "need_bytes", "fragmentation"} {
+		assert.Contains(t, res, k)
+	}
+	assert.EqualValues(t, 124439808, res["parameters"])
+	assert.Equal(t, true, res["fits"])
+	assert.Greater(t, num(t, res, "max_batch"), 2.0)
+	assert.EqualValues(t, 1024, res["max_seq"])
+	assert.EqualValues(t, 24<<30, res["capacity_bytes"])
+	assert.Greater(t, num(t, res, "peak_reserved_bytes"), num(t, res, "peak_allocated_bytes")*0.99)
+	res = estimateJSONOf(t, "--model", "gpt2")
+	assert.NotContains(t, res, "max_batch", "only when asked")
+}
+
+// The guide's figures through the command line.
+func TestEstimateGuideFigures(t *testing.T) {
+	res := estimateJSONOf(t, "--params", "7B", "--mode", "full", "--precision", "amp-bf16", "--optimizer", "adamw")
+	state := num(t, res, "weights_bytes") + num(t, res, "gradients_bytes") + num(t, res, "optimizer_bytes")
+	assert.Equal(t, 112e9, state, "16 bytes per parameter")
+	assert.Equal(t, false, res["fits"], "112 GB does not fit 80 GiB")
+	assert.Equal(t, false, res["activations_counted"])
+
+	for prec, want := range map[string][2]float64{"": {14e9, 14e9}, "int8": {7e9, 7.01e9}, "int4": {3.5e9, 3.7e9}} {
+		args := []string{"--params", "7B", "--mode", "infer"}
+		if prec != "" {
+			args = append(args, "--precision", prec)
+		}
+		w := num(t, estimateJSONOf(t, args...), "weights_bytes")
+		assert.True(t, w >= want[0] && w <= want[1], "7B %s: %g bytes of weights", prec, w)
+	}
+
+	res = estimateJSONOf(t, "--layers", "24", "--hidden", "2048", "--mode", "lora", "--lora-rank", "8", "--batch", "4",
+		"--seq", "512", "--precision", "amp-fp16", "--card", "rtx3060-12g")
+	tot := num(t, res, "total_bytes")
+	assert.True(t, tot >= 6e9 && tot <= 9e9, "1.3B LoRA needs %g bytes", tot)
+	assert.Equal(t, true, res["fits"])
+}
+
+func TestEstimateText(t *testing.T) {
+	out, errOut, code := runCmd(t, "estimate", "--model", "llama-7b", "--precision", "amp-bf16", "--batch", "4", "--seq", "2048", "--card", "a100-80g")
+	require.Equal(t, 0, code, errOut)
+	for _, s := range []string{"llama-7b: 32 layers", "optimizer state", "peak allocated", "peak reserved", "does not fit on a100-80g",
+		"remedies, cheapest first", "--checkpointing", "--mode qlora", "--offload optimizer", "--shard fsdp"} {
+		assert.Contains(t, out, s)
+	}
+	out, errOut, code = runCmd(t, "estimate", "--model", "tinyllama-1.1b", "--mode", "infer", "--batch", "8", "--seq", "1024",
+		"--generate", "32", "--card", "l4-24g", "--max-batch")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "fits on l4-24g")
+	assert.Contains(t, out, "key/value cache")
+	assert.Regexp(t, `largest batch that fits: \d+`, out)
+	out, errOut, code = runCmd(t, "estimate", "--params", "7B")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "activations need the model's dimensions")
+}
+
+// A search in which everything is too big answers none, not an error.
+func TestEstimateSearchTooBig(t *testing.T) {
+	res := estimateJSONOf(t, "--model", "llama-70b", "--card", "rtx3060-12g", "--max-batch", "--max-seq")
+	assert.EqualValues(t, 0, res["max_batch"])
+	assert.EqualValues(t, 0, res["max_seq"])
+	assert.Equal(t, false, res["fits"])
+	out, _, code := runCmd(t, "estimate", "--model", "llama-70b", "--card", "rtx3060-12g", "--max-batch")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "largest batch that fits: none")
+}
+
+func TestEstimateConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+		"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000}`), 0o644))
+	res := estimateJSONOf(t, "--config", path, "--mode", "qlora", "--batch", "2", "--seq", "1024", "--checkpointing")
+	assert.EqualValues(t, 7241732096, res["parameters"])
+	assert.Equal(t, "amp-bf16", res["precision"])
+	assert.EqualValues(t, 1, res["checkpointing"])
+	res = estimateJSONOf(t, "--config", path, "--layers", "2", "--checkpointing=2", "--gpus", "4", "--shard", "zero3", "--offload", "optimizer")
+	assert.Less(t, num(t, res, "parameters"), 1e9, "--layers overrides the config")
+	assert.EqualValues(t, 2, res["checkpointing"])
+	assert.Greater(t, num(t, res, "host_bytes"), 0.0)
+}
+
+func TestEstimateBadInput(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"model_type": "llama", "num_hidden_layers": -3}`), 0o644))
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "no model"},
+		{[]string{"--model", "gpt5"}, `unknown model "gpt5"`},
+		{[]string{"--model", "gpt2", "--params", "7B"}, "one of --model, --config and --params"},
+		{[]string{"--params", "7B", "--layers", "2"}, "does not combine"},
+		{[]string{"--params", "seven"}, "bad parameter count"},
+		{[]string{"--params", "0"}, "must be 1.."},
+		{[]string{"--config", filepath.Join(dir, "missing.json")}, "no such file"},
+		{[]string{"--config", bad}, "num_hidden_layers"},
+		{[]string{"--hidden", "768"}, "need at least --layers and --hidden"},
+		{[]string{"--layers", "900000", "--hidden", "768"}, "layers must be 1..4096, got 900000"},
+		{[]string{"--layers", "2", "--hidden", "100"}, "give --heads"},
+		{[]string{"--layers", "2", "--hidden", "768", "--heads", "5"}, "not a multiple of heads"},
+		{[]string{"--layers", "2", "--hidden", "768", "--kv-heads", "5"}, "kv-heads"},
+		{[]string{"--layers", "0", "--hidden", "768"}, "--layers must be at least 1"},
+		{[]string{"--layers", "2", "--hidden", "768", "--family", "t5"}, `unknown family "t5"`},
+		{[]string{"--model", "gpt2", "--family", "llama"}, "--family applies"},
+		{[]string{"--model", "gpt2", "--mode", "pretrain"}, `unknown mode "pretrain"`},
+		{[]string{"--model", "gpt2", "--precision", "fp8"}, `unknown precision "fp8"`},
+		{[]string{"--model", "gpt2", "--precision", "int4"}, "for --mode infer"},
+		{[]string{"--model", "gpt2", "--mode", "infer", "--precision", "amp-bf16"}, "training precision"},
+		{[]string{"--model", "gpt2", "--mode", "qlora", "--precision", "int8"}, "NF4"},
+		{[]string{"--model", "gpt2", "--optimizer", "lion"}, `unknown optimizer "lion"`},
+		{[]string{"--model", "gpt2", "--optimizer-impl", "magic"}, "unknown optimizer implementation"},
+		{[]string{"--model", "gpt2", "--mode", "infer", "--optimizer", "sgd"}, "--optimizer applies to training"},
+		{[]string{"--model", "gpt2", "--mode", "infer", "--loss-only"}, "--loss-only applies to training"},
+		{[]string{"--model", "gpt2", "--batch", "0"}, "--batch must be at least 1"},
+		{[]string{"--model", "gpt2", "--batch", "x"}, `invalid value "x" for flag -batch`},
+		{[]string{"--model", "gpt2", "--seq", "0"}, "--seq must be at least 1"},
+		{[]string{"--model", "gpt2", "--seq", "2048"}, "longer than the model's 1024 learned positions"},
+		{[]string{"--model", "gpt2", "--batch", "999999999"}, "batch must be 1.."},
+		{[]string{"--model", "gpt2", "--generate", "5"}, "generate applies to --mode infer"},
+		{[]string{"--model", "bert-base", "--mode", "infer", "--generate", "5"}, "does not generate"},
+		{[]string{"--model", "gpt2", "--lora-rank", "8"}, "apply to --mode lora and qlora"},
+		{[]string{"--model", "gpt2", "--mode", "lora", "--lora-rank", "0"}, "--lora-rank must be at least 1"},
+		{[]string{"--model", "gpt2", "--mode", "lora", "--lora-targets", "q,x"}, `unknown LoRA target "x"`},
+		{[]string{"--model", "gpt2", "--checkpointing=many"}, "want true, false or K"},
+		{[]string{"--model", "gpt2", "--checkpointing", "4"}, "--checkpointing=K"},
+		{[]string{"--model", "gpt2", "--mode", "infer", "--checkpointing"}, "checkpointing applies to training"},
+		{[]string{"--model", "gpt2", "--attention", "sparse"}, `unknown attention "sparse"`},
+		{[]string{"--model", "gpt2", "--dropout", "1.5"}, "dropout must be in [0, 1)"},
+		{[]string{"--model", "gpt2", "--activation", "swoosh"}, `unknown activation "swoosh"`},
+		{[]string{"--model", "gpt2", "--softmax", "slow"}, `unknown softmax "slow"`},
+		{[]string{"--model", "gpt2", "--gpus", "0"}, "--gpus must be at least 1"},
+		{[]string{"--model", "gpt2", "--shard", "zero4"}, `unknown shard "zero4"`},
+		{[]string{"--model", "gpt2", "--shard", "fsdp"}, "give --gpus 2 or more"},
+		{[]string{"--model", "gpt2", "--offload", "disk"}, `unknown offload "disk"`},
+		{[]string{"--model", "gpt2", "--mode", "infer", "--offload", "optimizer"}, "no optimizer to offload"},
+		{[]string{"--model", "gpt2", "--card", "rtx9090"}, `unknown card "rtx9090"`},
+		{[]string{"--model", "gpt2", "--card", "a100-80g", "--capacity", "1GiB"}, "not both"},
+		{[]string{"--model", "gpt2", "--capacity", "0"}, "more than 0"},
+		{[]string{"--model", "gpt2", "--capacity", "9TiB"}, "at most 8TiB"},
+		{[]string{"--model", "gpt2", "--overhead", "-1"}, "bad size"},
+		{[]string{"--model", "gpt2", "--conf", "bogus:1"}, `unrecognized key "bogus"`},
+		{[]string{"--params", "7B", "--max-batch"}, "need the model's dimensions"},
+		{[]string{"--params", "7B", "--mode", "lora"}, "need the model's dimensions"},
+		{[]string{"--model", "gpt2", "extra"}, `unexpected argument "extra"`},
+	} {
+		_, errOut, code := runCmd(t, append([]string{"estimate"}, c.args...)...)
+		assert.Equal(t, 2, code, "%v: %s", c.args, errOut)
+		assert.Contains(t, errOut, c.want, "%v", c.args)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), "%v: one line: %q", c.args, errOut)
+	}
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+// A failed write of the output is an error (exit status 1), reported in
+// one line.
+func TestEstimateWriteError(t *testing.T) {
+	for _, args := range [][]string{{"--model", "gpt2"}, {"--model", "gpt2", "--json"}} {
+		var errOut bytes.Buffer
+		code := run(append([]string{"estimate"}, args...), failingWriter{}, &errOut)
+		assert.Equal(t, 1, code)
+		assert.Contains(t, errOut.String(), "no space left on device")
+		assert.Equal(t, 1, strings.Count(errOut.String(), "\n"), errOut.String())
+	}
+	if f, err := os.OpenFile("/dev/full", os.O_WRONLY, 0); err == nil {
+		defer f.Close()
+		var errOut bytes.Buffer
+		assert.Equal(t, 1, run([]string{"estimate", "--model", "gpt2"}, f, &errOut), errOut.String())
+	}
+}
+
+func TestEstimateHelp(t *testing.T) {
+	_, errOut, code := runCmd(t, "estimate", "--help")
+	assert.Equal(t, 0, code)
+	for _, flag := range []string{"-model", "-config", "-params", "-layers", "-hidden", "-heads", "-kv-heads", "-intermediate",
+		"-vocab", "-mode", "-precision", "-optimizer", "-batch", "-seq", "-lora-rank", "-checkpointing", "-attention", "-gpus",
+		"-shard", "-offload", "-card", "-capacity", "-max-batch", "-json"} {
+		assert.Contains(t, errOut, flag)
+	}
+}
