@@ -7,6 +7,7 @@ require (
 	github.com/google/pprof v0.0.0-20261105003125-4bf881d7fb0b
 	github.com/nlpodyssey/gopickle v0.2.0
 	github.com/stretchr/testify v1.12.1
+	golang.org/x/sync v0.25.0
 	golang.org/x/term v0.48.0
 	gorgonia.org/cu v0.9.6
 	pgregory.net/rapid v1.3.0
