@@ -8,7 +8,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/estimate"
 	"github.com/gpumem/gpumem/stats"
 )
@@ -49,9 +48,9 @@ func runEstimate(args []string, stdout, stderr io.Writer) error {
 	if err := m.Validate(); err != nil {
 		return usageError{err.Error()}
 	}
-	cfg, err := allocator.ParseConf(*conf)
+	cfg, err := resolveConf(fs, *conf)
 	if err != nil {
-		return usageError{err.Error()}
+		return err
 	}
 	r, err := estimate.Simulate(m, capacity.n, cfg, 2)
 	if err != nil {
