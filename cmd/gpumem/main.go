@@ -232,6 +232,9 @@ func parseFlags(fs *flagSet, args []string) error {
 		return err
 	}
 	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		msg = "unknown flag " + clip(flagName(name))
+	}
 	fs.VisitAll(func(f *flag.Flag) {
 		for _, pat := range []string{"flag -%s:", "for -%s:", ": -%s"} {
 			old := fmt.Sprintf(pat, f.Name)

@@ -42,7 +42,7 @@ func (c *checkedWriter) Write(p []byte) (int, error) {
 const maxQuote = 100
 
 // maxMessage bounds a whole error message, whatever it holds.
-const maxMessage = 2000
+const maxMessage = 1200
 
 // clip returns s, or its first maxQuote bytes (whole characters) and a
 // note of its length.

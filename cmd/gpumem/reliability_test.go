@@ -189,7 +189,7 @@ func TestMessagesBounded(t *testing.T) {
 	} {
 		_, errOut, code := runCmd(t, args...)
 		assert.NotEqual(t, 0, code)
-		assert.Less(t, len(errOut), 2500, "%.40q...: %d bytes of message", args, len(errOut))
+		assert.Less(t, len(errOut), 1500, "%.40q...: %d bytes of message", args, len(errOut))
 	}
 }
 
