@@ -198,7 +198,7 @@ func TestTune(t *testing.T) {
 	assert.Contains(t, out, "  GPUMEM_ALLOC_CONF=")
 	assert.Contains(t, out, "default (PyTorch's default)")
 	assert.Contains(t, out, "  max_split_size_mb:1024", "the configuration in the environment is tried too")
-	assert.Contains(t, out, "(non-monotone: runs from 72.00 MiB)")
+	assert.Contains(t, out, "(non-monotone: fails on 70 MiB, runs from 72 MiB)")
 	assert.Empty(t, errOut, "no progress bar when not on a terminal")
 
 	_, errOut, code = runCmd(t, "tune", "--jobs", "0", "x")

@@ -127,7 +127,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		}
 		nm := ""
 		if len(r.Fit.NonMonotone) > 0 {
-			nm = " (non-monotone: runs from " + stats.FormatSize(r.Fit.SafeCapacity) + ")"
+			nm = fmt.Sprintf(" (non-monotone: fails on %d MiB, runs from %d MiB)", r.Fit.NonMonotone[0]>>20, r.Fit.SafeCapacity>>20)
 		}
 		fmt.Fprintf(tw, "%d\t%d MiB\t%s\t%d\t%d\t%s%s%s\n", i+1, r.Fit.MinCapacity>>20,
 			stats.FormatSize(uint64(max(r.AtCapacity.PeakReserved, 0))), r.DeviceCalls(), r.AtCapacity.OOMs, confLabel(r.Conf), mark, nm)

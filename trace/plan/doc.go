@@ -57,7 +57,8 @@
 // interest, and ranks them: the smallest capacity that runs first, then
 // peak reserved bytes, then device calls, then the candidate order, so
 // that the best is never worse than the default or expandable_segments
-// alone. PyTorchSetting turns a configuration into what PyTorch takes:
+// alone; a configuration that runs out of memory on the device of
+// interest ranks below every one that does not. PyTorchSetting turns a configuration into what PyTorch takes:
 // the PYTORCH_CUDA_ALLOC_CONF value and a memory fraction, which PyTorch
 // sets with a call rather than a key.
 //

@@ -139,7 +139,11 @@ func (r *TuneResult) DeviceCalls() int64 {
 // opt.Capacity, then by device calls there, and on a tie by the order of
 // the candidates, so that a simpler configuration early in the sweep wins.
 // With the default sweep the best is therefore never worse than PyTorch's
-// default or expandable_segments alone.
+// default or expandable_segments alone. One exception comes first: a
+// configuration that runs out of memory on opt.Capacity ranks below those
+// that do not, whatever its smallest capacity (which only a non-monotone
+// trace allows), so that the best runs on the device of interest if any
+// configuration does.
 func Tune(ops []trace.Op, opt TuneOptions) ([]TuneResult, error) {
 	cands := opt.Candidates
 	if len(cands) == 0 {
@@ -187,6 +191,7 @@ func Tune(ops []trace.Op, opt TuneOptions) ([]TuneResult, error) {
 	slices.SortStableFunc(order, func(a, b int) int {
 		ra, rb := &results[a], &results[b]
 		return cmp.Or(
+			cmp.Compare(min(ra.AtCapacity.OOMs, 1), min(rb.AtCapacity.OOMs, 1)),
 			cmp.Compare(ra.Fit.MinCapacity, rb.Fit.MinCapacity),
 			cmp.Compare(ra.AtCapacity.PeakReserved, rb.AtCapacity.PeakReserved),
 			cmp.Compare(ra.DeviceCalls(), rb.DeviceCalls()),

@@ -50,6 +50,9 @@ func TestTune(t *testing.T) {
 			byConf[r.Conf] = r
 			if i > 0 {
 				prev := res[i-1]
+				if prev.AtCapacity.OOMs == 0 && r.AtCapacity.OOMs > 0 {
+					continue // out of memory on the capacity: last
+				}
 				assert.LessOrEqual(t, prev.Fit.MinCapacity, r.Fit.MinCapacity, "ranked by the smallest capacity first")
 				if prev.Fit.MinCapacity == r.Fit.MinCapacity {
 					assert.LessOrEqual(t, prev.AtCapacity.PeakReserved, r.AtCapacity.PeakReserved)
@@ -121,4 +124,29 @@ func TestPyTorchSetting(t *testing.T) {
 	assert.Zero(t, frac)
 	assert.Contains(t, conf, "roundup_power2_divisions:[")
 	assert.Equal(t, "", CompactConf(allocator.Config{}))
+}
+
+// TestTuneRanksFailuresOnTheDeviceLast: on 70 MiB the non-monotone trace
+// fails with PyTorch's default although its smallest capacity, 62 MiB, is
+// below; with roundup_power2_divisions:2 it needs 70 MiB and runs there,
+// so that configuration ranks first.
+func TestTuneRanksFailuresOnTheDeviceLast(t *testing.T) {
+	ops := parse(t, nonMonotone)
+	var cands []Candidate
+	for _, conf := range []string{"", "roundup_power2_divisions:2"} {
+		c, err := NewCandidate(conf)
+		require.NoError(t, err)
+		cands = append(cands, c)
+	}
+	res, err := Tune(ops, TuneOptions{Capacity: 70 * mib, Candidates: cands})
+	require.NoError(t, err)
+	assert.Equal(t, "roundup_power2_divisions:2", res[0].Conf)
+	assert.EqualValues(t, 70*mib, res[0].Fit.MinCapacity)
+	assert.Zero(t, res[0].AtCapacity.OOMs)
+	assert.EqualValues(t, 62*mib, res[1].Fit.MinCapacity)
+	assert.Positive(t, res[1].AtCapacity.OOMs)
+	// On a roomy device the smaller capacity wins.
+	res, err = Tune(ops, TuneOptions{Candidates: cands})
+	require.NoError(t, err)
+	assert.Equal(t, "", res[0].Conf)
 }
