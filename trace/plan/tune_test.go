@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/trace"
 )
 
 func TestSweep(t *testing.T) {
@@ -28,13 +29,14 @@ func TestSweep(t *testing.T) {
 func TestTune(t *testing.T) {
 	for _, c := range []struct {
 		path  string
+		ops   []trace.Op
 		cands []Candidate
 	}{
-		{smallTrace, Sweep()},
-		{"testdata/batches/bert_b2.trace.gz", Sweep()[:8]},
+		{"nonMonotone", parse(t, nonMonotone), Sweep()},
+		{smallTrace, load(t, smallTrace), Sweep()[:8]},
+		{"bert_b2", load(t, "testdata/batches/bert_b2.trace.gz"), Sweep()[:4]},
 	} {
-		path := c.path
-		ops := load(t, path)
+		path, ops := c.path, c.ops
 		var calls []int
 		res, err := Tune(ops, TuneOptions{Jobs: 2, Candidates: c.cands, Progress: func(done, total int) {
 			assert.Equal(t, len(c.cands), total)
