@@ -127,6 +127,9 @@ func writeOutput(path string, stdout io.Writer, write func(w io.Writer) error) e
 	if path == "-" {
 		return write(stdout)
 	}
+	if path == "" {
+		return errors.New("writing: no file name given")
+	}
 	name := clip(path)
 	info, err := os.Stat(path)
 	switch {

@@ -28,6 +28,8 @@ func TestWriteOutputFailsMidway(t *testing.T) {
 	assert.Equal(t, "precious", string(b))
 	assertOnly(t, dir, "out")
 
+	assert.ErrorContains(t, writeOutput("", io.Discard, func(io.Writer) error { return nil }), "no file name")
+
 	// A new file in a directory that does not exist.
 	err = writeOutput(filepath.Join(dir, "no", "such"), io.Discard, func(w io.Writer) error { return nil })
 	assert.ErrorContains(t, err, "creating a file beside it")

@@ -179,8 +179,11 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	if mb != nil {
 		switch {
 		case mb.MaxBatch == 0:
-			lo, _ := m.Range()
-			fmt.Fprintf(stdout, "largest batch that fits: none (batch %d runs out of memory)\n", lo)
+			if lo, hi := m.Range(); lo <= hi {
+				fmt.Fprintf(stdout, "largest batch that fits: none (batch %d runs out of memory)\n", lo)
+			} else {
+				fmt.Fprintln(stdout, "largest batch that fits: none (at no batch are all the modelled sizes in range)")
+			}
 		case mb.Unbounded:
 			fmt.Fprintf(stdout, "largest batch that fits: any (the peak does not grow with the batch; tried up to %d)\n", mb.MaxBatch)
 		default:
