@@ -79,10 +79,10 @@ func oneLine(msg string) string {
 		switch c {
 		case '"':
 			if q, err := strconv.QuotedPrefix(msg[i:]); err == nil {
-				if s, err := strconv.Unquote(q); err == nil && len(s) > maxQuote {
-					b.WriteString(quote(s))
+				if s, err := strconv.Unquote(q); err == nil {
+					b.WriteString(quote(s)) // requoted: no raw control character survives
 				} else {
-					b.WriteString(q)
+					b.WriteString(strings.NewReplacer("\r", `\r`, "\n", `\n`).Replace(q))
 				}
 				i += len(q)
 				continue

@@ -64,3 +64,18 @@ func TestOneLine(t *testing.T) {
 	assert.Equal(t, "abc", clip("abc"))
 	assert.Contains(t, clip(strings.Repeat("z", 101)), "... (101 bytes)")
 }
+
+// FuzzOneLine: any message becomes one line of bounded length.
+func FuzzOneLine(f *testing.F) {
+	f.Add(`a "quoted \" string" and more` + "\n" + `"unterminated`)
+	f.Add(strings.Repeat(`"x`, 300))
+	f.Fuzz(func(t *testing.T, msg string) {
+		s := oneLine(msg)
+		if strings.ContainsAny(s, "\n\r") {
+			t.Fatalf("more than one line: %q", s)
+		}
+		if len(s) > maxMessage+100 && len(s) > len(msg)+100 {
+			t.Fatalf("%d bytes from %d", len(s), len(msg))
+		}
+	})
+}

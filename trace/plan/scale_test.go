@@ -255,3 +255,36 @@ func TestModelErrors(t *testing.T) {
 	require.Error(t, err)
 	assert.Less(t, len(err.Error()), 300)
 }
+
+// FuzzNewModel: any two traces and batches give a model or an error,
+// never a panic, and a model synthesizes what it claims.
+func FuzzNewModel(f *testing.F) {
+	f.Add("a 1 100\nf 1\n", "a 1 300\nf 1\n", uint64(1), uint64(3), uint64(5))
+	f.Add("a 1 100\na 2 7\nr 1 2\nf 2\nf 1\n", "a 5 0\na 6 7\nr 5 2\nf 6\nf 5\n", uint64(2), uint64(1), uint64(1<<40))
+	f.Add("a 1 9223372036854775807\n", "a 1 0\n", uint64(1), uint64(2), uint64(3))
+	f.Fuzz(func(t *testing.T, x, y string, bx, by, n uint64) {
+		ox, err := trace.ReadAll(strings.NewReader(x))
+		if err != nil {
+			return
+		}
+		oy, err := trace.ReadAll(strings.NewReader(y))
+		if err != nil {
+			return
+		}
+		m, err := NewModel(Probe{"x", bx, ox}, Probe{"y", by, oy})
+		if err != nil {
+			return
+		}
+		ops, err := m.Ops(n)
+		if err != nil {
+			return
+		}
+		peak, err := m.PeakRequested(n)
+		if err != nil {
+			t.Fatalf("Ops(%d) worked, PeakRequested did not: %v", n, err)
+		}
+		if peak != PeakRequested(ops) {
+			t.Fatalf("PeakRequested(%d) = %d, of the ops %d", n, peak, PeakRequested(ops))
+		}
+	})
+}
