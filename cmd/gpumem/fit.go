@@ -129,7 +129,11 @@ func runFit(args []string, stdout, stderr io.Writer) error {
 // printFit prints one configuration's answer.
 func printFit(w io.Writer, label string, r fitted) {
 	fmt.Fprintf(w, "  %s\n", clip(label))
-	fmt.Fprintf(w, "    runs on  %s: %.3f x the peak requested\n", human(int64(r.MinCapacity)), r.FitRatio)
+	if r.PeakRequested == 0 {
+		fmt.Fprintf(w, "    runs on  %s, the smallest device: the trace requests no memory\n", human(int64(r.MinCapacity)))
+	} else {
+		fmt.Fprintf(w, "    runs on  %s: %.3f x the peak requested\n", human(int64(r.MinCapacity)), r.FitRatio)
+	}
 	if r.MinCapacity > plan.Step {
 		fmt.Fprintf(w, "    not on   %s: %s out of memory\n", human(int64(r.MinCapacity-plan.Step)), plural(r.BelowOOMs, "allocation runs", "allocations run"))
 	}
