@@ -49,9 +49,10 @@
 //     allocator as memtrace (and a pprof profile of live memory by call
 //     site), trace/pytorch reads and writes PyTorch memory snapshots,
 //     trace/rmm reads RMM logs, trace/convert converts any of them to
-//     memtrace.
+//     memtrace, and trace/plan answers from a trace: the smallest device
+//     it runs on, its memory at a bigger batch, the best configuration.
 //   - estimate: will a transformer train on a card, by count and by
 //     simulation.
 //   - cmd/gpumem: the command line: demo, replay, compare, convert,
-//     estimate, viz.
+//     estimate, viz, fit, scale, tune.
 package gpumem

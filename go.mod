@@ -10,6 +10,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
 	github.com/stretchr/testify v1.12.1
+	golang.org/x/sync v0.25.0
 	golang.org/x/term v0.48.0
 	gorgonia.org/cu v0.9.6
 	pgregory.net/rapid v1.3.0

@@ -14,26 +14,29 @@ import (
 )
 
 func runDemo(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("demo", "[--steps N] [--conf CONF] [--capacity SIZE]", stderr)
-	steps := fs.Int("steps", 5, "training steps to run")
-	conf := fs.String("conf", "", "allocator configuration, PYTORCH_CUDA_ALLOC_CONF syntax")
-	capacity := &sizeFlag{80 << 30}
-	fs.Var(capacity, "capacity", "simulated device memory")
-	layers := fs.Int("layers", 12, "transformer layers of the toy model")
+	fs := newFlags("demo", "[--steps N] [--layers N] [--conf CONF] [--capacity SIZE | --card NAME]", stderr)
+	steps := fs.Int("steps", 5, "training `N` steps to run")
+	layers := fs.Int("layers", 12, "`N` transformer layers of the toy model (1 to 1000)")
+	conf := fs.String("conf", "", "allocator configuration `CONF`, PYTORCH_CUDA_ALLOC_CONF syntax (default: GPUMEM_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF)")
+	devFlags := addDeviceFlags(fs, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+		return usageError{fmt.Sprintf("unexpected argument %s", quote(fs.Arg(0)))}
 	}
 	if *steps < 1 || *layers < 1 || *layers > 1000 {
 		return usageError{"--steps and --layers must be at least 1 (layers at most 1000)"}
 	}
-	cfg, err := allocator.ParseConf(*conf)
+	cfg, err := resolveConf(fs, *conf)
 	if err != nil {
-		return usageError{err.Error()}
+		return err
 	}
-	dev, err := sim.New(sim.Config{Capacity: capacity.n})
+	capacity, _, _, err := devFlags.resolve()
+	if err != nil {
+		return err
+	}
+	dev, err := sim.New(sim.Config{Capacity: capacity})
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,7 @@ preset or config). Sizes accept 80GiB, 24GB or bytes; counts 7e9, 7B or 1.3B.`
 
 // estimateFlags are the command's flags, read into a plan.
 type estimateFlags struct {
-	fs                                *flag.FlagSet
+	fs                                *flagSet
 	model, config, params, family     string
 	layers, hidden, heads, kvHeads    int
 	intermediate, vocab, headDim      int
@@ -350,9 +350,12 @@ func (f *estimateFlags) device(pl *estimate.Plan, set map[string]bool) error {
 	}
 	var err error
 	if set["conf"] {
-		pl.Alloc, err = allocator.ParseConf(f.conf)
+		pl.Alloc, err = parseConf(f.conf)
 	} else {
-		pl.Alloc, err = allocator.ConfigFromEnv()
+		var s string
+		if s, _, err = envConf(); err == nil {
+			pl.Alloc, err = allocator.ParseConf(s)
+		}
 	}
 	return err
 }

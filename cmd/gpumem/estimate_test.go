@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -148,7 +147,7 @@ func TestEstimateBadInput(t *testing.T) {
 		{[]string{"--model", "gpt2", "--mode", "infer", "--optimizer", "sgd"}, "--optimizer applies to training"},
 		{[]string{"--model", "gpt2", "--mode", "infer", "--loss-only"}, "--loss-only applies to training"},
 		{[]string{"--model", "gpt2", "--batch", "0"}, "--batch must be at least 1"},
-		{[]string{"--model", "gpt2", "--batch", "x"}, `invalid value "x" for flag -batch`},
+		{[]string{"--model", "gpt2", "--batch", "x"}, `invalid value "x" for flag --batch`},
 		{[]string{"--model", "gpt2", "--seq", "0"}, "--seq must be at least 1"},
 		{[]string{"--model", "gpt2", "--seq", "2048"}, "longer than the model's 1024 learned positions"},
 		{[]string{"--model", "gpt2", "--batch", "999999999"}, "batch must be 1.."},
@@ -185,10 +184,6 @@ func TestEstimateBadInput(t *testing.T) {
 		assert.Equal(t, 1, strings.Count(errOut, "\n"), "%v: one line: %q", c.args, errOut)
 	}
 }
-
-type failingWriter struct{}
-
-func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
 
 // A failed write of the output is an error (exit status 1), reported in
 // one line.

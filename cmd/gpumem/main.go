@@ -1,20 +1,34 @@
 // Command gpumem runs gpumem's caching allocator on the simulated device:
 // a demo training loop, replays of allocation traces, side-by-side
-// comparisons of configurations, and conversion of other tools' logs to
-// memtrace.
+// comparisons of configurations, conversion of other tools' logs to
+// memtrace, pictures, and answers from a trace: the smallest device it
+// runs on (fit), its memory at a bigger batch (scale) and the best
+// configuration (tune).
 //
 // Usage:
 //
-//	gpumem demo [--steps N] [--conf CONF]
-//	gpumem replay [--conf CONF] [--capacity SIZE] [--baseline] [--json] [--summary] [--snapshot OUT.pickle] TRACE...
-//	gpumem compare [--conf CONF]... [--capacity SIZE] TRACE
-//	gpumem convert [-o OUT] FILE
-//	gpumem estimate (--model NAME | --config FILE | --params 7B | --layers N --hidden N) [--mode ...] [--card NAME] [--json]
-//	gpumem viz [-o OUT.svg] [--conf CONF] [--capacity SIZE] TRACE
+//	gpumem demo [--steps N] [--layers N] [--conf CONF] [--capacity SIZE]
+//	gpumem replay [--conf CONF] [--capacity SIZE | --card NAME] [--baseline] [--json] [--summary] [--fail-on-oom] [--snapshot OUT.pickle] [--history N] TRACE...
+//	gpumem compare [--conf CONF]... [--capacity SIZE | --card NAME] [--json] TRACE
+//	gpumem convert [-o OUT] [--device N] FILE
+//	gpumem estimate (--model NAME | --config FILE | --params 7B | --layers N --hidden N) [--mode ...] [--card NAME | --capacity SIZE] [--max-batch] [--json]
+//	gpumem viz [-o OUT.svg] [--conf CONF] [--capacity SIZE | --card NAME] TRACE
+//	gpumem fit [--conf CONF]... [--checks N] [--json] TRACE...
+//	gpumem scale --probe FILE@BATCH --probe FILE@BATCH [--probe FILE@BATCH]... --batch N [--capacity SIZE | --card NAME] [--conf CONF] [--json] [--write OUT]
+//	gpumem tune [--capacity SIZE | --card NAME] [--conf CONF]... [--jobs N] [--all] [--json] TRACE
+//	gpumem version
 //
-// CONF uses PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax, for example
-// "max_split_size_mb:128,garbage_collection_threshold:0.6". SIZE accepts
-// 80GiB, 512MiB or plain bytes.
+// A TRACE is a memtrace (plain or gzip), a PyTorch memory snapshot pickle
+// (torch.cuda.memory._dump_snapshot) or an RMM log, told apart by their
+// content. CONF uses PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax, for
+// example "max_split_size_mb:128,garbage_collection_threshold:0.6";
+// without --conf the command reads GPUMEM_ALLOC_CONF, then
+// PYTORCH_CUDA_ALLOC_CONF. SIZE accepts 80GiB, 512MiB or plain bytes; NAME
+// is a card such as a100-80g.
+//
+// Exit status: 0 on success, 1 on an error, 2 on a usage error (including
+// a bad configuration in the environment), 3 when replay --fail-on-oom
+// saw an allocation run out of memory.
 package main
 
 import (
@@ -23,6 +37,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
 )
 
 func main() {
@@ -34,79 +51,205 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
+// exitError is an error with its own exit status.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e exitError) Error() string { return e.msg }
+
 const usage = `gpumem: a caching GPU memory allocator, faithful to PyTorch, on a simulated device.
 
 Usage:
-  gpumem demo [--steps N] [--conf CONF]            run a small training loop and print the memory summary
-  gpumem replay [flags] TRACE...                   replay allocation traces and print what they cost
-  gpumem compare --conf A --conf B ... TRACE       replay one trace under several configurations side by side
-  gpumem convert [-o OUT] FILE                     convert a PyTorch snapshot or RMM log to memtrace
-  gpumem estimate --model NAME [--card NAME ...]   will this model fit on this card, and what to change
-  gpumem viz [-o OUT.svg] [--conf CONF] TRACE      draw a replay: memory timeline and segment map (SVG)
+  gpumem demo [flags]                          run a small training loop and print the memory summary
+  gpumem replay [flags] TRACE...               replay allocation traces and print what they cost
+  gpumem compare [--conf CONF]... TRACE        replay one trace under several configurations side by side
+  gpumem convert [-o OUT] FILE                 convert a PyTorch snapshot or RMM log to memtrace
+  gpumem estimate [flags]                      will this transformer train on this card
+  gpumem viz [-o OUT.svg] TRACE                draw a replay: memory timeline and segment map (SVG)
+  gpumem fit [--conf CONF]... TRACE...         the smallest device each trace runs on
+  gpumem scale --probe FILE@BATCH... --batch N predict a trace at a bigger batch from small probes
+  gpumem tune [--capacity SIZE] TRACE          find the allocator configuration that serves a trace best
+  gpumem version                               print the version
 
+A TRACE is a memtrace, a PyTorch memory snapshot or an RMM log. Without
+--conf, commands read GPUMEM_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF.
 Run 'gpumem COMMAND --help' for a command's flags.
 `
 
-// run executes the command line args and returns the exit status.
+// commands maps each command to its function.
+var commands = map[string]func(args []string, stdout, stderr io.Writer) error{
+	"demo":     runDemo,
+	"replay":   runReplay,
+	"compare":  runCompare,
+	"convert":  runConvert,
+	"estimate": runEstimate,
+	"viz":      runViz,
+	"fit":      runFit,
+	"scale":    runScale,
+	"tune":     runTune,
+	"version": func(args []string, stdout, stderr io.Writer) error {
+		if len(args) > 0 {
+			return usageError{"version takes no arguments"}
+		}
+		_, err := fmt.Fprintln(stdout, versionString())
+		return err
+	},
+}
+
+// run executes the command line args and returns the exit status. What
+// the command writes to stdout is checked: a failed write is an error
+// (exit status 1), reported in one line.
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
+	name := args[0]
+	out := &checkedWriter{w: stdout}
 	var err error
-	switch args[0] {
-	case "demo":
-		err = runDemo(args[1:], stdout, stderr)
-	case "replay":
-		err = runReplay(args[1:], stdout, stderr)
-	case "compare":
-		err = runCompare(args[1:], stdout, stderr)
-	case "convert":
-		err = runConvert(args[1:], stdout, stderr)
-	case "estimate":
-		err = runEstimate(args[1:], stdout, stderr)
-	case "viz":
-		err = runViz(args[1:], stdout, stderr)
+	switch name {
 	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
-		return 0
+		fmt.Fprint(out, usage)
+	case "--version", "-version":
+		name = "version"
+		err = commands[name](args[1:], out, stderr)
 	default:
-		fmt.Fprintf(stderr, "gpumem: unknown command %q\n\n%s", args[0], usage)
-		return 2
+		cmd, ok := commands[name]
+		if !ok {
+			fmt.Fprintf(stderr, "gpumem: unknown command %s (run 'gpumem help')\n", quote(name))
+			return 2
+		}
+		err = cmd(args[1:], out, stderr)
 	}
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
+	if out.err != nil {
+		// The output error first: the command's own error is often the
+		// same failure seen later.
+		fmt.Fprintf(stderr, "gpumem %s: writing standard output: %s\n", name, oneLine(out.err.Error()))
+		return 1
+	}
+	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
-	fmt.Fprintf(stderr, "gpumem %s: %v\n", args[0], err)
+	fmt.Fprintf(stderr, "gpumem %s: %s\n", name, oneLine(err.Error()))
 	var ue usageError
-	if errors.As(err, &ue) {
+	var ee exitError
+	switch {
+	case errors.As(err, &ue):
 		return 2
+	case errors.As(err, &ee):
+		return ee.code
 	}
 	return 1
 }
 
-// newFlags returns a FlagSet for a subcommand that writes its usage to
-// stderr and returns errors instead of exiting.
-func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("gpumem "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
+// version is the release, set at build time with
+// -ldflags "-X main.version=v1.2.3"; otherwise the module's build
+// information says what it can.
+var version = ""
+
+// versionString returns "gpumem VERSION (REVISION), GO OS/ARCH".
+func versionString() string {
+	v := version
+	var rev, modified string
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = info.Main.Version
+		}
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					modified = ", modified"
+				}
+			}
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	s := "gpumem " + v
+	if rev != "" {
+		s += " (" + rev[:min(12, len(rev))] + modified + ")"
+	}
+	return s + ", " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
+}
+
+// flagSet is a subcommand's flags and its help.
+type flagSet struct {
+	*flag.FlagSet
+	help func()
+}
+
+// newFlags returns the flags of a subcommand, whose help (-h, --help)
+// names the flags as the synopsis does: one dash for a one-letter flag,
+// two for the others. Write a flag's value name in backquotes in its
+// usage text, as the synopsis writes it.
+func newFlags(name, synopsis string, stderr io.Writer) *flagSet {
+	fs := &flagSet{FlagSet: flag.NewFlagSet("gpumem "+name, flag.ContinueOnError)}
+	// Parse prints nothing: parseFlags reports errors in one line, and
+	// prints the help when asked.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	fs.help = func() {
 		fmt.Fprintf(stderr, "Usage: gpumem %s %s\n\nFlags:\n", name, synopsis)
-		fs.PrintDefaults()
+		fs.VisitAll(func(f *flag.Flag) {
+			value, text := flag.UnquoteUsage(f)
+			line := "  " + flagName(f.Name)
+			if value != "" {
+				line += " " + value
+			}
+			fmt.Fprintf(stderr, "%s\n    \t%s", line, strings.ReplaceAll(text, "\n", "\n    \t"))
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+				fmt.Fprintf(stderr, " (default %s)", f.DefValue)
+			}
+			fmt.Fprintln(stderr)
+		})
 	}
 	return fs
 }
 
-// parseFlags parses args, turning flag errors into usage errors.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+// flagName spells a flag as the usage lines do.
+func flagName(name string) string {
+	if len(name) == 1 {
+		return "-" + name
 	}
-	return nil
+	return "--" + name
+}
+
+// parseFlags parses args, turning flag errors into usage errors in one
+// line, with flags spelled as the help spells them.
+func parseFlags(fs *flagSet, args []string) error {
+	err := fs.Parse(args)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		fs.help()
+		return err
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		msg = "unknown flag " + clip(flagName(name))
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		for _, pat := range []string{"flag -%s:", "for -%s:", ": -%s"} {
+			old := fmt.Sprintf(pat, f.Name)
+			if strings.Contains(msg, old) && (!strings.HasPrefix(pat, ": ") || strings.HasSuffix(msg, old)) {
+				msg = strings.Replace(msg, old, strings.Replace(old, "-"+f.Name, flagName(f.Name), 1), 1)
+			}
+		}
+	})
+	return usageError{msg + " (see " + fs.Name() + " --help)"}
+}
+
+// flagGiven reports whether the flag called name was set on the command
+// line.
+func flagGiven(fs *flagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }

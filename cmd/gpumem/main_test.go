@@ -95,6 +95,10 @@ func TestReplayErrors(t *testing.T) {
 	}{
 		{[]string{"replay"}, 2, "no trace given"},
 		{[]string{"replay", "--capacity", "lots", "x"}, 2, "bad size"},
+		{[]string{"replay", "--bogus", "x"}, 2, "unknown flag --bogus (see gpumem replay --help)"},
+		{[]string{"replay", "-x", "x"}, 2, "unknown flag -x"},
+		{[]string{"replay", "--capacity"}, 2, "flag needs an argument: --capacity"},
+		{[]string{"replay", "--json=maybe", "x"}, 2, "for --json"},
 		{[]string{"replay", "--conf", "max_split_size_mb:5", "x"}, 2, "too small"},
 		{[]string{"replay", filepath.Join(dir, "missing")}, 1, "no such file"},
 		{[]string{"replay", bad}, 1, `line 2: "f 7": ID 7 is not live`},

@@ -1,5 +1,5 @@
 // This file holds the progress bar drawn on a terminal during long
-// replays.
+// replays and tunes.
 
 package main
 
@@ -18,13 +18,18 @@ type progressBar struct {
 	w     io.Writer
 	name  string
 	total int64
-	done  atomic.Int64
+	done  *atomic.Int64 // how far, in the units of total
 	last  time.Time
 	drawn bool
 }
 
-func newProgressBar(w io.Writer, name string, total int64) *progressBar {
-	return &progressBar{w: w, name: filepath.Base(name), total: total}
+// newProgressBar returns a bar of done out of total; done is a new
+// counter if nil.
+func newProgressBar(w io.Writer, name string, total int64, done *atomic.Int64) *progressBar {
+	if done == nil {
+		done = new(atomic.Int64)
+	}
+	return &progressBar{w: w, name: clip(filepath.Base(name)), total: total, done: done}
 }
 
 func (p *progressBar) draw(force bool) {

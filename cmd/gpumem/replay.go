@@ -1,4 +1,4 @@
-// This file holds `gpumem replay` and `gpumem compare`.
+// This file holds `gpumem replay`, `gpumem compare` and `gpumem convert`.
 
 package main
 
@@ -14,10 +14,9 @@ import (
 	"golang.org/x/term"
 
 	"github.com/gpumem/gpumem/allocator"
-	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/stats"
-	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/convert"
+	"github.com/gpumem/gpumem/trace/plan"
 	"github.com/gpumem/gpumem/trace/pytorch"
 	"github.com/gpumem/gpumem/trace/replay"
 )
@@ -25,7 +24,8 @@ import (
 // replaySetup is one configuration to replay a trace under.
 type replaySetup struct {
 	label    string
-	conf     allocator.Config
+	conf     string
+	cfg      allocator.Config
 	baseline bool
 	// with, if set, is called with the caching allocator before the
 	// replay; the function it returns, after it.
@@ -33,56 +33,32 @@ type replaySetup struct {
 }
 
 // replayFile replays the trace at path under one setup on a fresh
-// simulated device of the given capacity.
-func replayFile(path string, setup replaySetup, capacity uint64, progress io.Writer) (*replay.Result, error) {
-	f, err := os.Open(path)
+// simulated device of the given capacity, drawing progress on progress
+// if it is not nil.
+func replayFile(path string, setup replaySetup, capacity uint64, progress io.Writer) (*plan.Outcome, error) {
+	in, err := openInput(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var in io.Reader = f
-	var bar *progressBar
-	if progress != nil {
-		if fi, err := f.Stat(); err == nil && fi.Size() > 0 {
-			bar = newProgressBar(progress, path, fi.Size())
-			in = &countingReader{r: f, n: &bar.done}
-			defer bar.finish()
-		}
-	}
-	r, err := trace.NewReader(in)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	dev, err := sim.New(sim.Config{Capacity: capacity})
+	defer in.Close()
+	m, err := plan.NewMachine(setup.cfg, capacity, setup.baseline)
 	if err != nil {
 		return nil, err
 	}
-	var target replay.Target
 	after := func() error { return nil }
-	if setup.baseline {
-		target, err = allocator.NewPassthrough(dev)
-	} else {
-		var a *allocator.Allocator
-		if a, err = allocator.New(dev, setup.conf); err == nil && setup.with != nil {
-			after = setup.with(a)
-		}
-		target = a
-	}
-	if err != nil {
-		return nil, err
+	if setup.with != nil && m.Allocator != nil {
+		after = setup.with(m.Allocator)
 	}
 	opt := replay.Options{Name: path}
-	if bar != nil {
+	if progress != nil && in.size > 0 {
+		bar := newProgressBar(progress, path, in.size, in.read)
 		opt.Progress = func(int64) { bar.draw(false) }
+		defer bar.finish()
 	}
-	// The simulated device's cost clock is the device's own: read it
-	// around the replay.
-	clock := dev.Clock()
-	res, err := replay.Run(r, target, dev, opt)
+	res, err := m.Run(in.ops, opt)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", in.name, err)
 	}
-	res.DeviceSeconds = (dev.Clock() - clock).Seconds()
 	if err := after(); err != nil {
 		return nil, err
 	}
@@ -101,27 +77,50 @@ func progressOutput(stderr io.Writer, quiet bool) io.Writer {
 	return nil
 }
 
+// replayJSON is the JSON form of one replay: replay.Result's fields and
+// the first out-of-memory error.
+type replayJSON struct {
+	*replay.Result
+	FirstOOM      string `json:"first_oom,omitempty"`
+	FirstOOMAlloc int64  `json:"first_oom_alloc,omitempty"`
+}
+
+func toJSON(o *plan.Outcome) replayJSON {
+	j := replayJSON{Result: &o.Result, FirstOOMAlloc: o.FirstOOMAlloc}
+	if o.FirstOOM != nil {
+		j.FirstOOM = o.FirstOOM.Error()
+	}
+	return j
+}
+
 func runReplay(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("replay", "[--conf CONF] [--capacity SIZE] [--baseline] [--json] [--summary] TRACE...", stderr)
-	conf := fs.String("conf", "", "allocator configuration, PYTORCH_CUDA_ALLOC_CONF syntax")
-	capacity := &sizeFlag{80 << 30}
-	fs.Var(capacity, "capacity", "simulated device memory (80GiB, 512MiB, bytes)")
-	baseline := fs.Bool("baseline", false, "replay with the pass-through baseline (no caching) instead")
+	fs := newFlags("replay", "[--conf CONF] [--capacity SIZE | --card NAME] [--baseline] [--json] [--summary] [--fail-on-oom] [--snapshot OUT.pickle] [--history N] TRACE...", stderr)
+	conf := fs.String("conf", "", "allocator configuration `CONF`, PYTORCH_CUDA_ALLOC_CONF syntax (default: GPUMEM_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF)")
+	dev := addDeviceFlags(fs, "")
+	baseline := fs.Bool("baseline", false, "replay with the pass-through baseline (no cache) instead")
 	asJSON := fs.Bool("json", false, "print one JSON object per trace")
 	summary := fs.Bool("summary", false, "print the memory summary after each replay")
-	snapshot := fs.String("snapshot", "", "write a PyTorch-format memory snapshot (pickle) of the end of the replay here, for PyTorch's memory visualizer (one trace only)")
-	history := fs.Int("history", 100000, "with --snapshot, how many of the last allocator events the snapshot keeps")
+	failOnOOM := fs.Bool("fail-on-oom", false, "exit with status 3 if any allocation ran out of memory")
+	snapshot := fs.String("snapshot", "", "write a PyTorch-format memory snapshot (pickle) of the end of the replay to `OUT.pickle`, for PyTorch's memory visualizer (one trace only)")
+	history := fs.Int("history", 100000, "with --snapshot, keep the last `N` allocator events (at least 1)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
 		return usageError{"no trace given"}
 	}
-	cfg, err := allocator.ParseConf(*conf)
-	if err != nil {
-		return usageError{err.Error()}
+	if *history < 1 {
+		return usageError{fmt.Sprintf("--history %d: keep at least 1 event", *history)}
 	}
-	setup := replaySetup{conf: cfg, baseline: *baseline}
+	cfg, err := resolveConf(fs, *conf)
+	if err != nil {
+		return err
+	}
+	capacity, capLabel, _, err := dev.resolve()
+	if err != nil {
+		return err
+	}
+	setup := replaySetup{cfg: cfg, baseline: *baseline}
 	if *snapshot != "" {
 		if fs.NArg() != 1 || *baseline {
 			return usageError{"--snapshot takes one trace and the caching allocator"}
@@ -131,25 +130,19 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 			detach := a.Attach(h)
 			return func() error {
 				detach()
-				f, err := os.Create(*snapshot)
-				if err != nil {
-					return err
-				}
-				if err := h.WriteSnapshot(f, a); err != nil {
-					f.Close()
-					return err
-				}
-				return f.Close()
+				return writeOutput(*snapshot, stdout, func(w io.Writer) error { return h.WriteSnapshot(w, a) })
 			}
 		}
 	}
+	var ooms int64
 	for _, path := range fs.Args() {
-		res, err := replayFile(path, setup, capacity.n, progressOutput(stderr, *asJSON))
+		res, err := replayFile(path, setup, capacity, progressOutput(stderr, *asJSON))
 		if err != nil {
 			return err
 		}
+		ooms += res.OOMs
 		if *asJSON {
-			b, err := json.Marshal(res)
+			b, err := json.Marshal(toJSON(res))
 			if err != nil {
 				return err
 			}
@@ -162,19 +155,31 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return err
 			}
-			fmt.Fprint(stdout, stats.Summary(&st, stats.SummaryOptions{Name: "simulated, " + capacity.String()}))
+			fmt.Fprint(stdout, stats.Summary(&st, stats.SummaryOptions{Name: "simulated, " + capLabel}))
 		}
+	}
+	if *failOnOOM && ooms > 0 {
+		return exitError{3, fmt.Sprintf("%d allocations ran out of memory (--fail-on-oom)", ooms)}
 	}
 	return nil
 }
 
-func printResult(w io.Writer, r *replay.Result) {
+// printResult prints a replay's figures, and its first out-of-memory
+// error in full with a count of the others.
+func printResult(w io.Writer, o *plan.Outcome) {
+	r := &o.Result
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "trace\t%s\n", r.Trace)
+	fmt.Fprintf(tw, "trace\t%s\n", clip(r.Trace))
 	for _, row := range resultRows {
 		fmt.Fprintf(tw, "%s\t%s\n", row.name, row.value(r))
 	}
 	tw.Flush()
+	if o.FirstOOM != nil {
+		fmt.Fprintf(w, "first out of memory, at allocation %d: %s\n", o.FirstOOMAlloc, oneLine(o.FirstOOM.Error()))
+		if n := r.OOMs - 1; n > 0 {
+			fmt.Fprintf(w, "and %d more allocations ran out of memory\n", n)
+		}
+	}
 }
 
 var resultRows = []struct {
@@ -208,63 +213,151 @@ func human(n int64) string {
 	return fmt.Sprintf("%s (%d bytes)", stats.FormatSize(uint64(n)), n)
 }
 
+// compareJSON is what compare --json prints.
+type compareJSON struct {
+	Trace         string        `json:"trace"`
+	CapacityBytes uint64        `json:"capacity_bytes"`
+	Results       []compareItem `json:"results"`
+}
+
+type compareItem struct {
+	Label    string `json:"label"`
+	Conf     string `json:"conf"`
+	Baseline bool   `json:"baseline"`
+	replayJSON
+}
+
 func runCompare(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("compare", "--conf A --conf B ... [--capacity SIZE] TRACE", stderr)
+	fs := newFlags("compare", "[--conf CONF]... [--capacity SIZE | --card NAME] [--json] TRACE", stderr)
 	var confs listFlag
-	fs.Var(&confs, "conf", "a configuration to compare (repeatable; PYTORCH_CUDA_ALLOC_CONF syntax; \"\" is PyTorch's default)")
-	capacity := &sizeFlag{80 << 30}
-	fs.Var(capacity, "capacity", "simulated device memory (80GiB, 512MiB, bytes)")
+	fs.Var(&confs, "conf", "a configuration `CONF` to compare (repeatable; PYTORCH_CUDA_ALLOC_CONF syntax; \"\" is PyTorch's default; default: GPUMEM_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF, then \"\")")
+	dev := addDeviceFlags(fs, "")
+	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		return usageError{"compare takes exactly one trace"}
 	}
-	if len(confs) == 0 {
-		confs = listFlag{""}
+	list, err := resolveConfs(confs, "")
+	if err != nil {
+		return err
+	}
+	capacity, capLabel, _, err := dev.resolve()
+	if err != nil {
+		return err
 	}
 	setups := []replaySetup{{label: "baseline (no cache)", baseline: true}}
-	for _, c := range confs {
-		cfg, err := allocator.ParseConf(c)
+	for _, c := range list {
+		cfg, err := parseConf(c)
 		if err != nil {
-			return usageError{err.Error()}
+			return err
 		}
-		label := c
-		if label == "" {
-			label = "default"
-		}
-		setups = append(setups, replaySetup{label: label, conf: cfg})
+		setups = append(setups, replaySetup{label: confLabel(c), conf: c, cfg: cfg})
 	}
 	path := fs.Arg(0)
-	results := make([]*replay.Result, len(setups))
+	results := make([]*plan.Outcome, len(setups))
 	for i, s := range setups {
-		res, err := replayFile(path, s, capacity.n, progressOutput(stderr, false))
+		res, err := replayFile(path, s, capacity, progressOutput(stderr, *asJSON))
 		if err != nil {
-			return fmt.Errorf("%s: %w", s.label, err)
+			return fmt.Errorf("%s: %w", clip(s.label), err)
 		}
 		results[i] = res
 	}
-	fmt.Fprintf(stdout, "trace %s on a simulated %s device\n\n", path, capacity)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := []string{""}
-	for _, s := range setups {
-		head = append(head, s.label)
-	}
-	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
-	for _, row := range resultRows {
-		cells := []string{row.name}
-		for _, r := range results {
-			cells = append(cells, row.value(r))
+	if *asJSON {
+		out := compareJSON{Trace: path, CapacityBytes: capacity}
+		for i, s := range setups {
+			out.Results = append(out.Results, compareItem{Label: s.label, Conf: s.conf, Baseline: s.baseline, replayJSON: toJSON(results[i])})
 		}
-		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+		b, err := json.Marshal(out)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		return err
 	}
-	return tw.Flush()
+	printComparison(stdout, path, capLabel, setups, results)
+	return nil
+}
+
+// printComparison prints compare's table, one row per configuration,
+// within 100 columns: the configurations are numbered, and listed above
+// the table.
+func printComparison(w io.Writer, path, capLabel string, setups []replaySetup, results []*plan.Outcome) {
+	fmt.Fprintf(w, "%s on a simulated %s device; peak requested %s\n\n", clip(path), capLabel, stats.FormatSize(uint64(max(results[0].PeakRequested, 0))))
+	for i, s := range setups {
+		for j, line := range wrapConf(s.label, 92) {
+			if j == 0 {
+				fmt.Fprintf(w, "%3d  %s\n", i+1, line)
+			} else {
+				fmt.Fprintf(w, "     %s\n", line)
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "#\tOOMs\tpeak alloc\tpeak reserved\tfrag\tmallocs\tfrees\tretries\tdevice time\tns/op\t")
+	for i, o := range results {
+		r := &o.Result
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%.3f\t%d\t%d\t%d\t%s\t%.0f\t\n", i+1, r.OOMs,
+			stats.FormatSize(uint64(max(r.PeakAllocated, 0))), stats.FormatSize(uint64(max(r.PeakReserved, 0))), r.Fragmentation,
+			r.DeviceAllocs, r.DeviceFrees, r.Stats["num_alloc_retries"], shortDuration(r.DeviceSeconds), r.NsPerOp)
+	}
+	tw.Flush()
+	for i, o := range results {
+		if o.FirstOOM != nil {
+			text := fmt.Sprintf("%d: first out of memory, at allocation %d: %s", i+1, o.FirstOOMAlloc, oneLine(o.FirstOOM.Error()))
+			fmt.Fprintf(w, "\n%s\n", strings.Join(wrapWords(text, 100), "\n   "))
+		}
+	}
+}
+
+// wrapWords breaks text into lines of at most width bytes, the lines
+// after the first indented by 3, at spaces where it can.
+func wrapWords(text string, width int) []string {
+	var lines []string
+	for w := width; len(text) > w; w = width - 3 {
+		cut := strings.LastIndexByte(text[:w+1], ' ')
+		if cut <= 0 {
+			cut = w
+		}
+		lines = append(lines, text[:cut])
+		text = strings.TrimLeft(text[cut:], " ")
+	}
+	return append(lines, text)
+}
+
+// shortDuration formats seconds in at most about 8 characters.
+func shortDuration(s float64) string {
+	d := time.Duration(s * 1e9)
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	}
+	return d.String()
+}
+
+// wrapConf breaks a configuration into lines of at most width bytes,
+// after commas where it can.
+func wrapConf(s string, width int) []string {
+	var lines []string
+	for len(s) > width {
+		cut := strings.LastIndexByte(s[:width], ',')
+		if cut <= 0 {
+			cut = width - 1
+		}
+		lines = append(lines, s[:cut+1])
+		s = s[cut+1:]
+	}
+	return append(lines, s)
 }
 
 func runConvert(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("convert", "[-o OUT] FILE", stderr)
-	out := fs.String("o", "", "write memtrace here (gzip if it ends in .gz) instead of standard output")
-	dev := fs.Int("device", 0, "the device of a PyTorch snapshot to convert")
+	fs := newFlags("convert", "[-o OUT] [--device N] FILE", stderr)
+	out := fs.String("o", "-", "write memtrace to `OUT` (gzip if it ends in .gz; - is standard output); a file is replaced only once the whole conversion succeeded")
+	dev := fs.Int("device", 0, "the device `N` of a PyTorch snapshot to convert")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -273,28 +366,12 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	}
 	in, err := os.Open(fs.Arg(0))
 	if err != nil {
-		return err
+		return fileError(err)
 	}
 	defer in.Close()
-	opt := convert.Options{Device: *dev}
-	var w io.Writer = stdout
-	var file *os.File
-	if *out != "" {
-		opt.Gzip = strings.HasSuffix(*out, ".gz")
-		if file, err = os.Create(*out); err != nil {
-			return err
-		}
-		w = file
-	}
-	if _, err := convert.Convert(w, in, fs.Arg(0), opt); err != nil {
-		if file != nil {
-			file.Close()
-			os.Remove(*out)
-		}
+	opt := convert.Options{Device: *dev, Gzip: strings.HasSuffix(*out, ".gz")}
+	return writeOutput(*out, stdout, func(w io.Writer) error {
+		_, err := convert.Convert(w, in, clip(fs.Arg(0)), opt)
 		return err
-	}
-	if file != nil {
-		return file.Close()
-	}
-	return nil
+	})
 }

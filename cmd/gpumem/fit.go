@@ -1,0 +1,157 @@
+// This file holds `gpumem fit`: the smallest device each trace runs on.
+
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"runtime"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/gpumem/gpumem/stats"
+	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/plan"
+)
+
+// fitJSON is one line of fit --json: one trace under one configuration.
+type fitJSON struct {
+	Trace              string   `json:"trace"`
+	Conf               string   `json:"conf"`
+	MinCapacityBytes   uint64   `json:"min_capacity_bytes"`
+	PeakRequestedBytes uint64   `json:"peak_requested_bytes"`
+	FitRatio           float64  `json:"fit_ratio"`
+	SafeCapacityBytes  uint64   `json:"safe_capacity_bytes"`
+	NonMonotone        []uint64 `json:"non_monotone_oom_capacities"`
+	BelowOOMs          int64    `json:"ooms_2mib_below"`
+	// The peak reserved at the answer, and on a roomy device: 80 GiB, or
+	// twice the safe capacity if that is more.
+	PeakReservedBytes      int64  `json:"peak_reserved_bytes"`
+	RoomyCapacityBytes     uint64 `json:"roomy_capacity_bytes"`
+	RoomyPeakReservedBytes int64  `json:"roomy_peak_reserved_bytes"`
+	Replays                int    `json:"replays"`
+}
+
+// fitted is one trace fitted under one configuration, with a replay on a
+// roomy device for comparison.
+type fitted struct {
+	*plan.FitResult
+	roomyCapacity uint64
+	roomy         *plan.Outcome
+}
+
+func runFit(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("fit", "[--conf CONF]... [--checks N] [--json] TRACE...", stderr)
+	var confs listFlag
+	fs.Var(&confs, "conf", "a configuration `CONF` to fit (repeatable; PYTORCH_CUDA_ALLOC_CONF syntax; \"\" is PyTorch's default; default: GPUMEM_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF, then both \"\" and expandable_segments:True)")
+	checks := fs.Int("checks", plan.DefaultChecks, "replay `N` capacities on each side of the answer to look for a trace that a bigger device does not suit (0: none)")
+	asJSON := fs.Bool("json", false, "print one JSON object per trace and configuration")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return usageError{"no trace given"}
+	}
+	if *checks < 0 || *checks > 40 {
+		return usageError{fmt.Sprintf("--checks %d: want 0 to 40", *checks)}
+	}
+	if *checks == 0 {
+		*checks = -1 // plan: none
+	}
+	list, err := resolveConfs(confs, "", "expandable_segments:True")
+	if err != nil {
+		return err
+	}
+	var cands []plan.Candidate
+	for _, c := range list {
+		cand, err := plan.NewCandidate(c)
+		if err != nil {
+			return usageError{"--conf: " + err.Error()}
+		}
+		cands = append(cands, cand)
+	}
+	// Fit every trace under every configuration, in parallel.
+	traces := make([][]trace.Op, fs.NArg())
+	results := make([]fitted, fs.NArg()*len(cands))
+	for i, path := range fs.Args() {
+		if traces[i], err = loadOps(path); err != nil {
+			return err
+		}
+	}
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i := range traces {
+		for j, c := range cands {
+			g.Go(func() error {
+				r, err := plan.Fit(traces[i], plan.FitOptions{Config: c.Config, Checks: *checks})
+				if err != nil {
+					return fmt.Errorf("%s, %s: %w", clip(fs.Arg(i)), clip(confLabel(c.Conf)), err)
+				}
+				roomy := min(max(plan.DefaultCapacity, 2*r.SafeCapacity), plan.MaxCapacity)
+				o, err := plan.Replay(traces[i], c.Config, roomy)
+				if err != nil {
+					return fmt.Errorf("%s, %s: %w", clip(fs.Arg(i)), clip(confLabel(c.Conf)), err)
+				}
+				results[i*len(cands)+j] = fitted{r, roomy, o}
+				return nil
+			})
+		}
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for i, path := range fs.Args() {
+		if !*asJSON {
+			fmt.Fprintf(stdout, "%s: %d ops, peak requested %s\n", clip(path), len(traces[i]), human(int64(plan.PeakRequested(traces[i]))))
+		}
+		for j, c := range cands {
+			r := results[i*len(cands)+j]
+			if *asJSON {
+				b, err := json.Marshal(fitJSON{
+					Trace: path, Conf: c.Conf, MinCapacityBytes: r.MinCapacity, PeakRequestedBytes: r.PeakRequested,
+					FitRatio: r.FitRatio, SafeCapacityBytes: r.SafeCapacity, NonMonotone: append([]uint64{}, r.NonMonotone...),
+					BelowOOMs: r.BelowOOMs, PeakReservedBytes: r.AtMin.PeakReserved, Replays: len(r.Trials),
+					RoomyCapacityBytes: r.roomyCapacity, RoomyPeakReservedBytes: r.roomy.PeakReserved,
+				})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout, "%s\n", b)
+				continue
+			}
+			printFit(stdout, confLabel(c.Conf), r)
+		}
+	}
+	return nil
+}
+
+// printFit prints one configuration's answer.
+func printFit(w io.Writer, label string, r fitted) {
+	fmt.Fprintf(w, "  %s\n", clip(label))
+	if r.PeakRequested == 0 {
+		fmt.Fprintf(w, "    runs on  %s, the smallest device: the trace requests no memory\n", human(int64(r.MinCapacity)))
+	} else {
+		fmt.Fprintf(w, "    runs on  %s: %.3f x the peak requested\n", human(int64(r.MinCapacity)), r.FitRatio)
+	}
+	if r.MinCapacity > plan.Step {
+		fmt.Fprintf(w, "    not on   %s: %s out of memory\n", human(int64(r.MinCapacity-plan.Step)), plural(r.BelowOOMs, "allocation runs", "allocations run"))
+	}
+	if len(r.NonMonotone) > 0 {
+		fmt.Fprintf(w, "    NON-MONOTONE: out of memory on %d larger capacities tried (the first %s); every capacity tried from %s up runs\n",
+			len(r.NonMonotone), human(int64(r.NonMonotone[0])), human(int64(r.SafeCapacity)))
+	}
+	if r.roomy.OOMs == 0 && r.PeakRequested > 0 {
+		fmt.Fprintf(w, "    on %s it reserves %s at its peak: %.3f x the peak requested\n", stats.FormatSize(r.roomyCapacity),
+			stats.FormatSize(uint64(max(r.roomy.PeakReserved, 0))), float64(r.roomy.PeakReserved)/float64(r.PeakRequested))
+	}
+	fmt.Fprintf(w, "    %d replays\n", len(r.Trials))
+}
+
+// plural returns "1 one" or "n many".
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}

@@ -1,0 +1,124 @@
+// This file holds the settings every command shares: the allocator
+// configuration (--conf, or the environment) and the device (--capacity
+// or --card).
+
+package main
+
+import (
+	"fmt"
+	"github.com/gpumem/gpumem/estimate"
+	"os"
+	"strings"
+
+	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/trace/plan"
+)
+
+// confEnvVars are read, in order, when no --conf is given: gpumem's own
+// variable, then PyTorch's, whose syntax it shares.
+var confEnvVars = []string{allocator.EnvVar, "PYTORCH_CUDA_ALLOC_CONF"}
+
+// envConf returns the configuration from the first of confEnvVars that is
+// set and not empty, and its name; ("", "") if none is. A value that does
+// not parse is a usage error naming the variable.
+func envConf() (conf, from string, err error) {
+	for _, v := range confEnvVars {
+		s := os.Getenv(v)
+		if strings.TrimSpace(s) == "" {
+			continue
+		}
+		if _, err := allocator.ParseConf(s); err != nil {
+			return "", v, usageError{fmt.Sprintf("%s: %v", v, err)}
+		}
+		return s, v, nil
+	}
+	return "", "", nil
+}
+
+// parseConf parses a --conf value; a bad one is a usage error.
+func parseConf(conf string) (allocator.Config, error) {
+	c, err := allocator.ParseConf(conf)
+	if err != nil {
+		return allocator.Config{}, usageError{"--conf: " + err.Error()}
+	}
+	return c, nil
+}
+
+// resolveConf returns the configuration of a command with one --conf
+// flag: the flag's value if given, else the environment's.
+func resolveConf(fs *flagSet, conf string) (allocator.Config, error) {
+	if !flagGiven(fs, "conf") {
+		s, _, err := envConf()
+		if err != nil {
+			return allocator.Config{}, err
+		}
+		return allocator.ParseConf(s)
+	}
+	return parseConf(conf)
+}
+
+// resolveConfs returns the configurations of a command with a repeatable
+// --conf: those given, else the environment's, else def.
+func resolveConfs(confs []string, def ...string) ([]string, error) {
+	if len(confs) > 0 {
+		for _, c := range confs {
+			if _, err := parseConf(c); err != nil {
+				return nil, err
+			}
+		}
+		return confs, nil
+	}
+	s, from, err := envConf()
+	if err != nil {
+		return nil, err
+	}
+	if from != "" {
+		return []string{s}, nil
+	}
+	return def, nil
+}
+
+// confLabel names a configuration in output: "default" for "".
+func confLabel(conf string) string {
+	if strings.TrimSpace(conf) == "" {
+		return "default"
+	}
+	return conf
+}
+
+// deviceFlags are --capacity SIZE and --card NAME, of which one may be
+// given.
+type deviceFlags struct {
+	capacity sizeFlag
+	card     string
+	fs       *flagSet
+}
+
+// addDeviceFlags defines --capacity and --card on fs.
+func addDeviceFlags(fs *flagSet, what string) *deviceFlags {
+	d := &deviceFlags{capacity: sizeFlag{plan.DefaultCapacity}, fs: fs}
+	fs.Var(&d.capacity, "capacity", "simulated device memory `SIZE` (80GiB, 512MiB, bytes)"+what)
+	fs.StringVar(&d.card, "card", "", "simulate the memory of the card `NAME` (a100-80g, h100-80g, rtx4090-24g, ...)")
+	return d
+}
+
+// resolve returns the capacity in bytes, a label for output, and whether
+// the device was given (not the default).
+func (d *deviceFlags) resolve() (uint64, string, bool, error) {
+	capGiven, cardGiven := flagGiven(d.fs, "capacity"), flagGiven(d.fs, "card")
+	switch {
+	case capGiven && cardGiven:
+		return 0, "", false, usageError{"give --capacity or --card, not both"}
+	case cardGiven:
+		c, err := estimate.LookupCard(d.card)
+		if err != nil {
+			return 0, "", false, usageError{"--card: " + err.Error()}
+		}
+		return c.Memory, fmt.Sprintf("%s (%s)", c.Name, (&sizeFlag{c.Memory}).String()), true, nil
+	}
+	n := d.capacity.n
+	if n < plan.Step || n > plan.MaxCapacity {
+		return 0, "", false, usageError{fmt.Sprintf("--capacity %s: the simulated device holds from 2 MiB to 8 TiB", d.capacity.String())}
+	}
+	return n, d.capacity.String(), capGiven, nil
+}
