@@ -148,16 +148,14 @@ func (a *Allocator) Config() Config {
 
 // SetMemoryFraction caps the bytes the allocator may reserve at fraction of
 // the device's total memory, as PyTorch's set_per_process_memory_fraction;
-// 1 removes the cap (gpumem's byte limit, if configured, still applies).
+// 1 caps at the device's memory, which changes nothing but turns a
+// garbage-collection threshold on, as in PyTorch.
 func (a *Allocator) SetMemoryFraction(fraction float64) error {
 	if !(fraction > 0 && fraction <= 1) {
 		return fmt.Errorf("allocator: memory fraction %v must be in (0, 1]", fraction)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if fraction == 1 {
-		fraction = 0
-	}
 	a.setCapLocked(fraction)
 	return nil
 }

@@ -56,8 +56,10 @@ type Config struct {
 	GarbageCollectionThreshold float64
 
 	// MemoryFraction, in (0, 1], caps the bytes this allocator reserves at
-	// this fraction of the device's total memory. Zero means no cap.
-	// PyTorch: set_per_process_memory_fraction.
+	// this fraction of the device's total memory. Zero means no cap. As in
+	// PyTorch, 1 is a cap too (at the device's memory, which the device
+	// enforces anyway): it turns GarbageCollectionThreshold on. PyTorch:
+	// set_per_process_memory_fraction.
 	MemoryFraction float64
 
 	// MemoryLimit caps the bytes this allocator reserves (gpumem's own
@@ -327,9 +329,6 @@ func (p *confParser) parseKey(c *Config, key string) error {
 		if f, err = p.floatValue(key); err == nil {
 			if !(f >= 0 && f <= 1) {
 				return p.errorf("per_process_memory_fraction:%v must be in [0, 1]", f)
-			}
-			if f == 1 {
-				f = 0 // the whole device: no cap, as PyTorch clears the limit
 			}
 			c.MemoryFraction = f
 		}

@@ -37,7 +37,7 @@ func TestParseConfKeys(t *testing.T) {
 	assert.EqualValues(t, 64*mib, spaced.MaxSplitSize)
 	full, err := ParseConf("per_process_memory_fraction:1")
 	require.NoError(t, err)
-	assert.Zero(t, full.MemoryFraction, "the whole device is no cap")
+	assert.EqualValues(t, 1, full.MemoryFraction, "the whole device is a cap, as in PyTorch")
 }
 
 func TestParseConfPyTorchKeysAccepted(t *testing.T) {
@@ -223,4 +223,25 @@ func TestConfigOverflowsRefused(t *testing.T) {
 		_, err := New(dev, c)
 		assert.Error(t, err, "%+v", c)
 	}
+}
+
+// TestFractionOneTurnsGarbageCollectionOn: a memory fraction of 1 caps at
+// the device's memory, as PyTorch's set_per_process_memory_fraction(1.0)
+// does, so the garbage-collection threshold acts: cached blocks are
+// collected before the device is asked, instead of a full flush and
+// retry.
+func TestFractionOneTurnsGarbageCollectionOn(t *testing.T) {
+	retries := func(conf string) int64 {
+		cfg, err := ParseConf(conf)
+		require.NoError(t, err)
+		dev, _ := sim.New(sim.Config{Capacity: 100 * mib})
+		a, err := New(dev, cfg)
+		require.NoError(t, err)
+		mustFree(t, a, mustAlloc(t, a, 40*mib, 0))
+		mustFree(t, a, mustAlloc(t, a, 45*mib, 0))
+		mustAlloc(t, a, 50*mib, 0)
+		return get(t, a, "num_alloc_retries")
+	}
+	assert.EqualValues(t, 1, retries("garbage_collection_threshold:0.5"), "no cap: the threshold is inactive")
+	assert.EqualValues(t, 0, retries("garbage_collection_threshold:0.5,per_process_memory_fraction:1"))
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -30,6 +31,9 @@ type replaySetup struct {
 	// with, if set, is called with the caching allocator before the
 	// replay; the function it returns, after it.
 	with func(a *allocator.Allocator) (after func() error)
+	// opt holds the replay options beyond the name and progress
+	// (phases, leaks, the peak, where to stop).
+	opt replay.Options
 }
 
 // replayFile replays the trace at path under one setup on a fresh
@@ -49,7 +53,8 @@ func replayFile(path string, setup replaySetup, capacity uint64, progress io.Wri
 	if setup.with != nil && m.Allocator != nil {
 		after = setup.with(m.Allocator)
 	}
-	opt := replay.Options{Name: path}
+	opt := setup.opt
+	opt.Name = path
 	if progress != nil && in.size > 0 {
 		bar := newProgressBar(progress, path, in.size, in.read)
 		opt.Progress = func(int64) { bar.draw(false) }
@@ -83,10 +88,16 @@ type replayJSON struct {
 	*replay.Result
 	FirstOOM      string `json:"first_oom,omitempty"`
 	FirstOOMAlloc int64  `json:"first_oom_alloc,omitempty"`
+	// Leaks shadows Result.Leaks so that --leaks prints an empty list as
+	// [] rather than leaving the key out.
+	Leaks *[]replay.LeakResult `json:"leaks,omitempty"`
 }
 
 func toJSON(o *plan.Outcome) replayJSON {
 	j := replayJSON{Result: &o.Result, FirstOOMAlloc: o.FirstOOMAlloc}
+	if o.Result.Leaks != nil {
+		j.Leaks = &o.Result.Leaks
+	}
 	if o.FirstOOM != nil {
 		j.FirstOOM = o.FirstOOM.Error()
 	}
@@ -94,7 +105,7 @@ func toJSON(o *plan.Outcome) replayJSON {
 }
 
 func runReplay(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("replay", "[--conf CONF] [--capacity SIZE | --card NAME] [--baseline] [--json] [--summary] [--fail-on-oom] [--snapshot OUT.pickle] [--history N] TRACE...", stderr)
+	fs := newFlags("replay", "[--conf CONF] [--capacity SIZE | --card NAME] [--baseline] [--json] [--summary] [--phases] [--leaks] [--fail-on-oom] [--snapshot OUT.pickle [--snapshot-at end|peak] [--history N]] TRACE...", stderr)
 	conf := fs.String("conf", "", "allocator configuration `CONF`, PYTORCH_CUDA_ALLOC_CONF syntax (default: GPUMEM_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF)")
 	dev := addDeviceFlags(fs, "")
 	baseline := fs.Bool("baseline", false, "replay with the pass-through baseline (no cache) instead")
@@ -103,8 +114,14 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	failOnOOM := fs.Bool("fail-on-oom", false, "exit with status 3 if any allocation ran out of memory")
 	snapshot := fs.String("snapshot", "", "write a PyTorch-format memory snapshot (pickle) of the end of the replay to `OUT.pickle`, for PyTorch's memory visualizer (one trace only)")
 	history := fs.Int("history", 100000, "with --snapshot, keep the last `N` allocator events (at least 1)")
+	snapshotAt := fs.String("snapshot-at", "end", "with --snapshot, the state to write: `end` of the replay, or peak (when allocated bytes first reached their peak; the trace is replayed twice)")
+	phases := fs.Bool("phases", false, "report each phase's peak allocated bytes and allocations (phases are the trace's t lines)")
+	leaks := fs.Bool("leaks", false, "report the groups of allocations (phase and size) whose number alive grew at each of the last two step boundaries or more (m lines, or # mark comments)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *snapshotAt != "end" && *snapshotAt != "peak" {
+		return usageError{fmt.Sprintf("--snapshot-at %s: want end or peak", quote(*snapshotAt))}
 	}
 	if fs.NArg() == 0 {
 		return usageError{"no trace given"}
@@ -120,19 +137,32 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	setup := replaySetup{cfg: cfg, baseline: *baseline}
+	setup := replaySetup{cfg: cfg, baseline: *baseline, opt: replay.Options{Phases: *phases, Leaks: *leaks}}
+	if (*phases || *leaks) && *baseline {
+		return usageError{"--phases and --leaks need the caching allocator, not --baseline"}
+	}
+	var summaryText string
+	if *summary && !*baseline {
+		// The summary comes from the allocator itself, so that it has the
+		// per-phase and leak sections when they apply.
+		setup.with = func(a *allocator.Allocator) func() error {
+			return func() error {
+				st := a.Stats()
+				summaryText = stats.Summary(&st, stats.SummaryOptions{Name: "simulated, " + capLabel, Phases: namedPhases(a.PhaseStats()), Leaks: a.Leaks()})
+				return nil
+			}
+		}
+	}
 	if *snapshot != "" {
 		if fs.NArg() != 1 || *baseline {
 			return usageError{"--snapshot takes one trace and the caching allocator"}
 		}
-		setup.with = func(a *allocator.Allocator) func() error {
-			h := pytorch.NewHistory(*history)
-			detach := a.Attach(h)
-			return func() error {
-				detach()
-				return writeOutput(*snapshot, stdout, func(w io.Writer) error { return h.WriteSnapshot(w, a) })
-			}
+		if *snapshotAt == "peak" {
+			return replayToPeak(fs.Arg(0), setup, capacity, *snapshot, *history, *asJSON, stdout, stderr)
 		}
+		setup.with = withSnapshot(setup.with, *snapshot, *history, stdout)
+	} else if flagGiven(fs, "snapshot-at") {
+		return usageError{"--snapshot-at needs --snapshot OUT.pickle"}
 	}
 	var ooms int64
 	for _, path := range fs.Args() {
@@ -141,27 +171,90 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		ooms += res.OOMs
-		if *asJSON {
-			b, err := json.Marshal(toJSON(res))
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "%s\n", b)
-		} else {
-			printResult(stdout, res)
+		if err := printOutcome(stdout, res, *asJSON); err != nil {
+			return err
 		}
 		if *summary {
-			st, err := stats.FromMap(res.Stats)
-			if err != nil {
-				return err
+			if summaryText == "" { // the baseline: no allocator to ask
+				st, err := stats.FromMap(res.Stats)
+				if err != nil {
+					return err
+				}
+				summaryText = stats.Summary(&st, stats.SummaryOptions{Name: "simulated, " + capLabel})
 			}
-			fmt.Fprint(stdout, stats.Summary(&st, stats.SummaryOptions{Name: "simulated, " + capLabel}))
+			fmt.Fprint(stdout, summaryText)
+			summaryText = ""
 		}
 	}
 	if *failOnOOM && ooms > 0 {
 		return exitError{3, fmt.Sprintf("%d allocations ran out of memory (--fail-on-oom)", ooms)}
 	}
 	return nil
+}
+
+// printOutcome prints one replay, as JSON or as text.
+func printOutcome(w io.Writer, o *plan.Outcome, asJSON bool) error {
+	if asJSON {
+		b, err := json.Marshal(toJSON(o))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%s\n", b)
+		return nil
+	}
+	printResult(w, o)
+	return nil
+}
+
+// withSnapshot chains onto a replay hook one that records the allocator's
+// history and writes a PyTorch-format snapshot at the end.
+func withSnapshot(prev func(*allocator.Allocator) func() error, out string, history int, stdout io.Writer) func(*allocator.Allocator) func() error {
+	return func(a *allocator.Allocator) func() error {
+		before := func() error { return nil }
+		if prev != nil {
+			before = prev(a)
+		}
+		h := pytorch.NewHistory(history)
+		detach := a.Attach(h)
+		return func() error {
+			detach()
+			if err := before(); err != nil {
+				return err
+			}
+			return writeOutput(out, stdout, func(w io.Writer) error { return h.WriteSnapshot(w, a) })
+		}
+	}
+}
+
+// replayToPeak replays path twice: once to find where allocated bytes
+// first reach their peak (the result printed), then again up to that op
+// with the allocator's history recorded, and writes the snapshot of that
+// state. The simulated device is deterministic, so the second replay
+// reaches exactly the state of the first at its peak.
+func replayToPeak(path string, setup replaySetup, capacity uint64, out string, history int, asJSON bool, stdout, stderr io.Writer) error {
+	first := setup
+	first.opt.Peak = true
+	res, err := replayFile(path, first, capacity, progressOutput(stderr, asJSON))
+	if err != nil {
+		return err
+	}
+	if err := printOutcome(stdout, res, asJSON); err != nil {
+		return err
+	}
+	second := setup
+	second.opt = replay.Options{StopAfter: res.PeakOp} // 0 (nothing allocated): the whole trace
+	second.with = withSnapshot(nil, out, history, stdout)
+	_, err = replayFile(path, second, capacity, nil)
+	return err
+}
+
+// namedPhases returns phases for the summary's section, or nil when the
+// trace named none (only the phase "").
+func namedPhases(phases []stats.PhaseStats) []stats.PhaseStats {
+	if len(phases) == 1 && phases[0].Name == "" {
+		return nil
+	}
+	return phases
 }
 
 // printResult prints a replay's figures, and its first out-of-memory
@@ -174,6 +267,31 @@ func printResult(w io.Writer, o *plan.Outcome) {
 		fmt.Fprintf(tw, "%s\t%s\n", row.name, row.value(r))
 	}
 	tw.Flush()
+	if len(r.Phases) > 0 {
+		names := make([]string, 0, len(r.Phases))
+		for n := range r.Phases {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		fmt.Fprintln(w, "phases (peak allocated, allocations):")
+		for _, n := range names {
+			label := n
+			if label == "" {
+				label = "(before any phase)"
+			}
+			fmt.Fprintf(w, "  %-24s %s  %d\n", clip(label), human(r.Phases[n].PeakAllocated), r.Phases[n].Allocs)
+		}
+	}
+	if r.Leaks != nil {
+		if len(r.Leaks) == 0 {
+			fmt.Fprintln(w, "leaks: no group of allocations grew at every step boundary")
+		} else {
+			fmt.Fprintln(w, "leaks (groups alive at the last step boundary that grew at every one of the last steps):")
+			for _, l := range r.Leaks {
+				fmt.Fprintf(w, "  phase %s: %d blocks of %d bytes (grew at %d boundaries)\n", quote(l.Phase), l.Count, l.Size, l.Grew)
+			}
+		}
+	}
 	if o.FirstOOM != nil {
 		fmt.Fprintf(w, "first out of memory, at allocation %d: %s\n", o.FirstOOMAlloc, oneLine(o.FirstOOM.Error()))
 		if n := r.OOMs - 1; n > 0 {

@@ -84,7 +84,15 @@ func (m *Machine) Run(r trace.OpReader, opt replay.Options) (*Outcome, error) {
 	}
 	m.ran = true
 	clock := m.Device.Clock()
-	res, err := replay.Run(r, &m.target, m.Device, opt)
+	var t replay.Target = &m.target
+	if ps, ok := m.target.Target.(phasesAndSteps); ok {
+		// Keep the caching allocator's phases and steps visible to Run.
+		t = struct {
+			*oomCatcher
+			phasesAndSteps
+		}{&m.target, ps}
+	}
+	res, err := replay.Run(r, t, m.Device, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -100,6 +108,13 @@ func Replay(ops []trace.Op, cfg allocator.Config, capacity uint64) (*Outcome, er
 		return nil, err
 	}
 	return m.Run(trace.SliceReader(ops), replay.Options{})
+}
+
+// phasesAndSteps is a target that counts phases and watches steps, as the
+// caching allocator does.
+type phasesAndSteps interface {
+	replay.Phaser
+	replay.Stepper
 }
 
 // oomCatcher passes every call to the target and keeps the first
