@@ -42,9 +42,9 @@ var (
 	sweepRoundup    = []int{0, 2, 8}
 	sweepGC         = []string{"", "0.8"}
 	// sweepFraction is the memory fraction that lets the garbage
-	// collection threshold act: the allocator counts a fraction of 1 as
-	// no cap at all, so 0.99.
-	sweepFraction = "0.99"
+	// collection threshold act: the whole device, as PyTorch's
+	// set_per_process_memory_fraction(1.0).
+	sweepFraction = "1"
 )
 
 // Sweep returns the configurations Tune tries by default: PyTorch's default
@@ -52,7 +52,7 @@ var (
 // expandable_segments (off, on), max_split_size_mb (unset, 64, 128, 256,
 // 512), roundup_power2_divisions (unset, 2, 8) and
 // garbage_collection_threshold (unset, 0.8; it acts only under a memory
-// fraction, so it comes with per_process_memory_fraction:0.99). Each
+// fraction, so it comes with per_process_memory_fraction:1). Each
 // configuration appears once.
 func Sweep() []Candidate {
 	var out []Candidate

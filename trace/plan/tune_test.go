@@ -23,7 +23,7 @@ func TestSweep(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, back, c.Config)
 	}
-	assert.True(t, seen["expandable_segments:True,max_split_size_mb:128,roundup_power2_divisions:8,garbage_collection_threshold:0.8,per_process_memory_fraction:0.99"])
+	assert.True(t, seen["expandable_segments:True,max_split_size_mb:128,roundup_power2_divisions:8,garbage_collection_threshold:0.8,per_process_memory_fraction:1"])
 }
 
 func TestTune(t *testing.T) {
@@ -108,12 +108,12 @@ func TestTuneError(t *testing.T) {
 }
 
 func TestPyTorchSetting(t *testing.T) {
-	c, err := allocator.ParseConf("roundup_power2_divisions:8,garbage_collection_threshold:0.8,per_process_memory_fraction:0.99,expandable_segments:True")
+	c, err := allocator.ParseConf("roundup_power2_divisions:8,garbage_collection_threshold:0.8,per_process_memory_fraction:1,expandable_segments:True")
 	require.NoError(t, err)
 	conf, frac, ok := PyTorchSetting(c)
 	assert.True(t, ok)
 	assert.Equal(t, "roundup_power2_divisions:8,garbage_collection_threshold:0.8,expandable_segments:True", conf)
-	assert.Equal(t, 0.99, frac)
+	assert.Equal(t, 1.0, frac)
 	back, err := allocator.ParseConf(conf)
 	require.NoError(t, err)
 	c.MemoryFraction = 0
