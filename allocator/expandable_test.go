@@ -167,3 +167,20 @@ func TestFailedUnmapIsRetried(t *testing.T) {
 	assert.Zero(t, dev.BytesInUse())
 	require.NoError(t, a.CheckInvariants())
 }
+
+// TestExpandableOnTheLargestDevice: expandable segments work on a device
+// of the simulator's largest capacity, where each address range (9/8 of
+// the device) is larger than the device itself.
+func TestExpandableOnTheLargestDevice(t *testing.T) {
+	dev, err := sim.New(sim.Config{Capacity: sim.MaxCapacity})
+	require.NoError(t, err)
+	a, err := New(dev, expandable)
+	require.NoError(t, err)
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	for _, st := range []device.Stream{0, s} {
+		mustAlloc(t, a, 1, st)
+		mustAlloc(t, a, 64*mib, st)
+	}
+	assert.Len(t, dev.Reservations(), 4, "a range per stream and pool")
+}

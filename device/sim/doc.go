@@ -40,8 +40,10 @@
 //     a Malloc fails for lack of free capacity, never for lack of a hole.
 //     (Only a pathologically fragmented 8 TiB region could lack a hole; the
 //     error then says so.)
-//   - Virtual-memory reservations come from the region [(o+1)<<44 + 1<<43,
-//     (o+2)<<44), by the same first-fit rule.
+//   - Virtual-memory reservations come from the region [1<<56 + o<<50,
+//     1<<56 + (o+1)<<50), 1 PiB, by the same first-fit rule: room for the
+//     address ranges of expandable segments (9/8 of the device's memory
+//     per stream and pool) on the largest device.
 //
 // The same calls therefore give the same addresses, on any machine, in any
 // run. Free ranges are kept in a treap ordered by address in which every

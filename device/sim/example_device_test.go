@@ -48,10 +48,10 @@ func ExampleDevice_Reserve() {
 	_ = dev.Unmap(r, 3*g)
 	fmt.Println(dev.Release(r), dev.BytesInUse())
 	// Output:
-	// reserved 0x180000000000, 0 MiB in use
+	// reserved 0x100000000000000, 0 MiB in use
 	// mapped three pages, 6 MiB in use
 	// device 0: map: out of memory (4 MiB requested, 2 MiB free of 8 MiB)
-	// device 0: release: invalid argument (reservation 0x180000000000 still has 6 MiB mapped)
+	// device 0: release: invalid argument (reservation 0x100000000000000 still has 6 MiB mapped)
 	// <nil> 0
 }
 

@@ -246,7 +246,7 @@ func (m *model) reserve(t *rapid.T) {
 	}
 	size := rapid.OneOf(
 		rapid.Map(rapid.Uint64Range(1, 12), func(n uint64) uint64 { return n * m.page }),
-		rapid.SampledFrom([]uint64{0, m.page / 2, m.page + 1, MemoryRegionSize + m.page}),
+		rapid.SampledFrom([]uint64{0, m.page / 2, m.page + 1, VirtualRegionSize + m.page}),
 	).Draw(t, "reserve size")
 	p, err := m.d.Reserve(size)
 	m.pay(m.costs.Reserve)
@@ -658,7 +658,7 @@ func TestDeviceModel(t *testing.T) {
 		m := &model{
 			d: d, ordinal: ordinal, page: page, capacity: capacity, costs: testCosts(),
 			mem:     newRefSpace(uint64(d.MemoryBase()), MemoryRegionSize),
-			vm:      newRefSpace(uint64(d.MemoryBase())+MemoryRegionSize, MemoryRegionSize),
+			vm:      newRefSpace(uint64(d.VirtualBase()), VirtualRegionSize),
 			live:    map[device.Ptr]Range{},
 			resv:    map[device.Ptr]*modelResv{},
 			streams: []modelStream{{}},
@@ -667,7 +667,7 @@ func TestDeviceModel(t *testing.T) {
 		// One reservation to begin with, so that mapping starts at once.
 		r, err := d.Reserve(8 * page)
 		require.NoError(t, err)
-		require.Equal(t, d.MemoryBase()+MemoryRegionSize, r)
+		require.Equal(t, d.VirtualBase(), r)
 		m.vm.take(8 * page)
 		m.resv[r] = &modelResv{pages: 8, mapped: map[uint64]bool{}}
 		m.c.Reserves = 1

@@ -27,11 +27,16 @@ const (
 	MaxOrdinal          = 63
 )
 
-// Address layout: ordinal o owns [(o+1)<<44, (o+2)<<44), device memory in
-// the lower half, virtual-memory reservations in the upper half.
+// Address layout: device memory of ordinal o is [(o+1)<<44, (o+1)<<44 +
+// 8 TiB); its virtual-memory reservations are [1<<56 + o<<50, 1<<56 +
+// (o+1)<<50), 1 PiB: room for the ranges of expandable segments (9/8 of
+// the device's memory per stream and pool) even on the largest device.
 const (
-	regionShift = 44
-	regionSize  = 1 << 43
+	regionShift   = 44
+	regionSize    = 1 << 43
+	vmRegionBase  = 1 << 56
+	vmRegionShift = 50
+	vmRegionSize  = 1 << vmRegionShift
 )
 
 // Config describes a simulated device. The zero Config is an 80 GiB device
@@ -163,7 +168,7 @@ func New(cfg Config) (*Device, error) {
 		return bad("host capacity %d is more than %d (1 TiB)", cfg.HostCapacity, uint64(MaxHostCapacity))
 	}
 	memBase := device.Ptr(cfg.Ordinal+1) << regionShift
-	vmBase := memBase + regionSize
+	vmBase := device.Ptr(vmRegionBase) + device.Ptr(cfg.Ordinal)<<vmRegionShift
 	return &Device{
 		ordinal:  cfg.Ordinal,
 		name:     cfg.Name,
@@ -175,7 +180,7 @@ func New(cfg Config) (*Device, error) {
 		memBase:  memBase,
 		vmBase:   vmBase,
 		mem:      newFreeSpace(uint64(memBase), regionSize),
-		vm:       newFreeSpace(uint64(vmBase), regionSize),
+		vm:       newFreeSpace(uint64(vmBase), vmRegionSize),
 		live:     make(map[device.Ptr]Range),
 		host:     make(map[*byte]uint64),
 		streams:  make([]streamState, 1),
@@ -199,13 +204,18 @@ func (d *Device) PageSize() uint64 { return d.page }
 // fields turned to zero.
 func (d *Device) Costs() Costs { return d.costs }
 
-// MemoryBase returns the lowest address Malloc can return; the
-// virtual-memory region starts MemoryRegionSize bytes above it.
+// MemoryBase returns the lowest address Malloc can return.
 func (d *Device) MemoryBase() device.Ptr { return d.memBase }
 
-// MemoryRegionSize is the size of each of a device's two address regions
-// (device memory and virtual-memory reservations): 8 TiB.
-const MemoryRegionSize = regionSize
+// VirtualBase returns the lowest address Reserve can return.
+func (d *Device) VirtualBase() device.Ptr { return d.vmBase }
+
+// MemoryRegionSize is the size of a device's address region for Malloc:
+// 8 TiB. VirtualRegionSize is the size of its region for Reserve: 1 PiB.
+const (
+	MemoryRegionSize  = regionSize
+	VirtualRegionSize = vmRegionSize
+)
 
 // String describes the device and how much of it is in use.
 func (d *Device) String() string {

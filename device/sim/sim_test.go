@@ -284,6 +284,7 @@ func TestFreeReturnsPages(t *testing.T) {
 
 func TestRegionBases(t *testing.T) {
 	assert.Equal(t, uint64(1)<<43, uint64(MemoryRegionSize))
+	assert.Equal(t, uint64(1)<<50, uint64(VirtualRegionSize))
 	for _, o := range []int{0, 1, 5, MaxOrdinal} {
 		d := mustNew(t, Config{Ordinal: o, Capacity: GiB})
 		assert.Equal(t, device.Ptr(o+1)<<44, d.MemoryBase())
@@ -291,7 +292,8 @@ func TestRegionBases(t *testing.T) {
 		assert.Equal(t, device.Ptr(o+1)<<44, p, "ordinal %d malloc", o)
 		r, err := d.Reserve(d.Granularity())
 		require.NoError(t, err)
-		assert.Equal(t, device.Ptr(o+1)<<44+device.Ptr(1)<<43, r, "ordinal %d reserve", o)
+		assert.Equal(t, device.Ptr(1)<<56+device.Ptr(o)<<50, r, "ordinal %d reserve", o)
+		assert.Equal(t, r, d.VirtualBase())
 		// Reservations do not move device memory, nor the reverse.
 		assert.Equal(t, p+device.Ptr(2*MiB), mustMalloc(t, d, 1))
 		r2, err := d.Reserve(2 * d.Granularity())

@@ -56,7 +56,7 @@ func (d *Device) reserveLocked(size uint64) (device.Ptr, time.Duration, error) {
 	}
 	a, ok := d.vm.take(size)
 	if !ok {
-		return 0, t, d.fail(op, device.ErrOutOfMemory, "%s of address space requested: the 8 TiB virtual-memory region has no free range that large", formatBytes(size))
+		return 0, t, d.fail(op, device.ErrOutOfMemory, "%s of address space requested: the 1 PiB virtual-memory region has no free range that large", formatBytes(size))
 	}
 	r := &reservation{base: device.Ptr(a), size: size}
 	i, _ := slices.BinarySearchFunc(d.resv, r.base, func(r *reservation, p device.Ptr) int { return cmp.Compare(r.base, p) })

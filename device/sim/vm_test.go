@@ -13,7 +13,7 @@ import (
 
 func TestReserveMapUnmapRelease(t *testing.T) {
 	d := newDev(t, Config{Capacity: 16 * MiB, PageSize: 2 * MiB})
-	vmBase := d.MemoryBase() + MemoryRegionSize
+	vmBase := d.VirtualBase()
 
 	r, err := d.Reserve(64 * MiB) // more than capacity: address space only
 	require.NoError(t, err)
@@ -77,7 +77,7 @@ func TestReserveMapUnmapRelease(t *testing.T) {
 func TestReserve(t *testing.T) {
 	const page = 2 << 20
 	d := newDev(t, Config{Ordinal: 4, Capacity: 8 * page})
-	vbase := device.Ptr(5)<<44 + device.Ptr(1)<<43
+	vbase := device.Ptr(1)<<56 + device.Ptr(4)<<50
 	assert.Equal(t, uint64(page), d.Granularity())
 	for _, c := range []struct {
 		size uint64
@@ -109,7 +109,7 @@ func TestReserve(t *testing.T) {
 	assert.Equal(t, []Reservation{{Ptr: a, Size: 100 * page}, {Ptr: b, Size: page}}, d.Reservations())
 
 	// More than the region has left.
-	for _, size := range []uint64{MemoryRegionSize, 1 << 44, ^uint64(0) - page + 1} {
+	for _, size := range []uint64{VirtualRegionSize, 1 << 51, ^uint64(0) - page + 1} {
 		before := stateOf(d)
 		_, err = d.Reserve(size)
 		requireDeviceError(t, err, "reserve", 4, device.ErrOutOfMemory)
@@ -134,9 +134,9 @@ func TestReserve(t *testing.T) {
 	assert.Equal(t, int64(1), d.Counters().Releases)
 	// A whole empty region can be reserved at once.
 	other := mustNew(t, Config{Capacity: GiB})
-	whole, err := other.Reserve(MemoryRegionSize)
+	whole, err := other.Reserve(VirtualRegionSize)
 	require.NoError(t, err)
-	assert.Equal(t, device.Ptr(1)<<44+MemoryRegionSize, whole)
+	assert.Equal(t, other.VirtualBase(), whole)
 	_, err = other.Reserve(2 * MiB)
 	require.ErrorIs(t, err, device.ErrOutOfMemory)
 }
