@@ -68,6 +68,15 @@ type SiteReporter interface {
 	LargestSites(n int) []SiteBytes
 }
 
+// LeakReporter is an Observer that records call stacks and can group the
+// allocations by call site for leak detection: Allocator.Leaks returns its
+// report (ok true) instead of grouping by phase. It is called with the
+// allocator's lock held, like Observe.
+type LeakReporter interface {
+	Observer
+	Leaks() (leaks []stats.Leak, ok bool)
+}
+
 // maxOOMSites is the number of call sites an out-of-memory error lists;
 // maxListed the number of phases its message names.
 const (

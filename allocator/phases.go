@@ -123,12 +123,22 @@ func (a *Allocator) MarkStep(name string) {
 	a.stepMarkedLocked(name)
 }
 
-// Leaks returns the groups of allocations, by phase and requested size,
-// whose number alive grew at each of the last two step boundaries or more
-// (see MarkStep), largest first. It needs three boundaries at least.
+// Leaks returns the groups of allocations whose number alive grew at each
+// of the last two step boundaries or more (see MarkStep), largest first;
+// it needs three boundaries at least. The groups are by call site and
+// requested size when an attached observer records call stacks
+// (LeakReporter, such as trace/record's Recorder with stacks), otherwise
+// by phase and requested size.
 func (a *Allocator) Leaks() []stats.Leak {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	for _, o := range a.observers {
+		if r, ok := o.obs.(LeakReporter); ok {
+			if leaks, ok := r.Leaks(); ok {
+				return leaks
+			}
+		}
+	}
 	var out []stats.Leak
 	a.steps.Growing(2, func(k leakKey, alive []int64, grew int) {
 		out = append(out, stats.Leak{Phase: a.phases[k.phase].name, Size: k.size, Alive: alive, Grew: grew})

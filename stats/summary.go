@@ -125,11 +125,14 @@ func Summary(d *DeviceStats, opt SummaryOptions) string {
 		buf = append(buf, "| Phase or call site    | Block size | Alive now  | Held now   | Steps grew |\n"...)
 		buf = rule(buf, '-')
 		for _, l := range opt.Leaks {
-			label := l.Site
+			label, site := l.Phase, shortSite(l.Site)
 			if label == "" {
-				label = l.Phase
-				if label == "" {
-					label = "(no phase)"
+				label = "(no phase)"
+			}
+			if site != "" {
+				label = site
+				if i := strings.Index(label, " ("); i > 0 {
+					label = label[:i] // the function; the line below has the rest
 				}
 			}
 			held := int64(min(l.Bytes(), 1<<62))
@@ -142,10 +145,46 @@ func Summary(d *DeviceStats, opt SummaryOptions) string {
 			buf = append(buf, " | "...)
 			buf = appendSummaryCount(buf, int64(l.Grew), int64(l.Grew))
 			buf = append(buf, " |\n"...)
+			if site != "" {
+				buf = appendTextLine(buf, "   at "+site)
+			}
 		}
 		buf = rule(buf, '=')
 	}
 	return string(buf)
+}
+
+// shortSite drops the package path from a call site
+// ("github.com/x/y.f (f.go:12)" becomes "y.f (f.go:12)").
+func shortSite(site string) string {
+	fn, rest, _ := strings.Cut(site, " ")
+	if i := strings.LastIndexByte(fn, '/'); i >= 0 {
+		fn = fn[i+1:]
+	}
+	if rest != "" {
+		return fn + " " + rest
+	}
+	return fn
+}
+
+// appendTextLine appends a table line holding text on the left, cut to
+// fit; control characters print as '?'.
+func appendTextLine(buf []byte, text string) []byte {
+	text = strings.Map(func(r rune) rune {
+		if !unicode.IsPrint(r) {
+			return '?'
+		}
+		return r
+	}, text)
+	if utf8.RuneCountInString(text) > summaryWidth {
+		text = string([]rune(text)[:summaryWidth-3]) + "..."
+	}
+	buf = append(buf, '|')
+	buf = append(buf, text...)
+	for i := utf8.RuneCountInString(text); i < summaryWidth; i++ {
+		buf = append(buf, ' ')
+	}
+	return append(buf, "|\n"...)
 }
 
 // appendCentered appends a table line holding text centred.

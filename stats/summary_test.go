@@ -201,3 +201,25 @@ func TestSummaryWidthProperty(t *testing.T) {
 		}
 	})
 }
+
+// TestSummarySectionsKeepTheWidth: the phase and leak sections keep every
+// line 77 columns wide, whatever the names.
+func TestSummarySectionsKeepTheWidth(t *testing.T) {
+	d := DeviceStats{}
+	long := strings.Repeat("phase-name-", 10)
+	s := Summary(&d, SummaryOptions{
+		Phases: []PhaseStats{{Name: "forward", AllocatedBytes: Stat{Current: 3 << 30, Peak: 5 << 30}, Allocations: Stat{Current: 12, Allocated: 1200}}, {Name: long + "\x01"}},
+		Leaks: []Leak{
+			{Phase: "forward", Size: 4096, Alive: []int64{1, 2, 3}, Grew: 2},
+			{Site: "github.com/a/b/c.cacheActivation (" + long + ".go:25)", Size: 1 << 20, Alive: []int64{0, 5, 10}, Grew: 2},
+			{Size: 1, Alive: []int64{1, 2, 3}, Grew: 2},
+		},
+	})
+	for _, line := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
+		assert.Equal(t, summaryWidth+2, utf8.RuneCountInString(line), "%q", line)
+	}
+	assert.Contains(t, s, "| c.cacheActivation     |")
+	assert.Contains(t, s, "|   at c.cacheActivation (phase-name-")
+	assert.Contains(t, s, "(no phase)")
+	assert.Contains(t, s, "| forward               |   3072 MiB |   5120 MiB |    1200    |      12    |")
+}

@@ -6,10 +6,13 @@ package record
 import (
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
+	"unicode"
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/stats"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/internal/callsite"
 )
@@ -39,6 +42,7 @@ type Recorder struct {
 	closed bool
 	err    error
 	sites  callsite.Cache
+	steps  stats.StepCounts[siteKey] // with Stacks: live blocks by call site at each step boundary
 }
 
 // LiveBlock is an allocation that has not been freed, with the Go call
@@ -100,7 +104,29 @@ func (r *Recorder) Observe(e allocator.Action) {
 		}
 	case allocator.ActionEmptyCache:
 		r.write(trace.Op{Kind: trace.EmptyCache})
+	case allocator.ActionPhase:
+		r.write(trace.Op{Kind: trace.Tag, Tag: field(e.Phase)})
+	case allocator.ActionStep:
+		name := field(e.Step)
+		if name == "" {
+			name = "-" // a mark needs a name
+		}
+		r.write(trace.Op{Kind: trace.Mark, Name: name})
+		if r.keep {
+			r.countSitesLocked()
+		}
 	}
+}
+
+// field makes a phase or step name one memtrace field: white space and
+// control characters become '_'; an empty step name becomes "-".
+func field(name string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return '_'
+		}
+		return r
+	}, name)
 }
 
 func (r *Recorder) write(op trace.Op) {

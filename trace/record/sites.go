@@ -8,9 +8,56 @@ import (
 	"slices"
 
 	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/stats"
 )
 
-var _ allocator.SiteReporter = (*Recorder)(nil)
+var (
+	_ allocator.SiteReporter = (*Recorder)(nil)
+	_ allocator.LeakReporter = (*Recorder)(nil)
+)
+
+// siteKey groups live blocks for leak detection: call site and requested
+// size.
+type siteKey struct {
+	site string
+	size uint64
+}
+
+// siteOfLocked names the call site of a live block.
+func (r *Recorder) siteOfLocked(b *LiveBlock) string {
+	if f, ok := r.sites.Site(b.Stack); ok {
+		return f.String()
+	}
+	return "unknown"
+}
+
+// countSitesLocked records, at a step boundary, how many live blocks each
+// (call site, size) group holds.
+func (r *Recorder) countSitesLocked() {
+	alive := make(map[siteKey]int64)
+	for _, b := range r.stacks {
+		alive[siteKey{r.siteOfLocked(b), b.Size}]++
+	}
+	r.steps.Record(alive)
+}
+
+// Leaks implements allocator.LeakReporter: with Options.Stacks, the groups
+// of allocations by call site and requested size whose number alive grew
+// at each of the last two step boundaries (Allocator.MarkStep) or more,
+// largest first; ok is false without Options.Stacks. Allocator.Leaks
+// returns these when such a Recorder is attached.
+func (r *Recorder) Leaks() (leaks []stats.Leak, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.keep {
+		return nil, false
+	}
+	r.steps.Growing(2, func(k siteKey, alive []int64, grew int) {
+		leaks = append(leaks, stats.Leak{Site: k.site, Size: k.size, Alive: alive, Grew: grew})
+	})
+	stats.SortLeaks(leaks)
+	return leaks, true
+}
 
 // LargestSites implements allocator.SiteReporter: it groups the live
 // allocations by call site, the first frame of their stack outside this
@@ -27,10 +74,7 @@ func (r *Recorder) LargestSites(n int) []allocator.SiteBytes {
 	}
 	bySite := make(map[string]*allocator.SiteBytes)
 	for _, b := range r.stacks {
-		name := "unknown"
-		if f, ok := r.sites.Site(b.Stack); ok {
-			name = f.String()
-		}
+		name := r.siteOfLocked(b)
 		s, ok := bySite[name]
 		if !ok {
 			s = &allocator.SiteBytes{Site: name}
