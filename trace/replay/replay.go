@@ -83,6 +83,11 @@ type Result struct {
 	Fragmentation float64 `json:"fragmentation"`
 
 	Stats map[string]int64 `json:"stats"` // the final stats, PyTorch's memory_stats keys
+
+	// Warnings are what the trace's reader accepted but reported (a
+	// trace.Reader: garbage after the gzip data, see Reader.Warnings), for
+	// the caller to show.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // replayBatch is the number of ops parsed ahead and then replayed under one
@@ -157,6 +162,9 @@ func Run(r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, e
 			return nil, readErr
 		}
 	}
+	if w, ok := r.(interface{ Warnings() []string }); ok {
+		res.Warnings = w.Warnings()
+	}
 	res.ReplaySeconds = elapsed.Seconds()
 	if res.Ops > 0 {
 		res.NsPerOp = float64(elapsed.Nanoseconds()) / float64(res.Ops)
@@ -187,7 +195,7 @@ type replayer struct {
 func (rp *replayer) run(batch []pendingOp) error {
 	for i := range batch {
 		if err := rp.apply(&batch[i].op); err != nil {
-			return fmt.Errorf("memtrace line %d: %q: %w", batch[i].line, batch[i].op.String(), err)
+			return fmt.Errorf("memtrace line %d: %s: %w", batch[i].line, trace.Quote(batch[i].op.String()), err)
 		}
 	}
 	return nil
