@@ -12,8 +12,11 @@ import (
 	"github.com/nlpodyssey/gopickle/types"
 )
 
+// dictGet returns the value of key in d. A pickle may set a key twice;
+// the last value counts, as in Python.
 func dictGet(d *types.Dict, key string) (any, bool) {
-	for _, e := range *d {
+	for i := len(*d) - 1; i >= 0; i-- {
+		e := (*d)[i]
 		if k, ok := e.Key.(string); ok && k == key {
 			return e.Value, true
 		}
