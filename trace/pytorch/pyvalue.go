@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/nlpodyssey/gopickle/types"
+
+	"github.com/gpumem/gpumem/trace"
 )
 
 // dictGet returns the value of key in d. A pickle may set a key twice;
@@ -80,7 +82,7 @@ func dictUint(d *types.Dict, key string) (uint64, error) {
 	default:
 		return 0, fmt.Errorf("%q is a %s, not an integer", key, pyTypeName(v))
 	}
-	return 0, fmt.Errorf("%q is %s, not a non-negative 64-bit integer", key, fmt.Sprint(v))
+	return 0, fmt.Errorf("%q is %s, not a non-negative 64-bit integer", key, trace.Excerpt(fmt.Sprint(v)))
 }
 
 func pyTypeName(v any) string {

@@ -159,7 +159,7 @@ func importSnapshot(root any, opt SnapshotOptions) (*trace.Import, error) {
 		switch action {
 		case "alloc", "free_completed", "free_requested":
 		default:
-			im.Ignored[action]++
+			im.Ignored[window.Name(action)]++
 			if action == "oom" {
 				ooms++
 			}
