@@ -25,7 +25,9 @@ type Reader struct {
 	file   *os.File    // set by Open; closed by Close
 	p      parser
 	line   int      // number of the last line read
-	header []string // the leading comment block, without "#"
+	header []string // the leading comment block, without "#" (bounded: see Header)
+
+	headerBytes int // bytes in header
 
 	pending    bool // the first op line was read (and parsed) by NewReader
 	pendingOp  Op
@@ -70,12 +72,11 @@ func NewReader(r io.Reader) (*Reader, error) {
 		if err == io.EOF {
 			return rd, nil
 		}
-		var se *SyntaxError
-		if errors.As(err, &se) {
-			rd.pending, rd.pendingErr = true, err
-			return rd, nil
-		}
 		if err != nil {
+			if se := (*SyntaxError)(nil); errors.As(err, &se) {
+				rd.pending, rd.pendingErr = true, err
+				return rd, nil
+			}
 			return nil, err
 		}
 		if len(text) == 0 {
@@ -86,7 +87,10 @@ func NewReader(r io.Reader) (*Reader, error) {
 			if len(c) > 0 && c[0] == ' ' {
 				c = c[1:]
 			}
-			rd.header = append(rd.header, string(c))
+			if len(rd.header) < maxHeaderLines && rd.headerBytes+len(c) <= MaxLineLength {
+				rd.header = append(rd.header, string(c))
+				rd.headerBytes += len(c)
+			}
 			continue
 		}
 		rd.pending = true
@@ -132,10 +136,16 @@ func (r *Reader) Close() error {
 	return err
 }
 
+// maxHeaderLines bounds the comment lines that Header keeps.
+const maxHeaderLines = 256
+
 // Header returns the trace's leading comment block: the comment lines
 // before the first op, each without its "#" and one space after it. By
 // convention the first says where the trace came from ("memtrace v1 ...").
-// A "# mark NAME" comment is an op (a Mark), so it ends the header.
+// A "# mark NAME" comment is an op (a Mark), so it ends the header. So
+// that a trace of nothing but comments is read in bounded memory too,
+// Header keeps the first 256 lines, and no more than MaxLineLength bytes
+// of them; the rest of the block is skipped.
 func (r *Reader) Header() []string {
 	return append([]string(nil), r.header...)
 }
