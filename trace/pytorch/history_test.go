@@ -47,8 +47,7 @@ func historyRun(t *testing.T, maxEntries int) (*History, []byte, *allocator.Allo
 
 func TestHistorySnapshotReadsBack(t *testing.T) {
 	_, data, a := historyRun(t, 0)
-	_, err := loadBytes(data)
-	require.NoError(t, err, "only plain-data opcodes")
+	require.NoError(t, scanPickle(data), "only plain-data opcodes")
 	im, err := ReadSnapshot(bytes.NewReader(data), SnapshotOptions{})
 	require.NoError(t, err)
 	// Replaying the imported trace must build the same allocated state.
@@ -71,7 +70,7 @@ func TestHistorySnapshotReadsBack(t *testing.T) {
 func TestHistoryRingBuffer(t *testing.T) {
 	h, data, _ := historyRun(t, 10)
 	assert.Equal(t, 10, h.Entries())
-	v, err := loadBytes(data)
+	v, err := loadPickle(data)
 	require.NoError(t, err)
 	top := v.(*types.Dict)
 	tv, ok := dictGet(top, "device_traces")
@@ -121,7 +120,8 @@ func TestPickleEncoderIntegers(t *testing.T) {
 	for _, v := range []any{0, 1, -1, 255, 256, int64(1) << 31, int64(-1) << 31, int64(-1)<<31 - 1, int64(1<<63 - 1), int64(-1 << 63), uint64(1<<64 - 1), 3.5, "héllo", true, false, nil} {
 		data, err := encodePickle(v)
 		require.NoError(t, err)
-		got, err := loadBytes(data)
+		require.NoError(t, scanPickle(data))
+		got, err := loadPickle(data)
 		require.NoError(t, err, "%v", v)
 		switch x := v.(type) {
 		case int, int64:

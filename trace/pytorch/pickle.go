@@ -124,9 +124,9 @@ type unpickler struct {
 	buf    [8]byte
 }
 
-// loadPickle decodes the pickle at the start of r, which may hold plain
+// decodePickle decodes the pickle at the start of r, which may hold plain
 // data only, under lim. It reads nothing after the STOP opcode.
-func loadPickle(r io.Reader, lim pickleLimits) (any, error) {
+func decodePickle(r io.Reader, lim pickleLimits) (any, error) {
 	u := &unpickler{r: bufio.NewReaderSize(io.LimitReader(r, lim.size+1), 64<<10), lim: lim}
 	for {
 		at := u.pos

@@ -58,7 +58,7 @@ func TestPickleMatchesPython(t *testing.T) {
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		require.NoError(t, err)
-		v, err := loadBytes(data)
+		v, err := loadPickle(data)
 		require.NoError(t, err, f)
 		want, err := os.ReadFile(f[:len(f)-3] + ".repr")
 		require.NoError(t, err)

@@ -96,7 +96,7 @@ func ReadSnapshot(r io.Reader, opt SnapshotOptions) (*trace.Import, error) {
 		defer zr.Close()
 		in = zr
 	}
-	root, err := loadPickle(in, opt.limits())
+	root, err := decodePickle(in, opt.limits())
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}

@@ -170,7 +170,7 @@ func TestLoadPickleHostile(t *testing.T) {
 	}
 	for name, data := range cases {
 		t.Run(name, func(t *testing.T) {
-			v, err := loadBytes(data)
+			v, err := loadPickle(data)
 			if name == "self-referencing list" {
 				// Plain data after all: the walk visits the list once.
 				require.NoError(t, err)
@@ -196,7 +196,7 @@ func FuzzLoadPickle(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// Never panics; whatever it accepts is plain data.
-		root, err := loadBytes(data)
+		root, err := loadPickle(data)
 		if err == nil {
 			if _, err := importSnapshot(root, SnapshotOptions{}); err == nil {
 				return
@@ -221,7 +221,13 @@ func BenchmarkReadSnapshot(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*ops), "ns/trace-op")
 }
 
-// loadBytes loads a pickle held in memory under the default limits.
-func loadBytes(data []byte) (any, error) {
-	return loadPickle(bytes.NewReader(data), SnapshotOptions{}.limits())
+// loadPickle decodes a pickle held in memory under the default limits.
+func loadPickle(data []byte) (any, error) {
+	return decodePickle(bytes.NewReader(data), SnapshotOptions{}.limits())
+}
+
+// scanPickle checks that data is a pickle of plain data only.
+func scanPickle(data []byte) error {
+	_, err := loadPickle(data)
+	return err
 }
