@@ -49,7 +49,7 @@ type Allocator struct {
 
 	uses    map[*block][]device.Stream // for allocated blocks with recorded set: the other streams used
 	events  *deferred.Queue[*block]    // pending frees, per stream
-	streams []device.Stream            // streams known to be valid
+	streams map[device.Stream]struct{} // streams known to be valid, the default stream aside
 
 	spare     []*block // recycled block structs
 	key       block    // best-fit search key (scratch)

@@ -13,18 +13,23 @@ import (
 
 // knownStreamLocked reports whether s is a stream of the device. The
 // default stream always is; others are asked of the device once, when it
-// can tell (device.StreamChecker), and remembered.
+// can tell (device.StreamChecker), and remembered in a set, so that a
+// known stream costs one map lookup (and no allocation) however many
+// streams there are.
 func (a *Allocator) knownStreamLocked(s device.Stream) bool {
 	if s == device.DefaultStream {
 		return true
 	}
-	if slices.Contains(a.streams, s) {
+	if _, ok := a.streams[s]; ok {
 		return true
 	}
 	if c, ok := a.dev.(device.StreamChecker); ok && !c.HasStream(s) {
 		return false
 	}
-	a.streams = append(a.streams, s)
+	if a.streams == nil {
+		a.streams = make(map[device.Stream]struct{})
+	}
+	a.streams[s] = struct{}{}
 	return true
 }
 

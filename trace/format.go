@@ -138,21 +138,21 @@ func (op Op) Check() error {
 	case !usesStream && op.Stream != 0:
 		return fmt.Errorf("memtrace: %s op has a stream (%d)", op.Kind, op.Stream)
 	case op.Kind != Tag && op.Tag != "":
-		return fmt.Errorf("memtrace: %s op has a tag (%q)", op.Kind, op.Tag)
+		return fmt.Errorf("memtrace: %s op has a tag (%s)", op.Kind, Quote(op.Tag))
 	case op.Kind != Mark && op.Name != "":
-		return fmt.Errorf("memtrace: %s op has a name (%q)", op.Kind, op.Name)
+		return fmt.Errorf("memtrace: %s op has a name (%s)", op.Kind, Quote(op.Name))
 	}
 	switch op.Kind {
 	case Tag:
 		if msg := checkTag(op.Tag); msg != "" {
-			return fmt.Errorf("memtrace: tag %q: %s", op.Tag, msg)
+			return fmt.Errorf("memtrace: tag %s: %s", Quote(op.Tag), msg)
 		}
 	case Mark:
 		if op.Name == "" {
 			return fmt.Errorf("memtrace: a mark needs a name")
 		}
 		if msg := checkTag(op.Name); msg != "" {
-			return fmt.Errorf("memtrace: mark %q: %s", op.Name, msg)
+			return fmt.Errorf("memtrace: mark %s: %s", Quote(op.Name), msg)
 		}
 	}
 	return nil
@@ -206,22 +206,15 @@ func ParseOp(line string) (Op, error) {
 
 // SyntaxError is a malformed memtrace line. Line is the 1-based line
 // number (0 when the text did not come from a file), Text the line as read
-// (long lines are cut short), Msg what is wrong with it.
+// (cut to MaxQuote bytes, see Excerpt), Msg what is wrong with it.
 type SyntaxError struct {
 	Line int
 	Text string
 	Msg  string
 }
 
-// maxErrorText is how much of a bad line a SyntaxError keeps.
-const maxErrorText = 200
-
 func newSyntaxError(line int, text []byte, msg string) *SyntaxError {
-	t := string(text)
-	if len(text) > maxErrorText {
-		t = string(text[:maxErrorText]) + "..."
-	}
-	return &SyntaxError{Line: line, Text: t, Msg: msg}
+	return &SyntaxError{Line: line, Text: Excerpt(text), Msg: msg}
 }
 
 func (e *SyntaxError) Error() string {
@@ -296,7 +289,7 @@ func (p *parser) parse(line []byte) (Op, string) {
 		start = i + 1
 	}
 	if len(fields[0]) != 1 {
-		return Op{}, fmt.Sprintf("unknown op %q (want one of a f r s S c t m)", fields[0])
+		return Op{}, fmt.Sprintf("unknown op %s (want one of a f r s S c t m)", Quote(fields[0]))
 	}
 	op := Op{Kind: Kind(fields[0][0])}
 	args := fields[1:n]

@@ -4,7 +4,7 @@ package trace
 
 import (
 	"bufio"
-	"compress/gzip"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -13,16 +13,21 @@ import (
 
 // Reader reads the ops of a memtrace one at a time, in bounded memory: it
 // holds one buffered line, never the trace. Gzip input is recognised by
-// its magic bytes and decompressed on the fly.
+// its magic bytes and decompressed on the fly, as gzip(1) does (see
+// GzipReader): garbage after the compressed data ends the trace with a
+// warning (Warnings), not an error. A UTF-8 byte order mark at the start
+// of the text is skipped.
 //
 // A Reader is not safe for concurrent use.
 type Reader struct {
 	br     *bufio.Reader
-	gz     *gzip.Reader // nil for plain input
-	file   *os.File     // set by Open; closed by Close
+	gz     *GzipReader // nil for plain input
+	file   *os.File    // set by Open; closed by Close
 	p      parser
 	line   int      // number of the last line read
-	header []string // the leading comment block, without "#"
+	header []string // the leading comment block, without "#" (bounded: see Header)
+
+	headerBytes int // bytes in header
 
 	pending    bool // the first op line was read (and parsed) by NewReader
 	pendingOp  Op
@@ -41,18 +46,25 @@ func isMarkComment(line []byte) bool {
 // gzipMagic opens every gzip stream.
 var gzipMagic = [2]byte{0x1f, 0x8b}
 
+// utf8BOM is the byte order mark that some editors put at the start of a
+// UTF-8 text.
+var utf8BOM = []byte{0xef, 0xbb, 0xbf}
+
 // NewReader returns a Reader of the memtrace in r, plain or gzip. It reads
 // the leading comment block at once, so that Header is ready; it fails
 // only if r cannot be read or its gzip header is damaged.
 func NewReader(r io.Reader) (*Reader, error) {
 	rd := &Reader{br: bufio.NewReaderSize(r, MaxLineLength)}
-	if magic, _ := rd.br.Peek(2); len(magic) == 2 && magic[0] == gzipMagic[0] && magic[1] == gzipMagic[1] {
-		gz, err := gzip.NewReader(rd.br)
+	if magic, _ := rd.br.Peek(2); IsGzip(magic) {
+		gz, err := NewGzipReader(rd.br)
 		if err != nil {
-			return nil, fmt.Errorf("memtrace: gzip: %w", err)
+			return nil, fmt.Errorf("memtrace: %w", err)
 		}
 		rd.gz = gz
 		rd.br = bufio.NewReaderSize(gz, MaxLineLength)
+	}
+	if bom, _ := rd.br.Peek(len(utf8BOM)); bytes.Equal(bom, utf8BOM) {
+		rd.br.Discard(len(utf8BOM))
 	}
 	// Collect the leading comments; keep the first op line's outcome for Next.
 	for {
@@ -60,12 +72,11 @@ func NewReader(r io.Reader) (*Reader, error) {
 		if err == io.EOF {
 			return rd, nil
 		}
-		var se *SyntaxError
-		if errors.As(err, &se) {
-			rd.pending, rd.pendingErr = true, err
-			return rd, nil
-		}
 		if err != nil {
+			if se := (*SyntaxError)(nil); errors.As(err, &se) {
+				rd.pending, rd.pendingErr = true, err
+				return rd, nil
+			}
 			return nil, err
 		}
 		if len(text) == 0 {
@@ -76,7 +87,10 @@ func NewReader(r io.Reader) (*Reader, error) {
 			if len(c) > 0 && c[0] == ' ' {
 				c = c[1:]
 			}
-			rd.header = append(rd.header, string(c))
+			if len(rd.header) < maxHeaderLines && rd.headerBytes+len(c) <= MaxLineLength {
+				rd.header = append(rd.header, string(c))
+				rd.headerBytes += len(c)
+			}
 			continue
 		}
 		rd.pending = true
@@ -122,10 +136,16 @@ func (r *Reader) Close() error {
 	return err
 }
 
+// maxHeaderLines bounds the comment lines that Header keeps.
+const maxHeaderLines = 256
+
 // Header returns the trace's leading comment block: the comment lines
 // before the first op, each without its "#" and one space after it. By
 // convention the first says where the trace came from ("memtrace v1 ...").
-// A "# mark NAME" comment is an op (a Mark), so it ends the header.
+// A "# mark NAME" comment is an op (a Mark), so it ends the header. So
+// that a trace of nothing but comments is read in bounded memory too,
+// Header keeps the first 256 lines, and no more than MaxLineLength bytes
+// of them; the rest of the block is skipped.
 func (r *Reader) Header() []string {
 	return append([]string(nil), r.header...)
 }
@@ -133,6 +153,16 @@ func (r *Reader) Header() []string {
 // Line returns the number of the last line read: after Next, the line of
 // the op (or of the error) it returned.
 func (r *Reader) Line() int { return r.line }
+
+// Warnings returns what the Reader accepted but the caller should hear
+// about: today, garbage after the gzip data, which ends the trace (as
+// gzip(1) ignores it). It is complete once Next has returned io.EOF.
+func (r *Reader) Warnings() []string {
+	if r.gz != nil && r.gz.Warning() != "" {
+		return []string{"memtrace: " + r.gz.Warning()}
+	}
+	return nil
+}
 
 // Next returns the next op. At the end of the trace it returns io.EOF.
 // Comments and blank lines are skipped, except a comment that is exactly

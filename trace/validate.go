@@ -26,7 +26,8 @@ func NewValidator() *Validator {
 }
 
 // StateError is an op that breaks the live-ID rules. Line is the op's line
-// number (0 if unknown), Text the op's memtrace line.
+// number (0 if unknown), Text the op's memtrace line (cut to MaxQuote
+// bytes, see Excerpt).
 type StateError struct {
 	Line int
 	Text string
@@ -46,7 +47,7 @@ func (e *StateError) Error() string {
 // rule is a *StateError and changes nothing.
 func (v *Validator) Check(op Op, line int) (skip bool, err error) {
 	if err := op.Check(); err != nil {
-		return false, &StateError{Line: line, Text: op.String(), Msg: err.Error()}
+		return false, &StateError{Line: line, Text: Excerpt(op.String()), Msg: err.Error()}
 	}
 	switch op.Kind {
 	case Alloc:

@@ -132,6 +132,10 @@ type Device struct {
 	events    map[device.Event]eventState
 	nextEvent device.Event
 	faults    faults
+
+	// unfinished lists the streams that may hold unfinished work (see
+	// streamState.listed), so that Synchronize visits only those.
+	unfinished []int
 }
 
 // New returns a simulated device, or an error wrapping

@@ -13,6 +13,7 @@ type streamState struct {
 	busy      bool   // recorded work stays pending until completed
 	queued    uint64 // events recorded so far
 	completed uint64 // events finished; completed <= queued
+	listed    bool   // in Device.unfinished
 }
 
 func (st *streamState) finishAll() { st.completed = st.queued }
@@ -25,12 +26,16 @@ type eventState struct {
 }
 
 // Synchronize finishes the work queued on every stream (busy streams stay
-// busy for work queued later).
+// busy for work queued later). It visits only the streams where work was
+// left pending since the last Synchronize, so that its cost does not grow
+// with streams that hold nothing.
 func (d *Device) Synchronize() error {
 	d.mu.Lock()
-	for i := range d.streams {
+	for _, i := range d.unfinished {
 		d.streams[i].finishAll()
+		d.streams[i].listed = false
 	}
+	d.unfinished = d.unfinished[:0]
 	d.c.Synchronizations++
 	t := d.payLocked(d.costs.Synchronize)
 	d.mu.Unlock()
@@ -168,13 +173,16 @@ func (d *Device) RecordEvent(s device.Stream) (device.Event, error) {
 		nap(t)
 		return 0, err
 	}
+	idx, _ := d.streamIndex(s)
 	st.queued++
 	if !st.busy {
 		st.finishAll()
+	} else if !st.listed {
+		st.listed = true
+		d.unfinished = append(d.unfinished, idx)
 	}
 	d.nextEvent++
 	e := d.nextEvent
-	idx, _ := d.streamIndex(s)
 	d.events[e] = eventState{stream: idx, seq: st.queued}
 	d.c.EventsRecorded++
 	d.mu.Unlock()

@@ -6,7 +6,6 @@ package convert
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"fmt"
 	"io"
 
@@ -41,13 +40,14 @@ func (f Format) String() string {
 // Detect guesses the format of an input from its first bytes
 // (already decompressed): a pickle starts with the PROTO opcode 0x80
 // (protocol 2 and later, as PyTorch writes), an RMM log with a CSV header
-// row naming Action and Pointer columns, and anything else is taken to be
-// memtrace, whose reader then rejects what it cannot parse.
+// row naming Action and Pointer columns (after a UTF-8 byte order mark, if
+// any), and anything else is taken to be memtrace, whose reader then
+// rejects what it cannot parse.
 func Detect(head []byte) Format {
 	if len(head) > 0 && head[0] == 0x80 {
 		return PyTorchSnapshot
 	}
-	line := head
+	line := bytes.TrimPrefix(head, []byte("\xef\xbb\xbf"))
 	if i := bytes.IndexByte(line, '\n'); i >= 0 {
 		line = line[:i]
 	}
@@ -65,6 +65,10 @@ type Options struct {
 	Device int
 	// Gzip compresses the output.
 	Gzip bool
+	// Warn, if set, is called with what the conversion accepted but the
+	// caller should hear about: garbage after gzip input, ignored as
+	// gzip(1) ignores it (see trace.GzipReader). Convert never prints.
+	Warn func(msg string)
 }
 
 // Convert reads a log from r, in any format Detect knows, plain or gzip,
@@ -83,12 +87,17 @@ func Convert(w io.Writer, r io.Reader, name string, opt Options) (Format, error)
 	br := bufio.NewReaderSize(r, 64<<10)
 	head, _ := br.Peek(512)
 	var in io.Reader = br
-	if len(head) >= 2 && head[0] == 0x1f && head[1] == 0x8b {
-		zr, err := gzip.NewReader(br)
+	if trace.IsGzip(head) {
+		zr, err := trace.NewGzipReader(br)
 		if err != nil {
-			return 0, fmt.Errorf("convert %s: gzip: %w", name, err)
+			return 0, fmt.Errorf("convert %s: %w", name, err)
 		}
 		defer zr.Close()
+		defer func() {
+			if w := zr.Warning(); w != "" && opt.Warn != nil {
+				opt.Warn(fmt.Sprintf("convert %s: %s", name, w))
+			}
+		}()
 		zb := bufio.NewReaderSize(zr, 64<<10)
 		head, _ = zb.Peek(512)
 		in = zb

@@ -22,12 +22,40 @@
 // final segments), and the blocks alive at its end are freed after it.
 //
 // A pickle is a program for a small stack machine that can name and call
-// Python code. The loader here runs nothing: it first walks the opcodes
-// of the whole input and admits only those that build plain data (None,
-// bools, numbers, strings, bytes, lists, tuples, dicts, sets, the memo and
-// framing), checking every length against the bytes that remain, and only
-// then lets gopickle decode it. Whatever passes decodes to plain Go values
-// in a few times the input's size.
+// Python code. The reader here runs nothing: it is a stack machine of its
+// own that knows only the opcodes that build plain data (None, bools,
+// numbers, strings, bytes, lists, tuples, dicts, sets, the memo and
+// framing), refuses every other opcode when it meets it, and builds the
+// plain Go values of gopickle's types package. It reads the pickle as a
+// stream, gzip or not, up to its STOP opcode, and never holds the input
+// whole.
+//
+// # Limits
+//
+// Any input, however made, is read in bounded time and memory; past a
+// limit, ReadSnapshot fails with an error that names it:
+//
+//   - the pickle, after decompression, is at most SnapshotOptions.MaxSize
+//     bytes (DefaultMaxPickleSize, 1 GiB); a length field is checked
+//     against it before anything is read, and long data is read as it
+//     arrives, so that a length cannot make the reader allocate what the
+//     input does not hold;
+//   - the values decoded take at most SnapshotOptions.MaxMemory bytes
+//     (DefaultMaxPickleMemory, 1 GiB), counted as they are allocated,
+//     garbage included; a snapshot's values take about 5 to 10 times its
+//     pickle's size, so the default admits snapshots of about 100 MiB;
+//   - at most 64 marks are open at once (Python's pickler opens one per
+//     level of nesting), and at most 2^20 values wait on the stack outside
+//     any container (Python's pickler puts 1,000 there per level);
+//   - an integer written as text (INT, LONG) has at most 4,300 digits,
+//     Python's own limit for int strings, since converting it costs the
+//     square of its length; a binary one (LONG1, LONG4) at most 2 KiB;
+//   - a protocol-0 string line (STRING, UNICODE) is at most 1 MiB.
+//
+// So decoding allocates at most about MaxMemory plus 50 MiB (the stack and
+// buffers), whatever the input, and reads at most MaxSize bytes; the
+// import that follows holds about 100 bytes per entry of the device trace.
+// Error messages quote at most 100 bytes of the input (trace.Quote).
 //
 // # Recording and writing
 //

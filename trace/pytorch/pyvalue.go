@@ -10,10 +10,15 @@ import (
 	"strings"
 
 	"github.com/nlpodyssey/gopickle/types"
+
+	"github.com/gpumem/gpumem/trace"
 )
 
+// dictGet returns the value of key in d. A pickle may set a key twice;
+// the last value counts, as in Python.
 func dictGet(d *types.Dict, key string) (any, bool) {
-	for _, e := range *d {
+	for i := len(*d) - 1; i >= 0; i-- {
+		e := (*d)[i]
 		if k, ok := e.Key.(string); ok && k == key {
 			return e.Value, true
 		}
@@ -77,7 +82,7 @@ func dictUint(d *types.Dict, key string) (uint64, error) {
 	default:
 		return 0, fmt.Errorf("%q is a %s, not an integer", key, pyTypeName(v))
 	}
-	return 0, fmt.Errorf("%q is %s, not a non-negative 64-bit integer", key, fmt.Sprint(v))
+	return 0, fmt.Errorf("%q is %s, not a non-negative 64-bit integer", key, trace.Excerpt(fmt.Sprint(v)))
 }
 
 func pyTypeName(v any) string {

@@ -4,8 +4,7 @@
 package pytorch
 
 import (
-	"bytes"
-	"compress/gzip"
+	"bufio"
 	"fmt"
 	"io"
 	"sort"
@@ -21,13 +20,31 @@ import (
 type SnapshotOptions struct {
 	// Device selects device_traces[Device] and the segments of that device.
 	Device int
+	// MaxSize is the largest pickle to read, in bytes after
+	// decompression; 0 means DefaultMaxPickleSize (1 GiB).
+	MaxSize int64
+	// MaxMemory bounds the memory of the values decoded from the pickle,
+	// in bytes; 0 means DefaultMaxPickleMemory (1 GiB).
+	MaxMemory int64
+}
+
+func (opt SnapshotOptions) limits() pickleLimits {
+	lim := pickleLimits{size: opt.MaxSize, memory: opt.MaxMemory}
+	if lim.size <= 0 {
+		lim.size = DefaultMaxPickleSize
+	}
+	if lim.memory <= 0 {
+		lim.memory = DefaultMaxPickleMemory
+	}
+	return lim
 }
 
 // ReadSnapshot converts a PyTorch memory snapshot (the pickle that
 // torch.cuda.memory._dump_snapshot writes, plain or gzip) to memtrace ops.
 // The pickle may hold only plain data (dicts, lists, tuples, strings,
 // numbers); anything that would build a Python object is refused, and no
-// code is ever run.
+// code is ever run. It is read as a stream, up to its STOP opcode, within
+// the limits of opt and of the package doc (Limits).
 //
 // From device_traces[opt.Device] it takes alloc entries as a (the size is
 // the requested size, as PyTorch records it) and free_completed entries as
@@ -69,20 +86,17 @@ type SnapshotOptions struct {
 // show as active (or show with another size), or an active block at an
 // address the window allocated and freed.
 func ReadSnapshot(r io.Reader, opt SnapshotOptions) (*trace.Import, error) {
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
-	}
-	if len(data) >= 2 && data[0] == 0x1f && data[1] == 0x8b {
-		zr, err := gzip.NewReader(bytes.NewReader(data))
+	br := bufio.NewReaderSize(r, 64<<10)
+	var in io.Reader = br
+	if head, _ := br.Peek(2); trace.IsGzip(head) {
+		zr, err := trace.NewGzipReader(br)
 		if err != nil {
-			return nil, fmt.Errorf("snapshot: gzip: %w", err)
+			return nil, fmt.Errorf("snapshot: %w", err)
 		}
-		if data, err = io.ReadAll(zr); err != nil {
-			return nil, fmt.Errorf("snapshot: gzip: %w", err)
-		}
+		defer zr.Close()
+		in = zr
 	}
-	root, err := loadPickle(data)
+	root, err := decodePickle(in, opt.limits())
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
@@ -145,7 +159,7 @@ func importSnapshot(root any, opt SnapshotOptions) (*trace.Import, error) {
 		switch action {
 		case "alloc", "free_completed", "free_requested":
 		default:
-			im.Ignored[action]++
+			im.Ignored[window.Name(action)]++
 			if action == "oom" {
 				ooms++
 			}

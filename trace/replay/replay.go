@@ -134,6 +134,11 @@ type Result struct {
 	// and requested size) whose number alive grew at each of the last two
 	// step boundaries or more; Count is the number alive at the last one.
 	Leaks []LeakResult `json:"leaks,omitempty"`
+
+	// Warnings are what the trace's reader accepted but reported (a
+	// trace.Reader: garbage after the gzip data, see Reader.Warnings), for
+	// the caller to show.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // PhaseResult is one phase's figures in a Result.
@@ -231,6 +236,9 @@ func Run(r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, e
 			return nil, readErr
 		}
 	}
+	if w, ok := r.(interface{ Warnings() []string }); ok {
+		res.Warnings = w.Warnings()
+	}
 	res.ReplaySeconds = elapsed.Seconds()
 	if res.Ops > 0 {
 		res.NsPerOp = float64(elapsed.Nanoseconds()) / float64(res.Ops)
@@ -278,7 +286,7 @@ type replayer struct {
 func (rp *replayer) run(batch []pendingOp) error {
 	for i := range batch {
 		if err := rp.apply(&batch[i].op); err != nil {
-			return fmt.Errorf("memtrace line %d: %q: %w", batch[i].line, batch[i].op.String(), err)
+			return fmt.Errorf("memtrace line %d: %s: %w", batch[i].line, trace.Quote(batch[i].op.String()), err)
 		}
 		if rp.peak && batch[i].op.Kind == trace.Alloc {
 			// Allocated bytes grow only when a block is handed out.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,8 +43,15 @@ import (
 // A log that contradicts itself is an error naming the CSV line: an
 // allocate of a pointer that is live, a free of a pointer the log has seen
 // but that is not live, or a free whose size differs from the allocation.
+//
+// The reader takes the log as RMM writes it, one row a line: a line longer
+// than trace.MaxLineLength (64 KiB) is an error, so that memory stays
+// bounded by the rows kept, and so is a quoted field that holds a line
+// break. A UTF-8 byte order mark before the header is skipped. Error
+// messages quote at most trace.MaxQuote bytes of a row.
 func ReadLog(r io.Reader) (*trace.Import, error) {
-	cr := csv.NewReader(r)
+	lines := &lineLimiter{r: r, line: 1}
+	cr := csv.NewReader(lines)
 	cr.ReuseRecord = true
 	header, err := cr.Read()
 	if err == io.EOF {
@@ -52,8 +60,15 @@ func ReadLog(r io.Reader) (*trace.Import, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rmm log: %w", err)
 	}
+	header = slices.Clone(header) // the reader reuses its record
+	if len(header) > 0 {
+		header[0] = strings.TrimPrefix(header[0], "\ufeff")
+	}
 	col := map[string]int{}
 	for i, h := range header {
+		if strings.ContainsAny(h, "\r\n") {
+			return nil, fmt.Errorf("rmm log: the header row has a field with a line break in it: %s", trace.Quote(h))
+		}
 		col[strings.TrimSpace(h)] = i
 	}
 	need := []string{"Action", "Pointer", "Size", "Stream"}
@@ -92,7 +107,16 @@ func ReadLog(r io.Reader) (*trace.Import, error) {
 		line, _ := cr.FieldPos(0)
 		im.Events++
 		where := func(msg string, args ...any) error {
-			return fmt.Errorf("rmm log line %d: %q: %s", line, strings.Join(rec, ","), fmt.Sprintf(msg, args...))
+			return fmt.Errorf("rmm log line %d: %s: %s", line, trace.Quote(strings.Join(rec, ",")), fmt.Sprintf(msg, args...))
+		}
+		for i, f := range rec {
+			if strings.ContainsAny(f, "\r\n") {
+				name := fmt.Sprintf("field %d", i+1)
+				if i < len(header) {
+					name = "the " + strings.TrimSpace(header[i]) + " field"
+				}
+				return nil, where("%s holds a line break (an RMM log has one row a line)", trace.Excerpt(name))
+			}
 		}
 		action := strings.TrimSpace(rec[idx[0]])
 		ptr, ok := parseHexPointer(strings.TrimSpace(rec[idx[1]]))
@@ -116,7 +140,7 @@ func ReadLog(r io.Reader) (*trace.Import, error) {
 			im.Ignored[action]++
 			continue
 		default:
-			return nil, where("unknown action %q (want allocate, free or allocate failure)", action)
+			return nil, where("unknown action %s (want allocate, free or allocate failure)", trace.Quote(action))
 		}
 		if ptr == 0 {
 			if size != 0 {
@@ -222,4 +246,28 @@ func parseStream(s string) (uint64, bool) {
 	}
 	v, err := strconv.ParseUint(s, 10, 64)
 	return v, err == nil
+}
+
+// lineLimiter passes r through but fails a line longer than
+// trace.MaxLineLength, so that the CSV reader never holds more than that
+// of one row.
+type lineLimiter struct {
+	r    io.Reader
+	n    int // bytes of the current line so far
+	line int // the current line's number
+}
+
+func (l *lineLimiter) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	for i, c := range p[:n] {
+		if c == '\n' {
+			l.n = 0
+			l.line++
+			continue
+		}
+		if l.n++; l.n > trace.MaxLineLength {
+			return i, fmt.Errorf("line %d is longer than %d bytes (an RMM log has one short row a line)", l.line, trace.MaxLineLength)
+		}
+	}
+	return n, err
 }

@@ -34,6 +34,11 @@ func FreeSurvivors(ops []trace.Op, ids map[uint64]uint64) []trace.Op {
 	return ops
 }
 
+// maxListed bounds what String and CountList name, so that a header
+// line stays short (and readable back: trace.MaxLineLength) however many
+// streams or names a log has.
+const maxListed = 32
+
 // Streams numbers a log's stream handles: 0 stays 0, the others get 1, 2,
 // 3, ... in order of first use. The zero Streams is ready to use.
 type Streams struct {
@@ -57,26 +62,45 @@ func (m *Streams) Get(handle uint64) uint64 {
 	return m.ids[handle]
 }
 
-// String lists the non-zero handles and their numbers ("0x7f00->1 ..."), or
-// "" if none.
+// String lists the non-zero handles and their numbers ("0x7f00->1 ..."),
+// the first maxListed of them and then how many more, or "" if none.
 func (m *Streams) String() string {
 	var parts []string
-	for i, h := range m.order {
+	for i, h := range m.order[:min(len(m.order), maxListed)] {
 		parts = append(parts, fmt.Sprintf("0x%x->%d", h, i+1))
+	}
+	if n := len(m.order) - maxListed; n > 0 {
+		parts = append(parts, fmt.Sprintf("... (%d more)", n))
 	}
 	return strings.Join(parts, " ")
 }
 
-// CountList renders counts as "name=N name=N" in name order.
+// CountList renders counts as "name=N name=N" in name order, the first
+// maxListed names and then how many more. Names from the input should be
+// bounded first (see Name).
 func CountList(m map[string]int) string {
 	names := make([]string, 0, len(m))
 	for k := range m {
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	parts := make([]string, len(names))
-	for i, k := range names {
-		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	var parts []string
+	for _, k := range names[:min(len(names), maxListed)] {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
+	}
+	if n := len(names) - maxListed; n > 0 {
+		parts = append(parts, fmt.Sprintf("... (%d more names)", n))
 	}
 	return strings.Join(parts, " ")
+}
+
+// Name returns a name read from a log (an action, say) as a key for
+// CountList: itself when it is a short word of letters, digits and
+// underscores, as every name the logs define is, else quoted and cut
+// short by trace.Quote.
+func Name(s string) string {
+	if len(s) > 0 && len(s) <= 64 && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") == "" {
+		return s
+	}
+	return trace.Quote(s)
 }
