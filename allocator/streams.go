@@ -36,8 +36,12 @@ func (a *Allocator) knownStreamLocked(s device.Stream) bool {
 // RecordStream marks the allocated block at p as used on stream s too, as
 // PyTorch's recordStream: when the block is freed, it is reused only after
 // the work queued on s by then has finished. Recording the block's own
-// stream does nothing.
+// stream does nothing, and so does recording the zero Ptr (what Alloc
+// returns for 0 bytes), as in PyTorch.
 func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
+	if p == 0 {
+		return nil
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	b := a.live.get(p)

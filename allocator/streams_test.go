@@ -144,3 +144,14 @@ func TestEventQueryFailureKeepsBlockPending(t *testing.T) {
 	require.NoError(t, a.EmptyCache())
 	mustFree(t, a, q)
 }
+
+// TestRecordStreamOfZeroPtr: the zero Ptr (a 0-byte allocation) can be
+// recorded on a stream, as PyTorch allows recordStream on an empty tensor.
+func TestRecordStreamOfZeroPtr(t *testing.T) {
+	a, dev := newTest(t, 0, Config{})
+	s, _ := dev.NewStream()
+	p, err := a.Alloc(0, 0)
+	require.NoError(t, err)
+	require.NoError(t, a.RecordStream(p, s))
+	require.NoError(t, a.Free(p))
+}

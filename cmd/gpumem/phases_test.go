@@ -132,3 +132,20 @@ func TestReplaySnapshotAtBadUse(t *testing.T) {
 		assert.Equal(t, 1, strings.Count(errOut.String(), "\n"), errOut.String())
 	}
 }
+
+// TestTrailingGarbageWarns: a gzip trace with garbage after its data is
+// replayed (and converted) as gzip(1) reads it, with a warning on
+// standard error.
+func TestTrailingGarbageWarns(t *testing.T) {
+	data, err := os.ReadFile("testdata/small.trace.gz")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "t.trace.gz")
+	require.NoError(t, os.WriteFile(path, append(data, "garbage!"...), 0o644))
+	for _, args := range [][]string{{"replay", path}, {"convert", path}} {
+		var out, errOut bytes.Buffer
+		require.Zero(t, run(args, &out, &errOut), errOut.String())
+		assert.Contains(t, errOut.String(), "warning:", args)
+		assert.Contains(t, errOut.String(), "trailing garbage ignored", args)
+		assert.Equal(t, 1, strings.Count(errOut.String(), "\n"), args)
+	}
+}

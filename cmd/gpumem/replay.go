@@ -171,6 +171,9 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		ooms += res.OOMs
+		for _, w := range res.Warnings {
+			fmt.Fprintf(stderr, "gpumem replay: warning: %s\n", oneLine(w))
+		}
 		if err := printOutcome(stdout, res, *asJSON); err != nil {
 			return err
 		}
@@ -488,6 +491,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	}
 	defer in.Close()
 	opt := convert.Options{Device: *dev, Gzip: strings.HasSuffix(*out, ".gz")}
+	opt.Warn = func(msg string) { fmt.Fprintf(stderr, "gpumem convert: warning: %s\n", oneLine(msg)) }
 	return writeOutput(*out, stdout, func(w io.Writer) error {
 		_, err := convert.Convert(w, in, clip(fs.Arg(0)), opt)
 		return err
