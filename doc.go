@@ -21,27 +21,44 @@
 //	p, err := a.Alloc(64<<20, device.DefaultStream)  // 64 MiB
 //	if err != nil {
 //		var oom *allocator.OutOfMemoryError
-//		if errors.As(err, &oom) { ... }           // what was asked, what is free, what to try
+//		if errors.As(err, &oom) { ... }           // what was asked, what is free, where it went
 //	}
 //	_ = a.Free(p)                                      // cached: the next Alloc reuses it
 //	st := a.Stats()
-//	fmt.Println(st.Get("allocated_bytes.all.peak"))   // PyTorch's memory_stats keys
-//	fmt.Print(stats.Summary(&st, stats.SummaryOptions{})) // PyTorch's memory_summary table
+//	fmt.Println(st.Allocated(), st.MaxAllocated())     // memory_allocated, max_memory_allocated
+//	fmt.Println(st.Get("reserved_bytes.all.peak"))    // any of PyTorch's memory_stats keys
+//	fmt.Print(a.Summary(false))                        // PyTorch's memory_summary table
+//
+// Name the phases of a training loop (a.SetPhase("forward")) and mark its
+// steps (a.MarkStep("step 12")): memory is then counted by phase, an
+// out-of-memory error says in which phase it failed and which phases hold
+// the memory, and a.Leaks lists the allocations whose number grows at
+// every step.
 //
 // # Packages
 //
+// Imports point down this list and never up; importing any of them
+// registers nothing and starts nothing.
+//
 //   - device: the Device interface every backend implements, its optional
-//     capabilities (virtual memory, pinned host memory) and errors.
+//     capabilities (virtual memory, pinned host memory, stream checks,
+//     usage reports, stream waits), Ptr/Stream/Event and errors.
 //   - device/sim: the simulated device: capacity, a deterministic address
-//     rule, streams whose work a test controls, a cost clock, fault
-//     injection.
+//     rule, streams whose work a test controls, a cost clock, virtual
+//     memory.
 //   - device/cuda: the CUDA backend on gorgonia.org/cu (build tag cuda).
+//   - device/counting, device/faulty: adaptors around any device, counting
+//     its calls or failing the Nth call of any kind.
 //   - allocator: the caching allocator, its configuration (ParseConf reads
-//     PYTORCH_CUDA_ALLOC_CONF syntax), out-of-memory errors, snapshots, a
-//     multi-device Manager and a pass-through baseline; allocator/host
-//     caches pinned host memory as PyTorch's host allocator does.
+//     PYTORCH_CUDA_ALLOC_CONF syntax), out-of-memory errors, phases and
+//     leaks, snapshots, a multi-device Manager and a pass-through baseline;
+//     allocator/host caches pinned host memory as PyTorch's host allocator
+//     does; allocator/memlog logs memory every few steps (log/slog).
 //   - stats: the statistics, PyTorch's memory_stats key space and its
-//     memory_summary table, expvar export.
+//     memory_summary table; stats/expvarstats and stats/promstats publish
+//     them to expvar and Prometheus.
+//   - gpumemtest: helpers for users' tests: a simulated-device fixture,
+//     VerifyNoLeaks, budgets.
 //   - trace: memtrace, the trace format alone (ops, reader, writer,
 //     validator; specified in trace/FORMAT.md), importing nothing else of
 //     gpumem. Around it: trace/replay drives an allocator from a trace and
@@ -49,10 +66,9 @@
 //     allocator as memtrace (and a pprof profile of live memory by call
 //     site), trace/pytorch reads and writes PyTorch memory snapshots,
 //     trace/rmm reads RMM logs, trace/convert converts any of them to
-//     memtrace, and trace/plan answers from a trace: the smallest device
-//     it runs on, its memory at a bigger batch, the best configuration.
-//   - estimate: will a transformer train on a card, by count and by
-//     simulation.
-//   - cmd/gpumem: the command line: demo, replay, compare, convert,
-//     estimate, viz, fit, scale, tune.
+//     memtrace, and trace/plan answers fit, scale and tune from a trace.
+//   - estimate: will a model fit on a card, by count and by simulation,
+//     with the remedies when it does not.
+//   - cmd/gpumem: the command line: demo, replay, compare, convert, viz,
+//     estimate, fit, scale, tune.
 package gpumem
