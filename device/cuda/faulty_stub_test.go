@@ -58,10 +58,11 @@ func TestStubFaultyCapabilities(t *testing.T) {
 		{"host memory", isHost(d), isHost(w)},
 		{"stream checker", isChecker(d), isChecker(w)},
 		{"usage reporter", isUsage(d), isUsage(w)},
+		{"stream waiter", isWaiter(d), isWaiter(w)},
 	} {
 		assert.Equal(t, c.dev, c.wrap, c.name)
 	}
-	assert.True(t, isVM(w) && isHost(w) && isChecker(w))
+	assert.True(t, isVM(w) && isHost(w) && isChecker(w) && isWaiter(w))
 	assert.False(t, isUsage(w), "the CUDA backend reports no usage, and neither does its wrapper")
 	assert.Equal(t, d.Granularity(), w.(device.VirtualMemory).Granularity())
 }
@@ -84,6 +85,7 @@ func isVM(d device.Device) bool      { _, ok := d.(device.VirtualMemory); return
 func isHost(d device.Device) bool    { _, ok := d.(device.HostMemory); return ok }
 func isChecker(d device.Device) bool { _, ok := d.(device.StreamChecker); return ok }
 func isUsage(d device.Device) bool   { _, ok := d.(device.UsageReporter); return ok }
+func isWaiter(d device.Device) bool  { _, ok := d.(device.StreamWaiter); return ok }
 
 // TestStubFaultyEveryCall fails the second call of each kind on the CUDA
 // backend: the failure wraps the rule's error, the driver is not called
@@ -136,6 +138,12 @@ func TestStubFaultyEveryCall(t *testing.T) {
 		device.CallReleaseEvent: func(t *testing.T, d *Device) call {
 			es := stubEvents(t, d, 3)
 			return func(d device.Device, i int) error { return d.ReleaseEvent(es[i]) }
+		},
+		device.CallWaitEvent: func(t *testing.T, d *Device) call {
+			es := stubEvents(t, d, 3)
+			s, err := d.NewStream()
+			require.NoError(t, err)
+			return func(dev device.Device, i int) error { return dev.(device.StreamWaiter).WaitEvent(s, es[i]) }
 		},
 		device.CallReserve: func(*testing.T, *Device) call {
 			return func(d device.Device, _ int) error { _, err := vm(d).Reserve(g); return err }

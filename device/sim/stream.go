@@ -8,14 +8,67 @@ import "github.com/gpumem/gpumem/device"
 // streamState is one stream's queue. The only work the simulation knows
 // about is recorded events, so a queue is two positions: how many events
 // were recorded on it and how many of those have finished (a prefix, since
-// a stream runs its work in order).
+// a stream runs its work in order). WaitEvent adds waits: the stream's
+// work past a wait's position runs only once the awaited work of another
+// stream has run.
 type streamState struct {
-	busy      bool   // recorded work stays pending until completed
-	queued    uint64 // events recorded so far
-	completed uint64 // events finished; completed <= queued
+	busy      bool         // recorded work stays pending until completed
+	queued    uint64       // events recorded so far
+	completed uint64       // events finished; completed <= queued
+	waits     []streamWait // waits not yet passed, by position
 }
 
-func (st *streamState) finishAll() { st.completed = st.queued }
+// streamWait holds the work of a stream after its first pos events until
+// stream dep has finished seq events.
+type streamWait struct {
+	pos, seq uint64
+	dep      int
+}
+
+// finishLocked runs the work of stream i up to its first upTo events, and
+// first the awaited work of other streams that this work waits for. A
+// wait can only name work recorded before it, so the recursion ends.
+func (d *Device) finishLocked(i int, upTo uint64) {
+	st := &d.streams[i]
+	for st.completed < upTo {
+		if len(st.waits) > 0 && st.waits[0].pos < upTo {
+			w := st.waits[0]
+			st.completed = max(st.completed, w.pos)
+			d.finishLocked(w.dep, w.seq)
+			st.waits = st.waits[1:]
+			d.waits--
+			continue
+		}
+		st.completed = upTo
+	}
+}
+
+// settleLocked lets every stream that is not busy run as far as its waits
+// allow, until nothing moves. Without waits every such stream has finished
+// already.
+func (d *Device) settleLocked() {
+	for moved := d.waits > 0; moved; {
+		moved = false
+		for i := range d.streams {
+			st := &d.streams[i]
+			for !st.busy && st.completed < st.queued {
+				if len(st.waits) > 0 {
+					w := st.waits[0]
+					if d.streams[w.dep].completed < w.seq {
+						if w.pos > st.completed {
+							st.completed, moved = w.pos, true
+						}
+						break
+					}
+					st.waits = st.waits[1:]
+					d.waits--
+					continue
+				}
+				st.completed, moved = st.queued, true
+			}
+		}
+	}
+}
 
 // eventState is a recorded event: it is done once its stream has finished
 // seq events.
@@ -29,8 +82,10 @@ type eventState struct {
 func (d *Device) Synchronize() error {
 	d.mu.Lock()
 	for i := range d.streams {
-		d.streams[i].finishAll()
+		st := &d.streams[i]
+		st.completed, st.waits = st.queued, nil
 	}
+	d.waits = 0
 	d.c.Synchronizations++
 	t := d.payLocked(d.costs.Synchronize)
 	d.mu.Unlock()
@@ -104,7 +159,7 @@ func (d *Device) SynchronizeStream(s device.Stream) error {
 	t := d.payLocked(d.costs.StreamSynchronize)
 	st, err := d.streamLocked("synchronize stream", s)
 	if err == nil {
-		st.finishAll()
+		d.runLocked(s, st.queued)
 		d.c.StreamSynchronizations++
 	}
 	d.mu.Unlock()
@@ -126,9 +181,18 @@ func (d *Device) SetStreamBusy(s device.Stream, busy bool) error {
 	}
 	st.busy = busy
 	if !busy {
-		st.finishAll()
+		d.runLocked(s, st.queued)
 	}
 	return nil
+}
+
+// runLocked finishes the work queued on the stream s up to its first upTo
+// events, with the work it waits for, and lets the streams that wait for
+// it move on.
+func (d *Device) runLocked(s device.Stream, upTo uint64) {
+	i, _ := d.streamIndex(s)
+	d.finishLocked(i, upTo)
+	d.settleLocked()
 }
 
 // CompleteStream finishes the work queued on s so far, as if the device had
@@ -141,7 +205,7 @@ func (d *Device) CompleteStream(s device.Stream) error {
 	if err != nil {
 		return err
 	}
-	st.finishAll()
+	d.runLocked(s, st.queued)
 	return nil
 }
 
@@ -170,7 +234,11 @@ func (d *Device) RecordEvent(s device.Stream) (device.Event, error) {
 	}
 	st.queued++
 	if !st.busy {
-		st.finishAll()
+		if d.waits == 0 {
+			st.completed = st.queued
+		} else {
+			d.settleLocked()
+		}
 	}
 	d.nextEvent++
 	e := d.nextEvent
@@ -219,8 +287,8 @@ func (d *Device) SynchronizeEvent(e device.Event) error {
 	t := d.payLocked(d.costs.EventSynchronize)
 	ev, err := d.eventLocked("synchronize event", e)
 	if err == nil {
-		st := &d.streams[ev.stream]
-		st.completed = max(st.completed, ev.seq)
+		d.finishLocked(ev.stream, ev.seq)
+		d.settleLocked()
 		d.c.EventSynchronizations++
 	}
 	d.mu.Unlock()
@@ -244,4 +312,32 @@ func (d *Device) ReleaseEvent(e device.Event) error {
 		return d.fail("release event", device.ErrInvalidEvent, "event %d does not exist or was released", e)
 	}
 	return nil
+}
+
+// WaitEvent makes the work recorded on s from now on wait until e is done
+// (device.StreamWaiter, cuStreamWaitEvent): while e's stream has not run
+// the work before e, events recorded later on s stay pending even on a
+// stream that is not busy, and synchronizing s, or completing it, runs
+// that work first. Waiting on an event of s itself, or on one already
+// done, changes nothing. The event may be released afterwards.
+func (d *Device) WaitEvent(s device.Stream, e device.Event) error {
+	d.mu.Lock()
+	t := d.payLocked(d.costs.EventWait)
+	st, err := d.streamLocked("wait event", s)
+	if err == nil {
+		ev, ok := d.events[e]
+		if !ok {
+			err = d.fail("wait event", device.ErrInvalidEvent, "event %d does not exist or was released", e)
+		} else {
+			i, _ := d.streamIndex(s)
+			if ev.stream != i && d.streams[ev.stream].completed < ev.seq {
+				st.waits = append(st.waits, streamWait{pos: st.queued, seq: ev.seq, dep: ev.stream})
+				d.waits++
+			}
+			d.c.EventWaits++
+		}
+	}
+	d.mu.Unlock()
+	nap(t)
+	return err
 }
