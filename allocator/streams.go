@@ -52,6 +52,9 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 		a.uses[b] = append(u, s)
 	}
 	b.recorded = true
+	if a.pol != nil {
+		a.pol.noteRecordedLocked(s) // policy: no lending to or from s
+	}
 	a.streamRecordedLocked(b, s)
 	return nil
 }
