@@ -6,6 +6,7 @@ package allocator
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/gpumem/gpumem/device"
@@ -326,4 +327,43 @@ func (p *confParser) parsePolicyKey(c *Config, key string) (ok bool, err error) 
 		return false, nil
 	}
 	return true, err
+}
+
+// checkPolicyLocked adds the policy's invariants to CheckInvariants:
+//
+//   - every lent block is allocated, in the address map, and recorded on
+//     the stream that borrowed it, which is not its own;
+//   - no block is being lent outside Alloc;
+//   - with expandable segments, reserved bytes never exceed the
+//     high-water mark, and every segment's page is its pool's (2 MiB in
+//     the small pool, LargePage in the large one).
+func (a *Allocator) checkPolicyLocked(bad func(format string, args ...any)) {
+	p := a.pol
+	for b, s := range p.borrowed {
+		if !b.allocated || a.live.get(b.ptr) != b {
+			bad("lent block %v is not an allocated block", b.ptr)
+			continue
+		}
+		if s == b.stream || !b.recorded || !slices.Contains(a.uses[b], s) {
+			bad("lent block %v (stream %d) is not recorded on the stream %d that borrowed it", b.ptr, b.stream, s)
+		}
+	}
+	if p.lending {
+		bad("a block is being lent outside Alloc")
+	}
+	if a.vm == nil {
+		return
+	}
+	if r := a.reservedLocked(); r > p.hwm {
+		bad("reserved bytes %d are above the policy's high-water mark %d", r, p.hwm)
+	}
+	for _, s := range a.segments {
+		want := p.largePage
+		if s.pool.small {
+			want = kSmallBuffer
+		}
+		if s.page != want {
+			bad("segment %v has pages of %d bytes, its pool's are %d", s.ptr, s.page, want)
+		}
+	}
 }

@@ -238,10 +238,10 @@ func wholePages(b *block) uint64 {
 // trade them back and forth on every step of a repeating workload) until
 // want bytes are unmapped: the one block with the fewest pages that
 // suffices, else the largest first, at most victims blocks when bounded
-// (if that many cannot give want bytes, nothing is unmapped). Blocks
-// freed fewer than minAge best-fit searches ago stay (the requests that
-// follow a free tend to reuse it: unmapping it would be undone at once),
-// and so do the free blocks beside keep, an unmapped range about to be
+// (if that many cannot give want bytes, nothing is unmapped), and then
+// blocks freed fewer than minAge best-fit searches ago stay (the requests
+// that follow a free tend to reuse it: unmapping it would be undone at
+// once). The free blocks beside keep, an unmapped range about to be
 // mapped. It returns the bytes unmapped; a device error leaves that block
 // mapped.
 func (a *Allocator) reclaimLocked(p *pool, want uint64, keep *block, bounded bool) uint64 {
@@ -254,7 +254,7 @@ func (a *Allocator) reclaimLocked(p *pool, want uint64, keep *block, bounded boo
 		if b == keep.prev || b == keep.next {
 			return true
 		}
-		if p.gcCalls-b.gcCountBase < a.pol.minAge {
+		if bounded && p.gcCalls-b.gcCountBase < a.pol.minAge {
 			return true // freed just now: the next requests are likely to reuse it
 		}
 		if n := wholePages(b); n > 0 {

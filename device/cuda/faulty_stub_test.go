@@ -258,3 +258,51 @@ func TestStubFaultyAllocator(t *testing.T) {
 		})
 	}
 }
+
+// TestStubPolicyLendsWithStreamWaits: under the low_fragmentation policy
+// a block freed on one stream serves a request on another through
+// cuStreamWaitEvent on the driver, wrapped or not, and nothing is left on
+// the driver at the end.
+func TestStubPolicyLendsWithStreamWaits(t *testing.T) {
+	for _, wrap := range []bool{false, true} {
+		t.Run(map[bool]string{false: "bare", true: "wrapped"}[wrap], func(t *testing.T) {
+			d := openStub(t)
+			var dev device.Device = d
+			if wrap {
+				dev = faulty.New(d).Device()
+			}
+			a, err := allocator.New(dev, lowFragmentation)
+			require.NoError(t, err)
+			s1, err := d.NewStream()
+			require.NoError(t, err)
+			s2, err := d.NewStream()
+			require.NoError(t, err)
+			p, err := a.Alloc(8*mib, s1)
+			require.NoError(t, err)
+			require.NoError(t, a.Free(p))
+			q, err := a.Alloc(8*mib, s2)
+			require.NoError(t, err)
+			assert.Equal(t, p, q, "lent from s1's cache")
+			assert.Equal(t, 1, cudastub.Calls("cuStreamWaitEvent"))
+			require.NoError(t, a.Free(q))
+			assert.Equal(t, 2, cudastub.Calls("cuStreamWaitEvent"), "the lender waits for the borrower")
+			assert.Zero(t, cudastub.Live("event"), "the events are released at once")
+			assert.Positive(t, cudastub.Calls("cuMemMap"), "expandable segments on the driver's virtual memory")
+			require.NoError(t, a.CheckInvariants())
+			require.NoError(t, a.EmptyCache())
+			assert.Zero(t, cudastub.Used())
+		})
+	}
+
+	t.Run("no virtual memory", func(t *testing.T) {
+		d := openStub(t, func() { cudastub.SetVirtualMemory(false) })
+		a, err := allocator.New(d, lowFragmentation)
+		require.NoError(t, err)
+		p, err := a.Alloc(3*mib, device.DefaultStream)
+		require.NoError(t, err)
+		require.NoError(t, a.Free(p))
+		require.NoError(t, a.EmptyCache())
+		assert.Zero(t, cudastub.Calls("cuMemMap"), "plain segments")
+		assert.Positive(t, cudastub.Calls("cuMemAlloc"))
+	})
+}
