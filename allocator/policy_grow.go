@@ -233,9 +233,11 @@ func wholePages(b *block) uint64 {
 	return (end - begin) * page
 }
 
-// reclaimLocked unmaps the whole pages of free blocks of p's expandable
-// segments (only p's: taking pages from the other pool makes the two
-// trade them back and forth on every step of a repeating workload) until
+// reclaimLocked unmaps the whole pages of free blocks of the expandable
+// segments of p on keep's stream (only those: taking pages from the other
+// pool, or from another stream, makes the two trade them back and forth
+// on every step of a repeating workload; lending shares the streams'
+// caches instead, without device calls) until
 // want bytes are unmapped: the one block with the fewest pages that
 // suffices, else the largest first, at most victims blocks when bounded
 // (if that many cannot give want bytes, nothing is unmapped), and then
@@ -250,7 +252,11 @@ func (a *Allocator) reclaimLocked(p *pool, want uint64, keep *block, bounded boo
 		pages uint64
 	}
 	var list []candidate
-	p.free.Ascend(func(b *block) bool {
+	a.key.stream, a.key.size, a.key.ptr = keep.stream, 0, 0
+	p.free.AscendGreaterOrEqual(&a.key, func(b *block) bool {
+		if b.stream != keep.stream {
+			return false
+		}
 		if b == keep.prev || b == keep.next {
 			return true
 		}

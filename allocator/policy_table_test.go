@@ -4,6 +4,7 @@
 // traces the project does not hold.
 //
 //	go test ./allocator -run PolicyTable -policy.table -v        # the table
+//	go test ./allocator -run PolicyParts -policy.parts -v        # each part changed
 //	go test ./allocator -run PolicyTable -policy.write DIR       # the synthetic traces as files
 //	go test ./allocator -run '^$' -bench PolicyReplay            # speed, side by side
 
@@ -30,6 +31,7 @@ var (
 	policyTable = flag.Bool("policy.table", false, "measure every trace under each mode and print POLICY.md's table")
 	policyRuns  = flag.Int("policy.runs", 5, "replays per measurement of time (the median is reported)")
 	policyWrite = flag.String("policy.write", "", "write the synthetic traces into this directory as .trace.gz files")
+	policyParts = flag.Bool("policy.parts", false, "measure the policy with each of its parts changed (POLICY.md's second table)")
 )
 
 // policyTrace is one trace of the table.
@@ -235,4 +237,54 @@ func BenchmarkPolicyReplay(b *testing.B) {
 			})
 		}
 	}
+}
+
+// policyVariants change one part of the policy each.
+var policyVariants = []struct{ name, conf string }{
+	{"policy", ""},
+	{"plain best fit", "gpumem_fit_window:1"},
+	{"no reclaim", "gpumem_reclaim:False"},
+	{"reclaim: any number of victims", "gpumem_reclaim_victims:1000000"},
+	{"reclaim: recent blocks too", "gpumem_reclaim_min_age:1"},
+	{"slack 0.03", "gpumem_reclaim_slack:0.03"},
+	{"slack 0.05", "gpumem_reclaim_slack:0.05"},
+	{"no map-ahead", "gpumem_map_ahead_mb:1"},
+	{"20 MiB large pages", "gpumem_large_page_mb:20"},
+	{"no lending", "gpumem_cross_stream:False"},
+	{"size classes (1/16 power of two)", "roundup_power2_divisions:[1:1,2:16,>:16]"},
+}
+
+// TestPolicyParts prints, with -policy.parts, peak reserved / peak
+// requested and device calls of every trace under the policy with each
+// part changed.
+func TestPolicyParts(t *testing.T) {
+	if !*policyParts {
+		t.Skip("measurements: run with -policy.parts")
+	}
+	traces := policyTraces()
+	var b strings.Builder
+	b.WriteString("| variant |")
+	for _, tr := range traces {
+		b.WriteString(" " + tr.name + " |")
+	}
+	b.WriteString("\n| --- |" + strings.Repeat(" --- |", len(traces)) + "\n")
+	ops := make([][]trace.Op, len(traces))
+	for i, tr := range traces {
+		ops[i] = tr.ops(t)
+	}
+	for _, v := range policyVariants {
+		conf := "gpumem_policy:low_fragmentation"
+		if v.conf != "" {
+			conf += "," + v.conf
+		}
+		cfg, err := allocator.ParseConf(conf)
+		require.NoError(t, err)
+		fmt.Fprintf(&b, "| %s |", v.name)
+		for i := range traces {
+			got := replayPolicy(t, ops[i], cfg, 80<<30)
+			fmt.Fprintf(&b, " %.3f / %d |", float64(got.peakReserved)/float64(got.peakRequested), got.calls)
+		}
+		b.WriteString("\n")
+	}
+	t.Logf("peak reserved / peak requested, device calls:\n%s", b.String())
 }
