@@ -158,6 +158,10 @@ type policyState struct {
 	// than its segment's, that stream (the caller's). The block is also
 	// recorded on it (Allocator.uses).
 	borrowed map[*block]device.Stream
+	// waited is, per borrower, lender and pool, the pool's search count
+	// (pool.gcCalls) when the last wait of the borrower on the lender's
+	// work was recorded.
+	waited map[lendKey]int64
 	// hostWaited lists the streams RecordStream has named: never lent to
 	// or from (see policy_streams.go).
 	hostWaited []device.Stream
@@ -184,6 +188,7 @@ func newPolicyState(cfg *Config) *policyState {
 		reclaim:   !l.NoReclaim,
 		lend:      !l.NoCrossStream,
 		borrowed:  make(map[*block]device.Stream),
+		waited:    make(map[lendKey]int64),
 	}
 }
 

@@ -19,6 +19,9 @@ import (
 //     the device, for an event recorded on the lender's stream now: the
 //     work queued there so far, which includes every use of the block
 //     before it was freed, runs before the borrower's work that follows.
+//     A wait of the borrower on the lender made after the block was freed
+//     (it was filed in the free index before the search count at which
+//     that wait's event was recorded) already orders it: no new one.
 //   - The block keeps its segment's stream (blocks never change stream);
 //     while allocated it is recorded on the borrower (Allocator.uses) and
 //     listed in policyState.borrowed.
@@ -68,11 +71,28 @@ func (a *Allocator) lendLocked(p *pool, size uint64, s device.Stream) (*block, b
 	for _, t := range a.streams {
 		try(t)
 	}
-	if best == nil || !a.waitForLocked(s, best.stream) {
+	if best == nil {
 		return nil, false
+	}
+	// A wait made since best was freed covers it: a stream that borrows
+	// several blocks freed together waits once.
+	key := lendKey{borrower: s, lender: best.stream, small: p.small}
+	if at, ok := a.pol.waited[key]; !ok || at <= best.gcCountBase {
+		if !a.waitForLocked(s, best.stream) {
+			return nil, false
+		}
+		a.pol.waited[key] = p.gcCalls
 	}
 	a.pol.lent++
 	return best, true
+}
+
+// lendKey names the waits lendLocked made: borrower waited on the device
+// for lender's work queued before the pool's search count was the value
+// kept for it.
+type lendKey struct {
+	borrower, lender device.Stream
+	small            bool
 }
 
 // waitForLocked makes stream s wait for the work queued on stream t so

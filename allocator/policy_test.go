@@ -458,3 +458,27 @@ func TestPolicyUnderACap(t *testing.T) {
 	mustFree(t, c, y)
 	mustFree(t, c, x)
 }
+
+// TestPolicyLendingWaitsOncePerFree: blocks freed together and lent to
+// one stream cost one wait; a block freed after that wait needs another.
+func TestPolicyLendingWaitsOncePerFree(t *testing.T) {
+	a, dev := newTest(t, 0, lowFrag)
+	lender, _ := dev.NewStream()
+	borrower, _ := dev.NewStream()
+	var ps []device.Ptr
+	for range 4 {
+		ps = append(ps, mustAlloc(t, a, 8*mib, lender))
+		mustAlloc(t, a, 2*mib, lender) // keeps the 8 MiB blocks apart
+	}
+	for _, p := range ps[:3] {
+		mustFree(t, a, p)
+	}
+	w0 := dev.Counters().EventWaits
+	for range 3 {
+		mustAlloc(t, a, 8*mib, borrower)
+	}
+	assert.EqualValues(t, 1, dev.Counters().EventWaits-w0, "one wait covers the three frees")
+	mustFree(t, a, ps[3]) // freed after the wait
+	mustAlloc(t, a, 8*mib, borrower)
+	assert.EqualValues(t, 2, dev.Counters().EventWaits-w0, "a later free needs a new wait")
+}

@@ -45,6 +45,19 @@ type machine struct {
 	peakLive               int64
 	// device calls before the last accumulated reset
 	devAllocBase, devFreeBase int64
+
+	// Lending (the low_fragmentation policy): ops counts Alloc and Free
+	// calls; freed lists the ranges freed, with the op that freed them;
+	// lastWait is, per (borrower, lender), the op of the last Alloc whose
+	// lend made the borrower wait on the device.
+	ops      int
+	freed    []freedSpan
+	lastWait map[[2]device.Stream]int
+}
+
+type freedSpan struct {
+	span
+	op int
 }
 
 type liveBlock struct {
@@ -95,7 +108,7 @@ func newMachine(t *rapid.T) *machine {
 		t.Fatal(err)
 	}
 	m := &machine{a: a, dev: dev, live: map[device.Ptr]liveBlock{},
-		held: map[device.Stream][]span{}, busy: map[device.Stream]bool{}}
+		held: map[device.Stream][]span{}, busy: map[device.Stream]bool{}, lastWait: map[[2]device.Stream]int{}}
 	m.streams = []device.Stream{device.DefaultStream}
 	for range 2 {
 		s, err := dev.NewStream()
@@ -166,12 +179,23 @@ func (m *machine) Alloc(t *rapid.T) {
 		}
 	}
 	m.live[p] = liveBlock{size: size, stream: s}
+	m.ops++
 	if seg := m.segmentOf(p); seg.Stream != s {
 		if m.a.Config().Policy != PolicyLowFragmentation {
 			t.Fatalf("block %v for stream %d lies in a segment of stream %d", p, s, seg.Stream)
 		}
-		if m.dev.Counters().EventWaits != waits+1 {
-			t.Fatalf("block %v of stream %d was lent to stream %d without a device wait", p, seg.Stream, s)
+		key := [2]device.Stream{s, seg.Stream}
+		if m.dev.Counters().EventWaits > waits {
+			m.lastWait[key] = m.ops
+		}
+		last := -1
+		for _, f := range m.freed {
+			if lo < f.hi && f.lo < hi {
+				last = max(last, f.op)
+			}
+		}
+		if w, ok := m.lastWait[key]; last >= 0 && (!ok || w <= last) {
+			t.Fatalf("block %v of stream %d was lent to stream %d without a device wait since its free", p, seg.Stream, s)
 		}
 	}
 	m.nAllocs++
@@ -206,9 +230,16 @@ func (m *machine) Free(t *rapid.T) {
 		t.Skip("nothing live")
 	}
 	b := m.live[p]
+	lent := m.segmentOf(p).Stream != b.stream
+	waits, active := m.dev.Counters().EventWaits, m.a.Stats().Active[stats.All].Current
 	if err := m.a.Free(p); err != nil {
 		t.Fatalf("Free(%v): %v", p, err)
 	}
+	if lent && m.dev.Counters().EventWaits == waits && m.a.Stats().Active[stats.All].Current != active {
+		t.Fatalf("lent block %v returned to its lender without a wait for the borrower, on the device or the host", p)
+	}
+	m.ops++
+	m.freed = append(m.freed, freedSpan{span{p, p + device.Ptr(b.size)}, m.ops})
 	delete(m.live, p)
 	m.nFrees++
 	for _, s := range b.uses {
