@@ -89,6 +89,7 @@ type measure struct {
 	peakReserved, peakRequested int64
 	calls                       int64 // num_device_alloc + num_device_free
 	events                      int64 // events recorded and waits, on the device
+	deviceTime                  time.Duration
 	ooms                        int64
 	nsPerOp                     float64
 }
@@ -105,7 +106,7 @@ func replayPolicy(t testing.TB, ops []trace.Op, cfg allocator.Config, capacity u
 	return measure{
 		peakReserved: res.PeakReserved, peakRequested: res.PeakRequested,
 		calls: res.DeviceAllocs + res.DeviceFrees, events: c.EventsRecorded + c.EventWaits,
-		ooms: res.OOMs, nsPerOp: res.NsPerOp,
+		deviceTime: dev.Clock(), ooms: res.OOMs, nsPerOp: res.NsPerOp,
 	}
 }
 
@@ -176,8 +177,8 @@ func TestPolicyTable(t *testing.T) {
 		t.Skip("measurements: run with -policy.table")
 	}
 	var b strings.Builder
-	fmt.Fprintln(&b, "| trace | mode | peak reserved / peak requested | smallest card / peak requested | device calls | ns/op |")
-	fmt.Fprintln(&b, "| --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(&b, "| trace | mode | peak reserved / peak requested | smallest card / peak requested | device calls | ns/op | event calls | simulated device time |")
+	fmt.Fprintln(&b, "| --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, tr := range policyTraces() {
 		ops := tr.ops(t)
 		bound := liveBound(ops)
@@ -196,14 +197,11 @@ func TestPolicyTable(t *testing.T) {
 			}
 			card := smallestCard(t, ops, cfg, uint64(bound)-1, uint64(got.peakReserved))
 			ratio := float64(got.peakReserved) / float64(got.peakRequested)
-			fmt.Fprintf(&b, "| %s | %s | %.3f | %.3f | %d | %.0f |\n", tr.name, m.name, ratio,
-				float64(card)/float64(got.peakRequested), got.calls, median(ns))
-			if got.events > 0 {
-				t.Logf("%s, %s: %d event calls (records and waits)", tr.name, m.name, got.events)
-			}
+			fmt.Fprintf(&b, "| %s | %s | %.3f | %.3f | %d | %.0f | %d | %v |\n", tr.name, m.name, ratio,
+				float64(card)/float64(got.peakRequested), got.calls, median(ns), got.events, got.deviceTime.Round(time.Millisecond))
 		}
 		const page = 2 << 20
-		fmt.Fprintf(&b, "| %s | bound | %.3f | %.3f | | |\n", tr.name, float64(bound)/float64(requested),
+		fmt.Fprintf(&b, "| %s | bound | %.3f | %.3f | | | | |\n", tr.name, float64(bound)/float64(requested),
 			float64((bound+page-1)/page*page)/float64(requested))
 	}
 	t.Logf("table (%s):\n%s", time.Now().Format(time.DateOnly), b.String())
