@@ -98,9 +98,6 @@ func (a *Allocator) findExpandableLocked(p *pool, size uint64, s device.Stream) 
 		return found, false, nil
 	}
 	page := uint64(kLargeBuffer)
-	if a.pol != nil {
-		page = a.pol.largePage // policy: finer pages
-	}
 	if p.small {
 		page = kSmallBuffer
 	}

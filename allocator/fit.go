@@ -25,7 +25,7 @@ func (a *Allocator) bestFitLocked(p *pool, size uint64, s device.Stream) *block 
 		return nil
 	}
 	if a.pol != nil && a.pol.fitWindow > 1 && !p.small {
-		b = a.lowFitLocked(p, b) // policy: a low address among close fits
+		b = a.lowFitLocked(p, b, size) // policy: a low address among close fits
 	}
 	if b.seg.expandable() {
 		b = a.expandableBestFitLocked(p, b)

@@ -27,19 +27,20 @@ func policyVM(dev device.Device) device.VirtualMemory {
 }
 
 // lowFitLocked returns, among the free blocks of b's stream from b (the
-// best fit) up, at most fitWindow of them and none more than an eighth
-// larger than b, the one at the lowest address: live blocks then gather
+// best fit for a request of size bytes) up, at most fitWindow of them and
+// none more than an eighth larger than b, the one at the lowest address
+// that max_split_size lets serve the request: live blocks then gather
 // at the low end of the address space and free memory at the high end,
 // where it forms whole pages that growth reuses and reclaim unmaps in
 // few calls (address-ordered fits fragment less than pure best fit).
-func (a *Allocator) lowFitLocked(p *pool, b *block) *block {
+func (a *Allocator) lowFitLocked(p *pool, b *block, size uint64) *block {
 	best, n, limit := b, 0, b.size+b.size/8
 	p.free.AscendGreaterOrEqual(b, func(c *block) bool {
 		if c.stream != b.stream || c.size > limit || n == a.pol.fitWindow {
 			return false
 		}
 		n++
-		if c.ptr < best.ptr {
+		if c.ptr < best.ptr && a.rule.mayServe(c.size, size) {
 			best = c
 		}
 		return true
