@@ -57,6 +57,8 @@ type Allocator struct {
 	collected []*block // scratch list for release passes
 	examined  int      // blocks looked at by release passes, for the tests of their cost
 
+	pol *policyState // the low_fragmentation policy's state; nil for the faithful policy
+
 	observers    []observerEntry // copy on write: notified with mu held
 	oomObservers []oomObserver   // copy on write: called after mu is released
 	nextID       uint64
@@ -84,6 +86,8 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 		if g := vm.Granularity(); g == 0 || kSmallBuffer%g != 0 {
 			return nil, fmt.Errorf("allocator: expandable_segments needs a mapping granularity dividing 2 MiB; the device's is %d: %w", g, device.ErrNotSupported)
 		}
+	} else if cfg.Policy == PolicyLowFragmentation {
+		vm = policyVM(dev) // policy: expandable segments when the device can
 	}
 	a := &Allocator{
 		dev:     dev,
@@ -102,6 +106,7 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 		events:   deferred.New[*block](dev),
 		phases:   []phaseState{{}},
 		phaseIDs: map[string]uint16{"": 0},
+		pol:      newPolicyState(&cfg),
 	}
 	if cfg.RoundupPower2Divisions != [NumRoundupIntervals]uint64{} {
 		d := cfg.RoundupPower2Divisions
@@ -189,6 +194,10 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 		p = a.small
 	}
 	b := a.bestFitLocked(p, rounded, s)
+	lent := false
+	if b == nil && a.pol != nil {
+		b, lent = a.lendLocked(p, rounded, s) // policy: a block cached on another stream
+	}
 	if b == nil {
 		var err error
 		if b, err = a.allocSlowLocked(p, rounded, size, s); err != nil {
@@ -205,7 +214,12 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 			return 0, err
 		}
 	}
-	ptr := a.takeLocked(b, rounded, size).ptr
+	var ptr device.Ptr
+	if lent {
+		ptr = a.takeLentLocked(b, rounded, size, s).ptr
+	} else {
+		ptr = a.takeLocked(b, rounded, size).ptr
+	}
 	if selfCheck {
 		a.selfCheckLocked("Alloc")
 	}
@@ -239,7 +253,13 @@ func (a *Allocator) freeLocked(p device.Ptr) error {
 	if b == nil {
 		return a.invalidPointerLocked("free", p)
 	}
-	n, err := a.deferFreeLocked(b)
+	var n int
+	var err error
+	if a.pol != nil {
+		n, err = a.returnLentLocked(b) // policy: a lent block returns to its lender
+	} else {
+		n, err = a.deferFreeLocked(b)
+	}
 	if err != nil {
 		a.live.put(b) // nothing changed
 		return err

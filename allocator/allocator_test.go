@@ -554,6 +554,9 @@ func TestSnapshot(t *testing.T) {
 // the cache, and that costs what is released, not a walk over every
 // cached block: 100,000 free blocks in split segments are not examined.
 func TestFailedAllocCostsWhatItReleases(t *testing.T) {
+	if selfCheck {
+		t.Skip("200,000 allocations, each followed by the self-check's walk of every block: hours")
+	}
 	dev, err := sim.New(sim.Config{Capacity: 4 << 30})
 	require.NoError(t, err)
 	a, err := New(dev, Config{})

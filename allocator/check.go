@@ -254,6 +254,9 @@ func (a *Allocator) checkLocked() error {
 	if pending != a.events.Len() {
 		bad("pending event count %d, queues hold %d", a.events.Len(), pending)
 	}
+	if a.pol != nil {
+		a.checkPolicyLocked(bad) // policy: its own structures
+	}
 	if d, ok := a.dev.(device.UsageReporter); ok {
 		if used, reserved := d.BytesInUse(), a.reservedLocked(); used != reserved {
 			bad("device reports %d bytes in use, allocator reserved %d", used, reserved)

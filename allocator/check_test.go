@@ -130,3 +130,61 @@ func TestSmallAccessors(t *testing.T) {
 	assert.Equal(t, "segment_map", ActionSegmentMap.String())
 	assert.Equal(t, "unknown", BlockState(9).String())
 }
+
+// TestCheckInvariantsCatchesPolicyCorruption breaks the low_fragmentation
+// policy's state in each way the checker promises to notice.
+func TestCheckInvariantsCatchesPolicyCorruption(t *testing.T) {
+	// setup returns an allocator whose stream 1 borrowed a block cached
+	// on the default stream: p is lent, q is an ordinary block.
+	setup := func(t *testing.T) (a *Allocator, p, q device.Ptr) {
+		dev, err := sim.New(sim.Config{})
+		require.NoError(t, err)
+		a, err = New(dev, Config{Policy: PolicyLowFragmentation})
+		require.NoError(t, err)
+		s, err := dev.NewStream()
+		require.NoError(t, err)
+		r, err := a.Alloc(8*mib, 0)
+		require.NoError(t, err)
+		require.NoError(t, a.Free(r))
+		p, err = a.Alloc(8*mib, s) // lent from the default stream's cache
+		require.NoError(t, err)
+		require.Len(t, a.pol.borrowed, 1)
+		q, err = a.Alloc(3*mib, 0)
+		require.NoError(t, err)
+		require.NoError(t, a.CheckInvariants())
+		return a, p, q
+	}
+	for _, c := range []struct {
+		name, want string
+		breakIt    func(a *Allocator, p, q device.Ptr)
+	}{
+		{"a lent block not recorded on its borrower", "not recorded on the stream", func(a *Allocator, p, _ device.Ptr) {
+			b := a.live.get(p)
+			delete(a.uses, b)
+			b.recorded = false
+		}},
+		{"a lent block lent to its own stream", "not recorded on the stream", func(a *Allocator, p, _ device.Ptr) {
+			a.pol.borrowed[a.live.get(p)] = 0
+		}},
+		{"a free block listed as lent", "not an allocated block", func(a *Allocator, _, q device.Ptr) {
+			a.pol.borrowed[a.live.get(q).next] = 1
+		}},
+		{"a lending left half done", "outside Alloc", func(a *Allocator, _, _ device.Ptr) {
+			a.pol.lending = true
+		}},
+		{"reserved above the high-water mark", "high-water mark", func(a *Allocator, _, _ device.Ptr) {
+			a.pol.hwm = 2 * mib
+		}},
+		{"a segment with the wrong pages", "pages of", func(a *Allocator, _, q device.Ptr) {
+			a.live.get(q).seg.page = kLargeBuffer
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, p, q := setup(t)
+			c.breakIt(a, p, q)
+			err := a.CheckInvariants()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.want)
+		})
+	}
+}

@@ -74,6 +74,15 @@ type Config struct {
 	// have been segment boundaries. The device must have the VirtualMemory
 	// capability. PyTorch: expandable_segments.
 	ExpandableSegments bool
+
+	// Policy selects how the allocator decides: PolicyFaithful (the zero
+	// value) makes PyTorch 2.6's decisions, PolicyLowFragmentation wastes
+	// less (see policy.go). gpumem's own: gpumem_policy.
+	Policy Policy
+
+	// LowFrag holds the knobs of PolicyLowFragmentation; zero fields take
+	// their defaults. gpumem's own: the gpumem_* keys of policy.go.
+	LowFrag LowFragConfig
 }
 
 // Limits that keep every size computation within 64 bits: a byte size in
@@ -112,6 +121,7 @@ func (c *Config) validate() error {
 	if f := c.MemoryFraction; f != 0 && !(f > 0 && f <= 1) {
 		errs = append(errs, fmt.Errorf("MemoryFraction %v must be in (0, 1]", f))
 	}
+	errs = append(errs, c.validatePolicy()...)
 	if len(errs) > 0 {
 		return fmt.Errorf("allocator: invalid config: %w", errors.Join(errs...))
 	}
@@ -162,6 +172,7 @@ func (c Config) String() string {
 	if c.ExpandableSegments {
 		parts = append(parts, "expandable_segments:True")
 	}
+	parts = append(parts, c.policyConf()...)
 	return strings.Join(parts, ",")
 }
 
@@ -184,7 +195,9 @@ func ConfigFromEnv() (Config, error) {
 // backend (backend:native, release_lock_on_cudamalloc,
 // pinned_use_cuda_host_register, pinned_num_register_threads,
 // pinned_use_background_threads) are accepted and ignored so that PyTorch
-// settings carry over. Unknown keys and bad values are errors that name them.
+// settings carry over. gpumem's policy keys (gpumem_policy and the knobs of
+// the low_fragmentation policy, see LowFragConfig) are read too. Unknown
+// keys and bad values are errors that name them.
 func ParseConf(s string) (Config, error) {
 	var c Config
 	p := confParser{toks: lexConf(s)}
@@ -353,6 +366,9 @@ func (p *confParser) parseKey(c *Config, key string) error {
 			return p.errorf("pinned_num_register_threads:%d must be a power of two up to 128", n)
 		}
 	default:
+		if ok, err := p.parsePolicyKey(c, key); ok {
+			return err
+		}
 		return p.errorf("unrecognized key %q", key)
 	}
 	return err

@@ -41,7 +41,9 @@
 // (one merge for plain and expandable segments); reclaim.go obtaining
 // memory from the device and reclaiming it (the out-of-memory ladder,
 // garbage collection); streams.go RecordStream and deferred frees;
-// expandable.go expandable segments; check.go the invariant checker.
+// expandable.go expandable segments; check.go the invariant checker;
+// policy.go, policy_grow.go and policy_streams.go the opt-in
+// low_fragmentation policy (its own section below).
 //
 // # Allocation ladder (Alloc)
 //
@@ -102,8 +104,8 @@
 //     unmapped range, in the address map if and only if it is allocated,
 //     and in the events queue (once per event) if and only if it is
 //     pending;
-//   - a block is never reused on another stream: blocks keep the stream of
-//     their segment;
+//   - a block is never reused on another stream (except lent, under the
+//     low_fragmentation policy): blocks keep the stream of their segment;
 //   - every current stat equals a count over the blocks, and the device's
 //     bytes in use equal reserved_bytes.all.current.
 //
@@ -141,4 +143,50 @@
 // page counts as a device allocation and adds to reserved bytes; unmapping
 // (EmptyCache, the out-of-memory path) counts as a device free. The device
 // must implement device.VirtualMemory.
+//
+// # The low_fragmentation policy
+//
+// Config.Policy = PolicyLowFragmentation (gpumem_policy:low_fragmentation)
+// leaves PyTorch's decisions where they waste memory; the faithful policy
+// stays the default and the code paths above are its. POLICY.md measures
+// each part. The model: reserved memory is physical pages, address space
+// is free, and what counts is the peak of reserved bytes against the peak
+// of requested bytes, at a bounded number of device calls.
+//
+//   - Pages: with a device that has virtual memory, every pool is made of
+//     expandable segments, 2 MiB pages in both pools (LowFrag.LargePage),
+//     so that a block wastes at most the rest of one page at each end.
+//     Without virtual memory the policy keeps plain segments and lends
+//     across streams only.
+//   - Fit (step 4): in the large pool, among the free blocks no more than
+//     an eighth larger than the best fit (at most LowFrag.FitWindow of
+//     them), the lowest address: live blocks gather low, free memory high,
+//     where it forms whole pages.
+//   - Lending (between steps 4 and 5): a request that its own stream's
+//     cache cannot serve takes the best fit of another stream's cache,
+//     after its stream waits on the device (device.StreamWaiter) for an
+//     event recorded on the lender's; freed, the block returns to the
+//     lender's cache at once, the lender waiting on the device for the
+//     borrower. Streams named by RecordStream neither lend nor borrow.
+//     policy_streams.go has the rules.
+//   - Growth (step 5): the pages are mapped into the unmapped range that
+//     needs the fewest, counting the free blocks on either side of it,
+//     plus up to LowFrag.MapAhead bytes more while reserved memory stays
+//     within the slack.
+//   - Reclaim (step 5): growth that would raise reserved memory above its
+//     high-water mark and above (1 + LowFrag.Slack) times the peak of
+//     requested bytes first unmaps whole free pages of the same pool
+//     elsewhere: the smallest free block that has enough, else at most
+//     LowFrag.Victims of the largest, never one freed in the last
+//     LowFrag.MinAge best-fit searches. Under a cap, or when the device
+//     refuses, it unmaps whatever the pool has before the ladder flushes
+//     the cache.
+//
+// Its invariants, checked by CheckInvariants besides those above: a block
+// keeps its segment's stream even when lent, and a lent block is
+// allocated and recorded on its borrower (never its own stream); with
+// expandable segments reserved bytes never exceed the high-water mark, and
+// every segment's page is its pool's. Stats stay true to the blocks:
+// every map and unmap goes through the ledger as with expandable
+// segments, and a lent block is counted in its segment's pool.
 package allocator

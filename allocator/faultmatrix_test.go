@@ -1,6 +1,6 @@
 // The fault matrix: every kind of device call, failed at a spread of
-// points, under both the default configuration and expandable segments,
-// over two workloads. After every failure the invariants hold; at the end,
+// points, under the default configuration, expandable segments and the
+// low_fragmentation policy, over two workloads. After every failure the invariants hold; at the end,
 // with everything freed and the cache emptied, the device holds nothing:
 // no memory, no reservation, no event, and every current stat is zero.
 
@@ -182,7 +182,7 @@ func TestFaultMatrix(t *testing.T) {
 	runs, fired := 0, 0
 	for _, name := range []string{"random_mixed", "four_streams"} {
 		ops := workloads[name]
-		for _, conf := range []string{"", "expandable_segments:True"} {
+		for _, conf := range []string{"", "expandable_segments:True", "gpumem_policy:low_fragmentation"} {
 			cfg, err := allocator.ParseConf(conf)
 			require.NoError(t, err)
 			for call := range device.NumCalls {

@@ -10,7 +10,7 @@ import "github.com/gpumem/gpumem/device"
 // request of size (rounded) bytes; nil if none may serve it. The block
 // stays in the free index: takeLocked takes it out or shrinks it in place.
 func (a *Allocator) bestFitLocked(p *pool, size uint64, s device.Stream) *block {
-	if a.gcActive {
+	if a.gcActive || a.pol != nil { // policy: block ages for reclaim
 		p.gcCalls++
 	}
 	a.key.stream, a.key.size, a.key.ptr = s, size, 0
@@ -23,6 +23,9 @@ func (a *Allocator) bestFitLocked(p *pool, size uint64, s device.Stream) *block 
 	}
 	if b == nil || b.stream != s {
 		return nil
+	}
+	if a.pol != nil && a.pol.fitWindow > 1 && !p.small {
+		b = a.lowFitLocked(p, b, size) // policy: a low address among close fits
 	}
 	if b.seg.expandable() {
 		b = a.expandableBestFitLocked(p, b)

@@ -78,7 +78,7 @@ func (a *Allocator) blockAllocatedLocked(b *block) {
 	ph.bytes.Increase(n)
 	ph.allocations.Increase(1)
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: ph.name})
+		a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: a.userStreamLocked(b), Phase: ph.name})
 	}
 }
 

@@ -58,7 +58,7 @@ type Action struct {
 	Ptr       device.Ptr    // block or segment address
 	Size      uint64        // block or segment size in bytes
 	Requested uint64        // bytes the caller asked for (alloc, free, oom)
-	Stream    device.Stream // the block's stream; for ActionRecordStream the stream recorded
+	Stream    device.Stream // the block's stream (for ActionAlloc the caller's, see Allocator.Alloc); for ActionRecordStream the stream recorded
 	// Phase is the block's phase (the phase current when it was handed
 	// out) for the block actions; the current phase for ActionPhase (the
 	// new one), ActionStep and ActionOutOfMemory.

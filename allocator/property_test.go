@@ -19,7 +19,10 @@ import (
 // resets. After every action it runs the invariant checker and checks the
 // model's own properties:
 //
-//   - live blocks never overlap and each lies in a segment of its stream;
+//   - live blocks never overlap and each lies in a segment of its stream,
+//     or, under the low_fragmentation policy, in one of another stream
+//     that lent it after the borrowing stream was made to wait on the
+//     device for the lender's work;
 //   - a block freed after RecordStream is not handed out again while the
 //     work of a recorded stream is still pending;
 //   - every stat keeps Current <= Peak, and counters never go down between
@@ -42,6 +45,19 @@ type machine struct {
 	peakLive               int64
 	// device calls before the last accumulated reset
 	devAllocBase, devFreeBase int64
+
+	// Lending (the low_fragmentation policy): ops counts Alloc and Free
+	// calls; freed lists the ranges freed, with the op that freed them;
+	// lastWait is, per (borrower, lender), the op of the last Alloc whose
+	// lend made the borrower wait on the device.
+	ops      int
+	freed    []freedSpan
+	lastWait map[[2]device.Stream]int
+}
+
+type freedSpan struct {
+	span
+	op int
 }
 
 type liveBlock struct {
@@ -74,12 +90,25 @@ func newMachine(t *rapid.T) *machine {
 			cfg.RoundupPower2Divisions[i] = 4
 		}
 	}
+	if rapid.Bool().Draw(t, "low_fragmentation") {
+		cfg.Policy = PolicyLowFragmentation
+		cfg.LowFrag = LowFragConfig{
+			LargePage:     rapid.SampledFrom([]uint64{0, 4 * mib, 20 * mib}).Draw(t, "large page"),
+			MapAhead:      rapid.SampledFrom([]uint64{0, mib, 64 * mib}).Draw(t, "map ahead"),
+			Slack:         rapid.SampledFrom([]float64{0, 0.001, 0.2}).Draw(t, "slack"),
+			Victims:       rapid.IntRange(0, 3).Draw(t, "victims"),
+			MinAge:        rapid.IntRange(0, 3).Draw(t, "min age"),
+			FitWindow:     rapid.IntRange(0, 3).Draw(t, "fit window"),
+			NoReclaim:     rapid.Bool().Draw(t, "no reclaim"),
+			NoCrossStream: rapid.Bool().Draw(t, "no cross stream"),
+		}
+	}
 	a, err := New(dev, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := &machine{a: a, dev: dev, live: map[device.Ptr]liveBlock{},
-		held: map[device.Stream][]span{}, busy: map[device.Stream]bool{}}
+		held: map[device.Stream][]span{}, busy: map[device.Stream]bool{}, lastWait: map[[2]device.Stream]int{}}
 	m.streams = []device.Stream{device.DefaultStream}
 	for range 2 {
 		s, err := dev.NewStream()
@@ -111,6 +140,7 @@ func (m *machine) Alloc(t *rapid.T) {
 		m.dev.FailNthMalloc(1)
 	}
 	syncs := m.a.Stats().NumSyncAllStreams
+	waits := m.dev.Counters().EventWaits
 	p, err := m.a.Alloc(size, s)
 	m.dev.FailNthMalloc(0)
 	if m.a.Stats().NumSyncAllStreams != syncs {
@@ -149,8 +179,37 @@ func (m *machine) Alloc(t *rapid.T) {
 		}
 	}
 	m.live[p] = liveBlock{size: size, stream: s}
+	m.ops++
+	if seg := m.segmentOf(p); seg.Stream != s {
+		if m.a.Config().Policy != PolicyLowFragmentation {
+			t.Fatalf("block %v for stream %d lies in a segment of stream %d", p, s, seg.Stream)
+		}
+		key := [2]device.Stream{s, seg.Stream}
+		if m.dev.Counters().EventWaits > waits {
+			m.lastWait[key] = m.ops
+		}
+		last := -1
+		for _, f := range m.freed {
+			if lo < f.hi && f.lo < hi {
+				last = max(last, f.op)
+			}
+		}
+		if w, ok := m.lastWait[key]; last >= 0 && (!ok || w <= last) {
+			t.Fatalf("block %v of stream %d was lent to stream %d without a device wait since its free", p, seg.Stream, s)
+		}
+	}
 	m.nAllocs++
 	m.peakLive = max(m.peakLive, int64(len(m.live)))
+}
+
+// segmentOf returns the segment holding p.
+func (m *machine) segmentOf(p device.Ptr) SegmentInfo {
+	for _, seg := range m.a.Snapshot() {
+		if p >= seg.Ptr && uint64(p-seg.Ptr) < seg.Size {
+			return seg
+		}
+	}
+	return SegmentInfo{}
 }
 
 func (m *machine) pick(t *rapid.T) (device.Ptr, bool) {
@@ -171,9 +230,16 @@ func (m *machine) Free(t *rapid.T) {
 		t.Skip("nothing live")
 	}
 	b := m.live[p]
+	lent := m.segmentOf(p).Stream != b.stream
+	waits, active := m.dev.Counters().EventWaits, m.a.Stats().Active[stats.All].Current
 	if err := m.a.Free(p); err != nil {
 		t.Fatalf("Free(%v): %v", p, err)
 	}
+	if lent && m.dev.Counters().EventWaits == waits && m.a.Stats().Active[stats.All].Current != active {
+		t.Fatalf("lent block %v returned to its lender without a wait for the borrower, on the device or the host", p)
+	}
+	m.ops++
+	m.freed = append(m.freed, freedSpan{span{p, p + device.Ptr(b.size)}, m.ops})
 	delete(m.live, p)
 	m.nFrees++
 	for _, s := range b.uses {
@@ -286,7 +352,8 @@ func (m *machine) Check(t *rapid.T) {
 	for _, seg := range m.a.Snapshot() {
 		for _, b := range seg.Blocks {
 			if lb, ok := m.live[b.Ptr]; ok {
-				if b.State != BlockAllocated || lb.stream != seg.Stream || b.Size < lb.size {
+				lent := lb.stream != seg.Stream && m.a.Config().Policy == PolicyLowFragmentation
+				if b.State != BlockAllocated || lb.stream != seg.Stream && !lent || b.Size < lb.size {
 					t.Fatalf("live block %v: state %v, size %d for %d, segment stream %d for %d",
 						b.Ptr, b.State, b.Size, lb.size, seg.Stream, lb.stream)
 				}
@@ -326,6 +393,9 @@ func TestAllocatorStateMachine(t *testing.T) {
 
 // FuzzAllocator drives the allocator from bytes: each op is 4 bytes (kind,
 // stream, size class, size), with the invariant checker after every op.
+// The length of the input picks the configuration: PyTorch's default,
+// expandable segments, or the low_fragmentation policy (with tight knobs,
+// or with its defaults).
 func FuzzAllocator(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 10, 0, 0, 2, 200, 1, 0, 0, 0, 2, 1, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0})
 	f.Add([]byte{0, 1, 3, 255, 3, 1, 0, 0, 0, 2, 3, 7, 1, 0, 0, 0, 5, 1, 0, 0})
@@ -334,7 +404,18 @@ func FuzzAllocator(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := New(dev, Config{MaxSplitSize: 64 * mib, ExpandableSegments: len(data)%2 == 1})
+		cfg := Config{MaxSplitSize: 64 * mib}
+		switch len(data) % 4 {
+		case 1, 3:
+			cfg.ExpandableSegments = true
+		case 2:
+			cfg.Policy = PolicyLowFragmentation
+			cfg.LowFrag = LowFragConfig{Victims: 1, MinAge: 1, Slack: 0.001, MapAhead: mib}
+		}
+		if len(data)%8 == 7 {
+			cfg.Policy = PolicyLowFragmentation // with the defaults
+		}
+		a, err := New(dev, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

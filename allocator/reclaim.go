@@ -56,6 +56,9 @@ func (a *Allocator) allocSlowLocked(p *pool, size, requested uint64, s device.St
 // (by the device, or by the cap, which counts segSize bytes either way, as
 // PyTorch does) wraps device.ErrOutOfMemory.
 func (a *Allocator) growLocked(p *pool, size, segSize uint64, s device.Stream) (*block, error) {
+	if a.pol != nil && a.vm != nil {
+		return a.policyGrowLocked(p, size, s) // policy: placement and reclaim
+	}
 	if a.allowed > 0 && a.reservedLocked()+segSize > a.allowed {
 		return nil, errOverCap
 	}

@@ -51,7 +51,7 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 	if !a.knownStreamLocked(s) {
 		return fmt.Errorf("allocator: record stream for %v: stream %d is not a stream of device %d: %w", p, s, a.ordinal, device.ErrInvalidStream)
 	}
-	if s == b.stream {
+	if s == a.userStreamLocked(b) { // policy: a lent block's user is its borrower
 		return nil
 	}
 	if a.uses == nil {
@@ -61,6 +61,9 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 		a.uses[b] = append(u, s)
 	}
 	b.recorded = true
+	if a.pol != nil {
+		a.pol.noteRecordedLocked(s) // policy: no lending to or from s
+	}
 	a.streamRecordedLocked(b, s)
 	return nil
 }

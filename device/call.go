@@ -34,6 +34,7 @@ const (
 	CallRelease                       // VirtualMemory.Release
 	CallHostAlloc                     // HostMemory.HostAlloc
 	CallHostFree                      // HostMemory.HostFree
+	CallWaitEvent                     // StreamWaiter.WaitEvent
 
 	// NumCalls is the number of Calls: arrays indexed by Call have this
 	// length, and Calls run from 0 to NumCalls-1.
@@ -57,6 +58,7 @@ var callNames = [NumCalls]string{
 	CallRelease:           "release",
 	CallHostAlloc:         "host alloc",
 	CallHostFree:          "host free",
+	CallWaitEvent:         "wait event",
 }
 
 // String returns the operation's name, as in Error.Op ("malloc", "query

@@ -41,6 +41,7 @@ func (f *fake) HostAlloc(uint64) ([]byte, error)                { return nil, f.
 func (f *fake) HostFree([]byte) error                           { return f.note("HostFree") }
 func (f *fake) HasStream(device.Stream) bool                    { _ = f.note("HasStream"); return true }
 func (f *fake) BytesInUse() uint64                              { _ = f.note("BytesInUse"); return 7 }
+func (f *fake) WaitEvent(device.Stream, device.Event) error     { return f.note("WaitEvent") }
 
 // plain implements Device alone.
 type plain struct{ fake }
@@ -49,12 +50,13 @@ func (p *plain) Device() device.Device {
 	return struct{ device.Device }{&p.fake}
 }
 
-func offered(d device.Device) [4]bool {
+func offered(d device.Device) [5]bool {
 	_, vm := d.(device.VirtualMemory)
 	_, h := d.(device.HostMemory)
 	_, c := d.(device.StreamChecker)
 	_, u := d.(device.UsageReporter)
-	return [4]bool{vm, h, c, u}
+	_, w := d.(device.StreamWaiter)
+	return [5]bool{vm, h, c, u, w}
 }
 
 func TestCapabilitiesOf(t *testing.T) {
@@ -64,6 +66,7 @@ func TestCapabilitiesOf(t *testing.T) {
 	assert.Same(t, f, c.HostMemory.(*fake))
 	assert.Same(t, f, c.StreamChecker.(*fake))
 	assert.Same(t, f, c.UsageReporter.(*fake))
+	assert.Same(t, f, c.StreamWaiter.(*fake))
 	assert.Equal(t, device.Capabilities{}, device.CapabilitiesOf((&plain{}).Device()))
 }
 
@@ -72,10 +75,10 @@ func TestCapabilitiesOf(t *testing.T) {
 // the type assertions of its subset, and each method reaches the fake it
 // was taken from.
 func TestCompose(t *testing.T) {
-	for mask := range 16 {
+	for mask := range 32 {
 		base, parts := &fake{name: "base"}, &fake{name: "parts"}
 		var caps device.Capabilities
-		want := [4]bool{mask&1 != 0, mask&2 != 0, mask&4 != 0, mask&8 != 0}
+		want := [5]bool{mask&1 != 0, mask&2 != 0, mask&4 != 0, mask&8 != 0, mask&16 != 0}
 		if want[0] {
 			caps.VirtualMemory = parts
 		}
@@ -88,8 +91,11 @@ func TestCompose(t *testing.T) {
 		if want[3] {
 			caps.UsageReporter = parts
 		}
+		if want[4] {
+			caps.StreamWaiter = parts
+		}
 		d := device.Compose(base, caps)
-		require.Equal(t, want, offered(d), "subset %04b", mask)
+		require.Equal(t, want, offered(d), "subset %05b", mask)
 		assert.Equal(t, "base", d.Name())
 
 		_, _ = d.Malloc(1)
@@ -127,27 +133,31 @@ func TestCompose(t *testing.T) {
 			assert.Equal(t, uint64(7), u.BytesInUse())
 			wantParts = append(wantParts, "BytesInUse")
 		}
-		assert.Equal(t, wantParts, parts.calls, "subset %04b", mask)
-		assert.Len(t, base.calls, 10, "subset %04b: no capability call reached base", mask)
+		if w, ok := d.(device.StreamWaiter); ok {
+			_ = w.WaitEvent(0, 1)
+			wantParts = append(wantParts, "WaitEvent")
+		}
+		assert.Equal(t, wantParts, parts.calls, "subset %05b", mask)
+		assert.Len(t, base.calls, 10, "subset %05b: no capability call reached base", mask)
 	}
 }
 
 func TestComposeHidesTheBasesCapabilities(t *testing.T) {
 	f := &fake{}
 	d := device.Compose(f, device.Capabilities{HostMemory: f})
-	assert.Equal(t, [4]bool{false, true, false, false}, offered(d))
+	assert.Equal(t, [5]bool{false, true, false, false, false}, offered(d))
 	assert.Nil(t, device.Compose(nil, device.CapabilitiesOf(f)))
 	// Composing again starts from the composed device's own offer.
-	assert.Equal(t, [4]bool{}, offered(device.Compose(d, device.Capabilities{})))
-	assert.Equal(t, [4]bool{false, true, false, false}, offered(device.Compose(d, device.CapabilitiesOf(d))))
+	assert.Equal(t, [5]bool{}, offered(device.Compose(d, device.Capabilities{})))
+	assert.Equal(t, [5]bool{false, true, false, false, false}, offered(device.Compose(d, device.CapabilitiesOf(d))))
 }
 
 func TestWithCapabilitiesOf(t *testing.T) {
 	adaptor := &fake{name: "adaptor"}
-	for mask := range 16 {
+	for mask := range 32 {
 		inner := &fake{name: "inner"}
 		var caps device.Capabilities
-		want := [4]bool{mask&1 != 0, mask&2 != 0, mask&4 != 0, mask&8 != 0}
+		want := [5]bool{mask&1 != 0, mask&2 != 0, mask&4 != 0, mask&8 != 0, mask&16 != 0}
 		if want[0] {
 			caps.VirtualMemory = inner
 		}
@@ -160,8 +170,11 @@ func TestWithCapabilitiesOf(t *testing.T) {
 		if want[3] {
 			caps.UsageReporter = inner
 		}
+		if want[4] {
+			caps.StreamWaiter = inner
+		}
 		d := device.WithCapabilitiesOf(adaptor, device.Compose(inner, caps))
-		require.Equal(t, want, offered(d), "inner subset %04b", mask)
+		require.Equal(t, want, offered(d), "inner subset %05b", mask)
 		assert.Equal(t, "adaptor", d.Name())
 		if vm, ok := d.(device.VirtualMemory); ok {
 			_ = vm.Map(0, 1)
@@ -171,7 +184,7 @@ func TestWithCapabilitiesOf(t *testing.T) {
 	// An adaptor that lacks a capability does not offer it, whatever inner
 	// offers.
 	p := &plain{}
-	assert.Equal(t, [4]bool{}, offered(device.WithCapabilitiesOf(p.Device(), adaptor)))
+	assert.Equal(t, [5]bool{}, offered(device.WithCapabilitiesOf(p.Device(), adaptor)))
 	assert.Nil(t, device.WithCapabilitiesOf(nil, adaptor))
 	assert.Nil(t, device.WithCapabilitiesOf(adaptor, nil))
 }
@@ -187,11 +200,12 @@ func TestCall(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, c, got)
 	}
-	assert.Len(t, names, 16)
+	assert.Len(t, names, 17)
 	assert.Equal(t, "malloc", device.CallMalloc.String())
 	assert.Equal(t, "query event", device.CallEventDone.String())
 	assert.Equal(t, "host free", device.CallHostFree.String())
-	assert.Equal(t, "Call(16)", device.NumCalls.String())
+	assert.Equal(t, "wait event", device.CallWaitEvent.String())
+	assert.Equal(t, "Call(17)", device.NumCalls.String())
 	assert.Equal(t, "Call(255)", device.Call(255).String())
 	for _, bad := range []string{"", "Malloc", "mallocs", string(make([]byte, 1<<20))} {
 		_, err := device.ParseCall(bad)

@@ -33,6 +33,10 @@
 //     allocator refuse a foreign stream up front.
 //   - UsageReporter (the bytes the device's own allocations hold) lets the
 //     caching allocator's self-check compare its books with the device's.
+//   - StreamWaiter (a stream waits, on the device, for an event recorded
+//     on another) lets the caching allocator's low_fragmentation policy
+//     lend a block cached on one stream to a request on another without
+//     blocking the host (cuStreamWaitEvent).
 //
 // Capabilities are what every consumer may rely on, whatever the backend.
 // What only one backend offers, such as the simulator's cost clock or its
@@ -211,6 +215,20 @@ type UsageReporter interface {
 	// virtual-memory pages. It is a bookkeeping read: it calls no driver,
 	// costs nothing and changes nothing.
 	BytesInUse() uint64
+}
+
+// StreamWaiter is the optional capability to make a stream wait for an
+// event on the device, without blocking the caller, as the CUDA driver's
+// cuStreamWaitEvent does: work queued on s after the call starts only once
+// e is done. The event may be released right after the call; the wait
+// stays in force. The caching allocator's low_fragmentation policy uses it
+// to hand a block freed on one stream to a request on another (as RMM and
+// CUDA's stream-ordered allocator do).
+type StreamWaiter interface {
+	// WaitEvent makes the work queued on s from now on wait until e is
+	// done. Waiting on an event of s itself, or on one already done,
+	// changes nothing.
+	WaitEvent(s Stream, e Event) error
 }
 
 // Sentinel errors. Backends wrap them (fmt.Errorf("...: %w", ErrX)) and

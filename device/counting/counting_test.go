@@ -33,13 +33,13 @@ func TestForwardsFaithfully(t *testing.T) {
 		want := devicetest.Run(bareSubsets[i])
 		c := counting.New(innerSubsets[i])
 		got := devicetest.Run(c.Device())
-		require.Equal(t, want.Lines, got.Lines, "subset %04b", i)
-		require.Equal(t, bares.Counters(), inners.Counters(), "subset %04b", i)
-		require.Equal(t, bares.Clock(), inners.Clock(), "subset %04b", i)
+		require.Equal(t, want.Lines, got.Lines, "subset %05b", i)
+		require.Equal(t, bares.Counters(), inners.Counters(), "subset %05b", i)
+		require.Equal(t, bares.Clock(), inners.Clock(), "subset %05b", i)
 		counts := c.Counts()
-		assert.Equal(t, got.Tally.Calls, counts.Calls, "subset %04b", i)
-		assert.Equal(t, got.Tally.Failed, counts.Failed, "subset %04b", i)
-		assert.Equal(t, got.Tally.Bytes, counts.Bytes, "subset %04b", i)
+		assert.Equal(t, got.Tally.Calls, counts.Calls, "subset %05b", i)
+		assert.Equal(t, got.Tally.Failed, counts.Failed, "subset %05b", i)
+		assert.Equal(t, got.Tally.Bytes, counts.Bytes, "subset %05b", i)
 	}
 	assert.Zero(t, inners.BytesInUse())
 }
@@ -49,7 +49,7 @@ func TestForwardsFaithfully(t *testing.T) {
 func TestCapabilities(t *testing.T) {
 	for i, inner := range devicetest.Subsets(newSim(t)) {
 		d := counting.New(inner).Device()
-		assert.Equal(t, devicetest.Offered(inner), devicetest.Offered(d), "subset %04b", i)
+		assert.Equal(t, devicetest.Offered(inner), devicetest.Offered(d), "subset %05b", i)
 	}
 	noVM := device.Compose(newSim(t), device.Capabilities{})
 	_, err := allocator.New(counting.New(noVM).Device(), allocator.Config{ExpandableSegments: true})

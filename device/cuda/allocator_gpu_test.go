@@ -67,6 +67,44 @@ var allocScenarios = []allocScenario{
 	}},
 }
 
+// lowFragmentation is the low_fragmentation policy's configuration.
+var lowFragmentation = allocator.Config{Policy: allocator.PolicyLowFragmentation}
+
+func init() {
+	allocScenarios = append(allocScenarios,
+		allocScenario{"low-fragmentation", lowFragmentation, smallAndLarge},
+		allocScenario{"low-fragmentation-lending", lowFragmentation, lendAcrossStreams})
+}
+
+// lendAcrossStreams frees blocks on one stream and asks for them on
+// another (the low_fragmentation policy lends them, with stream waits),
+// then empties the cache.
+func lendAcrossStreams(tb testing.TB, a *allocator.Allocator, dev device.Device) {
+	s1, err := dev.NewStream()
+	require.NoError(tb, err)
+	s2, err := dev.NewStream()
+	require.NoError(tb, err)
+	for round := 0; round < 3; round++ {
+		var ps []device.Ptr
+		for _, size := range []uint64{8 << 20, 3 << 20, 300 << 10} {
+			p, err := a.Alloc(size, s1)
+			require.NoError(tb, err)
+			ps = append(ps, p)
+		}
+		for _, p := range ps {
+			require.NoError(tb, a.Free(p))
+		}
+		for _, size := range []uint64{8 << 20, 3 << 20, 300 << 10} {
+			p, err := a.Alloc(size, s2)
+			require.NoError(tb, err)
+			require.NoError(tb, a.Free(p))
+		}
+	}
+	require.NoError(tb, dev.Synchronize())
+	require.NoError(tb, a.CheckInvariants())
+	require.NoError(tb, a.EmptyCache())
+}
+
 // smallAndLarge allocates requests of both pools, some of them splitting
 // segments, and frees them all.
 func smallAndLarge(tb testing.TB, a *allocator.Allocator, _ device.Device) {

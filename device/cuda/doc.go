@@ -1,8 +1,10 @@
 //go:build cuda
 
 // Package cuda is gpumem's CUDA backend: a device.Device on the CUDA driver
-// API through gorgonia.org/cu, with the virtual memory (device.VirtualMemory)
-// and pinned host memory (device.HostMemory) capabilities.
+// API through gorgonia.org/cu, with the virtual memory (device.VirtualMemory),
+// pinned host memory (device.HostMemory), stream checking
+// (device.StreamChecker) and stream-waits-for-event (device.StreamWaiter,
+// cuStreamWaitEvent) capabilities.
 //
 //	dev, err := cuda.Open(0)
 //	if err != nil { ... }

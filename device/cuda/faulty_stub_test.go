@@ -58,10 +58,11 @@ func TestStubFaultyCapabilities(t *testing.T) {
 		{"host memory", isHost(d), isHost(w)},
 		{"stream checker", isChecker(d), isChecker(w)},
 		{"usage reporter", isUsage(d), isUsage(w)},
+		{"stream waiter", isWaiter(d), isWaiter(w)},
 	} {
 		assert.Equal(t, c.dev, c.wrap, c.name)
 	}
-	assert.True(t, isVM(w) && isHost(w) && isChecker(w))
+	assert.True(t, isVM(w) && isHost(w) && isChecker(w) && isWaiter(w))
 	assert.False(t, isUsage(w), "the CUDA backend reports no usage, and neither does its wrapper")
 	assert.Equal(t, d.Granularity(), w.(device.VirtualMemory).Granularity())
 }
@@ -84,6 +85,7 @@ func isVM(d device.Device) bool      { _, ok := d.(device.VirtualMemory); return
 func isHost(d device.Device) bool    { _, ok := d.(device.HostMemory); return ok }
 func isChecker(d device.Device) bool { _, ok := d.(device.StreamChecker); return ok }
 func isUsage(d device.Device) bool   { _, ok := d.(device.UsageReporter); return ok }
+func isWaiter(d device.Device) bool  { _, ok := d.(device.StreamWaiter); return ok }
 
 // TestStubFaultyEveryCall fails the second call of each kind on the CUDA
 // backend: the failure wraps the rule's error, the driver is not called
@@ -136,6 +138,12 @@ func TestStubFaultyEveryCall(t *testing.T) {
 		device.CallReleaseEvent: func(t *testing.T, d *Device) call {
 			es := stubEvents(t, d, 3)
 			return func(d device.Device, i int) error { return d.ReleaseEvent(es[i]) }
+		},
+		device.CallWaitEvent: func(t *testing.T, d *Device) call {
+			es := stubEvents(t, d, 3)
+			s, err := d.NewStream()
+			require.NoError(t, err)
+			return func(dev device.Device, i int) error { return dev.(device.StreamWaiter).WaitEvent(s, es[i]) }
 		},
 		device.CallReserve: func(*testing.T, *Device) call {
 			return func(d device.Device, _ int) error { _, err := vm(d).Reserve(g); return err }
@@ -249,4 +257,52 @@ func TestStubFaultyAllocator(t *testing.T) {
 			assert.Zero(t, cudastub.Live("mapping"))
 		})
 	}
+}
+
+// TestStubPolicyLendsWithStreamWaits: under the low_fragmentation policy
+// a block freed on one stream serves a request on another through
+// cuStreamWaitEvent on the driver, wrapped or not, and nothing is left on
+// the driver at the end.
+func TestStubPolicyLendsWithStreamWaits(t *testing.T) {
+	for _, wrap := range []bool{false, true} {
+		t.Run(map[bool]string{false: "bare", true: "wrapped"}[wrap], func(t *testing.T) {
+			d := openStub(t)
+			var dev device.Device = d
+			if wrap {
+				dev = faulty.New(d).Device()
+			}
+			a, err := allocator.New(dev, lowFragmentation)
+			require.NoError(t, err)
+			s1, err := d.NewStream()
+			require.NoError(t, err)
+			s2, err := d.NewStream()
+			require.NoError(t, err)
+			p, err := a.Alloc(8*mib, s1)
+			require.NoError(t, err)
+			require.NoError(t, a.Free(p))
+			q, err := a.Alloc(8*mib, s2)
+			require.NoError(t, err)
+			assert.Equal(t, p, q, "lent from s1's cache")
+			assert.Equal(t, 1, cudastub.Calls("cuStreamWaitEvent"))
+			require.NoError(t, a.Free(q))
+			assert.Equal(t, 2, cudastub.Calls("cuStreamWaitEvent"), "the lender waits for the borrower")
+			assert.Zero(t, cudastub.Live("event"), "the events are released at once")
+			assert.Positive(t, cudastub.Calls("cuMemMap"), "expandable segments on the driver's virtual memory")
+			require.NoError(t, a.CheckInvariants())
+			require.NoError(t, a.EmptyCache())
+			assert.Zero(t, cudastub.Used())
+		})
+	}
+
+	t.Run("no virtual memory", func(t *testing.T) {
+		d := openStub(t, func() { cudastub.SetVirtualMemory(false) })
+		a, err := allocator.New(d, lowFragmentation)
+		require.NoError(t, err)
+		p, err := a.Alloc(3*mib, device.DefaultStream)
+		require.NoError(t, err)
+		require.NoError(t, a.Free(p))
+		require.NoError(t, a.EmptyCache())
+		assert.Zero(t, cudastub.Calls("cuMemMap"), "plain segments")
+		assert.Positive(t, cudastub.Calls("cuMemAlloc"))
+	})
 }

@@ -46,3 +46,4 @@ func Available() bool {
 var _ device.Device = (*Device)(nil)
 var _ device.VirtualMemory = (*Device)(nil)
 var _ device.HostMemory = (*Device)(nil)
+var _ device.StreamWaiter = (*Device)(nil)

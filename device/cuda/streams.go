@@ -190,3 +190,29 @@ func (d *Device) ReleaseEvent(e device.Event) error {
 	}
 	return nil
 }
+
+// WaitEvent makes the work queued on s from now on wait until e is done
+// (cuStreamWaitEvent), without blocking the caller (device.StreamWaiter).
+// The event may be released afterwards.
+func (d *Device) WaitEvent(s device.Stream, e device.Event) error {
+	if err := d.enter("wait event"); err != nil {
+		return err
+	}
+	defer d.life.RUnlock()
+	d.streamMu.RLock()
+	defer d.streamMu.RUnlock()
+	cs, err := d.streamLocked("wait event", s)
+	if err != nil {
+		return err
+	}
+	d.eventMu.RLock()
+	defer d.eventMu.RUnlock()
+	ev, err := d.eventLocked("wait event", e)
+	if err != nil {
+		return err
+	}
+	if c := d.call(func() int { return codeOf(cs.Wait(ev, 0)) }); c != cudadrv.Success {
+		return driverError("wait event", d.ordinal, c, subjectEvent)
+	}
+	return nil
+}

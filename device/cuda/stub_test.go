@@ -350,6 +350,56 @@ func TestStubStreamsAndEvents(t *testing.T) {
 	assert.Equal(t, destroys, cudastub.Calls("cuEventDestroy"))
 }
 
+// TestStubWaitEvent: WaitEvent reaches cuStreamWaitEvent with the
+// driver's stream and event; the wait outlives the event's release;
+// synchronizing the waiting stream completes the awaited work; unknown
+// handles never reach the driver, and a driver error keeps its code.
+func TestStubWaitEvent(t *testing.T) {
+	d := openStub(t)
+	var w device.StreamWaiter = d
+	a, err := d.NewStream()
+	require.NoError(t, err)
+	b, err := d.NewStream()
+	require.NoError(t, err)
+
+	cudastub.HoldEvents(true)
+	ea, err := d.RecordEvent(a)
+	require.NoError(t, err)
+	require.NoError(t, w.WaitEvent(b, ea))
+	require.NoError(t, w.WaitEvent(device.DefaultStream, ea))
+	assert.EqualValues(t, 2, cudastub.Calls("cuStreamWaitEvent"))
+	assert.Equal(t, 2, cudastub.Live("wait"))
+	require.NoError(t, d.ReleaseEvent(ea), "the event may go; the wait stays")
+	eb, err := d.RecordEvent(b)
+	require.NoError(t, err)
+	ea2, err := d.RecordEvent(a)
+	require.NoError(t, err)
+	require.NoError(t, d.SynchronizeStream(b))
+	done, err := d.EventDone(ea2)
+	require.NoError(t, err)
+	assert.True(t, done, "b waited for a: synchronizing b ran a's work")
+	done, err = d.EventDone(eb)
+	require.NoError(t, err)
+	assert.True(t, done)
+	assert.Equal(t, 1, cudastub.Live("wait"), "the default stream still waits")
+	require.NoError(t, d.Synchronize())
+	assert.Equal(t, 0, cudastub.Live("wait"))
+
+	calls := cudastub.Calls("cuStreamWaitEvent")
+	requireDeviceError(t, w.WaitEvent(b+1000, eb), device.ErrInvalidStream, 0)
+	requireDeviceError(t, w.WaitEvent(b, 1<<40), device.ErrInvalidEvent, 0)
+	requireDeviceError(t, w.WaitEvent(b, ea), device.ErrInvalidEvent, 0)
+	assert.Equal(t, calls, cudastub.Calls("cuStreamWaitEvent"), "unknown handles never reach the driver")
+
+	cudastub.Fail("cuStreamWaitEvent", 400, 0, 1) // CUDA_ERROR_INVALID_HANDLE
+	err = w.WaitEvent(b, eb)
+	requireDeviceError(t, err, device.ErrInvalidEvent, 400)
+	require.NoError(t, w.WaitEvent(b, eb), "once only")
+	for _, e := range []device.Event{eb, ea2} {
+		require.NoError(t, d.ReleaseEvent(e))
+	}
+}
+
 func TestStubFailedRecordLeaksNoEvent(t *testing.T) {
 	d := openStub(t)
 	cudastub.FailNext("cuEventRecord", 400)

@@ -70,12 +70,12 @@ func TestNoRulesForwardsFaithfully(t *testing.T) {
 		want := devicetest.Run(bareSubsets[i])
 		j := faulty.New(innerSubsets[i])
 		got := devicetest.Run(j.Device())
-		require.Equal(t, want.Lines, got.Lines, "subset %04b", i)
-		require.Equal(t, bares.Counters(), inners.Counters(), "subset %04b", i)
-		require.Equal(t, bares.Clock(), inners.Clock(), "subset %04b", i)
+		require.Equal(t, want.Lines, got.Lines, "subset %05b", i)
+		require.Equal(t, bares.Counters(), inners.Counters(), "subset %05b", i)
+		require.Equal(t, bares.Clock(), inners.Clock(), "subset %05b", i)
 		assert.Empty(t, j.Fired())
 		for k := range device.NumCalls {
-			assert.Equal(t, got.Tally.Calls[k], j.Calls(k), "subset %04b: %v calls", i, k)
+			assert.Equal(t, got.Tally.Calls[k], j.Calls(k), "subset %05b: %v calls", i, k)
 		}
 	}
 }
@@ -85,7 +85,7 @@ func TestNoRulesForwardsFaithfully(t *testing.T) {
 func TestCapabilities(t *testing.T) {
 	for i, inner := range devicetest.Subsets(newSim(t)) {
 		d := faulty.New(inner).Device()
-		assert.Equal(t, devicetest.Offered(inner), devicetest.Offered(d), "subset %04b", i)
+		assert.Equal(t, devicetest.Offered(inner), devicetest.Offered(d), "subset %05b", i)
 	}
 	noVM := device.Compose(newSim(t), device.Capabilities{})
 	_, err := allocator.New(faulty.New(noVM).Device(), allocator.Config{ExpandableSegments: true})
@@ -172,6 +172,12 @@ func callCases() map[device.Call]callCase {
 				require.NoError(t, err)
 			}
 			return func(d device.Device, i int) error { return vm(d).Release(rs[i]) }
+		}},
+		device.CallWaitEvent: {func(t *testing.T, s *sim.Device, n int) func(device.Device, int) error {
+			es := events(t, s, n) // pending on stream 1: a wait holds stream 2
+			st, err := s.NewStream()
+			require.NoError(t, err)
+			return func(d device.Device, i int) error { return d.(device.StreamWaiter).WaitEvent(st, es[i]) }
 		}},
 		device.CallHostAlloc: none(func(d device.Device, _ int) error { _, err := host(d).HostAlloc(64); return err }),
 		device.CallHostFree: {func(t *testing.T, s *sim.Device, n int) func(device.Device, int) error {

@@ -29,6 +29,7 @@ type Costs struct {
 	EventQuery       time.Duration // cudaEventQuery
 	EventSynchronize time.Duration // cudaEventSynchronize
 	EventRelease     time.Duration // cudaEventDestroy
+	EventWait        time.Duration // cuStreamWaitEvent
 
 	Reserve time.Duration // cuMemAddressReserve
 	Release time.Duration // cuMemAddressFree
@@ -59,6 +60,7 @@ func DefaultCosts() Costs {
 		EventQuery:       1 * time.Microsecond,
 		EventSynchronize: 3 * time.Microsecond,
 		EventRelease:     1 * time.Microsecond,
+		EventWait:        1 * time.Microsecond,
 
 		Reserve: 10 * time.Microsecond,
 		Release: 10 * time.Microsecond,
@@ -76,7 +78,7 @@ func NoCosts() Costs {
 	return Costs{
 		Malloc: -1, MallocPerGiB: -1, Free: -1, MemInfo: -1,
 		Synchronize: -1, StreamSynchronize: -1, StreamCreate: -1,
-		EventRecord: -1, EventQuery: -1, EventSynchronize: -1, EventRelease: -1,
+		EventRecord: -1, EventQuery: -1, EventSynchronize: -1, EventRelease: -1, EventWait: -1,
 		Reserve: -1, Release: -1, Map: -1, Unmap: -1,
 		HostAlloc: -1, HostAllocPerGiB: -1, HostFree: -1,
 	}
@@ -106,6 +108,7 @@ func (c Costs) resolve() Costs {
 		EventQuery:        pick(c.EventQuery, d.EventQuery),
 		EventSynchronize:  pick(c.EventSynchronize, d.EventSynchronize),
 		EventRelease:      pick(c.EventRelease, d.EventRelease),
+		EventWait:         pick(c.EventWait, d.EventWait),
 		Reserve:           pick(c.Reserve, d.Reserve),
 		Release:           pick(c.Release, d.Release),
 		Map:               pick(c.Map, d.Map),

@@ -26,6 +26,7 @@ func testCosts() Costs {
 		EventQuery:        17,
 		EventSynchronize:  19,
 		EventRelease:      23,
+		EventWait:         59,
 		Reserve:           29,
 		Release:           31,
 		Map:               37,
@@ -62,6 +63,7 @@ func TestCosts(t *testing.T) {
 	step("record event", 13, func() (err error) { e, err = d.RecordEvent(s); return })
 	step("event query", 17, func() error { _, err := d.EventDone(e); return err })
 	step("synchronize event", 19, func() error { return d.SynchronizeEvent(e) })
+	step("wait event", 59, func() error { return d.WaitEvent(device.DefaultStream, e) })
 	step("release event", 23, func() error { return d.ReleaseEvent(e) })
 	step("reserve", 29, func() (err error) { r, err = d.Reserve(8 * page); return })
 	step("map of three pages", 3*37, func() error { return d.Map(r, 3*page) })

@@ -2,7 +2,7 @@
 // device on which the caching allocator, its tests, trace replays and
 // benchmarks run without a GPU. A *Device implements device.Device and
 // every optional capability: device.VirtualMemory, device.HostMemory,
-// device.StreamChecker and device.UsageReporter.
+// device.StreamChecker, device.UsageReporter and device.StreamWaiter.
 //
 // It is a model, not a mock: memory is charged in pages against a
 // capacity, addresses follow one fixed rule, streams hold work until the
@@ -69,6 +69,14 @@
 // completion: events recorded later are pending again until the next one.
 // SetStreamBusy(s, false) finishes the pending work and returns the
 // stream to finishing at once.
+//
+// WaitEvent(s, e) (device.StreamWaiter, cuStreamWaitEvent) makes the work
+// recorded on s from then on wait for e: while e is pending, events
+// recorded later on s stay pending too, on a busy stream or not. Work that
+// finishes s (CompleteStream, SynchronizeStream, SynchronizeEvent of a
+// later event, SetStreamBusy(s, false)) first finishes the awaited work of
+// e's stream, as the device would have run it; once e is done, s runs on.
+// Waiting on an event already done, or on one of s itself, holds nothing.
 //
 // Free charges a device synchronization to the clock and counts it, as
 // cudaFree implies one, but it does not finish held work: held work

@@ -69,6 +69,54 @@ var errFault = errors.New("injected by the model test")
 type modelStream struct {
 	busy              bool
 	queued, completed uint64
+	waits             []modelWait // every WaitEvent that had to wait, in order
+}
+
+// modelWait: unit k of a stream's work (the k-th event recorded on it)
+// runs only after stream dep has run seq units, if k > pos.
+type modelWait struct {
+	pos, seq uint64
+	dep      int
+}
+
+// runnable reports whether unit k of stream i may run now.
+func (m *model) runnable(i int, k uint64) bool {
+	for _, w := range m.streams[i].waits {
+		if k > w.pos && m.streams[w.dep].completed < w.seq {
+			return false
+		}
+	}
+	return true
+}
+
+// run runs stream i's units up to upTo, one at a time, each after the
+// units of other streams it waits for.
+func (m *model) run(i int, upTo uint64) {
+	for m.streams[i].completed < upTo {
+		k := m.streams[i].completed + 1
+		for _, w := range m.streams[i].waits {
+			if k > w.pos {
+				m.run(w.dep, w.seq)
+			}
+		}
+		m.streams[i].completed = k
+	}
+	m.settle()
+}
+
+// settle lets every stream that is not busy run each unit it may, until
+// none can.
+func (m *model) settle() {
+	for moved := true; moved; {
+		moved = false
+		for i := range m.streams {
+			st := &m.streams[i]
+			for !st.busy && st.completed < st.queued && m.runnable(i, st.completed+1) {
+				st.completed++
+				moved = true
+			}
+		}
+	}
 }
 
 // modelResv is the model of one reservation.
@@ -436,7 +484,8 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			require.NoError(t, err)
 			st.busy = busy
 			if !busy {
-				st.completed = st.queued
+				i, _ := m.modelStream(s)
+				m.run(i, st.queued)
 			}
 		},
 		"CompleteStream": func(t *rapid.T) {
@@ -448,7 +497,8 @@ func (m *model) actions() map[string]func(*rapid.T) {
 				return
 			}
 			require.NoError(t, err)
-			st.completed = st.queued
+			i, _ := m.modelStream(s)
+			m.run(i, st.queued)
 		},
 		"SynchronizeStream": func(t *rapid.T) {
 			s := m.stream(t)
@@ -460,13 +510,15 @@ func (m *model) actions() map[string]func(*rapid.T) {
 				return
 			}
 			require.NoError(t, err)
-			st.completed = st.queued
+			i, _ := m.modelStream(s)
+			m.run(i, st.queued)
 			m.c.StreamSynchronizations++
 		},
 		"Synchronize": func(t *rapid.T) {
 			require.NoError(t, m.d.Synchronize())
 			for i := range m.streams {
 				m.streams[i].completed = m.streams[i].queued
+				m.streams[i].waits = nil
 			}
 			m.c.Synchronizations++
 			m.pay(m.costs.Synchronize)
@@ -485,9 +537,7 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			m.nextEvent++
 			require.Equal(t, m.nextEvent, e, "events are numbered in order")
 			st.queued++
-			if !st.busy {
-				st.completed = st.queued
-			}
+			m.settle()
 			m.events[e] = modelEvent{stream: i, seq: st.queued}
 			m.c.EventsRecorded++
 		},
@@ -523,9 +573,28 @@ func (m *model) actions() map[string]func(*rapid.T) {
 				require.ErrorIs(t, err, errFault)
 			default:
 				require.NoError(t, err)
-				st := &m.streams[ev.stream]
-				st.completed = max(st.completed, ev.seq)
+				m.run(ev.stream, ev.seq)
 				m.c.EventSynchronizations++
+			}
+		},
+		"WaitEvent": func(t *rapid.T) {
+			s := m.stream(t)
+			e := m.event(t)
+			err := m.d.WaitEvent(s, e)
+			m.pay(m.costs.EventWait)
+			i, st := m.modelStream(s)
+			ev, ok := m.events[e]
+			switch {
+			case st == nil:
+				require.ErrorIs(t, err, device.ErrInvalidStream)
+			case !ok:
+				require.ErrorIs(t, err, device.ErrInvalidEvent)
+			default:
+				require.NoError(t, err)
+				m.c.EventWaits++
+				if ev.stream != i && m.streams[ev.stream].completed < ev.seq {
+					st.waits = append(st.waits, modelWait{pos: st.queued, seq: ev.seq, dep: ev.stream})
+				}
 			}
 		},
 		"ReleaseEvent": func(t *rapid.T) {

@@ -73,6 +73,7 @@ type Counters struct {
 	EventsRecorded   int64
 	EventsReleased   int64
 	EventQueries     int64
+	EventWaits       int64 // successful WaitEvent calls
 	StreamsCreated   int64
 	Maps, Unmaps     int64
 	Reserves         int64
@@ -101,8 +102,8 @@ func (r Range) End() device.Ptr { return r.Ptr + device.Ptr(r.Charged) }
 
 // Device is a simulated GPU. It implements device.Device and every
 // optional capability (device.VirtualMemory, device.HostMemory,
-// device.StreamChecker, device.UsageReporter), and is safe for concurrent
-// use.
+// device.StreamChecker, device.UsageReporter, device.StreamWaiter), and is
+// safe for concurrent use.
 type Device struct {
 	// Fixed at construction; read without the lock.
 	ordinal  int
@@ -129,6 +130,7 @@ type Device struct {
 	c         Counters
 	clock     time.Duration
 	streams   []streamState // index: stream id; 0 is the default stream
+	waits     int           // waits of all streams not yet passed (WaitEvent)
 	events    map[device.Event]eventState
 	nextEvent device.Event
 	faults    faults

@@ -8,15 +8,68 @@ import "github.com/gpumem/gpumem/device"
 // streamState is one stream's queue. The only work the simulation knows
 // about is recorded events, so a queue is two positions: how many events
 // were recorded on it and how many of those have finished (a prefix, since
-// a stream runs its work in order).
+// a stream runs its work in order). WaitEvent adds waits: the stream's
+// work past a wait's position runs only once the awaited work of another
+// stream has run.
 type streamState struct {
-	busy      bool   // recorded work stays pending until completed
-	queued    uint64 // events recorded so far
-	completed uint64 // events finished; completed <= queued
-	listed    bool   // in Device.unfinished
+	busy      bool         // recorded work stays pending until completed
+	queued    uint64       // events recorded so far
+	completed uint64       // events finished; completed <= queued
+	waits     []streamWait // waits not yet passed, by position
+	listed    bool         // in Device.unfinished
 }
 
-func (st *streamState) finishAll() { st.completed = st.queued }
+// streamWait holds the work of a stream after its first pos events until
+// stream dep has finished seq events.
+type streamWait struct {
+	pos, seq uint64
+	dep      int
+}
+
+// finishLocked runs the work of stream i up to its first upTo events, and
+// first the awaited work of other streams that this work waits for. A
+// wait can only name work recorded before it, so the recursion ends.
+func (d *Device) finishLocked(i int, upTo uint64) {
+	st := &d.streams[i]
+	for st.completed < upTo {
+		if len(st.waits) > 0 && st.waits[0].pos < upTo {
+			w := st.waits[0]
+			st.completed = max(st.completed, w.pos)
+			d.finishLocked(w.dep, w.seq)
+			st.waits = st.waits[1:]
+			d.waits--
+			continue
+		}
+		st.completed = upTo
+	}
+}
+
+// settleLocked lets every stream that is not busy run as far as its waits
+// allow, until nothing moves. Without waits every such stream has finished
+// already.
+func (d *Device) settleLocked() {
+	for moved := d.waits > 0; moved; {
+		moved = false
+		for i := range d.streams {
+			st := &d.streams[i]
+			for !st.busy && st.completed < st.queued {
+				if len(st.waits) > 0 {
+					w := st.waits[0]
+					if d.streams[w.dep].completed < w.seq {
+						if w.pos > st.completed {
+							st.completed, moved = w.pos, true
+						}
+						break
+					}
+					st.waits = st.waits[1:]
+					d.waits--
+					continue
+				}
+				st.completed, moved = st.queued, true
+			}
+		}
+	}
+}
 
 // eventState is a recorded event: it is done once its stream has finished
 // seq events.
@@ -26,13 +79,23 @@ type eventState struct {
 }
 
 // Synchronize finishes the work queued on every stream (busy streams stay
-// busy for work queued later). It visits only the streams where work was
-// left pending since the last Synchronize, so that its cost does not grow
-// with streams that hold nothing.
+// busy for work queued later). Without waits between streams it visits only
+// the streams where work was left pending since the last Synchronize, so
+// that its cost does not grow with streams that hold nothing.
 func (d *Device) Synchronize() error {
 	d.mu.Lock()
+	if d.waits > 0 {
+		for i := range d.streams {
+			st := &d.streams[i]
+			st.completed, st.waits = st.queued, nil
+		}
+		d.waits = 0
+	} else {
+		for _, i := range d.unfinished {
+			d.streams[i].completed = d.streams[i].queued
+		}
+	}
 	for _, i := range d.unfinished {
-		d.streams[i].finishAll()
 		d.streams[i].listed = false
 	}
 	d.unfinished = d.unfinished[:0]
@@ -109,7 +172,7 @@ func (d *Device) SynchronizeStream(s device.Stream) error {
 	t := d.payLocked(d.costs.StreamSynchronize)
 	st, err := d.streamLocked("synchronize stream", s)
 	if err == nil {
-		st.finishAll()
+		d.runLocked(s, st.queued)
 		d.c.StreamSynchronizations++
 	}
 	d.mu.Unlock()
@@ -131,9 +194,18 @@ func (d *Device) SetStreamBusy(s device.Stream, busy bool) error {
 	}
 	st.busy = busy
 	if !busy {
-		st.finishAll()
+		d.runLocked(s, st.queued)
 	}
 	return nil
+}
+
+// runLocked finishes the work queued on the stream s up to its first upTo
+// events, with the work it waits for, and lets the streams that wait for
+// it move on.
+func (d *Device) runLocked(s device.Stream, upTo uint64) {
+	i, _ := d.streamIndex(s)
+	d.finishLocked(i, upTo)
+	d.settleLocked()
 }
 
 // CompleteStream finishes the work queued on s so far, as if the device had
@@ -146,7 +218,7 @@ func (d *Device) CompleteStream(s device.Stream) error {
 	if err != nil {
 		return err
 	}
-	st.finishAll()
+	d.runLocked(s, st.queued)
 	return nil
 }
 
@@ -173,11 +245,16 @@ func (d *Device) RecordEvent(s device.Stream) (device.Event, error) {
 		nap(t)
 		return 0, err
 	}
-	idx, _ := d.streamIndex(s)
 	st.queued++
+	idx, _ := d.streamIndex(s)
 	if !st.busy {
-		st.finishAll()
-	} else if !st.listed {
+		if d.waits == 0 {
+			st.completed = st.queued
+		} else {
+			d.settleLocked()
+		}
+	}
+	if st.completed < st.queued && !st.listed {
 		st.listed = true
 		d.unfinished = append(d.unfinished, idx)
 	}
@@ -227,8 +304,8 @@ func (d *Device) SynchronizeEvent(e device.Event) error {
 	t := d.payLocked(d.costs.EventSynchronize)
 	ev, err := d.eventLocked("synchronize event", e)
 	if err == nil {
-		st := &d.streams[ev.stream]
-		st.completed = max(st.completed, ev.seq)
+		d.finishLocked(ev.stream, ev.seq)
+		d.settleLocked()
 		d.c.EventSynchronizations++
 	}
 	d.mu.Unlock()
@@ -252,4 +329,32 @@ func (d *Device) ReleaseEvent(e device.Event) error {
 		return d.fail("release event", device.ErrInvalidEvent, "event %d does not exist or was released", e)
 	}
 	return nil
+}
+
+// WaitEvent makes the work recorded on s from now on wait until e is done
+// (device.StreamWaiter, cuStreamWaitEvent): while e's stream has not run
+// the work before e, events recorded later on s stay pending even on a
+// stream that is not busy, and synchronizing s, or completing it, runs
+// that work first. Waiting on an event of s itself, or on one already
+// done, changes nothing. The event may be released afterwards.
+func (d *Device) WaitEvent(s device.Stream, e device.Event) error {
+	d.mu.Lock()
+	t := d.payLocked(d.costs.EventWait)
+	st, err := d.streamLocked("wait event", s)
+	if err == nil {
+		ev, ok := d.events[e]
+		if !ok {
+			err = d.fail("wait event", device.ErrInvalidEvent, "event %d does not exist or was released", e)
+		} else {
+			i, _ := d.streamIndex(s)
+			if ev.stream != i && d.streams[ev.stream].completed < ev.seq {
+				st.waits = append(st.waits, streamWait{pos: st.queued, seq: ev.seq, dep: ev.stream})
+				d.waits++
+			}
+			d.c.EventWaits++
+		}
+	}
+	d.mu.Unlock()
+	nap(t)
+	return err
 }

@@ -275,3 +275,88 @@ func TestReleasedEvent(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, device.Event(3), next, "ids are never reused")
 }
+
+// TestWaitEvent: a stream that waits for an event of a busy stream holds
+// its later work until that event is done, on a stream that is not busy
+// too; synchronizing the waiting stream runs the awaited work first; a
+// wait on a done event, or on the stream's own event, holds nothing.
+func TestWaitEvent(t *testing.T) {
+	d := newDev(t, Config{})
+	a, err := d.NewStream()
+	require.NoError(t, err)
+	b, err := d.NewStream()
+	require.NoError(t, err)
+	require.NoError(t, d.SetStreamBusy(a, true))
+	ea, err := d.RecordEvent(a) // pending: a is busy
+	require.NoError(t, err)
+
+	before, err := d.RecordEvent(b) // queued before the wait: done at once
+	require.NoError(t, err)
+	require.NoError(t, d.WaitEvent(b, ea))
+	require.NoError(t, d.ReleaseEvent(ea), "the wait outlives the event")
+	after, err := d.RecordEvent(b)
+	require.NoError(t, err)
+	done, err := d.EventDone(before)
+	require.NoError(t, err)
+	assert.True(t, done, "work queued before the wait does not wait")
+	done, err = d.EventDone(after)
+	require.NoError(t, err)
+	assert.False(t, done, "b's later work waits for a's")
+	n, _ := d.PendingWork(b)
+	assert.EqualValues(t, 1, n)
+
+	// a's work runs: b's waiting work runs with it.
+	require.NoError(t, d.CompleteStream(a))
+	done, _ = d.EventDone(after)
+	assert.True(t, done)
+
+	// Synchronizing the waiting stream runs the awaited work first.
+	ea2, _ := d.RecordEvent(a)
+	require.NoError(t, d.WaitEvent(b, ea2))
+	e3, _ := d.RecordEvent(b)
+	done, _ = d.EventDone(e3)
+	assert.False(t, done)
+	require.NoError(t, d.SynchronizeStream(b))
+	done, _ = d.EventDone(ea2)
+	assert.True(t, done, "a ran: b waited for it")
+	done, _ = d.EventDone(e3)
+	assert.True(t, done)
+
+	// Chains: c waits for b, which waits for a.
+	c, _ := d.NewStream()
+	ea3, _ := d.RecordEvent(a)
+	require.NoError(t, d.WaitEvent(b, ea3))
+	eb, _ := d.RecordEvent(b)
+	require.NoError(t, d.WaitEvent(c, eb))
+	ec, _ := d.RecordEvent(c)
+	done, _ = d.EventDone(ec)
+	assert.False(t, done)
+	require.NoError(t, d.SynchronizeEvent(ec))
+	for _, e := range []device.Event{ea3, eb, ec} {
+		done, _ = d.EventDone(e)
+		assert.True(t, done, "event %d", e)
+	}
+
+	// Nothing to wait for: done events, own events.
+	ea4, _ := d.RecordEvent(a)
+	require.NoError(t, d.WaitEvent(a, ea4))
+	require.NoError(t, d.SynchronizeEvent(ea4))
+	require.NoError(t, d.WaitEvent(b, ea4))
+	e5, _ := d.RecordEvent(b)
+	done, _ = d.EventDone(e5)
+	assert.True(t, done)
+
+	// A device-wide synchronization ends every wait.
+	ea5, _ := d.RecordEvent(a)
+	require.NoError(t, d.WaitEvent(b, ea5))
+	require.NoError(t, d.Synchronize())
+	e6, _ := d.RecordEvent(b)
+	done, _ = d.EventDone(e6)
+	assert.True(t, done)
+	assert.EqualValues(t, 7, d.Counters().EventWaits)
+
+	before2 := stateOf(d)
+	assert.ErrorIs(t, d.WaitEvent(99, e6), device.ErrInvalidStream)
+	assert.ErrorIs(t, d.WaitEvent(b, 1<<40), device.ErrInvalidEvent)
+	requireUnchanged(t, d, before2, nil)
+}

@@ -73,8 +73,8 @@ func (r *run) line(format string, args ...any) {
 func Run(d device.Device) Result {
 	r := &run{d: d}
 	caps := device.CapabilitiesOf(d)
-	r.line("ordinal %d, name %q, capabilities vm=%t host=%t streams=%t usage=%t", d.Ordinal(), d.Name(),
-		caps.VirtualMemory != nil, caps.HostMemory != nil, caps.StreamChecker != nil, caps.UsageReporter != nil)
+	r.line("ordinal %d, name %q, capabilities vm=%t host=%t streams=%t usage=%t wait=%t", d.Ordinal(), d.Name(),
+		caps.VirtualMemory != nil, caps.HostMemory != nil, caps.StreamChecker != nil, caps.UsageReporter != nil, caps.StreamWaiter != nil)
 
 	free, total, err := d.MemInfo()
 	r.note(device.CallMemInfo, 0, err, "%d of %d", free, total)
@@ -116,6 +116,19 @@ func Run(d device.Device) Result {
 		r.note(device.CallEventDone, 0, err, "%d -> %t", e, done)
 		err = d.SynchronizeEvent(e)
 		r.note(device.CallSynchronizeEvent, 0, err, "%d", e)
+	}
+	if w := caps.StreamWaiter; w != nil {
+		for _, c := range []struct {
+			s device.Stream
+			e device.Event
+		}{{s, bad}, {12345, bad}} {
+			err := w.WaitEvent(c.s, c.e)
+			r.note(device.CallWaitEvent, 0, err, "%d on %d", c.s, c.e)
+		}
+		for _, e := range events {
+			err := w.WaitEvent(s, e)
+			r.note(device.CallWaitEvent, 0, err, "%d on %d", s, e)
+		}
 	}
 	for _, e := range append(events, bad) {
 		err := d.ReleaseEvent(e)
@@ -192,13 +205,13 @@ func (r *run) hostMemory(h device.HostMemory) {
 	}
 }
 
-// Subsets returns d composed with each of the 16 subsets of its
+// Subsets returns d composed with each of the 32 subsets of its
 // capabilities (device.Compose), the one with none first; the capabilities
 // d lacks stay absent.
 func Subsets(d device.Device) []device.Device {
 	all := device.CapabilitiesOf(d)
-	out := make([]device.Device, 0, 16)
-	for mask := range 16 {
+	out := make([]device.Device, 0, 32)
+	for mask := range 32 {
 		var c device.Capabilities
 		if mask&1 != 0 {
 			c.VirtualMemory = all.VirtualMemory
@@ -212,6 +225,9 @@ func Subsets(d device.Device) []device.Device {
 		if mask&8 != 0 {
 			c.UsageReporter = all.UsageReporter
 		}
+		if mask&16 != 0 {
+			c.StreamWaiter = all.StreamWaiter
+		}
 		out = append(out, device.Compose(d, c))
 	}
 	return out
@@ -219,7 +235,7 @@ func Subsets(d device.Device) []device.Device {
 
 // Offered reports which capabilities d offers, in the order of the fields
 // of device.Capabilities.
-func Offered(d device.Device) [4]bool {
+func Offered(d device.Device) [5]bool {
 	c := device.CapabilitiesOf(d)
-	return [4]bool{c.VirtualMemory != nil, c.HostMemory != nil, c.StreamChecker != nil, c.UsageReporter != nil}
+	return [5]bool{c.VirtualMemory != nil, c.HostMemory != nil, c.StreamChecker != nil, c.UsageReporter != nil, c.StreamWaiter != nil}
 }

@@ -195,6 +195,17 @@ func (w *wrapper) HostFree(b []byte) error {
 	return err
 }
 
+// device.StreamWaiter
+
+func (w *wrapper) WaitEvent(s device.Stream, e device.Event) error {
+	if err := w.h.Before(device.CallWaitEvent, 0); err != nil {
+		return err
+	}
+	err := w.caps.StreamWaiter.WaitEvent(s, e)
+	w.h.After(device.CallWaitEvent, 0, err)
+	return err
+}
+
 // device.StreamChecker and device.UsageReporter: infallible reads,
 // forwarded as they are.
 

@@ -15,6 +15,8 @@
 //     dereferenced);
 //   - streams and events as tables of handles (unknown handles give
 //     CUDA_ERROR_INVALID_HANDLE); events complete at once unless held;
+//     cuStreamWaitEvent notes a wait on a held event, and synchronizing
+//     the waiting stream completes the awaited stream's events too;
 //   - the virtual memory calls (reserve, create, map, set access, unmap,
 //     release, free) with a 2 MiB granularity, sharing the capacity;
 //   - cuMemHostAlloc/cuMemFreeHost on real host memory (callers touch it).
@@ -100,6 +102,7 @@ static table hosts;        // key pointer, size
 static table reservations; // key base, size
 static table handles;      // key handle, size, aux = mapped count
 static table mappings;     // key addr, size, aux = handle
+static table waits;        // key waiting stream, size = awaited event's stream
 
 struct inj {
 	char name[64];
@@ -320,6 +323,7 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
 	ENTER("cuCtxSynchronize");
 	NEED_CTX();
 	complete_events(NULL, 1);
+	waits.n = 0;
 	RETURN(CUDA_SUCCESS);
 }
 
@@ -407,7 +411,25 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream s) {
 	ENTER("cuStreamSynchronize");
 	NEED_CTX();
 	if (!valid_stream(s)) RETURN(CUDA_ERROR_INVALID_HANDLE);
+	// The work of s waits for the events it waited on: they complete first.
+	for (int i = 0; i < waits.n;)
+		if (waits.v[i].key == (uint64_t)(uintptr_t)s) {
+			complete_events((CUstream)(uintptr_t)waits.v[i].size, 0);
+			tdel(&waits, i);
+		} else {
+			i++;
+		}
 	complete_events(s, 0);
+	RETURN(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
+	ENTER("cuStreamWaitEvent");
+	NEED_CTX();
+	if (flags != 0) RETURN(CUDA_ERROR_INVALID_VALUE);
+	int i = tfind(&events, (uint64_t)(uintptr_t)e);
+	if (i < 0 || !valid_stream(s)) RETURN(CUDA_ERROR_INVALID_HANDLE);
+	if (events.v[i].size) tadd(&waits, (uint64_t)(uintptr_t)s, events.v[i].aux, 0);
 	RETURN(CUDA_SUCCESS);
 }
 
@@ -647,7 +669,7 @@ CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pstr) {
 void cudastub_reset(void) {
 	pthread_mutex_lock(&mu);
 	for (int i = 0; i < hosts.n; i++) free((void *)(uintptr_t)hosts.v[i].key);
-	mem.n = streams.n = events.n = hosts.n = reservations.n = handles.n = mappings.n = 0;
+	mem.n = streams.n = events.n = hosts.n = reservations.n = handles.n = mappings.n = waits.n = 0;
 	memset(inj, 0, sizeof inj);
 	memset(calls, 0, sizeof calls);
 	nthreads = 0;
@@ -753,7 +775,8 @@ void cudastub_complete_events(void) {
 }
 
 // cudastub_live counts the live objects of a kind: "mem", "stream",
-// "event", "host", "reservation", "handle" or "mapping"; -1 for others.
+// "event", "host", "reservation", "handle", "mapping" or "wait" (waits on
+// held events not yet passed); -1 for others.
 long cudastub_live(const char *kind) {
 	long n = -1;
 	pthread_mutex_lock(&mu);
@@ -764,6 +787,7 @@ long cudastub_live(const char *kind) {
 	else if (!strcmp(kind, "reservation")) n = reservations.n;
 	else if (!strcmp(kind, "handle")) n = handles.n;
 	else if (!strcmp(kind, "mapping")) n = mappings.n;
+	else if (!strcmp(kind, "wait")) n = waits.n;
 	pthread_mutex_unlock(&mu);
 	return n;
 }

@@ -1,0 +1,317 @@
+// This file holds the low_fragmentation policy's placement and growth:
+// the fit among close candidates, where pages are mapped into expandable
+// segments, and the free pages unmapped first so that reserved memory
+// does not outgrow what is requested.
+
+package allocator
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/stats"
+)
+
+// policyVM returns dev's virtual memory when expandable segments can use
+// it, else nil: the policy then works on plain segments.
+func policyVM(dev device.Device) device.VirtualMemory {
+	vm, ok := dev.(device.VirtualMemory)
+	if !ok {
+		return nil
+	}
+	if g := vm.Granularity(); g == 0 || kSmallBuffer%g != 0 {
+		return nil
+	}
+	return vm
+}
+
+// lowFitLocked returns, among the free blocks of b's stream from b (the
+// best fit for a request of size bytes) up, at most fitWindow of them and
+// none more than an eighth larger than b, the one at the lowest address
+// that max_split_size lets serve the request: live blocks then gather
+// at the low end of the address space and free memory at the high end,
+// where it forms whole pages that growth reuses and reclaim unmaps in
+// few calls (address-ordered fits fragment less than pure best fit).
+func (a *Allocator) lowFitLocked(p *pool, b *block, size uint64) *block {
+	best, n, limit := b, 0, b.size+b.size/8
+	p.free.AscendGreaterOrEqual(b, func(c *block) bool {
+		if c.stream != b.stream || c.size > limit || n == a.pol.fitWindow {
+			return false
+		}
+		n++
+		if c.ptr < best.ptr && a.rule.mayServe(c.size, size) {
+			best = c
+		}
+		return true
+	})
+	return best
+}
+
+// placement is where growth maps pages: n bytes at offset off of the
+// unmapped range u, which then merge with the free blocks beside them
+// into one block of at least the size asked.
+type placement struct {
+	u      *block
+	off, n uint64
+	fresh  bool // u is the only block of a segment reserved for this growth
+}
+
+// policyGrowLocked is growLocked under the low_fragmentation policy, with
+// expandable segments. It finds where the fewest pages need mapping;
+// before growth that would raise reserved memory above the high-water
+// mark and above the slack over the peak of requested bytes, or past the
+// cap, or when the device refuses, it unmaps free pages of the pool
+// elsewhere; it maps up to mapAhead bytes more while that stays within
+// the slack. It returns a free block of at least size bytes, in the free
+// index.
+func (a *Allocator) policyGrowLocked(p *pool, size uint64, s device.Stream) (*block, error) {
+	pl, err := a.placeLocked(p, size, s)
+	if err != nil {
+		return nil, err
+	}
+	pol := a.pol
+	if a.allowed > 0 && a.reservedLocked()+pl.n > a.allowed {
+		a.reclaimLocked(p, a.reservedLocked()+pl.n-a.allowed, pl.u, false)
+		if a.reservedLocked()+pl.n > a.allowed {
+			a.dropPlacementLocked(pl)
+			return nil, errOverCap
+		}
+	}
+	requested := a.st.of(stats.RequestedBytes)
+	limit := max(pol.hwm, uint64((1+pol.slack)*float64(max(uint64(requested.current())+size, uint64(requested.allPeak)))))
+	if r := a.reservedLocked(); pol.reclaim && r+pl.n > limit {
+		a.reclaimLocked(p, r+pl.n-limit, pl.u, true)
+	}
+	a.mapAheadLocked(&pl, limit)
+	m, err := a.mapRangeLocked(pl.u, pl.off, pl.n)
+	if refused(err) && a.reclaimLocked(p, pl.n, pl.u, false) > 0 {
+		m, err = a.mapRangeLocked(pl.u, pl.off, pl.n)
+	}
+	if err != nil {
+		a.dropPlacementLocked(pl)
+		return nil, err
+	}
+	pol.hwm = max(pol.hwm, a.reservedLocked())
+	return m, nil
+}
+
+// mapAheadLocked widens the placement pl by up to mapAhead bytes, as far
+// as reserved memory stays within limit and the unmapped range allows, so
+// that the next requests find memory mapped already: forward when it maps
+// the start of its range, backward when it maps the end.
+func (a *Allocator) mapAheadLocked(pl *placement, limit uint64) {
+	r := a.reservedLocked()
+	if r+pl.n >= limit || pl.n == pl.u.size {
+		return
+	}
+	page := pl.u.seg.page
+	extra := min(a.pol.mapAhead, limit-r-pl.n, pl.u.size-pl.n) / page * page
+	if pl.off > 0 {
+		extra = min(extra, pl.off)
+		pl.off -= extra
+	}
+	pl.n += extra
+}
+
+// dropPlacementLocked gives back the address range of a segment reserved
+// for a growth that failed.
+func (a *Allocator) dropPlacementLocked(pl placement) {
+	if pl.fresh {
+		_ = a.releaseExpandableLocked(pl.u) // a refusal leaves it for a later flush
+	}
+}
+
+// placeLocked finds where to map pages for a request of size bytes on
+// stream s in p: among the stream's unmapped ranges, the one where the
+// fewest bytes need mapping, counting the free blocks just before and
+// just after it (lowest address on a tie). With no range that can hold
+// the request it reserves a new segment.
+func (a *Allocator) placeLocked(p *pool, size uint64, s device.Stream) (placement, error) {
+	var best placement
+	consider := func(u *block, off, n uint64) {
+		if best.u == nil || n < best.n {
+			best = placement{u: u, off: off, n: n}
+		}
+	}
+	a.key.stream, a.key.size, a.key.ptr = s, 0, 0
+	p.unmapped.AscendGreaterOrEqual(&a.key, func(u *block) bool {
+		if u.stream != s {
+			return false
+		}
+		page := u.seg.page
+		var before, after uint64
+		if u.prev != nil && u.prev.isFree() {
+			before = u.prev.size
+		}
+		if u.next != nil && u.next.isFree() {
+			after = u.next.size
+		}
+		if n := pagesFor(size-min(before, size-1), page); n <= u.size {
+			consider(u, 0, n) // the free block before and the first pages
+		}
+		if after > 0 {
+			if n := pagesFor(size-min(after, size-1), page); n <= u.size {
+				consider(u, u.size-n, n) // the last pages and the free block after
+			}
+		}
+		if before+u.size+after >= size {
+			consider(u, 0, u.size) // the whole range joins both
+		}
+		return best.n != page // nothing needs less than one page
+	})
+	if best.u != nil {
+		return best, nil
+	}
+	page := a.pol.largePage
+	if p.small {
+		page = kSmallBuffer
+	}
+	n := max((a.total+a.total/8+page-1)/page*page, pagesFor(size, page))
+	ptr, err := a.vm.Reserve(n)
+	if err != nil {
+		if refused(err) {
+			return placement{}, err
+		}
+		return placement{}, fmt.Errorf("allocator: device %d: reserving an expandable segment of %d bytes: %w", a.ordinal, n, err)
+	}
+	seg := &segment{ptr: ptr, size: n, stream: s, pool: p, page: page}
+	u := a.newBlockLocked()
+	u.ptr, u.size, u.stream, u.pool, u.seg, u.unmapped = ptr, n, s, p, seg, true
+	seg.head = u
+	a.segments[ptr] = seg
+	p.unmapped.ReplaceOrInsert(u)
+	return placement{u: u, n: pagesFor(size, page), fresh: true}, nil
+}
+
+// pagesFor rounds n up to whole pages.
+func pagesFor(n, page uint64) uint64 { return (n + page - 1) / page * page }
+
+// mapRangeLocked backs [u.ptr+off, u.ptr+off+n) of the unmapped block u
+// with memory (off and n whole pages) and makes it a free block merged
+// with free neighbours, which it returns; the rest of u stays unmapped on
+// either side. On an error nothing changes.
+func (a *Allocator) mapRangeLocked(u *block, off, n uint64) (*block, error) {
+	seg, p := u.seg, u.pool
+	ptr := u.ptr + device.Ptr(off)
+	if err := a.vm.Map(ptr, n); err != nil {
+		if refused(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("allocator: device %d: mapping %d bytes at %v: %w", a.ordinal, n, ptr, err)
+	}
+	p.unmapped.Delete(u)
+	if off > 0 {
+		head := a.newBlockLocked()
+		head.ptr, head.size, head.stream, head.pool, head.seg, head.unmapped = u.ptr, off, u.stream, p, seg, true
+		u.linkBefore(head)
+		p.unmapped.ReplaceOrInsert(head)
+		u.ptr, u.size = ptr, u.size-off
+	}
+	if n < u.size {
+		rest := a.newBlockLocked()
+		rest.ptr, rest.size, rest.stream, rest.pool, rest.seg, rest.unmapped = ptr+device.Ptr(n), u.size-n, u.stream, p, seg, true
+		u.linkAfter(rest)
+		p.unmapped.ReplaceOrInsert(rest)
+		u.size = n
+	}
+	u.unmapped = false
+	a.pagesMappedLocked(seg, ptr, n)
+	m, _, _ := a.mergeLocked(u)
+	return m, nil
+}
+
+// wholePages returns the bytes of the whole pages inside the free
+// expandable block b.
+func wholePages(b *block) uint64 {
+	page := b.seg.page
+	off := uint64(b.ptr - b.seg.ptr)
+	begin := (off + page - 1) / page
+	end := (off + b.size) / page
+	if end <= begin {
+		return 0
+	}
+	return (end - begin) * page
+}
+
+// reclaimLocked unmaps the whole pages of free blocks of the expandable
+// segments of p on keep's stream (only those: taking pages from the other
+// pool, or from another stream, makes the two trade them back and forth
+// on every step of a repeating workload; lending shares the streams'
+// caches instead, without device calls) until
+// want bytes are unmapped: the one block with the fewest pages that
+// suffices, else the largest first, at most victims blocks when bounded
+// (if that many cannot give want bytes, nothing is unmapped), and then
+// blocks freed fewer than minAge best-fit searches ago stay (the requests
+// that follow a free tend to reuse it: unmapping it would be undone at
+// once). The free blocks beside keep, an unmapped range about to be
+// mapped. It returns the bytes unmapped; a device error leaves that block
+// mapped.
+func (a *Allocator) reclaimLocked(p *pool, want uint64, keep *block, bounded bool) uint64 {
+	type candidate struct {
+		b     *block
+		pages uint64
+	}
+	var list []candidate
+	a.key.stream, a.key.size, a.key.ptr = keep.stream, 0, 0
+	p.free.AscendGreaterOrEqual(&a.key, func(b *block) bool {
+		if b.stream != keep.stream {
+			return false
+		}
+		if b == keep.prev || b == keep.next {
+			return true
+		}
+		if bounded && p.gcCalls-b.gcCountBase < a.pol.minAge {
+			return true // freed just now: the next requests are likely to reuse it
+		}
+		if n := wholePages(b); n > 0 {
+			list = append(list, candidate{b, n})
+		}
+		return true
+	})
+	a.examined += len(list)
+	slices.SortFunc(list, func(x, y candidate) int {
+		switch {
+		case x.pages != y.pages:
+			if x.pages > y.pages {
+				return -1
+			}
+			return 1
+		case x.b.ptr < y.b.ptr:
+			return -1
+		case x.b.ptr > y.b.ptr:
+			return 1
+		}
+		return 0
+	})
+	// The smallest block that suffices alone, if any (list is largest
+	// first).
+	if i, _ := slices.BinarySearchFunc(list, want, func(c candidate, w uint64) int {
+		if c.pages >= w {
+			return -1
+		}
+		return 1
+	}); i > 0 {
+		list = list[i-1 : i]
+	} else if n := a.pol.victims; bounded && len(list) > n {
+		var sum uint64
+		for _, c := range list[:n] {
+			sum += c.pages
+		}
+		if sum < want {
+			return 0 // too many calls for what it saves: let the mark rise
+		}
+		list = list[:n]
+	}
+	var got uint64
+	for _, c := range list {
+		if got >= want {
+			break
+		}
+		if a.unmapLocked(c.b) == nil {
+			got += c.pages
+			a.pol.reclaimed++
+		}
+	}
+	return got
+}

@@ -1,0 +1,178 @@
+// This file holds the low_fragmentation policy's cross-stream reuse: a
+// free block cached on one stream lent to a request on another, ordered
+// on the device by events instead of host waits.
+
+package allocator
+
+import (
+	"slices"
+
+	"github.com/gpumem/gpumem/device"
+)
+
+// Lending, as RMM's stream-ordered pools and CUDA's stream-ordered
+// allocator reuse memory across streams:
+//
+//   - A request that no free block of its own stream can serve takes the
+//     best-fitting free block of another stream's cache (the lender's),
+//     before any device allocation. The borrowing stream first waits, on
+//     the device, for an event recorded on the lender's stream now: the
+//     work queued there so far, which includes every use of the block
+//     before it was freed, runs before the borrower's work that follows.
+//     A wait of the borrower on the lender made after the block was freed
+//     (it was filed in the free index before the search count at which
+//     that wait's event was recorded) already orders it: no new one.
+//   - The block keeps its segment's stream (blocks never change stream);
+//     while allocated it is recorded on the borrower (Allocator.uses) and
+//     listed in policyState.borrowed.
+//   - When the caller frees it, the lender's stream waits for an event
+//     recorded on the borrower's stream, and the block returns to the
+//     lender's cache at once, free for any stream: the lender's later work
+//     follows the borrower's, and a later borrower waits for the lender's.
+//     Streams recorded with RecordStream are waited for on the host as
+//     always (the block is pending until their events are done).
+//   - Streams named by RecordStream are neither lent to nor lent from:
+//     the allocator waits for their events on the host, and a device wait
+//     would chain another stream's progress into those host waits (a
+//     RecordStream on a lender after it lent makes the return of the block
+//     wait on the host for the borrower, as for any recorded stream).
+//   - Without the StreamWaiter capability the waits are made on the host
+//     (SynchronizeEvent), which is correct but blocks the caller.
+//   - If an event call fails, the block is not lent (the ladder goes on to
+//     the device), or at the free the borrower stays recorded and the free
+//     waits for it on the host.
+
+// lendLocked finds the best-fitting free block of p on a stream other
+// than s for a request of size (rounded) bytes, and makes s wait for its
+// stream's work so far. It returns nil when lending is off, when no block
+// fits, or when an event call fails.
+func (a *Allocator) lendLocked(p *pool, size uint64, s device.Stream) (*block, bool) {
+	if !a.pol.lend || a.pol.hostWaitedLocked(s) {
+		return nil, false
+	}
+	var best *block
+	try := func(t device.Stream) {
+		if t == s || a.pol.hostWaitedLocked(t) {
+			return
+		}
+		a.key.stream, a.key.size, a.key.ptr = t, size, 0
+		a.found = nil
+		p.free.AscendGreaterOrEqual(&a.key, a.foundFunc)
+		b := a.found
+		a.found = nil
+		if b == nil || b.stream != t || !a.rule.mayServe(b.size, size) {
+			return
+		}
+		if best == nil || b.size < best.size || b.size == best.size && b.ptr < best.ptr {
+			best = b
+		}
+	}
+	try(device.DefaultStream)
+	for t := range a.streams { // any order: the best is the smallest, then lowest, block
+		try(t)
+	}
+	if best == nil {
+		return nil, false
+	}
+	// A wait made since best was freed covers it: a stream that borrows
+	// several blocks freed together waits once.
+	key := lendKey{borrower: s, lender: best.stream, small: p.small}
+	if at, ok := a.pol.waited[key]; !ok || at <= best.gcCountBase {
+		if !a.waitForLocked(s, best.stream) {
+			return nil, false
+		}
+		a.pol.waited[key] = p.gcCalls
+	}
+	a.pol.lent++
+	return best, true
+}
+
+// lendKey names the waits lendLocked made: borrower waited on the device
+// for lender's work queued before the pool's search count was the value
+// kept for it.
+type lendKey struct {
+	borrower, lender device.Stream
+	small            bool
+}
+
+// waitForLocked makes stream s wait for the work queued on stream t so
+// far: on the device when it can, else on the host. It reports whether
+// the wait was made.
+func (a *Allocator) waitForLocked(s, t device.Stream) bool {
+	e, err := a.dev.RecordEvent(t)
+	if err != nil {
+		return false
+	}
+	if w, ok := a.dev.(device.StreamWaiter); ok {
+		err = w.WaitEvent(s, e)
+	} else {
+		err = a.dev.SynchronizeEvent(e)
+	}
+	_ = a.dev.ReleaseEvent(e) // the wait stands; a failed release leaks one event
+	return err == nil
+}
+
+// takeLentLocked hands out the front of b, a free block of another
+// stream's cache, for a request on stream s (see takeLocked), and
+// records it as lent to s.
+func (a *Allocator) takeLentLocked(b *block, size, requested uint64, s device.Stream) *block {
+	a.pol.lending, a.pol.lendTo = true, s
+	b = a.takeLocked(b, size, requested)
+	a.pol.lending = false
+	a.pol.borrowed[b] = s
+	if a.uses == nil {
+		a.uses = make(map[*block][]device.Stream)
+	}
+	a.uses[b] = append(a.uses[b], s)
+	b.recorded = true
+	return b
+}
+
+// returnLentLocked is deferFreeLocked under the policy: if b was lent,
+// the lender's stream first waits for the borrower's work, and the free
+// then waits only for the other streams b was recorded on. If that wait
+// cannot be made, the borrower stays recorded and the free waits for it
+// as for any recorded stream. On an error nothing changed.
+func (a *Allocator) returnLentLocked(b *block) (int, error) {
+	s, ok := a.pol.borrowed[b]
+	if !ok || a.pol.hostWaitedLocked(b.stream) || !a.waitForLocked(b.stream, s) {
+		n, err := a.deferFreeLocked(b)
+		if err == nil {
+			delete(a.pol.borrowed, b)
+		}
+		return n, err
+	}
+	u := a.uses[b]
+	rest := make([]device.Stream, 0, len(u))
+	for _, t := range u {
+		if t != s {
+			rest = append(rest, t)
+		}
+	}
+	if len(rest) == 0 {
+		delete(a.uses, b)
+		b.recorded = false
+		delete(a.pol.borrowed, b)
+		return 0, nil
+	}
+	a.uses[b] = rest
+	n, err := a.deferFreeLocked(b)
+	if err != nil {
+		a.uses[b] = u // nothing changed (the device wait made is harmless)
+		return 0, err
+	}
+	delete(a.pol.borrowed, b)
+	return n, nil
+}
+
+// noteRecordedLocked remembers that RecordStream named stream s.
+func (p *policyState) noteRecordedLocked(s device.Stream) {
+	if !slices.Contains(p.hostWaited, s) {
+		p.hostWaited = append(p.hostWaited, s)
+	}
+}
+
+// hostWaitedLocked reports whether RecordStream ever named stream s.
+func (p *policyState) hostWaitedLocked(s device.Stream) bool {
+	return slices.Contains(p.hostWaited, s)
+}

@@ -1,0 +1,210 @@
+// Synthetic workloads for the traces the project does not hold: a
+// multi-stream inference with per-layer weight offload, and a generation
+// loop whose KV cache grows by one token per step. They are generated,
+// not recorded: faithful in shape (the tensors a PyTorch program of that
+// kind allocates, in that order, at those sizes), not in every detail.
+
+package allocator_test
+
+import (
+	"fmt"
+
+	"github.com/gpumem/gpumem/trace"
+)
+
+// opWriter builds a trace in memory.
+type opWriter struct {
+	ops  []trace.Op
+	next uint64
+}
+
+func (w *opWriter) alloc(size, stream uint64) uint64 {
+	id := w.next
+	w.next++
+	w.ops = append(w.ops, trace.Op{Kind: trace.Alloc, ID: id, Size: size, Stream: stream})
+	return id
+}
+
+func (w *opWriter) free(ids ...uint64) {
+	for _, id := range ids {
+		w.ops = append(w.ops, trace.Op{Kind: trace.Free, ID: id})
+	}
+}
+
+func (w *opWriter) record(id, stream uint64) {
+	w.ops = append(w.ops, trace.Op{Kind: trace.RecordStream, ID: id, Stream: stream})
+}
+
+func (w *opWriter) sync(stream uint64) {
+	w.ops = append(w.ops, trace.Op{Kind: trace.SyncStream, Stream: stream})
+}
+
+func (w *opWriter) mark(name string) { w.ops = append(w.ops, trace.Op{Kind: trace.Mark, Name: name}) }
+
+// offloadOps is LLaMA-7B-shaped inference in fp16 (32 layers, d 4096,
+// feed-forward 11008, 32 heads of 128, vocabulary 32000) with the layers'
+// weights kept on the host and brought in per layer, depth layers ahead,
+// on 9 copy streams (layer l on stream 1 + l mod 9): ten streams with the
+// compute stream 0. The embedding, the head and a static KV cache per
+// request stay on the device. For each of requests requests: a prefill of
+// prompt tokens, then decode steps of one token. A layer's weights are
+// allocated on their copy stream, recorded on stream 0 (record_stream)
+// when compute uses them, and freed after the layer; the copy stream is
+// synchronized when compute reaches the layer (its copy has finished by
+// then). Activations follow the attention and the gated MLP of a layer.
+func offloadOps(requests, decode, prompt, depth int) []trace.Op {
+	const (
+		d, ff, heads, hd, layers, vocab = 4096, 11008, 32, 128, 32, 32000
+		h                               = 2 // bytes per fp16 value
+	)
+	w := &opWriter{}
+	w.alloc(vocab*d*h, 0) // embedding
+	w.alloc(vocab*d*h, 0) // head
+	w.alloc(d*h, 0)       // final norm
+	// Per layer: two norms, q, k, v, o, gate, up, down.
+	weights := []uint64{d * h, d * h, d * d * h, d * d * h, d * d * h, d * d * h, ff * d * h, ff * d * h, ff * d * h}
+	for r := range requests {
+		var kv []uint64
+		for range layers {
+			n := uint64(heads * (prompt + decode) * hd * h)
+			kv = append(kv, w.alloc(n, 0), w.alloc(n, 0))
+		}
+		for step := 0; step <= decode; step++ {
+			w.mark(fmt.Sprintf("request%d_token%d", r, step))
+			T := uint64(1)
+			if step == 0 {
+				T = uint64(prompt)
+			}
+			ctx := uint64(prompt + step)
+			inflight := map[int][]uint64{}
+			prefetch := func(l int) {
+				if l < layers {
+					for _, n := range weights {
+						inflight[l] = append(inflight[l], w.alloc(n, uint64(1+l%9)))
+					}
+				}
+			}
+			for l := range depth {
+				prefetch(l)
+			}
+			x := w.alloc(T*d*h, 0)
+			for l := range layers {
+				prefetch(l + depth)
+				w.sync(uint64(1 + l%9))
+				for _, id := range inflight[l] {
+					w.record(id, 0)
+				}
+				n1 := w.alloc(T*d*h, 0)
+				q, k, v := w.alloc(T*d*h, 0), w.alloc(T*d*h, 0), w.alloc(T*d*h, 0)
+				scores := w.alloc(heads*T*ctx*h, 0)
+				probs := w.alloc(heads*T*ctx*h, 0)
+				w.free(scores)
+				attn := w.alloc(T*d*h, 0)
+				w.free(probs, q, k, v)
+				o := w.alloc(T*d*h, 0)
+				w.free(attn, n1)
+				x2 := w.alloc(T*d*h, 0)
+				w.free(o, x)
+				n2 := w.alloc(T*d*h, 0)
+				gate, up := w.alloc(T*ff*h, 0), w.alloc(T*ff*h, 0)
+				w.free(n2)
+				act := w.alloc(T*ff*h, 0)
+				w.free(gate, up)
+				down := w.alloc(T*d*h, 0)
+				w.free(act)
+				x = w.alloc(T*d*h, 0)
+				w.free(down, x2)
+				w.free(inflight[l]...)
+				delete(inflight, l)
+			}
+			norm := w.alloc(T*d*h, 0)
+			logits := w.alloc(T*vocab*4, 0)
+			w.free(norm, x)
+			token := w.alloc(8, 0)
+			w.free(logits, token)
+		}
+		w.free(kv...)
+	}
+	return w.ops
+}
+
+// kvCacheOps is GPT-2-small-shaped generation in fp32 (12 layers, d 768,
+// 12 heads of 64, feed-forward 3072, vocabulary 50257): the weights, then
+// a prefill of prompt tokens and gen steps of one token, for a batch.
+// Every step each layer concatenates its past keys and values with the
+// new token's (torch.cat): a new, larger K and V per layer per step. With
+// dynamic (Hugging Face's DynamicCache) a layer's old K and V are freed
+// as soon as the new ones exist; without (the legacy tuple cache) the
+// whole old cache is freed after the step, when its outputs replace it.
+func kvCacheOps(batch, prompt, gen int, dynamic bool) []trace.Op {
+	const (
+		d, ff, heads, hd, layers, vocab, ctx = 768, 3072, 12, 64, 12, 50257, 1024
+		f                                    = 4 // bytes per fp32 value
+	)
+	B := uint64(batch)
+	w := &opWriter{}
+	w.alloc(vocab*d*f, 0) // token embedding (tied head)
+	w.alloc(ctx*d*f, 0)   // position embedding
+	for range layers {
+		for _, n := range []uint64{d, d, d * 3 * d, 3 * d, d * d, d, d, d, d * ff, ff, ff * d, d} {
+			w.alloc(n*f, 0)
+		}
+	}
+	w.alloc(d*f, 0)
+	w.alloc(d*f, 0)
+	past := make([][2]uint64, layers)
+	for t := 0; t <= gen; t++ {
+		w.mark(fmt.Sprintf("token%d", t))
+		T := uint64(1)
+		if t == 0 {
+			T = uint64(prompt)
+		}
+		s := uint64(prompt + t) // the sequence after this step
+		x := w.alloc(B*T*d*f, 0)
+		var old []uint64
+		for l := range layers {
+			n1 := w.alloc(B*T*d*f, 0)
+			qkv := w.alloc(B*T*3*d*f, 0)
+			w.free(n1)
+			k := w.alloc(B*heads*s*hd*f, 0) // torch.cat((past_k, k), dim=-2)
+			v := w.alloc(B*heads*s*hd*f, 0)
+			if t > 0 {
+				if dynamic {
+					w.free(past[l][0], past[l][1])
+				} else {
+					old = append(old, past[l][0], past[l][1])
+				}
+			}
+			past[l] = [2]uint64{k, v}
+			scores := w.alloc(B*heads*T*s*f, 0)
+			probs := w.alloc(B*heads*T*s*f, 0)
+			w.free(scores)
+			attn := w.alloc(B*T*d*f, 0)
+			w.free(probs, qkv)
+			o := w.alloc(B*T*d*f, 0)
+			w.free(attn)
+			x2 := w.alloc(B*T*d*f, 0)
+			w.free(o, x)
+			n2 := w.alloc(B*T*d*f, 0)
+			hidden := w.alloc(B*T*ff*f, 0)
+			w.free(n2)
+			act := w.alloc(B*T*ff*f, 0)
+			w.free(hidden)
+			m := w.alloc(B*T*d*f, 0)
+			w.free(act)
+			x = w.alloc(B*T*d*f, 0)
+			w.free(m, x2)
+		}
+		norm := w.alloc(B*T*d*f, 0)
+		w.free(x)
+		logits := w.alloc(B*T*vocab*f, 0)
+		w.free(norm)
+		token := w.alloc(B*8, 0)
+		w.free(logits, token)
+		w.free(old...)
+	}
+	for _, kv := range past {
+		w.free(kv[0], kv[1])
+	}
+	return w.ops
+}
