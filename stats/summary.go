@@ -154,6 +154,17 @@ func Summary(d *DeviceStats, opt SummaryOptions) string {
 	return string(buf)
 }
 
+// printable replaces the characters of s that a terminal would not print
+// with '?'.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if !unicode.IsPrint(r) {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
 // shortSite drops the package path from a call site
 // ("github.com/x/y.f (f.go:12)" becomes "y.f (f.go:12)").
 func shortSite(site string) string {
@@ -170,12 +181,7 @@ func shortSite(site string) string {
 // appendTextLine appends a table line holding text on the left, cut to
 // fit; control characters print as '?'.
 func appendTextLine(buf []byte, text string) []byte {
-	text = strings.Map(func(r rune) rune {
-		if !unicode.IsPrint(r) {
-			return '?'
-		}
-		return r
-	}, text)
+	text = printable(text)
 	if utf8.RuneCountInString(text) > summaryWidth {
 		text = string([]rune(text)[:summaryWidth-3]) + "..."
 	}
@@ -202,12 +208,7 @@ func appendCentered(buf []byte, text string) []byte {
 // separator.
 func appendRowLabel(buf []byte, label string) []byte {
 	const width = 21
-	label = strings.Map(func(r rune) rune {
-		if !unicode.IsPrint(r) {
-			return '?'
-		}
-		return r
-	}, label)
+	label = printable(label)
 	if utf8.RuneCountInString(label) > width {
 		label = string([]rune(label)[:width-3]) + "..."
 	}
@@ -329,12 +330,7 @@ func floorDiv(a, b int64) int64 {
 func summaryTitle(device int, name string) string {
 	title := fmt.Sprintf("gpumem memory summary, device %d", device)
 	if name != "" {
-		name = strings.Map(func(r rune) rune {
-			if !unicode.IsPrint(r) {
-				return '?'
-			}
-			return r
-		}, name)
+		name = printable(name)
 		// Keep one blank column at each border, as PyTorch's title does.
 		room := summaryWidth - 2 - utf8.RuneCountInString(title) - len(" ()")
 		if n := utf8.RuneCountInString(name); n > room {
