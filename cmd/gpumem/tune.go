@@ -99,7 +99,16 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	}
 	elapsed := time.Since(start)
 	best := res[0]
-	ptConf, fraction, _ := plan.PyTorchSetting(best.Config)
+	// PyTorch's line names the best configuration PyTorch can take: the
+	// best overall may be one of gpumem's own policies.
+	ptBest := best
+	for _, r := range res {
+		if _, _, ok := plan.PyTorchSetting(r.Config); ok {
+			ptBest = r
+			break
+		}
+	}
+	ptConf, fraction, _ := plan.PyTorchSetting(ptBest.Config)
 	if *asJSON {
 		out := tuneJSON{Trace: path, CapacityBytes: capacity, BestConf: best.Conf, PyTorchConf: ptConf, MemoryFraction: fraction}
 		for _, r := range res {
@@ -149,6 +158,10 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 			stats.FormatSize(uint64(max(def.AtCapacity.PeakReserved, 0))), best.DeviceCalls(), def.DeviceCalls())
 	}
 	fmt.Fprintln(stdout, "recommended:")
+	if ptBest.Conf != best.Conf {
+		fmt.Fprintf(stdout, "  (PyTorch cannot take the best, %s; its best is rank %d, on %d MiB)\n",
+			confLabel(best.Conf), indexOfConfig(res, ptBest.Config)+1, ptBest.Fit.MinCapacity>>20)
+	}
 	fmt.Fprintf(stdout, "  PYTORCH_CUDA_ALLOC_CONF=%s\n", ptConf)
 	if fraction != 0 {
 		fmt.Fprintf(stdout, "  and in PyTorch: torch.cuda.set_per_process_memory_fraction(%g)\n", fraction)

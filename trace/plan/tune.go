@@ -71,6 +71,7 @@ func Sweep() []Candidate {
 	}
 	add(nil)
 	add([]string{"expandable_segments:True"})
+	add([]string{"gpumem_policy:low_fragmentation"})
 	for _, exp := range []bool{false, true} {
 		for _, ms := range sweepMaxSplitMB {
 			for _, rd := range sweepRoundup {
@@ -216,10 +217,10 @@ func label(conf string) string {
 // PYTORCH_CUDA_ALLOC_CONF, and the fraction to pass to
 // torch.cuda.set_per_process_memory_fraction (0: none), which PyTorch
 // takes as a call, not a key. ok is false if c uses gpumem's own
-// MemoryLimit, which PyTorch lacks.
+// MemoryLimit or policy, which PyTorch lacks.
 func PyTorchSetting(c allocator.Config) (conf string, fraction float64, ok bool) {
 	fraction, c.MemoryFraction = c.MemoryFraction, 0
-	ok = c.MemoryLimit == 0
+	ok = c.MemoryLimit == 0 && c.Policy == allocator.PolicyFaithful
 	c.MemoryLimit = 0
 	return CompactConf(c), fraction, ok
 }

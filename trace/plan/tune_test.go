@@ -24,6 +24,7 @@ func TestSweep(t *testing.T) {
 		assert.Equal(t, back, c.Config)
 	}
 	assert.True(t, seen["expandable_segments:True,max_split_size_mb:128,roundup_power2_divisions:8,garbage_collection_threshold:0.8,per_process_memory_fraction:1"])
+	assert.True(t, seen["gpumem_policy:low_fragmentation"], "gpumem's own policy is swept too")
 }
 
 func TestTune(t *testing.T) {
