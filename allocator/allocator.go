@@ -25,7 +25,6 @@ type Allocator struct {
 	rule      splitRule                    // max_split_size and the split rules
 	divisions *[NumRoundupIntervals]uint64 // roundup_power2_divisions; nil when no entry is set
 	eventDone func(*block)                 // eventDoneLocked, bound once so that polling allocates nothing
-	foundFunc func(*block) bool            // records the first item visited in found
 
 	mu sync.Mutex // guards everything below
 
@@ -33,22 +32,23 @@ type Allocator struct {
 	allowed  uint64 // cap on reserved bytes (fraction or limit); 0 means none
 	gcActive bool   // a garbage-collection threshold and a cap are both set
 
-	// small and large hold the blocks of the two pools. Every block of
-	// every segment is in exactly one of: live (allocated), the events
-	// queue (pending, once per outstanding event), its pool's free index
-	// (free), its pool's unmapped index (unmapped).
+	// small and large are the two pools. Every block of every segment is
+	// in exactly one of: live (allocated), the events queue (pending, once
+	// per outstanding event), the free index of its pool and stream (free),
+	// its pool's unmapped index (unmapped).
 	small, large *pool
+	def          *shard                  // the default stream's shard
+	shards       []*shard                // every stream's shard (def included), by stream
 	live         ptrTable                // allocated blocks by address
 	segments     map[device.Ptr]*segment // every segment by base address
-	st           counters                // the stats; changed only through the ledger
+	gst          globalCounts            // the peaks and the slow paths' counters; with the shards' counts, the stats, changed only through the ledger
 
-	uses    map[*block][]device.Stream // for allocated blocks with recorded set: the other streams used
-	events  *deferred.Queue[*block]    // pending frees, per stream
-	streams []device.Stream            // streams known to be valid
+	uses   map[*block][]device.Stream // for allocated blocks with recorded set: the other streams used
+	events *deferred.Queue[*block]    // pending frees, per stream
 
-	spare     []*block // recycled block structs
-	key       block    // best-fit search key (scratch)
-	found     *block   // result of the last index search (scratch)
+	spare     *block   // recycled block structs, linked through next
+	nspare    int      // their number
+	key       block    // search key for the unmapped index (scratch)
 	collected []*block // scratch list for release passes
 	examined  int      // blocks looked at by release passes, for the tests of their cost
 
@@ -101,11 +101,12 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 		a.divisions = &d
 	}
 	a.eventDone = a.eventDoneLocked
-	a.foundFunc = func(b *block) bool { a.found = b; return false }
+	a.def = a.newShard(device.DefaultStream)
+	a.shards = []*shard{a.def}
 	a.setCapLocked(cfg.MemoryFraction)
-	a.st.maxSplitSize = -1
+	a.gst.maxSplitSize = -1
 	if a.rule.maxSplit != maxSplitNone {
-		a.st.maxSplitSize = int64(a.rule.maxSplit)
+		a.gst.maxSplitSize = int64(a.rule.maxSplit)
 	}
 	return a, nil
 }
@@ -161,51 +162,78 @@ func (a *Allocator) SetMemoryFraction(fraction float64) error {
 // the request, even after releasing cached memory, the error is an
 // *OutOfMemoryError (which matches device.ErrOutOfMemory with errors.Is).
 func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
-	if size == 0 {
-		return 0, nil
-	}
-	if size >= maxRequestSize {
-		// PyTorch raises its out-of-memory error here (without counting it
-		// in num_ooms); the error matches both, so that a replay counts it
-		// as PyTorch's does while a caller sees a size it should not ask.
-		return 0, fmt.Errorf("allocator: cannot allocate %d bytes (more than 1 EiB; a negative size converted to uint64?): %w (%w)", size, device.ErrInvalidSize, device.ErrOutOfMemory)
+	if size-1 >= maxRequestSize-1 { // 0, or 1 EiB and more
+		return 0, outOfRange(size)
 	}
 	a.mu.Lock()
-	if !a.knownStreamLocked(s) {
-		a.mu.Unlock()
-		return 0, fmt.Errorf("allocator: stream %d is not a stream of device %d: %w", s, a.ordinal, device.ErrInvalidStream)
+	sh := a.def
+	if s != device.DefaultStream {
+		if sh = a.shardLocked(s); sh == nil {
+			a.mu.Unlock()
+			return 0, fmt.Errorf("allocator: stream %d is not a stream of device %d: %w", s, a.ordinal, device.ErrInvalidStream)
+		}
 	}
 	if a.events.Len() > 0 {
 		a.pollEventsLocked()
 	}
-	rounded := roundSize(size, a.divisions)
-	p := a.large
-	if isSmall(rounded) {
-		p = a.small
+	rounded := (size + kMinBlockSize - 1) &^ (kMinBlockSize - 1)
+	if a.divisions != nil {
+		rounded = roundSize(size, a.divisions)
 	}
-	b := a.bestFitLocked(p, rounded, s)
-	if b == nil {
+	k := qLarge
+	if isSmall(rounded) {
+		k = qSmall
+	}
+	x := &sh.free[k]
+	if a.gcActive {
+		x.pool.gcCalls++
+	}
+	var b *block
+	if bk := x.buckets; bk != nil {
+		b = bk.bestFit(rounded)
+	} else {
+		b = a.treeFitLocked(x, rounded)
+	}
+	if b == nil || !a.rule.mayServe(b.size, rounded) {
 		var err error
-		if b, err = a.allocSlowLocked(p, rounded, size, s); err != nil {
-			if selfCheck {
-				a.selfCheckLocked("a failed Alloc")
-			}
-			obs := a.oomObservers
-			a.mu.Unlock()
-			if oom, ok := err.(*OutOfMemoryError); ok {
-				for _, o := range obs {
-					o.f(oom)
-				}
-			}
-			return 0, err
+		if b, err = a.allocSlowLocked(x, rounded, size); err != nil {
+			return 0, a.allocFailedLocked(err)
 		}
 	}
-	ptr := a.takeLocked(b, rounded, size).ptr
+	ptr := a.takeLocked(x, b, rounded, size).ptr
 	if selfCheck {
 		a.selfCheckLocked("Alloc")
 	}
 	a.mu.Unlock()
 	return ptr, nil
+}
+
+// outOfRange is Alloc's answer to size 0 (no error) or a size of 1 EiB
+// or more.
+func outOfRange(size uint64) error {
+	if size == 0 {
+		return nil
+	}
+	// PyTorch raises its out-of-memory error here (without counting it in
+	// num_ooms); the error matches both, so that a replay counts it as
+	// PyTorch's does while a caller sees a size it should not ask.
+	return fmt.Errorf("allocator: cannot allocate %d bytes (more than 1 EiB; a negative size converted to uint64?): %w (%w)", size, device.ErrInvalidSize, device.ErrOutOfMemory)
+}
+
+// allocFailedLocked ends a failed Alloc: it releases the lock and calls
+// the out-of-memory observers for an out-of-memory error.
+func (a *Allocator) allocFailedLocked(err error) error {
+	if selfCheck {
+		a.selfCheckLocked("a failed Alloc")
+	}
+	obs := a.oomObservers
+	a.mu.Unlock()
+	if oom, ok := err.(*OutOfMemoryError); ok {
+		for _, o := range obs {
+			o.f(oom)
+		}
+	}
+	return err
 }
 
 // Free returns a block obtained from Alloc. Freeing the zero Ptr does
@@ -220,7 +248,17 @@ func (a *Allocator) Free(p device.Ptr) error {
 		return nil
 	}
 	a.mu.Lock()
-	err := a.freeLocked(p)
+	b := a.live.remove(p)
+	var err error
+	switch {
+	case b == nil:
+		err = a.invalidPointerLocked("free", p)
+	case b.recorded:
+		err = a.freeRecordedLocked(b)
+	default:
+		b.allocated = false
+		a.finishFreeLocked(b, true)
+	}
 	if selfCheck {
 		a.selfCheckLocked("Free")
 	}
@@ -228,24 +266,23 @@ func (a *Allocator) Free(p device.Ptr) error {
 	return err
 }
 
-// freeLocked runs the free ladder for the block at p.
-func (a *Allocator) freeLocked(p device.Ptr) error {
-	b := a.live.remove(p)
-	if b == nil {
-		return a.invalidPointerLocked("free", p)
-	}
+// freeRecordedLocked runs the free ladder for b, allocated and recorded on
+// other streams (RecordStream): it records an event on each and leaves b
+// pending, or completes the free when the events could not be recorded
+// and the streams were synchronized instead.
+func (a *Allocator) freeRecordedLocked(b *block) error {
 	n, err := a.deferFreeLocked(b)
 	if err != nil {
 		a.live.put(b) // nothing changed
 		return err
 	}
 	b.allocated = false
-	a.freeRequestedLocked(b)
-	if n > 0 {
-		b.eventCount = int32(n)
+	if n == 0 {
+		a.finishFreeLocked(b, true)
 		return nil
 	}
-	a.finishFreeLocked(b)
+	a.freeRequestedLocked(b.seg.free, b)
+	b.eventCount = int32(n)
 	return nil
 }
 
@@ -297,7 +334,7 @@ func (a *Allocator) EmptyCache() error {
 func (a *Allocator) Stats() stats.DeviceStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.st.stats()
+	return a.statsLocked()
 }
 
 // ResetPeakStats makes every peak equal to its current value
@@ -305,7 +342,7 @@ func (a *Allocator) Stats() stats.DeviceStats {
 func (a *Allocator) ResetPeakStats() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.st.resetPeak()
+	a.resetPeakLocked()
 }
 
 // ResetAccumulatedStats zeroes the cumulative sums and counters
@@ -313,7 +350,7 @@ func (a *Allocator) ResetPeakStats() {
 func (a *Allocator) ResetAccumulatedStats() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.st.resetAccumulated()
+	a.resetAccumulatedLocked()
 }
 
 // LargestFreeBlock returns the size of the largest cached free block.

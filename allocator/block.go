@@ -22,7 +22,7 @@ import (
 //   - pending: freed by the caller but recorded on other streams whose
 //     work has not finished; eventCount > 0 events wait in
 //     Allocator.events.
-//   - free: cached, backed by memory; in its pool's free index (indexed).
+//   - free: cached, backed by memory; in its free index (indexed).
 //   - unmapped: an address range of an expandable segment with no memory
 //     behind it; in its pool's unmapped index.
 //
@@ -49,9 +49,11 @@ type block struct {
 	// free segments while listed is set.
 	prevWhole, nextWhole *block
 
+	heapIdx int32 // position in its size bucket's heap (sizeBuckets), while indexed there
+
 	allocated  bool
-	indexed    bool  // in its pool's free index: set and cleared by pool.insert and pool.remove only
-	listed     bool  // in its pool's list of whole free segments (pool.wholes)
+	indexed    bool  // in its free index: set and cleared by freeIndex.insert and remove only
+	listed     bool  // in its free index's list of whole free segments (freeIndex.wholes)
 	recorded   bool  // allocated and RecordStream added streams: they are in Allocator.uses
 	unmapped   bool  // an address range of an expandable segment with no memory behind it
 	eventCount int32 // outstanding stream events before a pending free completes
@@ -104,7 +106,8 @@ type segment struct {
 	size   uint64
 	stream device.Stream
 	pool   *pool
-	head   *block // the block at ptr
+	free   *freeIndex // the free index of the segment's pool and stream
+	head   *block     // the block at ptr
 	// page is the mapping unit of an expandable segment (2 MiB for the
 	// small pool, 20 MiB for the large one); 0 for a plain segment.
 	page uint64
@@ -116,7 +119,9 @@ func (s *segment) expandable() bool { return s.page != 0 }
 // freeLess orders free blocks by (stream, size, address): a lower bound on
 // (stream, size, 0) finds the best fit on a stream, and among blocks of
 // equal size the lowest address. PyTorch 2.6 uses this order; later
-// versions put a registration counter before the address.
+// versions put a registration counter before the address. gpumem keeps
+// the order per stream: each stream's free blocks have an index of their
+// own (freeIndex), ordered by (size, address).
 func freeLess(a, b *block) bool {
 	if a.stream != b.stream {
 		return a.stream < b.stream
@@ -136,19 +141,16 @@ func addrLess(a, b *block) bool {
 }
 
 // A pool is one of the allocator's two sets of segments: small (blocks of
-// at most 1 MiB, 2 MiB segments) or large. Its fields are guarded by
-// Allocator.mu, and so are its methods.
+// at most 1 MiB, 2 MiB segments) or large. Its free blocks are indexed per
+// stream (freeIndex, in each shard). Its fields are guarded by
+// Allocator.mu.
 //
-// Invariants: free holds exactly the pool's free blocks, in freeLess
-// order; unmapped holds exactly its unmapped blocks, in addrLess order;
-// wholes lists exactly the free blocks that fill a plain segment, the
-// segments that releasing the cache returns to the device, so that a
-// release costs what it releases, not a walk of every cached block.
+// Invariant: unmapped holds exactly the pool's unmapped blocks, in
+// addrLess order.
 type pool struct {
-	small  bool
-	stat   stats.Pool
-	free   *btree.BTreeG[*block]
-	wholes *block // head of the list of whole free segments, through nextWhole
+	small bool
+	idx   int // 0 for small, 1 for large: the pool's place in shard.free
+	stat  stats.Pool
 	// unmapped indexes the unmapped ranges of expandable segments; nil
 	// without expandable segments.
 	unmapped *btree.BTreeG[*block]
@@ -159,9 +161,9 @@ type pool struct {
 }
 
 func newPool(small, expandable bool) *pool {
-	p := &pool{small: small, stat: stats.LargePool, free: btree.NewG(32, freeLess)}
+	p := &pool{small: small, idx: 1, stat: stats.LargePool}
 	if small {
-		p.stat = stats.SmallPool
+		p.idx, p.stat = 0, stats.SmallPool
 	}
 	if expandable {
 		p.unmapped = btree.NewG(32, addrLess)
@@ -169,120 +171,224 @@ func newPool(small, expandable bool) *pool {
 	return p
 }
 
-// insert files a free block in the free index and stamps its age base.
-func (p *pool) insert(b *block) {
-	b.gcCountBase = p.gcCalls
+// A freeIndex holds the free blocks of one pool on one stream, ordered by
+// (size, address), and the list of those that fill a plain segment. The
+// small pool of plain segments keeps them in size buckets (sizeBuckets:
+// the best fit by bit scans); the large pool, and pools of expandable
+// segments, whose free blocks can be of any size, in a B+ tree (freeTree).
+// Its fields are guarded by Allocator.mu.
+//
+// Invariants: the index holds exactly the pool's free blocks of its
+// stream, each marked indexed. The blocks that fill a plain segment, the
+// segments that releasing the cache returns to the device, are known
+// without a walk of every cached block, so that a release costs what it
+// releases: in size buckets they are the 2 MiB bucket (a small segment is
+// 2 MiB); in a tree, wholes lists exactly them (marked listed).
+type freeIndex struct {
+	sh      *shard
+	k       int // pool.idx
+	pool    *pool
+	stream  device.Stream
+	buckets *sizeBuckets // the small pool of plain segments; nil otherwise
+	tree    freeTree     // every other pool
+	wholes  *block       // with a tree: head of the list of whole free segments, through nextWhole
+}
+
+func (x *freeIndex) init(sh *shard, p *pool, expandable bool) {
+	x.sh, x.k, x.pool, x.stream = sh, p.idx, p, sh.stream
+	if p.small && !expandable {
+		x.buckets = new(sizeBuckets)
+	}
+}
+
+// insert files a free block; in a tree it stamps its age base (garbage
+// collection ages the large pool's blocks only).
+func (x *freeIndex) insert(b *block) {
 	b.indexed = true
-	p.free.ReplaceOrInsert(b)
-	p.relist(b)
+	if x.buckets != nil {
+		x.buckets.insert(b)
+		return
+	}
+	b.gcCountBase = x.pool.gcCalls
+	x.tree.insert(b)
+	if !b.isSplit() && !b.seg.expandable() {
+		x.list(b)
+	}
 }
 
-// remove takes a free block out of the free index.
-func (p *pool) remove(b *block) {
-	p.free.Delete(b)
+// remove takes a free block out of the index. The block's size and
+// address must be those it was filed under.
+func (x *freeIndex) remove(b *block) {
 	b.indexed = false
-	p.relist(b)
-}
-
-// relist puts b in the list of whole free segments, or takes it out, as
-// it now is or is not one. Every change to a filed block's neighbours or
-// index membership ends with it.
-func (p *pool) relist(b *block) {
-	whole := b.indexed && !b.isSplit() && !b.seg.expandable()
-	switch {
-	case whole && !b.listed:
-		b.listed, b.prevWhole, b.nextWhole = true, nil, p.wholes
-		if p.wholes != nil {
-			p.wholes.prevWhole = b
-		}
-		p.wholes = b
-	case !whole && b.listed:
-		if b.prevWhole != nil {
-			b.prevWhole.nextWhole = b.nextWhole
-		} else {
-			p.wholes = b.nextWhole
-		}
-		if b.nextWhole != nil {
-			b.nextWhole.prevWhole = b.prevWhole
-		}
-		b.listed, b.prevWhole, b.nextWhole = false, nil, nil
+	if x.buckets != nil {
+		x.buckets.remove(b)
+		return
+	}
+	x.tree.remove(b)
+	if b.listed {
+		x.unlist(b)
 	}
 }
 
-// wholeSegments appends the blocks of the list of whole free segments to
-// list, in free-index order (the order PyTorch releases them in), and
-// returns it.
-func (p *pool) wholeSegments(list []*block) []*block {
-	n := len(list)
-	for b := p.wholes; b != nil; b = b.nextWhole {
-		list = append(list, b)
-	}
-	slices.SortFunc(list[n:], func(x, y *block) int {
-		if freeLess(x, y) {
-			return -1
-		}
-		return 1
-	})
-	return list
-}
-
-// file puts a free block in the free index, an unmapped one in the
-// unmapped index.
-func (p *pool) file(b *block) {
+// file puts a free block in x, an unmapped one in its pool's unmapped
+// index.
+func (x *freeIndex) file(b *block) {
 	if b.unmapped {
-		p.unmapped.ReplaceOrInsert(b)
+		x.pool.unmapped.ReplaceOrInsert(b)
 	} else {
-		p.insert(b)
+		x.insert(b)
 	}
 }
 
 // unfile takes a block out of the index file put it in.
-func (p *pool) unfile(b *block) {
+func (x *freeIndex) unfile(b *block) {
 	if b.unmapped {
-		p.unmapped.Delete(b)
+		x.pool.unmapped.Delete(b)
 	} else {
-		p.remove(b)
+		x.remove(b)
 	}
 }
 
-// keepsPlace reports whether x, filed in an index, keeps its place there
-// when it absorbs a neighbour (its size grows; absorbing the block before
-// it also lowers its address). In the unmapped index, ordered by address,
-// it always does: no other range lies between x and its neighbour. In the
-// free index it does when x is the largest block. A search for x's
-// successor would tell in more cases, but fails most of the time and then
-// costs more than the delete and insert it tries to save.
-func (p *pool) keepsPlace(x *block) bool {
-	if x.unmapped {
-		return true
+// bestFit returns the free block of the lowest (size, address) with at
+// least size bytes, or nil.
+func (x *freeIndex) bestFit(size uint64) *block {
+	if x.buckets != nil {
+		return x.buckets.bestFit(size)
 	}
-	last, _ := p.free.Max()
-	return last == x
+	return x.tree.lowerBound(size)
+}
+
+// largest returns a free block of the largest size, or nil.
+func (x *freeIndex) largest() *block {
+	if x.buckets != nil {
+		return x.buckets.last()
+	}
+	return x.tree.max()
+}
+
+// len returns the number of free blocks.
+func (x *freeIndex) len() int {
+	if x.buckets != nil {
+		return x.buckets.n
+	}
+	return x.tree.n
+}
+
+// each calls f on every free block until f returns false: in (size,
+// address) order from a tree, by size from buckets.
+func (x *freeIndex) each(f func(*block) bool) {
+	if x.buckets != nil {
+		x.buckets.each(f)
+	} else {
+		x.tree.ascend(f)
+	}
+}
+
+// appendWholes appends the free blocks that fill their plain segment to
+// list, in no particular order, and returns it.
+func (x *freeIndex) appendWholes(list []*block) []*block {
+	if x.buckets != nil {
+		return append(list, x.buckets.class(numClasses-1)...)
+	}
+	for b := x.wholes; b != nil; b = b.nextWhole {
+		list = append(list, b)
+	}
+	return list
+}
+
+// list and unlist put a block that fills its segment in the list of whole
+// free segments of a tree index, and take it out.
+func (x *freeIndex) list(b *block) {
+	b.listed, b.prevWhole, b.nextWhole = true, nil, x.wholes
+	if x.wholes != nil {
+		x.wholes.prevWhole = b
+	}
+	x.wholes = b
+}
+
+func (x *freeIndex) unlist(b *block) {
+	if b.prevWhole != nil {
+		b.prevWhole.nextWhole = b.nextWhole
+	} else {
+		x.wholes = b.nextWhole
+	}
+	if b.nextWhole != nil {
+		b.nextWhole.prevWhole = b.prevWhole
+	}
+	b.listed, b.prevWhole, b.nextWhole = false, nil, nil
+}
+
+// A shard is one stream's part of the allocator: the free indexes of its
+// blocks in both pools and its counts. A stream's blocks never serve
+// another stream, so its free blocks are searched apart from every other
+// stream's. Guarded by Allocator.mu.
+type shard struct {
+	stream device.Stream
+	free   [2]freeIndex         // by pool.idx
+	st     [numRows]shardCounts // by stats.Metric, then oversizeA and oversizeS
+}
+
+func (a *Allocator) newShard(s device.Stream) *shard {
+	sh := &shard{stream: s}
+	sh.free[0].init(sh, a.small, a.vm != nil)
+	sh.free[1].init(sh, a.large, a.vm != nil)
+	return sh
+}
+
+// wholeSegmentsLocked appends the whole free segments of pool p on every
+// stream to list, in (stream, size, address) order (the order PyTorch
+// releases them in), and returns it.
+func (a *Allocator) wholeSegmentsLocked(p *pool, list []*block) []*block {
+	for _, sh := range a.shards {
+		n := len(list)
+		list = sh.free[p.idx].appendWholes(list)
+		slices.SortFunc(list[n:], func(x, y *block) int {
+			if freeLess(x, y) {
+				return -1
+			}
+			return 1
+		})
+	}
+	return list
 }
 
 // newBlockLocked returns a zeroed block struct, recycled when possible.
 // New structs come in slabs of blockSlab, so that blocks created together
-// sit together in memory, which helps the free index's comparisons.
+// sit together in memory.
 func (a *Allocator) newBlockLocked() *block {
-	if len(a.spare) == 0 {
-		slab := make([]block, blockSlab)
-		for i := range slab {
-			a.spare = append(a.spare, &slab[len(slab)-1-i])
-		}
+	b := a.spare
+	if b == nil {
+		return a.newSlabLocked()
 	}
-	n := len(a.spare)
-	b := a.spare[n-1]
-	a.spare[n-1] = nil
-	a.spare = a.spare[:n-1]
+	a.spare, b.next = b.next, nil
+	a.nspare--
 	return b
 }
 
-const blockSlab = 64
-
-// recycleLocked keeps a dead block struct for reuse.
-func (a *Allocator) recycleLocked(b *block) {
-	*b = block{}
-	if len(a.spare) < 4096 {
-		a.spare = append(a.spare, b)
+// newSlabLocked makes blockSlab block structs, keeps all but the first as
+// spares and returns the first.
+func (a *Allocator) newSlabLocked() *block {
+	slab := make([]block, blockSlab)
+	for i := 1; i < blockSlab-1; i++ {
+		slab[i].next = &slab[i+1]
 	}
+	a.spare = &slab[1]
+	a.nspare += blockSlab - 1
+	return &slab[0]
+}
+
+const (
+	blockSlab = 64
+	maxSpare  = 4096 // spare block structs kept at most
+)
+
+// recycleLocked keeps a dead block struct for reuse, linked through next.
+func (a *Allocator) recycleLocked(b *block) {
+	if a.nspare >= maxSpare {
+		*b = block{}
+		return
+	}
+	*b = block{next: a.spare}
+	a.spare = b
+	a.nspare++
 }

@@ -44,30 +44,20 @@ func (a *Allocator) checkLocked() error {
 			errs = append(errs, fmt.Errorf(format, args...))
 		}
 	}
-	var want stats.DeviceStats
+	wants := map[*shard]*stats.DeviceStats{}
 	inIndex := map[*block]bool{}
-	for _, p := range [2]*pool{a.small, a.large} {
-		var last *block
-		p.free.Ascend(func(b *block) bool {
-			if last != nil && !freeLess(last, b) {
-				bad("free index out of order: %v+%d (stream %d) before %v+%d (stream %d)", last.ptr, last.size, last.stream, b.ptr, b.size, b.stream)
-			}
-			last = b
-			if !p.free.Has(b) {
-				bad("free block %v+%d is in the index but a lookup does not find it", b.ptr, b.size)
-			}
-			if inIndex[b] {
-				bad("block %v is in a free index twice", b.ptr)
-			}
-			inIndex[b] = true
-			if b.pool != p {
-				bad("free block %v is in the wrong pool's index", b.ptr)
-			}
-			if !b.indexed {
-				bad("free block %v is in the index but not marked indexed", b.ptr)
-			}
-			return true
-		})
+	shardOf := map[device.Stream]*shard{}
+	for i, sh := range a.shards {
+		if i > 0 && a.shards[i-1].stream >= sh.stream {
+			bad("shards out of order: stream %d after %d", sh.stream, a.shards[i-1].stream)
+		}
+		shardOf[sh.stream] = sh
+		for j := range sh.free {
+			a.checkIndexLocked(&sh.free[j], sh.stream, j, inIndex, bad)
+		}
+	}
+	if shardOf[device.DefaultStream] != a.def || a.def == nil {
+		bad("the default stream's shard is not among the shards")
 	}
 	queued := map[*block]int32{}
 	pending := 0
@@ -85,6 +75,16 @@ func (a *Allocator) checkLocked() error {
 			continue
 		}
 		st := s.pool.stat
+		sh := shardOf[s.stream]
+		if sh == nil || s.free != &sh.free[s.pool.idx] {
+			bad("segment %v does not point to the free index of its stream and pool", s.ptr)
+			continue
+		}
+		want := wants[sh]
+		if want == nil {
+			want = new(stats.DeviceStats)
+			wants[sh] = want
+		}
 		if !s.expandable() {
 			want.Segment.Increase(st, 1)
 			want.ReservedBytes.Increase(st, int64(s.size))
@@ -184,26 +184,37 @@ func (a *Allocator) checkLocked() error {
 			bad("segment %v: blocks cover %d bytes of %d", s.ptr, next-s.ptr, s.size)
 		}
 	}
-	for _, p := range [2]*pool{a.small, a.large} {
-		listed := map[*block]bool{}
-		var prev *block
-		for b := p.wholes; b != nil; b = b.nextWhole {
-			if listed[b] || b.prevWhole != prev {
-				bad("the list of whole free segments is broken at %v", b.ptr)
-				break
+	for _, sh := range a.shards {
+		for j := range sh.free {
+			x := &sh.free[j]
+			listed := map[*block]bool{}
+			var prev *block
+			for b := x.wholes; b != nil; b = b.nextWhole {
+				if listed[b] || b.prevWhole != prev {
+					bad("the list of whole free segments is broken at %v", b.ptr)
+					break
+				}
+				listed[b] = true
+				prev = b
+				if !b.listed || !inIndex[b] || b.isSplit() || b.seg.expandable() || b.seg.free != x {
+					bad("block %v is in the list of whole free segments but is not one", b.ptr)
+				}
 			}
-			listed[b] = true
-			prev = b
-			if !b.listed || !inIndex[b] || b.isSplit() || b.seg.expandable() || b.pool != p {
-				bad("block %v is in the list of whole free segments but is not one", b.ptr)
-			}
+			x.each(func(b *block) bool {
+				whole := !b.isSplit() && !b.seg.expandable()
+				if x.buckets != nil {
+					// The whole segments of size buckets are the 2 MiB bucket.
+					if whole != (b.size == kSmallBuffer) || b.listed {
+						bad("free block %v+%d fills its segment: %v, but the size buckets say otherwise", b.ptr, b.size, whole)
+					}
+					return true
+				}
+				if whole != listed[b] || whole != b.listed {
+					bad("free block %v fills its segment: %v, but is listed: %v (marked %v)", b.ptr, whole, listed[b], b.listed)
+				}
+				return true
+			})
 		}
-		p.free.Ascend(func(b *block) bool {
-			if whole := !b.isSplit() && !b.seg.expandable(); whole != listed[b] || whole != b.listed {
-				bad("free block %v fills its segment: %v, but is listed: %v (marked %v)", b.ptr, whole, listed[b], b.listed)
-			}
-			return true
-		})
 	}
 	unmappedIndexed := 0
 	for _, p := range [2]*pool{a.small, a.large} {
@@ -220,32 +231,32 @@ func (a *Allocator) checkLocked() error {
 	if seenLive != a.live.len() {
 		bad("address map holds %d blocks, segments have %d allocated blocks", a.live.len(), seenLive)
 	}
-	got := a.st.stats()
-	for m := range stats.NumMetrics {
-		g, w := got.Of(m), want.Of(m)
-		for p := stats.All; p < stats.NumPools; p++ {
-			if g[p].Current != w[p].Current {
-				bad("stat %s.%s.current is %d, blocks say %d", m, p, g[p].Current, w[p].Current)
+	for _, sh := range a.shards {
+		want := wants[sh]
+		if want == nil {
+			want = new(stats.DeviceStats)
+		}
+		for row := range numRows {
+			var w stats.Stat
+			switch row {
+			case oversizeA:
+				w = want.OversizeAllocations
+			case oversizeS:
+				w = want.OversizeSegments
 			}
-			if g[p].Peak < g[p].Current {
-				bad("stat %s.%s.peak %d is below current %d", m, p, g[p].Peak, g[p].Current)
-			}
-			if p == stats.All && g[p].Peak > g[stats.SmallPool].Peak+g[stats.LargePool].Peak {
-				bad("stat %s.all.peak %d is above the sum of the pool peaks", m, g[p].Peak)
+			for k, c := range sh.st[row].pool {
+				if row < int(stats.NumMetrics) {
+					w = want.Of(stats.Metric(row))[statPool(k)]
+				} else if k == qLarge {
+					w = stats.Stat{}
+				}
+				if c.cur != w.Current {
+					bad("stat %s of stream %d, %s: current is %d, blocks say %d", rowName(row), sh.stream, statPool(k), c.cur, w.Current)
+				}
 			}
 		}
 	}
-	for _, c := range []struct {
-		name      string
-		got, want stats.Stat
-	}{
-		{"oversize_allocations", got.OversizeAllocations, want.OversizeAllocations},
-		{"oversize_segments", got.OversizeSegments, want.OversizeSegments},
-	} {
-		if c.got.Current != c.want.Current {
-			bad("%s.current is %d, blocks say %d", c.name, c.got.Current, c.want.Current)
-		}
-	}
+	a.checkPeaksLocked(bad)
 	for b, u := range a.uses {
 		if !b.allocated || !b.recorded || len(u) == 0 || a.live.get(b.ptr) != b {
 			bad("stream uses are kept for %v, which is not an allocated, recorded block", b.ptr)
@@ -260,4 +271,84 @@ func (a *Allocator) checkLocked() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkIndexLocked checks the free index x of stream s and pool j: its
+// structure, and that every block in it is a free block of its stream and
+// pool, filed once, where a lookup finds it. It marks the blocks in
+// inIndex.
+func (a *Allocator) checkIndexLocked(x *freeIndex, s device.Stream, j int, inIndex map[*block]bool, bad func(string, ...any)) {
+	p := [2]*pool{a.small, a.large}[j]
+	if x.pool != p || x.stream != s {
+		bad("the free index of stream %d, pool %d, belongs to another", s, j)
+		return
+	}
+	if wantBuckets := p.small && a.vm == nil; (x.buckets != nil) != wantBuckets {
+		bad("the free index of stream %d, pool %d, has the wrong kind", s, j)
+		return
+	}
+	var msg string
+	if x.buckets != nil {
+		msg = x.buckets.check()
+	} else {
+		msg = x.tree.check()
+	}
+	if msg != "" {
+		bad("free index of stream %d, pool %s: %s", s, p.stat, msg)
+	}
+	x.each(func(b *block) bool {
+		if inIndex[b] {
+			bad("block %v is in a free index twice", b.ptr)
+		}
+		inIndex[b] = true
+		if b.pool != p || b.stream != s || b.seg.free != x {
+			bad("free block %v is in the free index of another stream or pool", b.ptr)
+		}
+		if !b.indexed {
+			bad("free block %v is in the index but not marked indexed", b.ptr)
+		}
+		if x.buckets == nil {
+			if l, i := x.tree.seek(keyOf(b)); l == nil || l.vals[i] != b {
+				bad("free block %v+%d is in the index but a lookup does not find it", b.ptr, b.size)
+			}
+		}
+		return true
+	})
+}
+
+// rowName names a row of the counts: a metric or an oversize stat.
+func rowName(row int) string {
+	switch row {
+	case oversizeA:
+		return "oversize_allocations"
+	case oversizeS:
+		return "oversize_segments"
+	}
+	return stats.Metric(row).String()
+}
+
+// checkPeaksLocked checks the peaks and limits: every shard's value is
+// within its limit, the limits add up to at most the peak, and the all
+// peak is at most the sum of the pool peaks.
+func (a *Allocator) checkPeaksLocked(bad func(string, ...any)) {
+	for row := range numRows {
+		for k := range numQ {
+			var total, lims int64
+			for _, sh := range a.shards {
+				v, lim := sh.value(row, k), *sh.limit(row, k)
+				if v > lim {
+					bad("stat %s of stream %d, column %d: %d is above its limit %d", rowName(row), sh.stream, k, v, lim)
+				}
+				total += v
+				lims += lim
+			}
+			peak := a.gst.peak[row][k]
+			if lims > peak || total > peak {
+				bad("stat %s, column %d: peak %d is below the total %d or the sum of the limits %d", rowName(row), k, peak, total, lims)
+			}
+		}
+		if p := a.gst.peak[row]; p[qAll] > p[qSmall]+p[qLarge] {
+			bad("stat %s: the all peak %d is above the sum of the pool peaks", rowName(row), p[qAll])
+		}
+	}
 }

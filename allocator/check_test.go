@@ -35,24 +35,30 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			b := a.live.get(p)
 			a.live.remove(p)
 			b.allocated = false
-			a.large.insert(b)
+			a.def.free[1].insert(b)
 		}},
 		{"free block missing from the index", "not in its pool's free index", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.large.remove(a.live.get(p).next)
+			a.def.free[1].remove(a.live.get(p).next)
 		}},
 		{"allocated block missing from the address map", "not in the address map", func(a *Allocator, _ *sim.Device, p device.Ptr) {
 			a.live.remove(p)
 		}},
 		{"a stat that drifted", "allocated_bytes", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			a.st.of(stats.AllocatedBytes).increase(stats.LargePool, 512)
+			a.increase(a.def, int(stats.AllocatedBytes), qLarge, 512)
 		}},
 		{"reserved bytes off", "reserved_bytes", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			a.st.of(stats.ReservedBytes).increase(stats.SmallPool, 2*mib)
+			a.increase(a.def, int(stats.ReservedBytes), qSmall, 2*mib)
+		}},
+		{"a count above its limit", "above its limit", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			a.def.st[stats.Allocation].pool[qLarge].lim = 0
+		}},
+		{"a peak below the limits", "is below the total", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			a.gst.peak[stats.ActiveBytes][qAll] = 0
 		}},
 		{"a whole free segment missing from its list", "fills its segment", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
 			q, _ := a.Alloc(30*mib, 0) // a second segment, freed whole
 			_ = a.Free(q)
-			a.large.wholes = nil
+			a.def.free[1].wholes = nil
 		}},
 		{"a free block not marked indexed", "not marked indexed", func(a *Allocator, _ *sim.Device, p device.Ptr) {
 			a.live.get(p).next.indexed = false
@@ -60,10 +66,56 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 		{"device memory used behind the allocator's back", "device reports", func(_ *Allocator, dev *sim.Device, _ device.Ptr) {
 			_, _ = dev.Malloc(1)
 		}},
-		{"index out of order", "out of order", func(a *Allocator, _ *sim.Device, p device.Ptr) {
+		{"index out of order", "out of order", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
 			q, _ := a.Alloc(30*mib, 0) // a second segment
 			_ = a.Free(q)              // a free 30 MiB block after the 17 MiB one
-			a.live.get(p).next.size = 40 * mib
+			l := a.def.free[1].tree.leaf
+			l.keys[0], l.keys[1] = l.keys[1], l.keys[0]
+			l.vals[0], l.vals[1] = l.vals[1], l.vals[0]
+		}},
+		{"a free block whose size changed under the index", "does not match its block", func(a *Allocator, _ *sim.Device, p device.Ptr) {
+			a.live.get(p).next.size -= 512
+			a.live.get(p).next.next = nil
+		}},
+		{"a size bucket's bit cleared", "size-class bit", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			_, _ = a.Alloc(4096, 0) // a small segment: [4 KiB allocated][rest free]
+			bk := a.def.free[0].buckets
+			for w := range bk.words {
+				bk.words[w] = 0
+			}
+		}},
+		{"a size bucket out of heap order", "not a heap by address", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			bk := fourFreeSmallBlocks(a)
+			h := bk.heaps[0]
+			h[0], h[1] = h[1], h[0]
+			h[0].heapIdx, h[1].heapIdx = 0, 1
+			bk.first[0] = h[0]
+		}},
+		{"a block's heap position wrong", "heap position", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			fourFreeSmallBlocks(a).heaps[0][2].heapIdx = 3
+		}},
+		{"a size bucket's first block not its heap's root", "disagree", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			bk := fourFreeSmallBlocks(a)
+			bk.first[0] = bk.heaps[0][1]
+		}},
+		{"a segment pointing to another stream's index", "free index of its stream and pool", func(a *Allocator, _ *sim.Device, p device.Ptr) {
+			a.live.get(p).seg.free = &a.def.free[0]
+		}},
+		{"a tree leaf underfull", "underfull", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			var ps []device.Ptr
+			for range 200 { // 200 segments of 30 MiB, freed: 200 free blocks in the tree
+				q, _ := a.Alloc(30*mib, 0)
+				ps = append(ps, q)
+			}
+			for _, q := range ps {
+				_ = a.Free(q)
+			}
+			t := &a.def.free[1].tree
+			l := t.first
+			for l.n > 1 { // take blocks out behind the tree's back
+				l.n--
+				l.vals[l.n] = nil
+			}
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -74,6 +126,20 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			assert.Contains(t, err.Error(), c.want)
 		})
 	}
+}
+
+// fourFreeSmallBlocks makes four free 512-byte blocks on the default
+// stream (a size bucket with a heap) and returns the small pool's buckets.
+func fourFreeSmallBlocks(a *Allocator) *sizeBuckets {
+	var ps []device.Ptr
+	for range 8 {
+		q, _ := a.Alloc(512, 0)
+		ps = append(ps, q)
+	}
+	for i := 0; i < len(ps); i += 2 {
+		_ = a.Free(ps[i])
+	}
+	return a.def.free[qSmall].buckets
 }
 
 func TestPassthrough(t *testing.T) {

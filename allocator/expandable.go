@@ -43,8 +43,8 @@ import (
 // and returns a free block of at least size bytes, in the free index. A
 // refusal for lack of memory wraps device.ErrOutOfMemory; pages mapped
 // before the refusal stay mapped, as free cached memory, as in PyTorch.
-func (a *Allocator) growExpandableLocked(p *pool, size uint64, s device.Stream) (*block, error) {
-	c, reserved, err := a.findExpandableLocked(p, size, s)
+func (a *Allocator) growExpandableLocked(x *freeIndex, size uint64) (*block, error) {
+	c, reserved, err := a.findExpandableLocked(x, size)
 	if err != nil {
 		return nil, err
 	}
@@ -70,12 +70,13 @@ func (a *Allocator) growExpandableLocked(p *pool, size uint64, s device.Stream) 
 	return c, nil
 }
 
-// findExpandableLocked returns the lowest-addressed block of stream s in
-// p from which size bytes of free and unmapped space follow, reserving a
+// findExpandableLocked returns the lowest-addressed block of x's pool and
+// stream from which size bytes of free and unmapped space follow, reserving a
 // new segment when no segment has room (reserved is then true and the
 // block is the new segment's one unmapped range).
-func (a *Allocator) findExpandableLocked(p *pool, size uint64, s device.Stream) (found *block, reserved bool, err error) {
-	a.key.stream, a.key.size, a.key.ptr = s, 0, 0
+func (a *Allocator) findExpandableLocked(x *freeIndex, size uint64) (found *block, reserved bool, err error) {
+	p, s := x.pool, x.stream
+	a.key.stream, a.key.ptr = s, 0
 	p.unmapped.AscendGreaterOrEqual(&a.key, func(u *block) bool {
 		if u.stream != s {
 			return false
@@ -109,7 +110,7 @@ func (a *Allocator) findExpandableLocked(p *pool, size uint64, s device.Stream) 
 		}
 		return nil, false, fmt.Errorf("allocator: device %d: reserving an expandable segment of %d bytes: %w", a.ordinal, n, err)
 	}
-	seg := &segment{ptr: ptr, size: n, stream: s, pool: p, page: page}
+	seg := &segment{ptr: ptr, size: n, stream: s, pool: p, free: x, page: page}
 	b := a.newBlockLocked()
 	b.ptr, b.size, b.stream, b.pool, b.seg, b.unmapped = ptr, n, s, p, seg, true
 	seg.head = b
@@ -143,8 +144,8 @@ func (a *Allocator) mapLocked(u *block, size uint64) (*block, error) {
 	}
 	u.unmapped = false
 	a.pagesMappedLocked(seg, u.ptr, n)
-	m, _, _ := a.mergeLocked(u)
-	return m, nil
+	a.mergeLocked(seg.free, u)
+	return u, nil
 }
 
 // unmapLocked returns to the device the whole pages inside the free
@@ -152,7 +153,7 @@ func (a *Allocator) mapLocked(u *block, size uint64) (*block, error) {
 // unmapped neighbours); the free bytes before and after them stay free
 // blocks. On an error nothing changes.
 func (a *Allocator) unmapLocked(b *block) error {
-	seg, p := b.seg, b.pool
+	seg, x := b.seg, b.seg.free
 	off := uint64(b.ptr - seg.ptr)
 	begin := (off + seg.page - 1) / seg.page
 	end := (off + b.size) / seg.page
@@ -169,22 +170,22 @@ func (a *Allocator) unmapLocked(b *block) error {
 	if err := a.vm.Unmap(ptr, n); err != nil {
 		return fmt.Errorf("allocator: device %d: unmapping %d bytes at %v: %w", a.ordinal, n, ptr, err)
 	}
-	p.remove(b)
+	x.remove(b)
 	if before := uint64(ptr - b.ptr); before > 0 {
 		f := a.newBlockLocked()
-		f.ptr, f.size, f.stream, f.pool, f.seg = b.ptr, before, b.stream, p, seg
+		f.ptr, f.size, f.stream, f.pool, f.seg = b.ptr, before, b.stream, b.pool, seg
 		b.linkBefore(f)
-		p.insert(f)
+		x.insert(f)
 	}
 	if after := b.size - uint64(ptr-b.ptr) - n; after > 0 {
 		f := a.newBlockLocked()
-		f.ptr, f.size, f.stream, f.pool, f.seg = ptr+device.Ptr(n), after, b.stream, p, seg
+		f.ptr, f.size, f.stream, f.pool, f.seg = ptr+device.Ptr(n), after, b.stream, b.pool, seg
 		b.linkAfter(f)
-		p.insert(f)
+		x.insert(f)
 	}
 	b.ptr, b.size, b.unmapped = ptr, n, true
 	a.pagesUnmappedLocked(seg, ptr, n)
-	a.mergeLocked(b)
+	a.mergeLocked(x, b)
 	return nil
 }
 

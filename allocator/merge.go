@@ -4,78 +4,70 @@
 package allocator
 
 // finishFreeLocked completes the free of b, which is no longer allocated
-// and has no events outstanding: it merges b with free neighbours, files
-// the result in the free index and records the free as completed
-// (PyTorch's free_block).
-func (a *Allocator) finishFreeLocked(b *block) {
-	p, ptr, size, requested, s := b.pool, b.ptr, b.size, b.requested, b.stream
+// and has no events outstanding: it records the free as completed
+// (free_completed; with requested, the caller's free too: free_requested,
+// for a free that did not wait for events), merges b with free neighbours
+// and files the result in the free index (PyTorch's free_block).
+func (a *Allocator) finishFreeLocked(b *block, requested bool) {
+	x := b.seg.free
+	a.blockFreedLocked(x, b, requested)
 	b.requested = 0
-	m, absorbed, absorbedBytes := a.mergeLocked(b)
-	if !m.seg.expandable() { // expandable blocks are never "inactive split"
-		blocks, bytes := -absorbed, -absorbedBytes
-		if m.isSplit() {
-			blocks++
-			bytes += int64(m.size)
-		}
-		a.inactiveSplitLocked(p, blocks, bytes)
+	if blocks, bytes := a.mergeLocked(x, b); blocks|bytes != 0 {
+		a.splitChangedLocked(x, blocks, bytes)
 	}
-	a.freeCompletedLocked(p, ptr, size, requested, s)
 }
 
-// mergeLocked merges b, a free block or an unmapped range in no index,
-// with its neighbours of the same kind (PyTorch's try_merge_blocks), and
-// files the result in its index. It returns the merged block and how many
-// neighbours, of how many bytes, it absorbed.
-//
-// The merged block is a neighbour's struct when one merges, so that a
-// neighbour already filed can keep its place in the index when its key
-// still fits there (pool.keepsPlace), which saves a delete and an insert.
-func (a *Allocator) mergeLocked(b *block) (merged *block, absorbed, absorbedBytes int64) {
-	p := b.pool
-	prev, next := b.prev, b.next
-	mergePrev, mergeNext := b.mergesWith(prev), b.mergesWith(next)
-	if !mergePrev && !mergeNext {
-		p.file(b)
-		return b, 0, 0
-	}
-	first, last, survivor, total := b, b, next, b.size
-	if mergePrev {
-		first, survivor = prev, prev
-		absorbed, absorbedBytes, total = 1, int64(prev.size), total+prev.size
-	}
-	if mergeNext {
-		last = next
-		absorbed, absorbedBytes, total = absorbed+1, absorbedBytes+int64(next.size), total+next.size
-		if survivor != next {
-			p.unfile(next)
+// mergeLocked merges b, a free block or an unmapped range of x's pool and
+// stream in no index, with its neighbours of the same kind (PyTorch's
+// try_merge_blocks), and files the result, b grown, in its index. It
+// returns what the merge changed in the free blocks of split plain
+// segments (inactive_split): the neighbours absorbed, and the merged
+// block if its segment stays split.
+func (a *Allocator) mergeLocked(x *freeIndex, b *block) (splitBlocks, splitBytes int64) {
+	bk := x.buckets // never set for expandable segments, whose unmapped ranges merge too
+	if prev := b.prev; prev != nil && !prev.busy() && prev.unmapped == b.unmapped {
+		if bk != nil {
+			prev.indexed = false
+			bk.remove(prev)
+		} else {
+			x.unfile(prev)
 		}
+		splitBlocks, splitBytes = -1, -int64(prev.size)
+		b.ptr, b.size = prev.ptr, b.size+prev.size
+		b.prev = prev.prev
+		if b.prev != nil {
+			b.prev.next = b
+		} else {
+			b.seg.head = b
+		}
+		a.recycleLocked(prev)
 	}
-	inPlace := p.keepsPlace(survivor)
-	if !inPlace {
-		p.unfile(survivor)
-	}
-	survivor.size = total
-	survivor.ptr = first.ptr
-	survivor.prev, survivor.next = first.prev, last.next
-	if survivor.prev != nil {
-		survivor.prev.next = survivor
-	} else {
-		survivor.seg.head = survivor
-	}
-	if survivor.next != nil {
-		survivor.next.prev = survivor
-	}
-	a.recycleLocked(b)
-	if mergeNext && survivor != next {
+	if next := b.next; next != nil && !next.busy() && next.unmapped == b.unmapped {
+		if bk != nil {
+			next.indexed = false
+			bk.remove(next)
+		} else {
+			x.unfile(next)
+		}
+		splitBlocks, splitBytes = splitBlocks-1, splitBytes-int64(next.size)
+		b.size += next.size
+		b.next = next.next
+		if b.next != nil {
+			b.next.prev = b
+		}
 		a.recycleLocked(next)
 	}
-	if inPlace {
-		if !survivor.unmapped {
-			survivor.gcCountBase = p.gcCalls // as filing it anew would
-			p.relist(survivor)               // it may fill its segment now
-		}
+	if bk != nil {
+		b.indexed = true
+		bk.insert(b)
 	} else {
-		p.file(survivor)
+		x.file(b)
 	}
-	return survivor, absorbed, absorbedBytes
+	if b.seg.expandable() { // expandable blocks are never "inactive split"
+		return 0, 0
+	}
+	if b.isSplit() {
+		splitBlocks, splitBytes = splitBlocks+1, splitBytes+int64(b.size)
+	}
+	return splitBlocks, splitBytes
 }

@@ -58,25 +58,18 @@ func (t *ptrTable) get(p device.Ptr) *block {
 	}
 }
 
-// put adds b under its address, replacing a block with the same address.
+// put adds b, whose address is not in the table, under its address.
 func (t *ptrTable) put(b *block) {
-	if t.slots == nil {
-		t.init(ptrTableMinSize)
-	} else if 2*(t.n+1) > len(t.slots) {
+	if 2*(t.n+1) > len(t.slots) {
 		t.grow()
 	}
-	for i := t.home(b.ptr); ; i = (i + 1) & t.mask {
-		s := t.slots[i]
-		if s == nil {
-			t.slots[i] = b
-			t.n++
-			return
-		}
-		if s.ptr == b.ptr {
-			t.slots[i] = b
-			return
-		}
+	mask := t.mask
+	i := t.home(b.ptr)
+	for t.slots[i] != nil {
+		i = (i + 1) & mask
 	}
+	t.slots[i] = b
+	t.n++
 }
 
 // remove deletes the entry at p and returns its block, or nil. It shifts
@@ -85,38 +78,42 @@ func (t *ptrTable) remove(p device.Ptr) *block {
 	if t.n == 0 {
 		return nil
 	}
+	slots, mask := t.slots, t.mask
 	i := t.home(p)
+	var b *block
 	for {
-		s := t.slots[i]
-		if s == nil {
+		b = slots[i&mask]
+		if b == nil {
 			return nil
 		}
-		if s.ptr == p {
+		if b.ptr == p {
 			break
 		}
-		i = (i + 1) & t.mask
+		i++
 	}
-	b := t.slots[i]
 	// Backward shift: move each later entry of the run into the hole if
 	// its home slot does not lie (cyclically) between the hole and it.
-	hole := i
-	for j := (i + 1) & t.mask; ; j = (j + 1) & t.mask {
-		s := t.slots[j]
+	hole := i & mask
+	for j := (hole + 1) & mask; ; j = (j + 1) & mask {
+		s := slots[j]
 		if s == nil {
 			break
 		}
-		h := t.home(s.ptr)
-		if (j-h)&t.mask >= (j-hole)&t.mask {
-			t.slots[hole] = s
+		if (j-t.home(s.ptr))&mask >= (j-hole)&mask {
+			slots[hole] = s
 			hole = j
 		}
 	}
-	t.slots[hole] = nil
+	slots[hole] = nil
 	t.n--
 	return b
 }
 
 func (t *ptrTable) grow() {
+	if t.slots == nil {
+		t.init(ptrTableMinSize)
+		return
+	}
 	old := t.slots
 	t.init(2 * len(old))
 	for _, b := range old {

@@ -5,27 +5,35 @@
 package allocator
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
 	"github.com/gpumem/gpumem/device"
 )
 
-// knownStreamLocked reports whether s is a stream of the device. The
-// default stream always is; others are asked of the device once, when it
-// can tell (device.StreamChecker), and remembered.
-func (a *Allocator) knownStreamLocked(s device.Stream) bool {
+// shardLocked returns the shard of stream s, or nil if s is not a stream
+// of the device. The default stream always is; others are asked of the
+// device once, when it can tell (device.StreamChecker), and get a shard
+// the first time they are used.
+func (a *Allocator) shardLocked(s device.Stream) *shard {
 	if s == device.DefaultStream {
-		return true
+		return a.def
 	}
-	if slices.Contains(a.streams, s) {
-		return true
+	for _, sh := range a.shards {
+		if sh.stream == s {
+			return sh
+		}
 	}
 	if c, ok := a.dev.(device.StreamChecker); ok && !c.HasStream(s) {
-		return false
+		return nil
 	}
-	a.streams = append(a.streams, s)
-	return true
+	sh := a.newShard(s)
+	i, _ := slices.BinarySearchFunc(a.shards, s, func(x *shard, s device.Stream) int {
+		return cmp.Compare(x.stream, s)
+	})
+	a.shards = slices.Insert(a.shards, i, sh)
+	return sh
 }
 
 // RecordStream marks the allocated block at p as used on stream s too, as
@@ -39,7 +47,7 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 	if b == nil {
 		return a.invalidPointerLocked("record stream for", p)
 	}
-	if !a.knownStreamLocked(s) {
+	if a.shardLocked(s) == nil {
 		return fmt.Errorf("allocator: record stream for %v: stream %d is not a stream of device %d: %w", p, s, a.ordinal, device.ErrInvalidStream)
 	}
 	if s == b.stream {
@@ -78,7 +86,7 @@ func (a *Allocator) deferFreeLocked(b *block) (int, error) {
 func (a *Allocator) eventDoneLocked(b *block) {
 	b.eventCount--
 	if b.eventCount == 0 {
-		a.finishFreeLocked(b)
+		a.finishFreeLocked(b, false)
 	}
 }
 
