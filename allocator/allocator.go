@@ -185,8 +185,8 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 		k = qSmall
 	}
 	x := &sh.free[k]
-	if a.gcActive {
-		x.pool.gcCalls++
+	if x.pend != nil {
+		x.settle()
 	}
 	var b *block
 	if bk := x.buckets; bk != nil {
@@ -323,6 +323,7 @@ func (a *Allocator) EmptyCache() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.cacheEmptiedLocked()
+	a.settleAllLocked()
 	err := a.releaseCachedLocked()
 	if selfCheck {
 		a.selfCheckLocked("EmptyCache")
@@ -357,5 +358,6 @@ func (a *Allocator) ResetAccumulatedStats() {
 func (a *Allocator) LargestFreeBlock() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.settleAllLocked()
 	return a.largestFreeLocked()
 }

@@ -192,6 +192,16 @@ type freeIndex struct {
 	buckets *sizeBuckets // the small pool of plain segments; nil otherwise
 	tree    freeTree     // every other pool
 	wholes  *block       // with a tree: head of the list of whole free segments, through nextWhole
+
+	// pend is the free block that the last Alloc from this index split,
+	// still filed under its key from before the split, pendKey: its move
+	// to its new key waits, because the usual next step, the free of the
+	// block handed out (pend.prev), merges the two back into that very
+	// key (unsplit), and then the index never changes. Anything else that
+	// reads or changes the index first moves it (settle). Its age base and
+	// its place in wholes are already those of its new key.
+	pend    *block
+	pendKey treeKey
 }
 
 func (x *freeIndex) init(sh *shard, p *pool, expandable bool) {
@@ -227,6 +237,47 @@ func (x *freeIndex) remove(b *block) {
 	x.tree.remove(b)
 	if b.listed {
 		x.unlist(b)
+	}
+}
+
+// rekey moves b, a free block filed in x's tree under old, to its current
+// key, and stamps its age base as filing it anew would.
+func (x *freeIndex) rekey(b *block, old treeKey) {
+	b.gcCountBase = x.pool.gcCalls
+	x.tree.rekey(b, old)
+	if whole := !b.isSplit() && !b.seg.expandable(); whole != b.listed {
+		if whole {
+			x.list(b)
+		} else {
+			x.unlist(b)
+		}
+	}
+}
+
+// settle files the block whose split is pending under its new key.
+func (x *freeIndex) settle() {
+	b, old := x.pend, x.pendKey
+	x.pend = nil
+	if bk := x.buckets; bk != nil {
+		k := keyOf(b)
+		b.ptr, b.size = old.ptr, old.size
+		bk.remove(b)
+		b.ptr, b.size = k.ptr, k.size
+		bk.insert(b)
+		return
+	}
+	x.tree.rekey(b, old)
+}
+
+// settleAllLocked settles every free index, before a walk or a change of
+// more than one index.
+func (a *Allocator) settleAllLocked() {
+	for _, sh := range a.shards {
+		for i := range sh.free {
+			if sh.free[i].pend != nil {
+				sh.free[i].settle()
+			}
+		}
 	}
 }
 
@@ -326,12 +377,17 @@ type shard struct {
 	stream device.Stream
 	free   [2]freeIndex         // by pool.idx
 	st     [numRows]shardCounts // by stats.Metric, then oversizeA and oversizeS
+	// activeImplied: nothing is pending and the active limits are at least
+	// the allocation limits, so an Alloc within its allocation limits is
+	// within its active limits (see count).
+	activeImplied bool
 }
 
 func (a *Allocator) newShard(s device.Stream) *shard {
 	sh := &shard{stream: s}
 	sh.free[0].init(sh, a.small, a.vm != nil)
 	sh.free[1].init(sh, a.large, a.vm != nil)
+	sh.activeImplied = true
 	return sh
 }
 

@@ -250,8 +250,8 @@ func (a *Allocator) checkLocked() error {
 				} else if k == qLarge {
 					w = stats.Stat{}
 				}
-				if c.cur != w.Current {
-					bad("stat %s of stream %d, %s: current is %d, blocks say %d", rowName(row), sh.stream, statPool(k), c.cur, w.Current)
+				if v := sh.value(row, k); v != w.Current || c.cur < 0 {
+					bad("stat %s of stream %d, %s: current is %d, blocks say %d", rowName(row), sh.stream, statPool(k), v, w.Current)
 				}
 			}
 		}
@@ -286,6 +286,17 @@ func (a *Allocator) checkIndexLocked(x *freeIndex, s device.Stream, j int, inInd
 	if wantBuckets := p.small && a.vm == nil; (x.buckets != nil) != wantBuckets {
 		bad("the free index of stream %d, pool %d, has the wrong kind", s, j)
 		return
+	}
+	if pb := x.pend; pb != nil {
+		// The block whose split is pending is filed under its key from
+		// before the split: check the index with that key, and that the
+		// block split from it is its front.
+		if f := pb.prev; !pb.isFree() || !pb.indexed || f == nil || !f.busy() || f.ptr != x.pendKey.ptr || f.size+pb.size != x.pendKey.size {
+			bad("the block %v whose split is pending is not free and indexed after its front %v", pb.ptr, x.pendKey.ptr)
+		}
+		k := keyOf(pb)
+		pb.ptr, pb.size = x.pendKey.ptr, x.pendKey.size
+		defer func() { pb.ptr, pb.size = k.ptr, k.size }()
 	}
 	var msg string
 	if x.buckets != nil {
@@ -328,9 +339,16 @@ func rowName(row int) string {
 }
 
 // checkPeaksLocked checks the peaks and limits: every shard's value is
-// within its limit, the limits add up to at most the peak, and the all
-// peak is at most the sum of the pool peaks.
+// within its limit, the limits add up to at most the peak, the all peak
+// is at most the sum of the pool peaks, and a shard whose active counts
+// are taken to follow its allocation counts (activeImplied) may have them
+// follow.
 func (a *Allocator) checkPeaksLocked(bad func(string, ...any)) {
+	for _, sh := range a.shards {
+		if sh.activeImplied && !sh.impliedNow() {
+			bad("stream %d: active is taken to follow allocation, but blocks are pending or its limits are lower", sh.stream)
+		}
+	}
 	for row := range numRows {
 		for k := range numQ {
 			var total, lims int64

@@ -55,6 +55,20 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 		{"a peak below the limits", "is below the total", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
 			a.gst.peak[stats.ActiveBytes][qAll] = 0
 		}},
+		{"active taken to follow allocation while a block is pending", "taken to follow allocation", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			a.def.st[stats.Active].pool[qLarge].cur++ // a pending block, as the stats see it
+			a.def.st[stats.Allocation].pool[qLarge].cur--
+			a.def.activeImplied = true
+		}},
+		{"a pending split whose front is not its front", "whose split is pending", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			_, _ = a.Alloc(4096, 0) // a small segment: [4 KiB][rest free]
+			_, _ = a.Alloc(4096, 0) // splits the free rest: its move waits
+			x := &a.def.free[qSmall]
+			if x.pend == nil {
+				panic("no pending split")
+			}
+			x.pendKey.ptr += 512
+		}},
 		{"a whole free segment missing from its list", "fills its segment", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
 			q, _ := a.Alloc(30*mib, 0) // a second segment, freed whole
 			_ = a.Free(q)

@@ -4,7 +4,11 @@
 
 package allocator
 
-import "github.com/gpumem/gpumem/stats"
+import (
+	"math/bits"
+
+	"github.com/gpumem/gpumem/stats"
+)
 
 // The quantities whose peaks are tracked: each of the nine metrics in
 // each pool and in all (qAll), and the oversize allocations and segments.
@@ -23,12 +27,25 @@ const (
 // peak being possible (see peaks). The sum of its decreases is alloc - cur
 // + base, so that a decrease changes one field; base is what makes that
 // sum zero after a reset of the cumulative sums.
+//
+// The rows of active and active_bytes are kept as the pending blocks (and
+// bytes) alone: a block is active when it is allocated or pending, so
+// active = allocation + pending, and both rise only when a block is
+// handed out, so their sums of increases are allocation's. An Alloc then
+// updates three counts instead of five, and while a shard has nothing
+// pending and its active limits are at least its allocation limits
+// (activeImplied), checking allocation's limits checks active's too.
 type count struct {
 	cur, alloc, base, lim int64
 }
 
-// freed returns the sum of the decreases.
-func (c *count) freed() int64 { return c.alloc - c.cur + c.base }
+// derivedFrom maps the rows kept as pending amounts to the rows they add
+// to: active = allocation + pending, active_bytes = allocated_bytes +
+// pending bytes.
+var derivedFrom = [numRows]int{
+	stats.Active:      int(stats.Allocation) + 1,
+	stats.ActiveBytes: int(stats.AllocatedBytes) + 1,
+} // stored plus one, so that zero means "not derived"
 
 // shardCounts is one metric's counts on one shard, per pool, and the
 // limit of the shard's total over both pools (whose current value is the
@@ -91,32 +108,107 @@ func (s *shardCounts) drop(k int, n int64) { s.pool[k&1].cur -= n }
 // increase adds n > 0 to quantity row, pool k of shard sh.
 func (a *Allocator) increase(sh *shard, row, k int, n int64) {
 	if sh.st[row].bump(k, n) {
-		a.exceedAny(sh)
+		a.exceedRows(sh, k, 1<<row)
 	}
 }
 
 // decrease subtracts n > 0 from quantity row, pool k of shard sh.
 func (sh *shard) decrease(row, k int, n int64) { sh.st[row].drop(k, n) }
 
-// exceedAny runs exceed for every quantity of shard sh past its limit.
-func (a *Allocator) exceedAny(sh *shard) {
-	for row := range numRows {
-		s := &sh.st[row]
-		for k := range s.pool {
-			if s.pool[k].cur > s.pool[k].lim {
-				a.exceed(sh, row, k)
-			}
-		}
-		if s.pool[0].cur+s.pool[1].cur > s.allLim {
-			a.exceed(sh, row, qAll)
+// activeOver reports whether shard sh's active or active bytes in pool k
+// (or in all) passed a limit, for an Alloc that is not sure
+// (!sh.activeImplied).
+func (sh *shard) activeOver(k int) bool {
+	for _, row := range [2]int{int(stats.Active), int(stats.ActiveBytes)} {
+		if sh.value(row, k) > *sh.limit(row, k) || sh.value(row, qAll) > *sh.limit(row, qAll) {
+			return true
 		}
 	}
+	return false
+}
+
+// Rows as bit sets, for exceedRows.
+const (
+	activeRows     = 1<<stats.Active | 1<<stats.ActiveBytes
+	allocatedRows  = 1<<stats.Allocation | 1<<stats.AllocatedBytes | 1<<stats.RequestedBytes | activeRows | 1<<oversizeA
+	splitRows      = 1<<stats.InactiveSplit | 1<<stats.InactiveSplitBytes
+	allocationRows = allocatedRows | splitRows
+)
+
+// refreshImplied recomputes sh.activeImplied.
+func (sh *shard) refreshImplied() { sh.activeImplied = sh.impliedNow() }
+
+// impliedNow reports whether the shard has nothing pending and its active
+// limits are at least its allocation limits.
+func (sh *shard) impliedNow() bool {
+	for _, row := range [2]int{int(stats.Active), int(stats.ActiveBytes)} {
+		base := derivedFrom[row] - 1
+		for k := range numQ {
+			if k < qAll && sh.st[row].pool[k].cur != 0 || *sh.limit(row, k) < *sh.limit(base, k) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// exceedRows runs after a change to pool k of the rows in the bit set
+// rows of shard sh passed a limit. With one shard, whose limits are the
+// peaks, it raises each passed limit and peak to the value; with several,
+// it runs exceed for every quantity of those rows past its limit.
+//
+// With one shard the active limits stay at least the allocation limits
+// (active, allocation + pending, is never below allocation, and passing an
+// allocation limit with nothing pending passes the active limit too), so
+// activeImplied changes only with pending blocks.
+func (a *Allocator) exceedRows(sh *shard, k int, rows uint32) {
+	if len(a.shards) == 1 {
+		k &= 1
+		for ; rows != 0; rows &= rows - 1 {
+			row := bits.TrailingZeros32(rows) % numRows
+			col := k
+			if row >= oversizeA {
+				col = qSmall // the oversize stats have one column
+			}
+			s, peak := &sh.st[row], &a.gst.peak[row]
+			v, all := s.pool[col].cur, s.pool[0].cur+s.pool[1].cur
+			if d := derivedFrom[row]; d != 0 {
+				base := &sh.st[(d-1)%numRows]
+				v += base.pool[col].cur
+				all += base.pool[0].cur + base.pool[1].cur
+			}
+			if v > s.pool[col].lim {
+				s.pool[col].lim, peak[col] = v, v
+			}
+			if all > s.allLim {
+				s.allLim, peak[qAll] = all, all
+			}
+		}
+		return
+	}
+	for ; rows != 0; rows &= rows - 1 {
+		row := bits.TrailingZeros32(rows)
+		for c := range numQ {
+			if sh.value(row, c) > *sh.limit(row, c) {
+				a.exceed(sh, row, c)
+			}
+		}
+	}
+	sh.refreshImplied()
 }
 
 // value returns shard sh's current value of quantity row in pool k
 // (qAll for the sum of the pools).
 func (sh *shard) value(row, k int) int64 {
-	s := &sh.st[row]
+	v := sh.st[row].value(k)
+	if d := derivedFrom[row]; d != 0 {
+		v += sh.st[d-1].value(k)
+	}
+	return v
+}
+
+// value returns the pool k's count (qAll: the sum of the pools).
+func (s *shardCounts) value(k int) int64 {
 	if k == qAll {
 		return s.pool[0].cur + s.pool[1].cur
 	}
@@ -161,6 +253,11 @@ func (a *Allocator) exceed(sh *shard, row, k int) {
 		}
 	}
 	*sh.limit(row, k) = *peak - others
+	for _, o := range a.shards {
+		if o != sh {
+			o.refreshImplied()
+		}
+	}
 }
 
 // resetLimitsLocked sets every shard's limits to its current values and
@@ -176,6 +273,9 @@ func (a *Allocator) resetLimitsLocked() {
 			}
 			a.gst.peak[row][k] = total
 		}
+	}
+	for _, o := range a.shards {
+		o.refreshImplied()
 	}
 }
 
@@ -210,9 +310,13 @@ func (a *Allocator) sumLocked(row int, arr *stats.StatArray) {
 	for _, o := range a.shards {
 		for k, c := range o.st[row].pool {
 			s := &arr[statPool(k)]
-			s.Current += c.cur
-			s.Allocated += c.alloc
-			s.Freed += c.freed()
+			cur, alloc := o.value(row, k), c.alloc
+			if d := derivedFrom[row]; d != 0 {
+				alloc = o.st[d-1].pool[k].alloc
+			}
+			s.Current += cur
+			s.Allocated += alloc
+			s.Freed += alloc - cur + c.base
 		}
 	}
 	all := &arr[stats.All]
@@ -249,7 +353,7 @@ func (a *Allocator) resetAccumulatedLocked() {
 		for row := range o.st {
 			for k := range o.st[row].pool {
 				c := &o.st[row].pool[k]
-				c.alloc, c.base = 0, c.cur
+				c.alloc, c.base = 0, o.value(row, k)
 			}
 		}
 	}

@@ -144,8 +144,7 @@ func (a *Allocator) mapLocked(u *block, size uint64) (*block, error) {
 	}
 	u.unmapped = false
 	a.pagesMappedLocked(seg, u.ptr, n)
-	a.mergeLocked(seg.free, u)
-	return u, nil
+	return a.mergeLocked(seg.free, u), nil
 }
 
 // unmapLocked returns to the device the whole pages inside the free

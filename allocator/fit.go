@@ -13,11 +13,16 @@ import "github.com/gpumem/gpumem/device"
 // of expandable segments). Alloc then checks that the block may serve the
 // request (splitRule.mayServe: oversize blocks). The block stays in the
 // free index: takeLocked takes it out. While garbage collection is active,
-// each search counts in the pool's clock of block ages (gcCalls).
+// each search of a tree counts in the pool's clock of block ages
+// (gcCalls); only the large pool's ages are read, and its free blocks are
+// always in a tree.
 
 // treeFitLocked returns the best-fitting free block of x, indexed by a
 // tree, for a request of size (rounded) bytes, or nil.
 func (a *Allocator) treeFitLocked(x *freeIndex, size uint64) *block {
+	if a.gcActive {
+		x.pool.gcCalls++
+	}
 	b := x.tree.lowerBound(size)
 	if b != nil && b.seg.expandable() {
 		b = expandableBestFit(x, b)
@@ -64,9 +69,9 @@ func expandableSize(b *block) uint64 {
 // expandable segment) or a new segment's block, in no index yet.
 func (a *Allocator) takeLocked(x *freeIndex, b *block, size, requested uint64) *block {
 	wasSplit := b.isSplit()
-	bk := x.buckets
-	if b.indexed {
-		if bk != nil {
+	split := a.rule.shouldSplit(x.k == qSmall, b.size, size)
+	if b.indexed && !split {
+		if bk := x.buckets; bk != nil {
 			b.indexed = false
 			bk.remove(b)
 		} else {
@@ -74,18 +79,23 @@ func (a *Allocator) takeLocked(x *freeIndex, b *block, size, requested uint64) *
 		}
 	}
 	var splitBlocks, splitBytes int64
-	if a.rule.shouldSplit(x.k == qSmall, b.size, size) {
+	if split {
 		// The front of b is handed out as a new block; b keeps the rest
-		// and goes back in the index under its new, smaller key.
-		rest := b
+		// and stays in the index (or goes in) under its new, smaller key.
+		rest, old := b, keyOf(b)
 		b = a.newBlockLocked() // zeroed
 		b.ptr, b.size, b.stream, b.pool, b.seg = rest.ptr, size, rest.stream, rest.pool, rest.seg
 		rest.linkBefore(b)
 		rest.ptr += device.Ptr(size)
 		rest.size -= size
-		if bk != nil {
-			rest.indexed = true
-			bk.insert(rest)
+		if rest.indexed {
+			// Its move to the new key waits (freeIndex.pend); it is
+			// stamped and unlisted now, as filing it anew would.
+			rest.gcCountBase = x.pool.gcCalls
+			if rest.listed {
+				x.unlist(rest)
+			}
+			x.pend, x.pendKey = rest, old
 		} else {
 			x.insert(rest)
 		}

@@ -72,16 +72,17 @@ func (a *Allocator) blockAllocatedLocked(x *freeIndex, b *block, splitBlocks, sp
 	st := &x.sh.st
 	over := st[stats.Allocation].bump(k, 1)
 	over = st[stats.AllocatedBytes].bump(k, n) || over
-	over = st[stats.Active].bump(k, 1) || over
-	over = st[stats.ActiveBytes].bump(k, n) || over
 	over = st[stats.RequestedBytes].bump(k, int64(b.requested)) || over
+	if !x.sh.activeImplied { // active = allocation + pending rises too
+		over = x.sh.activeOver(k) || over
+	}
 	if b.size >= a.rule.maxSplit {
 		over = st[oversizeA].bump(qSmall, 1) || over
 	}
 	over = st[stats.InactiveSplit].move(k, splitBlocks) || over
 	over = st[stats.InactiveSplitBytes].move(k, splitBytes) || over
 	if over {
-		a.exceedAny(x.sh)
+		a.exceedRows(x.sh, k, allocationRows)
 	}
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream})
@@ -98,6 +99,10 @@ func (a *Allocator) freeRequestedLocked(x *freeIndex, b *block) {
 	if b.size >= a.rule.maxSplit {
 		st[oversizeA].drop(qSmall, 1)
 	}
+	// Active (allocation + pending) stays as it is: the block is pending.
+	st[stats.Active].pool[x.k].cur++
+	st[stats.ActiveBytes].pool[x.k].cur += int64(b.size)
+	x.sh.activeImplied = false
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream})
 	}
@@ -106,9 +111,11 @@ func (a *Allocator) freeRequestedLocked(x *freeIndex, b *block) {
 // blockFreedLocked records that b, of free index x, freed by its caller,
 // returns to the cache (free_completed): it is no longer active. With
 // requested, the caller's free is recorded first (free_requested): a free
-// that did not wait for stream events. The merge that follows is
-// recorded by splitChangedLocked.
-func (a *Allocator) blockFreedLocked(x *freeIndex, b *block, requested bool) {
+// that did not wait for stream events. splitBlocks and splitBytes are
+// what the merge that follows changes in the free blocks of split
+// segments (inactive_split). Observers see the merge as part of
+// free_completed.
+func (a *Allocator) blockFreedLocked(x *freeIndex, b *block, requested bool, splitBlocks, splitBytes int64) {
 	k, st, size := x.k, &x.sh.st, int64(b.size)
 	if requested {
 		st[stats.Allocation].drop(k, 1)
@@ -116,28 +123,27 @@ func (a *Allocator) blockFreedLocked(x *freeIndex, b *block, requested bool) {
 		if b.size >= a.rule.maxSplit {
 			st[oversizeA].drop(qSmall, 1)
 		}
+	} else { // it was pending: active (allocation + pending) falls with pending
+		st[stats.Active].drop(k, 1)
+		st[stats.ActiveBytes].drop(k, size)
+		x.sh.refreshImplied()
 	}
-	st[stats.Active].drop(k, 1)
-	st[stats.ActiveBytes].drop(k, size)
 	st[stats.RequestedBytes].drop(k, int64(b.requested))
+	if splitBlocks > 0 || splitBytes > 0 {
+		over := st[stats.InactiveSplit].move(k, splitBlocks)
+		over = st[stats.InactiveSplitBytes].move(k, splitBytes) || over
+		if over {
+			a.exceedRows(x.sh, k, splitRows)
+		}
+	} else {
+		st[stats.InactiveSplit].pool[k&1].cur += splitBlocks
+		st[stats.InactiveSplitBytes].pool[k&1].cur += splitBytes
+	}
 	if len(a.observers) > 0 {
 		if requested {
 			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream})
 		}
 		a.notifyLocked(Action{Kind: ActionFreeCompleted, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream})
-	}
-}
-
-// splitChangedLocked moves the count and bytes of free blocks in split
-// segments (inactive_split) of free index x by the given signed amounts:
-// the merge of a freed block. Observers see no action: the merge is part
-// of free_completed.
-func (a *Allocator) splitChangedLocked(x *freeIndex, blocks, bytes int64) {
-	st := &x.sh.st
-	over := st[stats.InactiveSplit].move(x.k, blocks)
-	over = st[stats.InactiveSplitBytes].move(x.k, bytes) || over
-	if over {
-		a.exceedAny(x.sh)
 	}
 }
 

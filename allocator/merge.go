@@ -10,29 +10,53 @@ package allocator
 // and files the result in the free index (PyTorch's free_block).
 func (a *Allocator) finishFreeLocked(b *block, requested bool) {
 	x := b.seg.free
-	a.blockFreedLocked(x, b, requested)
-	b.requested = 0
-	if blocks, bytes := a.mergeLocked(x, b); blocks|bytes != 0 {
-		a.splitChangedLocked(x, blocks, bytes)
+	prev, next := b.prev, b.next
+	mergePrev := prev != nil && !prev.busy() && !prev.unmapped
+	mergeNext := next != nil && !next.busy() && !next.unmapped
+	// The merge's change to the free blocks of split plain segments
+	// (inactive_split): the neighbours it absorbs go, the merged block
+	// counts if its segment stays split.
+	var blocks, bytes int64
+	if !b.seg.expandable() { // expandable blocks are never "inactive split"
+		first, last, size := b, b, b.size
+		if mergePrev {
+			first, size = prev, size+prev.size
+			blocks, bytes = -1, -int64(prev.size)
+		}
+		if mergeNext {
+			last, size = next, size+next.size
+			blocks, bytes = blocks-1, bytes-int64(next.size)
+		}
+		if first.prev != nil || last.next != nil {
+			blocks, bytes = blocks+1, bytes+int64(size)
+		}
 	}
+	a.blockFreedLocked(x, b, requested, blocks, bytes)
+	b.requested = 0
+	if pb := x.pend; pb != nil {
+		if next == pb && !mergePrev {
+			a.unsplitLocked(x, b)
+			return
+		}
+		x.settle()
+	}
+	a.mergeLocked(x, b)
 }
 
 // mergeLocked merges b, a free block or an unmapped range of x's pool and
 // stream in no index, with its neighbours of the same kind (PyTorch's
-// try_merge_blocks), and files the result, b grown, in its index. It
-// returns what the merge changed in the free blocks of split plain
-// segments (inactive_split): the neighbours absorbed, and the merged
-// block if its segment stays split.
-func (a *Allocator) mergeLocked(x *freeIndex, b *block) (splitBlocks, splitBytes int64) {
+// try_merge_blocks), and files the result in its index, which has no
+// pending split. It returns the merged block.
+func (a *Allocator) mergeLocked(x *freeIndex, b *block) *block {
 	bk := x.buckets // never set for expandable segments, whose unmapped ranges merge too
-	if prev := b.prev; prev != nil && !prev.busy() && prev.unmapped == b.unmapped {
-		if bk != nil {
-			prev.indexed = false
-			bk.remove(prev)
-		} else {
-			x.unfile(prev)
-		}
-		splitBlocks, splitBytes = -1, -int64(prev.size)
+	prev, next := b.prev, b.next
+	mergePrev := prev != nil && !prev.busy() && prev.unmapped == b.unmapped
+	mergeNext := next != nil && !next.busy() && next.unmapped == b.unmapped
+	if bk == nil && !b.unmapped && (mergePrev || mergeNext) {
+		return a.mergeIntoLocked(x, b, mergePrev, mergeNext)
+	}
+	if mergePrev {
+		unfileFree(x, prev)
 		b.ptr, b.size = prev.ptr, b.size+prev.size
 		b.prev = prev.prev
 		if b.prev != nil {
@@ -42,14 +66,8 @@ func (a *Allocator) mergeLocked(x *freeIndex, b *block) (splitBlocks, splitBytes
 		}
 		a.recycleLocked(prev)
 	}
-	if next := b.next; next != nil && !next.busy() && next.unmapped == b.unmapped {
-		if bk != nil {
-			next.indexed = false
-			bk.remove(next)
-		} else {
-			x.unfile(next)
-		}
-		splitBlocks, splitBytes = splitBlocks-1, splitBytes-int64(next.size)
+	if mergeNext {
+		unfileFree(x, next)
 		b.size += next.size
 		b.next = next.next
 		if b.next != nil {
@@ -63,11 +81,77 @@ func (a *Allocator) mergeLocked(x *freeIndex, b *block) (splitBlocks, splitBytes
 	} else {
 		x.file(b)
 	}
-	if b.seg.expandable() { // expandable blocks are never "inactive split"
-		return 0, 0
+	return b
+}
+
+// mergeIntoLocked merges b, a free block of x's tree in no index, into
+// its free neighbours (one or both merge), and returns the merged block: a
+// neighbour's struct (the next one's if it merges), moved to its new key
+// in place (freeTree.rekey), which saves a remove and an insert when it
+// stays in its leaf.
+func (a *Allocator) mergeIntoLocked(x *freeIndex, b *block, mergePrev, mergeNext bool) *block {
+	prev, next := b.prev, b.next
+	m := prev
+	if mergeNext {
+		m = next
 	}
-	if b.isSplit() {
-		splitBlocks, splitBytes = splitBlocks+1, splitBytes+int64(b.size)
+	old := keyOf(m)
+	first, last, total := b, b, b.size
+	if mergePrev {
+		first, total = prev, total+prev.size
+		if prev != m {
+			x.remove(prev)
+		}
 	}
-	return splitBlocks, splitBytes
+	if mergeNext {
+		last, total = next, total+next.size
+	}
+	m.ptr, m.size = first.ptr, total
+	m.prev, m.next = first.prev, last.next
+	if m.prev != nil {
+		m.prev.next = m
+	} else {
+		m.seg.head = m
+	}
+	if m.next != nil {
+		m.next.prev = m
+	}
+	if mergePrev && prev != m {
+		a.recycleLocked(prev)
+	}
+	a.recycleLocked(b)
+	x.rekey(m, old)
+	return m
+}
+
+// unsplitLocked merges b, free and in no index, with the block split from
+// it by the last Alloc from x (x.pend, right after it, free), and not with
+// the block before it: the merged block is the one from before the split,
+// filed under the key x.pend is still filed under, so the index does not
+// change.
+func (a *Allocator) unsplitLocked(x *freeIndex, b *block) {
+	m := x.pend
+	x.pend = nil
+	m.ptr, m.size = b.ptr, b.size+m.size
+	m.prev = b.prev
+	if m.prev != nil {
+		m.prev.next = m
+	} else {
+		m.seg.head = m
+	}
+	a.recycleLocked(b)
+	if x.buckets == nil && !m.isSplit() && !m.seg.expandable() {
+		x.list(m) // it fills its segment again
+	}
+}
+
+// unfileFree takes b, a free block or an unmapped range, out of its index
+// (x, or its pool's unmapped index).
+func unfileFree(x *freeIndex, b *block) {
+	if bk := x.buckets; bk != nil {
+		b.indexed = false
+		bk.remove(b)
+	} else {
+		x.unfile(b)
+	}
 }

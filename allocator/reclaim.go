@@ -27,6 +27,7 @@ func refused(err error) bool { return err != nil && errors.Is(err, device.ErrOut
 // releasing the whole cache and retrying. It returns a free block of at
 // least size bytes, or an *OutOfMemoryError, or another device error.
 func (a *Allocator) allocSlowLocked(x *freeIndex, size, requested uint64) (*block, error) {
+	a.settleAllLocked() // the ladder below walks and changes every index
 	if a.gcActive {
 		a.garbageCollectLocked()
 	}

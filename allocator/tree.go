@@ -24,7 +24,7 @@ func (k treeKey) less(o treeKey) bool {
 const (
 	treeOrder    = 32 // entries of a leaf, children of an inner node, at most
 	treeMinFill  = treeOrder / 4
-	treeMaxDepth = 24 // inner levels; a tree of 2^48 blocks needs fewer
+	treeMaxDepth = 12 // inner levels: a tree of that height holds at least 2 * 8^12 blocks
 )
 
 // A treeLeaf holds up to treeOrder blocks in key order. Leaves are linked
@@ -60,18 +60,7 @@ type freeTree struct {
 }
 
 // search returns the index of the first key of l not less than k.
-func (l *treeLeaf) search(k treeKey) int {
-	lo, hi := 0, l.n
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if l.keys[m].less(k) {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo
-}
+func (l *treeLeaf) search(k treeKey) int { return l.searchIn(k, 0, l.n) }
 
 // child returns the index of the child of in whose range holds k.
 func (in *treeInner) child(k treeKey) int {
@@ -110,17 +99,22 @@ func (t *freeTree) descend(k treeKey, path *[treeMaxDepth]pathStep) *treeLeaf {
 	}
 }
 
+// leafFor returns the leaf whose range holds k (nil for an empty tree).
+func (t *freeTree) leafFor(k treeKey) *treeLeaf {
+	if t.height == 0 {
+		return t.leaf
+	}
+	n := t.root
+	for h := t.height; h > 1; h-- {
+		n = n.inner[n.child(k)]
+	}
+	return n.leaves[n.child(k)]
+}
+
 // seek returns the position of the first block not less than k: a leaf and
 // an index in it, or a nil leaf when there is none.
 func (t *freeTree) seek(k treeKey) (*treeLeaf, int) {
-	l := t.leaf
-	if t.height > 0 {
-		n := t.root
-		for h := t.height; h > 1; h-- {
-			n = n.inner[n.child(k)]
-		}
-		l = n.leaves[n.child(k)]
-	}
+	l := t.leafFor(k)
 	if l == nil {
 		return nil, 0
 	}
@@ -166,17 +160,16 @@ func (t *freeTree) insert(b *block) {
 		t.leaf, t.first, t.last = l, l, l
 		return
 	}
-	var path [treeMaxDepth]pathStep
-	l := t.descend(k, &path)
+	l := t.leafFor(k)
 	i := l.search(k)
 	if l.n < treeOrder {
-		copy(l.keys[i+1:l.n+1], l.keys[i:l.n])
-		copy(l.vals[i+1:l.n+1], l.vals[i:l.n])
-		l.keys[i], l.vals[i] = k, b
-		l.n++
+		l.insertAt(i, k, b)
 		return
 	}
-	// Split the full leaf in two halves, then put b in its half.
+	// Split the full leaf in two halves, then put b in its half; the path
+	// down is needed to add the new leaf to its parent.
+	var path [treeMaxDepth]pathStep
+	t.descend(k, &path)
 	r := &treeLeaf{n: treeOrder / 2}
 	copy(r.keys[:], l.keys[treeOrder/2:])
 	copy(r.vals[:], l.vals[treeOrder/2:])
@@ -189,7 +182,7 @@ func (t *freeTree) insert(b *block) {
 		t.last = r
 	}
 	l.next = r
-	if i <= treeOrder/2 && !(i == treeOrder/2 && !k.less(r.keys[0])) {
+	if i <= treeOrder/2 {
 		l.insertAt(i, k, b)
 	} else {
 		r.insertAt(i-treeOrder/2, k, b)
@@ -261,6 +254,59 @@ func (n *treeInner) insertChild(i int, sep treeKey, inner *treeInner, leaf *tree
 	n.n++
 }
 
+// rekey moves b, filed under old, to its current key (b's size and
+// address changed, as a split or a merge changes them). When the new key
+// falls strictly between two other keys of b's leaf, b moves within the
+// leaf, shifting the entries between its two places: one search instead
+// of a remove and an insert.
+func (t *freeTree) rekey(b *block, old treeKey) {
+	k := keyOf(b)
+	l := t.leafFor(old)
+	i := l.search(old)
+	if i < l.n && l.vals[i] == b {
+		if k.less(old) {
+			// Moving down: the first key not less than k, among those
+			// before b, needs a smaller key before it in the leaf.
+			j := l.searchIn(k, 0, i)
+			if j > 0 {
+				copy(l.keys[j+1:i+1], l.keys[j:i])
+				copy(l.vals[j+1:i+1], l.vals[j:i])
+				l.keys[j], l.vals[j] = k, b
+				return
+			}
+		} else {
+			// Moving up: the first key not less than k, among those after
+			// b, must be in the leaf.
+			j := l.searchIn(k, i+1, l.n)
+			if j < l.n {
+				copy(l.keys[i:j-1], l.keys[i+1:j])
+				copy(l.vals[i:j-1], l.vals[i+1:j])
+				l.keys[j-1], l.vals[j-1] = k, b
+				return
+			}
+		}
+	}
+	// Across leaves: a remove under the old key and an insert.
+	b.ptr, b.size = old.ptr, old.size
+	t.remove(b)
+	b.ptr, b.size = k.ptr, k.size
+	t.insert(b)
+}
+
+// searchIn returns the index of the first key of l[lo:hi] not less than
+// k, or hi.
+func (l *treeLeaf) searchIn(k treeKey, lo, hi int) int {
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if l.keys[m].less(k) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
 // remove deletes b, filed under its current key; it reports whether b
 // was there.
 func (t *freeTree) remove(b *block) bool {
@@ -268,8 +314,7 @@ func (t *freeTree) remove(b *block) bool {
 		return false
 	}
 	k := keyOf(b)
-	var path [treeMaxDepth]pathStep
-	l := t.descend(k, &path)
+	l := t.leafFor(k)
 	i := l.search(k)
 	if i == l.n || l.vals[i] != b {
 		return false
@@ -288,6 +333,8 @@ func (t *freeTree) remove(b *block) bool {
 		}
 		return true
 	}
+	var path [treeMaxDepth]pathStep
+	t.descend(k, &path) // the separators are as they were: the same leaf
 	t.rebalanceLeaf(&path, l)
 	return true
 }
