@@ -180,11 +180,10 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 	if a.divisions != nil {
 		rounded = roundSize(size, a.divisions)
 	}
-	k := qLarge
-	if isSmall(rounded) {
-		k = qSmall
+	x := &sh.free[qSmall]
+	if !isSmall(rounded) {
+		x = &sh.free[qLarge]
 	}
-	x := &sh.free[k]
 	if x.pend != nil {
 		x.settle()
 	}

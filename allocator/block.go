@@ -202,6 +202,10 @@ type freeIndex struct {
 	// its place in wholes are already those of its new key.
 	pend    *block
 	pendKey treeKey
+	// front is the struct of the last block handed out and merged back by
+	// an unsplit: its fields but those a split sets are zero, so the next
+	// split reuses it without clearing and recycling it.
+	front *block
 }
 
 func (x *freeIndex) init(sh *shard, p *pool, expandable bool) {
@@ -270,12 +274,17 @@ func (x *freeIndex) settle() {
 }
 
 // settleAllLocked settles every free index, before a walk or a change of
-// more than one index.
+// more than one index, and lets go of the structs kept for the next split.
 func (a *Allocator) settleAllLocked() {
 	for _, sh := range a.shards {
 		for i := range sh.free {
-			if sh.free[i].pend != nil {
-				sh.free[i].settle()
+			x := &sh.free[i]
+			if x.pend != nil {
+				x.settle()
+			}
+			if x.front != nil {
+				a.recycleLocked(x.front)
+				x.front = nil
 			}
 		}
 	}

@@ -83,7 +83,11 @@ func (a *Allocator) takeLocked(x *freeIndex, b *block, size, requested uint64) *
 		// The front of b is handed out as a new block; b keeps the rest
 		// and stays in the index (or goes in) under its new, smaller key.
 		rest, old := b, keyOf(b)
-		b = a.newBlockLocked() // zeroed
+		if b = x.front; b != nil {
+			x.front = nil // zero but for the fields set here
+		} else {
+			b = a.newBlockLocked() // zeroed
+		}
 		b.ptr, b.size, b.stream, b.pool, b.seg = rest.ptr, size, rest.stream, rest.pool, rest.seg
 		rest.linkBefore(b)
 		rest.ptr += device.Ptr(size)
@@ -91,9 +95,11 @@ func (a *Allocator) takeLocked(x *freeIndex, b *block, size, requested uint64) *
 		if rest.indexed {
 			// Its move to the new key waits (freeIndex.pend); it is
 			// stamped and unlisted now, as filing it anew would.
-			rest.gcCountBase = x.pool.gcCalls
-			if rest.listed {
-				x.unlist(rest)
+			if x.buckets == nil {
+				rest.gcCountBase = x.pool.gcCalls
+				if rest.listed {
+					x.unlist(rest)
+				}
 			}
 			x.pend, x.pendKey = rest, old
 		} else {
@@ -109,8 +115,7 @@ func (a *Allocator) takeLocked(x *freeIndex, b *block, size, requested uint64) *
 	} else if wasSplit && !b.seg.expandable() {
 		splitBlocks, splitBytes = -1, -int64(b.size)
 	}
-	b.allocated = true
-	b.requested = requested
+	b.allocated, b.requested = true, requested
 	a.live.put(b)
 	a.blockAllocatedLocked(x, b, splitBlocks, splitBytes)
 	return b

@@ -12,12 +12,29 @@ func (a *Allocator) finishFreeLocked(b *block, requested bool) {
 	x := b.seg.free
 	prev, next := b.prev, b.next
 	mergePrev := prev != nil && !prev.busy() && !prev.unmapped
-	mergeNext := next != nil && !next.busy() && !next.unmapped
 	// The merge's change to the free blocks of split plain segments
 	// (inactive_split): the neighbours it absorbs go, the merged block
-	// counts if its segment stays split.
+	// counts if its segment stays split. Expandable blocks never count.
 	var blocks, bytes int64
-	if !b.seg.expandable() { // expandable blocks are never "inactive split"
+	plain := !b.seg.expandable()
+	if pb := x.pend; pb != nil {
+		if next == pb && !mergePrev {
+			// b goes back into the block it was split from (unsplit).
+			if plain {
+				blocks, bytes = -1, -int64(pb.size)
+				if b.prev != nil || pb.next != nil {
+					blocks, bytes = 0, int64(b.size)
+				}
+			}
+			a.blockFreedLocked(x, b, requested, blocks, bytes)
+			b.requested = 0
+			a.unsplitLocked(x, b)
+			return
+		}
+		x.settle()
+	}
+	mergeNext := next != nil && !next.busy() && !next.unmapped
+	if plain {
 		first, last, size := b, b, b.size
 		if mergePrev {
 			first, size = prev, size+prev.size
@@ -33,13 +50,6 @@ func (a *Allocator) finishFreeLocked(b *block, requested bool) {
 	}
 	a.blockFreedLocked(x, b, requested, blocks, bytes)
 	b.requested = 0
-	if pb := x.pend; pb != nil {
-		if next == pb && !mergePrev {
-			a.unsplitLocked(x, b)
-			return
-		}
-		x.settle()
-	}
 	a.mergeLocked(x, b)
 }
 
@@ -139,7 +149,11 @@ func (a *Allocator) unsplitLocked(x *freeIndex, b *block) {
 	} else {
 		m.seg.head = m
 	}
-	a.recycleLocked(b)
+	if x.front == nil {
+		x.front = b // for the next split of x: b's flags and counts are zero
+	} else {
+		a.recycleLocked(b)
+	}
 	if x.buckets == nil && !m.isSplit() && !m.seg.expandable() {
 		x.list(m) // it fills its segment again
 	}

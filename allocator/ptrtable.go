@@ -18,6 +18,7 @@ type ptrTable struct {
 	mask  uint64
 	shift uint8
 	n     int
+	limit int // n at which the table grows: half its slots
 }
 
 const ptrTableMinSize = 64
@@ -27,6 +28,7 @@ func (t *ptrTable) init(size int) {
 	t.mask = uint64(size - 1)
 	t.shift = uint8(64 - bitsLen(uint64(size-1)))
 	t.n = 0
+	t.limit = size / 2
 }
 
 func bitsLen(x uint64) int {
@@ -60,7 +62,7 @@ func (t *ptrTable) get(p device.Ptr) *block {
 
 // put adds b, whose address is not in the table, under its address.
 func (t *ptrTable) put(b *block) {
-	if 2*(t.n+1) > len(t.slots) {
+	if t.n >= t.limit {
 		t.grow()
 	}
 	mask := t.mask
