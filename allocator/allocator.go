@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/internal/deferred"
@@ -15,7 +16,8 @@ import (
 )
 
 // Allocator is a caching allocator for one device. It is safe for concurrent
-// use by multiple goroutines.
+// use by multiple goroutines: Alloc and Free on different streams run at
+// once (doc.go, Locking).
 type Allocator struct {
 	// Read-only after New.
 	dev       device.Device
@@ -25,35 +27,43 @@ type Allocator struct {
 	rule      splitRule                    // max_split_size and the split rules
 	divisions *[NumRoundupIntervals]uint64 // roundup_power2_divisions; nil when no entry is set
 	eventDone func(*block)                 // eventDoneLocked, bound once so that polling allocates nothing
+	def       *shard                       // the default stream's shard
 
-	mu sync.Mutex // guards everything below
+	// Read without a lock; written in the world.
+	single   atomic.Pointer[shard]    // the one shard while there is one (the default stream's), then nil
+	byStream atomic.Pointer[[]*shard] // every shard, by stream: a copy of shards
+	byID     atomic.Pointer[[]*shard] // every shard, by id (its place in the order of creation), for routes
+	routes   routes                   // address to shard, while there is more than one shard
+
+	// mu and every shard's lock together (the world) guard everything
+	// below: it changes only in the world, and a shard's fast path, which
+	// holds only its shard's lock, may read it.
+	mu    sync.Mutex
+	world bool // every lock is held
 
 	cfg      Config
 	allowed  uint64 // cap on reserved bytes (fraction or limit); 0 means none
 	gcActive bool   // a garbage-collection threshold and a cap are both set
 
 	// small and large are the two pools. Every block of every segment is
-	// in exactly one of: live (allocated), the events queue (pending, once
-	// per outstanding event), the free index of its pool and stream (free),
-	// its pool's unmapped index (unmapped).
+	// in exactly one of: its shard's address table (allocated), the
+	// events queue (pending, once per outstanding event), the free index
+	// of its pool and stream (free), its pool's unmapped index (unmapped).
 	small, large *pool
-	def          *shard                  // the default stream's shard
-	shards       []*shard                // every stream's shard (def included), by stream
-	live         ptrTable                // allocated blocks by address
+	shards       []*shard                // every stream's shard (def included), by stream: the order of lockAll
 	segments     map[device.Ptr]*segment // every segment by base address
 	gst          globalCounts            // the peaks and the slow paths' counters; with the shards' counts, the stats, changed only through the ledger
 
-	uses   map[*block][]device.Stream // for allocated blocks with recorded set: the other streams used
-	events *deferred.Queue[*block]    // pending frees, per stream
+	uses    map[*block][]device.Stream // for allocated blocks with recorded set: the other streams used
+	events  *deferred.Queue[*block]    // pending frees, per stream
+	streams []device.Stream            // streams known to be valid that have no shard
 
-	spare     *block   // recycled block structs, linked through next
-	nspare    int      // their number
 	key       block    // search key for the unmapped index (scratch)
 	collected []*block // scratch list for release passes
 	examined  int      // blocks looked at by release passes, for the tests of their cost
 
-	observers    []observerEntry // copy on write: notified with mu held
-	oomObservers []oomObserver   // copy on write: called after mu is released
+	observers    []observerEntry // copy on write: notified in the world
+	oomObservers []oomObserver   // copy on write: called after the world is left
 	nextID       uint64
 }
 
@@ -102,8 +112,13 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 	}
 	a.eventDone = a.eventDoneLocked
 	a.def = a.newShard(device.DefaultStream)
+	a.def.fast = true
 	a.shards = []*shard{a.def}
+	a.byID.Store(&[]*shard{a.def})
+	a.byStream.Store(&[]*shard{a.def})
+	a.single.Store(a.def)
 	a.setCapLocked(cfg.MemoryFraction)
+	a.def.fast = !a.gcActive
 	a.gst.maxSplitSize = -1
 	if a.rule.maxSplit != maxSplitNone {
 		a.gst.maxSplitSize = int64(a.rule.maxSplit)
@@ -135,8 +150,8 @@ func (a *Allocator) Device() device.Device { return a.dev }
 
 // Config returns the allocator's configuration.
 func (a *Allocator) Config() Config {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	return a.cfg
 }
 
@@ -147,8 +162,8 @@ func (a *Allocator) SetMemoryFraction(fraction float64) error {
 	if !(fraction > 0 && fraction <= 1) {
 		return fmt.Errorf("allocator: memory fraction %v must be in (0, 1]", fraction)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	if fraction == 1 {
 		fraction = 0
 	}
@@ -165,17 +180,57 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 	if size-1 >= maxRequestSize-1 { // 0, or 1 EiB and more
 		return 0, outOfRange(size)
 	}
-	a.mu.Lock()
 	sh := a.def
 	if s != device.DefaultStream {
-		if sh = a.shardLocked(s); sh == nil {
-			a.mu.Unlock()
-			return 0, fmt.Errorf("allocator: stream %d is not a stream of device %d: %w", s, a.ordinal, device.ErrInvalidStream)
+		sh = a.lookupShard(s)
+	}
+	if sh != nil {
+		sh.mu.Lock()
+		if sh.fast {
+			// allocCachedLocked, written out: the fast path is short.
+			rounded := (size + kMinBlockSize - 1) &^ (kMinBlockSize - 1)
+			if a.divisions != nil {
+				rounded = roundSize(size, a.divisions)
+			}
+			x := &sh.free[qSmall]
+			if !isSmall(rounded) {
+				x = &sh.free[qLarge]
+			}
+			if x.pend != nil {
+				x.settle()
+			}
+			var b *block
+			if bk := x.buckets; bk != nil {
+				var ok bool
+				if b, ok = bk.recall(rounded); !ok {
+					b = bk.bestFit(rounded)
+				}
+			} else {
+				b = a.treeFitLocked(x, rounded)
+			}
+			if b != nil && a.rule.mayServe(b.size, rounded) {
+				ptr := a.takeLocked(x, b, rounded, size).ptr
+				cut := sh.cut
+				sh.mu.Unlock()
+				if cut {
+					a.settleCut()
+				}
+				if selfCheck {
+					a.selfCheck("Alloc")
+				}
+				return ptr, nil
+			}
 		}
+		sh.mu.Unlock()
 	}
-	if a.events.Len() > 0 {
-		a.pollEventsLocked()
-	}
+	return a.allocWorld(size, s)
+}
+
+// allocCachedLocked is Alloc's fast path, under the lock of sh alone: it
+// serves the request from the cache of sh, or returns nil (a miss, or a
+// block that may not serve it) having changed nothing the stats or the
+// decisions see.
+func (a *Allocator) allocCachedLocked(sh *shard, size uint64) *block {
 	rounded := (size + kMinBlockSize - 1) &^ (kMinBlockSize - 1)
 	if a.divisions != nil {
 		rounded = roundSize(size, a.divisions)
@@ -194,16 +249,40 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 		b = a.treeFitLocked(x, rounded)
 	}
 	if b == nil || !a.rule.mayServe(b.size, rounded) {
+		return nil
+	}
+	return a.takeLocked(x, b, rounded, size)
+}
+
+// allocWorld runs the whole allocation ladder in the world.
+func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error) {
+	a.lockAll()
+	sh := a.shardLocked(s)
+	if sh == nil {
+		a.unlockAll()
+		return 0, fmt.Errorf("allocator: stream %d is not a stream of device %d: %w", s, a.ordinal, device.ErrInvalidStream)
+	}
+	if a.events.Len() > 0 {
+		a.pollEventsLocked()
+	}
+	b := a.allocCachedLocked(sh, size)
+	if b == nil {
+		rounded := roundSize(size, a.divisions)
+		x := &sh.free[qSmall]
+		if !isSmall(rounded) {
+			x = &sh.free[qLarge]
+		}
 		var err error
 		if b, err = a.allocSlowLocked(x, rounded, size); err != nil {
 			return 0, a.allocFailedLocked(err)
 		}
+		b = a.takeLocked(x, b, rounded, size)
 	}
-	ptr := a.takeLocked(x, b, rounded, size).ptr
+	ptr := b.ptr
 	if selfCheck {
 		a.selfCheckLocked("Alloc")
 	}
-	a.mu.Unlock()
+	a.unlockAll()
 	return ptr, nil
 }
 
@@ -219,14 +298,14 @@ func outOfRange(size uint64) error {
 	return fmt.Errorf("allocator: cannot allocate %d bytes (more than 1 EiB; a negative size converted to uint64?): %w (%w)", size, device.ErrInvalidSize, device.ErrOutOfMemory)
 }
 
-// allocFailedLocked ends a failed Alloc: it releases the lock and calls
-// the out-of-memory observers for an out-of-memory error.
+// allocFailedLocked ends a failed Alloc: it leaves the world and calls the
+// out-of-memory observers for an out-of-memory error.
 func (a *Allocator) allocFailedLocked(err error) error {
 	if selfCheck {
 		a.selfCheckLocked("a failed Alloc")
 	}
 	obs := a.oomObservers
-	a.mu.Unlock()
+	a.unlockAll()
 	if oom, ok := err.(*OutOfMemoryError); ok {
 		for _, o := range obs {
 			o.f(oom)
@@ -246,33 +325,71 @@ func (a *Allocator) Free(p device.Ptr) error {
 	if p == 0 {
 		return nil
 	}
-	a.mu.Lock()
-	b := a.live.remove(p)
+	sh := a.single.Load()
+	if sh == nil {
+		if id, ok := a.routes.lookup(p); ok {
+			if ids := *a.byID.Load(); int(id) < len(ids) {
+				sh = ids[id]
+			}
+		}
+	}
+	if sh != nil {
+		sh.mu.Lock()
+		if sh.fast {
+			if b := sh.live.remove(p); b != nil {
+				if !b.recorded {
+					b.allocated = false
+					a.finishFreeLocked(b, true)
+					cut := sh.cut
+					sh.mu.Unlock()
+					if cut {
+						a.settleCut()
+					}
+					if selfCheck {
+						a.selfCheck("Free")
+					}
+					return nil
+				}
+				sh.live.put(b) // the world frees it
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return a.freeWorld(p)
+}
+
+// freeWorld runs the free ladder in the world.
+func (a *Allocator) freeWorld(p device.Ptr) error {
+	a.lockAll()
+	defer a.unlockAll()
+	b, sh := a.liveBlockLocked(p)
 	var err error
 	switch {
 	case b == nil:
 		err = a.invalidPointerLocked("free", p)
 	case b.recorded:
-		err = a.freeRecordedLocked(b)
+		sh.live.remove(p)
+		err = a.freeRecordedLocked(sh, b)
 	default:
+		sh.live.remove(p)
 		b.allocated = false
 		a.finishFreeLocked(b, true)
 	}
 	if selfCheck {
 		a.selfCheckLocked("Free")
 	}
-	a.mu.Unlock()
 	return err
 }
 
-// freeRecordedLocked runs the free ladder for b, allocated and recorded on
-// other streams (RecordStream): it records an event on each and leaves b
-// pending, or completes the free when the events could not be recorded
-// and the streams were synchronized instead.
-func (a *Allocator) freeRecordedLocked(b *block) error {
+// freeRecordedLocked runs the free ladder for b, allocated (taken out of
+// its shard's address table) and recorded on other streams
+// (RecordStream): it records an event on each and leaves b pending, or
+// completes the free when the events could not be recorded and the
+// streams were synchronized instead.
+func (a *Allocator) freeRecordedLocked(sh *shard, b *block) error {
 	n, err := a.deferFreeLocked(b)
 	if err != nil {
-		a.live.put(b) // nothing changed
+		sh.live.put(b) // nothing changed
 		return err
 	}
 	b.allocated = false
@@ -319,8 +436,8 @@ func (a *Allocator) segmentOfLocked(p device.Ptr) *segment {
 // block stay. An error from the device leaves the blocks it concerns
 // cached; the others are released.
 func (a *Allocator) EmptyCache() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	a.cacheEmptiedLocked()
 	a.settleAllLocked()
 	err := a.releaseCachedLocked()
@@ -332,31 +449,31 @@ func (a *Allocator) EmptyCache() error {
 
 // Stats returns a copy of the allocator's statistics.
 func (a *Allocator) Stats() stats.DeviceStats {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	return a.statsLocked()
 }
 
 // ResetPeakStats makes every peak equal to its current value
 // (torch.cuda.reset_peak_memory_stats).
 func (a *Allocator) ResetPeakStats() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	a.resetPeakLocked()
 }
 
 // ResetAccumulatedStats zeroes the cumulative sums and counters
 // (torch.cuda.reset_accumulated_memory_stats).
 func (a *Allocator) ResetAccumulatedStats() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	a.resetAccumulatedLocked()
 }
 
 // LargestFreeBlock returns the size of the largest cached free block.
 func (a *Allocator) LargestFreeBlock() uint64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	a.settleAllLocked()
 	return a.largestFreeLocked()
 }

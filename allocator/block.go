@@ -283,7 +283,7 @@ func (a *Allocator) settleAllLocked() {
 				x.settle()
 			}
 			if x.front != nil {
-				a.recycleLocked(x.front)
+				sh.recycleLocked(x.front)
 				x.front = nil
 			}
 		}
@@ -378,28 +378,6 @@ func (x *freeIndex) unlist(b *block) {
 	b.listed, b.prevWhole, b.nextWhole = false, nil, nil
 }
 
-// A shard is one stream's part of the allocator: the free indexes of its
-// blocks in both pools and its counts. A stream's blocks never serve
-// another stream, so its free blocks are searched apart from every other
-// stream's. Guarded by Allocator.mu.
-type shard struct {
-	stream device.Stream
-	free   [2]freeIndex         // by pool.idx
-	st     [numRows]shardCounts // by stats.Metric, then oversizeA and oversizeS
-	// activeImplied: nothing is pending and the active limits are at least
-	// the allocation limits, so an Alloc within its allocation limits is
-	// within its active limits (see count).
-	activeImplied bool
-}
-
-func (a *Allocator) newShard(s device.Stream) *shard {
-	sh := &shard{stream: s}
-	sh.free[0].init(sh, a.small, a.vm != nil)
-	sh.free[1].init(sh, a.large, a.vm != nil)
-	sh.activeImplied = true
-	return sh
-}
-
 // wholeSegmentsLocked appends the whole free segments of pool p on every
 // stream to list, in (stream, size, address) order (the order PyTorch
 // releases them in), and returns it.
@@ -417,43 +395,44 @@ func (a *Allocator) wholeSegmentsLocked(p *pool, list []*block) []*block {
 	return list
 }
 
-// newBlockLocked returns a zeroed block struct, recycled when possible.
-// New structs come in slabs of blockSlab, so that blocks created together
-// sit together in memory.
-func (a *Allocator) newBlockLocked() *block {
-	b := a.spare
+// newBlockLocked returns a zeroed block struct of shard sh, recycled
+// when possible. New structs come in slabs of blockSlab, so that blocks
+// created together sit together in memory.
+func (sh *shard) newBlockLocked() *block {
+	b := sh.spare
 	if b == nil {
-		return a.newSlabLocked()
+		return sh.newSlabLocked()
 	}
-	a.spare, b.next = b.next, nil
-	a.nspare--
+	sh.spare, b.next = b.next, nil
+	sh.nspare--
 	return b
 }
 
 // newSlabLocked makes blockSlab block structs, keeps all but the first as
 // spares and returns the first.
-func (a *Allocator) newSlabLocked() *block {
+func (sh *shard) newSlabLocked() *block {
 	slab := make([]block, blockSlab)
 	for i := 1; i < blockSlab-1; i++ {
 		slab[i].next = &slab[i+1]
 	}
-	a.spare = &slab[1]
-	a.nspare += blockSlab - 1
+	sh.spare = &slab[1]
+	sh.nspare += blockSlab - 1
 	return &slab[0]
 }
 
 const (
 	blockSlab = 64
-	maxSpare  = 4096 // spare block structs kept at most
+	maxSpare  = 4096 // spare block structs kept at most, per shard
 )
 
-// recycleLocked keeps a dead block struct for reuse, linked through next.
-func (a *Allocator) recycleLocked(b *block) {
-	if a.nspare >= maxSpare {
+// recycleLocked keeps a dead block struct of shard sh for reuse, linked
+// through next.
+func (sh *shard) recycleLocked(b *block) {
+	if sh.nspare >= maxSpare {
 		*b = block{}
 		return
 	}
-	*b = block{next: a.spare}
-	a.spare = b
-	a.nspare++
+	*b = block{next: sh.spare}
+	sh.spare = b
+	sh.nspare++
 }

@@ -34,6 +34,16 @@ type sizeBuckets struct {
 	first   [numClasses]*block
 	heaps   [numClasses][]*block
 	n       int
+
+	// version changes with every insert and remove; the last best fit is
+	// remembered with it (memo), so that asking again for the same size
+	// of an index that has not changed since (an alloc and free of one
+	// size in a loop, whose split waits and merges back: freeIndex.pend)
+	// costs a comparison.
+	version     uint64
+	memoVersion uint64
+	memoSize    uint64
+	memo        *block
 }
 
 // classOf returns the class of a block size (a multiple of 512, at most 2
@@ -55,16 +65,29 @@ func (s *sizeBuckets) firstAtLeast(c int) int {
 }
 
 // bestFit returns the free block of the lowest (size, address) with at
-// least size bytes, or nil.
+// least size bytes, or nil, and remembers the answer.
 func (s *sizeBuckets) bestFit(size uint64) *block {
+	b := s.fit(size)
+	s.memo, s.memoSize, s.memoVersion = b, size, s.version
+	return b
+}
+
+// fit returns the free block of the lowest (size, address) with at least
+// size bytes, or nil.
+func (s *sizeBuckets) fit(size uint64) *block {
 	if size > kSmallBuffer {
 		return nil
 	}
-	c := s.firstAtLeast(classOf(size))
-	if c < 0 {
-		return nil
+	if c := s.firstAtLeast(classOf(size)); c >= 0 {
+		return s.first[c&(numClasses-1)]
 	}
-	return s.first[c&(numClasses-1)]
+	return nil
+}
+
+// recall returns the best fit for size when it is the last one asked and
+// nothing changed since.
+func (s *sizeBuckets) recall(size uint64) (*block, bool) {
+	return s.memo, size == s.memoSize && s.version == s.memoVersion
 }
 
 // last returns a block of the largest size, or nil.
@@ -81,6 +104,7 @@ func (s *sizeBuckets) last() *block {
 func (s *sizeBuckets) insert(b *block) {
 	c := classOf(b.size) & (numClasses - 1)
 	s.n++
+	s.version++
 	if s.first[c] != nil {
 		s.insertMore(b, c)
 		return
@@ -108,6 +132,7 @@ func (s *sizeBuckets) insertMore(b *block, c int) {
 func (s *sizeBuckets) remove(b *block) {
 	c := classOf(b.size) & (numClasses - 1)
 	s.n--
+	s.version++
 	if len(s.heaps[c]) != 0 {
 		s.removeMore(b, c)
 		return
@@ -253,6 +278,9 @@ func (s *sizeBuckets) check() string {
 	}
 	if count != s.n {
 		return "the block count is wrong"
+	}
+	if s.memoVersion == s.version && s.fit(s.memoSize) != s.memo {
+		return "the remembered best fit is not the best fit"
 	}
 	return ""
 }

@@ -32,9 +32,17 @@ import (
 // It takes the allocator's lock and walks every block: use it in tests and
 // debugging, not on a hot path.
 func (a *Allocator) CheckInvariants() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	return a.checkLocked()
+}
+
+// selfCheck runs the self-check of builds with the gpumem_invariants tag
+// after an operation that ran under its shard's lock alone.
+func (a *Allocator) selfCheck(op string) {
+	a.lockAll()
+	a.selfCheckLocked(op)
+	a.unlockAll()
 }
 
 func (a *Allocator) checkLocked() error {
@@ -137,8 +145,8 @@ func (a *Allocator) checkLocked() error {
 				seenUnmapped++
 			case b.allocated:
 				seenLive++
-				if a.live.get(b.ptr) != b {
-					bad("allocated block %v is not in the address map", b.ptr)
+				if sh.live.get(b.ptr) != b {
+					bad("allocated block %v is not in its stream's address map", b.ptr)
 				}
 				if inIndex[b] {
 					bad("allocated block %v is in a free index", b.ptr)
@@ -158,7 +166,7 @@ func (a *Allocator) checkLocked() error {
 				if b.eventCount <= 0 || queued[b] != b.eventCount {
 					bad("pending block %v has event count %d but %d queued events", b.ptr, b.eventCount, queued[b])
 				}
-				if inIndex[b] || a.live.get(b.ptr) == b {
+				if inIndex[b] || sh.live.get(b.ptr) == b {
 					bad("pending block %v is in the free index or the address map", b.ptr)
 				}
 				want.Active.Increase(st, 1)
@@ -228,8 +236,8 @@ func (a *Allocator) checkLocked() error {
 	if seenFree != len(inIndex) {
 		bad("free indexes hold %d blocks, segments have %d free blocks", len(inIndex), seenFree)
 	}
-	if seenLive != a.live.len() {
-		bad("address map holds %d blocks, segments have %d allocated blocks", a.live.len(), seenLive)
+	if n := a.liveCountLocked(); seenLive != n {
+		bad("address maps hold %d blocks, segments have %d allocated blocks", n, seenLive)
 	}
 	for _, sh := range a.shards {
 		want := wants[sh]
@@ -258,7 +266,7 @@ func (a *Allocator) checkLocked() error {
 	}
 	a.checkPeaksLocked(bad)
 	for b, u := range a.uses {
-		if !b.allocated || !b.recorded || len(u) == 0 || a.live.get(b.ptr) != b {
+		if lb, _ := a.liveBlockLocked(b.ptr); !b.allocated || !b.recorded || len(u) == 0 || lb != b {
 			bad("stream uses are kept for %v, which is not an allocated, recorded block", b.ptr)
 		}
 	}

@@ -29,19 +29,19 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 		breakIt    func(a *Allocator, dev *sim.Device, p device.Ptr)
 	}{
 		{"gap between blocks", "gap or overlap", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.live.get(p).size -= 512
+			a.def.live.get(p).size -= 512
 		}},
 		{"unmerged free neighbours", "not merged", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			b := a.live.get(p)
-			a.live.remove(p)
+			b := a.def.live.get(p)
+			a.def.live.remove(p)
 			b.allocated = false
 			a.def.free[1].insert(b)
 		}},
 		{"free block missing from the index", "not in its pool's free index", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.def.free[1].remove(a.live.get(p).next)
+			a.def.free[1].remove(a.def.live.get(p).next)
 		}},
-		{"allocated block missing from the address map", "not in the address map", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.live.remove(p)
+		{"allocated block missing from the address map", "not in its stream's address map", func(a *Allocator, _ *sim.Device, p device.Ptr) {
+			a.def.live.remove(p)
 		}},
 		{"a stat that drifted", "allocated_bytes", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
 			a.increase(a.def, int(stats.AllocatedBytes), qLarge, 512)
@@ -75,7 +75,7 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			a.def.free[1].wholes = nil
 		}},
 		{"a free block not marked indexed", "not marked indexed", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.live.get(p).next.indexed = false
+			a.def.live.get(p).next.indexed = false
 		}},
 		{"device memory used behind the allocator's back", "device reports", func(_ *Allocator, dev *sim.Device, _ device.Ptr) {
 			_, _ = dev.Malloc(1)
@@ -88,8 +88,8 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			l.vals[0], l.vals[1] = l.vals[1], l.vals[0]
 		}},
 		{"a free block whose size changed under the index", "does not match its block", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.live.get(p).next.size -= 512
-			a.live.get(p).next.next = nil
+			a.def.live.get(p).next.size -= 512
+			a.def.live.get(p).next.next = nil
 		}},
 		{"a size bucket's bit cleared", "size-class bit", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
 			_, _ = a.Alloc(4096, 0) // a small segment: [4 KiB allocated][rest free]
@@ -108,12 +108,17 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 		{"a block's heap position wrong", "heap position", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
 			fourFreeSmallBlocks(a).heaps[0][2].heapIdx = 3
 		}},
+		{"a remembered best fit gone stale", "remembered best fit", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			bk := fourFreeSmallBlocks(a)
+			bk.bestFit(512)
+			bk.memo = bk.heaps[0][1]
+		}},
 		{"a size bucket's first block not its heap's root", "disagree", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
 			bk := fourFreeSmallBlocks(a)
 			bk.first[0] = bk.heaps[0][1]
 		}},
 		{"a segment pointing to another stream's index", "free index of its stream and pool", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.live.get(p).seg.free = &a.def.free[0]
+			a.def.live.get(p).seg.free = &a.def.free[0]
 		}},
 		{"a tree leaf underfull", "underfull", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
 			var ps []device.Ptr

@@ -155,7 +155,8 @@ func (sh *shard) impliedNow() bool {
 // exceedRows runs after a change to pool k of the rows in the bit set
 // rows of shard sh passed a limit. With one shard, whose limits are the
 // peaks, it raises each passed limit and peak to the value; with several,
-// it runs exceed for every quantity of those rows past its limit.
+// it runs exceed for every quantity of those rows past its limit, in the
+// world, or leaves a cut waiting.
 //
 // With one shard the active limits stay at least the allocation limits
 // (active, allocation + pending, is never below allocation, and passing an
@@ -184,6 +185,12 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32) {
 				s.allLim, peak[qAll] = all, all
 			}
 		}
+		return
+	}
+	if !a.world {
+		// Under the shard's lock alone: the other shards' counts are out of
+		// reach, so the peaks wait for a cut in the world (cutLocked).
+		sh.cut, sh.fast = true, false
 		return
 	}
 	for ; rows != 0; rows &= rows - 1 {

@@ -111,7 +111,7 @@ func (a *Allocator) findExpandableLocked(x *freeIndex, size uint64) (found *bloc
 		return nil, false, fmt.Errorf("allocator: device %d: reserving an expandable segment of %d bytes: %w", a.ordinal, n, err)
 	}
 	seg := &segment{ptr: ptr, size: n, stream: s, pool: p, free: x, page: page}
-	b := a.newBlockLocked()
+	b := x.sh.newBlockLocked()
 	b.ptr, b.size, b.stream, b.pool, b.seg, b.unmapped = ptr, n, s, p, seg, true
 	seg.head = b
 	a.segments[ptr] = seg
@@ -135,8 +135,9 @@ func (a *Allocator) mapLocked(u *block, size uint64) (*block, error) {
 		return nil, fmt.Errorf("allocator: device %d: mapping %d bytes at %v: %w", a.ordinal, n, u.ptr, err)
 	}
 	p.unmapped.Delete(u)
+	a.routePagesLocked(seg, u.ptr, n, +1)
 	if n < u.size {
-		rest := a.newBlockLocked()
+		rest := seg.free.sh.newBlockLocked()
 		rest.ptr, rest.size, rest.stream, rest.pool, rest.seg, rest.unmapped = u.ptr+device.Ptr(n), u.size-n, u.stream, p, seg, true
 		u.linkAfter(rest)
 		p.unmapped.ReplaceOrInsert(rest)
@@ -169,15 +170,16 @@ func (a *Allocator) unmapLocked(b *block) error {
 	if err := a.vm.Unmap(ptr, n); err != nil {
 		return fmt.Errorf("allocator: device %d: unmapping %d bytes at %v: %w", a.ordinal, n, ptr, err)
 	}
+	a.routePagesLocked(seg, ptr, n, -1)
 	x.remove(b)
 	if before := uint64(ptr - b.ptr); before > 0 {
-		f := a.newBlockLocked()
+		f := x.sh.newBlockLocked()
 		f.ptr, f.size, f.stream, f.pool, f.seg = b.ptr, before, b.stream, b.pool, seg
 		b.linkBefore(f)
 		x.insert(f)
 	}
 	if after := b.size - uint64(ptr-b.ptr) - n; after > 0 {
-		f := a.newBlockLocked()
+		f := x.sh.newBlockLocked()
 		f.ptr, f.size, f.stream, f.pool, f.seg = ptr+device.Ptr(n), after, b.stream, b.pool, seg
 		b.linkAfter(f)
 		x.insert(f)
@@ -222,6 +224,18 @@ func (a *Allocator) releaseExpandableLocked(u *block) error {
 	}
 	u.pool.unmapped.Delete(u)
 	delete(a.segments, seg.ptr)
-	a.recycleLocked(u)
+	seg.free.sh.recycleLocked(u)
 	return nil
+}
+
+// routePagesLocked registers (change +1) or unregisters (-1) the n bytes
+// of pages at ptr of the expandable segment seg in the routes, page by
+// page, so that a page is unregistered as it was registered.
+func (a *Allocator) routePagesLocked(seg *segment, ptr device.Ptr, n uint64, change int32) {
+	if !a.routes.on {
+		return
+	}
+	for off := uint64(0); off < n; off += seg.page {
+		a.routes.add(ptr+device.Ptr(off), seg.page, seg.free.sh, change)
+	}
 }

@@ -86,7 +86,7 @@ func (a *Allocator) takeLocked(x *freeIndex, b *block, size, requested uint64) *
 		if b = x.front; b != nil {
 			x.front = nil // zero but for the fields set here
 		} else {
-			b = a.newBlockLocked() // zeroed
+			b = x.sh.newBlockLocked() // zeroed
 		}
 		b.ptr, b.size, b.stream, b.pool, b.seg = rest.ptr, size, rest.stream, rest.pool, rest.seg
 		rest.linkBefore(b)
@@ -116,7 +116,7 @@ func (a *Allocator) takeLocked(x *freeIndex, b *block, size, requested uint64) *
 		splitBlocks, splitBytes = -1, -int64(b.size)
 	}
 	b.allocated, b.requested = true, requested
-	a.live.put(b)
+	x.sh.live.put(b)
 	a.blockAllocatedLocked(x, b, splitBlocks, splitBytes)
 	return b
 }

@@ -19,7 +19,9 @@ func (a *Allocator) finishFreeLocked(b *block, requested bool) {
 	plain := !b.seg.expandable()
 	if pb := x.pend; pb != nil {
 		if next == pb && !mergePrev {
-			// b goes back into the block it was split from (unsplit).
+			// b goes back into the block it was split from by the last
+			// Alloc from x, whose move in the index is still pending: an
+			// unsplit.
 			if plain {
 				blocks, bytes = -1, -int64(pb.size)
 				if b.prev != nil || pb.next != nil {
@@ -27,8 +29,26 @@ func (a *Allocator) finishFreeLocked(b *block, requested bool) {
 				}
 			}
 			a.blockFreedLocked(x, b, requested, blocks, bytes)
-			b.requested = 0
-			a.unsplitLocked(x, b)
+			// The merged block is the one from before the split, filed
+			// under the key pb is still filed under: the index does not
+			// change.
+			x.pend = nil
+			pb.ptr, pb.size = b.ptr, b.size+pb.size
+			pb.prev = prev
+			if prev != nil {
+				prev.next = pb
+			} else {
+				pb.seg.head = pb
+			}
+			if x.front == nil {
+				b.requested = 0
+				x.front = b // for the next split of x: b's flags and counts are zero
+			} else {
+				x.sh.recycleLocked(b)
+			}
+			if x.buckets == nil && plain && !pb.isSplit() {
+				x.list(pb) // it fills its segment again
+			}
 			return
 		}
 		x.settle()
@@ -74,7 +94,7 @@ func (a *Allocator) mergeLocked(x *freeIndex, b *block) *block {
 		} else {
 			b.seg.head = b
 		}
-		a.recycleLocked(prev)
+		x.sh.recycleLocked(prev)
 	}
 	if mergeNext {
 		unfileFree(x, next)
@@ -83,7 +103,7 @@ func (a *Allocator) mergeLocked(x *freeIndex, b *block) *block {
 		if b.next != nil {
 			b.next.prev = b
 		}
-		a.recycleLocked(next)
+		x.sh.recycleLocked(next)
 	}
 	if bk != nil {
 		b.indexed = true
@@ -127,36 +147,11 @@ func (a *Allocator) mergeIntoLocked(x *freeIndex, b *block, mergePrev, mergeNext
 		m.next.prev = m
 	}
 	if mergePrev && prev != m {
-		a.recycleLocked(prev)
+		x.sh.recycleLocked(prev)
 	}
-	a.recycleLocked(b)
+	x.sh.recycleLocked(b)
 	x.rekey(m, old)
 	return m
-}
-
-// unsplitLocked merges b, free and in no index, with the block split from
-// it by the last Alloc from x (x.pend, right after it, free), and not with
-// the block before it: the merged block is the one from before the split,
-// filed under the key x.pend is still filed under, so the index does not
-// change.
-func (a *Allocator) unsplitLocked(x *freeIndex, b *block) {
-	m := x.pend
-	x.pend = nil
-	m.ptr, m.size = b.ptr, b.size+m.size
-	m.prev = b.prev
-	if m.prev != nil {
-		m.prev.next = m
-	} else {
-		m.seg.head = m
-	}
-	if x.front == nil {
-		x.front = b // for the next split of x: b's flags and counts are zero
-	} else {
-		a.recycleLocked(b)
-	}
-	if x.buckets == nil && !m.isSplit() && !m.seg.expandable() {
-		x.list(m) // it fills its segment again
-	}
 }
 
 // unfileFree takes b, a free block or an unmapped range, out of its index

@@ -78,10 +78,11 @@ func (a *Allocator) newSegmentLocked(x *freeIndex, size uint64) (*block, error) 
 	}
 	p, s := x.pool, x.stream
 	seg := &segment{ptr: ptr, size: size, stream: s, pool: p, free: x}
-	b := a.newBlockLocked()
+	b := x.sh.newBlockLocked()
 	b.ptr, b.size, b.stream, b.pool, b.seg = ptr, size, s, p, seg
 	seg.head = b
 	a.segments[ptr] = seg
+	a.routes.add(ptr, size, x.sh, +1)
 	a.segmentAllocatedLocked(seg)
 	return b, nil
 }
@@ -95,8 +96,9 @@ func (a *Allocator) releaseSegmentLocked(b *block) error {
 	}
 	seg.free.remove(b)
 	delete(a.segments, seg.ptr)
+	a.routes.add(seg.ptr, seg.size, seg.free.sh, -1)
 	a.segmentFreedLocked(seg)
-	a.recycleLocked(b)
+	seg.free.sh.recycleLocked(b)
 	return nil
 }
 

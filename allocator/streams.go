@@ -5,35 +5,25 @@
 package allocator
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 
 	"github.com/gpumem/gpumem/device"
 )
 
-// shardLocked returns the shard of stream s, or nil if s is not a stream
-// of the device. The default stream always is; others are asked of the
-// device once, when it can tell (device.StreamChecker), and get a shard
-// the first time they are used.
-func (a *Allocator) shardLocked(s device.Stream) *shard {
-	if s == device.DefaultStream {
-		return a.def
-	}
-	for _, sh := range a.shards {
-		if sh.stream == s {
-			return sh
-		}
+// knownStreamLocked reports whether s is a stream of the device, without
+// giving it a shard: a stream a block is recorded on need not allocate.
+// Streams are asked of the device once, when it can tell
+// (device.StreamChecker), and remembered.
+func (a *Allocator) knownStreamLocked(s device.Stream) bool {
+	if s == device.DefaultStream || a.lookupShard(s) != nil || slices.Contains(a.streams, s) {
+		return true
 	}
 	if c, ok := a.dev.(device.StreamChecker); ok && !c.HasStream(s) {
-		return nil
+		return false
 	}
-	sh := a.newShard(s)
-	i, _ := slices.BinarySearchFunc(a.shards, s, func(x *shard, s device.Stream) int {
-		return cmp.Compare(x.stream, s)
-	})
-	a.shards = slices.Insert(a.shards, i, sh)
-	return sh
+	a.streams = append(a.streams, s)
+	return true
 }
 
 // RecordStream marks the allocated block at p as used on stream s too, as
@@ -41,13 +31,13 @@ func (a *Allocator) shardLocked(s device.Stream) *shard {
 // the work queued on s by then has finished. Recording the block's own
 // stream does nothing.
 func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	b := a.live.get(p)
+	a.lockAll()
+	defer a.unlockAll()
+	b, _ := a.liveBlockLocked(p)
 	if b == nil {
 		return a.invalidPointerLocked("record stream for", p)
 	}
-	if a.shardLocked(s) == nil {
+	if !a.knownStreamLocked(s) {
 		return fmt.Errorf("allocator: record stream for %v: stream %d is not a stream of device %d: %w", p, s, a.ordinal, device.ErrInvalidStream)
 	}
 	if s == b.stream {
