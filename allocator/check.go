@@ -5,6 +5,8 @@ package allocator
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/stats"
@@ -265,6 +267,7 @@ func (a *Allocator) checkLocked() error {
 		}
 	}
 	a.checkPeaksLocked(bad)
+	a.checkShardsLocked(bad)
 	for b, u := range a.uses {
 		if lb, _ := a.liveBlockLocked(b.ptr); !b.allocated || !b.recorded || len(u) == 0 || lb != b {
 			bad("stream uses are kept for %v, which is not an allocated, recorded block", b.ptr)
@@ -375,6 +378,87 @@ func (a *Allocator) checkPeaksLocked(bad func(string, ...any)) {
 		}
 		if p := a.gst.peak[row]; p[qAll] > p[qSmall]+p[qLarge] {
 			bad("stat %s: the all peak %d is above the sum of the pool peaks", rowName(row), p[qAll])
+		}
+	}
+}
+
+// checkShardsLocked checks the shards' bookkeeping: the lock-free copies of
+// the shard list, the routes from addresses to shards (every chunk of
+// every segment's memory, and nothing else), the cuts (settled in the
+// world), and the block structs kept for the next split.
+func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
+	if single := a.single.Load(); (single != nil) != (len(a.shards) == 1) || single != nil && single != a.def {
+		bad("the single shard is %v with %d shards", single != nil, len(a.shards))
+	}
+	if list := *a.byStream.Load(); !slices.Equal(list, a.shards) {
+		bad("the lock-free list of shards differs from the shards")
+	}
+	ids := *a.byID.Load()
+	if len(ids) != len(a.shards) {
+		bad("%d shards by id, %d shards", len(ids), len(a.shards))
+	}
+	for i, sh := range ids {
+		if sh.id != i || !slices.Contains(a.shards, sh) {
+			bad("shard %d (stream %d) is filed by id under %d", sh.id, sh.stream, i)
+		}
+	}
+	for _, sh := range a.shards {
+		if sh.cut {
+			bad("stream %d: a cut waits in the world", sh.stream)
+		}
+		for i := range sh.free {
+			if f := sh.free[i].front; f != nil && (f.allocated || f.indexed || f.listed || f.recorded || f.unmapped || f.eventCount != 0 || f.requested != 0) {
+				bad("stream %d: the struct kept for the next split is in use", sh.stream)
+			}
+		}
+	}
+	if a.routes.on != (len(a.shards) > 1) {
+		bad("routes kept: %v, with %d shards", a.routes.on, len(a.shards))
+	}
+	if !a.routes.on {
+		return
+	}
+	want := routes{on: true, owners: map[uint64]chunkOwners{}}
+	for _, seg := range a.segments {
+		if !seg.expandable() {
+			want.add(seg.ptr, seg.size, seg.free.sh, +1)
+			continue
+		}
+		seg.mappedRuns(func(p device.Ptr, n uint64) {
+			for off := uint64(0); off < n; off += seg.page {
+				want.add(p+device.Ptr(off), seg.page, seg.free.sh, +1)
+			}
+		})
+	}
+	norm := func(o chunkOwners) chunkOwners { // the two entries in either order
+		if o.id[0] == 0 || o.id[1] != 0 && o.id[1] < o.id[0] {
+			o.id[0], o.id[1], o.n[0], o.n[1] = o.id[1], o.id[0], o.n[1], o.n[0]
+		}
+		return o
+	}
+	if !maps.EqualFunc(want.owners, a.routes.owners, func(x, y chunkOwners) bool { return norm(x) == norm(y) }) {
+		bad("the routes' owners of %d chunks are not the segments' (%d chunks)", len(a.routes.owners), len(want.owners))
+	}
+	t := a.routes.tab.Load()
+	entries := 0
+	for i := range t.slots {
+		w := t.slots[i].Load()
+		if w == 0 || w == routeNone {
+			continue
+		}
+		entries++
+		chunk, v := w>>routeVal-1, uint32(w&(1<<routeVal-1))
+		if o, ok := want.owners[chunk]; !ok || o.value() != v {
+			bad("the route of chunk %#x says %d, its segments say otherwise", chunk, v)
+		}
+	}
+	if entries != len(want.owners) {
+		bad("the route table holds %d chunks, the segments have %d", entries, len(want.owners))
+	}
+	for chunk, o := range want.owners {
+		id, ok := a.routes.lookup(device.Ptr(chunk << chunkShift))
+		if v := o.value(); ok != (v != routeAmbig) || ok && id+1 != v {
+			bad("chunk %#x: a lookup finds shard %d (%v), its segments say %d", chunk, id, ok, v)
 		}
 	}
 }

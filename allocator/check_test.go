@@ -69,6 +69,27 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			}
 			x.pendKey.ptr += 512
 		}},
+		{"a route naming the wrong shard", "the route of chunk", func(a *Allocator, dev *sim.Device, p device.Ptr) {
+			twoShards(a, dev)
+			t := a.routes.tab.Load()
+			for i := range t.slots {
+				if w := t.slots[i].Load(); w > routeNone {
+					t.slots[i].Store(w&^(1<<routeVal-1) | 7)
+					break
+				}
+			}
+		}},
+		{"a chunk missing from the routes", "owners", func(a *Allocator, dev *sim.Device, p device.Ptr) {
+			twoShards(a, dev)
+			for c := range a.routes.owners {
+				delete(a.routes.owners, c)
+				break
+			}
+		}},
+		{"a stale lock-free list of shards", "lock-free list", func(a *Allocator, dev *sim.Device, _ device.Ptr) {
+			twoShards(a, dev)
+			a.byStream.Store(&[]*shard{a.def})
+		}},
 		{"a whole free segment missing from its list", "fills its segment", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
 			q, _ := a.Alloc(30*mib, 0) // a second segment, freed whole
 			_ = a.Free(q)
@@ -144,6 +165,15 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), c.want)
 		})
+	}
+}
+
+// twoShards allocates on a second stream, so that the allocator keeps
+// routes.
+func twoShards(a *Allocator, dev *sim.Device) {
+	s, _ := dev.NewStream()
+	if _, err := a.Alloc(5*mib, s); err != nil {
+		panic(err)
 	}
 }
 

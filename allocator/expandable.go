@@ -239,3 +239,21 @@ func (a *Allocator) routePagesLocked(seg *segment, ptr device.Ptr, n uint64, cha
 		a.routes.add(ptr+device.Ptr(off), seg.page, seg.free.sh, change)
 	}
 }
+
+// mappedRuns calls f on each run of mapped pages of the expandable
+// segment seg, in address order: the ranges between its unmapped blocks,
+// which start and end on page boundaries.
+func (seg *segment) mappedRuns(f func(p device.Ptr, n uint64)) {
+	pos := seg.ptr
+	for b := seg.head; b != nil; b = b.next {
+		if b.unmapped {
+			if b.ptr > pos {
+				f(pos, uint64(b.ptr-pos))
+			}
+			pos = b.ptr + device.Ptr(b.size)
+		}
+	}
+	if end := seg.ptr + device.Ptr(seg.size); end > pos {
+		f(pos, uint64(end-pos))
+	}
+}

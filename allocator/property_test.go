@@ -74,7 +74,11 @@ func newMachine(t *rapid.T) *machine {
 			cfg.RoundupPower2Divisions[i] = 4
 		}
 	}
-	a, err := New(dev, cfg)
+	var d device.Device = dev
+	if rapid.Bool().Draw(t, "unaligned") {
+		d = offsetDevice{dev} // segments share 2 MiB chunks of addresses
+	}
+	a, err := New(d, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

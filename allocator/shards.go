@@ -183,11 +183,7 @@ func (a *Allocator) startRoutesLocked() {
 			a.routes.add(seg.ptr, seg.size, seg.free.sh, +1)
 			continue
 		}
-		for b := seg.head; b != nil; b = b.next {
-			if !b.unmapped {
-				a.routePagesLocked(seg, b.ptr, b.size, +1)
-			}
-		}
+		seg.mappedRuns(func(p device.Ptr, n uint64) { a.routePagesLocked(seg, p, n, +1) })
 	}
 	a.routes.rebuild()
 }
