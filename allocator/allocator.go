@@ -187,7 +187,7 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 	if sh != nil {
 		sh.mu.Lock()
 		if sh.fast {
-			// allocCachedLocked, written out: the fast path is short.
+			// fitLocked, written out: the fast path is short.
 			rounded := (size + kMinBlockSize - 1) &^ (kMinBlockSize - 1)
 			if a.divisions != nil {
 				rounded = roundSize(size, a.divisions)
@@ -226,15 +226,13 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 	return a.allocWorld(size, s)
 }
 
-// allocCachedLocked is Alloc's fast path, under the lock of sh alone: it
-// serves the request from the cache of sh, or returns nil (a miss, or a
-// block that may not serve it) having changed nothing the stats or the
-// decisions see.
-func (a *Allocator) allocCachedLocked(sh *shard, size uint64) *block {
-	rounded := (size + kMinBlockSize - 1) &^ (kMinBlockSize - 1)
-	if a.divisions != nil {
-		rounded = roundSize(size, a.divisions)
-	}
+// fitLocked runs steps 2 to 4 of the allocation ladder for a request of
+// size bytes on shard sh: it rounds the size, picks the pool and finds
+// the best fit, and returns the free index searched, the rounded size and
+// the block found, nil when none may serve the request. (Alloc's fast
+// path writes these steps out.)
+func (a *Allocator) fitLocked(sh *shard, size uint64) (*freeIndex, uint64, *block) {
+	rounded := roundSize(size, a.divisions)
 	x := &sh.free[qSmall]
 	if !isSmall(rounded) {
 		x = &sh.free[qLarge]
@@ -243,15 +241,15 @@ func (a *Allocator) allocCachedLocked(sh *shard, size uint64) *block {
 		x.settle()
 	}
 	var b *block
-	if bk := x.buckets; bk != nil {
-		b = bk.bestFit(rounded)
+	if x.buckets != nil {
+		b = x.buckets.bestFit(rounded)
 	} else {
 		b = a.treeFitLocked(x, rounded)
 	}
 	if b == nil || !a.rule.mayServe(b.size, rounded) {
-		return nil
+		return x, rounded, nil
 	}
-	return a.takeLocked(x, b, rounded, size)
+	return x, rounded, b
 }
 
 // allocWorld runs the whole allocation ladder in the world.
@@ -265,20 +263,14 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 	if a.events.Len() > 0 {
 		a.pollEventsLocked()
 	}
-	b := a.allocCachedLocked(sh, size)
+	x, rounded, b := a.fitLocked(sh, size)
 	if b == nil {
-		rounded := roundSize(size, a.divisions)
-		x := &sh.free[qSmall]
-		if !isSmall(rounded) {
-			x = &sh.free[qLarge]
-		}
 		var err error
 		if b, err = a.allocSlowLocked(x, rounded, size); err != nil {
 			return 0, a.allocFailedLocked(err)
 		}
-		b = a.takeLocked(x, b, rounded, size)
 	}
-	ptr := b.ptr
+	ptr := a.takeLocked(x, b, rounded, size).ptr
 	if selfCheck {
 		a.selfCheckLocked("Alloc")
 	}
