@@ -31,7 +31,7 @@ type Allocator struct {
 
 	// Read without a lock; written in the world.
 	single   atomic.Pointer[shard]    // the one shard while there is one (the default stream's), then nil
-	byStream atomic.Pointer[[]*shard] // every shard, by stream: a copy of shards
+	byStream atomic.Pointer[[]streamShard] // every shard, by stream: a copy of shards
 	byID     atomic.Pointer[[]*shard] // every shard, by id (its place in the order of creation), for routes
 	routes   routes                   // address to shard, while there is more than one shard
 
@@ -115,7 +115,7 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 	a.def.fast = true
 	a.shards = []*shard{a.def}
 	a.byID.Store(&[]*shard{a.def})
-	a.byStream.Store(&[]*shard{a.def})
+	a.byStream.Store(streamList(a.shards))
 	a.single.Store(a.def)
 	a.setCapLocked(cfg.MemoryFraction)
 	a.def.fast = !a.gcActive

@@ -88,7 +88,7 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 		}},
 		{"a stale lock-free list of shards", "lock-free list", func(a *Allocator, dev *sim.Device, _ device.Ptr) {
 			twoShards(a, dev)
-			a.byStream.Store(&[]*shard{a.def})
+			a.byStream.Store(streamList([]*shard{a.def}))
 		}},
 		{"a whole free segment missing from its list", "fills its segment", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
 			q, _ := a.Alloc(30*mib, 0) // a second segment, freed whole

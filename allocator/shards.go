@@ -23,6 +23,7 @@ import (
 // Holding every lock (the world) also guards them.
 type shard struct {
 	mu sync.Mutex
+	_  [56]byte // the lock's cache line holds nothing else
 
 	id     int // its place in Allocator.byID, for routes
 	stream device.Stream
@@ -127,13 +128,20 @@ func (a *Allocator) settleCut() {
 	a.unlockAll()
 }
 
+// streamShard is an entry of Allocator.byStream: the stream is copied
+// next to its shard, so that a lookup reads no shard's memory (another
+// goroutine's lock words share lines with a shard's first fields).
+type streamShard struct {
+	stream device.Stream
+	sh     *shard
+}
+
 // lookupShard returns the shard of stream s without a lock, or nil if s
 // has none yet.
 func (a *Allocator) lookupShard(s device.Stream) *shard {
-	list := *a.byStream.Load()
-	for _, sh := range list {
-		if sh.stream == s {
-			return sh
+	for _, e := range *a.byStream.Load() {
+		if e.stream == s {
+			return e.sh
 		}
 	}
 	return nil
@@ -162,14 +170,22 @@ func (a *Allocator) shardLocked(s device.Stream) *shard {
 	a.shards = slices.Insert(slices.Clip(a.shards), i, sh)
 	ids := append(slices.Clip(*a.byID.Load()), sh)
 	a.byID.Store(&ids)
-	list := slices.Clone(a.shards)
-	a.byStream.Store(&list)
+	a.byStream.Store(streamList(a.shards))
 	if len(a.shards) == 2 {
 		// From now on Free needs routes, and the peaks need cuts.
 		a.single.Store(nil)
 		a.startRoutesLocked()
 	}
 	return sh
+}
+
+// streamList returns the lock-free list of shards by stream.
+func streamList(shards []*shard) *[]streamShard {
+	list := make([]streamShard, len(shards))
+	for i, sh := range shards {
+		list[i] = streamShard{sh.stream, sh}
+	}
+	return &list
 }
 
 // startRoutesLocked fills the routes with every segment's memory, when a
