@@ -30,10 +30,10 @@ type Allocator struct {
 	def       *shard                       // the default stream's shard
 
 	// Read without a lock; written in the world.
-	single   atomic.Pointer[shard]    // the one shard while there is one (the default stream's), then nil
+	single   atomic.Pointer[shard]         // the one shard while there is one (the default stream's), then nil
 	byStream atomic.Pointer[[]streamShard] // every shard, by stream: a copy of shards
-	byID     atomic.Pointer[[]*shard] // every shard, by id (its place in the order of creation), for routes
-	routes   routes                   // address to shard, while there is more than one shard
+	byID     atomic.Pointer[[]*shard]      // every shard, by id (its place in the order of creation), for routes
+	routes   routes                        // address to shard, while there is more than one shard
 
 	// mu and every shard's lock together (the world) guard everything
 	// below: it changes only in the world, and a shard's fast path, which
