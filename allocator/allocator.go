@@ -206,7 +206,7 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 					b = bk.bestFit(rounded)
 				}
 			} else {
-				b = a.treeFitLocked(x, rounded)
+				b = a.largeFitLocked(x, rounded)
 			}
 			if b != nil && a.rule.mayServe(b.size, rounded) {
 				ptr := a.takeLocked(x, b, rounded, size).ptr
@@ -244,7 +244,7 @@ func (a *Allocator) fitLocked(sh *shard, size uint64) (*freeIndex, uint64, *bloc
 	if x.buckets != nil {
 		b = x.buckets.bestFit(rounded)
 	} else {
-		b = a.treeFitLocked(x, rounded)
+		b = a.largeFitLocked(x, rounded)
 	}
 	if b == nil || !a.rule.mayServe(b.size, rounded) {
 		return x, rounded, nil

@@ -294,7 +294,7 @@ func (a *Allocator) checkIndexLocked(x *freeIndex, s device.Stream, j int, inInd
 		bad("the free index of stream %d, pool %d, belongs to another", s, j)
 		return
 	}
-	if wantBuckets := p.small && a.vm == nil; (x.buckets != nil) != wantBuckets {
+	if (x.buckets != nil) != (p.small && a.vm == nil) || (x.large != nil) != (!p.small && a.vm == nil) {
 		bad("the free index of stream %d, pool %d, has the wrong kind", s, j)
 		return
 	}
@@ -310,9 +310,14 @@ func (a *Allocator) checkIndexLocked(x *freeIndex, s device.Stream, j int, inInd
 		defer func() { pb.ptr, pb.size = k.ptr, k.size }()
 	}
 	var msg string
-	if x.buckets != nil {
+	switch {
+	case x.buckets != nil:
 		msg = x.buckets.check()
-	} else {
+	case x.large != nil:
+		if msg = x.large.check(); msg == "" {
+			msg = x.tree.check()
+		}
+	default:
 		msg = x.tree.check()
 	}
 	if msg != "" {
@@ -329,7 +334,13 @@ func (a *Allocator) checkIndexLocked(x *freeIndex, s device.Stream, j int, inInd
 		if !b.indexed {
 			bad("free block %v is in the index but not marked indexed", b.ptr)
 		}
-		if x.buckets == nil {
+		switch {
+		case x.buckets != nil:
+		case x.large != nil && b.size <= maxLargeSize:
+			if i := x.large.slot(classOf(b.size)); i < 0 || x.large.tab[i].first != b && (int(b.heapIdx) >= len(x.large.tab[i].heap) || x.large.tab[i].heap[b.heapIdx] != b) {
+				bad("free block %v+%d is in the index but a lookup does not find it", b.ptr, b.size)
+			}
+		default:
 			if l, i := x.tree.seek(keyOf(b)); l == nil || l.vals[i] != b {
 				bad("free block %v+%d is in the index but a lookup does not find it", b.ptr, b.size)
 			}

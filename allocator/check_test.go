@@ -101,16 +101,55 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 		{"device memory used behind the allocator's back", "device reports", func(_ *Allocator, dev *sim.Device, _ device.Ptr) {
 			_, _ = dev.Malloc(1)
 		}},
-		{"index out of order", "out of order", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			q, _ := a.Alloc(30*mib, 0) // a second segment
-			_ = a.Free(q)              // a free 30 MiB block after the 17 MiB one
+		{"tree out of order", "out of order", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			q, _ := a.Alloc(200*mib, 0) // free blocks above 128 MiB are in the tree
+			r, _ := a.Alloc(300*mib, 0)
+			_, _ = a.Free(q), a.Free(r)
 			l := a.def.free[1].tree.leaf
 			l.keys[0], l.keys[1] = l.keys[1], l.keys[0]
 			l.vals[0], l.vals[1] = l.vals[1], l.vals[0]
 		}},
-		{"a free block whose size changed under the index", "does not match its block", func(a *Allocator, _ *sim.Device, p device.Ptr) {
+		{"a tree's block whose size changed under it", "does not match its block", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			q, _ := a.Alloc(200*mib, 0)
+			_ = a.Free(q)
+			a.def.free[1].tree.leaf.vals[0].size -= 512
+		}},
+		{"a large bucket's block whose size changed under it", "of another size", func(a *Allocator, _ *sim.Device, p device.Ptr) {
 			a.def.live.get(p).next.size -= 512
 			a.def.live.get(p).next.next = nil
+		}},
+		{"a large bucket's bit cleared", "has no bit", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			lb := a.def.free[qLarge].large
+			clear(lb.l0[:])
+		}},
+		{"a large bitmap's second level wrong", "second-level bit", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			a.def.free[qLarge].large.l1[3] |= 1
+		}},
+		{"a large bucket moved in its table", "where a lookup finds it", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			lb := a.def.free[qLarge].large
+			for i := range lb.tab {
+				if lb.tab[i].class != 0 {
+					j := (i + len(lb.tab)/2) % len(lb.tab)
+					lb.tab[i], lb.tab[j] = lb.tab[j], lb.tab[i]
+					break
+				}
+			}
+		}},
+		{"a large bucket out of heap order", "not a heap by address", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			var ps []device.Ptr
+			for range 8 { // 3 MiB blocks: a 20 MiB segment holds six
+				q, _ := a.Alloc(3*mib, 0)
+				ps = append(ps, q)
+			}
+			for i := 1; i < len(ps); i += 2 {
+				_ = a.Free(ps[i])
+			}
+			lb := a.def.free[qLarge].large
+			bk := lb.find(classOf(3 * mib))
+			h := bk.heap
+			h[0], h[1] = h[1], h[0]
+			h[0].heapIdx, h[1].heapIdx = 0, 1
+			bk.first = h[0]
 		}},
 		{"a size bucket's bit cleared", "size-class bit", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
 			_, _ = a.Alloc(4096, 0) // a small segment: [4 KiB allocated][rest free]
@@ -143,8 +182,8 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 		}},
 		{"a tree leaf underfull", "underfull", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
 			var ps []device.Ptr
-			for range 200 { // 200 segments of 30 MiB, freed: 200 free blocks in the tree
-				q, _ := a.Alloc(30*mib, 0)
+			for range 200 { // 200 segments of 130 MiB, freed: 200 free blocks in the tree
+				q, _ := a.Alloc(130*mib, 0)
 				ps = append(ps, q)
 			}
 			for _, q := range ps {

@@ -8,20 +8,25 @@ import "github.com/gpumem/gpumem/device"
 
 // Best fit (step 4): Alloc asks the free index of the request's pool and
 // stream for the block of the lowest (size, address) with at least the
-// rounded size: size buckets answer with bit scans (sizeBuckets.bestFit),
-// a tree with a lower bound (treeFitLocked, which also applies the rule
-// of expandable segments). Alloc then checks that the block may serve the
+// rounded size: size buckets answer with bit scans (sizeBuckets.bestFit,
+// largeBuckets.fit), a tree with a lower bound (largeFitLocked, which
+// also applies the rule of expandable segments). Alloc then checks that the block may serve the
 // request (splitRule.mayServe: oversize blocks). The block stays in the
 // free index: takeLocked takes it out. While garbage collection is active,
 // each search of a tree counts in the pool's clock of block ages
-// (gcCalls); only the large pool's ages are read, and its free blocks are
-// always in a tree.
+// (gcCalls); only the large pool's ages are read.
 
-// treeFitLocked returns the best-fitting free block of x, indexed by a
-// tree, for a request of size (rounded) bytes, or nil.
-func (a *Allocator) treeFitLocked(x *freeIndex, size uint64) *block {
+// largeFitLocked returns the best-fitting free block of x, an index of
+// the large pool or of expandable segments, for a request of size
+// (rounded) bytes, or nil.
+func (a *Allocator) largeFitLocked(x *freeIndex, size uint64) *block {
 	if a.gcActive {
 		x.pool.gcCalls++
+	}
+	if x.large != nil && size <= maxLargeSize {
+		if b := x.large.fit(size); b != nil {
+			return b
+		}
 	}
 	b := x.tree.lowerBound(size)
 	if b != nil && b.seg.expandable() {

@@ -78,11 +78,11 @@ func (a *Allocator) finishFreeLocked(b *block, requested bool) {
 // try_merge_blocks), and files the result in its index, which has no
 // pending split. It returns the merged block.
 func (a *Allocator) mergeLocked(x *freeIndex, b *block) *block {
-	bk := x.buckets // never set for expandable segments, whose unmapped ranges merge too
+	bk := x.buckets // set for the small pool of plain segments only: no unmapped ranges
 	prev, next := b.prev, b.next
 	mergePrev := prev != nil && !prev.busy() && prev.unmapped == b.unmapped
 	mergeNext := next != nil && !next.busy() && next.unmapped == b.unmapped
-	if bk == nil && !b.unmapped && (mergePrev || mergeNext) {
+	if bk == nil && x.large == nil && !b.unmapped && (mergePrev || mergeNext) {
 		return a.mergeIntoLocked(x, b, mergePrev, mergeNext)
 	}
 	if mergePrev {
@@ -114,7 +114,8 @@ func (a *Allocator) mergeLocked(x *freeIndex, b *block) *block {
 	return b
 }
 
-// mergeIntoLocked merges b, a free block of x's tree in no index, into
+// mergeIntoLocked merges b, a free block of x, a tree (expandable
+// segments), in no index, into
 // its free neighbours (one or both merge), and returns the merged block: a
 // neighbour's struct (the next one's if it merges), moved to its new key
 // in place (freeTree.rekey), which saves a remove and an insert when it

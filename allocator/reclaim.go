@@ -160,7 +160,7 @@ func (a *Allocator) releaseOversizeLocked(x *freeIndex, size uint64) bool {
 		return false
 	}
 	want := max(size, a.rule.maxSplit)
-	b := x.tree.lowerBound(want)
+	b := x.fit(want)
 	if b != nil && !b.seg.expandable() {
 		return a.releaseSegmentLocked(b) == nil
 	}
@@ -168,7 +168,7 @@ func (a *Allocator) releaseOversizeLocked(x *freeIndex, size uint64) bool {
 	// largest down (expandable ones are passed over, not released).
 	list := a.collected[:0]
 	var total uint64
-	x.tree.descendBelow(treeKey{want, 0}, func(c *block) bool {
+	x.descendBelow(want, func(c *block) bool {
 		if total >= want || c.size < a.rule.maxSplit {
 			return false
 		}
