@@ -285,4 +285,3 @@ func (x *freeIndex) unlist(b *block) {
 	}
 	b.listed, b.prevWhole, b.nextWhole = false, nil, nil
 }
-
