@@ -14,7 +14,8 @@ import (
 
 // A block is a contiguous range of a segment. The blocks of a segment tile
 // it exactly, in address order, linked through prev and next. All fields
-// are guarded by Allocator.mu, and so are the block's methods.
+// are guarded by the lock of its segment's shard (or the world), and so
+// are the block's methods.
 //
 // A block is in exactly one of these states:
 //
@@ -98,7 +99,8 @@ func (b *block) linkBefore(n *block) {
 
 // A segment is one device allocation, or one expandable segment: an
 // address range reserved once and backed by memory page by page. Its
-// fields are guarded by Allocator.mu.
+// fields are guarded by the lock of its shard (or the world); ptr, size,
+// stream, pool, free and page never change.
 //
 // Invariant: the blocks from head to the last tile [ptr, ptr+size).
 type segment struct {
@@ -142,8 +144,9 @@ func addrLess(a, b *block) bool {
 
 // A pool is one of the allocator's two sets of segments: small (blocks of
 // at most 1 MiB, 2 MiB segments) or large. Its free blocks are indexed per
-// stream (freeIndex, in each shard). Its fields are guarded by
-// Allocator.mu.
+// stream (freeIndex, in each shard). Its fields change in the world only
+// (gcCalls, while garbage collection is on and every Alloc takes the
+// world).
 //
 // Invariant: unmapped holds exactly the pool's unmapped blocks, in
 // addrLess order.

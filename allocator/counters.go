@@ -70,7 +70,8 @@ type shardCounts struct {
 // most the peak, which is at least the total.
 type peaks [numRows][numQ]int64
 
-// globalCounts is what only the slow paths count, guarded by Allocator.mu.
+// globalCounts is what only the slow paths count, and the peaks: changed
+// in the world, or, with one shard, under its lock (exceedRows).
 type globalCounts struct {
 	peak peaks
 

@@ -10,8 +10,8 @@ import "github.com/gpumem/gpumem/device"
 // in steady state (as many frees as allocations) it neither grows nor
 // allocates. It replaces a Go map on the hot path because a map that
 // empties re-seeds itself from the runtime's random source on every
-// delete. A nil slot is empty. Guarded
-// by Allocator.mu. A slot holds only the block pointer (the key is the
+// delete. A nil slot is empty. Each shard has one, guarded by its lock.
+// A slot holds only the block pointer (the key is the
 // block's address field), so the table costs 8 bytes a slot.
 type ptrTable struct {
 	slots []*block // a block's key is its own ptr field
