@@ -118,6 +118,9 @@ func (s *sizeBuckets) insert(b *block) {
 func (s *sizeBuckets) insertMore(b *block, c int) {
 	h := s.heaps[c]
 	if len(h) == 0 {
+		if cap(h) == 0 {
+			h = make([]*block, 0, 4) // kept when the class shrinks back
+		}
 		f := s.first[c]
 		f.heapIdx = 0
 		h = append(h, f)
