@@ -70,13 +70,6 @@ func (b *block) busy() bool { return b.allocated || b.eventCount != 0 }
 // memory.
 func (b *block) isFree() bool { return !b.busy() && !b.unmapped }
 
-// mergesWith reports whether neighbour n merges with b, which is free or
-// unmapped: n is not busy and of the same kind (free with free, unmapped
-// with unmapped). PyTorch's try_merge_blocks.
-func (b *block) mergesWith(n *block) bool {
-	return n != nil && !n.busy() && n.unmapped == b.unmapped
-}
-
 // linkAfter puts n right after b in b's segment.
 func (b *block) linkAfter(n *block) {
 	n.prev, n.next = b, b.next

@@ -203,17 +203,6 @@ func (x *freeIndex) largest() *block {
 	return x.tree.max()
 }
 
-// len returns the number of free blocks.
-func (x *freeIndex) len() int {
-	switch {
-	case x.buckets != nil:
-		return x.buckets.n
-	case x.large != nil:
-		return x.large.n + x.tree.n
-	}
-	return x.tree.n
-}
-
 // each calls f on every free block until f returns false: in (size,
 // address) order from a tree, by size from buckets.
 func (x *freeIndex) each(f func(*block) bool) {
