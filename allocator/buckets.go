@@ -32,7 +32,7 @@ type sizeBuckets struct {
 	summary uint64
 	words   [classWords]uint64
 	first   [numClasses]*block
-	heaps   [numClasses][]*block
+	heaps   *[numClasses][]*block // made when a class first holds two blocks
 	n       int
 
 	// version changes with every insert and remove; the last best fit is
@@ -116,6 +116,9 @@ func (s *sizeBuckets) insert(b *block) {
 
 // insertMore adds b to class c, which holds blocks already.
 func (s *sizeBuckets) insertMore(b *block, c int) {
+	if s.heaps == nil {
+		s.heaps = new([numClasses][]*block)
+	}
 	h := s.heaps[c]
 	if len(h) == 0 {
 		if cap(h) == 0 {
@@ -136,7 +139,7 @@ func (s *sizeBuckets) remove(b *block) {
 	c := classOf(b.size) & (numClasses - 1)
 	s.n--
 	s.version++
-	if len(s.heaps[c]) != 0 {
+	if s.heaps != nil && len(s.heaps[c]) != 0 {
 		s.removeMore(b, c)
 		return
 	}
@@ -215,7 +218,8 @@ func heapDown(h []*block, i int) {
 // each calls f on every block, by class and in heap order within a class,
 // until f returns false.
 func (s *sizeBuckets) each(f func(*block) bool) {
-	for c, h := range s.heaps {
+	for c := range numClasses {
+		h := s.heap(c)
 		if len(h) == 0 {
 			if b := s.first[c]; b != nil && !f(b) {
 				return
@@ -230,11 +234,19 @@ func (s *sizeBuckets) each(f func(*block) bool) {
 	}
 }
 
+// heap returns the heap of class c, nil for a class of at most one block.
+func (s *sizeBuckets) heap(c int) []*block {
+	if s.heaps == nil {
+		return nil
+	}
+	return s.heaps[c]
+}
+
 // class returns the blocks of class c, lowest address first in a class of
 // one block, in heap order otherwise.
 func (s *sizeBuckets) class(c int) []*block {
-	if len(s.heaps[c]) > 0 {
-		return s.heaps[c]
+	if h := s.heap(c); len(h) > 0 {
+		return h
 	}
 	if s.first[c] != nil {
 		return s.first[c : c+1]
@@ -247,7 +259,7 @@ func (s *sizeBuckets) class(c int) []*block {
 func (s *sizeBuckets) check() string {
 	count := 0
 	for c := range numClasses {
-		h, f := s.heaps[c], s.first[c]
+		h, f := s.heap(c), s.first[c]
 		if (f != nil) != (s.words[c>>6]&(1<<(c&63)) != 0) {
 			return "a size-class bit disagrees with its bucket"
 		}
