@@ -40,12 +40,12 @@ type count struct {
 }
 
 // derivedFrom maps the rows kept as pending amounts to the rows they add
-// to: active = allocation + pending, active_bytes = allocated_bytes +
-// pending bytes.
+// to, plus one (zero: not derived): active = allocation + pending,
+// active_bytes = allocated_bytes + pending bytes.
 var derivedFrom = [numRows]int{
 	stats.Active:      int(stats.Allocation) + 1,
 	stats.ActiveBytes: int(stats.AllocatedBytes) + 1,
-} // stored plus one, so that zero means "not derived"
+}
 
 // shardCounts is one metric's counts on one shard, per pool, and the
 // limit of the shard's total over both pools (whose current value is the
@@ -85,7 +85,7 @@ type globalCounts struct {
 }
 
 // bump adds n > 0 to pool k and reports whether the pool's or the
-// total's limit is passed (then the caller runs exceedAny).
+// total's limit is passed (then the caller runs exceedRows).
 func (s *shardCounts) bump(k int, n int64) bool {
 	c := &s.pool[k&1]
 	c.cur += n
@@ -109,7 +109,9 @@ func (s *shardCounts) drop(k int, n int64) { s.pool[k&1].cur -= n }
 // increase adds n > 0 to quantity row, pool k of shard sh.
 func (a *Allocator) increase(sh *shard, row, k int, n int64) {
 	if sh.st[row].bump(k, n) {
-		a.exceedRows(sh, k, 1<<row)
+		d := opDelta{k: k}
+		d.row[row] = n
+		a.exceedRows(sh, k, 1<<row, &d)
 	}
 }
 
@@ -153,17 +155,43 @@ func (sh *shard) impliedNow() bool {
 	return true
 }
 
-// exceedRows runs after a change to pool k of the rows in the bit set
-// rows of shard sh passed a limit. With one shard, whose limits are the
-// peaks, it raises each passed limit and peak to the value; with several,
-// it runs exceed for every quantity of those rows past its limit, in the
-// world, or leaves a cut waiting.
+// opDelta is what one operation changed in one shard's counts: by row, in
+// pool column k (the oversize rows in column qSmall). A shard that leaves
+// a cut waiting keeps its operation's (shard.cutOp), so that the cut can
+// count it at its place among the other waiting operations.
+type opDelta struct {
+	k   int
+	row [numRows]int64
+}
+
+// of returns the change of quantity (row, col), the derived rows (active =
+// allocation + pending) and the all column included.
+func (d *opDelta) of(row, col int) int64 {
+	v := d.row[row]
+	if dr := derivedFrom[row]; dr != 0 {
+		v += d.row[dr-1]
+	}
+	c := d.k
+	if row >= oversizeA {
+		c = qSmall
+	}
+	if col == qAll || col == c {
+		return v
+	}
+	return 0
+}
+
+// exceedRows runs after an operation d, on pool k of shard sh, passed a
+// limit of one of the rows in the bit set rows. With one shard, whose
+// limits are the peaks, it raises each passed limit and peak to the
+// value; with several, it runs exceed for every quantity of those rows
+// past its limit, in the world, or leaves a cut waiting with d.
 //
 // With one shard the active limits stay at least the allocation limits
 // (active, allocation + pending, is never below allocation, and passing an
 // allocation limit with nothing pending passes the active limit too), so
 // activeImplied changes only with pending blocks.
-func (a *Allocator) exceedRows(sh *shard, k int, rows uint32) {
+func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 	if len(a.shards) == 1 {
 		k &= 1
 		for ; rows != 0; rows &= rows - 1 {
@@ -190,8 +218,8 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32) {
 	}
 	if !a.world {
 		// Under the shard's lock alone: the other shards' counts are out of
-		// reach, so the peaks wait for a cut in the world (cutLocked).
-		sh.cut, sh.fast = true, false
+		// reach, so the peaks wait for a cut in the world (cutsLocked).
+		sh.cut, sh.fast, sh.cutOp = true, false, *d
 		return
 	}
 	for ; rows != 0; rows &= rows - 1 {
@@ -237,12 +265,6 @@ func (sh *shard) limit(row, k int) *int64 {
 // limits leave too little room, they shrink to their current values.
 func (a *Allocator) exceed(sh *shard, row, k int) {
 	peak := &a.gst.peak[row][k]
-	if len(a.shards) == 1 {
-		v := sh.value(row, k)
-		*peak = max(*peak, v)
-		*sh.limit(row, k) = *peak
-		return
-	}
 	var total, others int64
 	for _, o := range a.shards {
 		total += o.value(row, k)

@@ -176,7 +176,7 @@
 //   - No deadlock: the fast paths hold one lock; every taker of more than
 //     one takes mu first.
 //   - Stats: a fast path whose counts pass a shard's limit (a possible new
-//     peak) marks a cut and leaves; the cut (cutLocked) runs in the world
+//     peak) marks a cut and leaves; the cut (cutsLocked) runs in the world
 //     before anything else, computes the totals and raises the peaks. The
 //     stats follow the order in which the operations took their locks,
 //     where an operation that needed a cut counts at its cut, a moment

@@ -82,7 +82,13 @@ func (a *Allocator) blockAllocatedLocked(x *freeIndex, b *block, splitBlocks, sp
 	over = st[stats.InactiveSplit].move(k, splitBlocks) || over
 	over = st[stats.InactiveSplitBytes].move(k, splitBytes) || over
 	if over {
-		a.exceedRows(x.sh, k, allocationRows)
+		d := opDelta{k: k}
+		d.row[stats.Allocation], d.row[stats.AllocatedBytes], d.row[stats.RequestedBytes] = 1, n, int64(b.requested)
+		d.row[stats.InactiveSplit], d.row[stats.InactiveSplitBytes] = splitBlocks, splitBytes
+		if b.size >= a.rule.maxSplit {
+			d.row[oversizeA] = 1
+		}
+		a.exceedRows(x.sh, k, allocationRows, &d)
 	}
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream})
@@ -133,7 +139,18 @@ func (a *Allocator) blockFreedLocked(x *freeIndex, b *block, requested bool, spl
 		over := st[stats.InactiveSplit].move(k, splitBlocks)
 		over = st[stats.InactiveSplitBytes].move(k, splitBytes) || over
 		if over {
-			a.exceedRows(x.sh, k, splitRows)
+			d := opDelta{k: k}
+			if requested {
+				d.row[stats.Allocation], d.row[stats.AllocatedBytes] = -1, -size
+				if b.size >= a.rule.maxSplit {
+					d.row[oversizeA] = -1
+				}
+			} else {
+				d.row[stats.Active], d.row[stats.ActiveBytes] = -1, -size
+			}
+			d.row[stats.RequestedBytes] = -int64(b.requested)
+			d.row[stats.InactiveSplit], d.row[stats.InactiveSplitBytes] = splitBlocks, splitBytes
+			a.exceedRows(x.sh, k, splitRows, &d)
 		}
 	} else {
 		st[stats.InactiveSplit].pool[k&1].cur += splitBlocks

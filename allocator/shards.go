@@ -42,9 +42,10 @@ type shard struct {
 	// cut waits. Written under the world; read under mu.
 	fast bool
 	// cut: a change of the shard's counts passed a limit while other
-	// shards exist, and its peaks wait for the world (cutLocked). Until
-	// then the shard is not fast.
-	cut bool
+	// shards exist, and its peaks wait for the world (cutsLocked); cutOp
+	// is that operation's change. Until then the shard is not fast.
+	cut   bool
+	cutOp opDelta
 
 	_ [64]byte // keeps the next object's hot fields off the last cache line
 }
@@ -74,11 +75,7 @@ func (a *Allocator) lockAll() {
 		sh.mu.Lock()
 	}
 	a.world = true
-	for _, sh := range a.shards {
-		if sh.cut {
-			a.cutLocked(sh)
-		}
-	}
+	a.cutsLocked()
 }
 
 // unlockAll leaves the world, deciding first which shards may run their
@@ -95,30 +92,65 @@ func (a *Allocator) unlockAll() {
 	a.mu.Unlock()
 }
 
-// cutLocked settles the peaks of shard sh, whose counts passed a limit
-// while it ran alone: with every lock held, each passed quantity's total
-// over the shards raises the peak if it passes it, and the limits are
-// handed out anew (exceed).
+// cutsLocked settles the peaks that shards left waiting: their
+// operations passed a limit while they ran under their lock alone. With
+// every lock held, it counts those operations one after another, in the
+// order of the shards, from the state before any of them: each
+// quantity's total over the shards after each raises its peak if it
+// passes it. Then the limits are handed out anew (exceed).
 //
 // The order the stats follow: every Alloc and Free counts at the moment
 // it holds its shard's lock, or the world, except one whose counts passed
 // a limit, which counts at the cut that settles it, a moment before it
 // returns. No other operation can see its work before then: its shard is
 // not fast until the cut, so the next operation on it takes the world,
-// which settles the cut first. Between two moments of the world, the
-// shards' changes stay within their limits, whose sum is at most the
-// peak, so every interleaving of them stays at or below the peak, and the
-// peaks are those of this order exactly.
-func (a *Allocator) cutLocked(sh *shard) {
-	sh.cut = false
+// which settles the cut first. Operations waiting for one cut overlap in
+// time, so any order among them is one they could have happened in.
+// Between two moments of the world, the shards' changes stay within their
+// limits, whose sum is at most the peak, so every interleaving of them
+// stays at or below the peak, and the peaks are those of this order
+// exactly.
+func (a *Allocator) cutsLocked() {
+	var waiting []*shard
+	for _, sh := range a.shards {
+		if sh.cut {
+			waiting = append(waiting, sh)
+		}
+	}
+	if len(waiting) == 0 {
+		return
+	}
 	for row := range numRows {
 		for k := range numQ {
-			if sh.value(row, k) > *sh.limit(row, k) {
-				a.exceed(sh, row, k)
+			var total int64
+			for _, sh := range a.shards {
+				total += sh.value(row, k)
+			}
+			for _, sh := range waiting {
+				total -= sh.cutOp.of(row, k) // the state before the waiting operations
+			}
+			peak := &a.gst.peak[row][k]
+			for _, sh := range waiting {
+				if d := sh.cutOp.of(row, k); d > 0 {
+					total += d
+					*peak = max(*peak, total)
+				} else {
+					total += d
+				}
 			}
 		}
 	}
-	sh.refreshImplied()
+	for _, sh := range waiting {
+		sh.cut = false
+		for row := range numRows {
+			for k := range numQ {
+				if sh.value(row, k) > *sh.limit(row, k) {
+					a.exceed(sh, row, k)
+				}
+			}
+		}
+		sh.refreshImplied()
+	}
 }
 
 // settleCut takes and leaves the world to settle a cut that sh left

@@ -264,3 +264,60 @@ func TestRoutesMatchModel(t *testing.T) {
 		}
 	})
 }
+
+// TestCutsOfTwoWaitingOperations: two operations on two shards pass their
+// limits while a third party holds the allocator's lock, so both leave a
+// cut waiting and one cut settles both. Their changes to allocated bytes
+// and to inactive split bytes go opposite ways; the peaks must be those
+// of one order of the two (the order of the shards: the alloc, then the
+// free), not of their sum alone.
+func TestCutsOfTwoWaitingOperations(t *testing.T) {
+	a, dev := newTest(t, 0, Config{})
+	sB, _ := dev.NewStream()
+	// Stream B: [x][y][rest] in a small segment; freeing x leaves a free
+	// block in a split segment: inactive split +x, allocated -x.
+	const x = 4096
+	bx := mustAlloc(t, a, x, sB)
+	mustAlloc(t, a, x, sB)
+	// Stream A: [p][q free][r][rest] in a large segment; allocating q's
+	// size takes q whole: allocated +q, inactive split -q.
+	const q = 3 * mib / 2
+	mustAlloc(t, a, 3*mib, device.DefaultStream)
+	bq := mustAlloc(t, a, q, device.DefaultStream)
+	mustAlloc(t, a, 2*mib, device.DefaultStream)
+	mustFree(t, a, bq)
+	a.ResetPeakStats() // every limit is the value now: any rise passes one
+	allocated := get(t, a, "allocated_bytes.all.current")
+	split := get(t, a, "inactive_split_bytes.all.current")
+
+	a.mu.Lock() // the operations' cuts wait for it
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_, err := a.Alloc(q, device.DefaultStream)
+		assert.NoError(t, err)
+	}()
+	go func() {
+		defer wg.Done()
+		assert.NoError(t, a.Free(bx))
+	}()
+	for waiting := 0; waiting < 2; {
+		waiting = 0
+		for _, sh := range a.shards {
+			sh.mu.Lock()
+			if sh.cut {
+				waiting++
+			}
+			sh.mu.Unlock()
+		}
+	}
+	a.mu.Unlock()
+	wg.Wait()
+	// The alloc first: allocated rises by q, then falls by x; inactive
+	// split falls by q, then rises by x (to below where it started).
+	assert.Equal(t, allocated+q, get(t, a, "allocated_bytes.all.peak"))
+	assert.Equal(t, split, get(t, a, "inactive_split_bytes.all.peak"))
+	assert.Equal(t, allocated+q-x, get(t, a, "allocated_bytes.all.current"))
+	assert.Equal(t, split-q+x, get(t, a, "inactive_split_bytes.all.current"))
+}
