@@ -6,9 +6,8 @@
 # Usage: scripts/callgrind.sh [WHAT...]
 #   WHAT: pair (a cached 1 MiB alloc+free), mixed (the allocator alone on
 #   random_mixed), cs336 (the allocator alone on the cs336 step), replay
-#   (`gpumem replay` of plain random_mixed, parsing included), replay-cs336,
-#   parallel (the two-goroutine benchmark's instructions per pair, for
-#   reference). Default: pair mixed cs336 replay.
+#   (`gpumem replay` of plain random_mixed, parsing included), replay-cs336.
+#   Default: pair mixed cs336 replay.
 #
 # Method: Go binaries built with CGO_ENABLED=0 and run with GOMAXPROCS=1
 # GODEBUG=asyncpreemptoff=1 GOGC=off (callgrind aborts on Go's preemption
@@ -64,7 +63,6 @@ for w in "${what[@]}"; do
 	cs336) echo "allocator on cs336 (BenchmarkReplayTransformerStep): $(bench BenchmarkReplayTransformerStep 20 100 "$(ops $cs336)") instructions per op" ;;
 	replay) echo "gpumem replay of plain random_mixed: $(replay $mixed) instructions per op" ;;
 	replay-cs336) echo "gpumem replay of plain cs336: $(replay $cs336) instructions per op" ;;
-	parallel) echo "two goroutines, two streams (BenchmarkParallelStreams, GOMAXPROCS=1): $(bench BenchmarkParallelStreams 100000 500000 1) instructions per pair" ;;
 	*) echo "unknown: $w" >&2; exit 2 ;;
 	esac
 done
