@@ -1,5 +1,6 @@
 // This file holds blocks, segments and pools: the allocator's data
-// structures, their invariants, and the free-block index of each pool.
+// structures and their invariants (the free indexes are in index.go), and
+// the recycling of block structs.
 
 package allocator
 

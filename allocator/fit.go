@@ -10,10 +10,11 @@ import "github.com/gpumem/gpumem/device"
 // stream for the block of the lowest (size, address) with at least the
 // rounded size: size buckets answer with bit scans (sizeBuckets.bestFit,
 // largeBuckets.fit), a tree with a lower bound (largeFitLocked, which
-// also applies the rule of expandable segments). Alloc then checks that the block may serve the
-// request (splitRule.mayServe: oversize blocks). The block stays in the
-// free index: takeLocked takes it out. While garbage collection is active,
-// each search of a tree counts in the pool's clock of block ages
+// also applies the rule of expandable segments). Alloc then checks that
+// the block may serve the request (splitRule.mayServe: oversize blocks).
+// The block stays in the free index: takeLocked takes it out. While
+// garbage collection is active, each search of the large pool (or of a
+// pool of expandable segments) counts in the pool's clock of block ages
 // (gcCalls); only the large pool's ages are read.
 
 // largeFitLocked returns the best-fitting free block of x, an index of

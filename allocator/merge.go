@@ -114,12 +114,11 @@ func (a *Allocator) mergeLocked(x *freeIndex, b *block) *block {
 	return b
 }
 
-// mergeIntoLocked merges b, a free block of x, a tree (expandable
-// segments), in no index, into
-// its free neighbours (one or both merge), and returns the merged block: a
-// neighbour's struct (the next one's if it merges), moved to its new key
-// in place (freeTree.rekey), which saves a remove and an insert when it
-// stays in its leaf.
+// mergeIntoLocked merges b, a free block in no index, into its free
+// neighbours (one or both merge) in x, a tree (a pool of expandable
+// segments), and returns the merged block: a neighbour's struct (the next
+// one's if it merges), moved to its new key in place (freeTree.rekey),
+// which saves a remove and an insert when it stays in its leaf.
 func (a *Allocator) mergeIntoLocked(x *freeIndex, b *block, mergePrev, mergeNext bool) *block {
 	prev, next := b.prev, b.next
 	m := prev
