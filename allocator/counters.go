@@ -130,12 +130,12 @@ func (sh *shard) activeOver(k int) bool {
 	return false
 }
 
-// Rows as bit sets, for exceedRows.
+// Rows as bit sets, for exceedRows. An Alloc that passes a limit of
+// allocation passes active's with it when active follows allocation
+// (activeImplied), so it names the active rows too.
 const (
-	activeRows     = 1<<stats.Active | 1<<stats.ActiveBytes
-	allocatedRows  = 1<<stats.Allocation | 1<<stats.AllocatedBytes | 1<<stats.RequestedBytes | activeRows | 1<<oversizeA
-	splitRows      = 1<<stats.InactiveSplit | 1<<stats.InactiveSplitBytes
-	allocationRows = allocatedRows | splitRows
+	activeRows = 1<<stats.Active | 1<<stats.ActiveBytes
+	splitRows  = 1<<stats.InactiveSplit | 1<<stats.InactiveSplitBytes
 )
 
 // refreshImplied recomputes sh.activeImplied.

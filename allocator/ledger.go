@@ -70,25 +70,36 @@ func (a *Allocator) pagesUnmappedLocked(seg *segment, ptr device.Ptr, n uint64) 
 func (a *Allocator) blockAllocatedLocked(x *freeIndex, b *block, splitBlocks, splitBytes int64) {
 	k, n := x.k, int64(b.size)
 	st := &x.sh.st
-	over := st[stats.Allocation].bump(k, 1)
-	over = st[stats.AllocatedBytes].bump(k, n) || over
-	over = st[stats.RequestedBytes].bump(k, int64(b.requested)) || over
-	if !x.sh.activeImplied { // active = allocation + pending rises too
-		over = x.sh.activeOver(k) || over
+	var rows uint32 // the rows past a limit
+	if st[stats.Allocation].bump(k, 1) {
+		rows |= 1<<stats.Allocation | activeRows
 	}
-	if b.size >= a.rule.maxSplit {
-		over = st[oversizeA].bump(qSmall, 1) || over
+	if st[stats.AllocatedBytes].bump(k, n) {
+		rows |= 1<<stats.AllocatedBytes | activeRows
 	}
-	over = st[stats.InactiveSplit].move(k, splitBlocks) || over
-	over = st[stats.InactiveSplitBytes].move(k, splitBytes) || over
-	if over {
+	if st[stats.RequestedBytes].bump(k, int64(b.requested)) {
+		rows |= 1 << stats.RequestedBytes
+	}
+	if !x.sh.activeImplied && x.sh.activeOver(k) { // active = allocation + pending rises too
+		rows |= activeRows
+	}
+	if b.size >= a.rule.maxSplit && st[oversizeA].bump(qSmall, 1) {
+		rows |= 1 << oversizeA
+	}
+	if st[stats.InactiveSplit].move(k, splitBlocks) {
+		rows |= 1 << stats.InactiveSplit
+	}
+	if st[stats.InactiveSplitBytes].move(k, splitBytes) {
+		rows |= 1 << stats.InactiveSplitBytes
+	}
+	if rows != 0 {
 		d := opDelta{k: k}
 		d.row[stats.Allocation], d.row[stats.AllocatedBytes], d.row[stats.RequestedBytes] = 1, n, int64(b.requested)
 		d.row[stats.InactiveSplit], d.row[stats.InactiveSplitBytes] = splitBlocks, splitBytes
 		if b.size >= a.rule.maxSplit {
 			d.row[oversizeA] = 1
 		}
-		a.exceedRows(x.sh, k, allocationRows, &d)
+		a.exceedRows(x.sh, k, rows, &d)
 	}
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream})
