@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/internal/deferred"
@@ -15,7 +16,8 @@ import (
 )
 
 // Allocator is a caching allocator for one device. It is safe for concurrent
-// use by multiple goroutines.
+// use by multiple goroutines: Alloc and Free on different streams run at
+// once (doc.go, Locking).
 type Allocator struct {
 	// Read-only after New.
 	dev       device.Device
@@ -25,42 +27,57 @@ type Allocator struct {
 	rule      splitRule                    // max_split_size and the split rules
 	divisions *[NumRoundupIntervals]uint64 // roundup_power2_divisions; nil when no entry is set
 	eventDone func(*block)                 // eventDoneLocked, bound once so that polling allocates nothing
-	foundFunc func(*block) bool            // records the first item visited in found
+	def       *shard                       // the default stream's shard
+	pol       *policyState                 // the low_fragmentation policy's state; nil for the faithful policy
 
-	mu sync.Mutex // guards everything below
+	// Written in the world only, read by the fast paths too (kept here,
+	// away from the lines the locks write).
+	aging  bool   // best-fit searches count in the pools' clocks: garbage collection is active, or the policy
+	phased bool   // phases other than the first were named: blocks are counted by phase (phases.go)
+	phase  uint16 // the current phase (SetPhase): the phase of the blocks handed out
+
+	// Read without a lock; written in the world.
+	single   atomic.Pointer[shard]         // the one shard while there is one (the default stream's), then nil
+	byStream atomic.Pointer[[]streamShard] // every shard, by stream: a copy of shards
+	byID     atomic.Pointer[[]*shard]      // every shard, by id (its place in the order of creation), for routes
+	routes   routes                        // address to shard, while there is more than one shard
+
+	// mu and every shard's lock together (the world) guard everything
+	// below: it changes only in the world, and a shard's fast path, which
+	// holds only its shard's lock, may read it.
+	mu    sync.Mutex
+	world bool     // the world is held
+	held  []*shard // the shards whose locks the world holds: those that were fast
 
 	cfg      Config
 	allowed  uint64 // cap on reserved bytes (fraction or limit); 0 means none
 	gcActive bool   // a garbage-collection threshold and a cap are both set
 
-	// small and large hold the blocks of the two pools. Every block of
-	// every segment is in exactly one of: live (allocated), the events
-	// queue (pending, once per outstanding event), its pool's free index
-	// (free), its pool's unmapped index (unmapped).
+	// small and large are the two pools. Every block of every segment is
+	// in exactly one of: its shard's address table (allocated), the
+	// events queue (pending, once per outstanding event), the free index
+	// of its pool and stream (free), its pool's unmapped index (unmapped).
 	small, large *pool
-	live         ptrTable                // allocated blocks by address
-	segments     map[device.Ptr]*segment // every segment by base address
-	st           counters                // the stats; changed only through the ledger
+	shards       []*shard                        // the shards of their own by stream (def included), then the cold shard: the order of lockAll
+	cold         *shard                          // the shard that the streams past maxShards share; nil until one comes
+	coldIdx      map[device.Stream]*[2]freeIndex // the free indexes of the cold shard's streams
+	segments     map[device.Ptr]*segment         // every segment by base address
+	gst          globalCounts                    // the peaks and the slow paths' counters; with the shards' counts, the stats, changed only through the ledger
 
-	phases   []phaseState      // by phase id; 0 is the phase before any SetPhase
+	phases   []phaseInfo       // by phase id; 0 is the phase before any SetPhase
 	phaseIDs map[string]uint16 // phase ids by name
-	phase    uint16            // the current phase
 	steps    stats.StepCounts[leakKey]
 
 	uses    map[*block][]device.Stream // for allocated blocks with recorded set: the other streams used
 	events  *deferred.Queue[*block]    // pending frees, per stream
-	streams map[device.Stream]struct{} // streams known to be valid, the default stream aside
+	streams map[device.Stream]struct{} // streams known to be valid that have no free indexes yet
 
-	spare     []*block // recycled block structs
-	key       block    // best-fit search key (scratch)
-	found     *block   // result of the last index search (scratch)
+	key       block    // search key for the unmapped index (scratch)
 	collected []*block // scratch list for release passes
 	examined  int      // blocks looked at by release passes, for the tests of their cost
 
-	pol *policyState // the low_fragmentation policy's state; nil for the faithful policy
-
-	observers    []observerEntry // copy on write: notified with mu held
-	oomObservers []oomObserver   // copy on write: called after mu is released
+	observers    []observerEntry // copy on write: notified in the world
+	oomObservers []oomObserver   // copy on write: called after the world is left
 	nextID       uint64
 }
 
@@ -104,7 +121,7 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 		large:    newPool(false, vm != nil),
 		segments: make(map[device.Ptr]*segment),
 		events:   deferred.New[*block](dev),
-		phases:   []phaseState{{}},
+		phases:   []phaseInfo{{}},
 		phaseIDs: map[string]uint16{"": 0},
 		pol:      newPolicyState(&cfg),
 	}
@@ -113,11 +130,16 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 		a.divisions = &d
 	}
 	a.eventDone = a.eventDoneLocked
-	a.foundFunc = func(b *block) bool { a.found = b; return false }
+	a.def = a.newShard(device.DefaultStream)
+	a.shards = []*shard{a.def}
+	a.byID.Store(&[]*shard{a.def})
+	a.byStream.Store(streamList(a.shards))
+	a.single.Store(a.def)
 	a.setCapLocked(cfg.MemoryFraction)
-	a.st.maxSplitSize = -1
+	a.def.fast.Store(a.fastLocked())
+	a.gst.maxSplitSize = -1
 	if a.rule.maxSplit != maxSplitNone {
-		a.st.maxSplitSize = int64(a.rule.maxSplit)
+		a.gst.maxSplitSize = int64(a.rule.maxSplit)
 	}
 	return a, nil
 }
@@ -139,6 +161,7 @@ func (a *Allocator) setCapLocked(fraction float64) {
 	}
 	a.allowed = allowed
 	a.gcActive = allowed > 0 && a.cfg.GarbageCollectionThreshold > 0
+	a.aging = a.gcActive || a.pol != nil
 }
 
 // Device returns the device the allocator manages.
@@ -146,8 +169,8 @@ func (a *Allocator) Device() device.Device { return a.dev }
 
 // Config returns the allocator's configuration.
 func (a *Allocator) Config() Config {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	return a.cfg
 }
 
@@ -159,8 +182,8 @@ func (a *Allocator) SetMemoryFraction(fraction float64) error {
 	if !(fraction > 0 && fraction <= 1) {
 		return fmt.Errorf("allocator: memory fraction %v must be in (0, 1]", fraction)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	a.setCapLocked(fraction)
 	return nil
 }
@@ -171,60 +194,158 @@ func (a *Allocator) SetMemoryFraction(fraction float64) error {
 // the request, even after releasing cached memory, the error is an
 // *OutOfMemoryError (which matches device.ErrOutOfMemory with errors.Is).
 func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
-	if size == 0 {
-		return 0, nil
+	if size-1 >= maxRequestSize-1 { // 0, or 1 EiB and more
+		return 0, outOfRange(size)
 	}
-	if size >= maxRequestSize {
-		// PyTorch raises its out-of-memory error here (without counting it
-		// in num_ooms); the error matches both, so that a replay counts it
-		// as PyTorch's does while a caller sees a size it should not ask.
-		return 0, fmt.Errorf("allocator: cannot allocate %d bytes (more than 1 EiB; a negative size converted to uint64?): %w (%w)", size, device.ErrInvalidSize, device.ErrOutOfMemory)
+	sh := a.def
+	if s != device.DefaultStream {
+		sh = a.lookupShard(s)
 	}
-	a.mu.Lock()
-	if !a.knownStreamLocked(s) {
-		a.mu.Unlock()
+	if sh != nil {
+		sh.mu.Lock()
+		if sh.fast.Load() {
+			// fitLocked, written out: the fast path is short.
+			rounded := (size + kMinBlockSize - 1) &^ (kMinBlockSize - 1)
+			if a.divisions != nil {
+				rounded = roundSize(size, a.divisions)
+			}
+			x := &sh.free[qSmall]
+			if !isSmall(rounded) {
+				x = &sh.free[qLarge]
+			}
+			if x.pend != nil {
+				x.settle()
+			}
+			var b *block
+			if bk := x.buckets; bk != nil {
+				var ok bool
+				if b, ok = bk.recall(rounded); !ok {
+					b = bk.bestFit(rounded)
+				}
+			} else if a.pol == nil {
+				b = a.largeFitLocked(x, rounded)
+			} else if b = a.policyFitLocked(x, rounded); b == nil || !a.rule.mayServe(b.size, rounded) {
+				// The policy with one shard (nothing to lend): the world
+				// searches again, and counts that search.
+				x.pool.gcCalls--
+			}
+			if b != nil && a.rule.mayServe(b.size, rounded) {
+				ptr := a.takeLocked(x, b, rounded, size).ptr
+				if sh.cut {
+					sh.fast.Store(false) // the world settles the cut first
+					sh.mu.Unlock()
+					a.settleCut()
+				} else {
+					sh.mu.Unlock()
+				}
+				if selfCheck {
+					a.selfCheck("Alloc")
+				}
+				return ptr, nil
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return a.allocWorld(size, s)
+}
+
+// fitLocked runs steps 2 to 4 of the allocation ladder for a request of
+// size bytes on the stream whose free indexes are xs: it rounds the size,
+// picks the pool and finds the best fit, and returns the free index
+// searched, the rounded size and the block found, nil when none may
+// serve the request. (Alloc's fast path writes these steps out.)
+func (a *Allocator) fitLocked(xs *[2]freeIndex, size uint64) (*freeIndex, uint64, *block) {
+	rounded := roundSize(size, a.divisions)
+	x := &xs[qSmall]
+	if !isSmall(rounded) {
+		x = &xs[qLarge]
+	}
+	if x.pend != nil {
+		x.settle()
+	}
+	var b *block
+	switch {
+	case a.pol != nil:
+		b = a.policyFitLocked(x, rounded) // policy: a low address among close fits
+	case x.buckets != nil:
+		b = x.buckets.bestFit(rounded)
+	default:
+		b = a.largeFitLocked(x, rounded)
+	}
+	if b == nil || !a.rule.mayServe(b.size, rounded) {
+		return x, rounded, nil
+	}
+	return x, rounded, b
+}
+
+// allocWorld runs the whole allocation ladder in the world.
+func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error) {
+	a.lockAll()
+	xs := a.indexesLocked(s)
+	if xs == nil {
+		a.unlockAll()
 		return 0, fmt.Errorf("allocator: stream %d is not a stream of device %d: %w", s, a.ordinal, device.ErrInvalidStream)
 	}
 	if a.events.Len() > 0 {
 		a.pollEventsLocked()
 	}
-	rounded := roundSize(size, a.divisions)
-	p := a.large
-	if isSmall(rounded) {
-		p = a.small
-	}
-	b := a.bestFitLocked(p, rounded, s)
-	lent := false
+	x, rounded, b := a.fitLocked(xs, size)
+	from := x // the free index b is in
 	if b == nil && a.pol != nil {
-		b, lent = a.lendLocked(p, rounded, s) // policy: a block cached on another stream
+		from, b = a.lendLocked(x, rounded) // policy: a block cached on another stream
 	}
 	if b == nil {
 		var err error
-		if b, err = a.allocSlowLocked(p, rounded, size, s); err != nil {
-			if selfCheck {
-				a.selfCheckLocked("a failed Alloc")
-			}
-			obs := a.oomObservers
-			a.mu.Unlock()
-			if oom, ok := err.(*OutOfMemoryError); ok {
-				for _, o := range obs {
-					o.f(oom)
-				}
-			}
-			return 0, err
+		from = x
+		if b, err = a.allocSlowLocked(x, rounded, size); err != nil {
+			return 0, a.allocFailedLocked(err)
 		}
 	}
-	var ptr device.Ptr
+	lent := from != x
 	if lent {
-		ptr = a.takeLentLocked(b, rounded, size, s).ptr
-	} else {
-		ptr = a.takeLocked(b, rounded, size).ptr
+		a.pol.lending, a.pol.lendTo = true, s
 	}
+	b = a.takeLocked(from, b, rounded, size)
+	if lent {
+		a.lentLocked(b, s)
+	}
+	if from.pend != nil && from.sh.cold {
+		from.settle() // the cold shard's indexes never wait (settleAllLocked)
+	}
+	ptr := b.ptr
 	if selfCheck {
 		a.selfCheckLocked("Alloc")
 	}
-	a.mu.Unlock()
+	a.unlockAll()
 	return ptr, nil
+}
+
+// outOfRange is Alloc's answer to size 0 (no error) or a size of 1 EiB
+// or more.
+func outOfRange(size uint64) error {
+	if size == 0 {
+		return nil
+	}
+	// PyTorch raises its out-of-memory error here (without counting it in
+	// num_ooms); the error matches both, so that a replay counts it as
+	// PyTorch's does while a caller sees a size it should not ask.
+	return fmt.Errorf("allocator: cannot allocate %d bytes (more than 1 EiB; a negative size converted to uint64?): %w (%w)", size, device.ErrInvalidSize, device.ErrOutOfMemory)
+}
+
+// allocFailedLocked ends a failed Alloc: it leaves the world and calls the
+// out-of-memory observers for an out-of-memory error.
+func (a *Allocator) allocFailedLocked(err error) error {
+	if selfCheck {
+		a.selfCheckLocked("a failed Alloc")
+	}
+	obs := a.oomObservers
+	a.unlockAll()
+	if oom, ok := err.(*OutOfMemoryError); ok {
+		for _, o := range obs {
+			o.f(oom)
+		}
+	}
+	return err
 }
 
 // Free returns a block obtained from Alloc. Freeing the zero Ptr does
@@ -238,21 +359,70 @@ func (a *Allocator) Free(p device.Ptr) error {
 	if p == 0 {
 		return nil
 	}
-	a.mu.Lock()
-	err := a.freeLocked(p)
+	sh := a.single.Load()
+	if sh == nil {
+		if id, ok := a.routes.lookup(p); ok {
+			if ids := *a.byID.Load(); int(id) < len(ids) {
+				sh = ids[id]
+			}
+		}
+	}
+	if sh != nil {
+		sh.mu.Lock()
+		if sh.fast.Load() {
+			if b := sh.live.remove(p); b != nil {
+				if !b.recorded {
+					b.allocated = false
+					a.finishFreeLocked(b, true)
+					if sh.cut {
+						sh.fast.Store(false) // the world settles the cut first
+						sh.mu.Unlock()
+						a.settleCut()
+					} else {
+						sh.mu.Unlock()
+					}
+					if selfCheck {
+						a.selfCheck("Free")
+					}
+					return nil
+				}
+				sh.live.put(b) // the world frees it
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return a.freeWorld(p)
+}
+
+// freeWorld runs the free ladder in the world.
+func (a *Allocator) freeWorld(p device.Ptr) error {
+	a.lockAll()
+	defer a.unlockAll()
+	b, sh := a.liveBlockLocked(p)
+	var err error
+	switch {
+	case b == nil:
+		err = a.invalidPointerLocked("free", p)
+	case b.recorded:
+		sh.live.remove(p)
+		err = a.freeRecordedLocked(sh, b)
+	default:
+		sh.live.remove(p)
+		b.allocated = false
+		a.finishFreeLocked(b, true)
+	}
 	if selfCheck {
 		a.selfCheckLocked("Free")
 	}
-	a.mu.Unlock()
 	return err
 }
 
-// freeLocked runs the free ladder for the block at p.
-func (a *Allocator) freeLocked(p device.Ptr) error {
-	b := a.live.remove(p)
-	if b == nil {
-		return a.invalidPointerLocked("free", p)
-	}
+// freeRecordedLocked runs the free ladder for b, allocated (taken out of
+// its shard's address table) and recorded on other streams
+// (RecordStream): it records an event on each and leaves b pending, or
+// completes the free when the events could not be recorded and the
+// streams were synchronized instead.
+func (a *Allocator) freeRecordedLocked(sh *shard, b *block) error {
 	var n int
 	var err error
 	if a.pol != nil {
@@ -261,16 +431,16 @@ func (a *Allocator) freeLocked(p device.Ptr) error {
 		n, err = a.deferFreeLocked(b)
 	}
 	if err != nil {
-		a.live.put(b) // nothing changed
+		sh.live.put(b) // nothing changed
 		return err
 	}
 	b.allocated = false
-	a.freeRequestedLocked(b)
-	if n > 0 {
-		b.eventCount = int32(n)
+	if n == 0 {
+		a.finishFreeLocked(b, true)
 		return nil
 	}
-	a.finishFreeLocked(b)
+	a.freeRequestedLocked(b.seg.free, b)
+	b.eventCount = int32(n)
 	return nil
 }
 
@@ -308,9 +478,10 @@ func (a *Allocator) segmentOfLocked(p device.Ptr) *segment {
 // block stay. An error from the device leaves the blocks it concerns
 // cached; the others are released.
 func (a *Allocator) EmptyCache() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	a.cacheEmptiedLocked()
+	a.settleAllLocked()
 	err := a.releaseCachedLocked()
 	if selfCheck {
 		a.selfCheckLocked("EmptyCache")
@@ -320,38 +491,31 @@ func (a *Allocator) EmptyCache() error {
 
 // Stats returns a copy of the allocator's statistics.
 func (a *Allocator) Stats() stats.DeviceStats {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.st.stats()
+	a.lockAll()
+	defer a.unlockAll()
+	return a.statsLocked()
 }
 
 // ResetPeakStats makes every peak equal to its current value
 // (torch.cuda.reset_peak_memory_stats), the peaks of phases included.
 func (a *Allocator) ResetPeakStats() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.st.resetPeak()
-	for i := range a.phases {
-		a.phases[i].bytes.ResetPeak()
-		a.phases[i].allocations.ResetPeak()
-	}
+	a.lockAll()
+	defer a.unlockAll()
+	a.resetPeakLocked()
 }
 
 // ResetAccumulatedStats zeroes the cumulative sums and counters
 // (torch.cuda.reset_accumulated_memory_stats), those of phases included.
 func (a *Allocator) ResetAccumulatedStats() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.st.resetAccumulated()
-	for i := range a.phases {
-		a.phases[i].bytes.ResetAccumulated()
-		a.phases[i].allocations.ResetAccumulated()
-	}
+	a.lockAll()
+	defer a.unlockAll()
+	a.resetAccumulatedLocked()
 }
 
 // LargestFreeBlock returns the size of the largest cached free block.
 func (a *Allocator) LargestFreeBlock() uint64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
+	a.settleAllLocked()
 	return a.largestFreeLocked()
 }

@@ -555,7 +555,7 @@ func TestSnapshot(t *testing.T) {
 // cached block: 100,000 free blocks in split segments are not examined.
 func TestFailedAllocCostsWhatItReleases(t *testing.T) {
 	if selfCheck {
-		t.Skip("200,000 allocations, each followed by the self-check's walk of every block: hours")
+		t.Skip("with gpumem_invariants every operation walks every block: 200,000 of them take hours")
 	}
 	dev, err := sim.New(sim.Config{Capacity: 4 << 30})
 	require.NoError(t, err)

@@ -1,11 +1,13 @@
 package allocator
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/gpumem/gpumem/device"
@@ -133,6 +135,61 @@ func BenchmarkParallelStreams(b *testing.B) {
 			_ = a.Free(p)
 		}
 	})
+}
+
+// BenchmarkStreamsScaling runs g goroutines against one allocator, each
+// allocating and freeing 1 MiB on a stream of its own (the first on the
+// default stream), for g = 1, 2 and 4, and reports the pairs per
+// microsecond of wall time over all goroutines, and the CPU time per pair
+// (which rises when goroutines contend; the wall time also depends on the
+// cores the machine gives them). b.N pairs are shared among the goroutines.
+func BenchmarkStreamsScaling(b *testing.B) {
+	for _, g := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			a, dev := newBench(b, Config{})
+			streams := []device.Stream{device.DefaultStream}
+			for len(streams) < g {
+				s, err := dev.NewStream()
+				if err != nil {
+					b.Fatal(err)
+				}
+				streams = append(streams, s)
+			}
+			for _, s := range streams { // warm: each stream has its segment
+				p, _ := a.Alloc(mib, s)
+				_ = a.Free(p)
+			}
+			per := max(b.N/g, 1)
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			cpu, start := cpuTime(), time.Now()
+			for _, s := range streams {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range per {
+						p, err := a.Alloc(mib, s)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if err := a.Free(p); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			wall, cpu := time.Since(start), cpuTime()-cpu
+			b.StopTimer()
+			pairs := float64(per * g)
+			b.ReportMetric(pairs/float64(wall.Microseconds()+1), "pairs/µs")
+			if cpu > 0 {
+				b.ReportMetric(float64(cpu.Nanoseconds())/pairs, "cpu-ns/pair")
+			}
+		})
+	}
 }
 
 // allocInBackground runs alloc/free pairs in another goroutine until the

@@ -21,19 +21,58 @@
 //     order. A block is allocated (handed to a caller), pending (freed by the
 //     caller but recorded on other streams whose work has not finished), or
 //     free (cached).
-//   - pool: small (blocks of at most 1 MiB) or large. Each pool indexes its
-//     free blocks in a B-tree (github.com/google/btree) ordered by (stream,
-//     size, address), and with expandable segments its unmapped ranges in
-//     a second one ordered by (stream, address).
-//   - live: an open-addressing table from address to allocated block, for
-//     Free (ptrtable.go).
+//   - pool: small (blocks of at most 1 MiB) or large; with expandable
+//     segments it indexes its unmapped ranges in a B-tree
+//     (github.com/google/btree) ordered by (stream, address). It lists the
+//     free indexes of the streams that hold segments in it (owners), so
+//     that a walk of every stream's cached blocks (releasing the cache,
+//     garbage collection, the largest free block, lending) visits the
+//     streams that hold memory, not every stream ever seen.
+//   - shard: one stream's part of the allocator (shards.go), with a lock of
+//     its own. A stream's blocks serve no other stream (but lent by the
+//     low_fragmentation policy, in the world), so everything an Alloc or
+//     Free of one stream touches in the common case is its shard's: the
+//     free indexes of its two pools, the address table of its allocated
+//     blocks, its counts (per phase too), its spare block structs. The
+//     default stream and the next maxShards-1 streams to allocate get
+//     shards of their own; later streams share the cold shard, which has
+//     an index pair per stream (trees alone: a size bucket array costs tens
+//     of KiB) and is never fast, so that a program with a stream per
+//     allocation costs the same per operation however many streams came
+//     before.
+//   - free index (index.go): one pool's free blocks on one stream, in the
+//     order (size, address) that PyTorch 2.6's B-tree keeps per stream. For
+//     plain segments a bucket per 512-byte size, each a heap by address,
+//     and a bitmap of the buckets in use find the best fit with bit scans:
+//     the small pool's 4096 sizes in two levels (buckets.go), the large
+//     pool's 2^18 sizes up to 128 MiB in three, with a hash table of the
+//     sizes in use (large.go); larger blocks, and the pools of expandable
+//     segments, whose best fit walks the order, are in a B+ tree with its
+//     (size, address) keys in its nodes (tree.go). A split whose rest
+//     stays in the index waits to move it (pend) until the index is used
+//     again: the free of the block handed out, the usual next step, merges
+//     the two back into the key the rest is still filed under, and the
+//     index never changes (an "unsplit"). The small pool remembers its last
+//     best fit until its index changes.
+//   - live: per shard, an open-addressing table from address to allocated
+//     block, for Free (ptrtable.go).
+//   - routes: a lock-free table from 2 MiB chunks of addresses to the shard
+//     whose segments hold them (routes.go), for Free, which is not told the
+//     stream, to take one shard's lock; kept once there are two shards.
 //   - events: per stream, the events recorded for pending frees, oldest
 //     first (the queue of internal/deferred, shared with allocator/host).
-//   - counters: the stats, kept per pool as PyTorch keeps them, and changed
+//   - counters (counters.go): the stats, kept per shard and pool, with
+//     per-shard limits that keep the peaks of their totals exact; changed
 //     only by the ledger (ledger.go): one method per state change (segment
 //     allocated or freed, pages mapped or unmapped, block handed out, free
 //     requested, free completed, out of memory, retry, synchronize-all)
 //     updates the stats and notifies the observers together.
+//   - phases (phases.go): the phase names, the current phase (every block
+//     carries the phase it was handed out in) and each phase's peaks; once
+//     a second phase is named, every shard counts its blocks' bytes and
+//     number by phase, with limits as for the other stats. Steps keep the
+//     counts of live blocks by (phase, requested size) at each boundary,
+//     for Leaks.
 //
 // The files follow the ladders: allocator.go holds the public methods;
 // sizes.go the constants, the rounding, the segment sizes and the split
@@ -41,8 +80,10 @@
 // (one merge for plain and expandable segments); reclaim.go obtaining
 // memory from the device and reclaiming it (the out-of-memory ladder,
 // garbage collection); streams.go RecordStream and deferred frees;
-// expandable.go expandable segments; check.go the invariant checker;
-// policy.go, policy_grow.go and policy_streams.go the opt-in
+// expandable.go expandable segments; shards.go and routes.go the shards
+// and their locking; index.go, buckets.go, large.go and tree.go the free
+// indexes; counters.go and phases.go the stats; check.go the invariant
+// checker; policy.go, policy_grow.go and policy_streams.go the opt-in
 // low_fragmentation policy (its own section below).
 //
 // # Allocation ladder (Alloc)
@@ -54,10 +95,12 @@
 //     says so for the size's interval.
 //  3. Pick the pool: small if the rounded size is at most 1 MiB.
 //  4. Best fit: the lowest (size, address) free block of that pool on the
-//     same stream with size >= the rounded size. An oversize block (at
+//     same stream with size >= the rounded size (the stream's free index;
+//     a pending split there is settled first). An oversize block (at
 //     least max_split_size) is never given to a smaller request, and given
 //     to an oversize request only if it is less than
-//     max_non_split_rounding bytes larger.
+//     max_non_split_rounding bytes larger. (Under the policy, a close fit
+//     at a lower address, then a block lent by another stream.)
 //  5. On a miss: garbage-collect old cached blocks if a threshold and a
 //     memory cap are set; then ask the device for a new segment, or with
 //     expandable segments map pages into one (refused without asking when
@@ -71,19 +114,24 @@
 //  7. Split: keep the front of the block for the request and return the
 //     rest to the free index, if the rest is at least 512 bytes (small
 //     pool) or more than 1 MiB and the request is not oversize (large
-//     pool). The block is handed out: allocated, in live, in the ledger.
+//     pool); the rest's move to its new key waits (pend). The block is
+//     handed out: allocated, of the current phase, in its shard's live
+//     table, in the ledger.
 //
 // # Free ladder (Free)
 //
-//  1. Look the address up among allocated blocks (unknown or already freed:
-//     an error, nothing changes).
+//  1. Look the address up among allocated blocks: the routes name the
+//     shard, its table the block (unknown or already freed: an error,
+//     nothing changes).
 //  2. Mark it not allocated (allocation and allocated_bytes fall now).
 //  3. If it was recorded on other streams, record an event on each and
 //     leave the block pending; it is completed later by step 1 of Alloc,
 //     by EmptyCache or by the out-of-memory path.
 //  4. Otherwise, or when its events are done, complete the free: merge the
 //     block with free neighbours in its segment and put the result in the
-//     free index (active, active_bytes and requested_bytes fall now).
+//     free index (active, active_bytes and requested_bytes fall now); when
+//     the block is the front of the index's pending split, merging it back
+//     leaves the index as it was (unsplit).
 //  5. Segments stay cached until EmptyCache, the out-of-memory path or
 //     garbage collection releases those that are wholly free (with
 //     expandable segments, EmptyCache and the out-of-memory path unmap the
@@ -92,35 +140,108 @@
 // # Invariants
 //
 // Checked by CheckInvariants after every step of the tests, and after
-// every Alloc, Free and EmptyCache in builds with the gpumem_invariants
-// tag (go test -tags gpumem_invariants), which panic on a violation: a bug
-// in gpumem, never a caller's mistake:
+// every operation in builds with the gpumem_invariants tag (go test -tags
+// gpumem_invariants), which panic on a violation: a bug in gpumem, never a
+// caller's mistake:
 //
 //   - every byte of a segment is in exactly one block; no gaps, no
 //     overlaps;
 //   - no two neighbouring blocks of a segment are both free;
-//   - a block is in its pool's free index if and only if it is free (and
-//     then marked indexed), in the unmapped index if and only if it is an
-//     unmapped range, in the address map if and only if it is allocated,
-//     and in the events queue (once per event) if and only if it is
-//     pending;
-//   - a block is never reused on another stream (except lent, under the
-//     low_fragmentation policy): blocks keep the stream of their segment;
-//   - every current stat equals a count over the blocks, and the device's
-//     bytes in use equal reserved_bytes.all.current.
+//   - a block is in the free index of its pool and stream if and only if
+//     it is free (and then marked indexed, filed in the structure its size
+//     says, under its key, or under its key from before the split when it
+//     is the index's pending split, whose front is then the block before
+//     it), in the unmapped index if and only if it is an unmapped range, in
+//     its shard's live table if and only if it is allocated, and in the
+//     events queue (once per event) if and only if it is pending;
+//   - the structures of the free indexes hold: bitmaps and buckets agree,
+//     buckets are heaps by address, the B+ tree is ordered and balanced,
+//     a remembered best fit is still the best fit, the whole free segments
+//     are known exactly;
+//   - a block is never reused on another stream (but lent, under the
+//     low_fragmentation policy): blocks keep the stream, and the shard, of
+//     their segment;
+//   - the cold shard's indexes never keep a pending split; every free
+//     index with segments, and no other, is among its pool's owners, with
+//     the count of its segments;
+//   - every current count equals a count over the blocks, per shard, and
+//     the device's bytes in use equal reserved_bytes.all.current;
+//   - every shard's count of a quantity is within its limit, the limits add
+//     up to at most the peak, and the peak is at least the total; the same
+//     holds of every phase's bytes and blocks, which equal counts over the
+//     allocated blocks of the phase;
+//   - the routes hold every 2 MiB chunk of every segment's memory (a plain
+//     segment, a mapped page of an expandable one), naming its shard, and
+//     nothing else; the lock-free copies of the shard list are current.
 //
 // # Locking
 //
-// One mutex (Allocator.mu) guards all state but the fields set once by
-// New. Every exported method takes it once; methods of the Allocator whose
-// names end in Locked expect it held, and every method that needs it has
-// the suffix. The fields and methods of blocks, segments and pools are
-// guarded by it too. Device calls on
-// the slow paths (malloc, free, events) are made with the lock held, as
-// PyTorch does by default; the cached path makes none. Observers are called
-// with the lock held; out-of-memory observers after it is released. There
-// is no second lock and no background goroutine: pending frees are
-// completed by the calls above.
+// Each shard has a lock (shard.mu); the allocator has one more (mu).
+// Holding mu and the lock of every shard that is fast, taken by lockAll
+// in the order of a.shards after mu, is holding "the world". The lock
+// order is mu, then shards in the order of a.shards (by stream, the cold
+// shard last); no lock is taken while a shard's lock is held outside the
+// world.
+//
+//   - A shard's fields, and the blocks of its segments, are guarded by its
+//     lock; the world guards them too.
+//   - Everything else (the segments map, the pools' unmapped indexes and
+//     owners, the events queue, observers, configuration, peaks, the shard
+//     list, the phases, the policy's state) is changed only in the world,
+//     so a goroutine holding any one shard's lock may read it. Methods
+//     whose names end in Locked expect the locks of what they touch held:
+//     their shard's for those the fast paths call (takeLocked,
+//     finishFreeLocked, the ledger's block methods, policyFitLocked), the
+//     world for the others.
+//   - Fast paths: Alloc of a cached block and Free of an allocated block
+//     that was not recorded on other streams run under their shard's lock
+//     alone, when the shard is fast: no stream event is pending, garbage
+//     collection is off, the policy is off or the default stream's shard
+//     is the only one, no observer is attached, no cut waits, and the
+//     shard is not the cold one. They take no other lock while holding it
+//     and call no device. The shard of a stream is found by a binary
+//     search of a lock-free copy of the shard list (byStream), the shard
+//     of an address through the routes; both are written in the world and
+//     read with atomic loads.
+//   - Fast is an atomic flag: set by the world as it leaves, after every
+//     other write (the store publishes them); cleared by the world, or by
+//     a fast path that leaves a cut, as its last write. A shard that is
+//     not fast runs no fast path, so the world needs no lock of it, and
+//     the world costs a lock per shard that can run alone: one lock in all
+//     while events are pending, garbage collection or the policy is on
+//     with several streams, or observers are attached.
+//   - Everything else, and a fast path that cannot finish, takes the
+//     world: a miss (device calls are made in the world, as PyTorch makes
+//     them under its lock), out of memory, RecordStream, pending events,
+//     EmptyCache, the stats, snapshots, observers, phases and steps,
+//     lending, the checker.
+//   - No deadlock: the fast paths hold one lock; every taker of more than
+//     one takes mu first.
+//   - Stats: a fast path whose counts pass a shard's limit (a possible new
+//     peak, of a stat or of its block's phase) marks a cut and leaves; the
+//     cut (cutsLocked, phaseCutsLocked) runs in the world before anything
+//     else, computes the totals and raises the peaks. The stats follow the
+//     order in which the operations took their locks, where an operation
+//     that needed a cut counts at its cut, a moment before it returns:
+//     every peak, the "all" peaks and the phases' included, is that
+//     order's (counters.go, shards.go, phases.go). For one goroutine that
+//     is the order of its calls.
+//   - Observers are called in the world; out-of-memory observers after it
+//     is left. There is no background goroutine: pending frees are
+//     completed by the calls above.
+//
+// # Phases
+//
+// SetPhase names the caller's phase; blocks carry the phase current when
+// they were handed out, and PhaseStats reports each phase's allocated
+// bytes and blocks (current, peak, allocated, freed). While only the
+// first phase exists its stats are allocation's and allocated_bytes' and
+// nothing more is counted, so that the cached path does the same work as
+// without phases. From the second phase on, the ledger counts per shard
+// and phase, and the phases' peaks are kept with limits and cuts as the
+// other stats are: exact, under concurrency too, in the order the stats
+// follow. MarkStep counts the live blocks by (phase, requested size) in
+// the world; Leaks reports the groups that grew at every recent step.
 //
 // # Differences from PyTorch 2.6
 //
@@ -161,26 +282,35 @@
 //   - Fit (step 4): in the large pool, among the free blocks no more than
 //     an eighth larger than the best fit (at most LowFrag.FitWindow of
 //     them), the lowest address: live blocks gather low, free memory high,
-//     where it forms whole pages.
+//     where it forms whole pages. Every search counts in its pool's clock
+//     of block ages, in both pools.
 //   - Lending (between steps 4 and 5): a request that its own stream's
 //     cache cannot serve takes the best fit of another stream's cache,
 //     after its stream waits on the device (device.StreamWaiter) for an
 //     event recorded on the lender's; freed, the block returns to the
 //     lender's cache at once, the lender waiting on the device for the
 //     borrower. Streams named by RecordStream neither lend nor borrow.
-//     policy_streams.go has the rules.
+//     policy_streams.go has the rules. The lent block stays in its
+//     lender's shard (address table, counts); it is recorded on the
+//     borrower, so its Free takes the world.
 //   - Growth (step 5): the pages are mapped into the unmapped range that
 //     needs the fewest, counting the free blocks on either side of it,
 //     plus up to LowFrag.MapAhead bytes more while reserved memory stays
 //     within the slack.
 //   - Reclaim (step 5): growth that would raise reserved memory above its
 //     high-water mark and above (1 + LowFrag.Slack) times the peak of
-//     requested bytes first unmaps whole free pages of the same pool
-//     elsewhere: the smallest free block that has enough, else at most
-//     LowFrag.Victims of the largest, never one freed in the last
+//     requested bytes first unmaps whole free pages of the same pool and
+//     stream elsewhere: the smallest free block that has enough, else at
+//     most LowFrag.Victims of the largest, never one freed in the last
 //     LowFrag.MinAge best-fit searches. Under a cap, or when the device
 //     refuses, it unmaps whatever the pool has before the ladder flushes
 //     the cache.
+//   - Concurrency: lending reads and changes the caches of two streams,
+//     and the ages are one clock per pool, so under the policy the shards
+//     are fast only while the default stream's is the only one (a cached
+//     hit then touches that shard and its pools' clocks alone; a search
+//     that misses uncounts itself, as the world searches again); with
+//     several streams every operation takes the world.
 //
 // Its invariants, checked by CheckInvariants besides those above: a block
 // keeps its segment's stream even when lent, and a lent block is
@@ -188,5 +318,5 @@
 // expandable segments reserved bytes never exceed the high-water mark, and
 // every segment's page is its pool's. Stats stay true to the blocks:
 // every map and unmap goes through the ledger as with expandable
-// segments, and a lent block is counted in its segment's pool.
+// segments, and a lent block is counted in its segment's pool and shard.
 package allocator

@@ -43,8 +43,8 @@ import (
 // and returns a free block of at least size bytes, in the free index. A
 // refusal for lack of memory wraps device.ErrOutOfMemory; pages mapped
 // before the refusal stay mapped, as free cached memory, as in PyTorch.
-func (a *Allocator) growExpandableLocked(p *pool, size uint64, s device.Stream) (*block, error) {
-	c, reserved, err := a.findExpandableLocked(p, size, s)
+func (a *Allocator) growExpandableLocked(x *freeIndex, size uint64) (*block, error) {
+	c, reserved, err := a.findExpandableLocked(x, size)
 	if err != nil {
 		return nil, err
 	}
@@ -70,12 +70,13 @@ func (a *Allocator) growExpandableLocked(p *pool, size uint64, s device.Stream) 
 	return c, nil
 }
 
-// findExpandableLocked returns the lowest-addressed block of stream s in
-// p from which size bytes of free and unmapped space follow, reserving a
+// findExpandableLocked returns the lowest-addressed block of x's pool and
+// stream from which size bytes of free and unmapped space follow, reserving a
 // new segment when no segment has room (reserved is then true and the
 // block is the new segment's one unmapped range).
-func (a *Allocator) findExpandableLocked(p *pool, size uint64, s device.Stream) (found *block, reserved bool, err error) {
-	a.key.stream, a.key.size, a.key.ptr = s, 0, 0
+func (a *Allocator) findExpandableLocked(x *freeIndex, size uint64) (found *block, reserved bool, err error) {
+	p, s := x.pool, x.stream
+	a.key.stream, a.key.ptr = s, 0
 	p.unmapped.AscendGreaterOrEqual(&a.key, func(u *block) bool {
 		if u.stream != s {
 			return false
@@ -109,11 +110,11 @@ func (a *Allocator) findExpandableLocked(p *pool, size uint64, s device.Stream) 
 		}
 		return nil, false, fmt.Errorf("allocator: device %d: reserving an expandable segment of %d bytes: %w", a.ordinal, n, err)
 	}
-	seg := &segment{ptr: ptr, size: n, stream: s, pool: p, page: page}
-	b := a.newBlockLocked()
+	seg := &segment{ptr: ptr, size: n, stream: s, pool: p, free: x, page: page}
+	b := x.sh.newBlockLocked()
 	b.ptr, b.size, b.stream, b.pool, b.seg, b.unmapped = ptr, n, s, p, seg, true
 	seg.head = b
-	a.segments[ptr] = seg
+	a.segmentAddedLocked(seg)
 	p.unmapped.ReplaceOrInsert(b)
 	return b, true, nil
 }
@@ -134,8 +135,9 @@ func (a *Allocator) mapLocked(u *block, size uint64) (*block, error) {
 		return nil, fmt.Errorf("allocator: device %d: mapping %d bytes at %v: %w", a.ordinal, n, u.ptr, err)
 	}
 	p.unmapped.Delete(u)
+	a.routePagesLocked(seg, u.ptr, n, +1)
 	if n < u.size {
-		rest := a.newBlockLocked()
+		rest := seg.free.sh.newBlockLocked()
 		rest.ptr, rest.size, rest.stream, rest.pool, rest.seg, rest.unmapped = u.ptr+device.Ptr(n), u.size-n, u.stream, p, seg, true
 		u.linkAfter(rest)
 		p.unmapped.ReplaceOrInsert(rest)
@@ -143,8 +145,7 @@ func (a *Allocator) mapLocked(u *block, size uint64) (*block, error) {
 	}
 	u.unmapped = false
 	a.pagesMappedLocked(seg, u.ptr, n)
-	m, _, _ := a.mergeLocked(u)
-	return m, nil
+	return a.mergeLocked(seg.free, u), nil
 }
 
 // unmapLocked returns to the device the whole pages inside the free
@@ -152,7 +153,7 @@ func (a *Allocator) mapLocked(u *block, size uint64) (*block, error) {
 // unmapped neighbours); the free bytes before and after them stay free
 // blocks. On an error nothing changes.
 func (a *Allocator) unmapLocked(b *block) error {
-	seg, p := b.seg, b.pool
+	seg, x := b.seg, b.seg.free
 	off := uint64(b.ptr - seg.ptr)
 	begin := (off + seg.page - 1) / seg.page
 	end := (off + b.size) / seg.page
@@ -169,22 +170,23 @@ func (a *Allocator) unmapLocked(b *block) error {
 	if err := a.vm.Unmap(ptr, n); err != nil {
 		return fmt.Errorf("allocator: device %d: unmapping %d bytes at %v: %w", a.ordinal, n, ptr, err)
 	}
-	p.remove(b)
+	a.routePagesLocked(seg, ptr, n, -1)
+	x.remove(b)
 	if before := uint64(ptr - b.ptr); before > 0 {
-		f := a.newBlockLocked()
-		f.ptr, f.size, f.stream, f.pool, f.seg = b.ptr, before, b.stream, p, seg
+		f := x.sh.newBlockLocked()
+		f.ptr, f.size, f.stream, f.pool, f.seg = b.ptr, before, b.stream, b.pool, seg
 		b.linkBefore(f)
-		p.insert(f)
+		x.insert(f)
 	}
 	if after := b.size - uint64(ptr-b.ptr) - n; after > 0 {
-		f := a.newBlockLocked()
-		f.ptr, f.size, f.stream, f.pool, f.seg = ptr+device.Ptr(n), after, b.stream, p, seg
+		f := x.sh.newBlockLocked()
+		f.ptr, f.size, f.stream, f.pool, f.seg = ptr+device.Ptr(n), after, b.stream, b.pool, seg
 		b.linkAfter(f)
-		p.insert(f)
+		x.insert(f)
 	}
 	b.ptr, b.size, b.unmapped = ptr, n, true
 	a.pagesUnmappedLocked(seg, ptr, n)
-	a.mergeLocked(b)
+	a.mergeLocked(x, b)
 	return nil
 }
 
@@ -221,7 +223,37 @@ func (a *Allocator) releaseExpandableLocked(u *block) error {
 		return fmt.Errorf("allocator: device %d: releasing expandable segment %v: %w", a.ordinal, seg.ptr, err)
 	}
 	u.pool.unmapped.Delete(u)
-	delete(a.segments, seg.ptr)
-	a.recycleLocked(u)
+	a.segmentRemovedLocked(seg)
+	seg.free.sh.recycleLocked(u)
 	return nil
+}
+
+// routePagesLocked registers (change +1) or unregisters (-1) the n bytes
+// of pages at ptr of the expandable segment seg in the routes, page by
+// page, so that a page is unregistered as it was registered.
+func (a *Allocator) routePagesLocked(seg *segment, ptr device.Ptr, n uint64, change int32) {
+	if !a.routes.on {
+		return
+	}
+	for off := uint64(0); off < n; off += seg.page {
+		a.routes.add(ptr+device.Ptr(off), seg.page, seg.free.sh, change)
+	}
+}
+
+// mappedRuns calls f on each run of mapped pages of the expandable
+// segment seg, in address order: the ranges between its unmapped blocks,
+// which start and end on page boundaries.
+func (seg *segment) mappedRuns(f func(p device.Ptr, n uint64)) {
+	pos := seg.ptr
+	for b := seg.head; b != nil; b = b.next {
+		if b.unmapped {
+			if b.ptr > pos {
+				f(pos, uint64(b.ptr-pos))
+			}
+			pos = b.ptr + device.Ptr(b.size)
+		}
+	}
+	if end := seg.ptr + device.Ptr(seg.size); end > pos {
+		f(pos, uint64(end-pos))
+	}
 }

@@ -1,52 +1,61 @@
 // This file holds steps 4 and 7 of the allocation ladder: the best-fit
-// search of a pool's free blocks, and the split that hands out the front
-// of the block found.
+// search of a stream's free blocks in a pool, and the split that hands out
+// the front of the block found.
 
 package allocator
 
 import "github.com/gpumem/gpumem/device"
 
-// bestFitLocked finds the best-fitting free block of p on stream s for a
-// request of size (rounded) bytes; nil if none may serve it. The block
-// stays in the free index: takeLocked takes it out or shrinks it in place.
-func (a *Allocator) bestFitLocked(p *pool, size uint64, s device.Stream) *block {
-	if a.gcActive || a.pol != nil { // policy: block ages for reclaim
-		p.gcCalls++
+// Best fit (step 4): Alloc asks the free index of the request's pool and
+// stream for the block of the lowest (size, address) with at least the
+// rounded size: size buckets answer with bit scans (sizeBuckets.bestFit,
+// largeBuckets.fit), a tree with a lower bound (largeFitLocked, which
+// also applies the rule of expandable segments). Alloc then checks that
+// the block may serve the request (splitRule.mayServe: oversize blocks).
+// The block stays in the free index: takeLocked takes it out. While
+// garbage collection is active, each search of the large pool (or of a
+// pool of expandable segments) counts in the pool's clock of block ages
+// (gcCalls); garbage collection reads only the large pool's ages. Under
+// the low_fragmentation policy every search counts (policyFitLocked),
+// in both pools, whose ages its reclaim and lending read.
+
+// largeFitLocked returns the best-fitting free block of x, an index of
+// the large pool or of expandable segments, for a request of size
+// (rounded) bytes, or nil.
+func (a *Allocator) largeFitLocked(x *freeIndex, size uint64) *block {
+	if a.aging {
+		x.pool.gcCalls++
 	}
-	a.key.stream, a.key.size, a.key.ptr = s, size, 0
-	var b *block
-	if first, ok := p.free.Min(); ok && !freeLess(first, &a.key) {
-		b = first // the smallest free block already fits: no search needed
-	} else if ok {
-		p.free.AscendGreaterOrEqual(&a.key, a.foundFunc)
-		b, a.found = a.found, nil
+	if x.large != nil && size <= maxLargeSize {
+		if b := x.large.fit(size); b != nil {
+			return b
+		}
 	}
-	if b == nil || b.stream != s {
-		return nil
-	}
-	if a.pol != nil && a.pol.fitWindow > 1 && !p.small {
-		b = a.lowFitLocked(p, b, size) // policy: a low address among close fits
-	}
-	if b.seg.expandable() {
-		b = a.expandableBestFitLocked(p, b)
-	}
-	if !a.rule.mayServe(b.size, size) {
-		return nil
+	b := x.tree.lowerBound(size)
+	if b != nil && b.seg.expandable() {
+		b = expandableBestFit(x, b)
 	}
 	return b
 }
 
-// expandableBestFitLocked applies PyTorch's rule for an expandable block b
-// found by the best-fit search: among the following blocks of the same
-// stream, prefer one whose size plus the unmapped range after it is
-// smaller, that is, one that could not grow as much.
-func (a *Allocator) expandableBestFitLocked(p *pool, b *block) *block {
+// expandableBestFit applies PyTorch's rule for an expandable block b found
+// by the best-fit search: among the following blocks of the same stream,
+// prefer one whose size plus the unmapped range after it is smaller, that
+// is, one that could not grow as much.
+func expandableBestFit(x *freeIndex, b *block) *block {
+	l, i := x.tree.seek(keyOf(b))
+	return expandableBestFitAt(l, i, b)
+}
+
+// expandableBestFitAt is expandableBestFit for b found at position (l, i)
+// of its tree.
+func expandableBestFitAt(l *treeLeaf, i int, b *block) *block {
 	cur := b
-	p.free.AscendGreaterOrEqual(b, func(n *block) bool {
+	ascendFrom(l, i, func(n *block) bool {
 		if n == b {
 			return true
 		}
-		if !cur.seg.expandable() || n.stream != b.stream || expandableSize(n) >= expandableSize(cur) {
+		if !cur.seg.expandable() || expandableSize(n) >= expandableSize(cur) {
 			return false
 		}
 		cur = n
@@ -64,74 +73,64 @@ func expandableSize(b *block) uint64 {
 	return b.size
 }
 
-// takeLocked hands out the free block b for a request of size rounded
-// bytes, requested as asked: it splits off the rest of the block when that
-// is worth keeping (the front is handed out, the rest stays free), marks
-// the block allocated and records it in the ledger. It returns the block
-// handed out.
+// takeLocked hands out the free block b of x for a request of size
+// rounded bytes, requested as asked: it splits off the rest of the block
+// when that is worth keeping (the front is handed out, the rest stays
+// free), marks the block allocated and records it in the ledger. It
+// returns the block handed out.
 //
 // b is either in the free index (found by bestFitLocked, or mapped into an
 // expandable segment) or a new segment's block, in no index yet.
-func (a *Allocator) takeLocked(b *block, size, requested uint64) *block {
-	p := b.pool
+func (a *Allocator) takeLocked(x *freeIndex, b *block, size, requested uint64) *block {
 	wasSplit := b.isSplit()
-	if a.rule.shouldSplit(p.small, b.size, size) {
-		// The front of b is handed out as a new block; b keeps the rest
-		// and stays (or goes) in the index under its new, smaller key.
-		rest := b
-		b = a.newBlockLocked() // zeroed
-		b.ptr, b.size, b.stream, b.pool, b.seg = rest.ptr, size, rest.stream, p, rest.seg
-		rest.linkBefore(b)
-		inPlace := rest.indexed && p.shrinksInPlace(rest, size)
-		if rest.indexed && !inPlace {
-			p.remove(rest)
+	split := a.rule.shouldSplit(x.k == qSmall, b.size, size)
+	if b.indexed && !split {
+		if bk := x.buckets; bk != nil {
+			b.indexed = false
+			bk.remove(b)
+		} else {
+			x.remove(b)
 		}
+	}
+	var splitBlocks, splitBytes int64
+	if split {
+		// The front of b is handed out as a new block; b keeps the rest
+		// and stays in the index (or goes in) under its new, smaller key.
+		rest, old := b, keyOf(b)
+		if b = x.front; b != nil {
+			x.front = nil // zero but for the fields set here
+		} else {
+			b = x.sh.newBlockLocked() // zeroed
+		}
+		b.ptr, b.size, b.stream, b.pool, b.seg = rest.ptr, size, rest.stream, rest.pool, rest.seg
+		rest.linkBefore(b)
 		rest.ptr += device.Ptr(size)
 		rest.size -= size
-		if inPlace {
-			rest.gcCountBase = p.gcCalls
-			p.relist(rest) // it is split now
+		if rest.indexed {
+			// Its move to the new key waits (freeIndex.pend); it is
+			// stamped and unlisted now, as filing it anew would.
+			if x.buckets == nil {
+				rest.gcCountBase = x.pool.gcCalls
+				if rest.listed {
+					x.unlist(rest)
+				}
+			}
+			x.pend, x.pendKey = rest, old
 		} else {
-			p.insert(rest)
+			x.insert(rest)
 		}
 		switch {
 		case b.seg.expandable(): // expandable blocks are never "inactive split"
 		case wasSplit:
-			a.inactiveSplitLocked(p, 0, -int64(size))
+			splitBytes = -int64(size)
 		default:
-			a.inactiveSplitLocked(p, 1, int64(rest.size))
+			splitBlocks, splitBytes = 1, int64(rest.size)
 		}
-	} else {
-		if b.indexed {
-			p.remove(b)
-		}
-		if wasSplit && !b.seg.expandable() {
-			a.inactiveSplitLocked(p, -1, -int64(b.size))
-		}
+	} else if wasSplit && !b.seg.expandable() {
+		splitBlocks, splitBytes = -1, -int64(b.size)
 	}
-	b.allocated = true
-	b.requested = requested
-	b.phase = a.phase
-	a.live.put(b)
-	a.blockAllocatedLocked(b)
+	b.allocated, b.requested, b.phase = true, requested, a.phase
+	x.sh.live.put(b)
+	a.blockAllocatedLocked(x, b, splitBlocks, splitBytes)
 	return b
-}
-
-// shrinksInPlace reports whether b, a free block in the index, can lose
-// its first size bytes without leaving its place in the free index (its
-// key only decreases, so it must stay above its predecessor). It answers
-// only what it can tell without a search: when b is the smallest block,
-// or when b was found by the best-fit search for size bytes (so every
-// block before it on its stream is smaller than size) and the rest is at
-// least size bytes. A block in the index that the search did not find is
-// one mapped into an expandable segment, hence the exclusion. A search for
-// the predecessor would fail most of the time (96% of the splits of
-// random_mixed) and then cost more than the delete and insert it tries to
-// save.
-func (p *pool) shrinksInPlace(b *block, size uint64) bool {
-	if b.size-size >= size && !b.seg.expandable() {
-		return true
-	}
-	first, _ := p.free.Min()
-	return first == b
 }

@@ -14,13 +14,13 @@ import (
 // segmentAllocatedLocked records a plain segment obtained from the
 // device (segment_alloc).
 func (a *Allocator) segmentAllocatedLocked(seg *segment) {
-	st, n := seg.pool.stat, int64(seg.size)
-	a.st.of(stats.Segment).increase(st, 1)
-	a.st.of(stats.ReservedBytes).increase(st, n)
+	sh, k, n := seg.free.sh, seg.pool.idx, int64(seg.size)
+	a.increase(sh, int(stats.Segment), k, 1)
+	a.increase(sh, int(stats.ReservedBytes), k, n)
 	if a.rule.oversize(seg.size) {
-		a.st.oversizeSegments.Increase(1)
+		a.increase(sh, oversizeS, qSmall, 1)
 	}
-	a.st.numDeviceAlloc++
+	a.gst.numDeviceAlloc++
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionSegmentAlloc, Ptr: seg.ptr, Size: seg.size, Stream: seg.stream})
 	}
@@ -29,13 +29,13 @@ func (a *Allocator) segmentAllocatedLocked(seg *segment) {
 // segmentFreedLocked records a plain segment returned to the device
 // (segment_free).
 func (a *Allocator) segmentFreedLocked(seg *segment) {
-	st, n := seg.pool.stat, int64(seg.size)
-	a.st.of(stats.Segment).decrease(st, 1)
-	a.st.of(stats.ReservedBytes).decrease(st, n)
+	sh, k, n := seg.free.sh, seg.pool.idx, int64(seg.size)
+	sh.decrease(int(stats.Segment), k, 1)
+	sh.decrease(int(stats.ReservedBytes), k, n)
 	if a.rule.oversize(seg.size) {
-		a.st.oversizeSegments.Decrease(1)
+		sh.decrease(oversizeS, qSmall, 1)
 	}
-	a.st.numDeviceFree++
+	a.gst.numDeviceFree++
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionSegmentFree, Ptr: seg.ptr, Size: seg.size, Stream: seg.stream})
 	}
@@ -45,8 +45,8 @@ func (a *Allocator) segmentFreedLocked(seg *segment) {
 // expandable segment seg (segment_map). Mapping counts as a device
 // allocation and adds to reserved bytes, but not to the segment count.
 func (a *Allocator) pagesMappedLocked(seg *segment, ptr device.Ptr, n uint64) {
-	a.st.of(stats.ReservedBytes).increase(seg.pool.stat, int64(n))
-	a.st.numDeviceAlloc++
+	a.increase(seg.free.sh, int(stats.ReservedBytes), seg.pool.idx, int64(n))
+	a.gst.numDeviceAlloc++
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionSegmentMap, Ptr: ptr, Size: n, Stream: seg.stream})
 	}
@@ -55,70 +55,140 @@ func (a *Allocator) pagesMappedLocked(seg *segment, ptr device.Ptr, n uint64) {
 // pagesUnmappedLocked records n bytes of pages unmapped at ptr from the
 // expandable segment seg (segment_unmap).
 func (a *Allocator) pagesUnmappedLocked(seg *segment, ptr device.Ptr, n uint64) {
-	a.st.of(stats.ReservedBytes).decrease(seg.pool.stat, int64(n))
-	a.st.numDeviceFree++
+	seg.free.sh.decrease(int(stats.ReservedBytes), seg.pool.idx, int64(n))
+	a.gst.numDeviceFree++
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionSegmentUnmap, Ptr: ptr, Size: n, Stream: seg.stream})
 	}
 }
 
-// blockAllocatedLocked records b handed to a caller who asked for
-// b.requested bytes (alloc): it is now allocated and active.
-func (a *Allocator) blockAllocatedLocked(b *block) {
-	st, n := b.pool.stat, int64(b.size)
-	a.st.of(stats.Allocation).increase(st, 1)
-	a.st.of(stats.AllocatedBytes).increase(st, n)
-	a.st.of(stats.Active).increase(st, 1)
-	a.st.of(stats.ActiveBytes).increase(st, n)
-	a.st.of(stats.RequestedBytes).increase(st, int64(b.requested))
-	if a.rule.oversize(b.size) {
-		a.st.oversizeAllocations.Increase(1)
+// blockAllocatedLocked records b, of free index x (its pool and stream),
+// handed to a caller who asked for b.requested bytes (alloc): it is now
+// allocated and active. splitBlocks and splitBytes are what handing it out
+// changed in the free blocks of split segments (inactive_split), by
+// splitting it or by taking a free block of a split segment.
+func (a *Allocator) blockAllocatedLocked(x *freeIndex, b *block, splitBlocks, splitBytes int64) {
+	k, n := x.k, int64(b.size)
+	st := &x.sh.st
+	var rows uint32 // the rows past a limit
+	if st[stats.Allocation].bump(k, 1) {
+		rows |= 1<<stats.Allocation | activeRows
 	}
-	ph := &a.phases[b.phase]
-	ph.bytes.Increase(n)
-	ph.allocations.Increase(1)
+	if st[stats.AllocatedBytes].bump(k, n) {
+		rows |= 1<<stats.AllocatedBytes | activeRows
+	}
+	if st[stats.RequestedBytes].bump(k, int64(b.requested)) {
+		rows |= 1 << stats.RequestedBytes
+	}
+	if !x.sh.activeImplied && x.sh.activeOver(k) { // active = allocation + pending rises too
+		rows |= activeRows
+	}
+	if b.size >= a.rule.maxSplit && st[oversizeA].bump(qSmall, 1) {
+		rows |= 1 << oversizeA
+	}
+	if st[stats.InactiveSplit].move(k, splitBlocks) {
+		rows |= 1 << stats.InactiveSplit
+	}
+	if st[stats.InactiveSplitBytes].move(k, splitBytes) {
+		rows |= 1 << stats.InactiveSplitBytes
+	}
+	if a.phased && x.sh.phaseCount(b.phase).add(n) {
+		rows |= phaseRow
+	}
+	if rows != 0 {
+		d := opDelta{k: k}
+		d.row[stats.Allocation], d.row[stats.AllocatedBytes], d.row[stats.RequestedBytes] = 1, n, int64(b.requested)
+		d.row[stats.InactiveSplit], d.row[stats.InactiveSplitBytes] = splitBlocks, splitBytes
+		if b.size >= a.rule.maxSplit {
+			d.row[oversizeA] = 1
+		}
+		if a.phased {
+			d.phased, d.phase, d.ph = true, b.phase, [2]int64{n, 1}
+		}
+		a.exceedRows(x.sh, k, rows, &d)
+	}
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: a.userStreamLocked(b), Phase: ph.name})
+		a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: a.userStreamLocked(b), Phase: a.phases[b.phase].name})
 	}
 }
 
-// freeRequestedLocked records the caller's free of b (free_requested): it
-// is no longer allocated, but stays active until its free completes.
-func (a *Allocator) freeRequestedLocked(b *block) {
-	st := b.pool.stat
-	a.st.of(stats.Allocation).decrease(st, 1)
-	a.st.of(stats.AllocatedBytes).decrease(st, int64(b.size))
-	if a.rule.oversize(b.size) {
-		a.st.oversizeAllocations.Decrease(1)
+// freeRequestedLocked records the caller's free of b, of free index x
+// (free_requested), when the free waits for stream events: b is no
+// longer allocated, but stays active until its free completes.
+func (a *Allocator) freeRequestedLocked(x *freeIndex, b *block) {
+	st := &x.sh.st
+	st[stats.Allocation].drop(x.k, 1)
+	st[stats.AllocatedBytes].drop(x.k, int64(b.size))
+	if b.size >= a.rule.maxSplit {
+		st[oversizeA].drop(qSmall, 1)
 	}
-	ph := &a.phases[b.phase]
-	ph.bytes.Decrease(int64(b.size))
-	ph.allocations.Decrease(1)
+	// Active (allocation + pending) stays as it is: the block is pending.
+	st[stats.Active].pool[x.k].cur++
+	st[stats.ActiveBytes].pool[x.k].cur += int64(b.size)
+	x.sh.activeImplied = false
+	if a.phased {
+		x.sh.ph[b.phase].sub(int64(b.size))
+	}
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: ph.name})
+		a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: a.phases[b.phase].name})
 	}
 }
 
-// freeCompletedLocked records that the block of size bytes at ptr, freed
-// by its caller, returned to the cache (free_completed): it is no longer
-// active. The block itself may already be merged into a neighbour, so its
-// figures are passed, not the block.
-func (a *Allocator) freeCompletedLocked(p *pool, ptr device.Ptr, size, requested uint64, s device.Stream, phase uint16) {
-	a.st.of(stats.Active).decrease(p.stat, 1)
-	a.st.of(stats.ActiveBytes).decrease(p.stat, int64(size))
-	a.st.of(stats.RequestedBytes).decrease(p.stat, int64(requested))
-	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionFreeCompleted, Ptr: ptr, Size: size, Requested: requested, Stream: s, Phase: a.phases[phase].name})
-	}
-}
-
-// inactiveSplitLocked moves the count and bytes of free blocks in split
-// segments (inactive_split) by the given signed amounts. Observers see no
-// action: the split and merge that cause it are part of alloc and
+// blockFreedLocked records that b, of free index x, freed by its caller,
+// returns to the cache (free_completed): it is no longer active. With
+// requested, the caller's free is recorded first (free_requested): a free
+// that did not wait for stream events. splitBlocks and splitBytes are
+// what the merge that follows changes in the free blocks of split
+// segments (inactive_split). Observers see the merge as part of
 // free_completed.
-func (a *Allocator) inactiveSplitLocked(p *pool, blocks, bytes int64) {
-	a.st.of(stats.InactiveSplit).add(p.stat, blocks)
-	a.st.of(stats.InactiveSplitBytes).add(p.stat, bytes)
+func (a *Allocator) blockFreedLocked(x *freeIndex, b *block, requested bool, splitBlocks, splitBytes int64) {
+	k, st, size := x.k, &x.sh.st, int64(b.size)
+	if requested {
+		st[stats.Allocation].drop(k, 1)
+		st[stats.AllocatedBytes].drop(k, size)
+		if b.size >= a.rule.maxSplit {
+			st[oversizeA].drop(qSmall, 1)
+		}
+		if a.phased {
+			x.sh.ph[b.phase].sub(size)
+		}
+	} else { // it was pending: active (allocation + pending) falls with pending
+		st[stats.Active].drop(k, 1)
+		st[stats.ActiveBytes].drop(k, size)
+		x.sh.refreshImplied()
+	}
+	st[stats.RequestedBytes].drop(k, int64(b.requested))
+	if splitBlocks > 0 || splitBytes > 0 {
+		over := st[stats.InactiveSplit].move(k, splitBlocks)
+		over = st[stats.InactiveSplitBytes].move(k, splitBytes) || over
+		if over {
+			d := opDelta{k: k}
+			if requested {
+				d.row[stats.Allocation], d.row[stats.AllocatedBytes] = -1, -size
+				if b.size >= a.rule.maxSplit {
+					d.row[oversizeA] = -1
+				}
+				if a.phased {
+					d.phased, d.phase, d.ph = true, b.phase, [2]int64{-size, -1}
+				}
+			} else {
+				d.row[stats.Active], d.row[stats.ActiveBytes] = -1, -size
+			}
+			d.row[stats.RequestedBytes] = -int64(b.requested)
+			d.row[stats.InactiveSplit], d.row[stats.InactiveSplitBytes] = splitBlocks, splitBytes
+			a.exceedRows(x.sh, k, splitRows, &d)
+		}
+	} else {
+		st[stats.InactiveSplit].pool[k&1].cur += splitBlocks
+		st[stats.InactiveSplitBytes].pool[k&1].cur += splitBytes
+	}
+	if len(a.observers) > 0 {
+		ph := a.phases[b.phase].name
+		if requested {
+			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: ph})
+		}
+		a.notifyLocked(Action{Kind: ActionFreeCompleted, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: ph})
+	}
 }
 
 // streamRecordedLocked tells observers that b was recorded on stream s
@@ -140,14 +210,14 @@ func (a *Allocator) cacheEmptiedLocked() {
 // outOfMemoryRecordedLocked counts an out-of-memory error (num_ooms) and
 // tells observers (oom).
 func (a *Allocator) outOfMemoryRecordedLocked(e *OutOfMemoryError) {
-	a.st.numOOMs++
+	a.gst.numOOMs++
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionOutOfMemory, Size: e.AllocSize, Requested: e.Requested, Stream: e.Stream, Phase: e.Phase})
 	}
 }
 
-// phaseSetLocked tells observers that the current phase is now name
-// (phase); the per-phase stats change with the blocks.
+// phaseSetLocked tells observers that the current phase is now name; the
+// per-phase stats change with the blocks.
 func (a *Allocator) phaseSetLocked(name string) {
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionPhase, Phase: name})
@@ -164,19 +234,25 @@ func (a *Allocator) stepMarkedLocked(name string) {
 
 // retriedLocked counts a device allocation retried after the whole cache
 // was released (num_alloc_retries).
-func (a *Allocator) retriedLocked() { a.st.numAllocRetries++ }
+func (a *Allocator) retriedLocked() { a.gst.numAllocRetries++ }
 
 // streamsSyncedLocked counts a wait for every outstanding stream event
 // (num_sync_all_streams).
-func (a *Allocator) streamsSyncedLocked() { a.st.numSyncAllStreams++ }
+func (a *Allocator) streamsSyncedLocked() { a.gst.numSyncAllStreams++ }
 
 // reservedLocked returns the bytes obtained from the device: segments plus
 // mapped pages (PyTorch's total_allocated_memory).
-func (a *Allocator) reservedLocked() uint64 {
-	return uint64(a.st.of(stats.ReservedBytes).current())
-}
+func (a *Allocator) reservedLocked() uint64 { return a.totalLocked(stats.ReservedBytes) }
 
 // allocatedLocked returns the bytes of allocated blocks.
-func (a *Allocator) allocatedLocked() uint64 {
-	return uint64(a.st.of(stats.AllocatedBytes).current())
+func (a *Allocator) allocatedLocked() uint64 { return a.totalLocked(stats.AllocatedBytes) }
+
+// totalLocked returns the current value of metric m over every shard and
+// pool.
+func (a *Allocator) totalLocked(m stats.Metric) uint64 {
+	var t int64
+	for _, sh := range a.shards {
+		t += sh.value(int(m), qAll)
+	}
+	return uint64(t)
 }

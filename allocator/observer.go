@@ -84,14 +84,14 @@ type observerEntry struct {
 // Attach registers o to receive every later event and returns a function
 // that detaches it.
 func (a *Allocator) Attach(o Observer) (detach func()) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	a.nextID++
 	id := a.nextID
 	a.observers = append(slices.Clip(a.observers), observerEntry{id: id, obs: o})
 	return func() {
-		a.mu.Lock()
-		defer a.mu.Unlock()
+		a.lockAll()
+		defer a.unlockAll()
 		a.observers = slices.DeleteFunc(slices.Clone(a.observers), func(e observerEntry) bool { return e.id == id })
 	}
 }

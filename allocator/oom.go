@@ -140,16 +140,16 @@ func (e *OutOfMemoryError) Unwrap() error { return e.Err }
 // in the goroutine that called Alloc, each time Alloc returns an
 // out-of-memory error. It returns a function that unregisters f.
 func (a *Allocator) OnOutOfMemory(f func(*OutOfMemoryError)) (remove func()) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	a.nextID++
 	id := a.nextID
 	// Copy on write: Alloc calls the observers after unlocking, from the
 	// slice it read under the lock.
 	a.oomObservers = append(slices.Clip(a.oomObservers), oomObserver{id: id, f: f})
 	return func() {
-		a.mu.Lock()
-		defer a.mu.Unlock()
+		a.lockAll()
+		defer a.unlockAll()
 		a.oomObservers = slices.DeleteFunc(slices.Clone(a.oomObservers), func(o oomObserver) bool { return o.id == id })
 	}
 }

@@ -24,6 +24,20 @@ import (
 // each, later ones share the slot named otherPhase. The phase before any
 // SetPhase is the empty name.
 //
+// Counting: until a second phase is named, every block is of the first
+// phase, whose counts are then those of allocation and allocated_bytes
+// (all pools), and nothing more is counted. From the second phase on
+// (Allocator.phased), each shard counts its blocks' bytes and number per
+// phase (shard.ph), as it counts the other stats, and each phase's peaks
+// are kept as the other peaks are (counters.go): per-shard limits that add
+// up to at most the peak, passed only by a change that may make a new
+// peak, which then raises it (with one shard), or raises it in the world
+// (exceedPhaseLocked), or waits for a cut that counts the operations
+// waiting for it one after another (phaseCutsLocked). So the phase stats
+// are exact under concurrency as the others are: the peaks are those of
+// the order the stats follow (doc.go, Locking), for one goroutine the
+// order of its calls.
+//
 // Steps: MarkStep marks a step boundary (the start of a training step or
 // of a request). At each boundary the allocator counts the allocated
 // blocks by (phase, requested size) and keeps the counts of the last
@@ -35,11 +49,59 @@ const (
 	otherPhase = "(other phases)"
 )
 
-// phaseState is one phase's name and counts. Guarded by Allocator.mu.
-type phaseState struct {
-	name        string
-	bytes       stats.Stat // allocated bytes of the phase's blocks
-	allocations stats.Stat // the phase's allocated blocks
+// phaseInfo is one phase's name and peaks (of bytes, of blocks). Changed
+// in the world, or, with one shard, under its lock (raisePhasePeaks).
+type phaseInfo struct {
+	name string
+	peak [2]int64
+}
+
+// phaseCount is one phase's counts on one shard: the bytes and the number
+// of its allocated blocks, with their limits (see count).
+type phaseCount struct {
+	bytes, blocks count
+}
+
+// add counts a block of n bytes handed out and reports whether a limit is
+// passed.
+func (c *phaseCount) add(n int64) bool {
+	c.bytes.cur += n
+	c.bytes.alloc += n
+	c.blocks.cur++
+	c.blocks.alloc++
+	return c.bytes.cur > c.bytes.lim || c.blocks.cur > c.blocks.lim
+}
+
+// sub counts a block of n bytes freed by its caller.
+func (c *phaseCount) sub(n int64) {
+	c.bytes.cur -= n
+	c.blocks.cur--
+}
+
+// of returns the bytes (j = 0) or blocks (j = 1) count.
+func (c *phaseCount) of(j int) *count {
+	if j == 0 {
+		return &c.bytes
+	}
+	return &c.blocks
+}
+
+// phaseCount returns the shard's counts of phase id, making room for
+// them on its first block of that phase.
+func (sh *shard) phaseCount(id uint16) *phaseCount {
+	if int(id) >= len(sh.ph) {
+		sh.ph = append(sh.ph, make([]phaseCount, int(id)+1-len(sh.ph))...)
+	}
+	return &sh.ph[id]
+}
+
+// peekPhase returns the shard's counts of phase id, or nil when it has
+// none (all zero).
+func (sh *shard) peekPhase(id uint16) *phaseCount {
+	if int(id) < len(sh.ph) {
+		return &sh.ph[id]
+	}
+	return nil
 }
 
 // leakKey groups allocations for leak detection.
@@ -51,8 +113,8 @@ type leakKey struct {
 // SetPhase makes name the current phase and returns the previous one.
 // Blocks allocated from now on belong to it.
 func (a *Allocator) SetPhase(name string) (previous string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	previous = a.phases[a.phase].name
 	a.phase = a.phaseIDLocked(name)
 	a.phaseSetLocked(a.phases[a.phase].name)
@@ -70,8 +132,8 @@ func (a *Allocator) EnterPhase(name string) (restore func()) {
 
 // Phase returns the current phase.
 func (a *Allocator) Phase() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	return a.phases[a.phase].name
 }
 
@@ -87,24 +149,179 @@ func (a *Allocator) phaseIDLocked(name string) uint16 {
 			return id
 		}
 	}
+	if !a.phased {
+		a.startPhasesLocked()
+	}
 	id := uint16(len(a.phases))
-	a.phases = append(a.phases, phaseState{name: name})
+	a.phases = append(a.phases, phaseInfo{name: name})
 	a.phaseIDs[name] = id
 	return id
+}
+
+// startPhasesLocked starts counting by phase, when a second phase is
+// named: every block so far is of the first phase, whose counts on each
+// shard are its allocation and allocated_bytes counts, with limits at
+// their current values, and whose peaks are theirs.
+func (a *Allocator) startPhasesLocked() {
+	for _, sh := range a.shards {
+		c := sh.phaseCount(0)
+		for j, row := range [2]stats.Metric{stats.AllocatedBytes, stats.Allocation} {
+			var n count
+			for _, p := range sh.st[row].pool {
+				n.cur += p.cur
+				n.alloc += p.alloc
+				n.base += p.base
+			}
+			n.lim = n.cur
+			*c.of(j) = n
+		}
+	}
+	a.phases[0].peak = [2]int64{a.gst.peak[stats.AllocatedBytes][qAll], a.gst.peak[stats.Allocation][qAll]}
+	a.phased = true
+}
+
+// raisePhasePeaks raises the limits of phase id of sh, the one shard,
+// that a change passed, and the peaks with them: with one shard the
+// limits are the peaks.
+func (a *Allocator) raisePhasePeaks(sh *shard, id uint16) {
+	c := &sh.ph[id]
+	for j := range 2 {
+		if n := c.of(j); n.cur > n.lim {
+			n.lim = n.cur
+			a.phases[id].peak[j] = n.cur
+		}
+	}
+}
+
+// exceedPhaseLocked runs in the world when sh's counts of phase id may
+// have passed their limits: as exceed does for the other stats, it raises
+// the peak to the total if the total passed it and gives the shard a
+// limit it is within again.
+func (a *Allocator) exceedPhaseLocked(sh *shard, id uint16) {
+	c := sh.peekPhase(id)
+	if c == nil {
+		return
+	}
+	for j := range 2 {
+		if c.of(j).cur <= c.of(j).lim {
+			continue
+		}
+		peak := &a.phases[id].peak[j]
+		var total, others int64
+		for _, o := range a.shards {
+			if oc := o.peekPhase(id); oc != nil {
+				total += oc.of(j).cur
+				if o != sh {
+					others += oc.of(j).lim
+				}
+			}
+		}
+		*peak = max(*peak, total)
+		if others+c.of(j).cur > *peak {
+			others = 0
+			for _, o := range a.shards {
+				if oc := o.peekPhase(id); oc != nil && o != sh {
+					oc.of(j).lim = oc.of(j).cur
+					others += oc.of(j).cur
+				}
+			}
+		}
+		c.of(j).lim = *peak - others
+	}
+}
+
+// phaseCutsLocked does for the phases what cutsLocked does for the other
+// stats: it counts the waiting operations' changes of their phases one
+// after another, in the order of the shards, from the state before them,
+// raising the phases' peaks.
+func (a *Allocator) phaseCutsLocked(waiting []*shard) {
+	for i, sh := range waiting {
+		d := &sh.cutOp
+		if !d.phased || slices.ContainsFunc(waiting[:i], func(o *shard) bool { return o.cutOp.phased && o.cutOp.phase == d.phase }) {
+			continue // no phase, or its phase was counted with an earlier one
+		}
+		id := d.phase
+		for j := range 2 {
+			var total int64
+			for _, o := range a.shards {
+				if oc := o.peekPhase(id); oc != nil {
+					total += oc.of(j).cur
+				}
+			}
+			for _, o := range waiting {
+				if o.cutOp.phased && o.cutOp.phase == id {
+					total -= o.cutOp.ph[j]
+				}
+			}
+			peak := &a.phases[id].peak[j]
+			for _, o := range waiting {
+				if o.cutOp.phased && o.cutOp.phase == id {
+					total += o.cutOp.ph[j]
+					*peak = max(*peak, total)
+				}
+			}
+		}
+	}
+}
+
+// resetPhasePeaksLocked makes every phase's peaks its totals and every
+// shard's limits its counts (ResetPeakStats).
+func (a *Allocator) resetPhasePeaksLocked() {
+	if !a.phased {
+		return
+	}
+	for id := range a.phases {
+		var total [2]int64
+		for _, o := range a.shards {
+			if oc := o.peekPhase(uint16(id)); oc != nil {
+				for j := range 2 {
+					n := oc.of(j)
+					n.lim = n.cur
+					total[j] += n.cur
+				}
+			}
+		}
+		a.phases[id].peak = total
+	}
+}
+
+// phaseStatsLocked returns the bytes and blocks of phase id as stats.
+func (a *Allocator) phaseStatsLocked(id uint16) (bytes, blocks stats.Stat) {
+	if !a.phased { // one phase: its counts are allocation's and allocated_bytes'
+		var arr stats.StatArray
+		a.sumLocked(int(stats.AllocatedBytes), &arr)
+		bytes = arr[stats.All]
+		a.sumLocked(int(stats.Allocation), &arr)
+		return bytes, arr[stats.All]
+	}
+	var out [2]stats.Stat
+	for _, o := range a.shards {
+		if oc := o.peekPhase(id); oc != nil {
+			for j := range 2 {
+				n := oc.of(j)
+				out[j].Current += n.cur
+				out[j].Allocated += n.alloc
+				out[j].Freed += n.alloc - n.cur + n.base
+			}
+		}
+	}
+	out[0].Peak, out[1].Peak = a.phases[id].peak[0], a.phases[id].peak[1]
+	return out[0], out[1]
 }
 
 // PhaseStats returns the counts of every phase that has allocated
 // memory, in the order the phases were first named (the phase before any
 // SetPhase, named "", first when it allocated anything).
 func (a *Allocator) PhaseStats() []stats.PhaseStats {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	out := make([]stats.PhaseStats, 0, len(a.phases))
-	for _, ph := range a.phases {
-		if ph.allocations.Allocated == 0 && ph.allocations.Current == 0 {
+	for id, ph := range a.phases {
+		bytes, blocks := a.phaseStatsLocked(uint16(id))
+		if blocks.Allocated == 0 && blocks.Current == 0 {
 			continue
 		}
-		out = append(out, stats.PhaseStats{Name: ph.name, AllocatedBytes: ph.bytes, Allocations: ph.allocations})
+		out = append(out, stats.PhaseStats{Name: ph.name, AllocatedBytes: bytes, Allocations: blocks})
 	}
 	return out
 }
@@ -113,10 +330,10 @@ func (a *Allocator) PhaseStats() []stats.PhaseStats {
 // or of a request) and records how many blocks of each (phase, requested
 // size) group are allocated, for Leaks.
 func (a *Allocator) MarkStep(name string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	alive := make(map[leakKey]int64)
-	a.live.each(func(b *block) {
+	a.eachLiveLocked(func(b *block) {
 		alive[leakKey{b.phase, b.requested}]++
 	})
 	a.steps.Record(alive)
@@ -130,8 +347,8 @@ func (a *Allocator) MarkStep(name string) {
 // (LeakReporter, such as trace/record's Recorder with stacks), otherwise
 // by phase and requested size.
 func (a *Allocator) Leaks() []stats.Leak {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	for _, o := range a.observers {
 		if r, ok := o.obs.(LeakReporter); ok {
 			if leaks, ok := r.Leaks(); ok {
@@ -151,9 +368,9 @@ func (a *Allocator) Leaks() []stats.Leak {
 // some, largest first.
 func (a *Allocator) liveByPhaseLocked() []PhaseBytes {
 	var out []PhaseBytes
-	for _, ph := range a.phases {
-		if ph.bytes.Current > 0 {
-			out = append(out, PhaseBytes{Phase: ph.name, Bytes: uint64(ph.bytes.Current)})
+	for id, ph := range a.phases {
+		if bytes, _ := a.phaseStatsLocked(uint16(id)); bytes.Current > 0 {
+			out = append(out, PhaseBytes{Phase: ph.name, Bytes: uint64(bytes.Current)})
 		}
 	}
 	slices.SortStableFunc(out, func(x, y PhaseBytes) int {
@@ -172,4 +389,59 @@ func (a *Allocator) liveByPhaseLocked() []PhaseBytes {
 type PhaseBytes struct {
 	Phase string
 	Bytes uint64
+}
+
+// checkPhasesLocked adds the phases' invariants to CheckInvariants: while
+// blocks are counted by phase, every shard's count of a phase equals its
+// allocated blocks of that phase, is within its limit, and the limits
+// add up to at most the peak, which is at least the total; every block's
+// phase is a phase.
+func (a *Allocator) checkPhasesLocked(bad func(format string, args ...any)) {
+	if a.phase >= uint16(len(a.phases)) {
+		bad("the current phase %d is not a phase", a.phase)
+	}
+	want := map[*shard][][2]int64{}
+	for _, sh := range a.shards {
+		sh.live.each(func(b *block) {
+			if int(b.phase) >= len(a.phases) {
+				bad("block %v has phase %d, which is not a phase", b.ptr, b.phase)
+				return
+			}
+			w := want[sh]
+			if len(w) <= int(b.phase) {
+				w = append(w, make([][2]int64, int(b.phase)+1-len(w))...)
+			}
+			w[b.phase][0] += int64(b.size)
+			w[b.phase][1]++
+			want[sh] = w
+		})
+	}
+	if !a.phased {
+		return
+	}
+	for id := range a.phases {
+		for j := range 2 {
+			var total, lims int64
+			for _, sh := range a.shards {
+				var v, lim, w int64
+				if c := sh.peekPhase(uint16(id)); c != nil {
+					v, lim = c.of(j).cur, c.of(j).lim
+				}
+				if ws := want[sh]; id < len(ws) {
+					w = ws[id][j]
+				}
+				if v != w {
+					bad("phase %q of stream %d: count %d is %d, blocks say %d", a.phases[id].name, sh.stream, j, v, w)
+				}
+				if v > lim {
+					bad("phase %q of stream %d: count %d is %d, above its limit %d", a.phases[id].name, sh.stream, j, v, lim)
+				}
+				total += v
+				lims += lim
+			}
+			if peak := a.phases[id].peak[j]; total > peak || lims > peak {
+				bad("phase %q: peak %d of count %d is below the total %d or the sum of the limits %d", a.phases[id].name, peak, j, total, lims)
+			}
+		}
+	}
 }

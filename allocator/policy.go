@@ -137,7 +137,8 @@ func (c *LowFragConfig) validate() []error {
 }
 
 // policyState is the low_fragmentation policy's state; nil in an
-// allocator with the faithful policy. Guarded by Allocator.mu.
+// allocator with the faithful policy. Everything the policy does runs in
+// the world (its shards are never fast, shards.go), which guards it.
 type policyState struct {
 	// The knobs, defaults applied; read-only after New.
 	largePage uint64
@@ -336,8 +337,9 @@ func (p *confParser) parsePolicyKey(c *Config, key string) (ok bool, err error) 
 
 // checkPolicyLocked adds the policy's invariants to CheckInvariants:
 //
-//   - every lent block is allocated, in the address map, and recorded on
-//     the stream that borrowed it, which is not its own;
+//   - every lent block is allocated, in its shard's address table (its
+//     segment's, the lender's), and recorded on the stream that borrowed
+//     it, which is not its own;
 //   - no block is being lent outside Alloc;
 //   - with expandable segments, reserved bytes never exceed the
 //     high-water mark, and every segment's page is its pool's (2 MiB in
@@ -345,7 +347,7 @@ func (p *confParser) parsePolicyKey(c *Config, key string) (ok bool, err error) 
 func (a *Allocator) checkPolicyLocked(bad func(format string, args ...any)) {
 	p := a.pol
 	for b, s := range p.borrowed {
-		if !b.allocated || a.live.get(b.ptr) != b {
+		if lb, _ := a.liveBlockLocked(b.ptr); !b.allocated || lb != b {
 			bad("lent block %v is not an allocated block", b.ptr)
 			continue
 		}

@@ -26,26 +26,45 @@ func policyVM(dev device.Device) device.VirtualMemory {
 	return vm
 }
 
-// lowFitLocked returns, among the free blocks of b's stream from b (the
-// best fit for a request of size bytes) up, at most fitWindow of them and
-// none more than an eighth larger than b, the one at the lowest address
-// that max_split_size lets serve the request: live blocks then gather
-// at the low end of the address space and free memory at the high end,
-// where it forms whole pages that growth reuses and reclaim unmaps in
-// few calls (address-ordered fits fragment less than pure best fit).
-func (a *Allocator) lowFitLocked(p *pool, b *block, size uint64) *block {
-	best, n, limit := b, 0, b.size+b.size/8
-	p.free.AscendGreaterOrEqual(b, func(c *block) bool {
-		if c.stream != b.stream || c.size > limit || n == a.pol.fitWindow {
-			return false
+// policyFitLocked is step 4 under the low_fragmentation policy, whose
+// free indexes are trees: every search counts in its pool's clock of
+// block ages, and in the large pool the best fit gives way to the block
+// at the lowest address among at most fitWindow free blocks from it up,
+// none more than an eighth larger, that max_split_size lets serve the
+// request: live blocks then gather at the low end of the address space
+// and free memory at the high end, where it forms whole pages that growth
+// reuses and reclaim unmaps in few calls (address-ordered fits fragment
+// less than pure best fit). The rule of expandable segments follows. One
+// search of the tree finds the best fit; the rest walks on from there.
+// The caller checks that the block may serve the request.
+func (a *Allocator) policyFitLocked(x *freeIndex, size uint64) *block {
+	x.pool.gcCalls++
+	l, i := x.tree.seek(treeKey{size, 0})
+	if l == nil {
+		return nil
+	}
+	b := l.vals[i]
+	if window := a.pol.fitWindow; window > 1 && !x.pool.small {
+		best, bl, bi, n, limit := b, l, i, 0, b.size+b.size/8
+		for ; l != nil && n < window; l, i = l.next, 0 {
+			for ; i < l.n && n < window; i++ {
+				c := l.vals[i]
+				if c.size > limit {
+					n = window
+					break
+				}
+				n++
+				if c.ptr < best.ptr && a.rule.mayServe(c.size, size) {
+					best, bl, bi = c, l, i
+				}
+			}
 		}
-		n++
-		if c.ptr < best.ptr && a.rule.mayServe(c.size, size) {
-			best = c
-		}
-		return true
-	})
-	return best
+		b, l, i = best, bl, bi
+	}
+	if b.seg.expandable() {
+		b = expandableBestFitAt(l, i, b)
+	}
+	return b
 }
 
 // placement is where growth maps pages: n bytes at offset off of the
@@ -65,27 +84,27 @@ type placement struct {
 // elsewhere; it maps up to mapAhead bytes more while that stays within
 // the slack. It returns a free block of at least size bytes, in the free
 // index.
-func (a *Allocator) policyGrowLocked(p *pool, size uint64, s device.Stream) (*block, error) {
-	pl, err := a.placeLocked(p, size, s)
+func (a *Allocator) policyGrowLocked(x *freeIndex, size uint64) (*block, error) {
+	pl, err := a.placeLocked(x, size)
 	if err != nil {
 		return nil, err
 	}
 	pol := a.pol
 	if a.allowed > 0 && a.reservedLocked()+pl.n > a.allowed {
-		a.reclaimLocked(p, a.reservedLocked()+pl.n-a.allowed, pl.u, false)
+		a.reclaimLocked(x, a.reservedLocked()+pl.n-a.allowed, pl.u, false)
 		if a.reservedLocked()+pl.n > a.allowed {
 			a.dropPlacementLocked(pl)
 			return nil, errOverCap
 		}
 	}
-	requested := a.st.of(stats.RequestedBytes)
-	limit := max(pol.hwm, uint64((1+pol.slack)*float64(max(uint64(requested.current())+size, uint64(requested.allPeak)))))
+	requested, peak := a.totalLocked(stats.RequestedBytes), uint64(a.gst.peak[stats.RequestedBytes][qAll])
+	limit := max(pol.hwm, uint64((1+pol.slack)*float64(max(requested+size, peak))))
 	if r := a.reservedLocked(); pol.reclaim && r+pl.n > limit {
-		a.reclaimLocked(p, r+pl.n-limit, pl.u, true)
+		a.reclaimLocked(x, r+pl.n-limit, pl.u, true)
 	}
 	a.mapAheadLocked(&pl, limit)
 	m, err := a.mapRangeLocked(pl.u, pl.off, pl.n)
-	if refused(err) && a.reclaimLocked(p, pl.n, pl.u, false) > 0 {
+	if refused(err) && a.reclaimLocked(x, pl.n, pl.u, false) > 0 {
 		m, err = a.mapRangeLocked(pl.u, pl.off, pl.n)
 	}
 	if err != nil {
@@ -122,19 +141,20 @@ func (a *Allocator) dropPlacementLocked(pl placement) {
 	}
 }
 
-// placeLocked finds where to map pages for a request of size bytes on
-// stream s in p: among the stream's unmapped ranges, the one where the
-// fewest bytes need mapping, counting the free blocks just before and
-// just after it (lowest address on a tie). With no range that can hold
-// the request it reserves a new segment.
-func (a *Allocator) placeLocked(p *pool, size uint64, s device.Stream) (placement, error) {
+// placeLocked finds where to map pages for a request of size bytes in x
+// (a pool on one stream): among the stream's unmapped ranges, the one
+// where the fewest bytes need mapping, counting the free blocks just
+// before and just after it (lowest address on a tie). With no range that
+// can hold the request it reserves a new segment.
+func (a *Allocator) placeLocked(x *freeIndex, size uint64) (placement, error) {
+	p, s := x.pool, x.stream
 	var best placement
 	consider := func(u *block, off, n uint64) {
 		if best.u == nil || n < best.n {
 			best = placement{u: u, off: off, n: n}
 		}
 	}
-	a.key.stream, a.key.size, a.key.ptr = s, 0, 0
+	a.key.stream, a.key.ptr = s, 0
 	p.unmapped.AscendGreaterOrEqual(&a.key, func(u *block) bool {
 		if u.stream != s {
 			return false
@@ -175,11 +195,11 @@ func (a *Allocator) placeLocked(p *pool, size uint64, s device.Stream) (placemen
 		}
 		return placement{}, fmt.Errorf("allocator: device %d: reserving an expandable segment of %d bytes: %w", a.ordinal, n, err)
 	}
-	seg := &segment{ptr: ptr, size: n, stream: s, pool: p, page: page}
-	u := a.newBlockLocked()
+	seg := &segment{ptr: ptr, size: n, stream: s, pool: p, free: x, page: page}
+	u := x.sh.newBlockLocked()
 	u.ptr, u.size, u.stream, u.pool, u.seg, u.unmapped = ptr, n, s, p, seg, true
 	seg.head = u
-	a.segments[ptr] = seg
+	a.segmentAddedLocked(seg)
 	p.unmapped.ReplaceOrInsert(u)
 	return placement{u: u, n: pagesFor(size, page), fresh: true}, nil
 }
@@ -201,15 +221,16 @@ func (a *Allocator) mapRangeLocked(u *block, off, n uint64) (*block, error) {
 		return nil, fmt.Errorf("allocator: device %d: mapping %d bytes at %v: %w", a.ordinal, n, ptr, err)
 	}
 	p.unmapped.Delete(u)
+	a.routePagesLocked(seg, ptr, n, +1)
 	if off > 0 {
-		head := a.newBlockLocked()
+		head := seg.free.sh.newBlockLocked()
 		head.ptr, head.size, head.stream, head.pool, head.seg, head.unmapped = u.ptr, off, u.stream, p, seg, true
 		u.linkBefore(head)
 		p.unmapped.ReplaceOrInsert(head)
 		u.ptr, u.size = ptr, u.size-off
 	}
 	if n < u.size {
-		rest := a.newBlockLocked()
+		rest := seg.free.sh.newBlockLocked()
 		rest.ptr, rest.size, rest.stream, rest.pool, rest.seg, rest.unmapped = ptr+device.Ptr(n), u.size-n, u.stream, p, seg, true
 		u.linkAfter(rest)
 		p.unmapped.ReplaceOrInsert(rest)
@@ -217,8 +238,7 @@ func (a *Allocator) mapRangeLocked(u *block, off, n uint64) (*block, error) {
 	}
 	u.unmapped = false
 	a.pagesMappedLocked(seg, ptr, n)
-	m, _, _ := a.mergeLocked(u)
-	return m, nil
+	return a.mergeLocked(seg.free, u), nil
 }
 
 // wholePages returns the bytes of the whole pages inside the free
@@ -235,7 +255,7 @@ func wholePages(b *block) uint64 {
 }
 
 // reclaimLocked unmaps the whole pages of free blocks of the expandable
-// segments of p on keep's stream (only those: taking pages from the other
+// segments of x, keep's pool and stream (only those: taking pages from the other
 // pool, or from another stream, makes the two trade them back and forth
 // on every step of a repeating workload; lending shares the streams'
 // caches instead, without device calls) until
@@ -247,17 +267,14 @@ func wholePages(b *block) uint64 {
 // once). The free blocks beside keep, an unmapped range about to be
 // mapped. It returns the bytes unmapped; a device error leaves that block
 // mapped.
-func (a *Allocator) reclaimLocked(p *pool, want uint64, keep *block, bounded bool) uint64 {
+func (a *Allocator) reclaimLocked(x *freeIndex, want uint64, keep *block, bounded bool) uint64 {
 	type candidate struct {
 		b     *block
 		pages uint64
 	}
 	var list []candidate
-	a.key.stream, a.key.size, a.key.ptr = keep.stream, 0, 0
-	p.free.AscendGreaterOrEqual(&a.key, func(b *block) bool {
-		if b.stream != keep.stream {
-			return false
-		}
+	p := x.pool
+	x.each(func(b *block) bool {
 		if b == keep.prev || b == keep.next {
 			return true
 		}

@@ -22,9 +22,13 @@ import (
 //     A wait of the borrower on the lender made after the block was freed
 //     (it was filed in the free index before the search count at which
 //     that wait's event was recorded) already orders it: no new one.
-//   - The block keeps its segment's stream (blocks never change stream);
-//     while allocated it is recorded on the borrower (Allocator.uses) and
-//     listed in policyState.borrowed.
+//   - The block keeps its segment's stream (blocks never change stream)
+//     and its shard: it stays in the lender's address table and counts,
+//     so that Free finds it by its address as any block; while allocated
+//     it is recorded on the borrower (Allocator.uses), which makes its
+//     Free take the world, and listed in policyState.borrowed. Lending
+//     reads and changes two streams' shards: it runs in the world, as
+//     everything under the policy does (shards.go).
 //   - When the caller frees it, the lender's stream waits for an event
 //     recorded on the borrower's stream, and the block returns to the
 //     lender's cache at once, free for any stream: the lender's later work
@@ -42,49 +46,48 @@ import (
 //     the device), or at the free the borrower stays recorded and the free
 //     waits for it on the host.
 
-// lendLocked finds the best-fitting free block of p on a stream other
-// than s for a request of size (rounded) bytes, and makes s wait for its
-// stream's work so far. It returns nil when lending is off, when no block
+// lendLocked finds the best-fitting free block of x's pool on a stream
+// other than x's for a request of size (rounded) bytes, and makes x's
+// stream wait for the lender's work so far. It returns the block and the
+// free index it is in, or x and nil when lending is off, when no block
 // fits, or when an event call fails.
-func (a *Allocator) lendLocked(p *pool, size uint64, s device.Stream) (*block, bool) {
+func (a *Allocator) lendLocked(x *freeIndex, size uint64) (*freeIndex, *block) {
+	p, s := x.pool, x.stream
 	if !a.pol.lend || a.pol.hostWaitedLocked(s) {
-		return nil, false
+		return x, nil
 	}
 	var best *block
-	try := func(t device.Stream) {
+	var from *freeIndex
+	for _, y := range p.owners { // any order: the best is the smallest, then lowest, block
+		t := y.stream
 		if t == s || a.pol.hostWaitedLocked(t) {
-			return
+			continue
 		}
-		a.key.stream, a.key.size, a.key.ptr = t, size, 0
-		a.found = nil
-		p.free.AscendGreaterOrEqual(&a.key, a.foundFunc)
-		b := a.found
-		a.found = nil
-		if b == nil || b.stream != t || !a.rule.mayServe(b.size, size) {
-			return
+		if y.pend != nil {
+			y.settle()
+		}
+		b := y.fit(size)
+		if b == nil || !a.rule.mayServe(b.size, size) {
+			continue
 		}
 		if best == nil || b.size < best.size || b.size == best.size && b.ptr < best.ptr {
-			best = b
+			best, from = b, y
 		}
 	}
-	try(device.DefaultStream)
-	for t := range a.streams { // any order: the best is the smallest, then lowest, block
-		try(t)
-	}
 	if best == nil {
-		return nil, false
+		return x, nil
 	}
 	// A wait made since best was freed covers it: a stream that borrows
 	// several blocks freed together waits once.
 	key := lendKey{borrower: s, lender: best.stream, small: p.small}
 	if at, ok := a.pol.waited[key]; !ok || at <= best.gcCountBase {
 		if !a.waitForLocked(s, best.stream) {
-			return nil, false
+			return x, nil
 		}
 		a.pol.waited[key] = p.gcCalls
 	}
 	a.pol.lent++
-	return best, true
+	return from, best
 }
 
 // lendKey names the waits lendLocked made: borrower waited on the device
@@ -112,12 +115,10 @@ func (a *Allocator) waitForLocked(s, t device.Stream) bool {
 	return err == nil
 }
 
-// takeLentLocked hands out the front of b, a free block of another
-// stream's cache, for a request on stream s (see takeLocked), and
-// records it as lent to s.
-func (a *Allocator) takeLentLocked(b *block, size, requested uint64, s device.Stream) *block {
-	a.pol.lending, a.pol.lendTo = true, s
-	b = a.takeLocked(b, size, requested)
+// lentLocked records b, just handed out by takeLocked from another
+// stream's cache while pol.lending named s (so that observers see the
+// allocation on s), as lent to s.
+func (a *Allocator) lentLocked(b *block, s device.Stream) {
 	a.pol.lending = false
 	a.pol.borrowed[b] = s
 	if a.uses == nil {
@@ -125,7 +126,6 @@ func (a *Allocator) takeLentLocked(b *block, size, requested uint64, s device.St
 	}
 	a.uses[b] = append(a.uses[b], s)
 	b.recorded = true
-	return b
 }
 
 // returnLentLocked is deferFreeLocked under the policy: if b was lent,

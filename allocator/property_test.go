@@ -103,7 +103,11 @@ func newMachine(t *rapid.T) *machine {
 			NoCrossStream: rapid.Bool().Draw(t, "no cross stream"),
 		}
 	}
-	a, err := New(dev, cfg)
+	var d device.Device = dev
+	if rapid.Bool().Draw(t, "unaligned") {
+		d = offsetDevice{dev} // segments share 2 MiB chunks of addresses
+	}
+	a, err := New(d, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,14 +10,15 @@ import "github.com/gpumem/gpumem/device"
 // in steady state (as many frees as allocations) it neither grows nor
 // allocates. It replaces a Go map on the hot path because a map that
 // empties re-seeds itself from the runtime's random source on every
-// delete. A nil slot is empty. Guarded
-// by Allocator.mu. A slot holds only the block pointer (the key is the
+// delete. A nil slot is empty. Each shard has one, guarded by its lock.
+// A slot holds only the block pointer (the key is the
 // block's address field), so the table costs 8 bytes a slot.
 type ptrTable struct {
 	slots []*block // a block's key is its own ptr field
 	mask  uint64
 	shift uint8
 	n     int
+	limit int // n at which the table grows: half its slots
 }
 
 const ptrTableMinSize = 64
@@ -27,6 +28,7 @@ func (t *ptrTable) init(size int) {
 	t.mask = uint64(size - 1)
 	t.shift = uint8(64 - bitsLen(uint64(size-1)))
 	t.n = 0
+	t.limit = size / 2
 }
 
 func bitsLen(x uint64) int {
@@ -58,25 +60,18 @@ func (t *ptrTable) get(p device.Ptr) *block {
 	}
 }
 
-// put adds b under its address, replacing a block with the same address.
+// put adds b, whose address is not in the table, under its address.
 func (t *ptrTable) put(b *block) {
-	if t.slots == nil {
-		t.init(ptrTableMinSize)
-	} else if 2*(t.n+1) > len(t.slots) {
+	if t.n >= t.limit {
 		t.grow()
 	}
-	for i := t.home(b.ptr); ; i = (i + 1) & t.mask {
-		s := t.slots[i]
-		if s == nil {
-			t.slots[i] = b
-			t.n++
-			return
-		}
-		if s.ptr == b.ptr {
-			t.slots[i] = b
-			return
-		}
+	mask := t.mask
+	i := t.home(b.ptr)
+	for t.slots[i] != nil {
+		i = (i + 1) & mask
 	}
+	t.slots[i] = b
+	t.n++
 }
 
 // remove deletes the entry at p and returns its block, or nil. It shifts
@@ -85,38 +80,42 @@ func (t *ptrTable) remove(p device.Ptr) *block {
 	if t.n == 0 {
 		return nil
 	}
+	slots, mask := t.slots, t.mask
 	i := t.home(p)
+	var b *block
 	for {
-		s := t.slots[i]
-		if s == nil {
+		b = slots[i&mask]
+		if b == nil {
 			return nil
 		}
-		if s.ptr == p {
+		if b.ptr == p {
 			break
 		}
-		i = (i + 1) & t.mask
+		i++
 	}
-	b := t.slots[i]
 	// Backward shift: move each later entry of the run into the hole if
 	// its home slot does not lie (cyclically) between the hole and it.
-	hole := i
-	for j := (i + 1) & t.mask; ; j = (j + 1) & t.mask {
-		s := t.slots[j]
+	hole := i & mask
+	for j := (hole + 1) & mask; ; j = (j + 1) & mask {
+		s := slots[j]
 		if s == nil {
 			break
 		}
-		h := t.home(s.ptr)
-		if (j-h)&t.mask >= (j-hole)&t.mask {
-			t.slots[hole] = s
+		if (j-t.home(s.ptr))&mask >= (j-hole)&mask {
+			slots[hole] = s
 			hole = j
 		}
 	}
-	t.slots[hole] = nil
+	slots[hole] = nil
 	t.n--
 	return b
 }
 
 func (t *ptrTable) grow() {
+	if t.slots == nil {
+		t.init(ptrTableMinSize)
+		return
+	}
 	old := t.slots
 	t.init(2 * len(old))
 	for _, b := range old {

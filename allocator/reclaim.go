@@ -26,51 +26,52 @@ func refused(err error) bool { return err != nil && errors.Is(err, device.ErrOut
 // allocation, then releasing cached oversize blocks and retrying, then
 // releasing the whole cache and retrying. It returns a free block of at
 // least size bytes, or an *OutOfMemoryError, or another device error.
-func (a *Allocator) allocSlowLocked(p *pool, size, requested uint64, s device.Stream) (*block, error) {
+func (a *Allocator) allocSlowLocked(x *freeIndex, size, requested uint64) (*block, error) {
+	a.settleAllLocked() // the ladder below walks and changes every index
 	if a.gcActive {
 		a.garbageCollectLocked()
 	}
 	segSize := segmentSize(size)
-	b, err := a.growLocked(p, size, segSize, s)
-	if refused(err) && a.releaseOversizeLocked(p, size, s) {
-		b, err = a.growLocked(p, size, segSize, s)
+	b, err := a.growLocked(x, size, segSize)
+	if refused(err) && a.releaseOversizeLocked(x, size) {
+		b, err = a.growLocked(x, size, segSize)
 	}
 	if refused(err) {
 		_ = a.releaseCachedLocked() // a failed release leaves those blocks cached; the retry decides
 		a.retriedLocked()
-		b, err = a.growLocked(p, size, segSize, s)
+		b, err = a.growLocked(x, size, segSize)
 	}
 	if refused(err) {
 		if err == errOverCap {
 			err = nil // the cap refused without asking the device
 		}
-		return nil, a.outOfMemoryLocked(requested, segSize, s, err)
+		return nil, a.outOfMemoryLocked(requested, segSize, x.stream, err)
 	}
 	return b, err
 }
 
-// growLocked obtains memory for a request of size (rounded) bytes on
-// stream s: a new segment of segSize bytes, or with expandable segments
+// growLocked obtains memory for a request of size (rounded) bytes in x
+// (a pool on one stream): a new segment of segSize bytes, or with expandable segments
 // pages mapped into one. The block returned is free: a new segment's in
 // no index, a mapped one in the free index. A refusal for lack of memory
 // (by the device, or by the cap, which counts segSize bytes either way, as
 // PyTorch does) wraps device.ErrOutOfMemory.
-func (a *Allocator) growLocked(p *pool, size, segSize uint64, s device.Stream) (*block, error) {
+func (a *Allocator) growLocked(x *freeIndex, size, segSize uint64) (*block, error) {
 	if a.pol != nil && a.vm != nil {
-		return a.policyGrowLocked(p, size, s) // policy: placement and reclaim
+		return a.policyGrowLocked(x, size) // policy: placement and reclaim
 	}
 	if a.allowed > 0 && a.reservedLocked()+segSize > a.allowed {
 		return nil, errOverCap
 	}
 	if a.vm != nil {
-		return a.growExpandableLocked(p, size, s)
+		return a.growExpandableLocked(x, size)
 	}
-	return a.newSegmentLocked(p, segSize, s)
+	return a.newSegmentLocked(x, segSize)
 }
 
 // newSegmentLocked asks the device for a segment of size bytes and returns
 // its one block, free and in no index.
-func (a *Allocator) newSegmentLocked(p *pool, size uint64, s device.Stream) (*block, error) {
+func (a *Allocator) newSegmentLocked(x *freeIndex, size uint64) (*block, error) {
 	ptr, err := a.dev.Malloc(size)
 	if err != nil {
 		if refused(err) {
@@ -78,11 +79,13 @@ func (a *Allocator) newSegmentLocked(p *pool, size uint64, s device.Stream) (*bl
 		}
 		return nil, fmt.Errorf("allocator: device %d: allocating a %d-byte segment: %w", a.ordinal, size, err)
 	}
-	seg := &segment{ptr: ptr, size: size, stream: s, pool: p}
-	b := a.newBlockLocked()
+	p, s := x.pool, x.stream
+	seg := &segment{ptr: ptr, size: size, stream: s, pool: p, free: x}
+	b := x.sh.newBlockLocked()
 	b.ptr, b.size, b.stream, b.pool, b.seg = ptr, size, s, p, seg
 	seg.head = b
-	a.segments[ptr] = seg
+	a.segmentAddedLocked(seg)
+	a.routes.add(ptr, size, x.sh, +1)
 	a.segmentAllocatedLocked(seg)
 	return b, nil
 }
@@ -94,10 +97,11 @@ func (a *Allocator) releaseSegmentLocked(b *block) error {
 	if err := a.dev.Free(seg.ptr); err != nil {
 		return fmt.Errorf("allocator: device %d: releasing segment %v: %w", a.ordinal, seg.ptr, err)
 	}
-	b.pool.remove(b)
-	delete(a.segments, seg.ptr)
+	seg.free.remove(b)
+	a.segmentRemovedLocked(seg)
+	a.routes.add(seg.ptr, seg.size, seg.free.sh, -1)
 	a.segmentFreedLocked(seg)
-	a.recycleLocked(b)
+	seg.free.sh.recycleLocked(b)
 	return nil
 }
 
@@ -117,13 +121,10 @@ func (a *Allocator) releaseCachedLocked() error {
 // expandable segment, releasing the segment's address range once nothing
 // of it is mapped (PyTorch's release_blocks).
 func (a *Allocator) releasePoolLocked(p *pool) error {
-	plain := p.wholeSegments(a.collected[:0])
+	plain := a.wholeSegmentsLocked(p, a.collected[:0])
 	var mapped []*block
 	if p.unmapped != nil { // expandable segments: every free block is in one
-		p.free.Ascend(func(b *block) bool {
-			mapped = append(mapped, b)
-			return true
-		})
+		mapped = a.freeBlocksLocked(p, nil)
 	}
 	a.examined += len(plain) + len(mapped)
 	var errs []error
@@ -145,31 +146,28 @@ func (a *Allocator) releasePoolLocked(p *pool) error {
 	return errors.Join(errs...)
 }
 
-// releaseOversizeLocked frees cached oversize blocks of p on stream s to
-// make room for a request of size bytes (PyTorch's
+// releaseOversizeLocked frees cached oversize blocks of x (a pool on one
+// stream) to make room for a request of size bytes (PyTorch's
 // release_available_cached_blocks): the smallest single block of at least
 // max(size, max_split_size) if there is one, else oversize blocks from the
 // largest down until that many bytes are released. It does nothing without
 // max_split_size, and reports whether it released enough.
-func (a *Allocator) releaseOversizeLocked(p *pool, size uint64, s device.Stream) bool {
-	if a.rule.maxSplit == maxSplitNone {
+func (a *Allocator) releaseOversizeLocked(x *freeIndex, size uint64) bool {
+	if a.rule.maxSplit == maxSplitNone || x.buckets != nil {
+		// Size buckets hold blocks of at most 2 MiB, never oversize.
 		return false
 	}
 	want := max(size, a.rule.maxSplit)
-	a.key.stream, a.key.size, a.key.ptr = s, want, 0
-	a.found = nil
-	p.free.AscendGreaterOrEqual(&a.key, a.foundFunc)
-	b := a.found
-	a.found = nil
-	if b != nil && b.stream == s && !b.seg.expandable() {
+	b := x.fit(want)
+	if b != nil && !b.seg.expandable() {
 		return a.releaseSegmentLocked(b) == nil
 	}
 	// No single block is large enough: release oversize blocks from the
 	// largest down (expandable ones are passed over, not released).
 	list := a.collected[:0]
 	var total uint64
-	p.free.DescendLessOrEqual(&a.key, func(c *block) bool {
-		if total >= want || c.size < a.rule.maxSplit || c.stream != s {
+	x.descendBelow(want, func(c *block) bool {
+		if total >= want || c.size < a.rule.maxSplit {
 			return false
 		}
 		if !c.seg.expandable() {
@@ -204,9 +202,11 @@ func (a *Allocator) garbageCollectLocked() {
 	p := a.large
 	var totalAge int64
 	count := 0
-	for b := p.wholes; b != nil; b = b.nextWhole {
-		totalAge += p.gcCalls - b.gcCountBase
-		count++
+	for _, x := range p.owners {
+		for b := x.wholes; b != nil; b = b.nextWhole {
+			totalAge += p.gcCalls - b.gcCountBase
+			count++
+		}
 	}
 	if count == 0 {
 		return
@@ -216,7 +216,7 @@ func (a *Allocator) garbageCollectLocked() {
 	for reclaimed < target && freed && count > 0 {
 		ageThreshold := float64(totalAge) / float64(count)
 		freed = false
-		list := p.wholeSegments(a.collected[:0])
+		list := a.wholeSegmentsLocked(p, a.collected[:0])
 		for _, b := range list {
 			if float64(p.gcCalls-b.gcCountBase) < ageThreshold {
 				continue
@@ -235,14 +235,17 @@ func (a *Allocator) garbageCollectLocked() {
 	}
 }
 
-// largestFreeLocked returns the size of the largest cached free block.
+// largestFreeLocked returns the size of the largest cached free block:
+// it visits the streams that hold memory (pool.owners), every index
+// settled.
 func (a *Allocator) largestFreeLocked() uint64 {
 	var largest uint64
 	for _, p := range [2]*pool{a.small, a.large} {
-		p.free.Ascend(func(b *block) bool {
-			largest = max(largest, b.size)
-			return true
-		})
+		for _, x := range p.owners {
+			if b := x.largest(); b != nil {
+				largest = max(largest, b.size)
+			}
+		}
 	}
 	return largest
 }

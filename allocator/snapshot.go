@@ -65,8 +65,8 @@ type SegmentInfo struct {
 // lock while it copies, which takes time proportional to the number of
 // blocks.
 func (a *Allocator) Snapshot() []SegmentInfo {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockAll()
+	defer a.unlockAll()
 	segs := make([]SegmentInfo, 0, len(a.segments))
 	for _, s := range a.segments {
 		// An expandable segment is reported as one segment per run of

@@ -11,13 +11,15 @@ import (
 	"github.com/gpumem/gpumem/device"
 )
 
-// knownStreamLocked reports whether s is a stream of the device. The
-// default stream always is; others are asked of the device once, when it
-// can tell (device.StreamChecker), and remembered in a set, so that a
-// known stream costs one map lookup (and no allocation) however many
-// streams there are.
+// knownStreamLocked reports whether s is a stream of the device, without
+// giving it free indexes: a stream a block is recorded on need not
+// allocate. Streams are asked of the device once, when it can tell
+// (device.StreamChecker), and remembered: those with free indexes by
+// them (a binary search of the shards, a map of the cold shard's
+// streams), the others in a set, so that a known stream costs a lookup
+// (and no allocation) however many streams there are.
 func (a *Allocator) knownStreamLocked(s device.Stream) bool {
-	if s == device.DefaultStream {
+	if s == device.DefaultStream || a.streamIndexesLocked(s) != nil {
 		return true
 	}
 	if _, ok := a.streams[s]; ok {
@@ -42,9 +44,9 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 	if p == 0 {
 		return nil
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	b := a.live.get(p)
+	a.lockAll()
+	defer a.unlockAll()
+	b, _ := a.liveBlockLocked(p)
 	if b == nil {
 		return a.invalidPointerLocked("record stream for", p)
 	}
@@ -90,7 +92,7 @@ func (a *Allocator) deferFreeLocked(b *block) (int, error) {
 func (a *Allocator) eventDoneLocked(b *block) {
 	b.eventCount--
 	if b.eventCount == 0 {
-		a.finishFreeLocked(b)
+		a.finishFreeLocked(b, false)
 	}
 }
 

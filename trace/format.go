@@ -256,6 +256,15 @@ func (p *parser) intern(tag []byte) string {
 
 // parse parses an op line. On error it returns a message for SyntaxError.
 func (p *parser) parse(line []byte) (Op, string) {
+	if op, ok := parseFast(line); ok {
+		return op, ""
+	}
+	return p.parseFields(line)
+}
+
+// parseFields parses an op line field by field: any line, with a message
+// for what is wrong with it.
+func (p *parser) parseFields(line []byte) (Op, string) {
 	if len(line) == 0 {
 		return Op{}, "empty line is not an op"
 	}
@@ -361,6 +370,62 @@ func (p *parser) parse(line []byte) (Op, string) {
 		return Op{}, fmt.Sprintf("unknown op %q (want one of a f r s S c t m)", fields[0])
 	}
 	return op, ""
+}
+
+// parseFast parses the lines that make up nearly every trace, "a ID BYTES"
+// with an optional " STREAM" and "f ID", with decimals of at most 19
+// digits (which cannot overflow) and no leading zeros, in one pass over
+// the bytes. It returns false for any other line, well-formed or not,
+// which parse then reads field by field with its messages; for the lines
+// it takes, it returns what parse returns.
+func parseFast(line []byte) (op Op, ok bool) {
+	if len(line) < 3 || line[1] != ' ' {
+		return Op{}, false
+	}
+	id, i := decimal(line, 2)
+	if i < 0 {
+		return Op{}, false
+	}
+	switch line[0] {
+	case 'f':
+		return Op{Kind: Free, ID: id}, i == len(line)
+	case 'a':
+		if i == len(line) || line[i] != ' ' {
+			return Op{}, false
+		}
+		size, j := decimal(line, i+1)
+		if j < 0 {
+			return Op{}, false
+		}
+		if j == len(line) {
+			return Op{Kind: Alloc, ID: id, Size: size}, true
+		}
+		if line[j] != ' ' {
+			return Op{}, false
+		}
+		stream, k := decimal(line, j+1)
+		return Op{Kind: Alloc, ID: id, Size: size, Stream: stream}, k == len(line)
+	}
+	return Op{}, false
+}
+
+// decimal reads the decimal number of at most 19 digits (which cannot
+// overflow), without a leading zero, that starts at line[i], and returns
+// it and the index after it, or -1 when there is no such number there.
+func decimal(line []byte, i int) (uint64, int) {
+	start := i
+	var x uint64
+	for ; i < len(line); i++ {
+		d := line[i] - '0'
+		if d > 9 {
+			break
+		}
+		x = x*10 + uint64(d)
+	}
+	if n := i - start; n == 0 || n > 19 || n > 1 && line[start] == '0' {
+		return 0, -1
+	}
+	return x, i
 }
 
 func fieldCount(want string, got int) string {

@@ -5,6 +5,7 @@ package trace
 import (
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -141,4 +142,62 @@ func TestFormatSpecExample(t *testing.T) {
 	}
 	assert.Equal(t, []string{"step0", "step1"}, marks)
 	assert.Zero(t, v.Live())
+}
+
+// TestParseFastAgrees: the one-pass parser of a and f lines takes only
+// lines that the field-by-field parser reads the same way, whatever bytes
+// follow the line in its buffer.
+func TestParseFastAgrees(t *testing.T) {
+	lines := []string{
+		"a 0 0", "a 1 2 3", "a 12 4096 0", "f 7", "f 0", "a 9999999999999999999 1",
+		"a 18446744073709551615 1", "a 18446744073709551616 1", "a 01 2", "a 1 02", "f 00",
+		"a 1 2 3 4", "a 1", "f", "f 1 2", "a 1  2", "a 1 2 ", " a 1 2", "a1 2", "a 1 2\t",
+		"a -1 2", "a 1 2x", "a 1 2 x", "r 1 2", "s 1", "S", "c", "t x", "m x", "# mark x",
+		"b 1 2", "f 1\x00", "a 1 2 0", "a 1 2 00", "a 12345678 123456789 1", "f 1234567812345678",
+		"a 1/ 2", "a 1: 2", "f 9\xff", "a 100000000 99999999 7",
+	}
+	for _, l := range lines {
+		checkParseFast(t, l)
+	}
+}
+
+// checkParseFast compares parseFast with parseFields on l alone and with
+// bytes after it, as a Reader's buffer has.
+func checkParseFast(t testing.TB, l string) {
+	var p parser
+	want, wantMsg := p.parseFields([]byte(l))
+	for _, after := range []string{"", "\n", "\n12345678901234567890", "99999999999999999999", " 1", "\xff\x00a"} {
+		buf := []byte(l + after)
+		got, ok := parseFast(buf[:len(l)])
+		if ok && (wantMsg != "" || got != want) {
+			t.Errorf("%q followed by %q: fast %+v, fields %+v %q", l, after, got, want, wantMsg)
+		}
+	}
+}
+
+// TestDecimal: decimal agrees with strconv on every length of number.
+func TestDecimal(t *testing.T) {
+	for n := 1; n <= 20; n++ {
+		for _, d := range "19" {
+			num := strings.Repeat(string(d), n)
+			x, end := decimal([]byte(" "+num+" 5"), 1)
+			want, err := strconv.ParseUint(num, 10, 64)
+			if n > 19 {
+				if end != -1 {
+					t.Fatalf("%q: took %d digits", num, n)
+				}
+				continue
+			}
+			if err != nil || end != n+1 || x != want {
+				t.Fatalf("%q: %d (end %d), want %d", num, x, end, want)
+			}
+		}
+	}
+}
+
+func FuzzParseFast(f *testing.F) {
+	for _, s := range []string{"a 1 2 3", "f 1", "a 01 2", "a 1 2 ", "a 18446744073709551616 1", "a 12345678 87654321 0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, l string) { checkParseFast(t, l) })
 }

@@ -187,10 +187,13 @@ func (r *Reader) Next() (Op, error) {
 			r.err = err
 			return Op{}, err
 		}
+		if op, ok := parseFast(text); ok {
+			return op, nil
+		}
 		if len(text) == 0 || text[0] == '#' && !isMarkComment(text) {
 			continue
 		}
-		op, msg := r.p.parse(text)
+		op, msg := r.p.parseFields(text)
 		if msg != "" {
 			r.err = newSyntaxError(r.line, text, msg)
 			return Op{}, r.err

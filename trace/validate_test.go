@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
 )
 
 func TestValidatorRules(t *testing.T) {
@@ -85,4 +86,54 @@ func TestValidatorLiveIDs(t *testing.T) {
 	assert.Equal(t, []uint64{2, 7, 9}, v.LiveIDs())
 	_, err := v.Check(Op{Kind: Free, ID: 3}, 0)
 	assert.EqualError(t, err, `memtrace: "f 3": ID 3 is not live`)
+}
+
+// TestIDSetMatchesMap drives idSet and a Go map with the same random
+// operations, with IDs drawn so that probe runs collide and wrap, and
+// requires identical answers.
+func TestIDSetMatchesMap(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var s idSet
+		ref := map[uint64]bool{}
+		id := rapid.Custom(func(t *rapid.T) uint64 {
+			if rapid.Bool().Draw(t, "wide") {
+				return rapid.Uint64().Draw(t, "any")
+			}
+			return rapid.Uint64Range(0, 200).Draw(t, "small")
+		})
+		for range rapid.IntRange(0, 500).Draw(t, "ops") {
+			x := id.Draw(t, "id")
+			switch rapid.IntRange(0, 3).Draw(t, "op") {
+			case 0:
+				_, had := ref[x]
+				if got := s.add(x); got == had {
+					t.Fatalf("add(%d) = %v, present %v", x, got, had)
+				}
+				if !had {
+					ref[x] = false
+				}
+			case 1:
+				marked, ok := s.remove(x)
+				want, had := ref[x]
+				if ok != had || marked != want {
+					t.Fatalf("remove(%d) = %v %v, want %v %v", x, marked, ok, want, had)
+				}
+				delete(ref, x)
+			case 2:
+				if _, had := ref[x]; had {
+					s.mark(x)
+					ref[x] = true
+				}
+			case 3:
+				marked, ok := s.get(x)
+				want, had := ref[x]
+				if ok != had || marked != want {
+					t.Fatalf("get(%d) = %v %v, want %v %v", x, marked, ok, want, had)
+				}
+			}
+			if s.n != len(ref) {
+				t.Fatalf("n %d, want %d", s.n, len(ref))
+			}
+		}
+	})
 }

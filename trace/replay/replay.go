@@ -207,11 +207,12 @@ func Run(r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, e
 				readErr = err
 				break
 			}
-			if _, err := v.Check(op, r.Line()); err != nil {
+			line := r.Line()
+			if _, err := v.Check(op, line); err != nil {
 				readErr = err
 				break
 			}
-			batch = append(batch, pendingOp{op, r.Line()})
+			batch = append(batch, pendingOp{op, line})
 			if op.Kind == trace.Mark && opt.Mark != nil {
 				break
 			}

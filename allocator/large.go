@@ -1,0 +1,355 @@
+// This file holds largeBuckets, the index of one stream's free blocks of
+// up to 128 MiB in the large pool of plain segments: a bucket per 512-byte
+// size, each a heap by address, found through a bitmap in three levels
+// and a hash table of the sizes in use.
+
+package allocator
+
+import (
+	"math/bits"
+	"slices"
+)
+
+const (
+	largeClasses = 1 << 18                      // sizes 512 B to 128 MiB
+	largeWords   = largeClasses / 64            // words of the first level of the bitmap
+	maxLargeSize = largeClasses * kMinBlockSize // larger free blocks go to the tree
+)
+
+// largeBuckets indexes the large pool's free blocks of at most 128 MiB by
+// size class (size / 512 - 1), as sizeBuckets does the small pool's: the
+// best fit for a size is the lowest address in the first non-empty class
+// at or above the size's. The bitmap has a bit per class (l0), a bit per
+// word of l0 (l1) and a bit per word of l1 (l2), so that three bit scans
+// find that class among 2^18. The few classes that hold blocks are kept
+// in an open-addressing table (a stream's large free blocks come in few
+// sizes: tensors of one shape, again and again).
+//
+// Invariants (checked by check): a bit of l0 is set exactly when its
+// class is in the table; a bit of l1 (l2) exactly when its word of l0
+// (l1) is not zero; a class's bucket holds its lowest address in first
+// and, for two blocks or more, a heap by address of all of them with
+// every block's heapIdx its position; n counts the blocks.
+type largeBuckets struct {
+	l0 [largeWords]uint64
+	l1 [largeWords / 64]uint64
+	l2 uint64
+
+	tab   []bucket // a power of two of slots, at most half full
+	shift uint8
+	used  int
+	spare [][]*block // heaps of classes that emptied, kept for reuse
+	n     int
+}
+
+// A bucket is one class's blocks; a zero class marks an empty slot.
+type bucket struct {
+	class int32 // class + 1
+	first *block
+	heap  []*block // two blocks or more: all of them, a heap by address
+}
+
+// classBit returns the word of l0 and the bit of class c.
+func classBit(c int) (int, uint64) { return c >> 6 & (largeWords - 1), 1 << (c & 63) }
+
+// firstAtLeast returns the first non-empty class at or above c, or -1.
+func (s *largeBuckets) firstAtLeast(c int) int {
+	w0 := c >> 6 & (largeWords - 1)
+	if m := s.l0[w0] & (^uint64(0) << (c & 63)); m != 0 {
+		return w0<<6 | bits.TrailingZeros64(m)
+	}
+	w1 := w0 >> 6
+	if m := s.l1[w1] & (^uint64(0) << (w0&63 + 1)); m != 0 {
+		w0 = w1<<6 | bits.TrailingZeros64(m)
+		return w0<<6 | bits.TrailingZeros64(s.l0[w0])
+	}
+	if m := s.l2 & (^uint64(0) << (w1 + 1)); m != 0 {
+		w1 = bits.TrailingZeros64(m)
+		w0 = w1<<6 | bits.TrailingZeros64(s.l1[w1])
+		return w0<<6 | bits.TrailingZeros64(s.l0[w0&(largeWords-1)])
+	}
+	return -1
+}
+
+// lastBelow returns the last non-empty class below c, or -1.
+func (s *largeBuckets) lastBelow(c int) int {
+	if c <= 0 {
+		return -1
+	}
+	c--
+	w0 := c >> 6 & (largeWords - 1)
+	if m := s.l0[w0] & (^uint64(0) >> (63 - c&63)); m != 0 {
+		return w0<<6 | (63 - bits.LeadingZeros64(m))
+	}
+	w1 := w0 >> 6
+	if m := s.l1[w1] & (1<<(w0&63) - 1); m != 0 {
+		w0 = w1<<6 | (63 - bits.LeadingZeros64(m))
+		return w0<<6 | (63 - bits.LeadingZeros64(s.l0[w0]))
+	}
+	if m := s.l2 & (1<<w1 - 1); m != 0 {
+		w1 = 63 - bits.LeadingZeros64(m)
+		w0 = w1<<6 | (63 - bits.LeadingZeros64(s.l1[w1]))
+		return w0<<6 | (63 - bits.LeadingZeros64(s.l0[w0&(largeWords-1)]))
+	}
+	return -1
+}
+
+// fit returns the free block of the lowest (size, address) with at least
+// size bytes (at most 128 MiB), or nil.
+func (s *largeBuckets) fit(size uint64) *block {
+	c := s.firstAtLeast(classOf(size))
+	if c < 0 {
+		return nil
+	}
+	return s.find(c).first
+}
+
+// last returns a block of the largest size, or nil.
+func (s *largeBuckets) last() *block {
+	if c := s.lastBelow(largeClasses); c >= 0 {
+		return s.find(c).first
+	}
+	return nil
+}
+
+func (s *largeBuckets) home(c int32) int { return int((uint64(c) * 0x9E3779B97F4A7C15) >> s.shift) }
+
+// find returns the bucket of class c, which holds blocks.
+func (s *largeBuckets) find(c int) *bucket { return &s.tab[s.slot(c)] }
+
+// slot returns the slot of class c, or -1 if the table does not hold it
+// (which for a class with a bit set in l0 is a bug that check reports).
+func (s *largeBuckets) slot(c int) int {
+	if len(s.tab) == 0 {
+		return -1
+	}
+	key := int32(c) + 1
+	mask := len(s.tab) - 1
+	for i := s.home(key); ; i = (i + 1) & mask {
+		switch s.tab[i].class {
+		case key:
+			return i
+		case 0:
+			return -1
+		}
+	}
+}
+
+// insert adds b to its class.
+func (s *largeBuckets) insert(b *block) {
+	c := classOf(b.size)
+	s.n++
+	w, bit := classBit(c)
+	if s.l0[w]&bit != 0 {
+		bk := s.find(c)
+		h := bk.heap
+		if len(h) == 0 {
+			h = s.newHeap()
+			bk.first.heapIdx = 0
+			h = append(h, bk.first)
+		}
+		h = append(h, b)
+		heapUp(h, len(h)-1)
+		bk.heap, bk.first = h, h[0]
+		return
+	}
+	if 2*(s.used+1) > len(s.tab) {
+		s.grow()
+	}
+	key := int32(c) + 1
+	mask := len(s.tab) - 1
+	i := s.home(key)
+	for s.tab[i].class != 0 {
+		i = (i + 1) & mask
+	}
+	s.tab[i] = bucket{class: key, first: b}
+	s.used++
+	s.l0[w] |= bit
+	s.l1[w>>6] |= 1 << (w & 63)
+	s.l2 |= 1 << (w >> 6)
+}
+
+// newHeap returns an empty slice for a class's heap, reused when possible.
+func (s *largeBuckets) newHeap() []*block {
+	if n := len(s.spare); n > 0 {
+		h := s.spare[n-1]
+		s.spare[n-1] = nil
+		s.spare = s.spare[:n-1]
+		return h
+	}
+	return make([]*block, 0, 4)
+}
+
+// remove takes b out of its class.
+func (s *largeBuckets) remove(b *block) {
+	c := classOf(b.size)
+	s.n--
+	slot := s.slot(c)
+	bk := &s.tab[slot]
+	if h := bk.heap; len(h) > 0 {
+		i, last := int(b.heapIdx), len(h)-1
+		x := h[last]
+		h[last] = nil
+		h = h[:last]
+		if i != last {
+			h[i] = x
+			x.heapIdx = int32(i)
+			if !heapUp(h, i) {
+				heapDown(h, i)
+			}
+		}
+		bk.first = h[0]
+		if len(h) == 1 {
+			h[0] = nil
+			s.spare = append(s.spare, h[:0])
+			h = nil
+		}
+		bk.heap = h
+		return
+	}
+	s.delete(slot)
+	w, bit := classBit(c)
+	s.l0[w] &^= bit
+	if s.l0[w] == 0 {
+		s.l1[w>>6] &^= 1 << (w & 63)
+		if s.l1[w>>6] == 0 {
+			s.l2 &^= 1 << (w >> 6)
+		}
+	}
+}
+
+// delete empties a slot, shifting later entries of its probe run back so
+// that no tombstones accumulate.
+func (s *largeBuckets) delete(hole int) {
+	mask := len(s.tab) - 1
+	for j := (hole + 1) & mask; s.tab[j].class != 0; j = (j + 1) & mask {
+		if (j-s.home(s.tab[j].class))&mask >= (j-hole)&mask {
+			s.tab[hole] = s.tab[j]
+			hole = j
+		}
+	}
+	s.tab[hole] = bucket{}
+	s.used--
+}
+
+func (s *largeBuckets) grow() {
+	old := s.tab
+	size := max(2*len(old), 16)
+	s.tab = make([]bucket, size)
+	s.shift = uint8(64 - bitsLen(uint64(size-1)))
+	mask := size - 1
+	for _, bk := range old {
+		if bk.class != 0 {
+			i := s.home(bk.class)
+			for s.tab[i].class != 0 {
+				i = (i + 1) & mask
+			}
+			s.tab[i] = bk
+		}
+	}
+}
+
+// each calls f on every block, by class (in table order) and in heap order
+// within a class, until f returns false.
+func (s *largeBuckets) each(f func(*block) bool) {
+	for _, bk := range s.tab {
+		if bk.class == 0 {
+			continue
+		}
+		if len(bk.heap) == 0 {
+			if !f(bk.first) {
+				return
+			}
+			continue
+		}
+		for _, b := range bk.heap {
+			if !f(b) {
+				return
+			}
+		}
+	}
+}
+
+// descendBelow calls f on the blocks of classes below class c, from the
+// largest down and by address down within a class, until f returns false.
+func (s *largeBuckets) descendBelow(c int, f func(*block) bool) {
+	for c = s.lastBelow(c); c >= 0; c = s.lastBelow(c) {
+		bk := s.find(c)
+		if len(bk.heap) == 0 {
+			if !f(bk.first) {
+				return
+			}
+			continue
+		}
+		h := slices.Clone(bk.heap)
+		slices.SortFunc(h, func(x, y *block) int { return -cmpPtr(x, y) })
+		for _, b := range h {
+			if !f(b) {
+				return
+			}
+		}
+	}
+}
+
+func cmpPtr(x, y *block) int {
+	switch {
+	case x.ptr < y.ptr:
+		return -1
+	case x.ptr > y.ptr:
+		return 1
+	}
+	return 0
+}
+
+// check verifies the bitmaps, the table and the heaps, and returns a
+// description of the first fault found, or "".
+func (s *largeBuckets) check() string {
+	count, classes := 0, 0
+	for i, bk := range s.tab {
+		if bk.class == 0 {
+			continue
+		}
+		classes++
+		c := int(bk.class) - 1
+		if w, bit := classBit(c); s.l0[w]&bit == 0 {
+			return "a class in the table has no bit"
+		}
+		if s.slot(c) != i {
+			return "a class is not where a lookup finds it"
+		}
+		if bk.first == nil || classOf(bk.first.size) != c {
+			return "a bucket's first block is of another size"
+		}
+		if len(bk.heap) == 1 || len(bk.heap) > 0 && bk.heap[0] != bk.first {
+			return "a size bucket's heap and its first block disagree"
+		}
+		for j, b := range bk.heap {
+			if b == nil || classOf(b.size) != c {
+				return "a block is in the bucket of another size"
+			}
+			if int(b.heapIdx) != j {
+				return "a block's heap position is wrong"
+			}
+			if j > 0 && bk.heap[(j-1)/2].ptr > b.ptr {
+				return "a size bucket is not a heap by address"
+			}
+		}
+		count += max(len(bk.heap), 1)
+	}
+	bitsSet := 0
+	for w, word := range s.l0 {
+		bitsSet += bits.OnesCount64(word)
+		if (word != 0) != (s.l1[w>>6]&(1<<(w&63)) != 0) {
+			return "a second-level bit disagrees with its word"
+		}
+	}
+	for w, word := range s.l1 {
+		if (word != 0) != (s.l2&(1<<w) != 0) {
+			return "a third-level bit disagrees with its word"
+		}
+	}
+	if bitsSet != classes || classes != s.used || count != s.n {
+		return "the counts of classes or blocks are wrong"
+	}
+	return ""
+}

@@ -1,0 +1,371 @@
+// This file holds the shards, one per stream, and the locking that lets
+// Alloc and Free on different streams run at once: each shard's own
+// lock for the common case, every lock ("the world") for the rest.
+
+package allocator
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gpumem/gpumem/device"
+)
+
+// A shard is one stream's part of the allocator: the free indexes of its
+// blocks in both pools, the address table of its allocated blocks, its
+// counts (per phase too, phases.go) and its spare block structs. A
+// stream's blocks serve no other stream (but lent by the
+// low_fragmentation policy, in the world), so Alloc and Free on one
+// stream need no other stream's state: they run under the shard's lock
+// alone when the shard is "fast" (see Allocator.lockAll for the rest).
+//
+// The default stream and the first maxShards-1 other streams the
+// allocator uses get shards of their own; the streams after them share
+// one more, the cold shard, which is never fast: their operations take
+// the world, which then costs the same however many streams there are.
+// The cold shard's free indexes are per stream (Allocator.coldIdx), its
+// address table, counts and spares shared.
+//
+// The shard's fields, and the blocks of its segments, are guarded by mu.
+// Holding every lock (the world) also guards them.
+type shard struct {
+	mu sync.Mutex
+	_  [56]byte // the lock's cache line holds nothing else
+
+	id     int // its place in Allocator.byID, for routes
+	stream device.Stream
+	cold   bool                 // the cold shard: its free is unused, its streams' indexes are in Allocator.coldIdx
+	free   [2]freeIndex         // by pool.idx
+	live   ptrTable             // its allocated blocks by address
+	st     [numRows]shardCounts // by stats.Metric, then oversizeA and oversizeS
+	ph     []phaseCount         // by phase id, while blocks are counted by phase; grown on use
+	spare  *block               // recycled block structs, linked through next
+	nspare int
+
+	// activeImplied: nothing is pending and the active limits are at least
+	// the allocation limits, so an Alloc within its allocation limits is
+	// within its active limits (see count).
+	activeImplied bool
+	// fast: Alloc and Free may run under mu alone: no stream event is
+	// pending, garbage collection and the policy are off, no observer is
+	// attached and no cut waits. Set by the world as it leaves, cleared
+	// by the world or by the fast path that leaves a cut, as its last
+	// write before unlocking; read under mu (lockAll reads it to know
+	// which locks to take). Atomic: the world may change it without the
+	// lock of a shard that is not fast (see lockAll).
+	fast atomic.Bool
+	// cut: a change of the shard's counts passed a limit while other
+	// shards exist, and its peaks wait for the world (cutsLocked); cutOp
+	// is that operation's change. Until then the shard is not fast.
+	cut   bool
+	cutOp opDelta
+
+	_ [64]byte // keeps the next object's hot fields off the last cache line
+}
+
+// maxShards bounds the shards: streams of their own, the default
+// stream's included, before the cold shard. The world takes every
+// shard's lock, so its cost grows with them.
+const maxShards = 32
+
+func (a *Allocator) newShard(s device.Stream) *shard {
+	sh := &shard{stream: s}
+	if ids := a.byID.Load(); ids != nil {
+		sh.id = len(*ids)
+	}
+	// Size buckets for PyTorch's plain segments; the tree alone for
+	// expandable segments and for the policy, whose searches walk the
+	// order and read the blocks' ages.
+	treeOnly := a.vm != nil || a.pol != nil
+	sh.free[0].init(sh, s, a.small, treeOnly)
+	sh.free[1].init(sh, s, a.large, treeOnly)
+	sh.activeImplied = true
+	return sh
+}
+
+// fastLocked reports whether the shards may run Alloc and Free alone
+// now: no stream event is pending, no observer is attached, and neither
+// garbage collection nor the low_fragmentation policy looks at other
+// streams' blocks: garbage collection ages the blocks of every stream on
+// each search, the policy lends and ages them too, unless the default
+// stream's shard is the only one (a hit then touches that shard and its
+// pools' clocks alone, and a miss takes the world anyway).
+func (a *Allocator) fastLocked() bool {
+	return !a.gcActive && (a.pol == nil || len(a.shards) == 1) && a.events.Len() == 0 && len(a.observers) == 0
+}
+
+// lockAll takes the world: the allocator's lock, then the lock of every
+// shard that is fast, in the order of a.shards (by stream, the cold shard
+// last). Every method but the fast paths of Alloc and Free runs in the
+// world. On the way in it settles the cuts that shards left waiting.
+//
+// A shard that is not fast needs no lock: no fast path runs on it (a
+// fast path runs only under the lock of a shard it finds fast), and it
+// becomes fast only when the world leaves. Its last fast path, if any,
+// cleared fast as its last write (a cut), or the world cleared it, so
+// the world that finds it not fast sees all that path did (the atomic
+// load follows the store). The world's cost is then that of the shards
+// that can run alone: with events pending, garbage collection, the
+// policy or observers, no shard is fast and the world is one lock.
+//
+// Deadlock: a fast path holds one shard lock and takes no other lock
+// while holding it, and every taker of more than one lock takes the
+// allocator's lock first, so no two goroutines wait for each other.
+func (a *Allocator) lockAll() {
+	a.mu.Lock()
+	for _, sh := range a.shards {
+		if sh.fast.Load() {
+			sh.mu.Lock()
+			a.held = append(a.held, sh)
+		}
+	}
+	a.world = true
+	a.cutsLocked()
+}
+
+// unlockAll leaves the world, deciding first which shards may run their
+// Alloc and Free alone. Everything the fast paths read is written before
+// a shard is made fast: that store publishes it.
+func (a *Allocator) unlockAll() {
+	fast := a.fastLocked()
+	a.world = false
+	for _, sh := range a.shards {
+		want := fast && !sh.cut && !sh.cold
+		if want && !sh.activeImplied {
+			sh.refreshImplied() // exceed may have cleared it
+		}
+		if sh.fast.Load() != want {
+			sh.fast.Store(want)
+		}
+	}
+	for i, sh := range a.held {
+		sh.mu.Unlock()
+		a.held[i] = nil
+	}
+	a.held = a.held[:0]
+	a.mu.Unlock()
+}
+
+// cutsLocked settles the peaks that shards left waiting: their
+// operations passed a limit while they ran under their lock alone. With
+// every lock held, it counts those operations one after another, in the
+// order of the shards, from the state before any of them: each
+// quantity's total over the shards after each raises its peak if it
+// passes it. Then the limits are handed out anew (exceed).
+//
+// The order the stats follow: every Alloc and Free counts at the moment
+// it holds its shard's lock, or the world, except one whose counts passed
+// a limit, which counts at the cut that settles it, a moment before it
+// returns. No other operation can see its work before then: its shard is
+// not fast until the cut, so the next operation on it takes the world,
+// which settles the cut first. Operations waiting for one cut overlap in
+// time, so any order among them is one they could have happened in.
+// Between two moments of the world, the shards' changes stay within their
+// limits, whose sum is at most the peak, so every interleaving of them
+// stays at or below the peak, and the peaks are those of this order
+// exactly.
+func (a *Allocator) cutsLocked() {
+	var waiting []*shard
+	for _, sh := range a.shards {
+		if sh.cut {
+			waiting = append(waiting, sh)
+		}
+	}
+	if len(waiting) == 0 {
+		return
+	}
+	for row := range numRows {
+		for k := range numQ {
+			var total int64
+			for _, sh := range a.shards {
+				total += sh.value(row, k)
+			}
+			for _, sh := range waiting {
+				total -= sh.cutOp.of(row, k) // the state before the waiting operations
+			}
+			peak := &a.gst.peak[row][k]
+			for _, sh := range waiting {
+				if d := sh.cutOp.of(row, k); d > 0 {
+					total += d
+					*peak = max(*peak, total)
+				} else {
+					total += d
+				}
+			}
+		}
+	}
+	a.phaseCutsLocked(waiting)
+	for _, sh := range waiting {
+		sh.cut = false
+		for row := range numRows {
+			for k := range numQ {
+				if sh.value(row, k) > *sh.limit(row, k) {
+					a.exceed(sh, row, k)
+				}
+			}
+		}
+		if d := &sh.cutOp; d.phased {
+			a.exceedPhaseLocked(sh, d.phase)
+		}
+		sh.refreshImplied()
+	}
+}
+
+// settleCut takes and leaves the world to settle a cut that sh left
+// waiting (unless another world operation settled it first).
+func (a *Allocator) settleCut() {
+	a.lockAll()
+	a.unlockAll()
+}
+
+// streamShard is an entry of Allocator.byStream: the stream is copied
+// next to its shard, so that a lookup reads no shard's memory (another
+// goroutine's lock words share lines with a shard's first fields).
+type streamShard struct {
+	stream device.Stream
+	sh     *shard
+}
+
+// lookupShard returns the shard of its own of stream s without a lock,
+// or nil if s has none: a binary search of the lock-free list, sorted by
+// stream.
+func (a *Allocator) lookupShard(s device.Stream) *shard {
+	list := *a.byStream.Load()
+	lo, hi := 0, len(list)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if list[m].stream < s {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo < len(list) && list[lo].stream == s {
+		return list[lo].sh
+	}
+	return nil
+}
+
+// indexesLocked returns the free indexes (by pool) of stream s, or nil if
+// s is not a stream of the device; it runs in the world. The default
+// stream always is one; others are asked of the device once, when it can
+// tell (device.StreamChecker), and get their indexes the first time they
+// allocate: a shard of their own while there are fewer than maxShards,
+// else a place in the cold shard. A new shard is locked, as the world
+// holds every shard's lock.
+func (a *Allocator) indexesLocked(s device.Stream) *[2]freeIndex {
+	if s == device.DefaultStream {
+		return &a.def.free
+	}
+	if xs := a.streamIndexesLocked(s); xs != nil {
+		return xs
+	}
+	if !a.knownStreamLocked(s) {
+		return nil
+	}
+	delete(a.streams, s) // known by its indexes from now on
+	if a.cold == nil && len(a.shards) < maxShards {
+		return &a.addShardLocked(s).free
+	}
+	if a.cold == nil {
+		a.cold = &shard{id: len(*a.byID.Load()), cold: true, activeImplied: true}
+		a.coldIdx = make(map[device.Stream]*[2]freeIndex)
+		a.shards = append(slices.Clip(a.shards), a.cold)
+		ids := append(slices.Clip(*a.byID.Load()), a.cold)
+		a.byID.Store(&ids)
+	}
+	xs := new([2]freeIndex)
+	xs[0].init(a.cold, s, a.small, true)
+	xs[1].init(a.cold, s, a.large, true)
+	a.coldIdx[s] = xs
+	return xs
+}
+
+// streamIndexesLocked returns the free indexes of stream s if it has
+// them, else nil.
+func (a *Allocator) streamIndexesLocked(s device.Stream) *[2]freeIndex {
+	if sh := a.lookupShard(s); sh != nil {
+		return &sh.free
+	}
+	return a.coldIdx[s]
+}
+
+// addShardLocked makes a shard of its own for stream s and files it.
+func (a *Allocator) addShardLocked(s device.Stream) *shard {
+	sh := a.newShard(s) // not fast: the world needs not its lock
+	i, _ := slices.BinarySearchFunc(a.shards, s, func(x *shard, s device.Stream) int {
+		return cmp.Compare(x.stream, s)
+	})
+	a.shards = slices.Insert(slices.Clip(a.shards), i, sh)
+	ids := append(slices.Clip(*a.byID.Load()), sh)
+	a.byID.Store(&ids)
+	a.byStream.Store(streamList(a.shards))
+	if len(a.shards) == 2 {
+		// From now on Free needs routes, and the peaks need cuts.
+		a.single.Store(nil)
+		a.startRoutesLocked()
+	}
+	return sh
+}
+
+// streamList returns the lock-free list of the shards of their own, by
+// stream.
+func streamList(shards []*shard) *[]streamShard {
+	list := make([]streamShard, 0, len(shards))
+	for _, sh := range shards {
+		if !sh.cold {
+			list = append(list, streamShard{sh.stream, sh})
+		}
+	}
+	return &list
+}
+
+// startRoutesLocked fills the routes with every segment's memory, when a
+// second shard appears. (The limits need no change then: the first
+// shard's are the peaks, the new shard's are zero, as its counts are.)
+func (a *Allocator) startRoutesLocked() {
+	a.routes.on = true
+	a.routes.owners = make(map[uint64]chunkOwners)
+	for _, seg := range a.segments {
+		if !seg.expandable() {
+			a.routes.add(seg.ptr, seg.size, seg.free.sh, +1)
+			continue
+		}
+		seg.mappedRuns(func(p device.Ptr, n uint64) { a.routePagesLocked(seg, p, n, +1) })
+	}
+	a.routes.rebuild()
+}
+
+// liveBlockLocked returns the allocated block at p and its shard, or nil;
+// it runs in the world.
+func (a *Allocator) liveBlockLocked(p device.Ptr) (*block, *shard) {
+	if id, ok := a.routes.lookup(p); ok {
+		if sh := (*a.byID.Load())[id]; sh.live.get(p) != nil {
+			return sh.live.get(p), sh
+		}
+	}
+	for _, sh := range a.shards {
+		if b := sh.live.get(p); b != nil {
+			return b, sh
+		}
+	}
+	return nil, nil
+}
+
+// liveCountLocked returns the number of allocated blocks.
+func (a *Allocator) liveCountLocked() int {
+	n := 0
+	for _, sh := range a.shards {
+		n += sh.live.len()
+	}
+	return n
+}
+
+// eachLiveLocked calls f on every allocated block.
+func (a *Allocator) eachLiveLocked(f func(*block)) {
+	for _, sh := range a.shards {
+		sh.live.each(f)
+	}
+}
