@@ -129,8 +129,10 @@ func simulate(pl *Plan, dev uint64) (*Simulation, []Phase, error) {
 // step), calling after with the step number (0 after the parameters) so
 // that the caller can read a's statistics between steps. It returns the
 // first error: an allocation or free that failed (an out-of-memory error
-// matches device.ErrOutOfMemory), or what after returned. The plan's
-// Capacity is not used: a's device decides.
+// matches device.ErrOutOfMemory), or what after returned. It names the
+// phases on a as it goes (SetPhase: "forward", "backward", "optimizer";
+// "prefill" and "decode" for inference). The plan's Capacity is not used:
+// a's device decides.
 func (pl Plan) Drive(a *allocator.Allocator, steps int, after func(step int) error) error {
 	if pl.Capacity == 0 {
 		pl.Capacity = MaxDevice
@@ -177,4 +179,7 @@ func (d *driveSink) free(h, _ uint64, _ category) {
 }
 
 func (d *driveSink) recategorize(uint64, category, category) {}
-func (d *driveSink) phase(string)                            {}
+
+// phase names the phase the stream is in on the allocator (SetPhase), so
+// that the allocator counts memory by phase.
+func (d *driveSink) phase(name string) { d.a.SetPhase(name) }

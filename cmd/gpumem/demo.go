@@ -59,6 +59,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	var laterCalls int64 // device allocations and frees after the first step
 	before, clock := a.Stats(), dev.Clock()
 	err = pl.Drive(a, *steps, func(i int) error {
+		a.MarkStep(fmt.Sprint("step", i+1)) // the boundary before the next step
 		after := a.Stats()
 		if i == 0 {
 			fmt.Fprintf(stdout, "parameters:  %s, %d device mallocs\n", stats.Line(&after), after.NumDeviceAlloc)
@@ -86,7 +87,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	default:
 		fmt.Fprintf(stdout, ": the steps after the first still made %d device calls.\n\n", laterCalls)
 	}
-	fmt.Fprint(stdout, stats.Summary(&st, stats.SummaryOptions{Device: dev.Ordinal(), Name: dev.Name()}))
+	fmt.Fprint(stdout, a.Summary(false))
 	if err := a.CheckInvariants(); err != nil {
 		return fmt.Errorf("allocator invariants: %w", err)
 	}

@@ -32,6 +32,10 @@ func TestDemo(t *testing.T) {
 	assert.Contains(t, out, "every step after the first was served from the cache")
 	assert.Contains(t, out, "| Allocated memory      |")
 	assert.Contains(t, out, "gpumem memory summary, device 0")
+	assert.Contains(t, out, "Memory by phase", "the loop names its phases")
+	assert.Regexp(t, `\| forward +\|`, out)
+	assert.Regexp(t, `\| backward +\|`, out)
+	assert.NotContains(t, out, "possible leaks", "a training loop that keeps nothing across steps leaks nothing")
 }
 
 func TestDemoExpandable(t *testing.T) {
