@@ -30,8 +30,18 @@ func newBench(b *testing.B, cfg Config) (*Allocator, *sim.Device) {
 // BenchmarkAllocFreeCached is the cached path: alloc 1 MiB then free it on
 // one stream, in steady state. It must not allocate on the Go heap or call
 // the device.
-func BenchmarkAllocFreeCached(b *testing.B) {
+func BenchmarkAllocFreeCached(b *testing.B) { benchCached(b, false) }
+
+// BenchmarkAllocFreeCachedPhases is the cached path while blocks are
+// counted by phase (a second phase is named): each block's phase counts
+// change with the others, and nothing more may allocate.
+func BenchmarkAllocFreeCachedPhases(b *testing.B) { benchCached(b, true) }
+
+func benchCached(b *testing.B, phases bool) {
 	a, dev := newBench(b, Config{})
+	if phases {
+		a.SetPhase("forward")
+	}
 	p, _ := a.Alloc(mib, 0)
 	_ = a.Free(p)
 	before := dev.Counters().Mallocs

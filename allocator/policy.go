@@ -137,8 +137,9 @@ func (c *LowFragConfig) validate() []error {
 }
 
 // policyState is the low_fragmentation policy's state; nil in an
-// allocator with the faithful policy. Everything the policy does runs in
-// the world (its shards are never fast, shards.go), which guards it.
+// allocator with the faithful policy. It changes in the world only, which
+// guards it (the policy's fit, which may run under the one shard's lock,
+// reads only its knobs; shards.go).
 type policyState struct {
 	// The knobs, defaults applied; read-only after New.
 	largePage uint64

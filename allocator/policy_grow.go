@@ -255,18 +255,17 @@ func wholePages(b *block) uint64 {
 }
 
 // reclaimLocked unmaps the whole pages of free blocks of the expandable
-// segments of x, keep's pool and stream (only those: taking pages from the other
-// pool, or from another stream, makes the two trade them back and forth
-// on every step of a repeating workload; lending shares the streams'
-// caches instead, without device calls) until
-// want bytes are unmapped: the one block with the fewest pages that
-// suffices, else the largest first, at most victims blocks when bounded
-// (if that many cannot give want bytes, nothing is unmapped), and then
-// blocks freed fewer than minAge best-fit searches ago stay (the requests
-// that follow a free tend to reuse it: unmapping it would be undone at
-// once). The free blocks beside keep, an unmapped range about to be
-// mapped. It returns the bytes unmapped; a device error leaves that block
-// mapped.
+// segments of x, keep's pool and stream (only those: taking pages from
+// the other pool, or from another stream, makes the two trade them back
+// and forth on every step of a repeating workload; lending shares the
+// streams' caches instead, without device calls) until want bytes are
+// unmapped: the one block with the fewest pages that suffices, else the
+// largest first, at most victims blocks when bounded (if that many cannot
+// give want bytes, nothing is unmapped), and then blocks freed fewer than
+// minAge best-fit searches ago stay (the requests that follow a free tend
+// to reuse it: unmapping it would be undone at once). The free blocks
+// beside keep, an unmapped range about to be mapped. It returns the bytes
+// unmapped; a device error leaves that block mapped.
 func (a *Allocator) reclaimLocked(x *freeIndex, want uint64, keep *block, bounded bool) uint64 {
 	type candidate struct {
 		b     *block

@@ -28,7 +28,8 @@ import (
 //     it is recorded on the borrower (Allocator.uses), which makes its
 //     Free take the world, and listed in policyState.borrowed. Lending
 //     reads and changes two streams' shards: it runs in the world, as
-//     everything under the policy does (shards.go).
+//     every operation under the policy does once a second stream has a
+//     shard (shards.go).
 //   - When the caller frees it, the lender's stream waits for an event
 //     recorded on the borrower's stream, and the block returns to the
 //     lender's cache at once, free for any stream: the lender's later work

@@ -29,7 +29,8 @@ import (
 // address table, counts and spares shared.
 //
 // The shard's fields, and the blocks of its segments, are guarded by mu.
-// Holding every lock (the world) also guards them.
+// Holding the world also guards them: the world holds mu of every fast
+// shard, and a shard that is not fast is touched in the world only.
 type shard struct {
 	mu sync.Mutex
 	_  [56]byte // the lock's cache line holds nothing else
@@ -66,8 +67,8 @@ type shard struct {
 }
 
 // maxShards bounds the shards: streams of their own, the default
-// stream's included, before the cold shard. The world takes every
-// shard's lock, so its cost grows with them.
+// stream's included, before the cold shard. The world takes the lock of
+// every fast shard, so its cost grows with them.
 const maxShards = 32
 
 func (a *Allocator) newShard(s device.Stream) *shard {
@@ -253,8 +254,8 @@ func (a *Allocator) lookupShard(s device.Stream) *shard {
 // stream always is one; others are asked of the device once, when it can
 // tell (device.StreamChecker), and get their indexes the first time they
 // allocate: a shard of their own while there are fewer than maxShards,
-// else a place in the cold shard. A new shard is locked, as the world
-// holds every shard's lock.
+// else a place in the cold shard. A new shard is not fast: the world
+// needs no lock of it.
 func (a *Allocator) indexesLocked(s device.Stream) *[2]freeIndex {
 	if s == device.DefaultStream {
 		return &a.def.free
@@ -294,7 +295,7 @@ func (a *Allocator) streamIndexesLocked(s device.Stream) *[2]freeIndex {
 
 // addShardLocked makes a shard of its own for stream s and files it.
 func (a *Allocator) addShardLocked(s device.Stream) *shard {
-	sh := a.newShard(s) // not fast: the world needs not its lock
+	sh := a.newShard(s)
 	i, _ := slices.BinarySearchFunc(a.shards, s, func(x *shard, s device.Stream) int {
 		return cmp.Compare(x.stream, s)
 	})

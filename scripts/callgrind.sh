@@ -4,7 +4,8 @@
 # machine as on an idle one.
 #
 # Usage: scripts/callgrind.sh [WHAT...]
-#   WHAT: pair (a cached 1 MiB alloc+free), mixed (the allocator alone on
+#   WHAT: pair (a cached 1 MiB alloc+free), pair-phases (the same with
+#   blocks counted by phase), mixed (the allocator alone on
 #   random_mixed), cs336 (the allocator alone on the cs336 step), replay
 #   (`gpumem replay` of plain random_mixed, parsing included), replay-cs336.
 #   Default: pair mixed cs336 replay.
@@ -59,6 +60,7 @@ cs336=trace/replay/testdata/pytorch/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz
 for w in "${what[@]}"; do
 	case $w in
 	pair) echo "cached alloc+free pair (BenchmarkAllocFreeCached): $(bench BenchmarkAllocFreeCached 100000 500000 1) instructions per pair" ;;
+	pair-phases) echo "cached pair, phases counted (BenchmarkAllocFreeCachedPhases): $(bench BenchmarkAllocFreeCachedPhases 100000 500000 1) instructions per pair" ;;
 	mixed) echo "allocator on random_mixed (BenchmarkReplayRandomMixed): $(bench BenchmarkReplayRandomMixed 1 3 "$(ops $mixed)") instructions per op" ;;
 	cs336) echo "allocator on cs336 (BenchmarkReplayTransformerStep): $(bench BenchmarkReplayTransformerStep 20 100 "$(ops $cs336)") instructions per op" ;;
 	replay) echo "gpumem replay of plain random_mixed: $(replay $mixed) instructions per op" ;;
