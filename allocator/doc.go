@@ -46,9 +46,11 @@
 //     and a bitmap of the buckets in use find the best fit with bit scans:
 //     the small pool's 4096 sizes in two levels (buckets.go), the large
 //     pool's 2^18 sizes up to 128 MiB in three, with a hash table of the
-//     sizes in use (large.go); larger blocks, and the pools of expandable
-//     segments, whose best fit walks the order, are in a B+ tree with its
-//     (size, address) keys in its nodes (tree.go). A split whose rest
+//     sizes in use (large.go); larger blocks, the pools of expandable
+//     segments, whose best fit walks the order, the policy's pools (which
+//     read blocks' ages and walk the order) and the cold shard's streams
+//     are in a B+ tree with its (size, address) keys in its nodes
+//     (tree.go). A split whose rest
 //     stays in the index waits to move it (pend) until the index is used
 //     again: the free of the block handed out, the usual next step, merges
 //     the two back into the key the rest is still filed under, and the
