@@ -335,8 +335,10 @@ func (a *Allocator) checkIndexLocked(x *freeIndex, s device.Stream, j int, inInd
 		bad("the free index of stream %d, pool %d, belongs to another", s, j)
 		return
 	}
-	hot := a.vm == nil && a.pol == nil && !x.sh.cold // size buckets: PyTorch's plain segments, a shard of its own
-	if (x.buckets != nil) != (p.small && hot) || (x.large != nil) != (!p.small && hot) {
+	// Size buckets for the small pool of PyTorch's plain segments in a
+	// shard of its own, large buckets for the other pools of such a shard.
+	buckets := p.small && a.vm == nil && a.pol == nil && !x.sh.cold
+	if (x.buckets != nil) != buckets || (x.large != nil) != (!buckets && !x.sh.cold) {
 		bad("the free index of stream %d, pool %d, has the wrong kind", s, j)
 		return
 	}

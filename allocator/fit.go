@@ -26,12 +26,7 @@ func (a *Allocator) largeFitLocked(x *freeIndex, size uint64) *block {
 	if a.aging {
 		x.pool.gcCalls++
 	}
-	if x.large != nil && size <= maxLargeSize {
-		if b := x.large.fit(size); b != nil {
-			return b
-		}
-	}
-	b := x.tree.lowerBound(size)
+	b := x.fit(size)
 	if b != nil && b.seg.expandable() {
 		b = expandableBestFit(x, b)
 	}
@@ -39,19 +34,18 @@ func (a *Allocator) largeFitLocked(x *freeIndex, size uint64) *block {
 }
 
 // expandableBestFit applies PyTorch's rule for an expandable block b found
-// by the best-fit search: among the following blocks of the same stream,
-// prefer one whose size plus the unmapped range after it is smaller, that
-// is, one that could not grow as much.
+// by the best-fit search (the lowest address of its size): among the
+// following blocks of the same stream, prefer one whose size plus the
+// unmapped range after it is smaller, that is, one that could not grow as
+// much.
 func expandableBestFit(x *freeIndex, b *block) *block {
-	l, i := x.tree.seek(keyOf(b))
-	return expandableBestFitAt(l, i, b)
-}
-
-// expandableBestFitAt is expandableBestFit for b found at position (l, i)
-// of its tree.
-func expandableBestFitAt(l *treeLeaf, i int, b *block) *block {
+	if expandableSize(b) == b.size {
+		// b cannot grow, and no later block is smaller: the walk would
+		// stop at the first.
+		return b
+	}
 	cur := b
-	ascendFrom(l, i, func(n *block) bool {
+	x.ascendFrom(b, func(n *block) bool {
 		if n == b {
 			return true
 		}

@@ -6,14 +6,16 @@ package allocator
 import "github.com/gpumem/gpumem/device"
 
 // A freeIndex holds the free blocks of one pool on one stream, ordered by
-// (size, address), and the list of those that fill a plain segment. Plain
-// segments' blocks are found by bit scans over size classes: the small
-// pool's in sizeBuckets, the large pool's up to 128 MiB in largeBuckets,
-// larger ones in a B+ tree (freeTree). Pools of expandable segments,
-// whose blocks can be of any size and whose best fit walks the order, use
-// the tree alone, and so do the indexes of the cold shard's streams
-// (shards.go), which may be many. Its fields are guarded by its shard's
-// lock.
+// (size, address), and the list of those that fill a plain segment.
+// Blocks are found by bit scans over size classes of 512 bytes: the small
+// pool's of PyTorch's plain segments (at most 2 MiB) in sizeBuckets, the
+// other pools' up to 128 MiB in largeBuckets, larger ones in a B+ tree
+// (freeTree). The walks that the rule of expandable segments and the
+// low_fragmentation policy make in (size, address) order cross the
+// classes by the bitmap, each class in address order, then the tree
+// (ascendFrom). The indexes of the cold shard's streams (shards.go),
+// which may be many, use the tree alone: size classes cost tens of KiB.
+// Its fields are guarded by its shard's lock.
 //
 // Invariants: the index holds exactly the pool's free blocks of its
 // stream, each marked indexed, each in the structure its size says. The
@@ -51,14 +53,16 @@ type freeIndex struct {
 	front *block
 }
 
-// init makes x the empty free index of pool p on stream s, in shard sh,
-// with the tree alone when treeOnly (expandable segments, the cold
-// shard).
-func (x *freeIndex) init(sh *shard, s device.Stream, p *pool, treeOnly bool) {
+// init makes x the empty free index of pool p on stream s, in shard sh:
+// the tree alone when treeOnly (the cold shard); size buckets when
+// smallBuckets and p is the small pool (PyTorch's plain segments, whose
+// small free blocks are at most 2 MiB); otherwise large buckets for the
+// blocks of up to 128 MiB, and the tree for larger ones.
+func (x *freeIndex) init(sh *shard, s device.Stream, p *pool, treeOnly, smallBuckets bool) {
 	x.sh, x.k, x.pool, x.stream = sh, p.idx, p, s
 	switch {
 	case treeOnly:
-	case p.small:
+	case p.small && smallBuckets:
 		x.buckets = new(sizeBuckets)
 	default:
 		x.large = new(largeBuckets)
@@ -215,6 +219,46 @@ func (x *freeIndex) largest() *block {
 		return x.large.last()
 	}
 	return x.tree.max()
+}
+
+// ascendFrom calls f on b, the lowest address of its size in x (a best
+// fit, as fit returns it), then on the blocks after it in (size, address)
+// order, until f returns false.
+func (x *freeIndex) ascendFrom(b *block, f func(*block) bool) {
+	if x.large != nil && b.size <= maxLargeSize {
+		if !x.large.ascendFrom(classOf(b.size), f) {
+			return
+		}
+		x.tree.ascend(f)
+		return
+	}
+	l, i := x.tree.seek(keyOf(b))
+	ascendFrom(l, i, f)
+}
+
+// ascendAtLeast calls f on the free blocks of at least size bytes in
+// (size, address) order until f returns false.
+func (x *freeIndex) ascendAtLeast(size uint64, f func(*block) bool) {
+	if b := x.fit(size); b != nil {
+		x.ascendFrom(b, f)
+	}
+}
+
+// ascendSizes calls f on b, the lowest address of its size in x, and on
+// the lowest address of each larger size, in order, with the number of
+// blocks of that size, until f returns false. (From the tree, which holds
+// the sizes above 128 MiB in an index with large buckets, it calls f on
+// every block, with n 1.)
+func (x *freeIndex) ascendSizes(b *block, f func(first *block, n int) bool) {
+	each := func(c *block) bool { return f(c, 1) }
+	if x.large != nil && b.size <= maxLargeSize {
+		if x.large.ascendSizes(classOf(b.size), f) {
+			x.tree.ascend(each)
+		}
+		return
+	}
+	l, i := x.tree.seek(keyOf(b))
+	ascendFrom(l, i, each)
 }
 
 // each calls f on every free block until f returns false: in (size,

@@ -40,6 +40,9 @@ type largeBuckets struct {
 	used  int
 	spare [][]*block // heaps of classes that emptied, kept for reuse
 	n     int
+
+	frontier []int32 // ascendHeap's, kept for the next walk
+
 }
 
 // A bucket is one class's blocks; a zero class marks an empty slot.
@@ -267,6 +270,104 @@ func (s *largeBuckets) each(f func(*block) bool) {
 				return
 			}
 		}
+	}
+}
+
+// ascendFrom calls f on the blocks of class c and of the classes above
+// it, by size and by address within a class, until f returns false; it
+// reports whether f never did. A class's heap is read in address order
+// through a frontier of its positions (the next block is the lowest of
+// the children of those visited), so that a walk that stops after k
+// blocks of a class costs O(k log k), however many it holds.
+func (s *largeBuckets) ascendFrom(c int, f func(*block) bool) bool {
+	for ; c >= 0; c = s.firstAtLeast(c + 1) {
+		bk := s.find(c)
+		h := bk.heap
+		if len(h) == 0 {
+			if !f(bk.first) {
+				return false
+			}
+		} else if !s.ascendHeap(h, f) {
+			return false
+		}
+		if c+1 == largeClasses {
+			break
+		}
+	}
+	return true
+}
+
+// ascendSizes calls f on the lowest address of class c and of each class
+// above it that holds blocks, in order, with the number of blocks of the
+// class, until f returns false; it reports whether f never did.
+func (s *largeBuckets) ascendSizes(c int, f func(first *block, n int) bool) bool {
+	for ; c >= 0; c = s.firstAtLeast(c + 1) {
+		bk := s.find(c)
+		if !f(bk.first, max(1, len(bk.heap))) {
+			return false
+		}
+		if c+1 == largeClasses {
+			break
+		}
+	}
+	return true
+}
+
+// ascendHeap calls f on the blocks of the heap h in address order until f
+// returns false, and reports whether f never did.
+func (s *largeBuckets) ascendHeap(h []*block, f func(*block) bool) bool {
+	fr := append(s.frontier[:0], 0) // a heap of positions of h, by address
+	defer func() { s.frontier = fr[:0] }()
+	less := func(i, j int) bool { return h[fr[i]].ptr < h[fr[j]].ptr }
+	for len(fr) > 0 {
+		top := fr[0]
+		if !f(h[top]) {
+			return false
+		}
+		// Replace the top by its first child, or pop it; then push the
+		// second child.
+		l, r := 2*top+1, 2*top+2
+		if int(l) < len(h) {
+			fr[0] = l
+		} else {
+			last := len(fr) - 1
+			fr[0] = fr[last]
+			fr = fr[:last]
+		}
+		frontierDown(fr, 0, less)
+		if int(r) < len(h) {
+			fr = append(fr, r)
+			frontierUp(fr, len(fr)-1, less)
+		}
+	}
+	return true
+}
+
+func frontierUp(fr []int32, i int, less func(i, j int) bool) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !less(i, p) {
+			return
+		}
+		fr[i], fr[p] = fr[p], fr[i]
+		i = p
+	}
+}
+
+func frontierDown(fr []int32, i int, less func(i, j int) bool) {
+	for {
+		c := 2*i + 1
+		if c >= len(fr) {
+			return
+		}
+		if c+1 < len(fr) && less(c+1, c) {
+			c++
+		}
+		if !less(c, i) {
+			return
+		}
+		fr[i], fr[c] = fr[c], fr[i]
+		i = c
 	}
 }
 

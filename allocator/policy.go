@@ -170,6 +170,9 @@ type policyState struct {
 	lending    bool          // takeLentLocked is handing out a block...
 	lendTo     device.Stream // ...to this stream
 
+	// candidates is reclaimLocked's list of blocks, kept for its next call.
+	candidates []candidate
+
 	// lent counts blocks lent, reclaimed the free blocks unmapped by
 	// reclaim: for tests and measurements.
 	lent, reclaimed int64

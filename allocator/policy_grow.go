@@ -39,30 +39,28 @@ func policyVM(dev device.Device) device.VirtualMemory {
 // The caller checks that the block may serve the request.
 func (a *Allocator) policyFitLocked(x *freeIndex, size uint64) *block {
 	x.pool.gcCalls++
-	l, i := x.tree.seek(treeKey{size, 0})
-	if l == nil {
+	b := x.fit(size)
+	if b == nil {
 		return nil
 	}
-	b := l.vals[i]
 	if window := a.pol.fitWindow; window > 1 && !x.pool.small {
-		best, bl, bi, n, limit := b, l, i, 0, b.size+b.size/8
-		for ; l != nil && n < window; l, i = l.next, 0 {
-			for ; i < l.n && n < window; i++ {
-				c := l.vals[i]
-				if c.size > limit {
-					n = window
-					break
-				}
-				n++
-				if c.ptr < best.ptr && a.rule.mayServe(c.size, size) {
-					best, bl, bi = c, l, i
-				}
+		// Of the blocks of one size only the first visited, the lowest
+		// address, can be chosen; the others count in the window.
+		best, n, limit := b, 0, b.size+b.size/8
+		x.ascendSizes(b, func(c *block, count int) bool {
+			if c.size > limit {
+				return false
 			}
-		}
-		b, l, i = best, bl, bi
+			n += count
+			if c.ptr < best.ptr && a.rule.mayServe(c.size, size) {
+				best = c
+			}
+			return n < window
+		})
+		b = best
 	}
 	if b.seg.expandable() {
-		b = expandableBestFitAt(l, i, b)
+		b = expandableBestFit(x, b)
 	}
 	return b
 }
@@ -204,6 +202,13 @@ func (a *Allocator) placeLocked(x *freeIndex, size uint64) (placement, error) {
 	return placement{u: u, n: pagesFor(size, page), fresh: true}, nil
 }
 
+// A candidate is a free block that reclaimLocked may unmap, with the bytes
+// of the whole pages inside it.
+type candidate struct {
+	b     *block
+	pages uint64
+}
+
 // pagesFor rounds n up to whole pages.
 func pagesFor(n, page uint64) uint64 { return (n + page - 1) / page * page }
 
@@ -267,13 +272,14 @@ func wholePages(b *block) uint64 {
 // beside keep, an unmapped range about to be mapped. It returns the bytes
 // unmapped; a device error leaves that block mapped.
 func (a *Allocator) reclaimLocked(x *freeIndex, want uint64, keep *block, bounded bool) uint64 {
-	type candidate struct {
-		b     *block
-		pages uint64
-	}
-	var list []candidate
+	list := a.pol.candidates[:0]
+	defer func() {
+		clear(list)
+		a.pol.candidates = list[:0]
+	}()
 	p := x.pool
-	x.each(func(b *block) bool {
+	// A block smaller than a page holds no whole page.
+	x.ascendAtLeast(keep.seg.page, func(b *block) bool {
 		if b == keep.prev || b == keep.next {
 			return true
 		}

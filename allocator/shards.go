@@ -76,12 +76,13 @@ func (a *Allocator) newShard(s device.Stream) *shard {
 	if ids := a.byID.Load(); ids != nil {
 		sh.id = len(*ids)
 	}
-	// Size buckets for PyTorch's plain segments; the tree alone for
-	// expandable segments and for the policy, whose searches walk the
-	// order and read the blocks' ages.
-	treeOnly := a.vm != nil || a.pol != nil
-	sh.free[0].init(sh, s, a.small, treeOnly)
-	sh.free[1].init(sh, s, a.large, treeOnly)
+	// Size buckets for the small pool of PyTorch's plain segments; large
+	// buckets for the other pools: expandable segments, whose small-pool
+	// blocks can be larger than 2 MiB, and the policy, which reads the
+	// small pool's ages too.
+	smallBuckets := a.vm == nil && a.pol == nil
+	sh.free[0].init(sh, s, a.small, false, smallBuckets)
+	sh.free[1].init(sh, s, a.large, false, smallBuckets)
 	sh.activeImplied = true
 	return sh
 }
@@ -278,8 +279,8 @@ func (a *Allocator) indexesLocked(s device.Stream) *[2]freeIndex {
 		a.byID.Store(&ids)
 	}
 	xs := new([2]freeIndex)
-	xs[0].init(a.cold, s, a.small, true)
-	xs[1].init(a.cold, s, a.large, true)
+	xs[0].init(a.cold, s, a.small, true, false)
+	xs[1].init(a.cold, s, a.large, true, false)
 	a.coldIdx[s] = xs
 	return xs
 }

@@ -1,0 +1,110 @@
+package allocator
+
+import (
+	"cmp"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/gpumem/gpumem/device"
+)
+
+// TestIndexWalksFollowTheOrder checks the ordered walks of a free index
+// with large buckets (classes of many blocks, read in address order from
+// their heaps, then the tree above 128 MiB) and of a tree-only index
+// against a sorted list of the same blocks: ascendFrom visits every block
+// from a best fit on in (size, address) order, ascendSizes the lowest
+// address of each size with its count, ascendAtLeast the blocks of at
+// least a size. A walk stopped early stops where it was told.
+func TestIndexWalksFollowTheOrder(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := &pool{idx: 1}
+		seg := &segment{page: kSmallBuffer} // expandable: no list of whole segments
+		var x freeIndex
+		x.init(nil, 0, p, rapid.Bool().Draw(t, "treeOnly"), false)
+		var live []*block
+		// Few sizes and many addresses, so that classes hold several
+		// blocks; some sizes above 128 MiB, in the tree.
+		sizes := []uint64{512, 1024, 4096, 2 << 20, 2<<20 + 512, 20 << 20, maxLargeSize, maxLargeSize + 512, 1 << 30}
+		used := map[device.Ptr]bool{}
+		for i, n := 0, rapid.IntRange(0, 200).Draw(t, "ops"); i < n; i++ {
+			if len(live) > 0 && rapid.IntRange(0, 3).Draw(t, "remove") == 0 {
+				j := rapid.IntRange(0, len(live)-1).Draw(t, "victim")
+				x.remove(live[j])
+				delete(used, live[j].ptr)
+				live = slices.Delete(live, j, j+1)
+				continue
+			}
+			ptr := device.Ptr(rapid.IntRange(1, 1<<12).Draw(t, "ptr")) << 12
+			if used[ptr] {
+				continue
+			}
+			used[ptr] = true
+			b := &block{ptr: ptr, size: rapid.SampledFrom(sizes).Draw(t, "size"), seg: seg, pool: p}
+			x.insert(b)
+			live = append(live, b)
+		}
+		want := slices.Clone(live)
+		slices.SortFunc(want, func(a, b *block) int {
+			return cmp.Or(cmp.Compare(a.size, b.size), cmp.Compare(a.ptr, b.ptr))
+		})
+		if len(want) == 0 {
+			return
+		}
+		size := rapid.SampledFrom(sizes).Draw(t, "from")
+		i, _ := slices.BinarySearchFunc(want, size, func(b *block, s uint64) int { return cmp.Compare(b.size, s) })
+		if i == len(want) {
+			if x.fit(size) != nil {
+				t.Fatalf("fit(%d) found a block; none is that large", size)
+			}
+			return
+		}
+		first := x.fit(size)
+		if first != want[i] {
+			t.Fatalf("fit(%d) = %v+%d, want %v+%d", size, first.ptr, first.size, want[i].ptr, want[i].size)
+		}
+		stop := rapid.IntRange(1, len(want)-i+1).Draw(t, "stop")
+		var got []*block
+		x.ascendFrom(first, func(b *block) bool {
+			got = append(got, b)
+			return len(got) < stop
+		})
+		if exp := want[i:min(len(want), i+stop)]; !slices.Equal(got, exp) {
+			t.Fatalf("ascendFrom visited %d blocks out of order or not all (want %d)", len(got), len(exp))
+		}
+		got = got[:0]
+		x.ascendAtLeast(size, func(b *block) bool { got = append(got, b); return true })
+		if !slices.Equal(got, want[i:]) {
+			t.Fatalf("ascendAtLeast(%d) visited %v, want %v", size, keys(got), keys(want[i:]))
+		}
+		// ascendSizes: the first of each size and its count; the tree's
+		// blocks one by one.
+		type entry struct {
+			b *block
+			n int
+		}
+		var sizesGot, sizesWant []entry
+		x.ascendSizes(first, func(b *block, n int) bool { sizesGot = append(sizesGot, entry{b, n}); return true })
+		for j := i; j < len(want); {
+			k := j + 1
+			for k < len(want) && want[k].size == want[j].size && (x.large != nil && want[j].size <= maxLargeSize) {
+				k++
+			}
+			sizesWant = append(sizesWant, entry{want[j], k - j})
+			j = k
+		}
+		if !slices.Equal(sizesGot, sizesWant) {
+			t.Fatalf("ascendSizes gave %d sizes, want %d", len(sizesGot), len(sizesWant))
+		}
+	})
+}
+
+// keys lists the (size, address) of blocks, for messages.
+func keys(bs []*block) []treeKey {
+	out := make([]treeKey, len(bs))
+	for i, b := range bs {
+		out[i] = keyOf(b)
+	}
+	return out
+}
