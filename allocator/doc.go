@@ -41,21 +41,24 @@
 //     allocation costs the same per operation however many streams came
 //     before.
 //   - free index (index.go): one pool's free blocks on one stream, in the
-//     order (size, address) that PyTorch 2.6's B-tree keeps per stream. For
-//     plain segments a bucket per 512-byte size, each a heap by address,
-//     and a bitmap of the buckets in use find the best fit with bit scans:
-//     the small pool's 4096 sizes in two levels (buckets.go), the large
-//     pool's 2^18 sizes up to 128 MiB in three, with a hash table of the
-//     sizes in use (large.go); larger blocks, the pools of expandable
-//     segments, whose best fit walks the order, the policy's pools (which
-//     read blocks' ages and walk the order) and the cold shard's streams
-//     are in a B+ tree with its (size, address) keys in its nodes
-//     (tree.go). A split whose rest
-//     stays in the index waits to move it (pend) until the index is used
-//     again: the free of the block handed out, the usual next step, merges
-//     the two back into the key the rest is still filed under, and the
-//     index never changes (an "unsplit"). The small pool remembers its last
-//     best fit until its index changes.
+//     order (size, address) that PyTorch 2.6's B-tree keeps per stream. A
+//     bucket per 512-byte size, each a heap by address, and a bitmap of
+//     the buckets in use find the best fit with bit scans: the small
+//     pool's 4096 sizes of PyTorch's plain segments in two levels
+//     (buckets.go); the other pools' 2^18 sizes up to 128 MiB in three,
+//     with a hash table of the sizes in use (large.go): the large pool of
+//     plain segments, both pools of expandable segments (whose small
+//     blocks can pass 2 MiB) and the policy's. The walks in (size,
+//     address) order that the rule of expandable segments and the
+//     policy's close fit make cross the sizes by the bitmap, each in
+//     address order from its heap. Larger blocks, and every block of the
+//     cold shard's streams, are in a B+ tree with its (size, address) keys
+//     in its nodes (tree.go). A split whose rest stays in the index waits
+//     to move it (pend) until the index is used again: the free of the
+//     block handed out, the usual next step, merges the two back into the
+//     key the rest is still filed under, and the index never changes (an
+//     "unsplit"). The small pool remembers its last best fit until its
+//     index changes.
 //   - live: per shard, an open-addressing table from address to allocated
 //     block, for Free (ptrtable.go).
 //   - routes: a lock-free table from 2 MiB chunks of addresses to the shard

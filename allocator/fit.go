@@ -9,8 +9,8 @@ import "github.com/gpumem/gpumem/device"
 // Best fit (step 4): Alloc asks the free index of the request's pool and
 // stream for the block of the lowest (size, address) with at least the
 // rounded size: size buckets answer with bit scans (sizeBuckets.bestFit,
-// largeBuckets.fit), a tree with a lower bound (largeFitLocked, which
-// also applies the rule of expandable segments). Alloc then checks that
+// largeBuckets.fit), the tree with a lower bound; largeFitLocked then
+// applies the rule of expandable segments. Alloc then checks that
 // the block may serve the request (splitRule.mayServe: oversize blocks).
 // The block stays in the free index: takeLocked takes it out. While
 // garbage collection is active, each search of the large pool (or of a

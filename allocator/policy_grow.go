@@ -26,17 +26,17 @@ func policyVM(dev device.Device) device.VirtualMemory {
 	return vm
 }
 
-// policyFitLocked is step 4 under the low_fragmentation policy, whose
-// free indexes are trees: every search counts in its pool's clock of
-// block ages, and in the large pool the best fit gives way to the block
-// at the lowest address among at most fitWindow free blocks from it up,
-// none more than an eighth larger, that max_split_size lets serve the
-// request: live blocks then gather at the low end of the address space
-// and free memory at the high end, where it forms whole pages that growth
-// reuses and reclaim unmaps in few calls (address-ordered fits fragment
-// less than pure best fit). The rule of expandable segments follows. One
-// search of the tree finds the best fit; the rest walks on from there.
-// The caller checks that the block may serve the request.
+// policyFitLocked is step 4 under the low_fragmentation policy: every
+// search counts in its pool's clock of block ages, and in the large pool
+// the best fit gives way to the block at the lowest address among at most
+// fitWindow free blocks from it up, none more than an eighth larger, that
+// max_split_size lets serve the request: live blocks then gather at the
+// low end of the address space and free memory at the high end, where it
+// forms whole pages that growth reuses and reclaim unmaps in few calls
+// (address-ordered fits fragment less than pure best fit). The rule of
+// expandable segments follows. One search finds the best fit; the window
+// walks on from there, a size at a time (freeIndex.ascendSizes). The
+// caller checks that the block may serve the request.
 func (a *Allocator) policyFitLocked(x *freeIndex, size uint64) *block {
 	x.pool.gcCalls++
 	b := x.fit(size)
