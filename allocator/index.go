@@ -244,21 +244,35 @@ func (x *freeIndex) ascendAtLeast(size uint64, f func(*block) bool) {
 	}
 }
 
-// ascendSizes calls f on b, the lowest address of its size in x, and on
-// the lowest address of each larger size, in order, with the number of
-// blocks of that size, until f returns false. (From the tree, which holds
-// the sizes above 128 MiB in an index with large buckets, it calls f on
-// every block, with n 1.)
-func (x *freeIndex) ascendSizes(b *block, f func(first *block, n int) bool) {
-	each := func(c *block) bool { return f(c, 1) }
+// closeFit returns the block of the lowest address among at most window
+// free blocks of x from b (a best fit) up in (size, address) order, none
+// larger than limit, whose size is below below; b if none is lower. Of
+// the blocks of one size only the first, the lowest address, can be
+// chosen; the others count in the window.
+func (x *freeIndex) closeFit(b *block, limit, below uint64, window int) *block {
+	best, n := b, 0
+	var l *treeLeaf
+	var i int
 	if x.large != nil && b.size <= maxLargeSize {
-		if x.large.ascendSizes(classOf(b.size), f) {
-			x.tree.ascend(each)
+		var done bool
+		if best, n, done = x.large.closeFit(classOf(b.size), limit, below, window, b); done {
+			return best
 		}
-		return
+		l = x.tree.first // then the blocks above 128 MiB
+	} else {
+		l, i = x.tree.seek(keyOf(b))
 	}
-	l, i := x.tree.seek(keyOf(b))
-	ascendFrom(l, i, each)
+	ascendFrom(l, i, func(c *block) bool {
+		if c.size > limit {
+			return false
+		}
+		n++
+		if c.size < below && c.ptr < best.ptr {
+			best = c
+		}
+		return n < window
+	})
+	return best
 }
 
 // each calls f on every free block until f returns false: in (size,

@@ -14,9 +14,9 @@ import (
 // with large buckets (classes of many blocks, read in address order from
 // their heaps, then the tree above 128 MiB) and of a tree-only index
 // against a sorted list of the same blocks: ascendFrom visits every block
-// from a best fit on in (size, address) order, ascendSizes the lowest
-// address of each size with its count, ascendAtLeast the blocks of at
-// least a size. A walk stopped early stops where it was told.
+// from a best fit on in (size, address) order, ascendAtLeast the blocks of at
+// least a size, closeFit the lowest address among close fits. A walk
+// stopped early stops where it was told.
 func TestIndexWalksFollowTheOrder(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := &pool{idx: 1}
@@ -78,24 +78,19 @@ func TestIndexWalksFollowTheOrder(t *testing.T) {
 		if !slices.Equal(got, want[i:]) {
 			t.Fatalf("ascendAtLeast(%d) visited %v, want %v", size, keys(got), keys(want[i:]))
 		}
-		// ascendSizes: the first of each size and its count; the tree's
-		// blocks one by one.
-		type entry struct {
-			b *block
-			n int
-		}
-		var sizesGot, sizesWant []entry
-		x.ascendSizes(first, func(b *block, n int) bool { sizesGot = append(sizesGot, entry{b, n}); return true })
-		for j := i; j < len(want); {
-			k := j + 1
-			for k < len(want) && want[k].size == want[j].size && (x.large != nil && want[j].size <= maxLargeSize) {
-				k++
+		// closeFit against the rule it states, on the sorted list.
+		limit := first.size + rapid.Uint64Range(0, first.size).Draw(t, "slack")
+		below := rapid.SampledFrom(sizes).Draw(t, "below")
+		window := rapid.IntRange(1, 20).Draw(t, "window")
+		best := first
+		for j, n := i, 0; j < len(want) && n < window && want[j].size <= limit; j++ {
+			n++
+			if c := want[j]; c.size < below && c.ptr < best.ptr {
+				best = c
 			}
-			sizesWant = append(sizesWant, entry{want[j], k - j})
-			j = k
 		}
-		if !slices.Equal(sizesGot, sizesWant) {
-			t.Fatalf("ascendSizes gave %d sizes, want %d", len(sizesGot), len(sizesWant))
+		if got := x.closeFit(first, limit, below, window); got != best {
+			t.Fatalf("closeFit(limit %d, below %d, window %d) = %v, want %v", limit, below, window, keyOf(got), keyOf(best))
 		}
 	})
 }

@@ -297,20 +297,34 @@ func (s *largeBuckets) ascendFrom(c int, f func(*block) bool) bool {
 	return true
 }
 
-// ascendSizes calls f on the lowest address of class c and of each class
-// above it that holds blocks, in order, with the number of blocks of the
-// class, until f returns false; it reports whether f never did.
-func (s *largeBuckets) ascendSizes(c int, f func(first *block, n int) bool) bool {
-	for ; c >= 0; c = s.firstAtLeast(c + 1) {
+// closeFit is the policy's close fit over the classes from c up: it
+// visits the lowest address of each class in order, counting the
+// class's blocks, while the class's size is at most limit and fewer than
+// window blocks were counted, and returns the block of the lowest address
+// visited whose size is below below, or best if none is lower; the
+// blocks counted; and whether the walk ended here (a size above limit,
+// or the window full) rather than at the last class.
+func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *block) (*block, int, bool) {
+	n := 0
+	for c >= 0 {
+		size := uint64(c+1) * kMinBlockSize
+		if size > limit {
+			return best, n, true
+		}
 		bk := s.find(c)
-		if !f(bk.first, max(1, len(bk.heap))) {
-			return false
+		n += max(1, len(bk.heap))
+		if size < below && bk.first.ptr < best.ptr {
+			best = bk.first
+		}
+		if n >= window {
+			return best, n, true
 		}
 		if c+1 == largeClasses {
 			break
 		}
+		c = s.firstAtLeast(c + 1)
 	}
-	return true
+	return best, n, false
 }
 
 // ascendHeap calls f on the blocks of the heap h in address order until f

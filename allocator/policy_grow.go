@@ -44,20 +44,7 @@ func (a *Allocator) policyFitLocked(x *freeIndex, size uint64) *block {
 		return nil
 	}
 	if window := a.pol.fitWindow; window > 1 && !x.pool.small {
-		// Of the blocks of one size only the first visited, the lowest
-		// address, can be chosen; the others count in the window.
-		best, n, limit := b, 0, b.size+b.size/8
-		x.ascendSizes(b, func(c *block, count int) bool {
-			if c.size > limit {
-				return false
-			}
-			n += count
-			if c.ptr < best.ptr && a.rule.mayServe(c.size, size) {
-				best = c
-			}
-			return n < window
-		})
-		b = best
+		b = x.closeFit(b, b.size+b.size/8, a.rule.servesBelow(size), window)
 	}
 	if b.seg.expandable() {
 		b = expandableBestFit(x, b)

@@ -119,6 +119,15 @@ func (r *splitRule) mayServe(blockSize, size uint64) bool {
 	return blockSize < size+r.maxNonSplitRounding
 }
 
+// servesBelow returns the size below which a free block may serve a
+// request of size (rounded) bytes: mayServe(b, size) is b < servesBelow(size).
+func (r *splitRule) servesBelow(size uint64) uint64 {
+	if size < r.maxSplit {
+		return r.maxSplit
+	}
+	return size + r.maxNonSplitRounding
+}
+
 // oversize reports whether a block or segment of n bytes counts as
 // oversize in the stats.
 func (r *splitRule) oversize(n uint64) bool { return n >= r.maxSplit }
