@@ -87,6 +87,9 @@ func TestTune(t *testing.T) {
 }
 
 func TestTuneJobsAgree(t *testing.T) {
+	if selfChecks {
+		t.Skip("parallel sweeps against one: the untagged runs (and -race) check it; TestTune replays the same under the self-checks")
+	}
 	ops := load(t, smallTrace)
 	cands := Sweep()[:6]
 	one, err := Tune(ops, TuneOptions{Jobs: 1, Candidates: cands, Capacity: 16 << 30})
