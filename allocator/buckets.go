@@ -153,7 +153,18 @@ func (s *sizeBuckets) remove(b *block) {
 
 // removeMore takes b out of class c, a heap of two blocks or more.
 func (s *sizeBuckets) removeMore(b *block, c int) {
-	h := heapRemove(s.heaps[c], b)
+	h := s.heaps[c]
+	i, last := int(b.heapIdx), len(h)-1
+	x := h[last]
+	h[last] = nil
+	h = h[:last]
+	if i != last {
+		h[i] = x
+		x.heapIdx = int32(i)
+		if !heapUp(h, i) {
+			heapDown(h, i)
+		}
+	}
 	s.first[c] = h[0]
 	if len(h) == 1 {
 		h[0] = nil
@@ -179,23 +190,6 @@ func heapUp(h []*block, i int) bool {
 	h[i] = b
 	b.heapIdx = int32(i)
 	return i != start
-}
-
-// heapRemove takes b, at its heapIdx, out of the heap h by address and
-// returns the heap, one shorter.
-func heapRemove(h []*block, b *block) []*block {
-	i, last := int(b.heapIdx), len(h)-1
-	x := h[last]
-	h[last] = nil
-	h = h[:last]
-	if i != last {
-		h[i] = x
-		x.heapIdx = int32(i)
-		if !heapUp(h, i) {
-			heapDown(h, i)
-		}
-	}
-	return h
 }
 
 // heapDown moves h[i] down to its place.

@@ -26,7 +26,13 @@ func (a *Allocator) largeFitLocked(x *freeIndex, size uint64) *block {
 	if a.aging {
 		x.pool.gcCalls++
 	}
-	b := x.fit(size)
+	var b *block
+	if x.large != nil && size <= maxLargeSize {
+		b = x.large.fit(size)
+	}
+	if b == nil {
+		b = x.tree.lowerBound(size) // every block of the tree is larger
+	}
 	if b != nil && b.seg.expandable() {
 		b = expandableBestFit(x, b)
 	}

@@ -189,8 +189,18 @@ func (s *largeBuckets) remove(b *block) {
 	s.n--
 	slot := s.slot(c)
 	bk := &s.tab[slot]
-	if len(bk.heap) > 0 {
-		h := heapRemove(bk.heap, b)
+	if h := bk.heap; len(h) > 0 {
+		i, last := int(b.heapIdx), len(h)-1
+		x := h[last]
+		h[last] = nil
+		h = h[:last]
+		if i != last {
+			h[i] = x
+			x.heapIdx = int32(i)
+			if !heapUp(h, i) {
+				heapDown(h, i)
+			}
+		}
 		bk.first = h[0]
 		if len(h) == 1 {
 			h[0] = nil
