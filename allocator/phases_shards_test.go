@@ -2,7 +2,6 @@ package allocator
 
 import (
 	"math/rand/v2"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -149,30 +148,7 @@ func TestPhaseCutsOfTwoWaitingOperations(t *testing.T) {
 	}
 	before := fwd()
 
-	a.mu.Lock() // the operations' cuts wait for it
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		_, err := a.Alloc(q, device.DefaultStream)
-		assert.NoError(t, err)
-	}()
-	go func() {
-		defer wg.Done()
-		assert.NoError(t, a.Free(bx))
-	}()
-	for waiting := 0; waiting < 2; {
-		waiting = 0
-		for _, sh := range a.shards {
-			sh.mu.Lock()
-			if sh.cut && sh.cutOp.phased {
-				waiting++
-			}
-			sh.mu.Unlock()
-		}
-	}
-	a.mu.Unlock()
-	wg.Wait()
+	allocAndFreeIntoOneCut(t, a, q, bx, func(sh *shard) bool { return sh.cut && sh.cutOp.phased })
 	after := fwd()
 	assert.Equal(t, before.AllocatedBytes.Current+q, after.AllocatedBytes.Peak, "the Alloc first")
 	assert.Equal(t, before.Allocations.Current+1, after.Allocations.Peak)

@@ -290,6 +290,22 @@ func TestCutsOfTwoWaitingOperations(t *testing.T) {
 	allocated := get(t, a, "allocated_bytes.all.current")
 	split := get(t, a, "inactive_split_bytes.all.current")
 
+	allocAndFreeIntoOneCut(t, a, q, bx, func(sh *shard) bool { return sh.cut })
+	// The alloc first: allocated rises by q, then falls by x; inactive
+	// split falls by q, then rises by x (to below where it started).
+	assert.Equal(t, allocated+q, get(t, a, "allocated_bytes.all.peak"))
+	assert.Equal(t, split, get(t, a, "inactive_split_bytes.all.peak"))
+	assert.Equal(t, allocated+q-x, get(t, a, "allocated_bytes.all.current"))
+	assert.Equal(t, split-q+x, get(t, a, "inactive_split_bytes.all.current"))
+}
+
+// allocAndFreeIntoOneCut runs Alloc(q) and Free(bx) on the default
+// stream in two goroutines while the test holds the allocator's lock, so
+// that both operations pass a limit and wait for one cut (waiting tells
+// a shard whose operation waits); then it lets the cut settle them and
+// waits for both.
+func allocAndFreeIntoOneCut(t *testing.T, a *Allocator, q uint64, bx device.Ptr, waiting func(*shard) bool) {
+	t.Helper()
 	a.mu.Lock() // the operations' cuts wait for it
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -302,22 +318,16 @@ func TestCutsOfTwoWaitingOperations(t *testing.T) {
 		defer wg.Done()
 		assert.NoError(t, a.Free(bx))
 	}()
-	for waiting := 0; waiting < 2; {
-		waiting = 0
+	for n := 0; n < 2; {
+		n = 0
 		for _, sh := range a.shards {
 			sh.mu.Lock()
-			if sh.cut {
-				waiting++
+			if waiting(sh) {
+				n++
 			}
 			sh.mu.Unlock()
 		}
 	}
 	a.mu.Unlock()
 	wg.Wait()
-	// The alloc first: allocated rises by q, then falls by x; inactive
-	// split falls by q, then rises by x (to below where it started).
-	assert.Equal(t, allocated+q, get(t, a, "allocated_bytes.all.peak"))
-	assert.Equal(t, split, get(t, a, "inactive_split_bytes.all.peak"))
-	assert.Equal(t, allocated+q-x, get(t, a, "allocated_bytes.all.current"))
-	assert.Equal(t, split-q+x, get(t, a, "inactive_split_bytes.all.current"))
 }

@@ -378,18 +378,8 @@ func (m *Model) MaxBatch(cfg allocator.Config, capacity uint64) (*MaxBatchResult
 			return nil, err
 		}
 		if !ok {
-			for a, b := top, next; b-a > 1; { // a fits, b does not
-				mid := a + (b-a)/2
-				ok, err := underCap(mid)
-				if err != nil {
-					return nil, err
-				}
-				if ok {
-					a = mid
-				} else {
-					b = mid
-				}
-				top = a
+			if top, err = lastTrue(top, next, underCap); err != nil {
+				return nil, err
 			}
 			break
 		}
@@ -423,11 +413,20 @@ func (m *Model) MaxBatch(cfg allocator.Config, capacity uint64) (*MaxBatchResult
 	} else {
 		b = top
 	}
+	if res.MaxBatch, err = lastTrue(a, b, fits); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// lastTrue bisects [a, b) for the last value where pred holds, given that
+// it holds at a, not at b, and changes once between them.
+func lastTrue(a, b uint64, pred func(uint64) (bool, error)) (uint64, error) {
 	for b-a > 1 {
 		mid := a + (b-a)/2
-		ok, err := fits(mid)
+		ok, err := pred(mid)
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
 		if ok {
 			a = mid
@@ -435,6 +434,5 @@ func (m *Model) MaxBatch(cfg allocator.Config, capacity uint64) (*MaxBatchResult
 			b = mid
 		}
 	}
-	res.MaxBatch = a
-	return res, nil
+	return a, nil
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/allocator"
-	"github.com/gpumem/gpumem/device/sim"
 )
 
 var updatePinned = flag.Bool("pinned.update", false, "rewrite testdata/pinned from the current code (after checking that a change of decisions is meant)")
@@ -62,12 +61,7 @@ func TestDecisionsPinned(t *testing.T) {
 				t.Run(name, func(t *testing.T) {
 					cfg, err := allocator.ParseConf(c.conf)
 					require.NoError(t, err)
-					var a *allocator.Allocator
-					res := replayPath(t, path, func(dev *sim.Device) Target {
-						a, err = allocator.New(dev, cfg)
-						require.NoError(t, err)
-						return a
-					}, capacity)
+					res, a := replayConf(t, path, cfg, capacity)
 					require.NoError(t, a.CheckInvariants())
 					got := pinned{res.Ops, res.Alloc, res.OOMs, res.PeakRequested, res.PeakAllocated, res.PeakReserved, res.DeviceAllocs, res.DeviceFrees, res.Stats}
 					file := filepath.Join("testdata/pinned", name+".json")

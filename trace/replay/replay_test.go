@@ -48,6 +48,21 @@ func replayPath(t *testing.T, path string, target func(*sim.Device) Target, capa
 	return res
 }
 
+// replayConf replays the trace file at path on a fresh allocator with cfg
+// over a simulated device of capacity bytes, and returns the result and
+// the allocator.
+func replayConf(t *testing.T, path string, cfg allocator.Config, capacity uint64) (*Result, *allocator.Allocator) {
+	t.Helper()
+	var a *allocator.Allocator
+	res := replayPath(t, path, func(dev *sim.Device) Target {
+		var err error
+		a, err = allocator.New(dev, cfg)
+		require.NoError(t, err)
+		return a
+	}, capacity)
+	return res, a
+}
+
 // TestFidelityWithPyTorch replays every trace that has a PyTorch 2.6
 // expectation and requires every memory_stats key, the peaks and the OOM
 // count to be equal. It also pins every allocation decision: a change that
@@ -66,12 +81,7 @@ func TestFidelityWithPyTorch(t *testing.T) {
 			path := filepath.Join("testdata/pytorch", name+".trace.gz")
 			cfg, err := allocator.ParseConf(exp.Conf)
 			require.NoError(t, err)
-			var a *allocator.Allocator
-			res := replayPath(t, path, func(dev *sim.Device) Target {
-				a, err = allocator.New(dev, cfg)
-				require.NoError(t, err)
-				return a
-			}, exp.Capacity)
+			res, a := replayConf(t, path, cfg, exp.Capacity)
 			require.NoError(t, a.CheckInvariants())
 			assert.Equal(t, exp.Ops, res.Ops)
 			assert.Equal(t, exp.Allocs, res.Alloc)
@@ -177,11 +187,7 @@ func TestReplayBaseline(t *testing.T) {
 	}, 0)
 	assert.Equal(t, res.Alloc, res.DeviceAllocs, "every allocation is a device malloc")
 	assert.Equal(t, res.Frees, res.DeviceFrees)
-	cached := replayPath(t, "testdata/random_mixed_2000.trace.gz", func(dev *sim.Device) Target {
-		a, err := allocator.New(dev, allocator.Config{})
-		require.NoError(t, err)
-		return a
-	}, 0)
+	cached, _ := replayConf(t, "testdata/random_mixed_2000.trace.gz", allocator.Config{}, 0)
 	assert.Less(t, cached.DeviceAllocs, res.DeviceAllocs/5, "caching saves most device calls")
 	assert.Equal(t, res.PeakRequested, cached.PeakRequested)
 }
