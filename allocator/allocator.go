@@ -10,8 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gpumem/gpumem/allocator/internal/deferred"
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/internal/deferred"
 	"github.com/gpumem/gpumem/stats"
 )
 

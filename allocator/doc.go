@@ -65,7 +65,8 @@
 //     whose segments hold them (routes.go), for Free, which is not told the
 //     stream, to take one shard's lock; kept once there are two shards.
 //   - events: per stream, the events recorded for pending frees, oldest
-//     first (the queue of internal/deferred, shared with allocator/host).
+//     first (the queue of allocator/internal/deferred, shared with
+//     allocator/host).
 //   - counters (counters.go): the stats, kept per shard and pool, with
 //     per-shard limits that keep the peaks of their totals exact; changed
 //     only by the ledger (ledger.go): one method per state change (segment

@@ -9,9 +9,10 @@
 # installed. Only the headers and libcuda.so* are kept; a later run finds them
 # and skips the download.
 #
-# The tests run against a stub driver (internal/cudastub/csrc/libcuda_stub.c)
-# built here as libcuda.so.1 and put first on LD_LIBRARY_PATH, so the Go glue
-# is exercised without a GPU. Tests that need a real device skip themselves.
+# The tests run against a stub driver
+# (device/cuda/internal/cudastub/csrc/libcuda_stub.c) built here as
+# libcuda.so.1 and put first on LD_LIBRARY_PATH, so the Go glue is exercised
+# without a GPU. Tests that need a real device skip themselves.
 #
 # Environment:
 #   GPUMEM_CUDA_CACHE     cache folder (default $HOME/.cache/gpumem-cuda)
@@ -150,7 +151,7 @@ stub=$cache/stub
 mkdir -p "$stub"
 note "building the stub driver $stub/libcuda.so.1"
 gcc -O1 -g -Wall -Werror -shared -fPIC -I"$sdk/include" -Wl,-soname,libcuda.so.1 \
-	-o "$stub/libcuda.so.1" internal/cudastub/csrc/libcuda_stub.c -lpthread ||
+	-o "$stub/libcuda.so.1" device/cuda/internal/cudastub/csrc/libcuda_stub.c -lpthread ||
 	die "building the stub driver failed"
 
 note "go vet -tags cuda ./..."
@@ -160,8 +161,8 @@ go build -tags cuda ./... || die "go build -tags cuda failed"
 
 race=-race
 [ "${GPUMEM_CI_NORACE:-}" = 1 ] && race=
-note "go test -tags cuda $race (stub driver) ./device/cuda/... ./internal/cudadrv/... ./internal/cudastub/..."
+note "go test -tags cuda $race (stub driver) ./device/cuda/..."
 LD_LIBRARY_PATH=$stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
-	go test -count=1 $race -tags cuda ./device/cuda/... ./internal/cudadrv/... ./internal/cudastub/... ||
+	go test -count=1 $race -tags cuda ./device/cuda/... ||
 	die "stub-backed tests failed"
 note "ok"

@@ -16,8 +16,8 @@
 //     list once all of them are done. Pending events are checked, oldest
 //     first on each stream, at the start of every Alloc and by EmptyCache,
 //     which also waits for the rest. The queue is the device allocator's
-//     (internal/deferred), with its policy on device failures: an event
-//     that cannot be recorded is replaced by synchronizing the streams.
+//     (allocator/internal/deferred), with its policy on device failures: an
+//     event that cannot be recorded is replaced by synchronizing the streams.
 //   - EmptyCache returns every free block to the device.
 //
 // Alloc returns a slice of the requested length whose capacity is the
@@ -35,8 +35,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/gpumem/gpumem/allocator/internal/deferred"
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/internal/deferred"
 	"github.com/gpumem/gpumem/stats"
 )
 

@@ -14,7 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/internal/cudadrv"
+	"github.com/gpumem/gpumem/device/cuda/internal/cudadrv"
 	"gorgonia.org/cu"
 )
 

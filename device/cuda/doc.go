@@ -25,14 +25,15 @@
 //
 // gorgonia.org/cu calls cuInit from its package init and, when that fails
 // (no GPU, no driver), prints a message and exits the process. That is why
-// the backend is opt-in by build tag. Within a cuda build, internal/cudadrv
-// interposes cuInit: cu's call reaches the driver through it, the first
-// result is remembered, and a failure is hidden from cu's init only, so the
-// process goes on. Available and DeviceCount then report the driver's
-// answer (ErrNoDevice with the driver's code and text), and Open fails with
-// the same error instead of the process dying. What cannot be helped: when
-// libcuda.so.1 itself is missing, the dynamic loader refuses to start the
-// program before any Go code runs.
+// the backend is opt-in by build tag. Within a cuda build, the package
+// device/cuda/internal/cudadrv interposes cuInit: cu's call reaches the
+// driver through it, the first result is remembered, and a failure is
+// hidden from cu's init only, so the process goes on. Available and
+// DeviceCount then report the driver's answer (ErrNoDevice with the
+// driver's code and text), and Open fails with the same error instead of
+// the process dying. What cannot be helped: when libcuda.so.1 itself is
+// missing, the dynamic loader refuses to start the program before any Go
+// code runs.
 //
 // # Contexts
 //
@@ -100,18 +101,18 @@
 //
 // Two kinds of tests live here, both with the cuda tag. The stub tests
 // check the Go glue without a GPU: scripts/ci-cuda.sh builds
-// internal/cudastub/csrc/libcuda_stub.c, a stub of the driver functions
-// this package calls, as libcuda.so.1 and runs
+// device/cuda/internal/cudastub/csrc/libcuda_stub.c, a stub of the driver
+// functions this package calls, as libcuda.so.1 and runs
 //
 //	LD_LIBRARY_PATH=<stub dir> go test -tags cuda ./device/cuda/...
 //
 // The stub fakes memory with a capacity, streams, events, the virtual
 // memory calls and a per-thread current context that it checks on every
-// call; tests inject driver error codes through internal/cudastub. They skip
-// when the loaded libcuda is not the stub. The GPU tests (gpu_test.go,
-// allocator_gpu_test.go) skip unless a real device is present; on a machine
-// with a GPU run scripts/gpu-check.sh, which can also build the test
-// binaries on one machine (scripts/gpu-check.sh build DIR) and run them on
-// another that has the driver but no Go toolchain
-// (scripts/gpu-check.sh run DIR).
+// call; tests inject driver error codes through
+// device/cuda/internal/cudastub. They skip when the loaded libcuda is not
+// the stub. The GPU tests (gpu_test.go, allocator_gpu_test.go) skip unless
+// a real device is present; on a machine with a GPU run
+// scripts/gpu-check.sh, which can also build the test binaries on one
+// machine (scripts/gpu-check.sh build DIR) and run them on another that has
+// the driver but no Go toolchain (scripts/gpu-check.sh run DIR).
 package cuda

@@ -10,7 +10,7 @@ import (
 	"reflect"
 
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/internal/cudadrv"
+	"github.com/gpumem/gpumem/device/cuda/internal/cudadrv"
 )
 
 // Errors of this backend that the device package has no sentinel for. Like

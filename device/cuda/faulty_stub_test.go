@@ -15,8 +15,8 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/device/cuda/internal/cudastub"
 	"github.com/gpumem/gpumem/device/faulty"
-	"github.com/gpumem/gpumem/internal/cudastub"
 )
 
 // driverFuncs are the stub's driver functions that the backend calls

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/internal/cudastub"
+	"github.com/gpumem/gpumem/device/cuda/internal/cudastub"
 )
 
 // openGPU opens device 0 of a real GPU or skips.

@@ -9,7 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/internal/cudadrv"
+	"github.com/gpumem/gpumem/device/cuda/internal/cudadrv"
 )
 
 // HostAlloc allocates size bytes of page-locked host memory

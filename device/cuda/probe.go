@@ -6,7 +6,7 @@ package cuda
 
 import (
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/internal/cudadrv"
+	"github.com/gpumem/gpumem/device/cuda/internal/cudadrv"
 	"gorgonia.org/cu"
 )
 

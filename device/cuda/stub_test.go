@@ -1,7 +1,8 @@
 //go:build cuda
 
 // stub_test.go: tests of the Go glue against the stub driver
-// (internal/cudastub); they skip unless the stub is the loaded libcuda.
+// (device/cuda/internal/cudastub); they skip unless the stub is the loaded
+// libcuda.
 
 package cuda
 
@@ -20,7 +21,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/internal/cudastub"
+	"github.com/gpumem/gpumem/device/cuda/internal/cudastub"
 )
 
 const mib = 1 << 20

@@ -9,7 +9,7 @@ import (
 	"sort"
 
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/internal/cudadrv"
+	"github.com/gpumem/gpumem/device/cuda/internal/cudadrv"
 )
 
 // reservation is one range of address space from Reserve. Physical memory
