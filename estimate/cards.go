@@ -3,7 +3,6 @@
 package estimate
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -43,20 +42,13 @@ var cards = []Card{
 	{"mi300x-192g", 192 * gib, "AMD Instinct MI300X 192 GB"},
 }
 
-// LookupCard returns the card of that name (see Cards).
+// LookupCard returns the card of that name (see CardNames).
 func LookupCard(name string) (Card, error) {
 	n := strings.ToLower(strings.TrimSpace(name))
 	if i := slices.IndexFunc(cards, func(c Card) bool { return c.Name == n }); i >= 0 {
 		return cards[i], nil
 	}
 	return Card{}, fmt.Errorf("unknown card %q (want one of %s, or --capacity SIZE)", name, strings.Join(CardNames(), ", "))
-}
-
-// Cards returns the known cards, smallest memory first.
-func Cards() []Card {
-	cs := slices.Clone(cards)
-	slices.SortStableFunc(cs, func(a, b Card) int { return cmp.Compare(a.Memory, b.Memory) })
-	return cs
 }
 
 // CardNames returns the names of the known cards.

@@ -120,12 +120,6 @@ var headNames = []string{"lm", "classifier"}
 // String names the head.
 func (h Head) String() string { return enumString(headNames, int(h), "Head") }
 
-// ParseHead reads "lm" or "classifier".
-func ParseHead(s string) (Head, error) {
-	i, err := parseEnum("head", headNames, s)
-	return Head(i), err
-}
-
 // Model is a transformer's architecture. The zero value is not valid;
 // start from a preset (Preset), a Hugging Face config (ParseConfig) or
 // fill the dimensions and call Normalize.

@@ -36,8 +36,6 @@ const maxModelSize = 1 << 62
 type Model struct {
 	ops     []trace.Op // the first probe's ops; Size is set per batch
 	p, q    []int64    // by op index; 0 for ops other than allocations
-	batches []uint64   // the probes' batches, in the order given
-	names   []string
 	varying int
 	lo, hi  uint64 // the batches at which every size is >= 0 and fits
 }
@@ -94,10 +92,6 @@ func NewModel(probes ...Probe) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{ops: slices.Clone(first), p: make([]int64, len(first)), q: make([]int64, len(first)), lo: 1, hi: MaxBatch}
-	for _, pr := range probes {
-		m.batches = append(m.batches, pr.Batch)
-		m.names = append(m.names, pr.Name)
-	}
 	a, b := probes[order[0]], probes[order[1]]
 	db := int64(b.Batch - a.Batch)
 	for i := range first {
@@ -238,9 +232,6 @@ func formula(p, q int64) string {
 	return fmt.Sprintf("%d + %d × batch", p, q)
 }
 
-// Batches returns the probes' batches, in the order given.
-func (m *Model) Batches() []uint64 { return slices.Clone(m.batches) }
-
 // Len returns the number of ops of the modelled trace.
 func (m *Model) Len() int { return len(m.ops) }
 
@@ -252,15 +243,6 @@ func (m *Model) Varying() int { return m.varying }
 // every size is at least 0 and at most 2^62 bytes, capped at MaxBatch.
 // lo > hi if there are none.
 func (m *Model) Range() (lo, hi uint64) { return m.lo, m.hi }
-
-// Size returns the modelled size of op i (an allocation) at batch b: p +
-// q × b, and false if that is out of range.
-func (m *Model) Size(i int, b uint64) (uint64, bool) {
-	if i < 0 || i >= len(m.ops) || m.ops[i].Kind != trace.Alloc {
-		return 0, false
-	}
-	return predict(m.p[i], m.q[i], b)
-}
 
 // Ops returns the trace synthesized at batch b: the probes' ops, with
 // each allocation's size p + q × b.
