@@ -5,9 +5,11 @@ import (
 	"testing"
 )
 
-// The accuracy tests: the simulated peak allocated against real eager
-// PyTorch runs. Each configures the estimator as the run was configured
-// and nothing else; nothing is fitted to these numbers.
+// The accuracy tests: the simulated peak allocated against PyTorch runs.
+// Each test says where its figure comes from. Each configures the
+// estimator as the run was configured and nothing else, except
+// TestMeasuredGPT2, whose comment says how and why; nothing is fitted to
+// these numbers.
 
 // estimateOf runs pl and fails the test on an error or an out-of-memory
 // simulation.
@@ -29,7 +31,9 @@ func estimateOf(t *testing.T, pl Plan) *Result {
 // The CS336 transformer: one forward, cross-entropy and backward step of a
 // 12-layer Llama-shaped model written from scratch (softmax and SiLU as
 // Python expressions), gradients left from the warm-up steps, no
-// optimizer step.
+// optimizer step. The figures are testdata/cs336_lm_fwdbwd.trace.gz (a
+// real GPU run, converted from a public torch.cuda.memory snapshot; see
+// testdata/README.md) replayed through the caching allocator.
 func TestMeasuredCS336(t *testing.T) {
 	want := replayTrace(t, "testdata/cs336_lm_fwdbwd.trace.gz", 0)
 	m := Model{Name: "cs336", Family: Llama, Vocab: 10000, Hidden: 768, Intermediate: 3072, Layers: 12, Heads: 12,
@@ -44,7 +48,9 @@ func TestMeasuredCS336(t *testing.T) {
 // optimizer step of PyTorch 1.13's foreach AdamW (parameters, gradients,
 // two moments, two parameter-sized lists: 6 × 438 MB); the forward and
 // backward peak is checked on its own, since at batch 8 the activations
-// are most of it.
+// are most of it. The figures are testdata/bert_b{2,4,8}.trace.gz (PyTorch
+// 1.13 captures with the profiler's allocator events; see
+// testdata/README.md) replayed through the caching allocator.
 func TestMeasuredBERT(t *testing.T) {
 	bert, err := Preset("bert-base")
 	if err != nil {
@@ -76,9 +82,20 @@ func TestMeasuredBERT(t *testing.T) {
 	}
 }
 
-// GPT-2 small (Hugging Face GPT2LMHeadModel, default SDPA attention,
-// dropout 0.1) training in fp32 with AdamW at batch 4 × 512, measured with
-// torch.cuda.max_memory_allocated: 5.44 GiB.
+// GPT-2 small training in fp32 with AdamW at batch 4 × 512. The figure,
+// 5.44 GiB, is the peak of live bytes of a PyTorch 1.13 capture of a
+// GPT-2-small built from torch.nn.TransformerEncoderLayer (eager
+// attention, dropout 0.1, foreach AdamW); only the figure was kept, not
+// the capture.
+//
+// The estimator does not model that program: its gpt2 preset is Hugging
+// Face's GPT2LMHeadModel (fused c_attn, gelu_new written in Python).
+// Configured as the capture was (Attention: Eager, OptimizerImpl:
+// Foreach113) it gives 6.44 GiB, 18.5% above the figure; with its defaults
+// (a fused attention kernel, today's foreach) 5.18 GiB, 4.7% below. The
+// test pins the defaults within 10% of the figure: it checks that the
+// estimate stays near a real program of this size and shape, and is not a
+// like-for-like accuracy figure as the two tests above are.
 func TestMeasuredGPT2(t *testing.T) {
 	gpt2, err := Preset("gpt2")
 	if err != nil {

@@ -69,7 +69,8 @@ func ExampleFit_nonMonotone() {
 }
 
 // Two probes at batch 2 and 4 predict the run at batch 8, and the largest
-// batch that fits a 4 GiB device.
+// batch that fits a 4 GiB device. "measured" is the batch-8 trace (a
+// PyTorch 1.13 capture, as the probes are) replayed.
 func ExampleNewModel() {
 	m, err := plan.NewModel(
 		plan.Probe{Name: "bert_b2", Batch: 2, Ops: readTrace("testdata/batches/bert_b2.trace.gz")},
