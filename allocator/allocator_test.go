@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/stats"
 )
 
@@ -22,10 +23,7 @@ const (
 // ends.
 func newTest(t testing.TB, capacity uint64, cfg Config) (*Allocator, *sim.Device) {
 	t.Helper()
-	dev, err := sim.New(sim.Config{Capacity: capacity})
-	require.NoError(t, err)
-	a, err := New(dev, cfg)
-	require.NoError(t, err)
+	a, dev := newOn(t, cfg, simtest.Capacity(capacity))
 	t.Cleanup(func() {
 		if err := a.CheckInvariants(); err != nil {
 			t.Errorf("invariants at the end: %v", err)
@@ -316,9 +314,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 }
 
 func TestNewRejectsBadConfigAndDevice(t *testing.T) {
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	_, err = New(nil, Config{})
+	dev := simtest.New(t)
+	_, err := New(nil, Config{})
 	assert.Error(t, err)
 	for _, c := range []Config{
 		{MaxSplitSize: 20 * mib},
@@ -557,15 +554,13 @@ func TestFailedAllocCostsWhatItReleases(t *testing.T) {
 	if selfCheck {
 		t.Skip("with gpumem_invariants every operation walks every block: 200,000 of them take hours")
 	}
-	dev, err := sim.New(sim.Config{Capacity: 4 << 30})
-	require.NoError(t, err)
-	a, err := New(dev, Config{})
-	require.NoError(t, err)
+	a, _ := newOn(t, Config{}, simtest.Capacity(4<<30))
 	n := 200_000
 	if selfCheck {
 		n = 2_000 // the self-check after every operation walks every block
 	}
 	ptrs := make([]device.Ptr, n)
+	var err error
 	for i := range ptrs {
 		ptrs[i], err = a.Alloc(512, 0)
 		require.NoError(t, err)

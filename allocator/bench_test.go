@@ -12,18 +12,12 @@ import (
 
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 )
 
 func newBench(b *testing.B, cfg Config) (*Allocator, *sim.Device) {
 	b.Helper()
-	dev, err := sim.New(sim.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	a, err := New(dev, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	a, dev := newOn(b, cfg)
 	return a, dev
 }
 
@@ -261,7 +255,7 @@ func BenchmarkSnapshotRead(b *testing.B) {
 // and BenchmarkAllocFreeCached.
 func BenchmarkParallelDevices(b *testing.B) {
 	var next atomic.Int32
-	m, err := NewManager(func(o int) (device.Device, error) { return sim.New(sim.Config{Ordinal: o}) }, Config{})
+	m, err := NewManager(simtest.Opener(), Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -292,7 +286,7 @@ func BenchmarkMemoryPerBlock(b *testing.B) {
 	const n = 100_000
 	var perBlock float64
 	for b.Loop() {
-		dev, _ := sim.New(sim.Config{})
+		dev := simtest.New(b)
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/stats"
 )
 
@@ -15,10 +16,7 @@ import (
 // each way the checker promises to notice, and requires it to notice.
 func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 	setup := func(t *testing.T) (*Allocator, *sim.Device, device.Ptr) {
-		dev, err := sim.New(sim.Config{})
-		require.NoError(t, err)
-		a, err := New(dev, Config{})
-		require.NoError(t, err)
+		a, dev := newOn(t, Config{})
 		p, err := a.Alloc(3*mib, 0) // a 20 MiB segment: [3 MiB allocated][17 MiB free]
 		require.NoError(t, err)
 		require.NoError(t, a.CheckInvariants())
@@ -231,9 +229,8 @@ func fourFreeSmallBlocks(a *Allocator) *sizeBuckets {
 }
 
 func TestPassthrough(t *testing.T) {
-	dev, err := sim.New(sim.Config{Capacity: 100 * mib})
-	require.NoError(t, err)
-	_, err = NewPassthrough(nil)
+	dev := simtest.New(t, simtest.Capacity(100*mib))
+	_, err := NewPassthrough(nil)
 	assert.Error(t, err)
 	pt, err := NewPassthrough(dev)
 	require.NoError(t, err)
@@ -291,10 +288,7 @@ func TestCheckInvariantsCatchesPolicyCorruption(t *testing.T) {
 	// setup returns an allocator whose stream 1 borrowed a block cached
 	// on the default stream: p is lent, q is an ordinary block.
 	setup := func(t *testing.T) (a *Allocator, p, q device.Ptr) {
-		dev, err := sim.New(sim.Config{})
-		require.NoError(t, err)
-		a, err = New(dev, Config{Policy: PolicyLowFragmentation})
-		require.NoError(t, err)
+		a, dev := newOn(t, Config{Policy: PolicyLowFragmentation})
 		s, err := dev.NewStream()
 		require.NoError(t, err)
 		r, err := a.Alloc(8*mib, 0)

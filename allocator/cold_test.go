@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/device/sim"
 )
 
 // TestColdShard: the streams past maxShards share the cold shard, whose
@@ -15,10 +14,7 @@ import (
 // their own stream, Free finds them by address, and releasing the cache
 // returns their segments.
 func TestColdShard(t *testing.T) {
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	a, err := New(dev, Config{})
-	require.NoError(t, err)
+	a, dev := newOn(t, Config{})
 	streams := []device.Stream{device.DefaultStream}
 	for len(streams) < maxShards+8 {
 		s, err := dev.NewStream()

@@ -4,11 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
-
-	"github.com/gpumem/gpumem/device/sim"
 )
 
 func TestParseConfKeys(t *testing.T) {
@@ -205,9 +204,7 @@ func TestConfigOverflowsRefused(t *testing.T) {
 	// The largest accepted values work without wrapping.
 	cfg, err := ParseConf("max_split_size_mb:1099511627776,max_non_split_rounding_mb:1099511627776,roundup_power2_divisions:1048576")
 	require.NoError(t, err)
-	dev, _ := sim.New(sim.Config{})
-	a, err := New(dev, cfg)
-	require.NoError(t, err)
+	a, dev := newOn(t, cfg)
 	p := mustAlloc(t, a, 100*mib, 0)
 	assert.EqualValues(t, 100*mib, get(t, a, "allocated_bytes.all.current"), "100 MiB rounds to itself, not to 128 MiB")
 	mustFree(t, a, p)
@@ -234,9 +231,7 @@ func TestFractionOneTurnsGarbageCollectionOn(t *testing.T) {
 	retries := func(conf string) int64 {
 		cfg, err := ParseConf(conf)
 		require.NoError(t, err)
-		dev, _ := sim.New(sim.Config{Capacity: 100 * mib})
-		a, err := New(dev, cfg)
-		require.NoError(t, err)
+		a, _ := newOn(t, cfg, simtest.Capacity(100*mib))
 		mustFree(t, a, mustAlloc(t, a, 40*mib, 0))
 		mustFree(t, a, mustAlloc(t, a, 45*mib, 0))
 		mustAlloc(t, a, 50*mib, 0)

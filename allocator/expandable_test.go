@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 )
 
 var expandable = Config{ExpandableSegments: true}
@@ -108,9 +109,8 @@ func TestExpandableOutOfMemoryUnmapsAndRetries(t *testing.T) {
 }
 
 func TestExpandableNeedsVirtualMemory(t *testing.T) {
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	_, err = New(struct{ device.Device }{dev}, expandable)
+	dev := simtest.New(t)
+	_, err := New(struct{ device.Device }{dev}, expandable)
 	assert.ErrorIs(t, err, device.ErrNotSupported)
 }
 
@@ -131,10 +131,7 @@ func TestExpandableFailedUnmapKeepsPages(t *testing.T) {
 // that failed allocations cannot exhaust the address space (8 GiB of
 // memory gives an 8 TiB virtual region: about 900 such ranges).
 func TestFailedExpandableAllocLeavesNoReservation(t *testing.T) {
-	dev, err := sim.New(sim.Config{Capacity: 8 << 30})
-	require.NoError(t, err)
-	a, err := New(dev, expandable)
-	require.NoError(t, err)
+	a, dev := newOn(t, expandable, simtest.Capacity(8<<30))
 	for i := range 1000 {
 		_, err := a.Alloc(16<<30, 0)
 		require.ErrorIs(t, err, device.ErrOutOfMemory, "request %d", i)
@@ -152,10 +149,7 @@ func TestFailedExpandableAllocLeavesNoReservation(t *testing.T) {
 // TestFailedUnmapIsRetried: pages the device refuses to unmap stay cached,
 // and the next EmptyCache unmaps them and releases the reservation.
 func TestFailedUnmapIsRetried(t *testing.T) {
-	dev, err := sim.New(sim.Config{Capacity: 8 << 30})
-	require.NoError(t, err)
-	a, err := New(dev, expandable)
-	require.NoError(t, err)
+	a, dev := newOn(t, expandable, simtest.Capacity(8<<30))
 	p := mustAlloc(t, a, 3*mib, 0)
 	mustFree(t, a, p)
 	dev.FailFrees(errors.New("injected"))
@@ -172,10 +166,7 @@ func TestFailedUnmapIsRetried(t *testing.T) {
 // of the simulator's largest capacity, where each address range (9/8 of
 // the device) is larger than the device itself.
 func TestExpandableOnTheLargestDevice(t *testing.T) {
-	dev, err := sim.New(sim.Config{Capacity: sim.MaxCapacity})
-	require.NoError(t, err)
-	a, err := New(dev, expandable)
-	require.NoError(t, err)
+	a, dev := newOn(t, expandable, simtest.Capacity(sim.MaxCapacity))
 	s, err := dev.NewStream()
 	require.NoError(t, err)
 	for _, st := range []device.Stream{0, s} {

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 )
 
 func simOpener(t testing.TB, opened *[]int) func(int) (device.Device, error) {
@@ -20,7 +20,7 @@ func simOpener(t testing.TB, opened *[]int) func(int) (device.Device, error) {
 		if opened != nil {
 			*opened = append(*opened, o)
 		}
-		return sim.New(sim.Config{Ordinal: o, Capacity: 8 * gib})
+		return simtest.Opener(simtest.Capacity(8 * gib))(o)
 	}
 }
 
@@ -82,7 +82,7 @@ func TestManagerOpenErrors(t *testing.T) {
 		if o == 3 {
 			return nil, boom
 		}
-		return sim.New(sim.Config{Ordinal: o + 1})
+		return simtest.Opener()(o + 1)
 	}, Config{})
 	require.NoError(t, err)
 	_, err = m.Alloc(3, 10, 0)

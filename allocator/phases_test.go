@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/stats"
 )
 
@@ -135,8 +135,7 @@ func newTestSummary(t *testing.T) string {
 }
 
 func TestOutOfMemoryAnswersTheFlow(t *testing.T) {
-	dev, err := sim.New(sim.Config{Capacity: 100 * mib})
-	require.NoError(t, err)
+	dev := simtest.New(t, simtest.Capacity(100*mib))
 	// The allocator sees the device through a wrapper that does not report
 	// usage: it is not the device's only user here, as the invariant
 	// checker would otherwise assume.
@@ -169,8 +168,7 @@ func (fakeSites) LargestSites(n int) []SiteBytes {
 }
 
 func TestOutOfMemoryListsCallSites(t *testing.T) {
-	dev, _ := sim.New(sim.Config{Capacity: 100 * mib})
-	a, _ := New(dev, Config{})
+	a, _ := newOn(t, Config{}, simtest.Capacity(100*mib))
 	a.Attach(fakeSites{observerFunc(func(Action) {})})
 	_, err := a.Alloc(200*mib, 0)
 	var oom *OutOfMemoryError

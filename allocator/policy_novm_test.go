@@ -7,7 +7,7 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/replay"
 )
@@ -28,8 +28,7 @@ func TestPolicyWithoutVirtualMemory(t *testing.T) {
 	}
 	for name, ops := range workloads {
 		for _, waiter := range []bool{true, false} {
-			sd, err := sim.New(sim.Config{})
-			require.NoError(t, err)
+			sd := simtest.New(t)
 			caps := device.Capabilities{StreamChecker: sd, UsageReporter: sd}
 			if waiter {
 				caps.StreamWaiter = sd

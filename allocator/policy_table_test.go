@@ -23,6 +23,8 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
+	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/replay"
 )
@@ -95,10 +97,8 @@ type measure struct {
 }
 
 func replayPolicy(t testing.TB, ops []trace.Op, cfg allocator.Config, capacity uint64) measure {
-	dev, err := sim.New(sim.Config{Capacity: capacity})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, cfg)
-	require.NoError(t, err)
+	a := gpumemtest.New(t, gpumemtest.WithCapacity(capacity), gpumemtest.WithConfig(cfg), gpumemtest.AllowLeaks())
+	dev := a.Device().(*sim.Device)
 	res, err := replay.Run(trace.SliceReader(ops), a, dev, replay.Options{})
 	require.NoError(t, err)
 	require.NoError(t, a.CheckInvariants())
@@ -220,7 +220,7 @@ func BenchmarkPolicyReplay(b *testing.B) {
 				var got measure
 				for b.Loop() {
 					b.StopTimer()
-					dev, _ := sim.New(sim.Config{})
+					dev := simtest.New(b)
 					a, _ := allocator.New(dev, cfg)
 					b.StartTimer()
 					res, err := replay.Run(trace.SliceReader(ops), a, dev, replay.Options{})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 )
 
 var lowFrag = Config{Policy: PolicyLowFragmentation}
@@ -68,9 +69,7 @@ func TestPolicyConf(t *testing.T) {
 
 func mustSim(t *testing.T, capacity uint64) *sim.Device {
 	t.Helper()
-	dev, err := sim.New(sim.Config{Capacity: capacity})
-	require.NoError(t, err)
-	return dev
+	return simtest.New(t, simtest.Capacity(capacity))
 }
 
 // TestPolicyExpandableWithFinePages: on a device with virtual memory the

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/stats"
 )
 
@@ -72,10 +73,7 @@ type span struct {
 
 func newMachine(t *rapid.T) *machine {
 	capacity := rapid.SampledFrom([]uint64{64 * mib, 200 * mib, gib}).Draw(t, "capacity")
-	dev, err := sim.New(sim.Config{Capacity: capacity})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := simtest.New(t, simtest.Capacity(capacity))
 	var cfg Config
 	cfg.ExpandableSegments = rapid.Bool().Draw(t, "expandable")
 	if rapid.Bool().Draw(t, "maxSplit") {
@@ -404,10 +402,7 @@ func FuzzAllocator(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 10, 0, 0, 2, 200, 1, 0, 0, 0, 2, 1, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0})
 	f.Add([]byte{0, 1, 3, 255, 3, 1, 0, 0, 0, 2, 3, 7, 1, 0, 0, 0, 5, 1, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		dev, err := sim.New(sim.Config{Capacity: 256 * mib})
-		if err != nil {
-			t.Fatal(err)
-		}
+		dev := simtest.New(t, simtest.Capacity(256*mib))
 		cfg := Config{MaxSplitSize: 64 * mib}
 		switch len(data) % 4 {
 		case 1, 3:

@@ -5,7 +5,7 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/trace"
 )
 
@@ -61,10 +61,7 @@ func benchmarkReplay(b *testing.B, path string) {
 	b.ResetTimer()
 	for b.Loop() {
 		b.StopTimer()
-		dev, err := sim.New(sim.Config{})
-		if err != nil {
-			b.Fatal(err)
-		}
+		dev := simtest.New(b)
 		a, err := allocator.New(dev, allocator.Config{})
 		if err != nil {
 			b.Fatal(err)

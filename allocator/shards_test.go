@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 )
 
 // TestPeaksFollowTheOrderOfTwoGoroutines: two goroutines on two streams,
@@ -173,9 +174,7 @@ func (d offsetDevice) Free(p device.Ptr) error { return d.Device.Free(p - 512) }
 // their blocks all the same (taking every lock for a chunk of two
 // shards).
 func TestRoutesShareChunks(t *testing.T) {
-	sd, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	dev := offsetDevice{sd}
+	dev := offsetDevice{simtest.New(t)}
 	a, err := New(dev, Config{})
 	require.NoError(t, err)
 	s1, _ := dev.NewStream()

@@ -24,7 +24,12 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 )
+
+// freeCalls makes the device's malloc, free and synchronize cost no
+// simulated time; the other calls keep their costs.
+var freeCalls = simtest.Costs(sim.Costs{Malloc: -1, Free: -1, Synchronize: -1})
 
 var (
 	soak    = flag.Bool("soak", false, "run the soaks at full length (10^7 operations per configuration)")
@@ -106,8 +111,7 @@ func TestSoak(t *testing.T) {
 func runSoak(t *testing.T, conf string, seed uint64, ops int) {
 	cfg, err := allocator.ParseConf(conf)
 	require.NoError(t, err)
-	dev, err := sim.New(sim.Config{Capacity: 4 * gib, Costs: sim.Costs{Malloc: -1, Free: -1, Synchronize: -1}})
-	require.NoError(t, err)
+	dev := simtest.New(t, simtest.Capacity(4*gib), freeCalls)
 	a, err := allocator.New(dev, cfg)
 	require.NoError(t, err)
 	streams := []device.Stream{device.DefaultStream}
@@ -226,8 +230,7 @@ func TestSoakManager(t *testing.T) {
 	require.NoError(t, err)
 	streams := make([][]device.Stream, devices)
 	for o := range devices {
-		devs[o], err = sim.New(sim.Config{Ordinal: o, Capacity: 2 * gib, Costs: sim.Costs{Malloc: -1, Free: -1, Synchronize: -1}})
-		require.NoError(t, err)
+		devs[o] = simtest.New(t, simtest.Ordinal(o), simtest.Capacity(2*gib), freeCalls)
 		streams[o] = []device.Stream{device.DefaultStream}
 		for range streamsPer - 1 {
 			s, err := devs[o].NewStream()

@@ -6,7 +6,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/device/sim"
 )
 
 // TestKnownStreamCostsNothing checks that a stream the allocator has seen
@@ -16,10 +15,7 @@ func TestKnownStreamCostsNothing(t *testing.T) {
 	if selfCheck {
 		t.Skip("the self-checks of the gpumem_invariants tag allocate")
 	}
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	a, err := New(dev, Config{})
-	require.NoError(t, err)
+	a, dev := newOn(t, Config{})
 	var streams []device.Stream
 	for range 1000 {
 		s, err := dev.NewStream()

@@ -8,7 +8,8 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
+	"github.com/gpumem/gpumem/internal/simtest"
 )
 
 // The presets' parameter counts, as their model cards publish them.
@@ -182,7 +183,7 @@ func FuzzPlan(f *testing.F) {
 func TestDrive(t *testing.T) {
 	m := Generic(GPT2)
 	m.Layers, m.Hidden, m.Heads = 2, 256, 4
-	dev, _ := sim.New(sim.Config{Capacity: 1 << 30})
+	dev := simtest.New(t, simtest.Capacity(1<<30))
 	a, _ := allocator.New(dev, allocator.Config{})
 	var steps []int
 	pl := Plan{Model: &m, Workload: Workload{Batch: 2, Seq: 64}}
@@ -196,8 +197,7 @@ func TestDrive(t *testing.T) {
 	if st.NumOOMs != 0 || st.AllocatedBytes[0].Current == 0 {
 		t.Errorf("after the run: %+v", st.AllocatedBytes[0])
 	}
-	small, _ := sim.New(sim.Config{Capacity: 16 << 20})
-	a, _ = allocator.New(small, allocator.Config{})
+	a = gpumemtest.New(t, gpumemtest.WithCapacity(16<<20), gpumemtest.AllowLeaks())
 	if err := pl.Drive(a, 1, nil); !errors.Is(err, device.ErrOutOfMemory) {
 		t.Errorf("on 16 MiB: %v, want out of memory", err)
 	}

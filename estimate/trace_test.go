@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/stats"
 )
 
@@ -40,14 +40,7 @@ func replayTrace(t *testing.T, path string, stepStart uint64) measured {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, err := sim.New(sim.Config{Capacity: 80 << 30, Costs: sim.NoCosts()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := allocator.New(dev, allocator.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := gpumemtest.New(t, gpumemtest.WithDevice(sim.Config{Capacity: 80 << 30, Costs: sim.NoCosts()}), gpumemtest.AllowLeaks())
 	type block struct {
 		p device.Ptr
 		n int64

@@ -55,6 +55,7 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/stats"
 )
 
@@ -343,13 +344,13 @@ func New(t TB, opts ...Option) *allocator.Allocator {
 			opt(&f)
 		}
 	}
+	devOpts := []simtest.Option{simtest.Config(f.dev)}
 	if f.capacity > 0 {
-		f.dev.Capacity = f.capacity
+		devOpts = append(devOpts, simtest.Capacity(f.capacity))
 	}
-	dev, err := sim.New(f.dev)
-	if err != nil {
-		t.Fatalf("gpumemtest: simulated device: %v", err)
-		return nil
+	dev := simtest.New(t, devOpts...)
+	if dev == nil {
+		return nil // t's Fatalf returned: a fake TB
 	}
 	a, err := allocator.New(dev, f.cfg)
 	if err != nil {

@@ -9,17 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/allocator"
-	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/stats"
 	"github.com/gpumem/gpumem/trace"
 )
 
 func replayOps(t *testing.T, ops []trace.Op, opt Options) (*Result, *allocator.Allocator) {
 	t.Helper()
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, allocator.Config{})
-	require.NoError(t, err)
+	a, dev := newAllocator(t, 0, allocator.Config{})
 	res, err := Run(trace.SliceReader(ops), a, dev, opt)
 	require.NoError(t, err)
 	return res, a

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/allocator"
-	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/trace"
 )
 
@@ -53,10 +52,7 @@ m step4
 
 func runText(t *testing.T, text string, cfg allocator.Config, capacity uint64, opt Options) (*Result, *allocator.Allocator) {
 	t.Helper()
-	dev, err := sim.New(sim.Config{Capacity: capacity})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, cfg)
-	require.NoError(t, err)
+	a, dev := newAllocator(t, capacity, cfg)
 	r, err := trace.NewReader(strings.NewReader(text))
 	require.NoError(t, err)
 	res, err := Run(r, a, dev, opt)
@@ -95,8 +91,7 @@ func TestReplayOOMNamesItsPhase(t *testing.T) {
 // marked: parameters, gradients and Adam state are made once or freed
 // every step, so nothing grows at every boundary.
 func TestRealTrainingLoopHasNoLeak(t *testing.T) {
-	dev, _ := sim.New(sim.Config{Capacity: 80 << 30})
-	a, _ := allocator.New(dev, allocator.Config{})
+	a, dev := newAllocator(t, 80<<30, allocator.Config{})
 	r, err := trace.Open("testdata/bert_b2.trace.gz")
 	require.NoError(t, err)
 	defer r.Close()

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/allocator"
-	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/trace"
 )
 
@@ -22,7 +22,7 @@ func BenchmarkReplay(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		dev, _ := sim.New(sim.Config{})
+		dev := simtest.New(b)
 		a, _ := allocator.New(dev, allocator.Config{})
 		res, err := Run(r, a, dev, Options{})
 		if err != nil {
@@ -61,7 +61,7 @@ func BenchmarkReplayPlain(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		dev, _ := sim.New(sim.Config{})
+		dev := simtest.New(b)
 		a, _ := allocator.New(dev, allocator.Config{})
 		res, err := Run(r, a, dev, Options{})
 		if err != nil {

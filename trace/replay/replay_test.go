@@ -13,6 +13,8 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
+	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/stats"
 	"github.com/gpumem/gpumem/trace"
 )
@@ -36,13 +38,22 @@ type expectation struct {
 // The simulated device holds streams, as the format's stream rule needs.
 var _ StreamHolder = (*sim.Device)(nil)
 
+// newAllocator returns an allocator with cfg on a fresh simulated device
+// of capacity bytes (0: the default), from the project's fixture: its
+// invariants are checked when the test ends. A replay may end with blocks
+// allocated, so they are not reported.
+func newAllocator(t gpumemtest.TB, capacity uint64, cfg allocator.Config) (*allocator.Allocator, *sim.Device) {
+	t.Helper()
+	a := gpumemtest.New(t, gpumemtest.WithCapacity(capacity), gpumemtest.WithConfig(cfg), gpumemtest.AllowLeaks())
+	return a, a.Device().(*sim.Device)
+}
+
 func replayPath(t *testing.T, path string, target func(*sim.Device) Target, capacity uint64) *Result {
 	t.Helper()
 	r, err := trace.Open(path)
 	require.NoError(t, err)
 	defer r.Close()
-	dev, err := sim.New(sim.Config{Capacity: capacity})
-	require.NoError(t, err)
+	dev := simtest.New(t, simtest.Capacity(capacity))
 	res, err := Run(r, target(dev), dev, Options{Name: filepath.Base(path)})
 	require.NoError(t, err)
 	return res
@@ -101,10 +112,7 @@ func replayString(t *testing.T, text string, capacity uint64, cfg allocator.Conf
 	t.Helper()
 	r, err := trace.NewReader(strings.NewReader(text))
 	require.NoError(t, err)
-	dev, err := sim.New(sim.Config{Capacity: capacity})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, cfg)
-	require.NoError(t, err)
+	a, dev := newAllocator(t, capacity, cfg)
 	res, err := Run(r, a, dev, Options{})
 	return res, a, dev, err
 }
@@ -200,10 +208,7 @@ func TestReplayMarks(t *testing.T) {
 	r, err := trace.Open("testdata/bert_b2.trace.gz")
 	require.NoError(t, err)
 	defer r.Close()
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, allocator.Config{})
-	require.NoError(t, err)
+	a, dev := newAllocator(t, 0, allocator.Config{})
 	var marks []string
 	opt := Options{Mark: func(name string) {
 		st := a.Stats()
@@ -218,10 +223,7 @@ func TestReplayMarks(t *testing.T) {
 	r2, err := trace.Open("testdata/bert_b2.trace.gz")
 	require.NoError(t, err)
 	defer r2.Close()
-	dev2, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	a2, err := allocator.New(dev2, allocator.Config{})
-	require.NoError(t, err)
+	a2, dev2 := newAllocator(t, 0, allocator.Config{})
 	res2, err := Run(r2, a2, dev2, Options{})
 	require.NoError(t, err)
 	assert.Equal(t, res.Stats, res2.Stats)

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/allocator"
-	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/trace"
 )
 
@@ -53,13 +52,11 @@ func TestReplayStreamPerAllocation(t *testing.T) {
 	case raceDetector || testing.Short():
 		n = 30_000
 	}
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, allocator.Config{})
-	require.NoError(t, err)
+	a, dev := newAllocator(t, 0, allocator.Config{})
 
 	done := make(chan struct{})
 	var res *Result
+	var err error
 	go func() {
 		defer close(done)
 		res, err = Run(&streamPerAlloc{n: n}, a, dev, Options{})
