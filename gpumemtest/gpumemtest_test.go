@@ -94,10 +94,7 @@ func TestFixtureFailsLeakingTestPassesCleanOne(t *testing.T) {
 }
 
 func TestDeferVerifyNoLeaks(t *testing.T) {
-	dev, err := sim.New(sim.Config{Ordinal: 3})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, allocator.Config{})
-	require.NoError(t, err)
+	a := gpumemtest.New(t, gpumemtest.WithDevice(sim.Config{Ordinal: 3}), gpumemtest.AllowLeaks())
 
 	f := run(func(t gpumemtest.TB) {
 		defer gpumemtest.VerifyNoLeaks(t, a)

@@ -10,12 +10,12 @@ import (
 
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 )
 
 func newHost(t testing.TB) (*Allocator, *sim.Device) {
 	t.Helper()
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
+	dev := simtest.New(t)
 	a, err := New(dev)
 	require.NoError(t, err)
 	return a, dev

@@ -20,7 +20,7 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
 )
 
 const mib = 1 << 20
@@ -59,11 +59,7 @@ func (l *logBuffer) records(t *testing.T) []map[string]any {
 
 func newAllocator(t *testing.T, capacity uint64, cfg allocator.Config) *allocator.Allocator {
 	t.Helper()
-	dev, err := sim.New(sim.Config{Capacity: capacity})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, cfg)
-	require.NoError(t, err)
-	return a
+	return gpumemtest.New(t, gpumemtest.WithCapacity(capacity), gpumemtest.WithConfig(cfg))
 }
 
 func alloc(t *testing.T, a *allocator.Allocator, size uint64) device.Ptr {

@@ -13,13 +13,12 @@ import (
 	"github.com/gpumem/gpumem/device/counting"
 	"github.com/gpumem/gpumem/device/internal/devicetest"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 )
 
 func newSim(t *testing.T) *sim.Device {
 	t.Helper()
-	d, err := sim.New(sim.Config{Capacity: 64 << 20, HostCapacity: 1 << 20})
-	require.NoError(t, err)
-	return d
+	return simtest.New(t, simtest.Capacity(64<<20), simtest.HostCapacity(1<<20))
 }
 
 // TestForwardsFaithfully runs the same script on a bare simulated device

@@ -15,15 +15,14 @@ import (
 	"github.com/gpumem/gpumem/device/faulty"
 	"github.com/gpumem/gpumem/device/internal/devicetest"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 )
 
 const mib = 1 << 20
 
 func newSim(t *testing.T) *sim.Device {
 	t.Helper()
-	d, err := sim.New(sim.Config{Capacity: 64 * mib, HostCapacity: mib})
-	require.NoError(t, err)
-	return d
+	return simtest.New(t, simtest.Capacity(64*mib), simtest.HostCapacity(mib))
 }
 
 func add(t *testing.T, j *faulty.Injector, r faulty.Rule) int {
@@ -313,9 +312,7 @@ func TestAddRefusesBadRules(t *testing.T) {
 }
 
 func TestFaultError(t *testing.T) {
-	s, err := sim.New(sim.Config{Ordinal: 3})
-	require.NoError(t, err)
-	j := faulty.New(s)
+	j := faulty.New(simtest.New(t, simtest.Ordinal(3)))
 	boom := errors.New("boom")
 	add(t, j, faulty.Rule{Call: device.CallMap, Nth: 2, Err: device.ErrOutOfMemory})
 	add(t, j, faulty.Rule{Call: device.CallSynchronize})

@@ -41,6 +41,9 @@ func Ordinal(o int) Option { return func(c *sim.Config) { c.Ordinal = o } }
 // PageSize sets the allocation page and virtual-memory granularity.
 func PageSize(bytes uint64) Option { return func(c *sim.Config) { c.PageSize = bytes } }
 
+// HostCapacity bounds the pinned host memory live at once.
+func HostCapacity(bytes uint64) Option { return func(c *sim.Config) { c.HostCapacity = bytes } }
+
 // Costs sets the simulated time of each call (see sim.Config.Costs).
 func Costs(c sim.Costs) Option { return func(cfg *sim.Config) { cfg.Costs = c } }
 

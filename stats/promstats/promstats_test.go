@@ -19,6 +19,8 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
+	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/stats/promstats"
 )
 
@@ -48,11 +50,7 @@ var metricNames = []string{
 
 func newAllocator(t *testing.T, cfg sim.Config) *allocator.Allocator {
 	t.Helper()
-	dev, err := sim.New(cfg)
-	require.NoError(t, err)
-	a, err := allocator.New(dev, allocator.Config{})
-	require.NoError(t, err)
-	return a
+	return gpumemtest.New(t, gpumemtest.WithDevice(cfg), gpumemtest.AllowLeaks())
 }
 
 // A retry, an out-of-memory error and blocks in both pools, read back
@@ -173,8 +171,7 @@ gpumem_allocated_bytes{device="0",pool="small_pool"} 0
 }
 
 func TestManagerCollector(t *testing.T) {
-	open := func(o int) (device.Device, error) { return sim.New(sim.Config{Ordinal: o}) }
-	m, err := allocator.NewManager(open, allocator.Config{})
+	m, err := allocator.NewManager(simtest.Opener(), allocator.Config{})
 	require.NoError(t, err)
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(promstats.NewManagerCollector(m)))

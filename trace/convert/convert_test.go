@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/replay"
 )
@@ -129,11 +129,8 @@ func TestSnapshotsConvertAndReplay(t *testing.T) {
 			require.NoError(t, err)
 			r, err := trace.NewReader(&buf)
 			require.NoError(t, err)
-			dev, err := sim.New(sim.Config{})
-			require.NoError(t, err)
-			a, err := allocator.New(dev, allocator.Config{})
-			require.NoError(t, err)
-			res, err := replay.Run(r, a, dev, replay.Options{})
+			a := gpumemtest.New(t)
+			res, err := replay.Run(r, a, a.Device().(*sim.Device), replay.Options{})
 			require.NoError(t, err)
 			require.NoError(t, a.CheckInvariants())
 			assert.Positive(t, res.Alloc)

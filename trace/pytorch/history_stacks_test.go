@@ -17,6 +17,7 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/replay"
 )
@@ -43,10 +44,7 @@ func allocateBackward(t *testing.T, a *allocator.Allocator) device.Ptr {
 // its snapshot.
 func stacksRun(t *testing.T, opt HistoryOptions, phases bool, forward int) []byte {
 	t.Helper()
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, allocator.Config{})
-	require.NoError(t, err)
+	a := gpumemtest.New(t, gpumemtest.AllowLeaks())
 	h := NewHistoryWith(opt)
 	defer a.Attach(h)()
 	if phases {
@@ -231,10 +229,8 @@ print(sorted({e.get("category") for e in d["device_traces"][0]}))
 func TestSnapshotAtPeak(t *testing.T) {
 	ops := readTraceFile(t, "testdata/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz")
 	replayOn := func(opt replay.Options, h *History) (*replay.Result, *allocator.Allocator) {
-		dev, err := sim.New(sim.Config{})
-		require.NoError(t, err)
-		a, err := allocator.New(dev, allocator.Config{})
-		require.NoError(t, err)
+		a := gpumemtest.New(t, gpumemtest.AllowLeaks())
+		dev := a.Device().(*sim.Device)
 		if h != nil {
 			defer a.Attach(h)()
 		}
@@ -272,10 +268,7 @@ func TestSnapshotAtPeak(t *testing.T) {
 
 // Snapshots can be written while other goroutines allocate.
 func TestHistoryConcurrentSnapshots(t *testing.T) {
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, allocator.Config{})
-	require.NoError(t, err)
+	a := gpumemtest.New(t, gpumemtest.AllowLeaks())
 	h := NewHistoryWith(HistoryOptions{MaxEntries: 500, Stacks: true})
 	defer a.Attach(h)()
 	done := make(chan struct{})

@@ -16,6 +16,7 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/replay"
 )
@@ -24,10 +25,7 @@ import (
 // attached and returns the snapshot it writes.
 func historyRun(t *testing.T, maxEntries int) (*History, []byte, *allocator.Allocator) {
 	t.Helper()
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, allocator.Config{MaxSplitSize: 64 << 20})
-	require.NoError(t, err)
+	a := gpumemtest.New(t, gpumemtest.WithConfig(allocator.Config{MaxSplitSize: 64 << 20}), gpumemtest.AllowLeaks())
 	h := NewHistory(maxEntries)
 	defer a.Attach(h)()
 	var live []device.Ptr
@@ -51,10 +49,7 @@ func TestHistorySnapshotReadsBack(t *testing.T) {
 	im, err := ReadSnapshot(bytes.NewReader(data), SnapshotOptions{})
 	require.NoError(t, err)
 	// Replaying the imported trace must build the same allocated state.
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	b, err := allocator.New(dev, allocator.Config{MaxSplitSize: 64 << 20})
-	require.NoError(t, err)
+	b := gpumemtest.New(t, gpumemtest.WithConfig(allocator.Config{MaxSplitSize: 64 << 20}), gpumemtest.AllowLeaks())
 	var allocs int
 	for _, op := range im.Ops {
 		if op.Kind == trace.Alloc {
@@ -62,7 +57,7 @@ func TestHistorySnapshotReadsBack(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 40, allocs)
-	_, err = replay.Run(trace.SliceReader(im.Ops), b, dev, replay.Options{})
+	_, err = replay.Run(trace.SliceReader(im.Ops), b, b.Device().(*sim.Device), replay.Options{})
 	require.NoError(t, err)
 	assert.Equal(t, a.Stats().RequestedBytes[0].Peak, b.Stats().RequestedBytes[0].Peak)
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/trace"
 )
 
@@ -35,10 +35,7 @@ func temporary(t *testing.T, a *allocator.Allocator) {
 // same phase are told apart, and the recorded trace carries the phases and
 // step marks.
 func TestLeaksByCallSite(t *testing.T) {
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, allocator.Config{})
-	require.NoError(t, err)
+	a := gpumemtest.New(t, gpumemtest.AllowLeaks())
 	var buf bytes.Buffer
 	w := trace.NewWriter(&buf, "leak test")
 	rec := New(w, Options{Stacks: true})
@@ -76,8 +73,7 @@ func TestLeaksByCallSite(t *testing.T) {
 }
 
 func TestLeaksWithoutStacksGroupByPhase(t *testing.T) {
-	dev, _ := sim.New(sim.Config{})
-	a, _ := allocator.New(dev, allocator.Config{})
+	a := gpumemtest.New(t, gpumemtest.AllowLeaks())
 	w := trace.NewWriter(&bytes.Buffer{}, "")
 	rec := New(w, Options{})
 	a.Attach(rec)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/trace"
 )
 
@@ -35,10 +35,7 @@ func allocateActivations(t *testing.T, a *allocator.Allocator) device.Ptr {
 }
 
 func TestWriteProfileByCallSite(t *testing.T) {
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, allocator.Config{})
-	require.NoError(t, err)
+	a := gpumemtest.New(t, gpumemtest.AllowLeaks())
 	rec := New(trace.NewWriter(io.Discard), Options{Stacks: true})
 	defer a.Attach(rec)()
 

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/replay"
 )
@@ -19,10 +19,8 @@ import (
 // TestRecorderRoundTrip records an allocator's work as memtrace, replays
 // the recording on a fresh allocator and expects the same stats.
 func TestRecorderRoundTrip(t *testing.T) {
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, allocator.Config{})
-	require.NoError(t, err)
+	a := gpumemtest.New(t)
+	dev := a.Device().(*sim.Device)
 	side, err := dev.NewStream()
 	require.NoError(t, err)
 	// Replays hold streams other than 0 busy until an s or S line; so does
@@ -67,11 +65,8 @@ func TestRecorderRoundTrip(t *testing.T) {
 
 	r, err := trace.NewReader(&buf)
 	require.NoError(t, err)
-	dev2, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	a2, err := allocator.New(dev2, allocator.Config{})
-	require.NoError(t, err)
-	res, err := replay.Run(r, a2, dev2, replay.Options{})
+	a2 := gpumemtest.New(t)
+	res, err := replay.Run(r, a2, a2.Device().(*sim.Device), replay.Options{})
 	require.NoError(t, err)
 	want := a.Stats().Map()
 	for k, v := range want {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/trace"
 )
 
@@ -30,17 +30,14 @@ func allocateOptimizerState(t *testing.T, a *allocator.Allocator) {
 // An out-of-memory error of an allocator with a stack-keeping Recorder
 // attached names the call sites that hold the memory, largest first.
 func TestOutOfMemoryListsCallSites(t *testing.T) {
-	dev, err := sim.New(sim.Config{Capacity: 64 << 20})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, allocator.Config{})
-	require.NoError(t, err)
+	a := gpumemtest.New(t, gpumemtest.WithCapacity(64<<20), gpumemtest.AllowLeaks())
 	rec := New(trace.NewWriter(io.Discard), Options{Stacks: true})
 	defer a.Attach(rec)()
 
 	allocateWeights(t, a, 3)         // 3 x 4 MiB, from one 20 MiB segment
 	allocateOptimizerState(t, a)     // 2 x 12 MiB, two 20 MiB segments
 	act := allocateActivations(t, a) // 1 MiB, in the weights' segment
-	_, err = a.Alloc(30<<20, 0)
+	_, err := a.Alloc(30<<20, 0)
 	var oom *allocator.OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
 	require.Len(t, oom.Sites, 3)
@@ -72,10 +69,7 @@ func TestRecorderClose(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "run.trace.gz")
 	w, err := trace.Create(path, "closed by the Recorder")
 	require.NoError(t, err)
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, allocator.Config{})
-	require.NoError(t, err)
+	a := gpumemtest.New(t, gpumemtest.AllowLeaks())
 	rec := New(w, Options{})
 	detach := a.Attach(rec)
 	p, err := a.Alloc(1<<20, device.DefaultStream)

@@ -11,8 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpumem/gpumem/allocator"
-	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/replay"
 )
@@ -21,10 +20,7 @@ func TestReplayAndWriteSVG(t *testing.T) {
 	r, err := trace.Open("testdata/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz")
 	require.NoError(t, err)
 	defer r.Close()
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, allocator.Config{})
-	require.NoError(t, err)
+	a := gpumemtest.New(t)
 	pic, res, err := Replay(r, a, replay.Options{Name: "cs336 <step>"})
 	require.NoError(t, err)
 	require.NotEmpty(t, pic.Samples)

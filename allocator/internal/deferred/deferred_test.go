@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/internal/simtest"
 )
 
 // flaky is a simulated device whose event calls can be made to fail.
@@ -51,8 +52,7 @@ func (f *flaky) SynchronizeEvent(e device.Event) error {
 }
 
 func newFlaky(t *testing.T) (*flaky, device.Stream, device.Stream) {
-	d, err := sim.New(sim.Config{})
-	require.NoError(t, err)
+	d := simtest.New(t)
 	s1, _ := d.NewStream()
 	s2, _ := d.NewStream()
 	require.NoError(t, d.SetStreamBusy(s1, true))
