@@ -45,17 +45,8 @@ type policyTrace struct {
 
 func fileOps(path string) func(t testing.TB) []trace.Op {
 	return func(t testing.TB) []trace.Op {
-		r, err := trace.Open(path)
-		require.NoError(t, err)
-		defer r.Close()
-		var ops []trace.Op
-		for {
-			op, err := r.Next()
-			if err != nil {
-				break
-			}
-			ops = append(ops, op)
-		}
+		ops, err := trace.ReadFile(path)
+		require.NoError(t, err, path)
 		require.NotEmpty(t, ops, path)
 		return ops
 	}

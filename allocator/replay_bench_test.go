@@ -13,18 +13,9 @@ import (
 // that the replay benchmarks time the allocator, not the parser.
 func loadOps(b *testing.B, path string) []trace.Op {
 	b.Helper()
-	r, err := trace.Open(path)
+	ops, err := trace.ReadFile(path)
 	if err != nil {
 		b.Fatalf("trace not available: %v", err)
-	}
-	defer r.Close()
-	var ops []trace.Op
-	for {
-		op, err := r.Next()
-		if err != nil {
-			break
-		}
-		ops = append(ops, op)
 	}
 	return ops
 }

@@ -249,6 +249,27 @@ func ReadAll(r io.Reader) ([]Op, error) {
 	}
 }
 
+// ReadFile reads every op of the memtrace file at path, plain or gzip
+// (see Open). It holds the whole trace in memory.
+func ReadFile(path string) ([]Op, error) {
+	rd, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	var ops []Op
+	for {
+		op, err := rd.Next()
+		if err == io.EOF {
+			return ops, nil
+		}
+		if err != nil {
+			return ops, err
+		}
+		ops = append(ops, op)
+	}
+}
+
 // OpReader is a source of ops, one at a time: a *Reader, or SliceReader of
 // ops held in memory. Replay and conversion take an OpReader.
 type OpReader interface {

@@ -154,10 +154,7 @@ func gzipBytes(t testing.TB, s string) []byte {
 // readTraceFile reads every op of the memtrace file at path.
 func readTraceFile(t *testing.T, path string) []trace.Op {
 	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	ops, err := trace.ReadAll(f)
+	ops, err := trace.ReadFile(path)
 	require.NoError(t, err)
 	return ops
 }

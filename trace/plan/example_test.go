@@ -3,7 +3,6 @@ package plan_test
 import (
 	"fmt"
 	"log"
-	"os"
 	"strings"
 
 	"github.com/gpumem/gpumem/allocator"
@@ -12,12 +11,7 @@ import (
 )
 
 func readTrace(path string) []trace.Op {
-	f, err := os.Open(path)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer f.Close()
-	ops, err := trace.ReadAll(f)
+	ops, err := trace.ReadFile(path)
 	if err != nil {
 		log.Fatal(err)
 	}

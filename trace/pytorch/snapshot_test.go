@@ -24,17 +24,8 @@ func readSnapshotFile(t *testing.T, path string, opt SnapshotOptions) (*trace.Im
 
 func readTraceFile(t *testing.T, path string) []trace.Op {
 	t.Helper()
-	rd, err := trace.Open(path)
+	ops, err := trace.ReadFile(path)
 	require.NoError(t, err)
-	defer rd.Close()
-	var ops []trace.Op
-	for {
-		op, err := rd.Next()
-		if err != nil {
-			break
-		}
-		ops = append(ops, op)
-	}
 	return ops
 }
 

@@ -22,17 +22,8 @@ func replayOps(t *testing.T, ops []trace.Op, opt Options) (*Result, *allocator.A
 }
 
 func TestPeakAndStopAfter(t *testing.T) {
-	r, err := trace.Open("testdata/bert_b2.trace.gz")
+	ops, err := trace.ReadFile("testdata/bert_b2.trace.gz")
 	require.NoError(t, err)
-	var ops []trace.Op
-	for {
-		op, err := r.Next()
-		if err != nil {
-			break
-		}
-		ops = append(ops, op)
-	}
-	require.NoError(t, r.Close())
 
 	full, _ := replayOps(t, ops, Options{Peak: true, Batch: 100})
 	require.Positive(t, full.PeakOp)

@@ -13,6 +13,23 @@ import (
 	"github.com/gpumem/gpumem/trace"
 )
 
+// runFresh replays r on a new allocator, PyTorch's configuration, over a
+// new simulated device. The allocator is built here, not by gpumemtest,
+// whose cleanup would keep every iteration's allocator to the end.
+func runFresh(b *testing.B, r trace.OpReader) *Result {
+	b.Helper()
+	dev := simtest.New(b)
+	a, err := allocator.New(dev, allocator.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	res, err := Run(r, a, dev, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return res
+}
+
 // BenchmarkReplay runs Run (what `gpumem replay` does) on random_mixed
 // and reports the replay's own ns per op, parsing excluded.
 func BenchmarkReplay(b *testing.B) {
@@ -22,12 +39,7 @@ func BenchmarkReplay(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		dev := simtest.New(b)
-		a, _ := allocator.New(dev, allocator.Config{})
-		res, err := Run(r, a, dev, Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
+		res := runFresh(b, r)
 		r.Close()
 		ns += res.NsPerOp
 	}
@@ -61,13 +73,7 @@ func BenchmarkReplayPlain(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		dev := simtest.New(b)
-		a, _ := allocator.New(dev, allocator.Config{})
-		res, err := Run(r, a, dev, Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ops += res.Ops
+		ops += runFresh(b, r).Ops
 	}
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(ops), "ns/trace-op")
