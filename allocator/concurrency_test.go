@@ -2,10 +2,10 @@ package allocator
 
 import (
 	"math/rand/v2"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/gpumem/gpumem/device"
 )
@@ -22,12 +22,9 @@ func TestConcurrentUse(t *testing.T) {
 		streams = append(streams, s)
 	}
 	const workers = 8
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
+	var g errgroup.Group
 	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() error {
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
 			s := streams[w%len(streams)]
 			var live []device.Ptr
@@ -37,20 +34,17 @@ func TestConcurrentUse(t *testing.T) {
 					j := rng.IntN(len(live))
 					if rng.IntN(4) == 0 {
 						if err := a.RecordStream(live[j], streams[rng.IntN(len(streams))]); err != nil {
-							errs <- err
-							return
+							return err
 						}
 					}
 					if err := a.Free(live[j]); err != nil {
-						errs <- err
-						return
+						return err
 					}
 					live[j] = live[len(live)-1]
 					live = live[:len(live)-1]
 				case i%500 == 0 && w == 0:
 					if err := a.EmptyCache(); err != nil {
-						errs <- err
-						return
+						return err
 					}
 				case i%100 == 0:
 					_ = a.Stats().Map()
@@ -62,8 +56,7 @@ func TestConcurrentUse(t *testing.T) {
 					}
 					p, err := a.Alloc(size, s)
 					if err != nil {
-						errs <- err
-						return
+						return err
 					}
 					if p != 0 {
 						live = append(live, p)
@@ -72,17 +65,13 @@ func TestConcurrentUse(t *testing.T) {
 			}
 			for _, p := range live {
 				if err := a.Free(p); err != nil {
-					errs <- err
-					return
+					return err
 				}
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	require.NoError(t, g.Wait())
 	require.NoError(t, a.CheckInvariants())
 	require.NoError(t, a.EmptyCache())
 	require.EqualValues(t, 0, dev.BytesInUse())

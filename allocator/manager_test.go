@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/internal/simtest"
@@ -98,54 +99,43 @@ func TestManagerConcurrentDevices(t *testing.T) {
 	var opened []int
 	m, err := NewManager(simOpener(t, &opened), Config{})
 	require.NoError(t, err)
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
+	var eg errgroup.Group
 	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		eg.Go(func() error {
 			o := g % 2
 			a, err := m.Allocator(o)
 			if err != nil {
-				errs <- err
-				return
+				return err
 			}
 			s := device.DefaultStream
 			if g%4 >= 2 {
 				if s, err = a.Device().NewStream(); err != nil {
-					errs <- err
-					return
+					return err
 				}
 			}
 			var live []device.Ptr
 			for i := range 1000 {
 				p, err := m.Alloc(o, uint64(i%97+1)*37*kib, s)
 				if err != nil {
-					errs <- err
-					return
+					return err
 				}
 				live = append(live, p)
 				if len(live) > 20 {
 					if err := m.Free(o, live[0]); err != nil {
-						errs <- err
-						return
+						return err
 					}
 					live = live[1:]
 				}
 			}
 			for _, p := range live {
 				if err := m.Free(o, p); err != nil {
-					errs <- err
-					return
+					return err
 				}
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	require.NoError(t, eg.Wait())
 	assert.Len(t, opened, 2, "each device opened once")
 	for _, o := range m.Devices() {
 		a, _ := m.Allocator(o)

@@ -2,11 +2,11 @@ package host
 
 import (
 	"errors"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
@@ -129,12 +129,9 @@ func TestStatsMap(t *testing.T) {
 func TestConcurrentUse(t *testing.T) {
 	a, dev := newHost(t)
 	s, _ := dev.NewStream()
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	var g errgroup.Group
 	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() error {
 			for i := range 500 {
 				p, err := a.Alloc(uint64(1+(i*w)%5000) * 64)
 				if err == nil && i%3 == 0 {
@@ -144,17 +141,13 @@ func TestConcurrentUse(t *testing.T) {
 					err = a.Free(p)
 				}
 				if err != nil {
-					errs <- err
-					return
+					return err
 				}
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	require.NoError(t, g.Wait())
 	require.NoError(t, a.EmptyCache())
 	st := a.Stats()
 	assert.Zero(t, st.Allocations.Current)

@@ -15,6 +15,7 @@ import (
 	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/internal/tracetest"
 	"github.com/gpumem/gpumem/trace/replay"
 )
 
@@ -55,7 +56,7 @@ func TestConvertSnapshot(t *testing.T) {
 
 	ops, err := trace.ReadAll(strings.NewReader(out))
 	require.NoError(t, err)
-	assert.Equal(t, readTraceFile(t, "testdata/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz"), ops)
+	assert.Equal(t, tracetest.ReadFile(t, "testdata/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz"), ops)
 }
 
 func TestConvertRMMGzipOutput(t *testing.T) {
@@ -111,7 +112,7 @@ func TestConvertEoRValidates(t *testing.T) {
 	require.NoError(t, err)
 	ops, err := trace.ReadAll(strings.NewReader(out))
 	require.NoError(t, err)
-	validateOps(t, ops)
+	assert.Zero(t, tracetest.Live(t, ops), "a conversion ends with nothing live")
 	assert.Contains(t, out, "entries without an op: free_requested=1926 segment_alloc=7 snapshot=9")
 }
 
@@ -149,24 +150,4 @@ func gzipBytes(t testing.TB, s string) []byte {
 	require.NoError(t, err)
 	require.NoError(t, zw.Close())
 	return b.Bytes()
-}
-
-// readTraceFile reads every op of the memtrace file at path.
-func readTraceFile(t *testing.T, path string) []trace.Op {
-	t.Helper()
-	ops, err := trace.ReadFile(path)
-	require.NoError(t, err)
-	return ops
-}
-
-// validateOps checks ops against the live-ID rules and that they end
-// with nothing live.
-func validateOps(t *testing.T, ops []trace.Op) {
-	t.Helper()
-	v := trace.NewValidator()
-	for i, op := range ops {
-		_, err := v.Check(op, i+1)
-		require.NoError(t, err)
-	}
-	assert.Zero(t, v.Live(), "a conversion ends with nothing live")
 }

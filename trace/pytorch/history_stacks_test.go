@@ -19,6 +19,7 @@ import (
 	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/internal/tracetest"
 	"github.com/gpumem/gpumem/trace/replay"
 )
 
@@ -227,7 +228,7 @@ print(sorted({e.get("category") for e in d["device_traces"][0]}))
 // up to Result.PeakOp holds exactly the peak's allocated bytes in its
 // allocated blocks, as torch.cuda.max_memory_allocated counts them.
 func TestSnapshotAtPeak(t *testing.T) {
-	ops := readTraceFile(t, "testdata/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz")
+	ops := tracetest.ReadFile(t, "testdata/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz")
 	replayOn := func(opt replay.Options, h *History) (*replay.Result, *allocator.Allocator) {
 		a := gpumemtest.New(t, gpumemtest.AllowLeaks())
 		dev := a.Device().(*sim.Device)

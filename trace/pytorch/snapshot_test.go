@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/internal/tracetest"
 )
 
 func readSnapshotFile(t *testing.T, path string, opt SnapshotOptions) (*trace.Import, error) {
@@ -22,29 +23,12 @@ func readSnapshotFile(t *testing.T, path string, opt SnapshotOptions) (*trace.Im
 	return ReadSnapshot(f, opt)
 }
 
-func readTraceFile(t *testing.T, path string) []trace.Op {
-	t.Helper()
-	ops, err := trace.ReadFile(path)
-	require.NoError(t, err)
-	return ops
-}
-
-func validateOps(t *testing.T, ops []trace.Op) {
-	t.Helper()
-	v := trace.NewValidator()
-	for i, op := range ops {
-		_, err := v.Check(op, i+1)
-		require.NoError(t, err)
-	}
-	assert.Zero(t, v.Live(), "an import ends with nothing live")
-}
-
 // The importer reproduces, op by op, the shared trace that was converted
 // from the same snapshot (here without its stack frames, to keep it small).
 func TestSnapshotMatchesSharedTrace(t *testing.T) {
 	im, err := readSnapshotFile(t, "testdata/cs336_MAGMA27_lm_fwdbwd.noframes.pickle.gz", SnapshotOptions{})
 	require.NoError(t, err)
-	want := readTraceFile(t, "testdata/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz")
+	want := tracetest.ReadFile(t, "testdata/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz")
 	require.Len(t, im.Ops, len(want))
 	for i := range want {
 		if im.Ops[i] != want[i] {
@@ -63,7 +47,7 @@ func TestSnapshotMatchesSharedTrace(t *testing.T) {
 func TestSnapshotEoRValidates(t *testing.T) {
 	im, err := readSnapshotFile(t, "testdata/EoR_NN_cnn_counterfactuals.noframes.pickle.gz", SnapshotOptions{})
 	require.NoError(t, err)
-	validateOps(t, im.Ops)
+	assert.Zero(t, tracetest.Live(t, im.Ops), "an import ends with nothing live")
 	assert.Equal(t, 5803, im.Events)
 	assert.Equal(t, 31, im.WindowStart, "31 blocks active at the end were never allocated in the window")
 	assert.Equal(t, 0, im.PreWindowFreed)
@@ -103,7 +87,7 @@ func TestSnapshotEdgeCases(t *testing.T) {
 	assert.Contains(t, notes, "1 blocks had free_requested without free_completed")
 	assert.Contains(t, notes, "1 out-of-memory events")
 	assert.Contains(t, notes, "0x7f0000002000->1 0x7f0000001000->2")
-	validateOps(t, im.Ops)
+	assert.Zero(t, tracetest.Live(t, im.Ops), "an import ends with nothing live")
 
 	// Device 1 has its own trace and segments.
 	im, err = readSnapshotFile(t, "testdata/edge.pickle", SnapshotOptions{Device: 1})

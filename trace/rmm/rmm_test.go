@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/internal/tracetest"
 )
 
 func TestRMMLog(t *testing.T) {
@@ -42,7 +43,7 @@ func TestRMMLog(t *testing.T) {
 	assert.Equal(t, map[string]int{"allocate failure": 1, "zero-byte null allocate": 1, "zero-byte null free": 1}, im.Ignored)
 	notes := strings.Join(im.Notes, "\n")
 	assert.Contains(t, notes, "0x5581b0c0->1 0x5581a0c0->2")
-	validateOps(t, im.Ops)
+	assert.Zero(t, tracetest.Live(t, im.Ops), "an import ends with nothing live")
 }
 
 func TestRMMLogColumnsInAnyOrderAndDecimalStreams(t *testing.T) {
@@ -76,14 +77,4 @@ func TestRMMLogErrors(t *testing.T) {
 		require.Error(t, err, c.in)
 		assert.Contains(t, err.Error(), c.msg, c.in)
 	}
-}
-
-func validateOps(t *testing.T, ops []trace.Op) {
-	t.Helper()
-	v := trace.NewValidator()
-	for i, op := range ops {
-		_, err := v.Check(op, i+1)
-		require.NoError(t, err)
-	}
-	assert.Zero(t, v.Live(), "an import ends with nothing live")
 }
