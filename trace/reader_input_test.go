@@ -6,7 +6,6 @@ package trace
 
 import (
 	"bytes"
-	"compress/gzip"
 	"io"
 	"runtime"
 	"strings"
@@ -15,16 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-func gzipped(t *testing.T, s string) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	zw := gzip.NewWriter(&b)
-	_, err := zw.Write([]byte(s))
-	require.NoError(t, err)
-	require.NoError(t, zw.Close())
-	return b.Bytes()
-}
 
 // readAllWarnings reads every op of data and returns them with the
 // Reader's warnings.
@@ -60,7 +49,7 @@ func TestReaderGzipTrailingGarbage(t *testing.T) {
 		"magic1": "\x1f",
 	} {
 		t.Run(name, func(t *testing.T) {
-			ops, warnings, err := readAllWarnings(t, append(gzipped(t, fourOps), tail...))
+			ops, warnings, err := readAllWarnings(t, append(gzipBytes(t, fourOps), tail...))
 			require.NoError(t, err)
 			assert.Len(t, ops, 4)
 			require.Len(t, warnings, 1)
@@ -68,28 +57,28 @@ func TestReaderGzipTrailingGarbage(t *testing.T) {
 		})
 	}
 	// Zero padding is silent, as in gzip(1).
-	ops, warnings, err := readAllWarnings(t, append(gzipped(t, fourOps), 0, 0, 0, 0))
+	ops, warnings, err := readAllWarnings(t, append(gzipBytes(t, fourOps), 0, 0, 0, 0))
 	require.NoError(t, err)
 	assert.Len(t, ops, 4)
 	assert.Empty(t, warnings)
 }
 
 func TestReaderGzipMembers(t *testing.T) {
-	data := append(gzipped(t, fourOps), gzipped(t, "a 3 5\nf 3\n")...)
+	data := append(gzipBytes(t, fourOps), gzipBytes(t, "a 3 5\nf 3\n")...)
 	ops, warnings, err := readAllWarnings(t, data)
 	require.NoError(t, err)
 	assert.Len(t, ops, 6)
 	assert.Empty(t, warnings)
 
 	// A damaged second member is an error, not garbage.
-	second := gzipped(t, "a 3 5\nf 3\n")
+	second := gzipBytes(t, "a 3 5\nf 3\n")
 	second[len(second)-8] ^= 0xff // its checksum
-	_, _, err = readAllWarnings(t, append(gzipped(t, fourOps), second...))
+	_, _, err = readAllWarnings(t, append(gzipBytes(t, fourOps), second...))
 	assert.ErrorContains(t, err, "checksum")
 }
 
 func TestReaderGzipCutShort(t *testing.T) {
-	data := gzipped(t, fourOps)
+	data := gzipBytes(t, fourOps)
 	ops, _, err := readAllWarnings(t, data[:len(data)-5])
 	assert.ErrorContains(t, err, "cut short")
 	assert.Len(t, ops, 4, "the ops before the cut were read")
@@ -102,7 +91,7 @@ func TestReaderByteOrderMark(t *testing.T) {
 	for _, data := range [][]byte{
 		[]byte(bom + fourOps),
 		[]byte(bom + "a 1 512\nf 1\na 2 1024\nf 2\n"),
-		gzipped(t, bom+fourOps),
+		gzipBytes(t, bom+fourOps),
 	} {
 		rd, err := NewReader(bytes.NewReader(data))
 		require.NoError(t, err)

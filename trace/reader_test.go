@@ -158,7 +158,9 @@ func TestReaderLongLine(t *testing.T) {
 	assert.Equal(t, 1, se.Line)
 }
 
+// gzipBytes compresses s.
 func gzipBytes(t testing.TB, s string) []byte {
+	t.Helper()
 	var b bytes.Buffer
 	zw := gzip.NewWriter(&b)
 	_, err := zw.Write([]byte(s))

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/internal/tracetest"
 )
 
 const rmmHead = "Thread,Time,Action,Pointer,Size,Stream\n"
@@ -28,7 +29,7 @@ func TestConvertGzipTrailingGarbage(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var warnings []string
 			var out bytes.Buffer
-			data := append(gzipBytes(t, in), "not gzip"...)
+			data := append(tracetest.Gzip(t, in), "not gzip"...)
 			_, err := Convert(&out, bytes.NewReader(data), "in.gz", Options{Warn: func(m string) { warnings = append(warnings, m) }})
 			require.NoError(t, err)
 			ops, err := trace.ReadAll(&out)

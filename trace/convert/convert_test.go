@@ -4,7 +4,6 @@ package convert
 
 import (
 	"bytes"
-	"compress/gzip"
 	"os"
 	"strings"
 	"testing"
@@ -74,7 +73,7 @@ func TestConvertRMMGzipOutput(t *testing.T) {
 
 func TestConvertMemtrace(t *testing.T) {
 	// Gzip memtrace in, canonical plain memtrace out, header kept.
-	in := gzipBytes(t, "# memtrace v1 original\n# more\na 1 5\n# dropped\nf 1\n")
+	in := tracetest.Gzip(t, "# memtrace v1 original\n# more\na 1 5\n# dropped\nf 1\n")
 	var out bytes.Buffer
 	_, err := Convert(&out, bytes.NewReader(in), "old.trace.gz", Options{})
 	require.NoError(t, err)
@@ -139,15 +138,4 @@ func TestSnapshotsConvertAndReplay(t *testing.T) {
 			assert.EqualValues(t, 0, res.Stats["allocation.all.current"], "the converted trace frees every block it allocates")
 		})
 	}
-}
-
-// gzipBytes compresses s.
-func gzipBytes(t testing.TB, s string) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	zw := gzip.NewWriter(&b)
-	_, err := zw.Write([]byte(s))
-	require.NoError(t, err)
-	require.NoError(t, zw.Close())
-	return b.Bytes()
 }

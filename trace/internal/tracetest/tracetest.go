@@ -1,6 +1,7 @@
 // Package tracetest holds what the tests of trace's subpackages (the
-// converters and importers) share: reading a trace file whole, and
-// checking ops against the format's live-ID rules.
+// converters and importers) share: reading a trace file whole, checking
+// ops against the format's live-ID rules, and gzip-compressing a trace's
+// text.
 //
 // # Model
 //
@@ -9,7 +10,26 @@
 // the caller's own assertions. The package imports only trace.
 package tracetest
 
-import "github.com/gpumem/gpumem/trace"
+import (
+	"bytes"
+	"compress/gzip"
+
+	"github.com/gpumem/gpumem/trace"
+)
+
+// Gzip returns s compressed with gzip, as a .gz trace file holds it.
+func Gzip(t TB, s string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	if _, err := zw.Write([]byte(s)); err != nil {
+		t.Fatalf("tracetest: gzip: %v", err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatalf("tracetest: gzip: %v", err)
+	}
+	return b.Bytes()
+}
 
 // TB is the part of testing.TB the helpers use.
 type TB interface {

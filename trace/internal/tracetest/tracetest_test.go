@@ -1,6 +1,7 @@
 package tracetest
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 
@@ -32,6 +33,14 @@ func TestLive(t *testing.T) {
 	if assert.Len(t, f.fatals, 1) {
 		assert.Contains(t, f.fatals[0], "op 4 of 4")
 	}
+}
+
+func TestGzip(t *testing.T) {
+	var f fakeTB
+	ops, err := trace.ReadAll(bytes.NewReader(Gzip(&f, "# memtrace v1\na 1 512 0\nf 1\n")))
+	assert.NoError(t, err)
+	assert.Len(t, ops, 2)
+	assert.Empty(t, f.fatals)
 }
 
 func TestReadFile(t *testing.T) {
