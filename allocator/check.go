@@ -291,13 +291,13 @@ func (a *Allocator) checkLocked() error {
 			case oversizeS:
 				w = want.OversizeSegments
 			}
-			for k, c := range sh.st[row].pool {
+			for k := range sh.st[row].pool {
 				if row < int(stats.NumMetrics) {
 					w = want.Of(stats.Metric(row))[statPool(k)]
 				} else if k == qLarge {
 					w = stats.Stat{}
 				}
-				if v := sh.value(row, k); v != w.Current || c.cur < 0 {
+				if v := sh.value(row, k); v != w.Current || sh.st[row].pool[k].Value() < 0 {
 					bad("stat %s of stream %d, %s: current is %d, blocks say %d", rowName(row), sh.stream, statPool(k), v, w.Current)
 				}
 			}
@@ -404,37 +404,47 @@ func rowName(row int) string {
 	return stats.Metric(row).String()
 }
 
-// checkPeaksLocked checks the peaks and limits: every shard's value is
-// within its limit, the limits add up to at most the peak, the all peak
-// is at most the sum of the pool peaks, and a shard whose active counts
-// are taken to follow its allocation counts (activeImplied) may have them
-// follow.
+// checkPeaksLocked checks the peaks and limits: the invariants of every
+// row of the peaks (the peaks package: every shard's value is within its
+// limit, and the limits add up to at most the peak, which is at least the
+// total), for the stats' rows and the phases' alike; the all peak of a
+// stat is at most the sum of its pool peaks; and a shard whose active
+// counts are taken to follow its allocation counts (activeImplied) may
+// have them follow.
 func (a *Allocator) checkPeaksLocked(bad func(string, ...any)) {
 	for _, sh := range a.shards {
 		if sh.activeImplied && !sh.impliedNow() {
 			bad("stream %d: active is taken to follow allocation, but blocks are pending or its limits are lower", sh.stream)
 		}
 	}
-	for row := range numRows {
-		for k := range numQ {
-			var total, lims int64
-			for _, sh := range a.shards {
-				v, lim := sh.value(row, k), *sh.limit(row, k)
-				if v > lim {
-					bad("stat %s of stream %d, column %d: %d is above its limit %d", rowName(row), sh.stream, k, v, lim)
-				}
-				total += v
-				lims += lim
-			}
-			peak := a.gst.peak[row][k]
-			if lims > peak || total > peak {
-				bad("stat %s, column %d: peak %d is below the total %d or the sum of the limits %d", rowName(row), k, peak, total, lims)
-			}
+	ids := *a.byID.Load()
+	a.peaks.Check(a.parts(), func(r, p int, msg string) {
+		where := a.rowNameLocked(r)
+		if p >= 0 && p < len(ids) {
+			where += fmt.Sprintf(" of stream %d", ids[p].stream)
 		}
-		if p := a.gst.peak[row]; p[qAll] > p[qSmall]+p[qLarge] {
-			bad("stat %s: the all peak %d is above the sum of the pool peaks", rowName(row), p[qAll])
+		bad("%s: %s", where, msg)
+	})
+	for row := range numRows {
+		pk := func(k int) int64 { return a.peaks.Peak(statRow(row, k)) }
+		if pk(qAll) > pk(qSmall)+pk(qLarge) {
+			bad("stat %s: the all peak %d is above the sum of the pool peaks", rowName(row), pk(qAll))
 		}
 	}
+}
+
+// rowNameLocked names a row of the peaks: a stat and its column, or a
+// phase's bytes or blocks.
+func (a *Allocator) rowNameLocked(r int) string {
+	if r < numStatRows {
+		return fmt.Sprintf("stat %s, column %d", rowName(r/numQ), r%numQ)
+	}
+	id, j := (r-numStatRows)/2, (r-numStatRows)%2
+	name := fmt.Sprintf("phase %d", id)
+	if id < len(a.phases) {
+		name = fmt.Sprintf("phase %q", a.phases[id].name)
+	}
+	return name + [2]string{" bytes", " blocks"}[j]
 }
 
 // checkShardsLocked checks the shards' bookkeeping: the lock-free copies of
@@ -460,6 +470,12 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 	for _, sh := range a.shards {
 		if sh.cut {
 			bad("stream %d: a cut waits in the world", sh.stream)
+		}
+		if sh.fast.Load() != slices.Contains(a.held, sh) {
+			bad("stream %d: fast is %v, held by the world %v", sh.stream, sh.fast.Load(), slices.Contains(a.held, sh))
+		}
+		if sh.cold && sh.fast.Load() {
+			bad("the cold shard is fast")
 		}
 		for i := range sh.free {
 			if f := sh.free[i].front; f != nil && (f.allocated || f.indexed || f.listed || f.recorded || f.unmapped || f.eventCount != 0 || f.requested != 0) {
