@@ -16,6 +16,7 @@ package allocator
 
 import (
 	"math/bits"
+	"slices"
 
 	"github.com/gpumem/gpumem/allocator/internal/peaks"
 	"github.com/gpumem/gpumem/device"
@@ -338,13 +339,14 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 				v += base.pool[col].Value()
 				all += base.pool[0].Value() + base.pool[1].Value()
 			}
+			r := statRow(row, 0)
 			if v > s.pool[col].Limit() {
 				s.pool[col].SetLimit(v)
-				a.peaks.Sole(statRow(row, col), v)
+				a.peaks.Sole(r+col, v)
 			}
 			if all > s.allLim {
 				s.allLim = all
-				a.peaks.Sole(statRow(row, qAll), all)
+				a.peaks.Sole(r+qAll, all)
 			}
 		}
 		return
@@ -375,6 +377,9 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 // when and why): their operations, kept as the shards' cutOp, are counted
 // by the peaks' Cut in the order of the shards.
 func (a *Allocator) cutsLocked() {
+	if !slices.ContainsFunc(a.shards, func(sh *shard) bool { return sh.cut }) {
+		return
+	}
 	cs, ops := a.cutChanges[:0], a.cutOps[:0]
 	for _, sh := range a.shards {
 		if sh.cut {
@@ -382,9 +387,6 @@ func (a *Allocator) cutsLocked() {
 			cs = sh.cutOp.changes(cs)
 			ops = append(ops, peaks.Op{Part: sh.id, Changes: cs[n:]})
 		}
-	}
-	if len(ops) == 0 {
-		return
 	}
 	from := 0 // cs may have moved as it grew: each operation takes its part of the last
 	for i := range ops {
