@@ -31,7 +31,7 @@ import (
 //     does), they equal the reserved bytes. This assumes the allocator is
 //     the device's only user.
 //
-// It takes the allocator's lock and walks every block: use it in tests and
+// It takes every lock of the allocator (the world) and walks every block: use it in tests and
 // debugging, not on a hot path.
 func (a *Allocator) CheckInvariants() error {
 	a.lockAll()
