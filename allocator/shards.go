@@ -138,7 +138,7 @@ func (a *Allocator) unlockAll() {
 	for _, sh := range a.shards {
 		want := fast && !sh.cut && !sh.cold
 		if want && !sh.activeImplied {
-			sh.refreshImplied() // exceed may have cleared it
+			sh.refreshImplied() // a limit set by the peaks may have cleared it (shardParts.SetLimit)
 		}
 		if sh.fast.Load() != want {
 			sh.fast.Store(want)
