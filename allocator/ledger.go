@@ -129,17 +129,19 @@ func (a *Allocator) blockAllocatedLocked(x *freeIndex, b *block, splitBlocks, sp
 // longer allocated, but stays active until its free completes.
 func (a *Allocator) freeRequestedLocked(x *freeIndex, b *block) {
 	st := &x.sh.st
-	st[stats.Allocation].drop(x.k, 1)
-	st[stats.AllocatedBytes].drop(x.k, int64(b.size))
+	st[stats.Allocation].pool[x.k&1].Drop(1)
+	st[stats.AllocatedBytes].pool[x.k&1].Drop(int64(b.size))
 	if b.size >= a.rule.maxSplit {
-		st[oversizeA].drop(qSmall, 1)
+		st[oversizeA].pool[qSmall].Drop(1)
 	}
 	// Active (allocation + pending) stays as it is: the block is pending.
 	st[stats.Active].pool[x.k].Carry(1)
 	st[stats.ActiveBytes].pool[x.k].Carry(int64(b.size))
 	x.sh.activeImplied = false
 	if a.phased {
-		x.sh.ph[b.phase].sub(int64(b.size))
+		c := &x.sh.ph[b.phase]
+		c.bytes.Drop(int64(b.size))
+		c.blocks.Drop(1)
 	}
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: a.phases[b.phase].name})
@@ -156,20 +158,22 @@ func (a *Allocator) freeRequestedLocked(x *freeIndex, b *block) {
 func (a *Allocator) blockFreedLocked(x *freeIndex, b *block, requested bool, splitBlocks, splitBytes int64) {
 	k, st, size := x.k, &x.sh.st, int64(b.size)
 	if requested {
-		st[stats.Allocation].drop(k, 1)
-		st[stats.AllocatedBytes].drop(k, size)
+		st[stats.Allocation].pool[k&1].Drop(1)
+		st[stats.AllocatedBytes].pool[k&1].Drop(size)
 		if b.size >= a.rule.maxSplit {
-			st[oversizeA].drop(qSmall, 1)
+			st[oversizeA].pool[qSmall].Drop(1)
 		}
 		if a.phased {
-			x.sh.ph[b.phase].sub(size)
+			c := &x.sh.ph[b.phase]
+			c.bytes.Drop(size)
+			c.blocks.Drop(1)
 		}
 	} else { // it was pending: active (allocation + pending) falls with pending
-		st[stats.Active].drop(k, 1)
-		st[stats.ActiveBytes].drop(k, size)
+		st[stats.Active].pool[k&1].Drop(1)
+		st[stats.ActiveBytes].pool[k&1].Drop(size)
 		x.sh.refreshImplied()
 	}
-	st[stats.RequestedBytes].drop(k, int64(b.requested))
+	st[stats.RequestedBytes].pool[k&1].Drop(int64(b.requested))
 	if splitBlocks > 0 || splitBytes > 0 {
 		over := st[stats.InactiveSplit].move(k, splitBlocks)
 		over = st[stats.InactiveSplitBytes].move(k, splitBytes) || over
@@ -273,9 +277,6 @@ func (s *shardCounts) move(k int, n int64) bool {
 	return false
 }
 
-// drop subtracts n > 0 from pool k.
-func (s *shardCounts) drop(k int, n int64) { s.pool[k&1].Drop(n) }
-
 // increase adds n > 0 to quantity row, pool k of shard sh.
 func (a *Allocator) increase(sh *shard, row, k int, n int64) {
 	if sh.st[row].bump(k, n) {
@@ -286,7 +287,7 @@ func (a *Allocator) increase(sh *shard, row, k int, n int64) {
 }
 
 // decrease subtracts n > 0 from quantity row, pool k of shard sh.
-func (sh *shard) decrease(row, k int, n int64) { sh.st[row].drop(k, n) }
+func (sh *shard) decrease(row, k int, n int64) { sh.st[row].pool[k&1].Drop(n) }
 
 // add counts a block of n bytes handed out and reports whether a limit is
 // passed.
@@ -295,12 +296,6 @@ func (c *phaseCount) add(n int64) bool {
 	c.blocks.increases++
 	over := c.bytes.Bump(n)
 	return c.blocks.Bump(1) || over
-}
-
-// sub counts a block of n bytes freed by its caller.
-func (c *phaseCount) sub(n int64) {
-	c.bytes.Drop(n)
-	c.blocks.Drop(1)
 }
 
 // exceedRows runs after an operation d, on pool k of shard sh, passed a
