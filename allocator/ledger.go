@@ -330,7 +330,7 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 			s := &sh.st[row]
 			v, all := s.pool[col].Value(), s.pool[0].Value()+s.pool[1].Value()
 			if d := derivedFrom[row]; d != 0 {
-				base := &sh.st[(d-1)%numRows]
+				base := &sh.st[uint(d-1)%uint(numRows)]
 				v += base.pool[col].Value()
 				all += base.pool[0].Value() + base.pool[1].Value()
 			}
