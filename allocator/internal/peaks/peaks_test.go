@@ -41,7 +41,7 @@ func newTable(rows int) *Table {
 
 func TestBumpReportsPassingTheLimit(t *testing.T) {
 	c := NewCount(5)
-	if c.Bump(0+1) != true || c.Value() != 6 {
+	if !c.Bump(1) || c.Value() != 6 {
 		t.Fatalf("a bump past the limit 5: value %d", c.Value())
 	}
 	c.SetLimit(10)
