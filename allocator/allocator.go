@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gpumem/gpumem/allocator/internal/deferred"
+	"github.com/gpumem/gpumem/allocator/internal/peaks"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/stats"
 )
@@ -62,7 +63,10 @@ type Allocator struct {
 	cold         *shard                          // the shard that the streams past maxShards share; nil until one comes
 	coldIdx      map[device.Stream]*[2]freeIndex // the free indexes of the cold shard's streams
 	segments     map[device.Ptr]*segment         // every segment by base address
-	gst          globalCounts                    // the peaks and the slow paths' counters; with the shards' counts, the stats, changed only through the ledger
+	gst          globalCounts                    // the slow paths' counters; with the shards' counts and the peaks, the stats, changed only through the ledger
+	peaks        peaks.Table                     // the peaks of the stats and phases (counters.go); with one shard changed under its lock too
+	cutChanges   []peaks.Change                  // scratch for cutsLocked
+	cutOps       []peaks.Op                      // scratch for cutsLocked
 
 	phases   []phaseInfo       // by phase id; 0 is the phase before any SetPhase
 	phaseIDs map[string]uint16 // phase ids by name
@@ -130,6 +134,7 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 		a.divisions = &d
 	}
 	a.eventDone = a.eventDoneLocked
+	a.peaksStarted()
 	a.def = a.newShard(device.DefaultStream)
 	a.shards = []*shard{a.def}
 	a.byID.Store(&[]*shard{a.def})
@@ -501,7 +506,7 @@ func (a *Allocator) Stats() stats.DeviceStats {
 func (a *Allocator) ResetPeakStats() {
 	a.lockAll()
 	defer a.unlockAll()
-	a.resetPeakLocked()
+	a.peaksResetLocked()
 }
 
 // ResetAccumulatedStats zeroes the cumulative sums and counters
@@ -509,7 +514,7 @@ func (a *Allocator) ResetPeakStats() {
 func (a *Allocator) ResetAccumulatedStats() {
 	a.lockAll()
 	defer a.unlockAll()
-	a.resetAccumulatedLocked()
+	a.accumulatedResetLocked()
 }
 
 // LargestFreeBlock returns the size of the largest cached free block.

@@ -13,26 +13,70 @@ import (
 )
 
 // CheckInvariants verifies the allocator's internal consistency and returns
-// an error describing every violation found, or nil:
+// an error describing every violation found (the first 20), or nil. It
+// checks:
 //
-//   - the blocks of every segment tile it exactly, in address order, with
-//     consistent prev/next links, the segment's head first;
-//   - no two neighbouring blocks of a segment are both free (free
-//     neighbours are always merged);
-//   - every free block is in its own pool's free index, and the index holds
-//     nothing else; every allocated block is in the address map under its
-//     address, and the map holds nothing else; every pending block has as
-//     many queued events as its event count;
-//   - every stat's current value equals a count over the blocks
-//     (allocation, active, segment, inactive_split, their byte
-//     counterparts, requested bytes, oversize counts) and the reserved
-//     total;
+//   - segments: every segment is filed under its base address; its blocks
+//     tile it exactly, in address order, with consistent prev/next links,
+//     the segment's head first, each block of the segment's pool and
+//     stream and a multiple of 512 bytes; no two neighbouring blocks are
+//     both free, nor both unmapped (neighbours are always merged); an
+//     unmapped block is in an expandable segment, page aligned, in its
+//     pool's unmapped index and nowhere else; with the policy and
+//     expandable segments, every segment's page is its pool's;
+//   - blocks and their indexes: every free block is in the free index of
+//     its stream and pool, once, where a lookup finds it, marked indexed,
+//     and the indexes hold nothing else; every allocated block is in its
+//     shard's address table and nowhere else, without events; every
+//     pending block has as many queued events as its event count; the
+//     unmapped indexes hold exactly the
+//     unmapped blocks; stream uses are kept only for allocated, recorded
+//     blocks;
+//   - the free indexes: each is of the kind its stream and pool call for
+//     (size buckets, large buckets and a tree, or a tree), and its own
+//     structure checks out (heaps, bitmaps, tables, tree order and
+//     fill); a pending split is consistent; the index counts its segments
+//     and is its pool's owner when it has some; the list of wholly free
+//     segments holds exactly them;
+//   - shards: the shards of their own are in stream order, the default
+//     stream's among them, the cold shard (if any) last, at most
+//     maxShards of their own; a stream is either in a shard of its own or
+//     in the cold shard; the lock-free copies (the single shard, the list
+//     by stream, the list by id) match the shards; no cut waits; a fast
+//     shard is one whose lock the world holds, and the cold shard is
+//     never fast;
+//     the block structs kept for the next split are unused;
+//   - routes: kept exactly when there are two shards or more; their owners
+//     are every chunk of every segment's memory (mapped pages for
+//     expandable segments) and nothing else; the lock-free table holds
+//     exactly those chunks, and a lookup finds each chunk's shard, or
+//     none for a chunk of several shards;
+//   - stats: every shard's current value of every stat equals a count
+//     over its blocks (allocation, active, segment, reserved bytes,
+//     inactive_split, their byte counterparts, requested bytes, oversize
+//     counts) and is not negative;
+//   - limits and peaks: for every row of the peaks (every stat in every
+//     pool column and all, and while blocks are counted by phase the
+//     bytes and blocks of every phase), every shard's value is within its
+//     limit, and the limits add up to at most the peak, which is at least
+//     the total; the all peak of a stat is at most the sum of its pool
+//     peaks; a shard whose active counts are taken to follow its
+//     allocation counts (activeImplied) has nothing pending and active
+//     limits at least its allocation limits;
+//   - phases: the current phase and every allocated block's phase are
+//     phases; the peaks have two rows per phase exactly while blocks are
+//     counted by phase, and then every shard's count of a phase's bytes
+//     and blocks equals its allocated blocks of that phase;
+//   - the low_fragmentation policy: every lent block is allocated and
+//     recorded on the stream that borrowed it, no block is being lent
+//     outside Alloc, and with expandable segments reserved bytes are at
+//     most the policy's high-water mark;
 //   - when the device reports its own bytes in use (the simulated device
 //     does), they equal the reserved bytes. This assumes the allocator is
 //     the device's only user.
 //
-// It takes the allocator's lock and walks every block: use it in tests and
-// debugging, not on a hot path.
+// It takes every lock of the allocator (the world) and walks every block:
+// use it in tests and debugging, not on a hot path.
 func (a *Allocator) CheckInvariants() error {
 	a.lockAll()
 	defer a.unlockAll()
@@ -291,13 +335,13 @@ func (a *Allocator) checkLocked() error {
 			case oversizeS:
 				w = want.OversizeSegments
 			}
-			for k, c := range sh.st[row].pool {
+			for k := range sh.st[row].pool {
 				if row < int(stats.NumMetrics) {
 					w = want.Of(stats.Metric(row))[statPool(k)]
 				} else if k == qLarge {
 					w = stats.Stat{}
 				}
-				if v := sh.value(row, k); v != w.Current || c.cur < 0 {
+				if v := sh.value(row, k); v != w.Current || sh.st[row].pool[k].Value() < 0 {
 					bad("stat %s of stream %d, %s: current is %d, blocks say %d", rowName(row), sh.stream, statPool(k), v, w.Current)
 				}
 			}
@@ -404,37 +448,47 @@ func rowName(row int) string {
 	return stats.Metric(row).String()
 }
 
-// checkPeaksLocked checks the peaks and limits: every shard's value is
-// within its limit, the limits add up to at most the peak, the all peak
-// is at most the sum of the pool peaks, and a shard whose active counts
-// are taken to follow its allocation counts (activeImplied) may have them
-// follow.
+// checkPeaksLocked checks the peaks and limits: the invariants of every
+// row of the peaks (the peaks package: every shard's value is within its
+// limit, and the limits add up to at most the peak, which is at least the
+// total), for the stats' rows and the phases' alike; the all peak of a
+// stat is at most the sum of its pool peaks; and a shard whose active
+// counts are taken to follow its allocation counts (activeImplied) may
+// have them follow.
 func (a *Allocator) checkPeaksLocked(bad func(string, ...any)) {
 	for _, sh := range a.shards {
 		if sh.activeImplied && !sh.impliedNow() {
 			bad("stream %d: active is taken to follow allocation, but blocks are pending or its limits are lower", sh.stream)
 		}
 	}
-	for row := range numRows {
-		for k := range numQ {
-			var total, lims int64
-			for _, sh := range a.shards {
-				v, lim := sh.value(row, k), *sh.limit(row, k)
-				if v > lim {
-					bad("stat %s of stream %d, column %d: %d is above its limit %d", rowName(row), sh.stream, k, v, lim)
-				}
-				total += v
-				lims += lim
-			}
-			peak := a.gst.peak[row][k]
-			if lims > peak || total > peak {
-				bad("stat %s, column %d: peak %d is below the total %d or the sum of the limits %d", rowName(row), k, peak, total, lims)
-			}
+	ids := *a.byID.Load()
+	a.peaks.Check(a.parts(), func(r, p int, msg string) {
+		where := a.rowNameLocked(r)
+		if p >= 0 && p < len(ids) {
+			where += fmt.Sprintf(" of stream %d", ids[p].stream)
 		}
-		if p := a.gst.peak[row]; p[qAll] > p[qSmall]+p[qLarge] {
-			bad("stat %s: the all peak %d is above the sum of the pool peaks", rowName(row), p[qAll])
+		bad("%s: %s", where, msg)
+	})
+	for row := range numRows {
+		pk := func(k int) int64 { return a.peaks.Peak(statRow(row, k)) }
+		if pk(qAll) > pk(qSmall)+pk(qLarge) {
+			bad("stat %s: the all peak %d is above the sum of the pool peaks", rowName(row), pk(qAll))
 		}
 	}
+}
+
+// rowNameLocked names a row of the peaks: a stat and its column, or a
+// phase's bytes or blocks.
+func (a *Allocator) rowNameLocked(r int) string {
+	if r < numStatRows {
+		return fmt.Sprintf("stat %s, column %d", rowName(r/numQ), r%numQ)
+	}
+	id, j := (r-numStatRows)/2, (r-numStatRows)%2
+	name := fmt.Sprintf("phase %d", id)
+	if id < len(a.phases) {
+		name = fmt.Sprintf("phase %q", a.phases[id].name)
+	}
+	return name + [2]string{" bytes", " blocks"}[j]
 }
 
 // checkShardsLocked checks the shards' bookkeeping: the lock-free copies of
@@ -460,6 +514,14 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 	for _, sh := range a.shards {
 		if sh.cut {
 			bad("stream %d: a cut waits in the world", sh.stream)
+		}
+		// A shard held may have left fast since (a fast path that left a
+		// cut while lockAll waited for its lock); one not held cannot be.
+		if sh.fast.Load() && !slices.Contains(a.held, sh) {
+			bad("stream %d is fast, but the world does not hold its lock", sh.stream)
+		}
+		if sh.cold && sh.fast.Load() {
+			bad("the cold shard is fast")
 		}
 		for i := range sh.free {
 			if f := sh.free[i].front; f != nil && (f.allocated || f.indexed || f.listed || f.recorded || f.unmapped || f.eventCount != 0 || f.requested != 0) {

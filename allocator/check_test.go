@@ -48,14 +48,34 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			a.increase(a.def, int(stats.ReservedBytes), qSmall, 2*mib)
 		}},
 		{"a count above its limit", "above its limit", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			a.def.st[stats.Allocation].pool[qLarge].lim = 0
+			a.def.st[stats.Allocation].pool[qLarge].SetLimit(0)
 		}},
 		{"a peak below the limits", "is below the total", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			a.gst.peak[stats.ActiveBytes][qAll] = 0
+			a.def.st[stats.ActiveBytes].allLim++ // with one shard, the limit is the peak
+		}},
+		{"a phase's count above its limit", `phase "fwd" bytes of stream 0: 3145728 is above its limit 0`, func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			a.SetPhase("fwd")
+			_, _ = a.Alloc(3*mib, 0)
+			a.def.ph[1].bytes.SetLimit(0)
+		}},
+		{"a phase without its rows of the peaks", "the peaks have", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			a.SetPhase("fwd")
+			a.phases = append(a.phases, phaseInfo{name: "bwd"})
+		}},
+		{"a phase's count that drifted", "blocks say", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			a.SetPhase("fwd")
+			a.def.ph[0].blocks.Carry(1)
+		}},
+		{"the cold shard fast", "the cold shard is fast", func(a *Allocator, dev *sim.Device, _ device.Ptr) {
+			for range maxShards {
+				s, _ := dev.NewStream()
+				_, _ = a.Alloc(512, s)
+			}
+			a.cold.fast.Store(true)
 		}},
 		{"active taken to follow allocation while a block is pending", "taken to follow allocation", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			a.def.st[stats.Active].pool[qLarge].cur++ // a pending block, as the stats see it
-			a.def.st[stats.Allocation].pool[qLarge].cur--
+			a.def.st[stats.Active].pool[qLarge].Carry(1) // a pending block, as the stats see it
+			a.def.st[stats.Allocation].pool[qLarge].Carry(-1)
 			a.def.activeImplied = true
 		}},
 		{"a pending split whose front is not its front", "whose split is pending", func(a *Allocator, _ *sim.Device, _ device.Ptr) {

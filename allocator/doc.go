@@ -68,17 +68,20 @@
 //     first (the queue of allocator/internal/deferred, shared with
 //     allocator/host).
 //   - counters (counters.go): the stats, kept per shard and pool, with
-//     per-shard limits that keep the peaks of their totals exact; changed
-//     only by the ledger (ledger.go): one method per state change (segment
+//     per-shard limits that keep the peaks of their totals exact: the
+//     peaks are the rows of one table of allocator/internal/peaks, whose
+//     parts are the shards. Values, limits and peaks are changed only by
+//     the ledger (ledger.go): one method per state change (segment
 //     allocated or freed, pages mapped or unmapped, block handed out, free
 //     requested, free completed, out of memory, retry, synchronize-all)
-//     updates the stats and notifies the observers together.
-//   - phases (phases.go): the phase names, the current phase (every block
-//     carries the phase it was handed out in) and each phase's peaks; once
-//     a second phase is named, every shard counts its blocks' bytes and
-//     number by phase, with limits as for the other stats. Steps keep the
-//     counts of live blocks by (phase, requested size) at each boundary,
-//     for Leaks.
+//     updates the stats and notifies the observers together, and the
+//     ledger settles the cuts and resets.
+//   - phases (phases.go): the phase names and the current phase (every
+//     block carries the phase it was handed out in); once a second phase
+//     is named, every shard counts its blocks' bytes and number by phase,
+//     and each phase's peaks are two more rows of the same table. Steps
+//     keep the counts of live blocks by (phase, requested size) at each
+//     boundary, for Leaks.
 //
 // The files follow the ladders: allocator.go holds the public methods;
 // sizes.go the constants, the rounding, the segment sizes and the split
@@ -88,9 +91,9 @@
 // garbage collection); streams.go RecordStream and deferred frees;
 // expandable.go expandable segments; shards.go and routes.go the shards
 // and their locking; index.go, buckets.go, large.go and tree.go the free
-// indexes; counters.go and phases.go the stats; check.go the invariant
-// checker; policy.go, policy_grow.go and policy_streams.go the opt-in
-// low_fragmentation policy (its own section below).
+// indexes; counters.go, ledger.go and phases.go the stats; check.go the
+// invariant checker; policy.go, policy_grow.go and policy_streams.go the
+// opt-in low_fragmentation policy (its own section below).
 //
 // # Allocation ladder (Alloc)
 //
@@ -192,9 +195,11 @@
 //   - A shard's fields, and the blocks of its segments, are guarded by its
 //     lock; the world guards them too.
 //   - Everything else (the segments map, the pools' unmapped indexes and
-//     owners, the events queue, observers, configuration, peaks, the shard
-//     list, the phases, the policy's state) is changed only in the world,
-//     so a goroutine holding any one shard's lock may read it. Methods
+//     owners, the events queue, observers, configuration, the shard list,
+//     the phases, the policy's state) is changed only in the world, so a
+//     goroutine holding any one shard's lock may read it. The peaks too,
+//     but while there is one shard, whose limits are the peaks: its lock
+//     guards them, and its fast path raises them. Methods
 //     whose names end in Locked expect the locks of what they touch held:
 //     their shard's for those the fast paths call (takeLocked,
 //     finishFreeLocked, the ledger's block methods, policyFitLocked), the
@@ -225,13 +230,13 @@
 //     one takes mu first.
 //   - Stats: a fast path whose counts pass a shard's limit (a possible new
 //     peak, of a stat or of its block's phase) marks a cut and leaves; the
-//     cut (cutsLocked, phaseCutsLocked) runs in the world before anything
-//     else, computes the totals and raises the peaks. The stats follow the
-//     order in which the operations took their locks, where an operation
-//     that needed a cut counts at its cut, a moment before it returns:
-//     every peak, the "all" peaks and the phases' included, is that
-//     order's (counters.go, shards.go, phases.go). For one goroutine that
-//     is the order of its calls.
+//     cut (cutsLocked, with the peaks' Cut) runs in the world before
+//     anything else, computes the totals and raises the peaks. The stats
+//     follow the order in which the operations took their locks, where an
+//     operation that needed a cut counts at its cut, a moment before it
+//     returns: every peak, the "all" peaks and the phases' included, is
+//     that order's (shards.go, allocator/internal/peaks). For one
+//     goroutine that is the order of its calls.
 //   - Observers are called in the world; out-of-memory observers after it
 //     is left. There is no background goroutine: pending frees are
 //     completed by the calls above.

@@ -62,7 +62,7 @@ type SiteBytes struct {
 
 // SiteReporter is an Observer that records call stacks and can say which
 // call sites hold the most memory; an out-of-memory error lists them. It is
-// called with the allocator's lock held, like Observe.
+// called with the allocator's locks held, like Observe.
 type SiteReporter interface {
 	Observer
 	LargestSites(n int) []SiteBytes
@@ -71,7 +71,7 @@ type SiteReporter interface {
 // LeakReporter is an Observer that records call stacks and can group the
 // allocations by call site for leak detection: Allocator.Leaks returns its
 // report (ok true) instead of grouping by phase. It is called with the
-// allocator's lock held, like Observe.
+// allocator's locks held, like Observe.
 type LeakReporter interface {
 	Observer
 	Leaks() (leaks []stats.Leak, ok bool)
@@ -136,7 +136,7 @@ func (e *OutOfMemoryError) Is(target error) bool { return target == device.ErrOu
 // Unwrap returns the device's error, if any.
 func (e *OutOfMemoryError) Unwrap() error { return e.Err }
 
-// OnOutOfMemory registers f to be called, outside the allocator's lock and
+// OnOutOfMemory registers f to be called, outside the allocator's locks and
 // in the goroutine that called Alloc, each time Alloc returns an
 // out-of-memory error. It returns a function that unregisters f.
 func (a *Allocator) OnOutOfMemory(f func(*OutOfMemoryError)) (remove func()) {

@@ -28,15 +28,16 @@ import (
 // phase, whose counts are then those of allocation and allocated_bytes
 // (all pools), and nothing more is counted. From the second phase on
 // (Allocator.phased), each shard counts its blocks' bytes and number per
-// phase (shard.ph), as it counts the other stats, and each phase's peaks
-// are kept as the other peaks are (counters.go): per-shard limits that add
-// up to at most the peak, passed only by a change that may make a new
-// peak, which then raises it (with one shard), or raises it in the world
-// (exceedPhaseLocked), or waits for a cut that counts the operations
-// waiting for it one after another (phaseCutsLocked). So the phase stats
-// are exact under concurrency as the others are: the peaks are those of
-// the order the stats follow (doc.go, Locking), for one goroutine the
-// order of its calls.
+// phase (shard.ph), as it counts the other stats, and each phase's bytes
+// and blocks are two rows of the peaks (phaseRow), kept by the same
+// machinery as the other stats' (counters.go, the peaks package):
+// per-shard limits that add up to at most the peak, passed only by a
+// change that may make a new peak, which then raises it (with one shard),
+// or raises it in the world, or waits for a cut that counts the
+// operations waiting for it one after another. So the phase stats are
+// exact under concurrency as the others are: the peaks are those of the
+// order the stats follow (doc.go, Locking), for one goroutine the order
+// of its calls.
 //
 // Steps: MarkStep marks a step boundary (the start of a training step or
 // of a request). At each boundary the allocator counts the allocated
@@ -49,33 +50,17 @@ const (
 	otherPhase = "(other phases)"
 )
 
-// phaseInfo is one phase's name and peaks (of bytes, of blocks). Changed
-// in the world, or, with one shard, under its lock (raisePhasePeaks).
+// phaseInfo is one phase: its name. (Its peaks are rows of the peaks,
+// phaseRow, while blocks are counted by phase.)
 type phaseInfo struct {
 	name string
-	peak [2]int64
 }
 
 // phaseCount is one phase's counts on one shard: the bytes and the number
-// of its allocated blocks, with their limits (see count).
+// of its allocated blocks, with their limits (see count); the ledger
+// changes them (add, sub).
 type phaseCount struct {
 	bytes, blocks count
-}
-
-// add counts a block of n bytes handed out and reports whether a limit is
-// passed.
-func (c *phaseCount) add(n int64) bool {
-	c.bytes.cur += n
-	c.bytes.alloc += n
-	c.blocks.cur++
-	c.blocks.alloc++
-	return c.bytes.cur > c.bytes.lim || c.blocks.cur > c.blocks.lim
-}
-
-// sub counts a block of n bytes freed by its caller.
-func (c *phaseCount) sub(n int64) {
-	c.bytes.cur -= n
-	c.blocks.cur--
 }
 
 // of returns the bytes (j = 0) or blocks (j = 1) count.
@@ -150,139 +135,13 @@ func (a *Allocator) phaseIDLocked(name string) uint16 {
 		}
 	}
 	if !a.phased {
-		a.startPhasesLocked()
+		a.phasesStartedLocked()
 	}
 	id := uint16(len(a.phases))
 	a.phases = append(a.phases, phaseInfo{name: name})
 	a.phaseIDs[name] = id
+	a.phaseAddedLocked()
 	return id
-}
-
-// startPhasesLocked starts counting by phase, when a second phase is
-// named: every block so far is of the first phase, whose counts on each
-// shard are its allocation and allocated_bytes counts, with limits at
-// their current values, and whose peaks are theirs.
-func (a *Allocator) startPhasesLocked() {
-	for _, sh := range a.shards {
-		c := sh.phaseCount(0)
-		for j, row := range [2]stats.Metric{stats.AllocatedBytes, stats.Allocation} {
-			var n count
-			for _, p := range sh.st[row].pool {
-				n.cur += p.cur
-				n.alloc += p.alloc
-				n.base += p.base
-			}
-			n.lim = n.cur
-			*c.of(j) = n
-		}
-	}
-	a.phases[0].peak = [2]int64{a.gst.peak[stats.AllocatedBytes][qAll], a.gst.peak[stats.Allocation][qAll]}
-	a.phased = true
-}
-
-// raisePhasePeaks raises the limits of phase id of sh, the one shard,
-// that a change passed, and the peaks with them: with one shard the
-// limits are the peaks.
-func (a *Allocator) raisePhasePeaks(sh *shard, id uint16) {
-	c := &sh.ph[id]
-	for j := range 2 {
-		if n := c.of(j); n.cur > n.lim {
-			n.lim = n.cur
-			a.phases[id].peak[j] = n.cur
-		}
-	}
-}
-
-// exceedPhaseLocked runs in the world when sh's counts of phase id may
-// have passed their limits: as exceed does for the other stats, it raises
-// the peak to the total if the total passed it and gives the shard a
-// limit it is within again.
-func (a *Allocator) exceedPhaseLocked(sh *shard, id uint16) {
-	c := sh.peekPhase(id)
-	if c == nil {
-		return
-	}
-	for j := range 2 {
-		if c.of(j).cur <= c.of(j).lim {
-			continue
-		}
-		peak := &a.phases[id].peak[j]
-		var total, others int64
-		for _, o := range a.shards {
-			if oc := o.peekPhase(id); oc != nil {
-				total += oc.of(j).cur
-				if o != sh {
-					others += oc.of(j).lim
-				}
-			}
-		}
-		*peak = max(*peak, total)
-		if others+c.of(j).cur > *peak {
-			others = 0
-			for _, o := range a.shards {
-				if oc := o.peekPhase(id); oc != nil && o != sh {
-					oc.of(j).lim = oc.of(j).cur
-					others += oc.of(j).cur
-				}
-			}
-		}
-		c.of(j).lim = *peak - others
-	}
-}
-
-// phaseCutsLocked does for the phases what cutsLocked does for the other
-// stats: it counts the waiting operations' changes of their phases one
-// after another, in the order of the shards, from the state before them,
-// raising the phases' peaks.
-func (a *Allocator) phaseCutsLocked(waiting []*shard) {
-	for i, sh := range waiting {
-		d := &sh.cutOp
-		if !d.phased || slices.ContainsFunc(waiting[:i], func(o *shard) bool { return o.cutOp.phased && o.cutOp.phase == d.phase }) {
-			continue // no phase, or its phase was counted with an earlier one
-		}
-		id := d.phase
-		for j := range 2 {
-			var total int64
-			for _, o := range a.shards {
-				if oc := o.peekPhase(id); oc != nil {
-					total += oc.of(j).cur
-				}
-			}
-			for _, o := range waiting {
-				if o.cutOp.phased && o.cutOp.phase == id {
-					total -= o.cutOp.ph[j]
-				}
-			}
-			peak := &a.phases[id].peak[j]
-			for _, o := range waiting {
-				if o.cutOp.phased && o.cutOp.phase == id {
-					total += o.cutOp.ph[j]
-					*peak = max(*peak, total)
-				}
-			}
-		}
-	}
-}
-
-// resetPhasePeaksLocked makes every phase's peaks its totals and every
-// shard's limits its counts (ResetPeakStats).
-func (a *Allocator) resetPhasePeaksLocked() {
-	if !a.phased {
-		return
-	}
-	for id := range a.phases {
-		var total [2]int64
-		for _, o := range a.shards {
-			if oc := o.peekPhase(uint16(id)); oc != nil {
-				for j := range 2 {
-					n := oc.of(j)
-					n.lim = n.cur
-					total[j] += n.cur
-				}
-			}
-		}
-		a.phases[id].peak = total
-	}
 }
 
 // phaseStatsLocked returns the bytes and blocks of phase id as stats.
@@ -299,13 +158,13 @@ func (a *Allocator) phaseStatsLocked(id uint16) (bytes, blocks stats.Stat) {
 		if oc := o.peekPhase(id); oc != nil {
 			for j := range 2 {
 				n := oc.of(j)
-				out[j].Current += n.cur
-				out[j].Allocated += n.alloc
-				out[j].Freed += n.alloc - n.cur + n.base
+				out[j].Current += n.Value()
+				out[j].Allocated += n.increases
+				out[j].Freed += n.decreases(n.Value(), n.increases)
 			}
 		}
 	}
-	out[0].Peak, out[1].Peak = a.phases[id].peak[0], a.phases[id].peak[1]
+	out[0].Peak, out[1].Peak = a.peaks.Peak(phaseRow(id, 0)), a.peaks.Peak(phaseRow(id, 1))
 	return out[0], out[1]
 }
 
@@ -391,11 +250,11 @@ type PhaseBytes struct {
 	Bytes uint64
 }
 
-// checkPhasesLocked adds the phases' invariants to CheckInvariants: while
-// blocks are counted by phase, every shard's count of a phase equals its
-// allocated blocks of that phase, is within its limit, and the limits
-// add up to at most the peak, which is at least the total; every block's
-// phase is a phase.
+// checkPhasesLocked adds the phases' invariants to CheckInvariants: the
+// current phase and every block's phase are phases; while blocks are
+// counted by phase, every shard's count of a phase equals its allocated
+// blocks of that phase, and the peaks have two rows per phase (their
+// limits and peaks are checked with the other rows, checkPeaksLocked).
 func (a *Allocator) checkPhasesLocked(bad func(format string, args ...any)) {
 	if a.phase >= uint16(len(a.phases)) {
 		bad("the current phase %d is not a phase", a.phase)
@@ -416,16 +275,22 @@ func (a *Allocator) checkPhasesLocked(bad func(format string, args ...any)) {
 			want[sh] = w
 		})
 	}
+	rows := numStatRows
+	if a.phased {
+		rows += 2 * len(a.phases)
+	}
+	if a.peaks.Rows() != rows {
+		bad("the peaks have %d rows, want %d (phases counted: %v, %d phases)", a.peaks.Rows(), rows, a.phased, len(a.phases))
+	}
 	if !a.phased {
 		return
 	}
 	for id := range a.phases {
 		for j := range 2 {
-			var total, lims int64
 			for _, sh := range a.shards {
-				var v, lim, w int64
+				var v, w int64
 				if c := sh.peekPhase(uint16(id)); c != nil {
-					v, lim = c.of(j).cur, c.of(j).lim
+					v = c.of(j).Value()
 				}
 				if ws := want[sh]; id < len(ws) {
 					w = ws[id][j]
@@ -433,14 +298,6 @@ func (a *Allocator) checkPhasesLocked(bad func(format string, args ...any)) {
 				if v != w {
 					bad("phase %q of stream %d: count %d is %d, blocks say %d", a.phases[id].name, sh.stream, j, v, w)
 				}
-				if v > lim {
-					bad("phase %q of stream %d: count %d is %d, above its limit %d", a.phases[id].name, sh.stream, j, v, lim)
-				}
-				total += v
-				lims += lim
-			}
-			if peak := a.phases[id].peak[j]; total > peak || lims > peak {
-				bad("phase %q: peak %d of count %d is below the total %d or the sum of the limits %d", a.phases[id].name, peak, j, total, lims)
 			}
 		}
 	}

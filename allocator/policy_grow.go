@@ -82,7 +82,7 @@ func (a *Allocator) policyGrowLocked(x *freeIndex, size uint64) (*block, error) 
 			return nil, errOverCap
 		}
 	}
-	requested, peak := a.totalLocked(stats.RequestedBytes), uint64(a.gst.peak[stats.RequestedBytes][qAll])
+	requested, peak := a.totalLocked(stats.RequestedBytes), uint64(a.peaks.Peak(statRow(int(stats.RequestedBytes), qAll)))
 	limit := max(pol.hwm, uint64((1+pol.slack)*float64(max(requested+size, peak))))
 	if r := a.reservedLocked(); pol.reclaim && r+pl.n > limit {
 		a.reclaimLocked(x, r+pl.n-limit, pl.u, true)

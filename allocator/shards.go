@@ -49,13 +49,14 @@ type shard struct {
 	// the allocation limits, so an Alloc within its allocation limits is
 	// within its active limits (see count).
 	activeImplied bool
-	// fast: Alloc and Free may run under mu alone: no stream event is
-	// pending, garbage collection and the policy are off, no observer is
-	// attached and no cut waits. Set by the world as it leaves, cleared
-	// by the world or by the fast path that leaves a cut, as its last
-	// write before unlocking; read under mu (lockAll reads it to know
-	// which locks to take). Atomic: the world may change it without the
-	// lock of a shard that is not fast (see lockAll).
+	// fast: Alloc and Free may run under mu alone: the world found them
+	// able to (fastLocked: no stream event pending, garbage collection
+	// off, the policy off or this the only shard, no observer attached),
+	// no cut waits, and the shard is not the cold one. Set by the world
+	// as it leaves, cleared by the world or by the fast path that leaves
+	// a cut, as its last write before unlocking; read under mu (lockAll
+	// reads it to know which locks to take). Atomic: the world may change
+	// it without the lock of a shard that is not fast (see lockAll).
 	fast atomic.Bool
 	// cut: a change of the shard's counts passed a limit while other
 	// shards exist, and its peaks wait for the world (cutsLocked); cutOp
@@ -98,8 +99,8 @@ func (a *Allocator) fastLocked() bool {
 	return !a.gcActive && (a.pol == nil || len(a.shards) == 1) && a.events.Len() == 0 && len(a.observers) == 0
 }
 
-// lockAll takes the world: the allocator's lock, then the lock of every
-// shard that is fast, in the order of a.shards (by stream, the cold shard
+// lockAll takes the world: the allocator's own lock (Allocator.mu), then
+// the lock of every shard that is fast, in the order of a.shards (by stream, the cold shard
 // last). Every method but the fast paths of Alloc and Free runs in the
 // world. On the way in it settles the cuts that shards left waiting.
 //
@@ -110,11 +111,12 @@ func (a *Allocator) fastLocked() bool {
 // the world that finds it not fast sees all that path did (the atomic
 // load follows the store). The world's cost is then that of the shards
 // that can run alone: with events pending, garbage collection, the
-// policy or observers, no shard is fast and the world is one lock.
+// policy with several shards, or observers, no shard is fast and the
+// world is one lock.
 //
 // Deadlock: a fast path holds one shard lock and takes no other lock
-// while holding it, and every taker of more than one lock takes the
-// allocator's lock first, so no two goroutines wait for each other.
+// while holding it, and every taker of more than one lock takes
+// Allocator.mu first, so no two goroutines wait for each other.
 func (a *Allocator) lockAll() {
 	a.mu.Lock()
 	for _, sh := range a.shards {
@@ -136,7 +138,7 @@ func (a *Allocator) unlockAll() {
 	for _, sh := range a.shards {
 		want := fast && !sh.cut && !sh.cold
 		if want && !sh.activeImplied {
-			sh.refreshImplied() // exceed may have cleared it
+			sh.refreshImplied() // a limit set by the peaks may have cleared it (shardParts.SetLimit)
 		}
 		if sh.fast.Load() != want {
 			sh.fast.Store(want)
@@ -150,12 +152,14 @@ func (a *Allocator) unlockAll() {
 	a.mu.Unlock()
 }
 
-// cutsLocked settles the peaks that shards left waiting: their
-// operations passed a limit while they ran under their lock alone. With
-// every lock held, it counts those operations one after another, in the
-// order of the shards, from the state before any of them: each
-// quantity's total over the shards after each raises its peak if it
-// passes it. Then the limits are handed out anew (exceed).
+// Cuts. An Alloc or Free that runs under its shard's lock alone while
+// other shards exist, and whose counts pass one of the shard's limits,
+// cannot reach the other shards' counts: it marks a cut (shard.cut, its
+// change in shard.cutOp) and clears fast, and then takes the world
+// (settleCut), whose lockAll settles every waiting cut first
+// (cutsLocked, in the ledger): with every lock held, the peaks' Cut counts
+// those operations one after another, in the order of the shards, from
+// the state before any of them, and hands out new limits.
 //
 // The order the stats follow: every Alloc and Free counts at the moment
 // it holds its shard's lock, or the world, except one whose counts passed
@@ -167,53 +171,7 @@ func (a *Allocator) unlockAll() {
 // Between two moments of the world, the shards' changes stay within their
 // limits, whose sum is at most the peak, so every interleaving of them
 // stays at or below the peak, and the peaks are those of this order
-// exactly.
-func (a *Allocator) cutsLocked() {
-	var waiting []*shard
-	for _, sh := range a.shards {
-		if sh.cut {
-			waiting = append(waiting, sh)
-		}
-	}
-	if len(waiting) == 0 {
-		return
-	}
-	for row := range numRows {
-		for k := range numQ {
-			var total int64
-			for _, sh := range a.shards {
-				total += sh.value(row, k)
-			}
-			for _, sh := range waiting {
-				total -= sh.cutOp.of(row, k) // the state before the waiting operations
-			}
-			peak := &a.gst.peak[row][k]
-			for _, sh := range waiting {
-				if d := sh.cutOp.of(row, k); d > 0 {
-					total += d
-					*peak = max(*peak, total)
-				} else {
-					total += d
-				}
-			}
-		}
-	}
-	a.phaseCutsLocked(waiting)
-	for _, sh := range waiting {
-		sh.cut = false
-		for row := range numRows {
-			for k := range numQ {
-				if sh.value(row, k) > *sh.limit(row, k) {
-					a.exceed(sh, row, k)
-				}
-			}
-		}
-		if d := &sh.cutOp; d.phased {
-			a.exceedPhaseLocked(sh, d.phase)
-		}
-		sh.refreshImplied()
-	}
-}
+// exactly (the peaks package).
 
 // settleCut takes and leaves the world to settle a cut that sh left
 // waiting (unless another world operation settled it first).

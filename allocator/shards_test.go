@@ -265,7 +265,7 @@ func TestRoutesMatchModel(t *testing.T) {
 }
 
 // TestCutsOfTwoWaitingOperations: two operations on two shards pass their
-// limits while a third party holds the allocator's lock, so both leave a
+// limits while a third party holds Allocator.mu, so both leave a
 // cut waiting and one cut settles both. Their changes to allocated bytes
 // and to inactive split bytes go opposite ways; the peaks must be those
 // of one order of the two (the order of the shards: the alloc, then the
@@ -299,7 +299,7 @@ func TestCutsOfTwoWaitingOperations(t *testing.T) {
 }
 
 // allocAndFreeIntoOneCut runs Alloc(q) and Free(bx) on the default
-// stream in two goroutines while the test holds the allocator's lock, so
+// stream in two goroutines while the test holds Allocator.mu, so
 // that both operations pass a limit and wait for one cut (waiting tells
 // a shard whose operation waits); then it lets the cut settle them and
 // waits for both.

@@ -14,7 +14,7 @@
 // # Model
 //
 // A Reporter is an allocator.Observer. The allocator calls its Observe
-// with the allocator's lock held, for every action: there it only counts,
+// with the allocator's locks held, for every action: there it only counts,
 // in a few arithmetic operations under a mutex of its own. It follows
 // allocated bytes (alloc and free_requested actions) and reserved bytes
 // (segment_alloc, segment_free, segment_map, segment_unmap actions) from
@@ -23,7 +23,7 @@
 // boundaries (MarkStep) and notes when a memory line is due. It never
 // logs, reads the allocator or blocks in Observe: a slow log handler, or
 // one that reads the allocator (which would deadlock), must not run under
-// the allocator's lock.
+// the allocator's locks.
 //
 // The logging happens outside the lock, in the caller's goroutine, when
 // the caller asks: Step marks a step boundary (the allocator's MarkStep)

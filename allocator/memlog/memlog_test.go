@@ -1,6 +1,6 @@
 // This file tests the Reporter: memory lines every N steps, peaks with
 // their phase and step, the limits on peaks, out-of-memory records, and
-// that nothing is logged under the allocator's lock.
+// that nothing is logged under the allocator's locks.
 
 package memlog
 
@@ -396,7 +396,7 @@ func TestExpandableReservedPeak(t *testing.T) {
 }
 
 // lockProbe is a handler that reads the allocator while handling a
-// record: were records handled under the allocator's lock, it would
+// record: were records handled under the allocator's locks, it would
 // deadlock.
 type lockProbe struct {
 	slog.Handler

@@ -15,7 +15,7 @@
 // # Model
 //
 // A Collector holds no state of its own: Collect calls Stats() on each
-// allocator (a copy taken under the allocator's lock, held briefly) and
+// allocator (a copy taken under the allocator's locks, held briefly) and
 // turns the copy into constant metrics, so a scrape sees one consistent
 // snapshot per device and costs the allocator what one Stats call costs.
 // A Manager's devices appear once they are first used.

@@ -40,7 +40,7 @@ const unknownCategory = "unknown"
 // the block was allocated before history was recorded). Frames and the
 // frame lists of equal stacks are one shared object in the pickle.
 func (h *History) WriteSnapshot(w io.Writer, a *allocator.Allocator) error {
-	// a.Snapshot takes the allocator's lock, which Observe holds while it
+	// a.Snapshot takes the allocator's locks, which are held while Observe
 	// takes h.mu: read the segments before locking h.
 	segments := a.Snapshot()
 	var active uint64

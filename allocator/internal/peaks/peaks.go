@@ -1,0 +1,289 @@
+// Package peaks keeps exact peaks of quantities that several parts count
+// at once, each part under a lock of its own.
+//
+// # Model
+//
+// A Table has rows, numbered from 0. A row is one quantity: the sum of
+// the values that its parts hold. (In the allocator a part is a shard,
+// one stream's share of the state, guarded by its own lock; a row is one
+// stat in one pool column, or the bytes or blocks of one phase.) The
+// row's peak is the highest value that sum reached, the operations taken
+// one after another in the serial order described below.
+//
+// Each part keeps, per row, a Count: its value and a limit, how high the
+// value may rise without the part looking at the others. The limits of a
+// row add up to at most its peak. So while no part passes its limit,
+// every interleaving of the parts' changes keeps the row's total at or
+// below its peak: the peak cannot change, and no part needs to know what
+// the others hold.
+//
+// # Invariants
+//
+// For every row r and every part p, value(p, r) <= limit(p, r), and the
+// limits of r over all parts add up to at most peak(r); so the total of r
+// is at most peak(r). With one part, its limit is the peak. Table.Check
+// reports every break of these.
+//
+// # Operations
+//
+//   - Count.Bump: a part adds n > 0 to its value and learns whether the
+//     value passed its limit: then a new peak is possible, and the part
+//     must run Exceed or leave its operation waiting for a Cut.
+//   - Count.Drop and Count.Carry: a part lowers its value, or moves value
+//     between two of its counts whose rows' totals the move leaves
+//     unchanged. Neither can pass a limit.
+//   - Table.Exceed: part p passed its limit of row r. The row's total
+//     over every part raises the peak if it passes it, and p gets a new
+//     limit it is within again: the peak less the other parts' limits;
+//     when those leave too little room, they shrink to their values.
+//   - Table.Sole: Exceed with one part, whose limit is the peak: the peak
+//     becomes its value.
+//   - Table.Cut: operations that passed a limit while their parts ran
+//     alone (Op) are counted one after another, in the order given, from
+//     the state before any of them; each raises the peaks of the rows it
+//     increased if the totals after it pass them. Then every row an
+//     operation changed is Exceeded.
+//   - Table.ResetPeaks: every peak becomes its row's total, every limit
+//     its part's value.
+//
+// # Concurrency
+//
+// Neither type locks: the caller's locks guard them. A part's Counts are
+// guarded by the part's lock; Bump, Drop and Carry run under it. The
+// Table, and the limits of every part, change only with every part's
+// lock held (Exceed, Cut, ResetPeaks, AddRow, Check and the Parts they
+// call), with one exception: while there is one part, its lock alone
+// guards the Table, and Sole runs under it.
+//
+// # The serial order
+//
+// The peaks are those of this order: an operation whose changes stayed
+// within its part's limits counts at the moment it held its part's lock;
+// one that ran with every lock held counts then; one that passed a limit
+// under its part's lock alone counts at the Cut that settles it, among
+// the operations waiting for that Cut in the order the Cut is given them.
+// That is a true order of the operations only if a part that left an
+// operation waiting runs no other before the Cut (the caller's rule), so
+// that nothing can see the waiting operation's work before it counts.
+// Between two moments when every lock is held, the changes that stay
+// within the limits keep every total at or below the peak, whatever their
+// interleaving, so the peaks are exactly those of the order.
+package peaks
+
+import "fmt"
+
+// Count is one part's count of one row: its value and its limit. The zero
+// Count is a zero value with a zero limit.
+type Count struct {
+	cur, lim int64
+}
+
+// NewCount returns a Count of value v whose limit is v (a new row's count,
+// whose peak is at least the sum of its parts' values).
+func NewCount(v int64) Count { return Count{cur: v, lim: v} }
+
+// Bump adds n > 0 to the value and reports whether it passed the limit.
+func (c *Count) Bump(n int64) bool {
+	c.cur += n
+	return c.cur > c.lim
+}
+
+// Drop subtracts n > 0 from the value.
+func (c *Count) Drop(n int64) { c.cur -= n }
+
+// Carry adds n, of either sign, to the value without checking the limit:
+// for a change that an opposite change of another count of the same part
+// cancels in the total of every row the peaks track.
+func (c *Count) Carry(n int64) { c.cur += n }
+
+// Value returns the value.
+func (c *Count) Value() int64 { return c.cur }
+
+// Limit returns the limit.
+func (c *Count) Limit() int64 { return c.lim }
+
+// SetLimit sets the limit; it runs as Exceed, Sole or ResetPeaks says.
+func (c *Count) SetLimit(lim int64) { c.lim = lim }
+
+// Parts is how a Table sees the parts of its rows, with every part's lock
+// held: parts 0 to Len()-1, each with a value and a limit per row. Where
+// a part keeps its counts, and how a row's value is computed from them,
+// is the caller's.
+type Parts interface {
+	Len() int
+	Value(p, r int) int64
+	Limit(p, r int) int64
+	SetLimit(p, r int, lim int64)
+}
+
+// Table holds the peaks of its rows. The zero Table has no rows.
+type Table struct {
+	peak []int64
+}
+
+// Change is what one operation changed in one row.
+type Change struct {
+	Row   int
+	Delta int64
+}
+
+// Op is an operation that part Part left waiting for a cut, and what it
+// changed; each row appears once in Changes.
+type Op struct {
+	Part    int
+	Changes []Change
+}
+
+// Rows returns the number of rows.
+func (t *Table) Rows() int { return len(t.peak) }
+
+// Peak returns the peak of row r.
+func (t *Table) Peak(r int) int64 { return t.peak[r] }
+
+// AddRow adds a row whose peak is peak and returns its number. The
+// parts' limits of the new row must add up to at most peak.
+func (t *Table) AddRow(peak int64) int {
+	t.peak = append(t.peak, peak)
+	return len(t.peak) - 1
+}
+
+// Sole runs, while the Table has one part, when that part's value v of
+// row r passed its limit, which is the peak: v is the new peak. The
+// caller sets the part's limit to v.
+func (t *Table) Sole(r int, v int64) { t.peak[r] = v }
+
+// Exceed runs, with every part's lock held, when part p's value of row r
+// may have passed its limit. If it did, the row's total raises the peak
+// if it passes it, and p gets the limit peak less the other parts'
+// limits, which p's value is within; when the others' limits leave too
+// little room, each shrinks to its part's value first.
+func (t *Table) Exceed(ps Parts, p, r int) {
+	v := ps.Value(p, r)
+	if v <= ps.Limit(p, r) {
+		return
+	}
+	n := ps.Len()
+	var total, others int64
+	for o := range n {
+		total += ps.Value(o, r)
+		if o != p {
+			others += ps.Limit(o, r)
+		}
+	}
+	peak := max(t.peak[r], total)
+	t.peak[r] = peak
+	if others+v > peak {
+		others = 0
+		for o := range n {
+			if o != p {
+				w := ps.Value(o, r)
+				ps.SetLimit(o, r, w)
+				others += w
+			}
+		}
+	}
+	ps.SetLimit(p, r, peak-others)
+}
+
+// Cut settles ops, with every part's lock held: the operations that
+// passed a limit while their parts ran alone, whose changes are already
+// in the parts' values. It counts them one after another in the order of
+// ops, from the state before any of them: after each, the total of every
+// row it increased raises the row's peak if it passes it. Then it runs
+// Exceed for every row each operation changed.
+func (t *Table) Cut(ps Parts, ops []Op) {
+	n := ps.Len()
+	for i := range ops {
+		for j, c := range ops[i].Changes {
+			r := c.Row
+			if mentions(ops[:i], ops[i].Changes[:j], r) {
+				continue // counted with the operation that names it first
+			}
+			var total int64
+			for p := range n {
+				total += ps.Value(p, r)
+			}
+			for k := range ops {
+				total -= ops[k].delta(r) // the state before the operations
+			}
+			peak := t.peak[r]
+			for k := range ops {
+				d := ops[k].delta(r)
+				total += d
+				if d > 0 {
+					peak = max(peak, total)
+				}
+			}
+			t.peak[r] = peak
+		}
+	}
+	for _, op := range ops {
+		for _, c := range op.Changes {
+			t.Exceed(ps, op.Part, c.Row)
+		}
+	}
+}
+
+// delta returns op's change of row r.
+func (op *Op) delta(r int) int64 {
+	for _, c := range op.Changes {
+		if c.Row == r {
+			return c.Delta
+		}
+	}
+	return 0
+}
+
+// mentions reports whether row r is among the changes of ops or cs.
+func mentions(ops []Op, cs []Change, r int) bool {
+	for _, c := range cs {
+		if c.Row == r {
+			return true
+		}
+	}
+	for i := range ops {
+		for _, c := range ops[i].Changes {
+			if c.Row == r {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ResetPeaks makes every row's peak its total and every part's limit its
+// value (the start after a reset of the peaks), with every part's lock
+// held.
+func (t *Table) ResetPeaks(ps Parts) {
+	n := ps.Len()
+	for r := range t.peak {
+		var total int64
+		for p := range n {
+			v := ps.Value(p, r)
+			ps.SetLimit(p, r, v)
+			total += v
+		}
+		t.peak[r] = total
+	}
+}
+
+// Check calls bad for every break of the invariants, with every part's
+// lock held: a part's value above its limit (part p), a peak below its
+// row's total or the sum of its limits (part -1).
+func (t *Table) Check(ps Parts, bad func(r, p int, msg string)) {
+	n := ps.Len()
+	for r := range t.peak {
+		var total, lims int64
+		for p := range n {
+			v, lim := ps.Value(p, r), ps.Limit(p, r)
+			if v > lim {
+				bad(r, p, fmt.Sprintf("%d is above its limit %d", v, lim))
+			}
+			total += v
+			lims += lim
+		}
+		if peak := t.peak[r]; total > peak || lims > peak {
+			bad(r, -1, fmt.Sprintf("peak %d is below the total %d or the sum of the limits %d", peak, total, lims))
+		}
+	}
+}

@@ -1,0 +1,301 @@
+package peaks
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// grid is a Parts whose counts are kept by part, then row.
+type grid [][]Count
+
+func newGrid(parts, rows int) grid {
+	g := make(grid, parts)
+	for p := range g {
+		g[p] = make([]Count, rows)
+	}
+	return g
+}
+
+func (g grid) Len() int                     { return len(g) }
+func (g grid) Value(p, r int) int64         { return g[p][r].Value() }
+func (g grid) Limit(p, r int) int64         { return g[p][r].Limit() }
+func (g grid) SetLimit(p, r int, lim int64) { g[p][r].SetLimit(lim) }
+
+// broken returns what Check reports, one line per break.
+func broken(t *Table, ps Parts) string {
+	var out []string
+	t.Check(ps, func(r, p int, msg string) { out = append(out, fmt.Sprintf("row %d part %d: %s", r, p, msg)) })
+	return strings.Join(out, "\n")
+}
+
+func newTable(rows int) *Table {
+	t := &Table{}
+	for range rows {
+		t.AddRow(0)
+	}
+	return t
+}
+
+func TestBumpReportsPassingTheLimit(t *testing.T) {
+	c := NewCount(5)
+	if !c.Bump(1) || c.Value() != 6 {
+		t.Fatalf("a bump past the limit 5: value %d", c.Value())
+	}
+	c.SetLimit(10)
+	if c.Bump(4) || c.Value() != 10 {
+		t.Fatalf("a bump to the limit 10 passed it: value %d", c.Value())
+	}
+	c.Drop(3)
+	c.Carry(-2)
+	c.Carry(1)
+	if c.Value() != 6 || c.Limit() != 10 {
+		t.Fatalf("value %d, limit %d; want 6 and 10", c.Value(), c.Limit())
+	}
+}
+
+// TestExceedShrinksTheOthers: part 0 passes its limit by more than the
+// other's limit leaves room for: the peak rises to the total and the
+// other's limit shrinks to its value.
+func TestExceedShrinksTheOthers(t *testing.T) {
+	tab := newTable(1)
+	g := newGrid(2, 1)
+	g[0][0], g[1][0] = NewCount(5), NewCount(1)
+	g[1][0].SetLimit(5)
+	tab.peak[0] = 10
+	if !g[0][0].Bump(6) {
+		t.Fatal("11 did not pass the limit 5")
+	}
+	tab.Exceed(g, 0, 0)
+	if tab.Peak(0) != 12 || g.Limit(0, 0) != 11 || g.Limit(1, 0) != 1 {
+		t.Fatalf("peak %d, limits %d and %d; want 12, 11 and 1", tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0))
+	}
+	if s := broken(tab, g); s != "" {
+		t.Fatal(s)
+	}
+	// A part within its limit changes nothing.
+	tab.Exceed(g, 1, 0)
+	if tab.Peak(0) != 12 || g.Limit(1, 0) != 1 {
+		t.Fatal("Exceed of a part within its limit changed the peak or its limit")
+	}
+}
+
+// TestExceedKeepsTheOthersWithRoom: the others' limits leave room: they
+// stay, and the part gets the rest of the peak.
+func TestExceedKeepsTheOthersWithRoom(t *testing.T) {
+	tab := newTable(1)
+	g := newGrid(2, 1)
+	g[0][0], g[1][0] = NewCount(0), NewCount(0)
+	g[1][0].SetLimit(3)
+	tab.peak[0] = 20
+	g[0][0].Bump(4)
+	tab.Exceed(g, 0, 0)
+	if tab.Peak(0) != 20 || g.Limit(0, 0) != 17 || g.Limit(1, 0) != 3 {
+		t.Fatalf("peak %d, limits %d and %d; want 20, 17 and 3", tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0))
+	}
+}
+
+// TestCutCountsInTheGivenOrder: two waiting operations change one row in
+// opposite ways; the peak is that of their order in the cut, not of their
+// sum.
+func TestCutCountsInTheGivenOrder(t *testing.T) {
+	for _, c := range []struct {
+		first int
+		want  int64
+	}{{0, 14}, {1, 10}} {
+		tab := newTable(1)
+		g := newGrid(2, 1)
+		g[1][0] = NewCount(4)
+		tab.peak[0] = 4
+		g[0][0].Bump(10) // part 0: +10, past its limit 0
+		g[1][0].Drop(4)  // part 1: -4
+		ops := []Op{{Part: 0, Changes: []Change{{0, 10}}}, {Part: 1, Changes: []Change{{0, -4}}}}
+		if c.first == 1 {
+			ops[0], ops[1] = ops[1], ops[0]
+		}
+		tab.Cut(g, ops)
+		if tab.Peak(0) != c.want {
+			t.Errorf("part %d first: peak %d, want %d", c.first, tab.Peak(0), c.want)
+		}
+		if s := broken(tab, g); s != "" {
+			t.Error(s)
+		}
+	}
+}
+
+func TestResetPeaks(t *testing.T) {
+	tab := newTable(2)
+	g := newGrid(2, 2)
+	g[0][0].Bump(7)
+	g[1][1].Bump(3)
+	tab.Exceed(g, 0, 0)
+	tab.Exceed(g, 1, 1)
+	g[0][0].Drop(5)
+	tab.ResetPeaks(g)
+	if tab.Peak(0) != 2 || tab.Peak(1) != 3 || g.Limit(0, 0) != 2 || g.Limit(1, 0) != 0 {
+		t.Fatalf("peaks %d %d, limits %d %d; want 2 3 2 0", tab.Peak(0), tab.Peak(1), g.Limit(0, 0), g.Limit(1, 0))
+	}
+}
+
+// TestCheckReportsEachBreak breaks each invariant and requires Check to
+// name it.
+func TestCheckReportsEachBreak(t *testing.T) {
+	tab := newTable(1)
+	g := newGrid(2, 1)
+	g[0][0].Bump(3)
+	tab.Exceed(g, 0, 0)
+	if s := broken(tab, g); s != "" {
+		t.Fatal(s)
+	}
+	g[1][0].Carry(1)
+	if s := broken(tab, g); !strings.Contains(s, "part 1: 1 is above its limit 0") || !strings.Contains(s, "peak 3 is below the total 4") {
+		t.Fatalf("a value above its limit: %q", s)
+	}
+	g[1][0].Carry(-1)
+	g[1][0].SetLimit(1)
+	if s := broken(tab, g); !strings.Contains(s, "part -1: peak 3 is below the total 3 or the sum of the limits 4") {
+		t.Fatalf("limits above the peak: %q", s)
+	}
+}
+
+// TestSoleIsExceedOfOnePart: with one part, Sole and setting the limit to
+// the value do what Exceed does.
+func TestSoleIsExceedOfOnePart(t *testing.T) {
+	a, b := newTable(1), newTable(1)
+	ga, gb := newGrid(1, 1), newGrid(1, 1)
+	for _, n := range []int64{3, -2, 5, 1, -6, 9} {
+		for _, g := range []grid{ga, gb} {
+			if n > 0 {
+				g[0][0].Bump(n)
+			} else {
+				g[0][0].Drop(-n)
+			}
+		}
+		a.Exceed(ga, 0, 0)
+		if v := gb.Value(0, 0); v > gb.Limit(0, 0) {
+			gb[0][0].SetLimit(v)
+			b.Sole(0, v)
+		}
+		if a.Peak(0) != b.Peak(0) || ga.Limit(0, 0) != gb.Limit(0, 0) || a.Peak(0) != ga.Limit(0, 0) {
+			t.Fatalf("after %d: Exceed gives peak %d limit %d, Sole %d and %d", n, a.Peak(0), ga.Limit(0, 0), b.Peak(0), gb.Limit(0, 0))
+		}
+	}
+}
+
+// TestPeaksAreThoseOfASerialOrder runs random interleavings of
+// operations on parts that run alone (Bump, Drop; one that passes a limit
+// waits for a cut, or, with one part, runs Sole), operations with every
+// lock held (Exceed), cuts and peak resets. At every moment all locks are
+// held, the peaks must equal those of the serial order the package
+// promises: an operation within its limits counts when it ran, one in
+// the world when it ran, a waiting one at its cut, in the cut's order.
+// The invariants must hold then too.
+func TestPeaksAreThoseOfASerialOrder(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		nParts := rapid.IntRange(1, 4).Draw(t, "parts")
+		nRows := rapid.IntRange(1, 3).Draw(t, "rows")
+		tab := newTable(nRows)
+		g := newGrid(nParts, nRows)
+		waiting := make([]*Op, nParts)
+		// The serial order's totals and peaks.
+		totals, peaks := make([]int64, nRows), make([]int64, nRows)
+		count := func(cs []Change) {
+			for _, c := range cs {
+				totals[c.Row] += c.Delta
+				peaks[c.Row] = max(peaks[c.Row], totals[c.Row])
+			}
+		}
+		draw := func(label string) []Change {
+			var cs []Change
+			for r := range nRows {
+				if d := rapid.Int64Range(-4, 6).Draw(t, label); d != 0 {
+					cs = append(cs, Change{r, d})
+				}
+			}
+			return cs
+		}
+		apply := func(p int, cs []Change) (passed bool) {
+			for _, c := range cs {
+				if c.Delta > 0 {
+					passed = g[p][c.Row].Bump(c.Delta) || passed
+				} else {
+					g[p][c.Row].Drop(-c.Delta)
+				}
+			}
+			return passed
+		}
+		// world takes every lock: the waiting operations are settled
+		// first, in the order of the parts, and the state is checked.
+		world := func() {
+			var ops []Op
+			for p, op := range waiting {
+				if op != nil {
+					ops = append(ops, *op)
+					count(op.Changes)
+					waiting[p] = nil
+				}
+			}
+			if len(ops) > 0 {
+				tab.Cut(g, ops)
+			}
+			for r := range nRows {
+				var sum int64
+				for p := range nParts {
+					sum += g.Value(p, r)
+				}
+				if sum != totals[r] || tab.Peak(r) != peaks[r] {
+					t.Fatalf("row %d: total %d, peak %d; the serial order's are %d and %d", r, sum, tab.Peak(r), totals[r], peaks[r])
+				}
+			}
+			if s := broken(tab, g); s != "" {
+				t.Fatal(s)
+			}
+		}
+		steps := rapid.IntRange(1, 60).Draw(t, "steps")
+		for range steps {
+			switch rapid.IntRange(0, 9).Draw(t, "kind") {
+			case 0, 1, 2, 3, 4, 5: // an operation under its part's lock alone
+				p := rapid.IntRange(0, nParts-1).Draw(t, "part")
+				if waiting[p] != nil {
+					world() // a part whose operation waits runs no other: the next takes the world
+				}
+				cs := draw("delta")
+				if !apply(p, cs) {
+					count(cs)
+					continue
+				}
+				if nParts == 1 { // the one part raises its limits and the peaks itself
+					for _, c := range cs {
+						if v := g.Value(0, c.Row); v > g.Limit(0, c.Row) {
+							g[0][c.Row].SetLimit(v)
+							tab.Sole(c.Row, v)
+						}
+					}
+					count(cs)
+					continue
+				}
+				waiting[p] = &Op{Part: p, Changes: cs}
+			case 6, 7: // an operation in the world
+				world()
+				p := rapid.IntRange(0, nParts-1).Draw(t, "part")
+				cs := draw("delta")
+				apply(p, cs)
+				count(cs)
+				for _, c := range cs {
+					tab.Exceed(g, p, c.Row)
+				}
+				world()
+			case 8: // a reset of the peaks
+				world()
+				tab.ResetPeaks(g)
+				copy(peaks, totals)
+				world()
+			case 9:
+				world()
+			}
+		}
+		world()
+	})
+}

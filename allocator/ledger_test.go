@@ -1,0 +1,59 @@
+package allocator
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestOnlyTheLedgerWrites checks the ledger's promise (ledger.go) on the
+// package's source: outside ledger.go, no file calls a method of the peaks
+// package that changes a count's value or limit or a peak, nor assigns a
+// count's cumulative sums or the limit of an all column.
+func TestOnlyTheLedgerWrites(t *testing.T) {
+	writers := map[string]bool{"Bump": true, "Drop": true, "Carry": true, "SetLimit": true, "AddRow": true, "Sole": true, "Exceed": true, "Cut": true, "ResetPeaks": true}
+	fields := map[string]bool{"allLim": true, "increases": true, "base": true}
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	files := 0
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || name == "ledger.go" {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files++
+		field := func(x ast.Expr) {
+			if sel, ok := x.(*ast.SelectorExpr); ok && fields[sel.Sel.Name] {
+				t.Errorf("%s: assigns %s outside the ledger", fset.Position(sel.Pos()), sel.Sel.Name)
+			}
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.CallExpr:
+				if sel, ok := n.Fun.(*ast.SelectorExpr); ok && writers[sel.Sel.Name] {
+					t.Errorf("%s: calls %s outside the ledger", fset.Position(sel.Pos()), sel.Sel.Name)
+				}
+			case *ast.AssignStmt:
+				for _, x := range n.Lhs {
+					field(x)
+				}
+			case *ast.IncDecStmt:
+				field(n.X)
+			}
+			return true
+		})
+	}
+	if files < 10 {
+		t.Fatalf("read %d files of the package", files)
+	}
+}
