@@ -3,6 +3,7 @@ package estimate
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"testing"
 )
 
@@ -211,4 +212,30 @@ func TestGPT2InferenceComposition(t *testing.T) {
 	tokens := int64(4 * 512)
 	want := 124_439_808*4 + 12*tokens*3*768*4 + tokens*50257*4
 	within(t, "peak allocated", r.Sim.PeakAllocated, want+2*int64(tokens*768*4), 0.02)
+}
+
+// A bare parameter count costs the same to simulate however large it is:
+// it was divided into tensors of 64 Mi parameters, so that 100 trillion
+// made 1.5 million tensors and the runtime died past 2.6 GB. Past 4,096
+// tensors the tensors grow instead, and the weights, gradients and
+// optimizer state still add up to the count.
+func TestBareCountIsBounded(t *testing.T) {
+	var before, after runtime.MemStats
+	for _, p := range []int64{2e12, 1e14, MaxParameters} {
+		pl := Plan{Params: p, Capacity: MaxDevice}
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		r, err := pl.Estimate()
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > 32<<20 {
+			t.Fatalf("%d parameters: the estimate allocated %d bytes", p, n)
+		}
+		// fp32 AdamW: 4 bytes of weights, 4 of gradients, 8 of state.
+		if r.Breakdown.Weights != min(4*p, 1<<62) || r.Breakdown.Optimizer != min(8*p, 1<<62) {
+			t.Errorf("%d parameters: weights %d, optimizer state %d", p, r.Breakdown.Weights, r.Breakdown.Optimizer)
+		}
+	}
 }
