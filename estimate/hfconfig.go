@@ -88,9 +88,8 @@ func ParseConfig(data []byte) (Model, error) {
 		return Model{}, c.err
 	}
 	if missing := c.missing(shapeKeys[m.Family]); len(missing) > 0 {
-		return Model{}, fmt.Errorf("config: no %s: a config.json of the %s family gives the model's shape with %s "+
-			"(is this the model's config.json, not a generation_config.json or tokenizer_config.json?)",
-			strings.Join(missing, ", "), typ, strings.Join(shapeKeys[m.Family], ", "))
+		return Model{}, fmt.Errorf("config: no %s: a %s config.json gives the model's shape "+
+			"(a generation_config.json or tokenizer_config.json does not)", strings.Join(missing, ", "), typ)
 	}
 	if name, ok := raw["_name_or_path"].(string); ok && name != "" {
 		m.Name = name
