@@ -41,8 +41,9 @@ const (
 	// DefaultMaxPickleSize is the largest pickle ReadSnapshot reads when
 	// SnapshotOptions.MaxSize is 0: 1 GiB, counted after decompression.
 	DefaultMaxPickleSize = 1 << 30
-	// DefaultMaxPickleMemory bounds the values ReadSnapshot builds when
-	// SnapshotOptions.MaxMemory is 0: 1 GiB.
+	// DefaultMaxPickleMemory bounds the values ReadSnapshot decodes and
+	// what it imports from them when SnapshotOptions.MaxMemory is 0:
+	// 1 GiB.
 	DefaultMaxPickleMemory = 1 << 30
 
 	// maxPickleDepth bounds the marks open at once (MARK pushes one,

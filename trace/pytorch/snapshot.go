@@ -24,8 +24,9 @@ type SnapshotOptions struct {
 	// MaxSize is the largest pickle to read, in bytes after
 	// decompression; 0 means DefaultMaxPickleSize (1 GiB).
 	MaxSize int64
-	// MaxMemory bounds the memory of the values decoded from the pickle,
-	// in bytes; 0 means DefaultMaxPickleMemory (1 GiB).
+	// MaxMemory bounds the memory of the values decoded from the pickle
+	// and of what the import builds from them, together, in bytes; 0
+	// means DefaultMaxPickleMemory (1 GiB).
 	MaxMemory int64
 }
 
