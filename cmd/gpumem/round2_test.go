@@ -176,3 +176,15 @@ func TestHistoryNeedsSnapshot(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "--history needs --snapshot")
 }
+
+// estimate --config quotes at most about 100 bytes of a path or a value:
+// a long path gave about 900 bytes (the message cut in its middle).
+func TestEstimateConfigMessageShort(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.json")
+	writeFile(t, path, `{"model_type": "llama", "hidden_size": "`+strings.Repeat("x", 1<<20)+`"}`)
+	for _, arg := range []string{strings.Repeat("x", 100_000), path} {
+		_, errOut, code := runCmd(t, "estimate", "--config", arg)
+		assert.Equal(t, 2, code)
+		assert.Less(t, len(errOut), 300, "%q", errOut)
+	}
+}
