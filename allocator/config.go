@@ -11,6 +11,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/gpumem/gpumem/internal/quote"
 )
 
 // EnvVar is the environment variable that ConfigFromEnv reads. Its syntax is
@@ -204,17 +206,17 @@ func ParseConf(s string) (Config, error) {
 	for !p.done() {
 		key := p.next()
 		if isSep(key) {
-			return Config{}, p.errorf("expected a key, found %q", key)
+			return Config{}, p.errorf("expected a key, found %s", quote.Quote(key))
 		}
 		if err := p.expect(":"); err != nil {
-			return Config{}, fmt.Errorf("%w after key %q", err, key)
+			return Config{}, fmt.Errorf("%w after key %s", err, quote.Quote(key))
 		}
 		if err := p.parseKey(&c, key); err != nil {
 			return Config{}, err
 		}
 		if !p.done() {
 			if err := p.expect(","); err != nil {
-				return Config{}, fmt.Errorf("%w after the value of %q", err, key)
+				return Config{}, fmt.Errorf("%w after the value of %s", err, quote.Quote(key))
 			}
 		}
 	}
@@ -252,7 +254,7 @@ func (p *confParser) expect(tok string) error {
 		if got == "" {
 			return p.errorf("expected %q, found the end", tok)
 		}
-		return p.errorf("expected %q, found %q", tok, got)
+		return p.errorf("expected %q, found %s", tok, quote.Quote(got))
 	}
 	return nil
 }
@@ -277,7 +279,7 @@ func (p *confParser) uintValue(key string) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
 	if err != nil {
-		return 0, p.errorf("bad value %q for %q: want a non-negative integer", v, key)
+		return 0, p.errorf("bad value %s for %q: want a non-negative integer", quote.Quote(v), key)
 	}
 	return n, nil
 }
@@ -289,7 +291,7 @@ func (p *confParser) floatValue(key string) (float64, error) {
 	}
 	f, err := strconv.ParseFloat(v, 64)
 	if err != nil || math.IsNaN(f) {
-		return 0, p.errorf("bad value %q for %q: want a number", v, key)
+		return 0, p.errorf("bad value %s for %q: want a number", quote.Quote(v), key)
 	}
 	return f, nil
 }
@@ -305,7 +307,7 @@ func (p *confParser) boolValue(key string) (bool, error) {
 	case "False":
 		return false, nil
 	}
-	return false, p.errorf("bad value %q for %q: want True or False", v, key)
+	return false, p.errorf("bad value %s for %q: want True or False", quote.Quote(v), key)
 }
 
 func (p *confParser) mbValue(key string) (uint64, error) {
@@ -354,7 +356,7 @@ func (p *confParser) parseKey(c *Config, key string) error {
 	case "backend":
 		var v string
 		if v, err = p.value(key); err == nil && v != "native" {
-			return p.errorf("backend:%s is not supported: gpumem is the native caching allocator", v)
+			return p.errorf("backend:%s is not supported: gpumem is the native caching allocator", quote.Quote(v))
 		}
 	case "release_lock_on_cudamalloc", "release_lock_on_hipmalloc",
 		"pinned_use_cuda_host_register", "pinned_use_hip_host_register",
@@ -369,7 +371,7 @@ func (p *confParser) parseKey(c *Config, key string) error {
 		if ok, err := p.parsePolicyKey(c, key); ok {
 			return err
 		}
-		return p.errorf("unrecognized key %q", key)
+		return p.errorf("unrecognized key %s", quote.Quote(key))
 	}
 	return err
 }
@@ -405,7 +407,7 @@ func (p *confParser) parseRoundup(c *Config) error {
 			break
 		}
 		if tok == "" || isSep(tok) {
-			return p.errorf("%s: expected an interval or ']', found %q", key, tok)
+			return p.errorf("%s: expected an interval or ']', found %s", key, quote.Quote(tok))
 		}
 		if err := p.expect(":"); err != nil {
 			return fmt.Errorf("%w in %s", err, key)
@@ -424,7 +426,7 @@ func (p *confParser) parseRoundup(c *Config) error {
 		} else {
 			mb, err := strconv.ParseUint(tok, 10, 64)
 			if err != nil || mb == 0 || mb&(mb-1) != 0 {
-				return p.errorf("%s: interval %q must be a power of two (MiB)", key, tok)
+				return p.errorf("%s: interval %s must be a power of two (MiB)", key, quote.Quote(tok))
 			}
 			idx := bits.Len64(mb) - 1
 			if idx >= NumRoundupIntervals {
@@ -442,7 +444,7 @@ func (p *confParser) parseRoundup(c *Config) error {
 		if p.peek() == "," {
 			p.next()
 		} else if p.peek() != "]" {
-			return p.errorf("%s: expected ',' or ']', found %q", key, p.peek())
+			return p.errorf("%s: expected ',' or ']', found %s", key, quote.Quote(p.peek()))
 		}
 	}
 	c.RoundupPower2Divisions = table

@@ -108,6 +108,32 @@ func TestParseConfErrorsNameTheProblem(t *testing.T) {
 	}
 }
 
+// An error quotes at most about 100 bytes of the configuration, however
+// long the value, key or stray token it names (it repeated a 5 MB value
+// whole).
+func TestParseConfErrorsAreShort(t *testing.T) {
+	long := strings.Repeat("x", 5<<20)
+	for _, conf := range []string{
+		long + ":1",
+		"max_split_size_mb:" + long,
+		"garbage_collection_threshold:" + long,
+		"expandable_segments:" + long,
+		"backend:" + long,
+		"gpumem_policy:" + long,
+		"roundup_power2_divisions:[" + long + ":2]",
+		"roundup_power2_divisions:[256:2 " + long + "]",
+		"max_split_size_mb:64:" + long,
+		long,
+		"max_split_size_mb:64 " + long,
+		"expandable_segments:\x1b[31m" + strings.Repeat("\n", 1000),
+	} {
+		_, err := ParseConf(conf)
+		require.Error(t, err, conf[:40])
+		assert.Less(t, len(err.Error()), 400, "%.60s: %.300s", conf, err.Error())
+		assert.NotContains(t, err.Error(), "\x1b", "control characters are escaped")
+	}
+}
+
 func TestConfigFromEnv(t *testing.T) {
 	t.Setenv(EnvVar, "max_split_size_mb:256")
 	cfg, err := ConfigFromEnv()

@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/internal/quote"
 )
 
 // Policy selects how the allocator decides. The zero Policy is
@@ -294,7 +295,7 @@ func (p *confParser) parsePolicyKey(c *Config, key string) (ok bool, err error) 
 				return true, nil
 			}
 		}
-		return true, p.errorf("gpumem_policy:%s is not a policy: want faithful or low_fragmentation", v)
+		return true, p.errorf("gpumem_policy:%s is not a policy: want faithful or low_fragmentation", quote.Quote(v))
 	case "gpumem_large_page_mb":
 		var n uint64
 		if n, err = p.uintValue(key); err == nil {

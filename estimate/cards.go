@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/gpumem/gpumem/internal/quote"
 )
 
 // Card is an accelerator and its memory.
@@ -48,7 +50,7 @@ func LookupCard(name string) (Card, error) {
 	if i := slices.IndexFunc(cards, func(c Card) bool { return c.Name == n }); i >= 0 {
 		return cards[i], nil
 	}
-	return Card{}, fmt.Errorf("unknown card %q (want one of %s, or --capacity SIZE)", name, strings.Join(CardNames(), ", "))
+	return Card{}, fmt.Errorf("unknown card %s (want one of %s, or --capacity SIZE)", quote.Quote(name), strings.Join(CardNames(), ", "))
 }
 
 // CardNames returns the names of the known cards.

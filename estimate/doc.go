@@ -47,8 +47,12 @@
 // forward, loss, backward, optimizer step and zero_grad; two steps are run,
 // so that the second sees the optimizer state the first created. Inference
 // is the prefill of batch × seq tokens followed by decoding, with the
-// key/value cache. Nothing is ever listed whole: the stream is generated
-// layer by layer, and what stays in memory is what a real run keeps.
+// key/value cache; a generation longer than 1,536 tokens simulates its
+// first and last 512 steps and 512 evenly spaced steps between, each
+// growing the cache by the tokens it stands for, so that its cost does
+// not grow with its length. Nothing is ever listed whole: the stream is
+// generated layer by layer, and what stays in memory is what a real run
+// keeps.
 //
 // The same stream feeds two sinks: a counter, which gives the breakdown
 // (each category's high-water mark, and the high-water mark of their sum),

@@ -4,10 +4,14 @@ package estimate
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
+
+	"github.com/gpumem/gpumem/internal/quote"
 )
 
 // ParseConfig reads a Hugging Face transformers config.json of the llama,
@@ -18,10 +22,18 @@ import (
 // max_position_embeddings. vocab_size and tie_word_embeddings are read for
 // all; the dropout probabilities, hidden_act, biases and, for BERT, the
 // architecture (masked LM or sequence classification) too.
+//
+// The shape must be given: a config without the width, depth, heads, MLP
+// width (llama and bert families) or vocabulary of its family, such as
+// {}, null or a generation_config.json, is an error that names the
+// missing keys. Errors quote at most about 100 bytes of any value.
 func ParseConfig(data []byte) (Model, error) {
 	var raw map[string]any
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return Model{}, fmt.Errorf("config: not a JSON object: %v", err)
+	}
+	if raw == nil {
+		return Model{}, errors.New("config: the JSON is null, not an object of the model's settings")
 	}
 	c := hfConfig{raw: raw}
 	typ, _ := raw["model_type"].(string)
@@ -70,10 +82,14 @@ func ParseConfig(data []byte) (Model, error) {
 			ReturnsCache: c.bool("use_cache", true)}
 		m.Activation = c.activation("hidden_act", SiLU)
 	default:
-		return Model{}, fmt.Errorf("config: model_type %q is not supported (want llama, mistral, qwen2, gpt2 or bert)", typ)
+		return Model{}, fmt.Errorf("config: model_type %s is not supported (want llama, mistral, qwen2, gpt2 or bert)", quote.Quote(typ))
 	}
 	if c.err != nil {
 		return Model{}, c.err
+	}
+	if missing := c.missing(shapeKeys[m.Family]); len(missing) > 0 {
+		return Model{}, fmt.Errorf("config: no %s: a %s config.json gives the model's shape "+
+			"(a generation_config.json or tokenizer_config.json does not)", strings.Join(missing, ", "), typ)
 	}
 	if name, ok := raw["_name_or_path"].(string); ok && name != "" {
 		m.Name = name
@@ -87,6 +103,43 @@ func ParseConfig(data []byte) (Model, error) {
 	return m, nil
 }
 
+// shapeKeys are the keys a config.json of each family must give: its
+// shape, which no default can guess.
+var shapeKeys = map[Family][]string{
+	GPT2:  {"n_embd", "n_layer", "n_head", "vocab_size"},
+	BERT:  {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"},
+	Llama: {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"},
+}
+
+// missing returns the keys absent from the config or null there.
+func (c *hfConfig) missing(keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		if c.raw[k] == nil {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// describeJSON names a decoded JSON value for a message, quoting at most
+// about 100 bytes of it.
+func describeJSON(v any) string {
+	switch x := v.(type) {
+	case string:
+		return quote.Quote(x)
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	case bool:
+		return strconv.FormatBool(x)
+	case []any:
+		return fmt.Sprintf("a list of %d items", len(x))
+	case map[string]any:
+		return fmt.Sprintf("an object of %d keys", len(x))
+	}
+	return "null"
+}
+
 // hfConfig reads typed values, keeping the first error.
 type hfConfig struct {
 	raw map[string]any
@@ -95,7 +148,7 @@ type hfConfig struct {
 
 func (c *hfConfig) fail(key, want string, v any) {
 	if c.err == nil {
-		c.err = fmt.Errorf("config: %s is %v, want %s", key, v, want)
+		c.err = fmt.Errorf("config: %s is %s, want %s", key, describeJSON(v), want)
 	}
 }
 

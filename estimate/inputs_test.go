@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/gpumemtest"
@@ -79,6 +81,47 @@ func TestParseConfig(t *testing.T) {
 	} {
 		if _, err := ParseConfig([]byte(bad)); err == nil || strings.Contains(err.Error(), "\n") {
 			t.Errorf("config %s: error %v, want one line", bad, err)
+		}
+	}
+}
+
+// A config without the model's shape is an error that names what is
+// missing: {}, null and a generation_config.json answered as a default
+// llama.
+func TestParseConfigNeedsTheShape(t *testing.T) {
+	for conf, want := range map[string]string{
+		`{}`:   "no hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size",
+		`null`: "null, not an object",
+		`{"_from_model_config": true, "bos_token_id": 1, "eos_token_id": 2, "transformers_version": "4.36.0"}`: "no hidden_size",
+		`{"model_type": "gpt2", "n_layer": 12}`:                                                                                                              "no n_embd, n_head, vocab_size",
+		`{"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12}`:                                                     "no intermediate_size, vocab_size",
+		`{"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "intermediate_size": null, "vocab_size": 32000}`: "no intermediate_size",
+	} {
+		_, err := ParseConfig([]byte(conf))
+		if assert.Error(t, err, conf) {
+			assert.Contains(t, err.Error(), want, conf)
+		}
+	}
+}
+
+// The parsers quote at most about 100 bytes of their input: they
+// repeated a 5 MB argument whole.
+func TestParseErrorsAreShort(t *testing.T) {
+	long := strings.Repeat("\x1b[31m", 5<<20/8)
+	errs := map[string]error{}
+	_, errs["ParseActivation"] = ParseActivation(long)
+	_, errs["ParseFamily"] = ParseFamily(long)
+	_, errs["ParseMode"] = ParseMode(long)
+	_, errs["ParseCount"] = ParseCount(long)
+	_, errs["LookupCard"] = LookupCard(long)
+	_, errs["Preset"] = Preset(long)
+	_, errs["ParseConfig model_type"] = ParseConfig([]byte(`{"model_type": "` + long + `"}`))
+	_, errs["ParseConfig hidden_act"] = ParseConfig([]byte(`{"model_type": "llama", "hidden_act": "` + long + `"}`))
+	_, errs["ParseConfig a list"] = ParseConfig([]byte(`{"model_type": "llama", "hidden_size": [` + strings.Repeat("1,", 1<<20) + `1]}`))
+	for name, err := range errs {
+		if assert.Error(t, err, name) {
+			assert.Less(t, len(err.Error()), 600, "%s: %.300s", name, err.Error())
+			assert.NotContains(t, err.Error(), "\x1b", "%s: control characters are escaped", name)
 		}
 	}
 }

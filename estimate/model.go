@@ -6,6 +6,8 @@ package estimate
 import (
 	"fmt"
 	"strings"
+
+	"github.com/gpumem/gpumem/internal/quote"
 )
 
 // Family is the shape of a transformer block, named after the
@@ -420,5 +422,5 @@ func parseEnum(what string, names []string, s string) (int, error) {
 			return i, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown %s %q (want %s)", what, s, strings.Join(names, ", "))
+	return 0, fmt.Errorf("unknown %s %s (want %s)", what, quote.Quote(s), strings.Join(names, ", "))
 }

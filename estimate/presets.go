@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/gpumem/gpumem/internal/quote"
 )
 
 func gpt2Preset(name string, hidden, layers, heads int) Model {
@@ -78,8 +80,8 @@ func Generic(f Family) Model {
 func Preset(name string) (Model, error) {
 	f, ok := presets[strings.ToLower(strings.TrimSpace(name))]
 	if !ok {
-		return Model{}, fmt.Errorf("unknown model %q (want one of %s, or --config, --params or dimensions)",
-			name, strings.Join(Presets(), ", "))
+		return Model{}, fmt.Errorf("unknown model %s (want one of %s, or --config, --params or dimensions)",
+			quote.Quote(name), strings.Join(Presets(), ", "))
 	}
 	m := f()
 	m.Normalize()

@@ -12,8 +12,22 @@ package estimate
 const cuBLASWorkspace = 4096<<10*2 + 16<<10*8
 
 // bareChunk is how a bare parameter count is divided into tensors: 64 Mi
-// parameters each (rows of 4096).
-const bareChunk = 1 << 26
+// parameters each (rows of 4096), or, past maxBareTensors of them (about
+// 275 billion parameters), maxBareTensors equal tensors, so that the
+// simulation of a bare count costs the same however large the count (it
+// grew with the count, to gigabytes at 100 trillion).
+const (
+	bareChunk      = 1 << 26
+	maxBareTensors = 4096
+)
+
+// bareChunkOf returns the parameters of each tensor of a bare count of n.
+func bareChunkOf(n uint64) uint64 {
+	if n <= bareChunk*maxBareTensors {
+		return bareChunk
+	}
+	return ceilDiv(ceilDiv(n, maxBareTensors), 4096) * 4096
+}
 
 type program struct {
 	pl     *Plan
@@ -47,8 +61,9 @@ func (p *program) build() {
 	w := p.w
 	if p.m == nil {
 		var ss []spec
+		chunk := bareChunkOf(uint64(p.pl.Params))
 		for left := uint64(p.pl.Params); left > 0; {
-			n := min(left, bareChunk)
+			n := min(left, chunk)
 			if n >= 4096 {
 				ss = append(ss, spec{roleQ, n / 4096, 4096})
 			}

@@ -3,6 +3,7 @@ package estimate
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"testing"
 )
 
@@ -211,4 +212,73 @@ func TestGPT2InferenceComposition(t *testing.T) {
 	tokens := int64(4 * 512)
 	want := 124_439_808*4 + 12*tokens*3*768*4 + tokens*50257*4
 	within(t, "peak allocated", r.Sim.PeakAllocated, want+2*int64(tokens*768*4), 0.02)
+}
+
+// A bare parameter count costs the same to simulate however large it is:
+// it was divided into tensors of 64 Mi parameters, so that 100 trillion
+// made 1.5 million tensors and the runtime died past 2.6 GB. Past 4,096
+// tensors the tensors grow instead, and the weights, gradients and
+// optimizer state still add up to the count.
+func TestBareCountIsBounded(t *testing.T) {
+	var before, after runtime.MemStats
+	for _, p := range []int64{2e12, 1e14, MaxParameters} {
+		pl := Plan{Params: p, Capacity: MaxDevice}
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		r, err := pl.Estimate()
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > 32<<20 {
+			t.Fatalf("%d parameters: the estimate allocated %d bytes", p, n)
+		}
+		// fp32 AdamW: 4 bytes of weights, 4 of gradients, 8 of state.
+		if r.Breakdown.Weights != min(4*p, 1<<62) || r.Breakdown.Optimizer != min(8*p, 1<<62) {
+			t.Errorf("%d parameters: weights %d, optimizer state %d", p, r.Breakdown.Weights, r.Breakdown.Optimizer)
+		}
+	}
+}
+
+// A long generation costs about 1,500 decode steps however long it is
+// (100,000 tokens took 46 s, every step simulated): the first and last
+// 512 steps are simulated one token at a time and the steps between at
+// most 512 at a time. The counted peak is exact, and the simulated
+// allocator's peaks stay within a few percent of simulating every step.
+func TestLongGenerationSampled(t *testing.T) {
+	m, err := Preset("tinyllama-1.1b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs := func(gen int) int64 {
+		pl := Plan{Model: &m, Workload: Workload{Mode: Infer, Generate: gen}, Capacity: MaxDevice}
+		r := estimateOf(t, pl)
+		return r.Sim.Stats.Allocation[0].Allocated
+	}
+	short, long := allocs(2000), allocs(100_000)
+	if long > 2*short {
+		t.Errorf("generating 100,000 tokens made %d allocations, 2,000 tokens %d", long, short)
+	}
+
+	// Sampled against every step, on a generation long enough to be
+	// sampled at a smaller decodeExact.
+	defer func(n int) { decodeExact = n }(decodeExact)
+	for _, att := range []Attention{Flash, Eager} {
+		pl := Plan{Model: &m, Workload: Workload{Mode: Infer, Generate: 1500, Batch: 2, Attention: att}, Capacity: 80 << 30}
+		decodeExact = 1 << 30
+		every := estimateOf(t, pl)
+		decodeExact = 32
+		sampled := estimateOf(t, pl)
+		if sampled.Breakdown.Total != every.Breakdown.Total {
+			t.Errorf("%s: counted peak %d sampled, %d with every step", att, sampled.Breakdown.Total, every.Breakdown.Total)
+		}
+		for _, c := range []struct {
+			name      string
+			got, want int64
+		}{{"allocated", sampled.Sim.PeakAllocated, every.Sim.PeakAllocated}, {"reserved", sampled.Sim.PeakReserved, every.Sim.PeakReserved}} {
+			if math.Abs(float64(c.got-c.want)) > 0.03*float64(c.want) {
+				t.Errorf("%s: simulated peak %s %d sampled, %d with every step", att, c.name, c.got, c.want)
+			}
+		}
+	}
 }

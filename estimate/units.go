@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpumem/gpumem/internal/quote"
 	"github.com/gpumem/gpumem/stats"
 )
 
@@ -69,10 +70,10 @@ func ParseCount(s string) (int64, error) {
 	f, err := strconv.ParseFloat(t, 64)
 	n := f * mult
 	if err != nil || math.IsNaN(n) || math.IsInf(n, 0) {
-		return 0, fmt.Errorf("bad parameter count %q: want a number such as 7e9, 7B or 1.3B", s)
+		return 0, fmt.Errorf("bad parameter count %s: want a number such as 7e9, 7B or 1.3B", quote.Quote(s))
 	}
 	if n < 1 || n > MaxParameters {
-		return 0, fmt.Errorf("parameter count %q must be 1..%g", s, float64(MaxParameters))
+		return 0, fmt.Errorf("parameter count %s must be 1..%g", quote.Quote(s), float64(MaxParameters))
 	}
 	return int64(math.Round(n)), nil
 }

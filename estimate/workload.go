@@ -7,6 +7,8 @@ package estimate
 import (
 	"fmt"
 	"strings"
+
+	"github.com/gpumem/gpumem/internal/quote"
 )
 
 // Mode is what the model is used for.
@@ -310,7 +312,7 @@ func (w *Workload) Validate() error {
 	}
 	for _, t := range w.LoRATargets {
 		if !contains(loraTargetNames, t) {
-			bad("unknown LoRA target %q (want %s)", t, strings.Join(loraTargetNames, ", "))
+			bad("unknown LoRA target %s (want %s)", quote.Quote(t), strings.Join(loraTargetNames, ", "))
 		}
 	}
 	if w.Checkpointing < 0 || w.Checkpointing > MaxLayers {

@@ -2,7 +2,9 @@
 # reliability.sh: measures the figures that RELIABILITY.md reports: the
 # cases of the bad-input catalogue, the soaks at full length, and the peak
 # resident memory (GNU time's "Maximum resident set size") of gpumem on a
-# generated 20-million-op trace and on decompression bombs.
+# generated 20-million-op trace, on decompression bombs, and on the small
+# inputs of the second round (self-referential and memo-expanded pickles,
+# /dev/zero as a config, huge parameter counts, a long generation).
 #
 # Usage: scripts/reliability.sh [OUTDIR]   (default: a new temporary folder)
 # Environment: SOAK=0 skips the full-length soaks (minutes); OPS sets the
@@ -100,5 +102,31 @@ peak "convert zeros.pickle.gz" "$out/gpumem" convert "$out/zeros.pickle.gz"
 peak "convert list.pickle.gz" "$out/gpumem" convert "$out/list.pickle.gz"
 peak "replay zeros.trace.gz" "$out/gpumem" replay "$out/zeros.trace.gz"
 peak "replay line.trace.gz" "$out/gpumem" replay "$out/line.trace.gz"
+echo
+echo "== round 2: small inputs that crashed or grew without bound"
+python3 - "$out" <<'PY2'
+import gzip, os, struct, sys
+d = sys.argv[1]
+u = lambda s: b"X" + struct.pack("<I", len(s)) + s.encode()
+def selfref(n):  # allocator_settings: a list holding itself n times, through the memo
+    p = b"\x80\x02}(" + u("device_traces") + b"]]a" + u("allocator_settings") + b"]q\x00"
+    return p + (b"(" + b"h\x00" * 1000 + b"e") * (n // 1000) + b"u."
+def memo(n):  # device_traces[0]: one alloc and one free dict named n times
+    e = lambda a: (b"}(" + u("action") + u(a) + u("addr") + b"M\x00\x10" + u("size") + b"M\x00\x02"
+                   + u("stream") + b"K\x00u")
+    p = b"\x80\x02}(" + u("device_traces") + b"]]" + e("alloc") + b"q\x01a" + e("free_completed") + b"q\x02a"
+    return p + (b"(" + b"h\x01h\x02" * 500 + b"e") * ((n - 2) // 1000) + b"a" + u("segments") + b"]u."
+for name, data in (("settings-1m", selfref(10**6)), ("settings-4m", selfref(4 * 10**6)), ("memo-16m", memo(16 * 10**6))):
+    with open(os.path.join(d, name + ".pickle.gz"), "wb") as f:
+        f.write(gzip.compress(data, 9, mtime=0))
+PY2
+ls -l "$out"/settings-1m.pickle.gz "$out"/settings-4m.pickle.gz "$out"/memo-16m.pickle.gz | awk '{print $5, $9}'
+peak "convert settings-1m" "$out/gpumem" convert "$out/settings-1m.pickle.gz"
+peak "convert settings-4m" "$out/gpumem" convert "$out/settings-4m.pickle.gz"
+peak "convert memo-16m" "$out/gpumem" convert "$out/memo-16m.pickle.gz"
+peak "estimate --config /dev/zero" "$out/gpumem" estimate --config /dev/zero
+peak "estimate --params 100T" "$out/gpumem" estimate --params 100T
+peak "estimate --generate 100000" "$out/gpumem" estimate --model llama-7b --mode infer --generate 100000
+
 echo
 echo "files in $out"

@@ -119,6 +119,7 @@ func runEstimate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	rep.quoteName = f.config != ""
 	var buf bytes.Buffer
 	if f.asJSON {
 		err = rep.writeJSON(&buf)
@@ -168,9 +169,9 @@ func (f *estimateFlags) plan() (estimate.Plan, error) {
 		}
 		m = &p
 	case set["config"]:
-		data, err := os.ReadFile(f.config)
+		data, err := readConfigFile(f.config)
 		if err != nil {
-			return pl, fmt.Errorf("config: %v", err)
+			return pl, err
 		}
 		p, err := estimate.ParseConfig(data)
 		if err != nil {
@@ -343,9 +344,12 @@ func (f *estimateFlags) device(pl *estimate.Plan, set map[string]bool) error {
 	}
 	pl.Context = 0
 	if set["overhead"] {
+		if f.overhead.n > maxOverhead {
+			return fmt.Errorf("--overhead must be at most 1PiB, got %s", quote(f.overhead.arg))
+		}
 		pl.Context = -1
 		if f.overhead.n > 0 {
-			pl.Context = int64(min(f.overhead.n, 1<<50))
+			pl.Context = int64(f.overhead.n)
 		}
 	}
 	var err error
@@ -390,8 +394,15 @@ func (c *ckptFlag) Set(s string) error {
 	return nil
 }
 
+// maxOverhead is the largest --overhead: 1 PiB, already far beyond any
+// device (a larger value was silently cut to it).
+const maxOverhead = 1 << 50
+
 // overheadFlag is a byte size that may be zero.
-type overheadFlag struct{ n uint64 }
+type overheadFlag struct {
+	n   uint64
+	arg string // as given, for messages
+}
 
 func (o *overheadFlag) String() string {
 	if o == nil {
@@ -405,8 +416,35 @@ func (o *overheadFlag) Set(s string) error {
 	if err != nil {
 		return err
 	}
-	o.n = n
+	o.n, o.arg = n, s
 	return nil
+}
+
+// maxConfigFile bounds the config.json that estimate --config reads: a
+// model's config.json is a few kilobytes (a few hundred with a large
+// id2label), and the file is read whole.
+const maxConfigFile = 4 << 20
+
+// readConfigFile reads the config.json at path, refusing one larger than
+// maxConfigFile (a device such as /dev/zero was read until the runtime
+// died) and anything that is not a file.
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", fileError(err))
+	}
+	defer f.Close()
+	if info, err := f.Stat(); err == nil && info.IsDir() {
+		return nil, fmt.Errorf("config: %s is a directory", quote(path))
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: reading %s: %w", quote(path), fileError(err))
+	}
+	if len(data) > maxConfigFile {
+		return nil, fmt.Errorf("config: %s is larger than %d MiB, the limit of a config.json", quote(path), maxConfigFile>>20)
+	}
+	return data, nil
 }
 
 func size(n int64) string {

@@ -21,6 +21,10 @@ type estimateReport struct {
 	remedies []estimate.Remedy
 	maxBatch *int
 	maxSeq   *int
+	// quoteName: the model's name came from a file (a config's
+	// _name_or_path) and is printed quoted and bounded, so that no escape
+	// sequence or line break in it reaches the terminal.
+	quoteName bool
 }
 
 func newReport(pl estimate.Plan, card string, wantBatch, wantSeq bool) (*estimateReport, error) {
@@ -68,8 +72,12 @@ func (rep *estimateReport) describe() string {
 		if m.KVHeads != m.Heads {
 			kv = fmt.Sprintf(" (%d kv)", m.KVHeads)
 		}
+		name := m.Name
+		if rep.quoteName {
+			name = quote(name)
+		}
 		fmt.Fprintf(&b, "%s: %d layers, hidden %d, %d heads%s, MLP %d, vocab %d; %s parameters\n",
-			m.Name, m.Layers, m.Hidden, m.Heads, kv, m.Intermediate, m.Vocab, estimate.FormatCount(r.Parameters))
+			name, m.Layers, m.Hidden, m.Heads, kv, m.Intermediate, m.Vocab, estimate.FormatCount(r.Parameters))
 	} else {
 		fmt.Fprintf(&b, "%s parameters (no dimensions: parameter state only)\n", estimate.FormatCount(r.Parameters))
 	}

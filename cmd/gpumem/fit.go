@@ -4,9 +4,11 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 
 	"golang.org/x/sync/errgroup"
 
@@ -79,26 +81,33 @@ func runFit(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	// Every failure is kept and reported, in the order of the traces and
+	// configurations, not only the first to end.
+	errs := make([]error, len(results))
 	var g errgroup.Group
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for i := range traces {
 		for j, c := range cands {
 			g.Go(func() error {
+				k := i*len(cands) + j
 				r, err := plan.Fit(traces[i], plan.FitOptions{Config: c.Config, Checks: *checks})
 				if err != nil {
-					return fmt.Errorf("%s, %s: %w", clip(fs.Arg(i)), clip(confLabel(c.Conf)), err)
+					errs[k] = err
+					return nil
 				}
 				roomy := min(max(plan.DefaultCapacity, 2*r.SafeCapacity), plan.MaxCapacity)
 				o, err := plan.Replay(traces[i], c.Config, roomy)
 				if err != nil {
-					return fmt.Errorf("%s, %s: %w", clip(fs.Arg(i)), clip(confLabel(c.Conf)), err)
+					errs[k] = err
+					return nil
 				}
-				results[i*len(cands)+j] = fitted{r, roomy, o}
+				results[k] = fitted{r, roomy, o}
 				return nil
 			})
 		}
 	}
-	if err := g.Wait(); err != nil {
+	g.Wait() // the goroutines return no error; each keeps its own in errs
+	if err := fitErrors(fs.Args(), cands, errs); err != nil {
 		return err
 	}
 	for i, path := range fs.Args() {
@@ -124,6 +133,39 @@ func runFit(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// fitErrors joins the failures of every trace and configuration (errs[i
+// * len(cands) + j]) in one error, naming once the configurations of a
+// trace that failed for the same reason: "T, default and
+// expandable_segments:True: REASON; ...". It returns nil when none
+// failed.
+func fitErrors(paths []string, cands []plan.Candidate, errs []error) error {
+	var out []error
+	for i, path := range paths {
+		var reasons []string
+		confs := map[string][]string{}
+		for j, c := range cands {
+			err := errs[i*len(cands)+j]
+			if err == nil {
+				continue
+			}
+			r := err.Error()
+			if confs[r] == nil {
+				reasons = append(reasons, r)
+			}
+			confs[r] = append(confs[r], clip(confLabel(c.Conf)))
+		}
+		for _, r := range reasons {
+			names := confs[r]
+			list := strings.Join(names, ", ")
+			if n := len(names); n > 1 {
+				list = strings.Join(names[:n-1], ", ") + " and " + names[n-1]
+			}
+			out = append(out, fmt.Errorf("%s, %s: %s", clip(path), list, r))
+		}
+	}
+	return errors.Join(out...)
 }
 
 // printFit prints one configuration's answer.

@@ -37,13 +37,37 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"syscall"
+	"time"
 )
 
 func main() {
+	stopOnSignal()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// stopOnSignal makes SIGINT and SIGTERM remove the temporary files of
+// the outputs being written, then end the process by the same signal, as
+// it would have ended without the handler.
+func stopOnSignal() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig := <-ch
+		temps.removeTemps(true)
+		signal.Reset(sig)
+		if p, err := os.FindProcess(os.Getpid()); err == nil && p.Signal(sig) == nil {
+			time.Sleep(time.Second) // the signal ends the process
+		}
+		if s, ok := sig.(syscall.Signal); ok {
+			os.Exit(128 + int(s))
+		}
+		os.Exit(1)
+	}()
 }
 
 // usageError marks errors in the command line (exit status 2).

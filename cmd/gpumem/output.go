@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -155,6 +156,12 @@ func writeOutput(path string, stdout io.Writer, write func(w io.Writer) error) e
 	if err != nil {
 		return fmt.Errorf("writing %s: creating a file beside it: %w", name, fileError(err))
 	}
+	if !temps.add(tmp) {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: interrupted", name)
+	}
+	defer temps.remove(tmp)
 	if info != nil {
 		// Keep the mode of the file replaced.
 		if err := f.Chmod(info.Mode().Perm()); err != nil {
@@ -165,7 +172,7 @@ func writeOutput(path string, stdout io.Writer, write func(w io.Writer) error) e
 	}
 	err = writeClose(f, write)
 	if err == nil {
-		err = os.Rename(tmp, target)
+		err = temps.rename(tmp, target)
 	}
 	if err != nil {
 		os.Remove(tmp)
@@ -247,4 +254,84 @@ func resolveLinks(path string) (string, error) {
 		path = link
 	}
 	return "", fmt.Errorf("too many levels of symbolic links")
+}
+
+// temps are the temporary files that writeOutput is writing, removed by
+// removeTemps when a signal stops the command, so that an interrupted
+// write leaves nothing behind.
+var temps tempFiles
+
+type tempFiles struct {
+	mu      sync.Mutex // guards everything below
+	paths   map[string]bool
+	stopped bool // removeTemps ran: no new file, no rename
+}
+
+// add records path; it returns false once removeTemps has run.
+func (t *tempFiles) add(path string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return false
+	}
+	if t.paths == nil {
+		t.paths = map[string]bool{}
+	}
+	t.paths[path] = true
+	return true
+}
+
+func (t *tempFiles) remove(path string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.paths, path)
+}
+
+// rename moves the complete temporary file tmp to target, unless the
+// command is being stopped.
+func (t *tempFiles) rename(tmp, target string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return errors.New("interrupted")
+	}
+	return os.Rename(tmp, target)
+}
+
+// removeTemps removes every temporary file and refuses new ones; it holds
+// the lock on return when hold is true, so that no rename can follow
+// before the process ends.
+func (t *tempFiles) removeTemps(hold bool) {
+	t.mu.Lock()
+	t.stopped = true
+	for p := range t.paths {
+		os.Remove(p)
+	}
+	clear(t.paths)
+	if !hold {
+		t.mu.Unlock()
+	}
+}
+
+// sameFile returns an error when the output path out, if it is an
+// existing regular file, is the same file as one of the inputs (the same
+// device and inode, whatever links lead to either), so that a command
+// never replaces the trace it reads. Run it before reading anything.
+func sameFile(flag, out string, inputs ...string) error {
+	if out == "" || out == "-" {
+		return nil
+	}
+	oi, err := os.Stat(out)
+	if err != nil || !oi.Mode().IsRegular() {
+		return nil
+	}
+	for _, in := range inputs {
+		if ii, err := os.Stat(in); err == nil && os.SameFile(oi, ii) {
+			if in == out {
+				return usageError{fmt.Sprintf("%s %s is the input: write the output to another file", flag, quote(out))}
+			}
+			return usageError{fmt.Sprintf("%s %s is the same file as the input %s: write the output to another file", flag, quote(out), quote(in))}
+		}
+	}
+	return nil
 }

@@ -129,6 +129,12 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	if *history < 1 {
 		return usageError{fmt.Sprintf("--history %d: keep at least 1 event", *history)}
 	}
+	if flagGiven(fs, "history") && *snapshot == "" {
+		return usageError{"--history needs --snapshot OUT.pickle (it sets the events the snapshot keeps)"}
+	}
+	if err := sameFile("--snapshot", *snapshot, fs.Args()...); err != nil {
+		return err
+	}
 	cfg, err := resolveConf(fs, *conf)
 	if err != nil {
 		return err
@@ -484,6 +490,9 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() != 1 {
 		return usageError{"convert takes exactly one file"}
+	}
+	if err := sameFile("-o", *out, fs.Arg(0)); err != nil {
+		return err
 	}
 	in, err := os.Open(fs.Arg(0))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 
@@ -84,6 +85,17 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var paths []string
+	for _, a := range probeArgs {
+		path, _, err := parseProbe(a)
+		if err != nil {
+			return err
+		}
+		paths = append(paths, path)
+	}
+	if err := sameFile("--write", *write, paths...); err != nil {
+		return err
+	}
 	var probes []plan.Probe
 	for _, a := range probeArgs {
 		path, b, err := parseProbe(a)
@@ -107,6 +119,12 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	ops, err := m.Ops(*batch)
 	if err != nil {
 		return fmt.Errorf("batch %d: %w", *batch, err)
+	}
+	req := plan.PeakRequested(ops)
+	if req > math.MaxInt64 {
+		// PeakRequested saturates at 2^64 - 1: the sizes are each in
+		// range, but together they overflow.
+		return fmt.Errorf("batch %d: the predicted peak requested is more than 8 EiB (the extrapolation overflows 64 bits); give a smaller --batch", *batch)
 	}
 	if *write != "" {
 		header := []string{
@@ -142,7 +160,6 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("largest batch: %w", err)
 		}
 	}
-	req := plan.PeakRequested(ops)
 	if *asJSON {
 		out := scaleJSON{
 			Batch: *batch, Conf: cfg.String(), CapacityBytes: capacity, Ops: m.Len(), VaryingAllocations: m.Varying(),

@@ -23,6 +23,9 @@ func runViz(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() != 1 {
 		return usageError{"viz takes exactly one trace"}
 	}
+	if err := sameFile("-o", *out, fs.Arg(0)); err != nil {
+		return err
+	}
 	cfg, err := resolveConf(fs, *conf)
 	if err != nil {
 		return err

@@ -44,6 +44,13 @@
 //     (DefaultMaxPickleMemory, 1 GiB), counted as they are allocated,
 //     garbage included; a snapshot's values take about 5 to 10 times its
 //     pickle's size, so the default admits snapshots of about 100 MiB;
+//   - the import spends the rest of the same budget: before it builds
+//     anything it counts what each entry of the device trace and each
+//     block of the segments may become (about 360 and 200 bytes), so
+//     that a pickle that names one dict millions of times through the
+//     memo, at two bytes a name, is refused instead of expanded;
+//   - the repr of allocator_settings, kept in the notes, is at most about
+//     4 KiB, however its lists nest or hold themselves;
 //   - at most 64 marks are open at once (Python's pickler opens one per
 //     level of nesting), and at most 2^20 values wait on the stack outside
 //     any container (Python's pickler puts 1,000 there per level);
@@ -52,9 +59,9 @@
 //     square of its length; a binary one (LONG1, LONG4) at most 2 KiB;
 //   - a protocol-0 string line (STRING, UNICODE) is at most 1 MiB.
 //
-// So decoding allocates at most about MaxMemory plus 50 MiB (the stack and
-// buffers), whatever the input, and reads at most MaxSize bytes; the
-// import that follows holds about 100 bytes per entry of the device trace.
+// So decoding and importing together allocate at most about MaxMemory
+// plus 50 MiB (the stack and buffers), whatever the input, and read at
+// most MaxSize bytes.
 // Error messages quote at most 100 bytes of the input (trace.Quote).
 //
 // # Recording and writing

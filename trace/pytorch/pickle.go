@@ -41,8 +41,9 @@ const (
 	// DefaultMaxPickleSize is the largest pickle ReadSnapshot reads when
 	// SnapshotOptions.MaxSize is 0: 1 GiB, counted after decompression.
 	DefaultMaxPickleSize = 1 << 30
-	// DefaultMaxPickleMemory bounds the values ReadSnapshot builds when
-	// SnapshotOptions.MaxMemory is 0: 1 GiB.
+	// DefaultMaxPickleMemory bounds the values ReadSnapshot decodes and
+	// what it imports from them when SnapshotOptions.MaxMemory is 0:
+	// 1 GiB.
 	DefaultMaxPickleMemory = 1 << 30
 
 	// maxPickleDepth bounds the marks open at once (MARK pushes one,
@@ -127,7 +128,21 @@ type unpickler struct {
 // decodePickle decodes the pickle at the start of r, which may hold plain
 // data only, under lim. It reads nothing after the STOP opcode.
 func decodePickle(r io.Reader, lim pickleLimits) (any, error) {
+	v, _, err := decodePickleSpent(r, lim)
+	return v, err
+}
+
+// decodePickleSpent is decodePickle that also returns the bytes of values
+// it counted against lim.memory, so that the import that follows can
+// spend the rest of the same budget.
+func decodePickleSpent(r io.Reader, lim pickleLimits) (v any, spent int64, err error) {
 	u := &unpickler{r: bufio.NewReaderSize(io.LimitReader(r, lim.size+1), 64<<10), lim: lim}
+	v, err = u.run()
+	return v, u.spent, err
+}
+
+// run decodes the pickle.
+func (u *unpickler) run() (any, error) {
 	for {
 		at := u.pos
 		code, err := u.r.ReadByte()

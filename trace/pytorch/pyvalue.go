@@ -121,7 +121,10 @@ var reprEscaper = strings.NewReplacer(`\`, `\\`, "'", `\'`, "\n", `\n`, "\r", `\
 const maxReprLen = 4096
 
 // pyRepr writes v the way Python's repr would, for the plain values a
-// snapshot holds, cut short after maxReprLen bytes.
+// snapshot holds, cut short after maxReprLen bytes: every container checks
+// the length before each element, not only on entry, so that a list that
+// holds itself a million times (through the memo) stops at the limit
+// instead of each level appending its elements' "...".
 func pyRepr(b *strings.Builder, v any, depth int) {
 	if b.Len() > maxReprLen || depth > maxPickleDepth {
 		b.WriteString("...")
@@ -148,11 +151,20 @@ func pyRepr(b *strings.Builder, v any, depth int) {
 		b.WriteString(s)
 	case string:
 		b.WriteString("'")
+		if len(x) > maxReprLen {
+			b.WriteString(reprEscaper.Replace(strings.ToValidUTF8(x[:maxReprLen], "")))
+			b.WriteString("'...")
+			break
+		}
 		b.WriteString(reprEscaper.Replace(x))
 		b.WriteString("'")
 	case *types.List:
 		b.WriteString("[")
 		for i, e := range *x {
+			if b.Len() > maxReprLen {
+				b.WriteString("...")
+				break
+			}
 			if i > 0 {
 				b.WriteString(", ")
 			}
@@ -162,6 +174,10 @@ func pyRepr(b *strings.Builder, v any, depth int) {
 	case *types.Tuple:
 		b.WriteString("(")
 		for i, e := range *x {
+			if b.Len() > maxReprLen {
+				b.WriteString("...")
+				break
+			}
 			if i > 0 {
 				b.WriteString(", ")
 			}
@@ -174,6 +190,10 @@ func pyRepr(b *strings.Builder, v any, depth int) {
 	case *types.Dict:
 		b.WriteString("{")
 		for i, e := range *x {
+			if b.Len() > maxReprLen {
+				b.WriteString("...")
+				break
+			}
 			if i > 0 {
 				b.WriteString(", ")
 			}

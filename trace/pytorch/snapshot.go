@@ -9,6 +9,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"unsafe"
 
 	"github.com/nlpodyssey/gopickle/types"
 
@@ -23,8 +24,9 @@ type SnapshotOptions struct {
 	// MaxSize is the largest pickle to read, in bytes after
 	// decompression; 0 means DefaultMaxPickleSize (1 GiB).
 	MaxSize int64
-	// MaxMemory bounds the memory of the values decoded from the pickle,
-	// in bytes; 0 means DefaultMaxPickleMemory (1 GiB).
+	// MaxMemory bounds the memory of the values decoded from the pickle
+	// and of what the import builds from them, together, in bytes; 0
+	// means DefaultMaxPickleMemory (1 GiB).
 	MaxMemory int64
 }
 
@@ -96,11 +98,43 @@ func ReadSnapshot(r io.Reader, opt SnapshotOptions) (*trace.Import, error) {
 		defer zr.Close()
 		in = zr
 	}
-	root, err := decodePickle(in, opt.limits())
+	lim := opt.limits()
+	root, spent, err := decodePickleSpent(in, lim)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
-	return importSnapshot(root, opt)
+	return importSnapshot(root, opt, importBudget{left: lim.memory - spent, limit: lim.memory})
+}
+
+// The import's costs, in bytes, counted against what the decoded values
+// left of SnapshotOptions.MaxMemory before anything is built: the memo
+// lets a pickle name one dict millions of times in a few bytes each, so
+// the entries the import expands are counted, not the values decoded.
+//
+// An entry of device_traces may become a decoded event, an op in the
+// window, the free of a survivor after it, and an entry in each of the
+// three maps by address (live, seen, ids); an active block of the
+// segments a pre-window block, its alloc and free ops, and two map
+// entries (active, ids).
+var (
+	costImportEntry = int64(unsafe.Sizeof(snapEvent{})) + 2*int64(unsafe.Sizeof(trace.Op{})) + 3*costSparse
+	costImportBlock = int64(unsafe.Sizeof(window.Block{})) + 2*int64(unsafe.Sizeof(trace.Op{})) + 2*costSparse
+)
+
+// importBudget is what is left of the memory limit for the import.
+type importBudget struct {
+	left, limit int64
+}
+
+// spend counts n items of cost bytes each, what names them, and fails
+// when the budget cannot hold them.
+func (b *importBudget) spend(n int, cost int64, what string) error {
+	if n > 0 && (cost > 0 && int64(n) > b.left/cost) {
+		return fmt.Errorf("snapshot: importing the %d %s needs more than the %d bytes left of the memory limit (%d bytes) "+
+			"after decoding (a snapshot recorded with fewer entries is smaller)", n, what, max(b.left, 0), b.limit)
+	}
+	b.left -= int64(n) * cost
+	return nil
 }
 
 // snapEvent is one device_traces entry that matters.
@@ -111,7 +145,7 @@ type snapEvent struct {
 	stream uint64
 }
 
-func importSnapshot(root any, opt SnapshotOptions) (*trace.Import, error) {
+func importSnapshot(root any, opt SnapshotOptions, budget importBudget) (*trace.Import, error) {
 	top, ok := root.(*types.Dict)
 	if !ok {
 		return nil, fmt.Errorf("snapshot: the pickle holds a %s, not a snapshot dict", pyTypeName(root))
@@ -132,6 +166,9 @@ func importSnapshot(root any, opt SnapshotOptions) (*trace.Import, error) {
 		return nil, fmt.Errorf("snapshot: device_traces[%d] is a %s, not a list", opt.Device, pyTypeName(dts[opt.Device]))
 	}
 	where := func(i int) string { return fmt.Sprintf("snapshot: device_traces[%d][%d]", opt.Device, i) }
+	if err := budget.spend(len(entries), costImportEntry, fmt.Sprintf("entries of device_traces[%d]", opt.Device)); err != nil {
+		return nil, err
+	}
 
 	im := &trace.Import{Events: len(entries), Ignored: map[string]int{}}
 
@@ -237,6 +274,9 @@ func importSnapshot(root any, opt SnapshotOptions) (*trace.Import, error) {
 			blocks, ok := asList(bv)
 			if !ok {
 				return nil, fmt.Errorf("%s: blocks is a %s, not a list", swhere, pyTypeName(bv))
+			}
+			if err := budget.spend(len(blocks), costImportBlock, "blocks of "+strings.TrimPrefix(swhere, "snapshot: ")); err != nil {
+				return nil, err
 			}
 			for bi, bv := range blocks {
 				bwhere := fmt.Sprintf("%s.blocks[%d]", swhere, bi)

@@ -171,12 +171,7 @@ func FuzzLoadPickle(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// Never panics; whatever it accepts is plain data.
-		root, err := loadPickle(data)
-		if err == nil {
-			if _, err := importSnapshot(root, SnapshotOptions{}); err == nil {
-				return
-			}
-		}
+		_, _ = ReadSnapshot(bytes.NewReader(data), SnapshotOptions{})
 	})
 }
 
