@@ -18,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	inputquote "github.com/gpumem/gpumem/internal/quote"
 )
 
 // checkedWriter passes writes on and keeps the first error; after one,
@@ -40,7 +42,7 @@ func (c *checkedWriter) Write(p []byte) (int, error) {
 }
 
 // maxQuote is how many bytes of any input a message quotes.
-const maxQuote = 100
+const maxQuote = inputquote.Max
 
 // maxMessage bounds a whole error message, whatever it holds.
 const maxMessage = 1200
@@ -58,17 +60,9 @@ func clip(s string) string {
 	return fmt.Sprintf("%s... (%d bytes)", s[:n], len(s))
 }
 
-// quote returns s quoted in Go syntax, at most maxQuote bytes of it.
-func quote(s string) string {
-	if len(s) <= maxQuote {
-		return strconv.Quote(s)
-	}
-	n := maxQuote
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(s[:n]), len(s))
-}
+// quote returns s quoted in Go syntax, at most maxQuote bytes of it: the
+// rule of the library's configuration parsers (internal/quote).
+func quote(s string) string { return inputquote.Quote(s) }
 
 // oneLine makes msg fit one line of bounded length: line breaks become
 // "; ", each quoted string longer than maxQuote bytes is cut, and what is
