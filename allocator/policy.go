@@ -294,7 +294,7 @@ func (p *confParser) parsePolicyKey(c *Config, key string) (ok bool, err error) 
 				return true, nil
 			}
 		}
-		return true, p.errorf("gpumem_policy:%s is not a policy: want faithful or low_fragmentation", v)
+		return true, p.errorf("gpumem_policy:%s is not a policy: want faithful or low_fragmentation", quoteConf(v))
 	case "gpumem_large_page_mb":
 		var n uint64
 		if n, err = p.uintValue(key); err == nil {
