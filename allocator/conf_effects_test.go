@@ -134,17 +134,17 @@ func TestExpandableSegmentsReserve(t *testing.T) {
 // pass the cap before asking the device and without flushing the cache;
 // without it the ladder flushes and retries.
 func TestEarlyOOM(t *testing.T) {
-	run := func(conf string) (error, *Allocator, *sim.Device) {
+	run := func(conf string) (*Allocator, *sim.Device, error) {
 		a, dev := newTest(t, 100*mib, mustParse(t, conf))
 		mustFree(t, a, mustAlloc(t, a, 44*mib, 0)) // 44 MiB cached
 		_, err := a.Alloc(46*mib, 0)               // 44 + 46 > 50: over the cap
-		return err, a, dev
+		return a, dev, err
 	}
-	err, a, _ := run("per_process_memory_fraction:0.5")
+	a, _, err := run("per_process_memory_fraction:0.5")
 	require.NoError(t, err, "2.6's ladder: the cached 44 MiB are released and the retry fits")
 	assert.EqualValues(t, 1, get(t, a, "num_alloc_retries"))
 
-	err, a, dev := run("per_process_memory_fraction:0.5,throw_on_cudamalloc_oom:True")
+	a, dev, err := run("per_process_memory_fraction:0.5,throw_on_cudamalloc_oom:True")
 	var oom *OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
 	assert.ErrorIs(t, err, device.ErrOutOfMemory)
