@@ -232,6 +232,8 @@ func TestRoundupListsAccumulate(t *testing.T) {
 // the variable.
 func TestConfEnvOrder(t *testing.T) {
 	assert.Equal(t, []string{"GPUMEM_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"}, ConfEnvVars())
+	ConfEnvVars()[0] = "changed"
+	assert.Equal(t, EnvVar, ConfEnvVars()[0], "the order cannot be changed through the slice")
 	set := func(g, p, pc string) {
 		t.Setenv("GPUMEM_ALLOC_CONF", g)
 		t.Setenv("PYTORCH_ALLOC_CONF", p)

@@ -24,8 +24,8 @@ var confEnvVars = [...]string{EnvVar, "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_
 
 // ConfEnvVars returns the environment variables that hold a
 // configuration, in the order LookupConfEnv reads them: GPUMEM_ALLOC_CONF,
-// PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF.
-func ConfEnvVars() []string { return confEnvVars[:] }
+// PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF. The slice is the caller's.
+func ConfEnvVars() []string { return append([]string(nil), confEnvVars[:]...) }
 
 // NumRoundupIntervals is the number of power-of-two size intervals that
 // RoundupPower2Divisions configures: entry 0 covers sizes below 2 MiB, entry
