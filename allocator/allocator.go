@@ -106,6 +106,8 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 		}
 		if g := vm.Granularity(); g == 0 || kSmallBuffer%g != 0 {
 			return nil, fmt.Errorf("allocator: expandable_segments needs a mapping granularity dividing 2 MiB; the device's is %d: %w", g, device.ErrNotSupported)
+		} else if l := cfg.largeSegment(); l%g != 0 {
+			return nil, fmt.Errorf("allocator: expandable_segments pages the large pool by the large segment size, %d bytes, which is not a multiple of the device's mapping granularity %d: %w", l, g, device.ErrNotSupported)
 		}
 	} else if cfg.Policy == PolicyLowFragmentation {
 		vm = policyVM(dev) // policy: expandable segments when the device can
@@ -120,6 +122,7 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 			maxSplit:            cfg.maxSplit(),
 			maxNonSplitRounding: cfg.maxNonSplitRounding(),
 			expandable:          vm != nil,
+			large:               cfg.largeSegment(),
 		},
 		small:    newPool(true, vm != nil),
 		large:    newPool(false, vm != nil),

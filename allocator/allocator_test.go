@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"errors"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -257,8 +258,13 @@ func TestSegmentSize(t *testing.T) {
 		{512, 2 * mib}, {mib, 2 * mib}, {mib + 512, 20 * mib}, {10*mib - 512, 20 * mib},
 		{10 * mib, 10 * mib}, {10*mib + 512, 12 * mib}, {gib + 1, gib + 2*mib},
 	} {
-		assert.Equal(t, c.want, segmentSize(c.in), "segmentSize(%d)", c.in)
+		r := splitRule{large: kLargeBuffer}
+		assert.Equal(t, c.want, r.segmentSize(c.in), "segmentSize(%d)", c.in)
 	}
+	r := splitRule{large: 12 * mib}
+	assert.EqualValues(t, 12*mib, r.segmentSize(mib+512), "large_segment_size_mb:12 sizes the segments of 1-10 MiB requests")
+	assert.EqualValues(t, 12*mib, r.segmentSize(10*mib+512), "larger requests round up to 2 MiB as before")
+	assert.EqualValues(t, 2*mib, r.segmentSize(mib), "the small pool keeps 2 MiB")
 }
 
 func TestSizeZero(t *testing.T) {
@@ -318,8 +324,19 @@ func TestNewRejectsBadConfigAndDevice(t *testing.T) {
 	_, err := New(nil, Config{})
 	assert.Error(t, err)
 	for _, c := range []Config{
-		{MaxSplitSize: 20 * mib},
+		{MaxSplitSize: 20*mib - 512},
 		{MaxNonSplitRounding: 1},
+		{LargeSegmentSize: 10 * mib},
+		{LargeSegmentSize: 12*mib + 1},
+		{LargeSegmentSize: 40 * mib, MaxSplitSize: 30 * mib},
+		{LargeSegmentSize: 40 * mib, MaxNonSplitRounding: 30 * mib},
+		{ExpandableSegmentsReserve: Reserve{Value: -1}},
+		{ExpandableSegmentsReserve: Reserve{Value: math.Inf(1), GiB: true}},
+		{ExpandableSegmentsReserveByClass: "b:0.5,a:0.5"},
+		{ExpandableSegmentsReserveByClass: "a:0.50"},
+		{ExpandableSegmentsReserveByClass: "a b:0.5"},
+		{Pinned: PinnedConfig{NumRegisterThreads: 3}},
+		{Pinned: PinnedConfig{NumRegisterThreads: 256}},
 		{GarbageCollectionThreshold: 1},
 		{GarbageCollectionThreshold: -0.5},
 		{MemoryFraction: 2},

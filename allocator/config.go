@@ -1,5 +1,6 @@
-// This file holds the allocator's configuration and the parser of PyTorch's
-// PYTORCH_CUDA_ALLOC_CONF syntax.
+// This file holds the allocator's configuration, its rendering in PyTorch's
+// PYTORCH_ALLOC_CONF syntax (conf_parse.go reads it) and the environment
+// variables it is read from.
 
 package allocator
 
@@ -7,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/bits"
 	"os"
 	"strconv"
 	"strings"
@@ -15,9 +15,19 @@ import (
 	"github.com/gpumem/gpumem/internal/quote"
 )
 
-// EnvVar is the environment variable that ConfigFromEnv reads. Its syntax is
-// PyTorch's PYTORCH_CUDA_ALLOC_CONF.
+// EnvVar is gpumem's own environment variable for the configuration, in
+// PyTorch's PYTORCH_ALLOC_CONF syntax. It wins over PyTorch's variables
+// (see LookupConfEnv).
 const EnvVar = "GPUMEM_ALLOC_CONF"
+
+// confEnvVars are the variables LookupConfEnv reads, in order: gpumem's
+// own, then current PyTorch's name, then its older CUDA-only name.
+var confEnvVars = [...]string{EnvVar, "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"}
+
+// ConfEnvVars returns the environment variables that hold a
+// configuration, in the order LookupConfEnv reads them: GPUMEM_ALLOC_CONF,
+// PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF. The slice is the caller's.
+func ConfEnvVars() []string { return append([]string(nil), confEnvVars[:]...) }
 
 // NumRoundupIntervals is the number of power-of-two size intervals that
 // RoundupPower2Divisions configures: entry 0 covers sizes below 2 MiB, entry
@@ -34,14 +44,28 @@ type Config struct {
 	// take them, and a request of at least MaxSplitSize takes a cached one
 	// only if it wastes less than MaxNonSplitRounding. It also lets the
 	// out-of-memory path release cached oversize blocks before flushing the
-	// whole cache. PyTorch: max_split_size_mb (which must be > 20 MiB).
-	// Zero means unlimited.
+	// whole cache. It must be at least the large segment size (20 MiB
+	// unless LargeSegmentSize says otherwise; PyTorch 2.6 wanted more than
+	// 20 MiB). PyTorch: max_split_size_mb. Zero means unlimited.
 	MaxSplitSize uint64
 
 	// MaxNonSplitRounding is how much larger than the request a cached
-	// oversize block may be and still be handed out whole. Zero means the
-	// default, 20 MiB. PyTorch: max_non_split_rounding_mb.
+	// oversize block may be and still be handed out whole; at least the
+	// large segment size. Zero means the default, the large segment size
+	// (20 MiB unless LargeSegmentSize says otherwise).
+	// PyTorch: max_non_split_rounding_mb.
 	MaxNonSplitRounding uint64
+
+	// LargeSegmentSize is the size of the segment that a large-pool
+	// request below 10 MiB gets from the device (it shares the rest with
+	// later such requests), and with expandable segments the page size of
+	// the large pool. It also sets the default of MaxNonSplitRounding and
+	// the lower bound of both MaxSplitSize and MaxNonSplitRounding, as in
+	// current PyTorch. It must be more than 10 MiB and a multiple of 512
+	// bytes; with ExpandableSegments, a multiple of the device's mapping
+	// granularity. Zero means PyTorch 2.6's 20 MiB.
+	// PyTorch: large_segment_size_mb (after 2.6).
+	LargeSegmentSize uint64
 
 	// RoundupPower2Divisions rounds request sizes up to the next 1/d step of
 	// their power-of-two interval, per interval (see NumRoundupIntervals);
@@ -58,10 +82,13 @@ type Config struct {
 	GarbageCollectionThreshold float64
 
 	// MemoryFraction, in (0, 1], caps the bytes this allocator reserves at
-	// this fraction of the device's total memory. Zero means no cap. As in
-	// PyTorch, 1 is a cap too (at the device's memory, which the device
-	// enforces anyway): it turns GarbageCollectionThreshold on. PyTorch:
-	// set_per_process_memory_fraction.
+	// this fraction of the device's total memory, exactly as
+	// SetMemoryFraction does. Zero means no cap. As in PyTorch, 1 is a cap
+	// too (at the device's memory, which the device enforces anyway): it
+	// turns GarbageCollectionThreshold on. PyTorch:
+	// set_per_process_memory_fraction, and per_process_memory_fraction in
+	// the configuration text. The text accepts 0 as PyTorch does, where
+	// it means no cap (the zero Config's meaning), not a cap of 0 bytes.
 	MemoryFraction float64
 
 	// MemoryLimit caps the bytes this allocator reserves (gpumem's own
@@ -77,6 +104,51 @@ type Config struct {
 	// capability. PyTorch: expandable_segments.
 	ExpandableSegments bool
 
+	// ExpandableSegmentsReserve sizes the address range reserved for each
+	// expandable segment, instead of 9/8 of the device's memory: at most
+	// that much, rounded up to whole pages. A request larger than the
+	// range cannot be served by an expandable segment and ends out of
+	// memory, as in PyTorch. The zero Reserve keeps 9/8. It acts only with
+	// expandable segments (ExpandableSegments, or the low_fragmentation
+	// policy's). PyTorch: expandable_segments_reserve (after 2.6).
+	ExpandableSegmentsReserve Reserve
+
+	// ExpandableSegmentsReserveByClass is PyTorch's per-class reserves
+	// (expandable_segments_reserve_by_class, after 2.6), kept in canonical
+	// form: NAME:RESERVE pairs sorted by name, joined by commas, for
+	// example "decode:0.25,prefill:40G". Accepted, no effect here: PyTorch
+	// applies a class to the streams a program tags with it, and gpumem
+	// has no such tagging; every stream is untagged and takes
+	// ExpandableSegmentsReserve.
+	ExpandableSegmentsReserveByClass string
+
+	// EarlyOOM refuses a cache miss with an *OutOfMemoryError before the
+	// device is asked, and without releasing cached memory and retrying,
+	// when the new segment would take reserved bytes past the cap
+	// (MemoryFraction or MemoryLimit) or, with no cap, past the device's
+	// total memory. PyTorch: throw_on_cudamalloc_oom (after 2.6), whose
+	// cap is per_process_memory_fraction (1 by default).
+	EarlyOOM bool
+
+	// ReleaseLockOnMalloc is PyTorch's release_lock_on_cudamalloc (or
+	// release_lock_on_hipmalloc). Accepted, no effect here: gpumem holds
+	// its lock across device calls, and the key changes only how long
+	// other threads wait, not any decision.
+	ReleaseLockOnMalloc bool
+
+	// GraphCaptureRecordStreamReuse is PyTorch's
+	// graph_capture_record_stream_reuse (after 2.6). Accepted, no effect
+	// here: it changes when blocks recorded on other streams during a CUDA
+	// graph capture may be reused, and gpumem's allocator has no graph
+	// capture.
+	GraphCaptureRecordStreamReuse bool
+
+	// Pinned holds the keys of PyTorch's pinned host allocator, accepted
+	// with PyTorch's rules so that a PyTorch setting carries over. No
+	// effect on this (device) allocator, which has no pinned memory; the
+	// host allocator (allocator/host) does not read them yet either.
+	Pinned PinnedConfig
+
 	// Policy selects how the allocator decides: PolicyFaithful (the zero
 	// value) makes PyTorch 2.6's decisions, PolicyLowFragmentation wastes
 	// less (see policy.go). gpumem's own: gpumem_policy.
@@ -87,6 +159,72 @@ type Config struct {
 	LowFrag LowFragConfig
 }
 
+// PinnedConfig holds the configuration keys of PyTorch's pinned host
+// allocator, as PyTorch documents them. None of them changes the device
+// allocator.
+type PinnedConfig struct {
+	// UseHostRegister allocates pinned memory with malloc and registers
+	// it instead of asking the driver for pinned memory.
+	// PyTorch: pinned_use_cuda_host_register (or pinned_use_hip_host_register).
+	UseHostRegister bool
+
+	// NumRegisterThreads is how many threads register the pages of one
+	// allocation, a power of two up to 128; zero means PyTorch's 1.
+	// PyTorch: pinned_num_register_threads.
+	NumRegisterThreads uint64
+
+	// ReserveSegmentSize, when non-zero, is a segment of pinned memory
+	// reserved up front and carved for small requests.
+	// PyTorch: pinned_reserve_segment_size_mb (after 2.6).
+	ReserveSegmentSize uint64
+
+	// UseBackgroundThreads processes the events of freed pinned blocks on
+	// a background thread. PyTorch: pinned_use_background_threads.
+	UseBackgroundThreads bool
+
+	// FreeCatchAll swallows an error of freeing pinned memory instead of
+	// raising it. PyTorch: pinned_free_catch_all (after 2.6).
+	FreeCatchAll bool
+}
+
+// Reserve is the size of the address range of an expandable segment: a
+// fraction of the device's total memory, or a number of GiB. The zero
+// Reserve is unset.
+type Reserve struct {
+	Value float64 // more than 0 when set
+	GiB   bool    // Value counts GiB, not a fraction of the device's memory
+}
+
+// String renders r as the configuration text writes it: 0.5 or 40G; ""
+// for the zero Reserve.
+func (r Reserve) String() string {
+	if r == (Reserve{}) {
+		return ""
+	}
+	s := strconv.FormatFloat(r.Value, 'g', -1, 64)
+	if r.GiB {
+		s += "G"
+	}
+	return s
+}
+
+// bytes resolves r against a device of total bytes, saturating at the
+// largest uint64.
+func (r Reserve) bytes(total uint64) uint64 {
+	b := r.Value * float64(total)
+	if r.GiB {
+		b = r.Value * (1 << 30)
+	}
+	if b >= math.MaxUint64 {
+		return math.MaxUint64
+	}
+	return uint64(b)
+}
+
+func (r Reserve) valid() bool {
+	return r == (Reserve{}) || r.Value > 0 && !math.IsInf(r.Value, 0)
+}
+
 // Limits that keep every size computation within 64 bits: a byte size in
 // the configuration is at most 1 EiB (requests of that size or more are
 // refused anyway, so a larger setting could mean nothing more), and an
@@ -95,16 +233,34 @@ type Config struct {
 const (
 	maxConfBytes = maxRequestSize
 	maxDivisions = 1 << 20
+
+	maxRegisterThreads = 128 // PyTorch's pinned_max_register_threads
 )
 
 // validate checks a Config and returns an error naming the bad field.
 func (c *Config) validate() error {
 	var errs []error
-	if c.MaxSplitSize != 0 && c.MaxSplitSize <= kLargeBuffer {
-		errs = append(errs, fmt.Errorf("MaxSplitSize %d must be more than %d bytes (20 MiB)", c.MaxSplitSize, kLargeBuffer))
+	large := c.largeSegment()
+	if l := c.LargeSegmentSize; l != 0 && (l <= kMinLargeAlloc || l > maxConfBytes || l%kMinBlockSize != 0) {
+		errs = append(errs, fmt.Errorf("LargeSegmentSize %d must be more than %d bytes (10 MiB), at most 1 EiB and a multiple of %d", l, kMinLargeAlloc, kMinBlockSize))
 	}
-	if c.MaxNonSplitRounding != 0 && c.MaxNonSplitRounding <= kLargeBuffer {
-		errs = append(errs, fmt.Errorf("MaxNonSplitRounding %d must be more than %d bytes (20 MiB)", c.MaxNonSplitRounding, kLargeBuffer))
+	if c.MaxSplitSize != 0 && c.MaxSplitSize < large {
+		errs = append(errs, fmt.Errorf("MaxSplitSize %d must be at least the large segment size, %d bytes", c.MaxSplitSize, large))
+	}
+	if c.MaxNonSplitRounding != 0 && c.MaxNonSplitRounding < large {
+		errs = append(errs, fmt.Errorf("MaxNonSplitRounding %d must be at least the large segment size, %d bytes", c.MaxNonSplitRounding, large))
+	}
+	if !c.ExpandableSegmentsReserve.valid() {
+		errs = append(errs, fmt.Errorf("ExpandableSegmentsReserve %v must be more than 0 and finite", c.ExpandableSegmentsReserve.Value))
+	}
+	if err := validClasses(c.ExpandableSegmentsReserveByClass); err != nil {
+		errs = append(errs, err)
+	}
+	if n := c.Pinned.NumRegisterThreads; n != 0 && (n&(n-1) != 0 || n > maxRegisterThreads) {
+		errs = append(errs, fmt.Errorf("Pinned.NumRegisterThreads %d must be a power of two up to %d", n, maxRegisterThreads))
+	}
+	if c.Pinned.ReserveSegmentSize > maxConfBytes {
+		errs = append(errs, fmt.Errorf("Pinned.ReserveSegmentSize %d is more than 1 EiB", c.Pinned.ReserveSegmentSize))
 	}
 	if c.MaxSplitSize > maxConfBytes {
 		errs = append(errs, fmt.Errorf("MaxSplitSize %d is more than 1 EiB", c.MaxSplitSize))
@@ -138,15 +294,55 @@ func (c *Config) maxSplit() uint64 {
 	return c.MaxSplitSize
 }
 
+// maxNonSplitRounding returns the configured rounding limit, or its
+// default, the large segment size.
 func (c *Config) maxNonSplitRounding() uint64 {
 	if c.MaxNonSplitRounding == 0 {
-		return kLargeBuffer
+		return c.largeSegment()
 	}
 	return c.MaxNonSplitRounding
 }
 
-// String renders the Config in PYTORCH_CUDA_ALLOC_CONF syntax; ParseConf of
-// the result gives the same Config. The zero Config renders as "".
+// largeSegment returns the large segment size: LargeSegmentSize, or
+// PyTorch 2.6's 20 MiB.
+func (c *Config) largeSegment() uint64 {
+	if c.LargeSegmentSize == 0 {
+		return kLargeBuffer
+	}
+	return c.LargeSegmentSize
+}
+
+// validClasses checks the canonical form of
+// ExpandableSegmentsReserveByClass: NAME:RESERVE pairs, names sorted,
+// distinct and free of separators and white space.
+func validClasses(s string) error {
+	if s == "" {
+		return nil
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("ExpandableSegmentsReserveByClass %s: %s", quote.Quote(s), why)
+	}
+	prev := ""
+	for i, pair := range strings.Split(s, ",") {
+		name, v, ok := strings.Cut(pair, ":")
+		if !ok || name == "" || strings.ContainsAny(name, ",:[] \t\n\v\f\r") {
+			return bad("want NAME:RESERVE pairs joined by commas")
+		}
+		if i > 0 && name <= prev {
+			return bad("want the names sorted and distinct")
+		}
+		prev = name
+		if r, ok := parseReserve(v); !ok || r.String() != v {
+			return bad("want each reserve a fraction (0.5) or GiB (40G), more than 0, as String renders it")
+		}
+	}
+	return nil
+}
+
+// String renders the Config in PYTORCH_ALLOC_CONF syntax; ParseConf of the
+// result gives the same Config when every byte size it holds is a whole
+// number of MiB (the text counts MiB), as every Config that ParseConf
+// returns is. The zero Config renders as "".
 func (c Config) String() string {
 	var parts []string
 	if c.MaxSplitSize != 0 {
@@ -154,6 +350,9 @@ func (c Config) String() string {
 	}
 	if c.MaxNonSplitRounding != 0 {
 		parts = append(parts, fmt.Sprintf("max_non_split_rounding_mb:%d", c.MaxNonSplitRounding/mib))
+	}
+	if c.LargeSegmentSize != 0 {
+		parts = append(parts, fmt.Sprintf("large_segment_size_mb:%d", c.LargeSegmentSize/mib))
 	}
 	if c.RoundupPower2Divisions != ([NumRoundupIntervals]uint64{}) {
 		var items []string
@@ -174,306 +373,60 @@ func (c Config) String() string {
 	if c.ExpandableSegments {
 		parts = append(parts, "expandable_segments:True")
 	}
+	if c.ExpandableSegmentsReserve != (Reserve{}) {
+		parts = append(parts, "expandable_segments_reserve:"+c.ExpandableSegmentsReserve.String())
+	}
+	if c.ExpandableSegmentsReserveByClass != "" {
+		parts = append(parts, "expandable_segments_reserve_by_class:["+c.ExpandableSegmentsReserveByClass+"]")
+	}
+	flags := []struct {
+		on  bool
+		key string
+	}{
+		{c.EarlyOOM, "throw_on_cudamalloc_oom"},
+		{c.ReleaseLockOnMalloc, "release_lock_on_cudamalloc"},
+		{c.GraphCaptureRecordStreamReuse, "graph_capture_record_stream_reuse"},
+		{c.Pinned.UseHostRegister, "pinned_use_cuda_host_register"},
+		{c.Pinned.UseBackgroundThreads, "pinned_use_background_threads"},
+		{c.Pinned.FreeCatchAll, "pinned_free_catch_all"},
+	}
+	for _, f := range flags {
+		if f.on {
+			parts = append(parts, f.key+":True")
+		}
+	}
+	if c.Pinned.NumRegisterThreads != 0 {
+		parts = append(parts, fmt.Sprintf("pinned_num_register_threads:%d", c.Pinned.NumRegisterThreads))
+	}
+	if c.Pinned.ReserveSegmentSize != 0 {
+		parts = append(parts, fmt.Sprintf("pinned_reserve_segment_size_mb:%d", c.Pinned.ReserveSegmentSize/mib))
+	}
 	parts = append(parts, c.policyConf()...)
 	return strings.Join(parts, ",")
 }
 
-// ConfigFromEnv parses the GPUMEM_ALLOC_CONF environment variable; an unset
-// or empty variable gives the zero Config.
-func ConfigFromEnv() (Config, error) {
-	return ParseConf(os.Getenv(EnvVar))
-}
-
-// ParseConf reads a configuration in PyTorch's PYTORCH_CUDA_ALLOC_CONF
-// syntax: comma-separated key:value pairs, spaces ignored, for example
-//
-//	max_split_size_mb:128,roundup_power2_divisions:[256:1,512:2,>:8],garbage_collection_threshold:0.6
-//
-// Keys: max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions
-// (a single power of two, or a list of MiB-interval:divisions pairs with ">"
-// for every interval after the last one given), garbage_collection_threshold,
-// expandable_segments (True or False), per_process_memory_fraction, and
-// gpumem's memory_limit_bytes. PyTorch's keys for its host allocator and
-// backend (backend:native, release_lock_on_cudamalloc,
-// pinned_use_cuda_host_register, pinned_num_register_threads,
-// pinned_use_background_threads) are accepted and ignored so that PyTorch
-// settings carry over. gpumem's policy keys (gpumem_policy and the knobs of
-// the low_fragmentation policy, see LowFragConfig) are read too. Unknown
-// keys and bad values are errors that name them.
-func ParseConf(s string) (Config, error) {
-	var c Config
-	p := confParser{toks: lexConf(s)}
-	for !p.done() {
-		key := p.next()
-		if isSep(key) {
-			return Config{}, p.errorf("expected a key, found %s", quote.Quote(key))
-		}
-		if err := p.expect(":"); err != nil {
-			return Config{}, fmt.Errorf("%w after key %s", err, quote.Quote(key))
-		}
-		if err := p.parseKey(&c, key); err != nil {
-			return Config{}, err
-		}
-		if !p.done() {
-			if err := p.expect(","); err != nil {
-				return Config{}, fmt.Errorf("%w after the value of %s", err, quote.Quote(key))
-			}
+// LookupConfEnv returns the configuration text of the first of
+// GPUMEM_ALLOC_CONF, PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF that is
+// set and not blank, and that variable's name; ("", "") when none is. The
+// order after gpumem's own variable is current PyTorch's documented one
+// (PYTORCH_ALLOC_CONF first); a variable set to blanks is passed over, so
+// that an empty GPUMEM_ALLOC_CONF does not hide PyTorch's settings.
+func LookupConfEnv() (conf, name string) {
+	for _, v := range confEnvVars {
+		if s := os.Getenv(v); strings.TrimSpace(s) != "" {
+			return s, v
 		}
 	}
-	if err := c.validate(); err != nil {
-		return Config{}, err
+	return "", ""
+}
+
+// ConfigFromEnv parses the configuration that LookupConfEnv finds; none
+// gives the zero Config. An error names the variable.
+func ConfigFromEnv() (Config, error) {
+	s, name := LookupConfEnv()
+	c, err := ParseConf(s)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", name, err)
 	}
 	return c, nil
 }
-
-type confParser struct {
-	toks []string
-	i    int
-}
-
-func (p *confParser) done() bool { return p.i >= len(p.toks) }
-
-func (p *confParser) next() string {
-	if p.done() {
-		return ""
-	}
-	t := p.toks[p.i]
-	p.i++
-	return t
-}
-
-func (p *confParser) peek() string {
-	if p.done() {
-		return ""
-	}
-	return p.toks[p.i]
-}
-
-func (p *confParser) expect(tok string) error {
-	if got := p.next(); got != tok {
-		if got == "" {
-			return p.errorf("expected %q, found the end", tok)
-		}
-		return p.errorf("expected %q, found %s", tok, quote.Quote(got))
-	}
-	return nil
-}
-
-func (p *confParser) errorf(format string, args ...any) error {
-	return fmt.Errorf("allocator: parsing config: "+format, args...)
-}
-
-// value returns the next token, which must be a value (not a separator).
-func (p *confParser) value(key string) (string, error) {
-	v := p.next()
-	if v == "" || isSep(v) {
-		return "", p.errorf("missing value for %q", key)
-	}
-	return v, nil
-}
-
-func (p *confParser) uintValue(key string) (uint64, error) {
-	v, err := p.value(key)
-	if err != nil {
-		return 0, err
-	}
-	n, err := strconv.ParseUint(v, 10, 64)
-	if err != nil {
-		return 0, p.errorf("bad value %s for %q: want a non-negative integer", quote.Quote(v), key)
-	}
-	return n, nil
-}
-
-func (p *confParser) floatValue(key string) (float64, error) {
-	v, err := p.value(key)
-	if err != nil {
-		return 0, err
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(f) {
-		return 0, p.errorf("bad value %s for %q: want a number", quote.Quote(v), key)
-	}
-	return f, nil
-}
-
-func (p *confParser) boolValue(key string) (bool, error) {
-	v, err := p.value(key)
-	if err != nil {
-		return false, err
-	}
-	switch v {
-	case "True":
-		return true, nil
-	case "False":
-		return false, nil
-	}
-	return false, p.errorf("bad value %s for %q: want True or False", quote.Quote(v), key)
-}
-
-func (p *confParser) mbValue(key string) (uint64, error) {
-	n, err := p.uintValue(key)
-	if err != nil {
-		return 0, err
-	}
-	if n <= kLargeBuffer/mib {
-		return 0, p.errorf("%s:%d is too small: it must be more than %d", key, n, kLargeBuffer/mib)
-	}
-	if n > maxConfBytes/mib {
-		return 0, p.errorf("%s:%d is too large: at most %d (1 EiB)", key, n, maxConfBytes/mib)
-	}
-	return n * mib, nil
-}
-
-func (p *confParser) parseKey(c *Config, key string) error {
-	var err error
-	switch key {
-	case "max_split_size_mb":
-		c.MaxSplitSize, err = p.mbValue(key)
-	case "max_non_split_rounding_mb":
-		c.MaxNonSplitRounding, err = p.mbValue(key)
-	case "garbage_collection_threshold":
-		var f float64
-		if f, err = p.floatValue(key); err == nil {
-			if !(f > 0 && f < 1) {
-				return p.errorf("garbage_collection_threshold:%v must be in (0, 1)", f)
-			}
-			c.GarbageCollectionThreshold = f
-		}
-	case "per_process_memory_fraction":
-		var f float64
-		if f, err = p.floatValue(key); err == nil {
-			if !(f >= 0 && f <= 1) {
-				return p.errorf("per_process_memory_fraction:%v must be in [0, 1]", f)
-			}
-			c.MemoryFraction = f
-		}
-	case "memory_limit_bytes":
-		c.MemoryLimit, err = p.uintValue(key)
-	case "expandable_segments":
-		c.ExpandableSegments, err = p.boolValue(key)
-	case "roundup_power2_divisions":
-		err = p.parseRoundup(c)
-	case "backend":
-		var v string
-		if v, err = p.value(key); err == nil && v != "native" {
-			return p.errorf("backend:%s is not supported: gpumem is the native caching allocator", quote.Quote(v))
-		}
-	case "release_lock_on_cudamalloc", "release_lock_on_hipmalloc",
-		"pinned_use_cuda_host_register", "pinned_use_hip_host_register",
-		"pinned_use_background_threads":
-		_, err = p.boolValue(key)
-	case "pinned_num_register_threads":
-		var n uint64
-		if n, err = p.uintValue(key); err == nil && (n == 0 || n&(n-1) != 0 || n > 128) {
-			return p.errorf("pinned_num_register_threads:%d must be a power of two up to 128", n)
-		}
-	default:
-		if ok, err := p.parsePolicyKey(c, key); ok {
-			return err
-		}
-		return p.errorf("unrecognized key %s", quote.Quote(key))
-	}
-	return err
-}
-
-// parseRoundup reads roundup_power2_divisions: either one power of two for
-// every interval, or a bracketed list of MIB:DIV pairs. As in PyTorch 2.6,
-// the first pair also fills every interval below it, and ">:DIV" fills from
-// the interval of the previous pair (inclusive, so it overrides that pair's
-// own value, a quirk of 2.6 kept for fidelity) to the last interval.
-func (p *confParser) parseRoundup(c *Config) error {
-	const key = "roundup_power2_divisions"
-	var table [NumRoundupIntervals]uint64
-	if p.peek() != "[" {
-		n, err := p.uintValue(key)
-		if err != nil {
-			return err
-		}
-		if n == 0 || n&(n-1) != 0 || n > maxDivisions {
-			return p.errorf("%s:%d must be a power of two up to %d", key, n, maxDivisions)
-		}
-		for i := range table {
-			table[i] = n
-		}
-		c.RoundupPower2Divisions = table
-		return nil
-	}
-	p.next() // "["
-	first := true
-	last := 0
-	for {
-		tok := p.next()
-		if tok == "]" {
-			break
-		}
-		if tok == "" || isSep(tok) {
-			return p.errorf("%s: expected an interval or ']', found %s", key, quote.Quote(tok))
-		}
-		if err := p.expect(":"); err != nil {
-			return fmt.Errorf("%w in %s", err, key)
-		}
-		div, err := p.uintValue(key)
-		if err != nil {
-			return err
-		}
-		if div != 0 && div&(div-1) != 0 || div > maxDivisions {
-			return p.errorf("%s: divisions %d must be a power of two up to %d, or 0", key, div, maxDivisions)
-		}
-		if tok == ">" {
-			for i := last; i < NumRoundupIntervals; i++ {
-				table[i] = div
-			}
-		} else {
-			mb, err := strconv.ParseUint(tok, 10, 64)
-			if err != nil || mb == 0 || mb&(mb-1) != 0 {
-				return p.errorf("%s: interval %s must be a power of two (MiB)", key, quote.Quote(tok))
-			}
-			idx := bits.Len64(mb) - 1
-			if idx >= NumRoundupIntervals {
-				idx = NumRoundupIntervals - 1
-			}
-			if first {
-				for i := 0; i < idx; i++ {
-					table[i] = div
-				}
-				first = false
-			}
-			table[idx] = div
-			last = idx
-		}
-		if p.peek() == "," {
-			p.next()
-		} else if p.peek() != "]" {
-			return p.errorf("%s: expected ',' or ']', found %s", key, quote.Quote(p.peek()))
-		}
-	}
-	c.RoundupPower2Divisions = table
-	return nil
-}
-
-// lexConf splits s into tokens: the separators , : [ ] are tokens of their
-// own; spaces are dropped.
-func lexConf(s string) []string {
-	var toks []string
-	var cur strings.Builder
-	flush := func() {
-		if cur.Len() > 0 {
-			toks = append(toks, cur.String())
-			cur.Reset()
-		}
-	}
-	for _, r := range s {
-		switch r {
-		case ',', ':', '[', ']':
-			flush()
-			toks = append(toks, string(r))
-		case ' ', '\t', '\n', '\r':
-		default:
-			cur.WriteRune(r)
-		}
-	}
-	flush()
-	return toks
-}
-
-func isSep(t string) bool { return t == "," || t == ":" || t == "[" || t == "]" }

@@ -79,75 +79,6 @@ func TestRoundupIntervals(t *testing.T) {
 	assert.EqualValues(t, 1280*kib, get(t, a, "allocated_bytes.all.current"), "1200 KiB rounds to the next quarter of [1, 2) MiB")
 }
 
-func TestParseConfErrorsNameTheProblem(t *testing.T) {
-	for conf, want := range map[string]string{
-		"bogus:1":                                  `unrecognized key "bogus"`,
-		"max_split_size_mb:20":                     "max_split_size_mb:20 is too small",
-		"max_split_size_mb:abc":                    `bad value "abc" for "max_split_size_mb"`,
-		"max_split_size_mb":                        `expected ":"`,
-		"max_split_size_mb:":                       `missing value for "max_split_size_mb"`,
-		"garbage_collection_threshold:1.0":         "must be in (0, 1)",
-		"garbage_collection_threshold:0":           "must be in (0, 1)",
-		"expandable_segments:true":                 "want True or False",
-		"roundup_power2_divisions:3":               "must be a power of two",
-		"roundup_power2_divisions:[256:3]":         "divisions 3 must be a power of two",
-		"roundup_power2_divisions:[300:2]":         `interval "300" must be a power of two`,
-		"roundup_power2_divisions:[256:2":          "expected ',' or ']'",
-		"roundup_power2_divisions:[256:2;512:4]":   "bad value",
-		"per_process_memory_fraction:1.5":          "must be in [0, 1]",
-		"backend:cudaMallocAsync":                  "not supported",
-		"pinned_num_register_threads:3":            "power of two up to 128",
-		"max_split_size_mb:64 max_non_split":       "bad value",
-		"max_split_size_mb:64,,":                   "expected a key",
-		"max_split_size_mb:64:65":                  `expected ","`,
-		"max_non_split_rounding_mb:99999999999999": "too large",
-	} {
-		_, err := ParseConf(conf)
-		require.Error(t, err, conf)
-		assert.Contains(t, err.Error(), want, conf)
-	}
-}
-
-// An error quotes at most about 100 bytes of the configuration, however
-// long the value, key or stray token it names (it repeated a 5 MB value
-// whole).
-func TestParseConfErrorsAreShort(t *testing.T) {
-	long := strings.Repeat("x", 5<<20)
-	for _, conf := range []string{
-		long + ":1",
-		"max_split_size_mb:" + long,
-		"garbage_collection_threshold:" + long,
-		"expandable_segments:" + long,
-		"backend:" + long,
-		"gpumem_policy:" + long,
-		"roundup_power2_divisions:[" + long + ":2]",
-		"roundup_power2_divisions:[256:2 " + long + "]",
-		"max_split_size_mb:64:" + long,
-		long,
-		"max_split_size_mb:64 " + long,
-		"expandable_segments:\x1b[31m" + strings.Repeat("\n", 1000),
-	} {
-		_, err := ParseConf(conf)
-		require.Error(t, err, conf[:40])
-		assert.Less(t, len(err.Error()), 400, "%.60s: %.300s", conf, err.Error())
-		assert.NotContains(t, err.Error(), "\x1b", "control characters are escaped")
-	}
-}
-
-func TestConfigFromEnv(t *testing.T) {
-	t.Setenv(EnvVar, "max_split_size_mb:256")
-	cfg, err := ConfigFromEnv()
-	require.NoError(t, err)
-	assert.EqualValues(t, 256*mib, cfg.MaxSplitSize)
-	t.Setenv(EnvVar, "nope:1")
-	_, err = ConfigFromEnv()
-	assert.Error(t, err)
-	t.Setenv(EnvVar, "")
-	cfg, err = ConfigFromEnv()
-	require.NoError(t, err)
-	assert.Equal(t, Config{}, cfg)
-}
-
 // TestConfigStringRoundTrip: String renders a Config that ParseConf reads
 // back unchanged.
 func TestConfigStringRoundTrip(t *testing.T) {
@@ -171,6 +102,34 @@ func TestConfigStringRoundTrip(t *testing.T) {
 			c.MemoryFraction = rapid.Float64Range(0.01, 0.99).Draw(t, "f")
 		}
 		c.MemoryLimit = rapid.Uint64().Draw(t, "limit")
+		if rapid.Bool().Draw(t, "large") {
+			c.LargeSegmentSize = rapid.Uint64Range(11, 1<<20).Draw(t, "lmb") * mib
+			c.MaxSplitSize = max(c.MaxSplitSize, c.LargeSegmentSize)
+			if c.MaxNonSplitRounding != 0 {
+				c.MaxNonSplitRounding = max(c.MaxNonSplitRounding, c.LargeSegmentSize)
+			}
+		}
+		if rapid.Bool().Draw(t, "reserve") {
+			c.ExpandableSegmentsReserve = Reserve{Value: rapid.Float64Range(1e-9, 1e9).Draw(t, "rv"), GiB: rapid.Bool().Draw(t, "gib")}
+		}
+		if rapid.Bool().Draw(t, "classes") {
+			classes := map[string]Reserve{}
+			for _, n := range rapid.SliceOfN(rapid.StringMatching(`[a-z_0-9]{1,8}`), 1, 4).Draw(t, "names") {
+				classes[n] = Reserve{Value: rapid.Float64Range(1e-3, 64).Draw(t, "cv"), GiB: rapid.Bool().Draw(t, "cg")}
+			}
+			c.ExpandableSegmentsReserveByClass = formatClasses(classes)
+		}
+		c.ExpandableSegments = rapid.Bool().Draw(t, "exp")
+		c.EarlyOOM = rapid.Bool().Draw(t, "early")
+		c.ReleaseLockOnMalloc = rapid.Bool().Draw(t, "lock")
+		c.GraphCaptureRecordStreamReuse = rapid.Bool().Draw(t, "graph")
+		c.Pinned = PinnedConfig{
+			UseHostRegister:      rapid.Bool().Draw(t, "reg"),
+			NumRegisterThreads:   rapid.SampledFrom([]uint64{0, 1, 2, 8, 128}).Draw(t, "threads"),
+			ReserveSegmentSize:   rapid.Uint64Range(0, 1<<20).Draw(t, "pinmb") * mib,
+			UseBackgroundThreads: rapid.Bool().Draw(t, "bg"),
+			FreeCatchAll:         rapid.Bool().Draw(t, "catch"),
+		}
 		got, err := ParseConf(c.String())
 		if err != nil {
 			t.Fatalf("ParseConf(%q): %v", c.String(), err)
@@ -188,6 +147,13 @@ func FuzzParseConf(f *testing.F) {
 		"", "max_split_size_mb:128", "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
 		"garbage_collection_threshold:0.6,per_process_memory_fraction:0.5", "expandable_segments:True",
 		"backend:native,pinned_num_register_threads:8", "max_split_size_mb:64:65", "roundup_power2_divisions:[",
+		"large_segment_size_mb:12,max_split_size_mb:12,max_non_split_rounding_mb:40",
+		"expandable_segments:True,expandable_segments_reserve:0.5,throw_on_cudamalloc_oom:True",
+		"expandable_segments_reserve:40G,expandable_segments_reserve_by_class:[prefill:40G,decode:0.25,]",
+		"per_process_memory_fraction:0.95,throw_on_cudamalloc_oom:True,graph_capture_record_stream_reuse:True",
+		"pinned_use_cuda_host_register:True,pinned_num_register_threads:8,pinned_reserve_segment_size_mb:64,pinned_free_catch_all:True",
+		"release_lock_on_hipmalloc:False,pinned_use_hip_host_register:True,pinned_use_background_threads:True",
+		"expandable_segments_reserve_by_class:[a:1e-3,a:2g]", "expandable_segments_reserve:1e308G",
 	} {
 		f.Add(s)
 	}

@@ -15,7 +15,8 @@
 // # Data structures
 //
 //   - segment: one device allocation (Device.Malloc), 2 MiB for the small
-//     pool, 20 MiB or a multiple of 2 MiB for the large pool.
+//     pool, 20 MiB (Config.LargeSegmentSize when set) or a multiple of
+//     2 MiB for the large pool.
 //   - block: a contiguous range of a segment. The blocks of a segment tile
 //     it exactly and are linked to their neighbours (prev, next) in address
 //     order. A block is allocated (handed to a caller), pending (freed by the
@@ -269,12 +270,13 @@
 //
 // With Config.ExpandableSegments (expandable_segments:True) a pool's
 // memory for a stream comes from one reserved address range, backed by
-// memory page by page (2 MiB pages in the small pool, 20 MiB in the large
-// one), so that blocks freed next to each other merge even when they were
-// mapped at different times; expandable.go describes the rules. Mapping a
-// page counts as a device allocation and adds to reserved bytes; unmapping
-// (EmptyCache, the out-of-memory path) counts as a device free. The device
-// must implement device.VirtualMemory.
+// memory page by page (2 MiB pages in the small pool, 20 MiB or
+// Config.LargeSegmentSize in the large one), so that blocks freed next to
+// each other merge even when they were mapped at different times;
+// expandable.go describes the rules. Mapping a page counts as a device
+// allocation and adds to reserved bytes; unmapping (EmptyCache, the
+// out-of-memory path) counts as a device free. The device must implement
+// device.VirtualMemory.
 //
 // # The low_fragmentation policy
 //

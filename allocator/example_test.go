@@ -34,7 +34,7 @@ func ExampleParseConf() {
 	fmt.Println(err)
 	// Output:
 	// 128 0.6 0.9 <nil>
-	// allocator: parsing config: max_split_size_mb:12 is too small: it must be more than 20
+	// allocator: parsing config: max_split_size_mb:12 is too small: it must be at least 20 (the large segment size in MiB)
 }
 
 func ExampleOutOfMemoryError() {

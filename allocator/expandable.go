@@ -16,7 +16,9 @@ import (
 //   - A segment is an address range of 9/8 of the device's memory, rounded
 //     up to whole pages, reserved with VirtualMemory.Reserve the first time
 //     a stream needs memory from a pool. Its page is 2 MiB in the small
-//     pool and 20 MiB in the large pool.
+//     pool and 20 MiB in the large pool. (Current PyTorch's
+//     expandable_segments_reserve and large_segment_size_mb change the
+//     range and the large page when set; see conf_effects.go.)
 //   - Its blocks tile the whole range. A block is mapped (backed by memory:
 //     allocated, pending or free) or unmapped (in the pool's unmapped index,
 //     by stream and address). Two unmapped neighbours are always merged, and
@@ -98,11 +100,14 @@ func (a *Allocator) findExpandableLocked(x *freeIndex, size uint64) (found *bloc
 	if found != nil {
 		return found, false, nil
 	}
-	page := uint64(kLargeBuffer)
+	page := a.rule.large
 	if p.small {
 		page = kSmallBuffer
 	}
-	n := (a.total + a.total/8 + page - 1) / page * page
+	n := a.expandableReserve(page)
+	if n < size && a.cfg.ExpandableSegmentsReserve != (Reserve{}) {
+		return nil, false, errReserveTooSmall
+	}
 	ptr, err := a.vm.Reserve(n)
 	if err != nil {
 		if refused(err) {

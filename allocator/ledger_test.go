@@ -32,6 +32,17 @@ func TestOnlyTheLedgerWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 		files++
+		// Calls through an imported package other than peaks (strings.Cut)
+		// are not the peaks' writers.
+		imported := map[string]bool{}
+		for _, im := range f.Imports {
+			path := strings.Trim(im.Path.Value, `"`)
+			name := path[strings.LastIndex(path, "/")+1:]
+			if im.Name != nil {
+				name = im.Name.Name
+			}
+			imported[name] = name != "peaks"
+		}
 		field := func(x ast.Expr) {
 			if sel, ok := x.(*ast.SelectorExpr); ok && fields[sel.Sel.Name] {
 				t.Errorf("%s: assigns %s outside the ledger", fset.Position(sel.Pos()), sel.Sel.Name)
@@ -41,6 +52,9 @@ func TestOnlyTheLedgerWrites(t *testing.T) {
 			switch n := n.(type) {
 			case *ast.CallExpr:
 				if sel, ok := n.Fun.(*ast.SelectorExpr); ok && writers[sel.Sel.Name] {
+					if id, ok := sel.X.(*ast.Ident); ok && imported[id.Name] {
+						return true
+					}
 					t.Errorf("%s: calls %s outside the ledger", fset.Position(sel.Pos()), sel.Sel.Name)
 				}
 			case *ast.AssignStmt:

@@ -172,7 +172,7 @@ func (a *Allocator) placeLocked(x *freeIndex, size uint64) (placement, error) {
 	if p.small {
 		page = kSmallBuffer
 	}
-	n := max((a.total+a.total/8+page-1)/page*page, pagesFor(size, page))
+	n := max(a.expandableReserve(page), pagesFor(size, page))
 	ptr, err := a.vm.Reserve(n)
 	if err != nil {
 		if refused(err) {

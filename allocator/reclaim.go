@@ -31,7 +31,10 @@ func (a *Allocator) allocSlowLocked(x *freeIndex, size, requested uint64) (*bloc
 	if a.gcActive {
 		a.garbageCollectLocked()
 	}
-	segSize := segmentSize(size)
+	segSize := a.rule.segmentSize(size)
+	if a.refusesEarlyLocked(segSize) {
+		return nil, a.outOfMemoryLocked(requested, segSize, x.stream, nil)
+	}
 	b, err := a.growLocked(x, size, segSize)
 	if refused(err) && a.releaseOversizeLocked(x, size) {
 		b, err = a.growLocked(x, size, segSize)

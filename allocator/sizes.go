@@ -13,9 +13,9 @@ const (
 	kMinBlockSize  = 512      // every block is a multiple of this
 	kSmallSize     = 1 << 20  // largest request served by the small pool
 	kSmallBuffer   = 2 << 20  // segment size of the small pool
-	kMinLargeAlloc = 10 << 20 // requests below this share a kLargeBuffer segment
+	kMinLargeAlloc = 10 << 20 // requests below this share a large segment
 	kRoundLarge    = 2 << 20  // larger requests are rounded up to this for the device
-	kLargeBuffer   = 20 << 20 // segment size for 1-10 MiB requests
+	kLargeBuffer   = 20 << 20 // the default large segment size: segments for 1-10 MiB requests
 	maxRequestSize = 1 << 60  // larger requests are refused outright (PyTorch's 1 EB guard)
 	mib            = 1 << 20  // one MiB
 	maxSplitNone   = math.MaxUint64
@@ -43,14 +43,15 @@ func roundSize(size uint64, divisions *[NumRoundupIntervals]uint64) uint64 {
 func isSmall(rounded uint64) bool { return rounded <= kSmallSize }
 
 // segmentSize is the size of the segment that a request of the given
-// rounded size gets from the device: 2 MiB for the small pool, 20 MiB for
-// requests below 10 MiB, otherwise the request rounded up to 2 MiB.
-func segmentSize(rounded uint64) uint64 {
+// rounded size gets from the device: 2 MiB for the small pool, the large
+// segment size (20 MiB by default) for requests below 10 MiB, otherwise
+// the request rounded up to 2 MiB.
+func (r *splitRule) segmentSize(rounded uint64) uint64 {
 	switch {
 	case isSmall(rounded):
 		return kSmallBuffer
 	case rounded < kMinLargeAlloc:
-		return kLargeBuffer
+		return r.large
 	default:
 		return (rounded + kRoundLarge - 1) / kRoundLarge * kRoundLarge
 	}
@@ -93,6 +94,7 @@ type splitRule struct {
 	maxSplit            uint64 // max_split_size in bytes, or maxSplitNone
 	maxNonSplitRounding uint64 // waste allowed when an oversize block serves an oversize request
 	expandable          bool   // expandable_segments is on (PyTorch 2.6 tests the global setting)
+	large               uint64 // the large segment size (Config.LargeSegmentSize, or 20 MiB)
 }
 
 // shouldSplit reports whether serving size bytes from a block of

@@ -7,32 +7,26 @@ package main
 import (
 	"fmt"
 	"github.com/gpumem/gpumem/estimate"
-	"os"
 	"strings"
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/trace/plan"
 )
 
-// confEnvVars are read, in order, when no --conf is given: gpumem's own
-// variable, then PyTorch's, whose syntax it shares.
-var confEnvVars = []string{allocator.EnvVar, "PYTORCH_CUDA_ALLOC_CONF"}
-
-// envConf returns the configuration from the first of confEnvVars that is
-// set and not empty, and its name; ("", "") if none is. A value that does
-// not parse is a usage error naming the variable.
+// envConf returns the configuration from the environment
+// (allocator.LookupConfEnv: GPUMEM_ALLOC_CONF, then PYTORCH_ALLOC_CONF,
+// then PYTORCH_CUDA_ALLOC_CONF) and the variable's name; ("", "") if none
+// is set. A value that does not parse is a usage error naming the
+// variable.
 func envConf() (conf, from string, err error) {
-	for _, v := range confEnvVars {
-		s := os.Getenv(v)
-		if strings.TrimSpace(s) == "" {
-			continue
-		}
-		if _, err := allocator.ParseConf(s); err != nil {
-			return "", v, usageError{fmt.Sprintf("%s: %v", v, err)}
-		}
-		return s, v, nil
+	s, v := allocator.LookupConfEnv()
+	if v == "" {
+		return "", "", nil
 	}
-	return "", "", nil
+	if _, err := allocator.ParseConf(s); err != nil {
+		return "", v, usageError{fmt.Sprintf("%s: %v", v, err)}
+	}
+	return s, v, nil
 }
 
 // parseConf parses a --conf value; a bad one is a usage error.

@@ -20,7 +20,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	cfg, err := allocator.ConfigFromEnv() // GPUMEM_ALLOC_CONF, PyTorch syntax
+	cfg, err := allocator.ConfigFromEnv() // GPUMEM_ALLOC_CONF, else PYTORCH_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF
 	if err != nil {
 		log.Fatal(err)
 	}
