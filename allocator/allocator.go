@@ -204,32 +204,8 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 	if sh != nil {
 		sh.mu.Lock()
 		if sh.fast.Load() {
-			// fitLocked, written out: the fast path is short.
-			rounded := (size + kMinBlockSize - 1) &^ (kMinBlockSize - 1)
-			if a.divisions != nil {
-				rounded = roundSize(size, a.divisions)
-			}
-			x := &sh.free[qSmall]
-			if !isSmall(rounded) {
-				x = &sh.free[qLarge]
-			}
-			if x.pend != nil {
-				x.settle()
-			}
-			var b *block
-			if bk := x.buckets; bk != nil {
-				var ok bool
-				if b, ok = bk.recall(rounded); !ok {
-					b = bk.bestFit(rounded)
-				}
-			} else if a.pol == nil {
-				b = a.largeFitLocked(x, rounded)
-			} else if b = a.policyFitLocked(x, rounded); b == nil || !a.rule.mayServe(b.size, rounded) {
-				// The policy with one shard (nothing to lend): the world
-				// searches again, and counts that search.
-				x.pool.gcCalls--
-			}
-			if b != nil && a.rule.mayServe(b.size, rounded) {
+			x, rounded, b := a.fitLocked(&sh.free, size)
+			if b != nil {
 				ptr := a.takeLocked(x, b, rounded, size).ptr
 				if sh.cut {
 					sh.fast.Store(false) // the world settles the cut first
@@ -243,6 +219,11 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 				}
 				return ptr, nil
 			}
+			if a.pol != nil {
+				// The policy with one shard (nothing to lend): the world
+				// searches again, and counts that search.
+				x.pool.gcCalls--
+			}
 		}
 		sh.mu.Unlock()
 	}
@@ -250,27 +231,30 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 }
 
 // fitLocked runs steps 2 to 4 of the allocation ladder for a request of
-// size bytes on the stream whose free indexes are xs: it rounds the size,
-// picks the pool and finds the best fit, and returns the free index
-// searched, the rounded size and the block found, nil when none may
-// serve the request. (Alloc's fast path writes these steps out.)
+// size bytes (at least 1) on the stream whose free indexes are xs: it
+// rounds the size, picks the pool and finds the best fit, and returns the
+// free index searched, the rounded size and the block found, nil when
+// none may serve the request. It is the one best fit: Alloc's fast path
+// and the world both call it.
 func (a *Allocator) fitLocked(xs *[2]freeIndex, size uint64) (*freeIndex, uint64, *block) {
-	rounded := roundSize(size, a.divisions)
+	rounded := (size + kMinBlockSize - 1) &^ (kMinBlockSize - 1) // roundSize without divisions
+	if a.divisions != nil {
+		rounded = roundSize(size, a.divisions)
+	}
 	x := &xs[qSmall]
 	if !isSmall(rounded) {
 		x = &xs[qLarge]
 	}
-	if x.pend != nil {
-		x.settle()
-	}
-	var b *block
+	b := x.remembered(rounded)
 	switch {
+	case b != nil:
 	case a.pol != nil:
 		b = a.policyFitLocked(x, rounded) // policy: a low address among close fits
-	case x.buckets != nil:
-		b = x.buckets.bestFit(rounded)
 	default:
-		b = a.largeFitLocked(x, rounded)
+		if a.aging && x.aged() {
+			x.pool.gcCalls++
+		}
+		b = x.bestFit(rounded)
 	}
 	if b == nil || !a.rule.mayServe(b.size, rounded) {
 		return x, rounded, nil
@@ -308,9 +292,6 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 	b = a.takeLocked(from, b, rounded, size)
 	if lent {
 		a.lentLocked(b, s)
-	}
-	if from.pend != nil && from.sh.cold {
-		from.settle() // the cold shard's indexes never wait (settleAllLocked)
 	}
 	ptr := b.ptr
 	if selfCheck {

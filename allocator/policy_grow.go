@@ -230,7 +230,7 @@ func (a *Allocator) mapRangeLocked(u *block, off, n uint64) (*block, error) {
 	}
 	u.unmapped = false
 	a.pagesMappedLocked(seg, ptr, n)
-	return a.mergeLocked(seg.free, u), nil
+	return seg.free.put(u), nil
 }
 
 // wholePages returns the bytes of the whole pages inside the free
