@@ -20,9 +20,9 @@ import (
 //   - no two neighbouring blocks of a segment are both free (free
 //     neighbours are always merged);
 //   - every free block is in its own pool's free index, and the index holds
-//     nothing else; every allocated block is in the address map under its
-//     address, and the map holds nothing else; every pending block has as
-//     many queued events as its event count;
+//     nothing else; every allocated block is in its shard's address table
+//     under its address, and the tables hold nothing else; every pending
+//     block has as many queued events as its event count;
 //   - every stat's current value equals a count over the blocks
 //     (allocation, active, segment, inactive_split, their byte
 //     counterparts, requested bytes, oversize counts) and the reserved
@@ -31,8 +31,8 @@ import (
 //     does), they equal the reserved bytes. This assumes the allocator is
 //     the device's only user.
 //
-// It takes the allocator's lock and walks every block: use it in tests and
-// debugging, not on a hot path.
+// It takes the world (every lock, doc.go) and walks every block: use it in
+// tests and debugging, not on a hot path.
 func (a *Allocator) CheckInvariants() error {
 	a.lockAll()
 	defer a.unlockAll()
@@ -173,7 +173,7 @@ func (a *Allocator) checkLocked() error {
 			case b.allocated:
 				seenLive++
 				if sh.live.get(b.ptr) != b {
-					bad("allocated block %v is not in its stream's address map", b.ptr)
+					bad("allocated block %v is not in its shard's address table", b.ptr)
 				}
 				if inIndex[b] {
 					bad("allocated block %v is in a free index", b.ptr)
@@ -194,7 +194,7 @@ func (a *Allocator) checkLocked() error {
 					bad("pending block %v has event count %d but %d queued events", b.ptr, b.eventCount, queued[b])
 				}
 				if inIndex[b] || sh.live.get(b.ptr) == b {
-					bad("pending block %v is in the free index or the address map", b.ptr)
+					bad("pending block %v is in the free index or the address table", b.ptr)
 				}
 				want.Active.Increase(st, 1)
 				want.ActiveBytes.Increase(st, int64(b.size))
@@ -244,7 +244,7 @@ func (a *Allocator) checkLocked() error {
 		bad("free indexes hold %d blocks, segments have %d free blocks", len(inIndex), seenFree)
 	}
 	if n := a.liveCountLocked(); seenLive != n {
-		bad("address maps hold %d blocks, segments have %d allocated blocks", n, seenLive)
+		bad("address tables hold %d blocks, segments have %d allocated blocks", n, seenLive)
 	}
 	for _, sh := range a.shards {
 		want := wants[sh]

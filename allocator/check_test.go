@@ -40,7 +40,7 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 		{"free block missing from the index", "not in its pool's free index", func(a *Allocator, _ *sim.Device, p device.Ptr) {
 			a.def.free[1].remove(a.def.live.get(p).next)
 		}},
-		{"allocated block missing from the address map", "not in its stream's address map", func(a *Allocator, _ *sim.Device, p device.Ptr) {
+		{"allocated block missing from the address table", "not in its shard's address table", func(a *Allocator, _ *sim.Device, p device.Ptr) {
 			a.def.live.remove(p)
 		}},
 		{"a stat that drifted", "allocated_bytes", func(a *Allocator, _ *sim.Device, _ device.Ptr) {

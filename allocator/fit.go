@@ -1,6 +1,7 @@
-// This file holds steps 4 and 7 of the allocation ladder: the best-fit
-// search of a stream's free blocks in a pool, and the split that hands out
-// the front of the block found.
+// This file holds the rule of expandable segments of step 4 of the
+// allocation ladder (the best fit itself is the free index's bestFit,
+// asked by Allocator.fitLocked), and step 7: handing out the block found,
+// which the free index splits (freeIndex.take).
 
 package allocator
 
