@@ -108,20 +108,24 @@ func (x *freeIndex) inLarge(size uint64) bool {
 // lowest (size, address) with at least size bytes, nil if none, and for a
 // block of an expandable segment the rule of expandable segments
 // (expandableBestFit). Size buckets remember their answer until they
-// change. Every search of the allocator goes through Allocator.fitLocked,
-// the fast path's too; the low_fragmentation policy has its own
-// (policyFitLocked), from fit.
+// change (remembered). Every search of the allocator goes through
+// Allocator.searchLocked, from fitLocked or the fast path; the
+// low_fragmentation policy has its own (policyFitLocked), from fit.
 func (x *freeIndex) bestFit(size uint64) *block {
 	if x.pend != nil {
 		x.settle()
 	}
-	if x.kind == kindSmall {
-		if b, ok := x.buckets.recall(size); ok {
-			return b
-		}
+	var b *block
+	switch {
+	case x.kind == kindSmall:
 		return x.buckets.bestFit(size) // no expandable segments here
+	case x.inLarge(size):
+		if b = x.large.fit(size); b == nil {
+			b = x.tree.min() // every block of the tree is larger
+		}
+	default:
+		b = x.tree.lowerBound(size)
 	}
-	b := x.fit(size)
 	if b != nil && b.seg.expandable() {
 		b = expandableBestFit(x, b)
 	}
@@ -130,7 +134,10 @@ func (x *freeIndex) bestFit(size uint64) *block {
 
 // remembered returns bestFit's answer for size when size buckets
 // remember it (the cached path: an alloc and free of one size in a loop),
-// else nil; small enough to be inlined in fitLocked.
+// else nil; small enough to be inlined in fitLocked. bestFit itself does
+// not look: ask this first. Its block may serve any request of the small
+// pool (splitRule.mayServe): size buckets hold blocks of at most 2 MiB,
+// and max_split_size is more than 20 MiB (Config.validate).
 func (x *freeIndex) remembered(size uint64) *block {
 	if bk := x.buckets; x.kind == kindSmall && x.pend == nil && size == bk.memoSize && bk.version == bk.memoVersion {
 		return bk.memo
@@ -157,6 +164,12 @@ func (x *freeIndex) take(b *block, size uint64, split bool) *block {
 		case x.kind == kindSmall:
 			b.indexed = false
 			x.buckets.remove(b)
+		case x.inLarge(b.size): // drop, written out
+			b.indexed = false
+			x.large.remove(b)
+			if b.listed {
+				x.unlist(b)
+			}
 		default:
 			x.drop(b)
 		}
@@ -251,7 +264,15 @@ func (x *freeIndex) put(b *block) *block {
 		}
 		x.sh.recycleLocked(next)
 	}
-	x.file(b)
+	switch { // file, written out
+	case b.unmapped:
+		x.pool.unmapped.ReplaceOrInsert(b)
+	case x.kind == kindSmall:
+		b.indexed = true
+		x.buckets.insert(b)
+	default:
+		x.add(b)
+	}
 	return b
 }
 
@@ -324,7 +345,11 @@ func (x *freeIndex) add(b *block) {
 		return
 	}
 	b.gcCountBase = x.pool.gcCalls
-	x.place(b)
+	if x.inLarge(b.size) { // place, written out
+		x.large.insert(b)
+	} else {
+		x.tree.insert(b)
+	}
 	if !b.isSplit() && !b.seg.expandable() {
 		x.list(b)
 	}
@@ -338,7 +363,11 @@ func (x *freeIndex) drop(b *block) {
 		x.buckets.remove(b)
 		return
 	}
-	x.displace(b)
+	if x.inLarge(b.size) { // displace, written out
+		x.large.remove(b)
+	} else {
+		x.tree.remove(b)
+	}
 	if b.listed {
 		x.unlist(b)
 	}
