@@ -55,7 +55,7 @@ type block struct {
 	heapIdx int32 // position in its size class's heap (sizeBuckets, largeBuckets), while indexed there
 
 	allocated  bool
-	indexed    bool   // in its free index: set and cleared by the free index alone (add, drop, file, unfile, take)
+	indexed    bool   // in its free index: set and cleared by the free index alone (add, drop, put, unfile, take)
 	listed     bool   // in its free index's list of whole free segments (freeIndex.wholes)
 	recorded   bool   // allocated and RecordStream added streams: they are in Allocator.uses
 	unmapped   bool   // an address range of an expandable segment with no memory behind it

@@ -84,12 +84,6 @@ func (s *sizeBuckets) fit(size uint64) *block {
 	return nil
 }
 
-// recall returns the best fit for size when it is the last one asked and
-// nothing changed since.
-func (s *sizeBuckets) recall(size uint64) (*block, bool) {
-	return s.memo, size == s.memoSize && s.version == s.memoVersion
-}
-
 // last returns a block of the largest size, or nil.
 func (s *sizeBuckets) last() *block {
 	if s.summary == 0 {

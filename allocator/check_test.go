@@ -95,6 +95,18 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			_ = a.Free(q)
 			a.def.free[1].wholes = nil
 		}},
+		{"a listed whole segment taken out of the index behind its back", "blocks not in the index", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			q, _ := a.Alloc(30*mib, 0) // a second segment, freed whole: listed
+			_ = a.Free(q)
+			x := &a.def.free[qLarge]
+			x.large.remove(x.wholes)
+		}},
+		{"a free index of the wrong kind", "wrong kind", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			a.def.free[qLarge].kind = kindTree
+		}},
+		{"a free index whose structures are not its kind's", "structures of another kind", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			a.def.free[qSmall].large = new(largeBuckets)
+		}},
 		{"a free block not marked indexed", "not marked indexed", func(a *Allocator, _ *sim.Device, p device.Ptr) {
 			a.def.live.get(p).next.indexed = false
 		}},

@@ -264,7 +264,7 @@ func (x *freeIndex) put(b *block) *block {
 		}
 		x.sh.recycleLocked(next)
 	}
-	switch { // file, written out
+	switch {
 	case b.unmapped:
 		x.pool.unmapped.ReplaceOrInsert(b)
 	case x.kind == kindSmall:
@@ -455,22 +455,8 @@ func (a *Allocator) settleAllLocked() {
 	}
 }
 
-// file puts a free block in x, an unmapped one in its pool's unmapped
-// index. (Size buckets are filed without add's call, as take does: the
-// small pool's blocks are the most frequent.)
-func (x *freeIndex) file(b *block) {
-	switch {
-	case b.unmapped:
-		x.pool.unmapped.ReplaceOrInsert(b)
-	case x.kind == kindSmall:
-		b.indexed = true
-		x.buckets.insert(b)
-	default:
-		x.add(b)
-	}
-}
-
-// unfile takes a block out of the index file put it in.
+// unfile takes a free block out of the index, an unmapped one out of its
+// pool's unmapped index. (Size buckets without drop's call, as in take.)
 func (x *freeIndex) unfile(b *block) {
 	switch {
 	case b.unmapped:
