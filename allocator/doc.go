@@ -84,21 +84,22 @@
 //     for Leaks.
 //
 // The files follow the ladders: allocator.go holds the public methods and
-// fitLocked, the one best fit (steps 2 to 4); sizes.go the constants, the
-// rounding, the segment sizes and the split rule; fit.go the rule of
-// expandable segments and the handing out of a block (step 7); merge.go
-// the completion of a free (step 4 of the free ladder); reclaim.go
-// obtaining memory from the device and reclaiming it (the out-of-memory
-// ladder, garbage collection); streams.go RecordStream and deferred
-// frees; expandable.go expandable segments; shards.go and routes.go the
-// shards and their locking; the free indexes in index.go (the index and
-// its methods: fit, split, merge, walks), index_check.go (its check),
-// buckets.go, large.go, tree.go and tree_check.go (its structures), heap.go
-// (the heap of a size class) and hash.go (the hash of the open-addressing
-// tables: the large buckets', the address tables' of ptrtable.go, the
-// routes'); counters.go and phases.go the stats; check.go the invariant
-// checker; policy.go, policy_grow.go and policy_streams.go the opt-in
-// low_fragmentation policy (its own section below).
+// steps 2 to 4 (fitLocked: the rounding, the pool, the one search of the
+// free index); sizes.go the constants, the rounding, the segment sizes and
+// the split rule; fit.go the handing out of a block (step 7); merge.go the
+// completion of a free (step 4 of the free ladder); reclaim.go obtaining
+// memory from the device and reclaiming it (the out-of-memory ladder,
+// garbage collection); streams.go RecordStream and deferred frees;
+// expandable.go expandable segments; shards.go and routes.go the shards
+// and their locking; the free indexes in index.go (the index and its
+// methods: the best fit with the rule of expandable segments, the split,
+// the merge, the walks), index_check.go (its check), buckets.go, large.go,
+// tree.go and tree_check.go (its structures), heap.go (the heap of a size
+// class) and hash.go (the hash of the open-addressing tables: the large
+// buckets', the address tables' of ptrtable.go, the routes'); counters.go
+// and phases.go the stats; check.go the invariant checker; policy.go,
+// policy_grow.go and policy_streams.go the opt-in low_fragmentation
+// policy (its own section below).
 //
 // The walk of a request: Alloc (allocator.go) finds its shard
 // (shards.go), asks fitLocked (allocator.go) for the best fit, which asks

@@ -1,7 +1,7 @@
-// This file holds the rule of expandable segments of step 4 of the
-// allocation ladder (the best fit itself is the free index's bestFit,
-// asked by Allocator.fitLocked), and step 7: handing out the block found,
-// which the free index splits (freeIndex.take).
+// This file holds step 7 of the allocation ladder: handing out the block
+// found, which the free index splits (freeIndex.take). The best fit of
+// step 4 is the free index's (freeIndex.bestFit, with the rule of
+// expandable segments, expandableBestFit), asked by Allocator.fitLocked.
 
 package allocator
 
@@ -10,8 +10,8 @@ package allocator
 // rounded size (freeIndex.bestFit): size buckets answer with bit scans,
 // and remember the answer until they change; large buckets too, the tree
 // with a lower bound; then the rule of expandable segments applies
-// (expandableBestFit). fitLocked then checks that the block may serve the
-// request (splitRule.mayServe: oversize blocks). The block stays in the
+// (expandableBestFit). searchLocked then checks that the block may serve
+// the request (splitRule.mayServe: oversize blocks). The block stays in the
 // free index: takeLocked takes it out. While garbage collection is
 // active, each search of an index that keeps ages (every kind but size
 // buckets: the large pool, and pools of expandable segments) counts in
@@ -19,40 +19,6 @@ package allocator
 // the large pool's ages. Under the low_fragmentation policy every search
 // counts (policyFitLocked), in both pools, whose ages its reclaim and
 // lending read.
-
-// expandableBestFit applies PyTorch's rule for an expandable block b found
-// by the best-fit search (the lowest address of its size): among the
-// following blocks of the same stream, prefer one whose size plus the
-// unmapped range after it is smaller, that is, one that could not grow as
-// much.
-func expandableBestFit(x *freeIndex, b *block) *block {
-	if expandableSize(b) == b.size {
-		// b cannot grow, and no later block is smaller: the walk would
-		// stop at the first.
-		return b
-	}
-	cur := b
-	x.ascendFrom(b, func(n *block) bool {
-		if n == b {
-			return true
-		}
-		if !cur.seg.expandable() || expandableSize(n) >= expandableSize(cur) {
-			return false
-		}
-		cur = n
-		return true
-	})
-	return cur
-}
-
-// expandableSize is what a free block could grow to by mapping the
-// unmapped range after it.
-func expandableSize(b *block) uint64 {
-	if b.next != nil && b.next.unmapped {
-		return b.size + b.next.size
-	}
-	return b.size
-}
 
 // takeLocked hands out the free block b of x for a request of size
 // rounded bytes, requested as asked: the index splits off the rest of the

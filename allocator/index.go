@@ -145,6 +145,40 @@ func (x *freeIndex) remembered(size uint64) *block {
 	return nil
 }
 
+// expandableBestFit applies PyTorch's rule for an expandable block b found
+// by the best-fit search (the lowest address of its size): among the
+// following blocks of the same stream, prefer one whose size plus the
+// unmapped range after it is smaller, that is, one that could not grow as
+// much.
+func expandableBestFit(x *freeIndex, b *block) *block {
+	if expandableSize(b) == b.size {
+		// b cannot grow, and no later block is smaller: the walk would
+		// stop at the first.
+		return b
+	}
+	cur := b
+	x.ascendFrom(b, func(n *block) bool {
+		if n == b {
+			return true
+		}
+		if !cur.seg.expandable() || expandableSize(n) >= expandableSize(cur) {
+			return false
+		}
+		cur = n
+		return true
+	})
+	return cur
+}
+
+// expandableSize is what a free block could grow to by mapping the
+// unmapped range after it.
+func expandableSize(b *block) uint64 {
+	if b.next != nil && b.next.unmapped {
+		return b.size + b.next.size
+	}
+	return b.size
+}
+
 // take hands out b, a free block of x for a request of size bytes: with
 // split, the front of b becomes a new block, which it returns, and b keeps
 // the rest, free; without, b itself, taken out of the index. b is in the
