@@ -212,11 +212,14 @@
 //   - Everything else (the segments map, the pools' unmapped indexes and
 //     owners, the events queue, observers, configuration, peaks, the shard
 //     list, the phases, the policy's state) is changed only in the world,
-//     so a goroutine holding any one shard's lock may read it. Methods
+//     so a goroutine holding any one shard's lock may read it; but a
+//     pool's clock of block ages (gcCalls), which the policy's fast path
+//     counts too, while the default stream's shard is the only one. Methods
 //     whose names end in Locked expect the locks of what they touch held:
-//     their shard's for those the fast paths call (takeLocked,
-//     finishFreeLocked, the ledger's block methods, policyFitLocked), the
-//     world for the others.
+//     their shard's for those the fast paths call (searchLocked,
+//     takeLocked, finishFreeLocked, the ledger's block methods,
+//     policyFitLocked, and the free index's methods, which need no suffix:
+//     an index is its shard's), the world for the others.
 //   - Fast paths: Alloc of a cached block and Free of an allocated block
 //     that was not recorded on other streams run under their shard's lock
 //     alone, when the shard is fast: no stream event is pending, garbage
