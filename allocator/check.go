@@ -220,16 +220,10 @@ func (a *Allocator) checkLocked() error {
 		}
 	}
 	for _, p := range [2]*pool{a.small, a.large} {
-		for i, x := range p.owners {
-			if x.owner != i || x.pool != p {
-				bad("the owners of pool %s are misfiled at %d", p.stat, i)
-			}
-		}
+		p.checkOwners(bad)
 	}
 	for x, n := range nseg {
-		if x.segments() != n || (n > 0) != (x.owner < len(x.pool.owners) && x.pool.owners[x.owner] == x) {
-			bad("the free index of stream %d, pool %s, counts %d segments, has %d, owner %v", x.stream, x.pool.stat, x.segments(), n, n > 0)
-		}
+		x.checkSegments(n, bad)
 	}
 	unmappedIndexed := 0
 	for _, p := range [2]*pool{a.small, a.large} {

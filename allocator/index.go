@@ -24,7 +24,8 @@ import "github.com/gpumem/gpumem/device"
 // in (size, address) order (fit, ascendFrom, ascendAtLeast, closeFit,
 // descendBelow), largest, the whole free segments (appendWholes,
 // eachWhole), every block (each), the count of segments (segmentAdded,
-// segmentRemoved) and its own check. Its fields are guarded by its
+// segmentRemoved) and its own checks (check, checkSegments, and
+// pool.checkOwners). Its fields are guarded by its
 // shard's lock.
 //
 // Invariants (checked by check): the index holds exactly the pool's free
@@ -720,9 +721,6 @@ func (x *freeIndex) segmentRemoved() {
 		p.owners = p.owners[:len(p.owners)-1]
 	}
 }
-
-// segments returns the number of segments of x's pool and stream.
-func (x *freeIndex) segments() int { return x.nseg }
 
 // segmentAddedLocked files the new segment seg: in the segments map, and
 // in its free index's count.

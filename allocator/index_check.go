@@ -110,3 +110,21 @@ func (x *freeIndex) checkWholes(bad func(format string, args ...any)) {
 		bad("the list of whole free segments of stream %d, pool %s, holds %d blocks not in the index", s, p, len(listed)-seenListed)
 	}
 }
+
+// checkSegments checks that x counts n segments, the segments of its pool
+// and stream, and is among its pool's owners exactly when n > 0.
+func (x *freeIndex) checkSegments(n int, bad func(format string, args ...any)) {
+	if x.nseg != n || (n > 0) != (x.owner < len(x.pool.owners) && x.pool.owners[x.owner] == x) {
+		bad("the free index of stream %d, pool %s, counts %d segments, has %d, owner %v", x.stream, x.pool.stat, x.nseg, n, n > 0)
+	}
+}
+
+// checkOwners checks that every owner of p is an index of p filed where
+// it says.
+func (p *pool) checkOwners(bad func(format string, args ...any)) {
+	for i, x := range p.owners {
+		if x.owner != i || x.pool != p {
+			bad("the owners of pool %s are misfiled at %d", p.stat, i)
+		}
+	}
+}
