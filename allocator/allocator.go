@@ -212,32 +212,14 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 	if sh != nil {
 		sh.mu.Lock()
 		if sh.fast.Load() {
-			// fitLocked, written out: the fast path is short.
-			rounded := (size + kMinBlockSize - 1) &^ (kMinBlockSize - 1)
-			if a.divisions != nil {
-				rounded = roundSize(size, a.divisions)
+			// fitLocked, inlined.
+			rounded := a.round(size)
+			x := indexFor(&sh.free, rounded)
+			b := x.remembered(rounded)
+			if b == nil {
+				b = a.searchLocked(x, rounded)
 			}
-			x := &sh.free[qSmall]
-			if !isSmall(rounded) {
-				x = &sh.free[qLarge]
-			}
-			if x.pend != nil {
-				x.settle()
-			}
-			var b *block
-			if bk := x.buckets; bk != nil {
-				var ok bool
-				if b, ok = bk.recall(rounded); !ok {
-					b = bk.bestFit(rounded)
-				}
-			} else if a.pol == nil {
-				b = a.largeFitLocked(x, rounded)
-			} else if b = a.policyFitLocked(x, rounded); b == nil || !a.rule.mayServe(b.size, rounded) {
-				// The policy with one shard (nothing to lend): the world
-				// searches again, and counts that search.
-				x.pool.gcCalls--
-			}
-			if b != nil && a.rule.mayServe(b.size, rounded) {
+			if b != nil {
 				ptr := a.takeLocked(x, b, rounded, size).ptr
 				if sh.cut {
 					sh.fast.Store(false) // the world settles the cut first
@@ -251,6 +233,11 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 				}
 				return ptr, nil
 			}
+			if a.pol != nil {
+				// The policy with one shard (nothing to lend): the world
+				// searches again, and counts that search.
+				x.pool.gcCalls--
+			}
 		}
 		sh.mu.Unlock()
 	}
@@ -258,32 +245,58 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 }
 
 // fitLocked runs steps 2 to 4 of the allocation ladder for a request of
-// size bytes on the stream whose free indexes are xs: it rounds the size,
-// picks the pool and finds the best fit, and returns the free index
-// searched, the rounded size and the block found, nil when none may
-// serve the request. (Alloc's fast path writes these steps out.)
+// size bytes (at least 1) on the stream whose free indexes are xs: it
+// rounds the size (round), picks the pool (indexFor) and finds the best
+// fit: the one the index remembers, or the search (searchLocked). It
+// returns the free index searched, the rounded size and the block found,
+// nil when none may serve the request. The world calls it; Alloc's fast
+// path writes out its five lines, which call the same functions (the call
+// to fitLocked would cost a twentieth of a cached alloc and free).
 func (a *Allocator) fitLocked(xs *[2]freeIndex, size uint64) (*freeIndex, uint64, *block) {
-	rounded := roundSize(size, a.divisions)
-	x := &xs[qSmall]
-	if !isSmall(rounded) {
-		x = &xs[qLarge]
-	}
-	if x.pend != nil {
-		x.settle()
-	}
-	var b *block
-	switch {
-	case a.pol != nil:
-		b = a.policyFitLocked(x, rounded) // policy: a low address among close fits
-	case x.buckets != nil:
-		b = x.buckets.bestFit(rounded)
-	default:
-		b = a.largeFitLocked(x, rounded)
-	}
-	if b == nil || !a.rule.mayServe(b.size, rounded) {
-		return x, rounded, nil
+	rounded := a.round(size)
+	x := indexFor(xs, rounded)
+	b := x.remembered(rounded)
+	if b == nil {
+		b = a.searchLocked(x, rounded)
 	}
 	return x, rounded, b
+}
+
+// round is step 2 of the allocation ladder: the size of the block for a
+// request of size bytes (at least 1).
+func (a *Allocator) round(size uint64) uint64 {
+	if a.divisions == nil {
+		return (size + kMinBlockSize - 1) &^ (kMinBlockSize - 1) // roundSize without divisions
+	}
+	return roundSize(size, a.divisions)
+}
+
+// indexFor is step 3: the free index, among a stream's xs, of the pool of
+// a block of rounded bytes.
+func indexFor(xs *[2]freeIndex, rounded uint64) *freeIndex {
+	if isSmall(rounded) {
+		return &xs[qSmall]
+	}
+	return &xs[qLarge]
+}
+
+// searchLocked is step 4 of the allocation ladder but for the answer the
+// index remembers: the best fit of x for a request of size (rounded)
+// bytes, nil when none may serve it.
+func (a *Allocator) searchLocked(x *freeIndex, size uint64) *block {
+	var b *block
+	if a.pol != nil {
+		b = a.policyFitLocked(x, size) // policy: a low address among close fits
+	} else {
+		if a.aging && x.aged() {
+			x.pool.gcCalls++
+		}
+		b = x.bestFit(size)
+	}
+	if b == nil || !a.rule.mayServe(b.size, size) {
+		return nil
+	}
+	return b
 }
 
 // allocWorld runs the whole allocation ladder in the world.
@@ -316,9 +329,6 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 	b = a.takeLocked(from, b, rounded, size)
 	if lent {
 		a.lentLocked(b, s)
-	}
-	if from.pend != nil && from.sh.cold {
-		from.settle() // the cold shard's indexes never wait (settleAllLocked)
 	}
 	ptr := b.ptr
 	if selfCheck {

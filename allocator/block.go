@@ -1,6 +1,6 @@
 // This file holds blocks, segments and pools: the allocator's data
-// structures and their invariants (the free indexes are in index.go), and
-// the recycling of block structs.
+// structures and their invariants (the free indexes are in index.go, which
+// alone files blocks in them), and the recycling of block structs.
 
 package allocator
 
@@ -52,10 +52,10 @@ type block struct {
 	// free segments while listed is set.
 	prevWhole, nextWhole *block
 
-	heapIdx int32 // position in its size bucket's heap (sizeBuckets), while indexed there
+	heapIdx int32 // position in its size class's heap (sizeBuckets, largeBuckets), while indexed there
 
 	allocated  bool
-	indexed    bool   // in its free index: set and cleared by freeIndex.insert and remove only
+	indexed    bool   // in its free index: set and cleared by the free index alone (add, drop, put, unfile, take)
 	listed     bool   // in its free index's list of whole free segments (freeIndex.wholes)
 	recorded   bool   // allocated and RecordStream added streams: they are in Allocator.uses
 	unmapped   bool   // an address range of an expandable segment with no memory behind it
@@ -140,9 +140,11 @@ func addrLess(a, b *block) bool {
 
 // A pool is one of the allocator's two sets of segments: small (blocks of
 // at most 1 MiB, 2 MiB segments) or large. Its free blocks are indexed per
-// stream (freeIndex, in each shard). Its fields change in the world only
-// (gcCalls, while garbage collection is on and every Alloc takes the
-// world).
+// stream (freeIndex, in each shard). Its fields change in the world, but
+// gcCalls, the clock of block ages, which every search that counts in it
+// changes: in the world, or under the low_fragmentation policy on the fast
+// path of the default stream's shard while it is the only shard (then no
+// other shard, and so no other lock holder, uses the pool).
 //
 // Invariants: unmapped holds exactly the pool's unmapped blocks, in
 // addrLess order; owners holds exactly the free indexes of the pool that

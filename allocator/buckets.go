@@ -84,12 +84,6 @@ func (s *sizeBuckets) fit(size uint64) *block {
 	return nil
 }
 
-// recall returns the best fit for size when it is the last one asked and
-// nothing changed since.
-func (s *sizeBuckets) recall(size uint64) (*block, bool) {
-	return s.memo, size == s.memoSize && s.version == s.memoVersion
-}
-
 // last returns a block of the largest size, or nil.
 func (s *sizeBuckets) last() *block {
 	if s.summary == 0 {
@@ -129,7 +123,7 @@ func (s *sizeBuckets) insertMore(b *block, c int) {
 		h = append(h, f)
 	}
 	h = append(h, b)
-	heapUp(h, len(h)-1)
+	heapUp(h, len(h)-1, true)
 	s.heaps[c] = h
 	s.first[c] = h[0]
 }
@@ -161,8 +155,8 @@ func (s *sizeBuckets) removeMore(b *block, c int) {
 	if i != last {
 		h[i] = x
 		x.heapIdx = int32(i)
-		if !heapUp(h, i) {
-			heapDown(h, i)
+		if !heapUp(h, i, true) {
+			heapDown(h, i, true)
 		}
 	}
 	s.first[c] = h[0]
@@ -171,48 +165,6 @@ func (s *sizeBuckets) removeMore(b *block, c int) {
 		h = h[:0]
 	}
 	s.heaps[c] = h
-}
-
-// heapUp moves h[i] up to its place and reports whether it moved; it sets
-// the heapIdx of every block it moves.
-func heapUp(h []*block, i int) bool {
-	b := h[i]
-	start := i
-	for i > 0 {
-		p := (i - 1) / 2
-		if h[p].ptr < b.ptr {
-			break
-		}
-		h[i] = h[p]
-		h[i].heapIdx = int32(i)
-		i = p
-	}
-	h[i] = b
-	b.heapIdx = int32(i)
-	return i != start
-}
-
-// heapDown moves h[i] down to its place.
-func heapDown(h []*block, i int) {
-	b := h[i]
-	n := len(h)
-	for {
-		c := 2*i + 1
-		if c >= n {
-			break
-		}
-		if c+1 < n && h[c+1].ptr < h[c].ptr {
-			c++
-		}
-		if b.ptr < h[c].ptr {
-			break
-		}
-		h[i] = h[c]
-		h[i].heapIdx = int32(i)
-		i = c
-	}
-	h[i] = b
-	b.heapIdx = int32(i)
 }
 
 // each calls f on every block, by class and in heap order within a class,

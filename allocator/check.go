@@ -75,8 +75,8 @@ import (
 //     does), they equal the reserved bytes. This assumes the allocator is
 //     the device's only user.
 //
-// It takes every lock of the allocator (the world) and walks every block:
-// use it in tests and debugging, not on a hot path.
+// It takes the world (every lock, doc.go) and walks every block: use it in
+// tests and debugging, not on a hot path.
 func (a *Allocator) CheckInvariants() error {
 	a.lockAll()
 	defer a.unlockAll()
@@ -125,9 +125,6 @@ func (a *Allocator) checkLocked() error {
 		for j := range xs {
 			a.checkIndexLocked(&xs[j], s, j, inIndex, bad)
 			nseg[&xs[j]] = 0
-			if xs[j].pend != nil || xs[j].front != nil {
-				bad("the cold shard's stream %d keeps a pending split", s)
-			}
 		}
 	}
 	if len(a.shards) > maxShards+1 || (a.cold == nil) != (a.coldIdx == nil) {
@@ -220,7 +217,7 @@ func (a *Allocator) checkLocked() error {
 			case b.allocated:
 				seenLive++
 				if sh.live.get(b.ptr) != b {
-					bad("allocated block %v is not in its stream's address map", b.ptr)
+					bad("allocated block %v is not in its shard's address table", b.ptr)
 				}
 				if inIndex[b] {
 					bad("allocated block %v is in a free index", b.ptr)
@@ -241,7 +238,7 @@ func (a *Allocator) checkLocked() error {
 					bad("pending block %v has event count %d but %d queued events", b.ptr, b.eventCount, queued[b])
 				}
 				if inIndex[b] || sh.live.get(b.ptr) == b {
-					bad("pending block %v is in the free index or the address map", b.ptr)
+					bad("pending block %v is in the free index or the address table", b.ptr)
 				}
 				want.Active.Increase(st, 1)
 				want.ActiveBytes.Increase(st, int64(b.size))
@@ -267,45 +264,10 @@ func (a *Allocator) checkLocked() error {
 		}
 	}
 	for _, p := range [2]*pool{a.small, a.large} {
-		for i, x := range p.owners {
-			if x.owner != i || x.pool != p {
-				bad("the owners of pool %s are misfiled at %d", p.stat, i)
-			}
-		}
+		p.checkOwners(bad)
 	}
 	for x, n := range nseg {
-		if x.nseg != n || (n > 0) != (x.owner < len(x.pool.owners) && x.pool.owners[x.owner] == x) {
-			bad("the free index of stream %d, pool %s, counts %d segments, has %d, owner %v", x.stream, x.pool.stat, x.nseg, n, n > 0)
-		}
-	}
-	for x := range nseg {
-		listed := map[*block]bool{}
-		var prev *block
-		for b := x.wholes; b != nil; b = b.nextWhole {
-			if listed[b] || b.prevWhole != prev {
-				bad("the list of whole free segments is broken at %v", b.ptr)
-				break
-			}
-			listed[b] = true
-			prev = b
-			if !b.listed || !inIndex[b] || b.isSplit() || b.seg.expandable() || b.seg.free != x {
-				bad("block %v is in the list of whole free segments but is not one", b.ptr)
-			}
-		}
-		x.each(func(b *block) bool {
-			whole := !b.isSplit() && !b.seg.expandable()
-			if x.buckets != nil {
-				// The whole segments of size buckets are the 2 MiB bucket.
-				if whole != (b.size == kSmallBuffer) || b.listed {
-					bad("free block %v+%d fills its segment: %v, but the size buckets say otherwise", b.ptr, b.size, whole)
-				}
-				return true
-			}
-			if whole != listed[b] || whole != b.listed {
-				bad("free block %v fills its segment: %v, but is listed: %v (marked %v)", b.ptr, whole, listed[b], b.listed)
-			}
-			return true
-		})
+		x.checkSegments(n, bad)
 	}
 	unmappedIndexed := 0
 	for _, p := range [2]*pool{a.small, a.large} {
@@ -320,7 +282,7 @@ func (a *Allocator) checkLocked() error {
 		bad("free indexes hold %d blocks, segments have %d free blocks", len(inIndex), seenFree)
 	}
 	if n := a.liveCountLocked(); seenLive != n {
-		bad("address maps hold %d blocks, segments have %d allocated blocks", n, seenLive)
+		bad("address tables hold %d blocks, segments have %d allocated blocks", n, seenLive)
 	}
 	for _, sh := range a.shards {
 		want := wants[sh]
@@ -380,37 +342,20 @@ func (a *Allocator) checkIndexLocked(x *freeIndex, s device.Stream, j int, inInd
 		return
 	}
 	// Size buckets for the small pool of PyTorch's plain segments in a
-	// shard of its own, large buckets for the other pools of such a shard.
-	buckets := p.small && a.vm == nil && a.pol == nil && !x.sh.cold
-	if (x.buckets != nil) != buckets || (x.large != nil) != (!buckets && !x.sh.cold) {
+	// shard of its own, large buckets for the other pools of such a shard,
+	// the tree alone in the cold shard.
+	kind := kindLarge
+	switch {
+	case x.sh.cold:
+		kind = kindTree
+	case p.small && a.vm == nil && a.pol == nil:
+		kind = kindSmall
+	}
+	if x.kind != kind {
 		bad("the free index of stream %d, pool %d, has the wrong kind", s, j)
 		return
 	}
-	if pb := x.pend; pb != nil {
-		// The block whose split is pending is filed under its key from
-		// before the split: check the index with that key, and that the
-		// block split from it is its front.
-		if f := pb.prev; !pb.isFree() || !pb.indexed || f == nil || !f.busy() || f.ptr != x.pendKey.ptr || f.size+pb.size != x.pendKey.size {
-			bad("the block %v whose split is pending is not free and indexed after its front %v", pb.ptr, x.pendKey.ptr)
-		}
-		k := keyOf(pb)
-		pb.ptr, pb.size = x.pendKey.ptr, x.pendKey.size
-		defer func() { pb.ptr, pb.size = k.ptr, k.size }()
-	}
-	var msg string
-	switch {
-	case x.buckets != nil:
-		msg = x.buckets.check()
-	case x.large != nil:
-		if msg = x.large.check(); msg == "" {
-			msg = x.tree.check()
-		}
-	default:
-		msg = x.tree.check()
-	}
-	if msg != "" {
-		bad("free index of stream %d, pool %s: %s", s, p.stat, msg)
-	}
+	x.check(bad)
 	x.each(func(b *block) bool {
 		if inIndex[b] {
 			bad("block %v is in a free index twice", b.ptr)
@@ -418,20 +363,6 @@ func (a *Allocator) checkIndexLocked(x *freeIndex, s device.Stream, j int, inInd
 		inIndex[b] = true
 		if b.pool != p || b.stream != s || b.seg.free != x {
 			bad("free block %v is in the free index of another stream or pool", b.ptr)
-		}
-		if !b.indexed {
-			bad("free block %v is in the index but not marked indexed", b.ptr)
-		}
-		switch {
-		case x.buckets != nil:
-		case x.large != nil && b.size <= maxLargeSize:
-			if i := x.large.slot(classOf(b.size)); i < 0 || x.large.tab[i].first != b && (int(b.heapIdx) >= len(x.large.tab[i].heap) || x.large.tab[i].heap[b.heapIdx] != b) {
-				bad("free block %v+%d is in the index but a lookup does not find it", b.ptr, b.size)
-			}
-		default:
-			if l, i := x.tree.seek(keyOf(b)); l == nil || l.vals[i] != b {
-				bad("free block %v+%d is in the index but a lookup does not find it", b.ptr, b.size)
-			}
 		}
 		return true
 	})
@@ -522,11 +453,6 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 		}
 		if sh.cold && sh.fast.Load() {
 			bad("the cold shard is fast")
-		}
-		for i := range sh.free {
-			if f := sh.free[i].front; f != nil && (f.allocated || f.indexed || f.listed || f.recorded || f.unmapped || f.eventCount != 0 || f.requested != 0) {
-				bad("stream %d: the struct kept for the next split is in use", sh.stream)
-			}
 		}
 	}
 	if a.routes.on != (len(a.shards) > 1) {

@@ -38,7 +38,7 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 		{"free block missing from the index", "not in its pool's free index", func(a *Allocator, _ *sim.Device, p device.Ptr) {
 			a.def.free[1].remove(a.def.live.get(p).next)
 		}},
-		{"allocated block missing from the address map", "not in its stream's address map", func(a *Allocator, _ *sim.Device, p device.Ptr) {
+		{"allocated block missing from the address table", "not in its shard's address table", func(a *Allocator, _ *sim.Device, p device.Ptr) {
 			a.def.live.remove(p)
 		}},
 		{"a stat that drifted", "allocated_bytes", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
@@ -112,6 +112,18 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			q, _ := a.Alloc(30*mib, 0) // a second segment, freed whole
 			_ = a.Free(q)
 			a.def.free[1].wholes = nil
+		}},
+		{"a listed whole segment taken out of the index behind its back", "blocks not in the index", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			q, _ := a.Alloc(30*mib, 0) // a second segment, freed whole: listed
+			_ = a.Free(q)
+			x := &a.def.free[qLarge]
+			x.large.remove(x.wholes)
+		}},
+		{"a free index of the wrong kind", "wrong kind", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			a.def.free[qLarge].kind = kindTree
+		}},
+		{"a free index whose structures are not its kind's", "structures of another kind", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			a.def.free[qSmall].large = new(largeBuckets)
 		}},
 		{"a free block not marked indexed", "not marked indexed", func(a *Allocator, _ *sim.Device, p device.Ptr) {
 			a.def.live.get(p).next.indexed = false

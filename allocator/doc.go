@@ -42,24 +42,28 @@
 //     allocation costs the same per operation however many streams came
 //     before.
 //   - free index (index.go): one pool's free blocks on one stream, in the
-//     order (size, address) that PyTorch 2.6's B-tree keeps per stream. A
-//     bucket per 512-byte size, each a heap by address, and a bitmap of
-//     the buckets in use find the best fit with bit scans: the small
-//     pool's 4096 sizes of PyTorch's plain segments in two levels
-//     (buckets.go); the other pools' 2^18 sizes up to 128 MiB in three,
-//     with a hash table of the sizes in use (large.go): the large pool of
-//     plain segments, both pools of expandable segments (whose small
-//     blocks can pass 2 MiB) and the policy's. The walks in (size,
-//     address) order that the rule of expandable segments and the
+//     order (size, address) that PyTorch 2.6's B-tree keeps per stream,
+//     used through its methods alone (freeIndex lists them): the one best
+//     fit, take (the split), put (the merge), the ordered walks, the
+//     largest block, the whole free segments and its own check. Its kind,
+//     fixed when it is made, says its structures. A bucket per 512-byte
+//     size, each a heap by address (heap.go), and a bitmap of the buckets
+//     in use find the best fit with bit scans: the small pool's 4096
+//     sizes of PyTorch's plain segments in two levels (size buckets,
+//     buckets.go); the other pools' 2^18 sizes up to 128 MiB in three,
+//     with a hash table of the sizes in use (large buckets, large.go): the
+//     large pool of plain segments, both pools of expandable segments
+//     (whose small blocks can pass 2 MiB) and the policy's. The walks in
+//     (size, address) order that the rule of expandable segments and the
 //     policy's close fit make cross the sizes by the bitmap, each in
 //     address order from its heap. Larger blocks, and every block of the
-//     cold shard's streams, are in a B+ tree with its (size, address) keys
-//     in its nodes (tree.go). A split whose rest stays in the index waits
-//     to move it (pend) until the index is used again: the free of the
-//     block handed out, the usual next step, merges the two back into the
-//     key the rest is still filed under, and the index never changes (an
-//     "unsplit"). The small pool remembers its last best fit until its
-//     index changes.
+//     cold shard's streams (the tree kind), are in a B+ tree with its
+//     (size, address) keys in its nodes (tree.go). A split whose rest
+//     stays in the index waits to move it (pend) until the index is used
+//     again: the free of the block handed out, the usual next step, merges
+//     the two back into the key the rest is still filed under, and the
+//     index never changes (an "unsplit"). Size buckets remember their last
+//     best fit until they change.
 //   - live: per shard, an open-addressing table from address to allocated
 //     block, for Free (ptrtable.go).
 //   - routes: a lock-free table from 2 MiB chunks of addresses to the shard
@@ -84,17 +88,32 @@
 //     keep the counts of live blocks by (phase, requested size) at each
 //     boundary, for Leaks.
 //
-// The files follow the ladders: allocator.go holds the public methods;
-// sizes.go the constants, the rounding, the segment sizes and the split
-// rule; fit.go best fit and the split; merge.go the merge of neighbours
-// (one merge for plain and expandable segments); reclaim.go obtaining
+// The files follow the ladders: allocator.go holds the public methods and
+// steps 2 to 4 (fitLocked: the rounding, the pool, the one search of the
+// free index); sizes.go the constants, the rounding, the segment sizes and
+// the split rule; fit.go the handing out of a block (step 7); merge.go the
+// completion of a free (step 4 of the free ladder); reclaim.go obtaining
 // memory from the device and reclaiming it (the out-of-memory ladder,
 // garbage collection); streams.go RecordStream and deferred frees;
 // expandable.go expandable segments; shards.go and routes.go the shards
-// and their locking; index.go, buckets.go, large.go and tree.go the free
-// indexes; counters.go, ledger.go and phases.go the stats; check.go the
-// invariant checker; policy.go, policy_grow.go and policy_streams.go the
-// opt-in low_fragmentation policy (its own section below).
+// and their locking; the free indexes in index.go (the index and its
+// methods: the best fit with the rule of expandable segments, the split,
+// the merge, the walks), index_check.go (its check), buckets.go, large.go,
+// tree.go and tree_check.go (its structures), heap.go (the heap of a size
+// class) and hash.go (the hash of the open-addressing tables: the large
+// buckets', the address tables' of ptrtable.go, the routes'); counters.go,
+// ledger.go and phases.go the stats (their peaks in allocator/internal/peaks); check.go the invariant checker; policy.go,
+// policy_grow.go and policy_streams.go the opt-in low_fragmentation
+// policy (its own section below).
+//
+// The walk of a request: Alloc (allocator.go) finds its shard
+// (shards.go), asks fitLocked (allocator.go) for the best fit, which asks
+// the free index (index.go and its structures); takeLocked (fit.go) has
+// the index split the block (index.go) and records it in the shard's
+// address table (ptrtable.go) and in the ledger (ledger.go, counters.go).
+// Free finds the shard by the routes (routes.go), the block in the
+// address table (ptrtable.go); finishFreeLocked (merge.go) records it in
+// the ledger and has the index merge and file it (index.go).
 //
 // # Allocation ladder (Alloc)
 //
@@ -198,13 +217,16 @@
 //   - Everything else (the segments map, the pools' unmapped indexes and
 //     owners, the events queue, observers, configuration, the shard list,
 //     the phases, the policy's state) is changed only in the world, so a
-//     goroutine holding any one shard's lock may read it. The peaks too,
-//     but while there is one shard, whose limits are the peaks: its lock
-//     guards them, and its fast path raises them. Methods
+//     goroutine holding any one shard's lock may read it; but the peaks,
+//     which while there is one shard are its limits, guarded by its lock
+//     and raised by its fast path, and a pool's clock of block ages
+//     (gcCalls), which the policy's fast path counts too, while the
+//     default stream's shard is the only one. Methods
 //     whose names end in Locked expect the locks of what they touch held:
-//     their shard's for those the fast paths call (takeLocked,
-//     finishFreeLocked, the ledger's block methods, policyFitLocked), the
-//     world for the others.
+//     their shard's for those the fast paths call (searchLocked,
+//     takeLocked, finishFreeLocked, the ledger's block methods,
+//     policyFitLocked, and the free index's methods, which need no suffix:
+//     an index is its shard's), the world for the others.
 //   - Fast paths: Alloc of a cached block and Free of an allocated block
 //     that was not recorded on other streams run under their shard's lock
 //     alone, when the shard is fast: no stream event is pending, garbage

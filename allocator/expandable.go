@@ -150,7 +150,7 @@ func (a *Allocator) mapLocked(u *block, size uint64) (*block, error) {
 	}
 	u.unmapped = false
 	a.pagesMappedLocked(seg, u.ptr, n)
-	return a.mergeLocked(seg.free, u), nil
+	return seg.free.put(u), nil
 }
 
 // unmapLocked returns to the device the whole pages inside the free
@@ -191,7 +191,7 @@ func (a *Allocator) unmapLocked(b *block) error {
 	}
 	b.ptr, b.size, b.unmapped = ptr, n, true
 	a.pagesUnmappedLocked(seg, ptr, n)
-	a.mergeLocked(x, b)
+	x.put(b)
 	return nil
 }
 

@@ -15,36 +15,49 @@ import "github.com/gpumem/gpumem/device"
 // classes by the bitmap, each class in address order, then the tree
 // (ascendFrom). The indexes of the cold shard's streams (shards.go),
 // which may be many, use the tree alone: size classes cost tens of KiB.
-// Its fields are guarded by its shard's lock.
+// Which of these an index uses is its kind, fixed at init.
 //
-// Invariants: the index holds exactly the pool's free blocks of its
-// stream, each marked indexed, each in the structure its size says. The
-// blocks that fill a plain segment, the segments that releasing the cache
-// returns to the device, are known without a walk of every cached block,
-// so that a release costs what it releases: in the small pool they are
-// the 2 MiB bucket (a small segment is 2 MiB); in the others, wholes
-// lists exactly them (marked listed). nseg counts the segments of the
-// index's pool and stream, and the index is among its pool's owners
-// (at owner) exactly when it has some.
+// The rest of the allocator uses an index through its methods alone:
+// bestFit (the allocator's one best fit), take (hand out a block, split
+// or whole), put (merge a freed block or an unmapped range with its
+// neighbours and file it), insert and remove (of free blocks), the walks
+// in (size, address) order (fit, ascendFrom, ascendAtLeast, closeFit,
+// descendBelow), largest, the whole free segments (appendWholes,
+// eachWhole), every block (each), the count of segments (segmentAdded,
+// segmentRemoved) and its own checks (check, checkSegments, and
+// pool.checkOwners). Its fields are guarded by its
+// shard's lock.
+//
+// Invariants (checked by check): the index holds exactly the pool's free
+// blocks of its stream, each marked indexed, each in the structure its
+// size and the index's kind say. The blocks that fill a plain segment, the
+// segments that releasing the cache returns to the device, are known
+// without a walk of every cached block, so that a release costs what it
+// releases: in size buckets they are the 2 MiB class (a small segment is
+// 2 MiB); in the other kinds, wholes lists exactly them (marked listed).
+// nseg counts the segments of the index's pool and stream, and the index
+// is among its pool's owners (at owner) exactly when it has some. An
+// index of the tree kind never keeps a pending split.
 type freeIndex struct {
 	sh      *shard
 	k       int // pool.idx
 	pool    *pool
 	stream  device.Stream
-	buckets *sizeBuckets  // the small pool of plain segments; nil otherwise
-	large   *largeBuckets // the large pool of plain segments: blocks up to 128 MiB; nil otherwise
-	tree    freeTree      // every other block
-	wholes  *block        // but in the small pool: head of the list of whole free segments, through nextWhole
+	kind    indexKind
+	buckets *sizeBuckets  // kindSmall
+	large   *largeBuckets // kindLarge: blocks up to 128 MiB
+	tree    freeTree      // kindLarge: larger blocks; kindTree: every block
+	wholes  *block        // but in size buckets: head of the list of whole free segments, through nextWhole
 	nseg    int           // segments of the pool and stream (changed in the world)
 	owner   int           // the index's place in pool.owners while nseg > 0
 
-	// pend is the free block that the last Alloc from this index split,
+	// pend is the free block that the last take from this index split,
 	// still filed under its key from before the split, pendKey: its move
 	// to its new key waits, because the usual next step, the free of the
 	// block handed out (pend.prev), merges the two back into that very
-	// key (unsplit), and then the index never changes. Anything else that
-	// reads or changes the index first moves it (settle). Its age base and
-	// its place in wholes are already those of its new key.
+	// key (unsplit), and then the index never changes. Every other method
+	// that reads or changes the index moves it first (settle). Its age
+	// base and its place in wholes are already those of its new key.
 	pend    *block
 	pendKey treeKey
 	// front is the struct of the last block handed out and merged back by
@@ -53,64 +66,361 @@ type freeIndex struct {
 	front *block
 }
 
-// init makes x the empty free index of pool p on stream s, in shard sh:
-// the tree alone when treeOnly (the cold shard); size buckets when
-// smallBuckets and p is the small pool (PyTorch's plain segments, whose
-// small free blocks are at most 2 MiB); otherwise large buckets for the
-// blocks of up to 128 MiB, and the tree for larger ones.
-func (x *freeIndex) init(sh *shard, s device.Stream, p *pool, treeOnly, smallBuckets bool) {
-	x.sh, x.k, x.pool, x.stream = sh, p.idx, p, s
-	switch {
-	case treeOnly:
-	case p.small && smallBuckets:
+// indexKind is the structure of a free index.
+type indexKind uint8
+
+const (
+	// kindSmall: size buckets, for the small pool of PyTorch's plain
+	// segments, whose free blocks are at most 2 MiB, and which keeps no
+	// ages (no reader looks at them: garbage collection reads the large
+	// pool's, and the policy, which reads both, never has size buckets).
+	kindSmall indexKind = iota
+	// kindLarge: large buckets for the blocks of up to 128 MiB, the tree
+	// for larger ones; for the other pools of a shard of its own.
+	kindLarge
+	// kindTree: the tree alone, for the cold shard's streams.
+	kindTree
+)
+
+// init makes x the empty free index of kind k of pool p on stream s, in
+// shard sh.
+func (x *freeIndex) init(sh *shard, s device.Stream, p *pool, k indexKind) {
+	x.sh, x.k, x.pool, x.stream, x.kind = sh, p.idx, p, s, k
+	switch k {
+	case kindSmall:
 		x.buckets = new(sizeBuckets)
-	default:
+	case kindLarge:
 		x.large = new(largeBuckets)
 	}
 }
 
-// insert files a free block; but in size buckets it stamps its age base
-// (the pools that use them, the small pools of PyTorch's plain segments,
-// have no reader of ages).
+// aged reports whether the index stamps its blocks with the pool's clock
+// of ages (gcCountBase), so that a search of it counts in the clock.
+func (x *freeIndex) aged() bool { return x.kind != kindSmall }
+
+// inLarge reports whether a block of size bytes is filed in the large
+// buckets (else in the tree), in an index that is not of size buckets.
+func (x *freeIndex) inLarge(size uint64) bool {
+	return x.kind == kindLarge && size <= maxLargeSize
+}
+
+// bestFit is the allocator's best fit (step 4 of the allocation ladder,
+// fit.go) for a request of size (rounded) bytes: the free block of the
+// lowest (size, address) with at least size bytes, nil if none, and for a
+// block of an expandable segment the rule of expandable segments
+// (expandableBestFit). Size buckets remember their answer until they
+// change (remembered). Every search of the allocator goes through
+// Allocator.searchLocked, from fitLocked or the fast path; the
+// low_fragmentation policy has its own (policyFitLocked), from fit.
+func (x *freeIndex) bestFit(size uint64) *block {
+	if x.pend != nil {
+		x.settle()
+	}
+	var b *block
+	switch {
+	case x.kind == kindSmall:
+		return x.buckets.bestFit(size) // no expandable segments here
+	case x.inLarge(size):
+		if b = x.large.fit(size); b == nil {
+			b = x.tree.min() // every block of the tree is larger
+		}
+	default:
+		b = x.tree.lowerBound(size)
+	}
+	if b != nil && b.seg.expandable() {
+		b = expandableBestFit(x, b)
+	}
+	return b
+}
+
+// remembered returns bestFit's answer for size when size buckets
+// remember it (the cached path: an alloc and free of one size in a loop),
+// else nil; small enough to be inlined in fitLocked. bestFit itself does
+// not look: ask this first. Its block may serve any request of the small
+// pool (splitRule.mayServe): size buckets hold blocks of at most 2 MiB,
+// and max_split_size is more than 20 MiB (Config.validate).
+func (x *freeIndex) remembered(size uint64) *block {
+	if bk := x.buckets; x.kind == kindSmall && x.pend == nil && size == bk.memoSize && bk.version == bk.memoVersion {
+		return bk.memo
+	}
+	return nil
+}
+
+// expandableBestFit applies PyTorch's rule for an expandable block b found
+// by the best-fit search (the lowest address of its size): among the
+// following blocks of the same stream, prefer one whose size plus the
+// unmapped range after it is smaller, that is, one that could not grow as
+// much.
+func expandableBestFit(x *freeIndex, b *block) *block {
+	if expandableSize(b) == b.size {
+		// b cannot grow, and no later block is smaller: the walk would
+		// stop at the first.
+		return b
+	}
+	cur := b
+	x.ascendFrom(b, func(n *block) bool {
+		if n == b {
+			return true
+		}
+		if !cur.seg.expandable() || expandableSize(n) >= expandableSize(cur) {
+			return false
+		}
+		cur = n
+		return true
+	})
+	return cur
+}
+
+// expandableSize is what a free block could grow to by mapping the
+// unmapped range after it.
+func expandableSize(b *block) uint64 {
+	if b.next != nil && b.next.unmapped {
+		return b.size + b.next.size
+	}
+	return b.size
+}
+
+// take hands out b, a free block of x for a request of size bytes: with
+// split, the front of b becomes a new block, which it returns, and b keeps
+// the rest, free; without, b itself, taken out of the index. b is in the
+// index (found by a fit, or mapped into an expandable segment) or is a
+// new segment's block in no index yet; x has no pending split (every fit
+// settles it, and the ladder's slow steps settle every index). The rest of
+// a block that was in the index keeps its old key until the index is used
+// again (pend; an index of the tree kind moves it at once); a new
+// segment's rest is filed.
+func (x *freeIndex) take(b *block, size uint64, split bool) *block {
+	if selfCheck && x.pend != nil {
+		panic("gpumem: take from a free index with a pending split: the fit that found the block settles it")
+	}
+	if !split {
+		switch {
+		case !b.indexed:
+		case x.kind == kindSmall:
+			b.indexed = false
+			x.buckets.remove(b)
+		case x.inLarge(b.size): // drop, written out
+			b.indexed = false
+			x.large.remove(b)
+			if b.listed {
+				x.unlist(b)
+			}
+		default:
+			x.drop(b)
+		}
+		return b
+	}
+	rest, old := b, keyOf(b)
+	if b = x.front; b != nil {
+		x.front = nil // zero but for the fields set here
+	} else {
+		b = x.sh.newBlockLocked() // zeroed
+	}
+	b.ptr, b.size, b.stream, b.pool, b.seg = rest.ptr, size, rest.stream, rest.pool, rest.seg
+	rest.linkBefore(b)
+	rest.ptr += device.Ptr(size)
+	rest.size -= size
+	if !rest.indexed {
+		x.add(rest)
+		return b
+	}
+	// Stamped and unlisted now, as filing it anew would.
+	if x.kind != kindSmall {
+		rest.gcCountBase = x.pool.gcCalls
+		if rest.listed {
+			x.unlist(rest)
+		}
+	}
+	x.pend, x.pendKey = rest, old
+	if x.kind == kindTree {
+		x.settle() // the cold shard's indexes never wait (settleAllLocked)
+	}
+	return b
+}
+
+// put files b, a block just freed or an unmapped range of x's pool and
+// stream, in no index: merged with its neighbours of the same kind
+// (PyTorch's try_merge_blocks), in the index, or for an unmapped range in
+// its pool's unmapped index. It returns the merged block. When b is the
+// front of the pending split and its lower neighbour stays, the merge
+// gives back the block from before the split, filed under the key the
+// pending rest still has: the index does not change (an unsplit).
+func (x *freeIndex) put(b *block) *block {
+	prev, next := b.prev, b.next
+	mergePrev := mergeable(b, prev)
+	if pb := x.pend; pb != nil {
+		// pb.prev is the front, busy until now: next == pb means b is it.
+		if next == pb && !mergePrev {
+			x.pend = nil
+			pb.ptr, pb.size = b.ptr, b.size+pb.size
+			pb.prev = prev
+			if prev != nil {
+				prev.next = pb
+			} else {
+				pb.seg.head = pb
+			}
+			if x.front == nil {
+				b.requested = 0
+				x.front = b // for the next split of x: b's flags and counts are zero
+			} else {
+				x.sh.recycleLocked(b)
+			}
+			if x.kind != kindSmall {
+				pb.gcCountBase = x.pool.gcCalls // as filing it anew would
+				if !pb.seg.expandable() && !pb.isSplit() {
+					x.list(pb) // it fills its segment again
+				}
+			}
+			return pb
+		}
+		x.settle()
+	}
+	mergeNext := mergeable(b, next)
+	if x.kind == kindTree && !b.unmapped && (mergePrev || mergeNext) {
+		return x.mergeInto(b, mergePrev, mergeNext)
+	}
+	if mergePrev {
+		x.unfile(prev)
+		b.ptr, b.size = prev.ptr, b.size+prev.size
+		b.prev = prev.prev
+		if b.prev != nil {
+			b.prev.next = b
+		} else {
+			b.seg.head = b
+		}
+		x.sh.recycleLocked(prev)
+	}
+	if mergeNext {
+		x.unfile(next)
+		b.size += next.size
+		b.next = next.next
+		if b.next != nil {
+			b.next.prev = b
+		}
+		x.sh.recycleLocked(next)
+	}
+	switch {
+	case b.unmapped:
+		x.pool.unmapped.ReplaceOrInsert(b)
+	case x.kind == kindSmall:
+		b.indexed = true
+		x.buckets.insert(b)
+	default:
+		x.add(b)
+	}
+	return b
+}
+
+// mergeable reports whether b, free or unmapped, merges with its
+// neighbour n: n is of the same kind.
+func mergeable(b, n *block) bool { return n != nil && !n.busy() && n.unmapped == b.unmapped }
+
+// mergeInto merges b, a free block in no index, into its free neighbours
+// (one or both merge) in x, an index of the tree kind, and returns the
+// merged block: a neighbour's struct (the next one's if it merges), moved
+// to its new key in place (freeTree.rekey), which saves a remove and an
+// insert when it stays in its leaf.
+func (x *freeIndex) mergeInto(b *block, mergePrev, mergeNext bool) *block {
+	prev, next := b.prev, b.next
+	m := prev
+	if mergeNext {
+		m = next
+	}
+	old := keyOf(m)
+	first, last, total := b, b, b.size
+	if mergePrev {
+		first, total = prev, total+prev.size
+		if prev != m {
+			x.drop(prev)
+		}
+	}
+	if mergeNext {
+		last, total = next, total+next.size
+	}
+	m.ptr, m.size = first.ptr, total
+	m.prev, m.next = first.prev, last.next
+	if m.prev != nil {
+		m.prev.next = m
+	} else {
+		m.seg.head = m
+	}
+	if m.next != nil {
+		m.next.prev = m
+	}
+	if mergePrev && prev != m {
+		x.sh.recycleLocked(prev)
+	}
+	x.sh.recycleLocked(b)
+	x.rekey(m, old)
+	return m
+}
+
+// insert files a free block that is in no index.
 func (x *freeIndex) insert(b *block) {
+	if x.pend != nil {
+		x.settle()
+	}
+	x.add(b)
+}
+
+// remove takes a free block out of the index.
+func (x *freeIndex) remove(b *block) {
+	if x.pend != nil {
+		x.settle()
+	}
+	x.drop(b)
+}
+
+// add files a free block, marked indexed; but in size buckets it stamps
+// its age base and lists it if it fills its plain segment.
+func (x *freeIndex) add(b *block) {
 	b.indexed = true
-	if x.buckets != nil {
+	if x.kind == kindSmall {
 		x.buckets.insert(b)
 		return
 	}
 	b.gcCountBase = x.pool.gcCalls
-	x.add(b)
+	if x.inLarge(b.size) { // place, written out
+		x.large.insert(b)
+	} else {
+		x.tree.insert(b)
+	}
 	if !b.isSplit() && !b.seg.expandable() {
 		x.list(b)
 	}
 }
 
-// remove takes a free block out of the index. The block's size and
-// address must be those it was filed under.
-func (x *freeIndex) remove(b *block) {
+// drop takes a free block out of the index. The block's size and address
+// must be those it was filed under.
+func (x *freeIndex) drop(b *block) {
 	b.indexed = false
-	if x.buckets != nil {
+	if x.kind == kindSmall {
 		x.buckets.remove(b)
 		return
 	}
-	x.drop(b)
+	if x.inLarge(b.size) { // displace, written out
+		x.large.remove(b)
+	} else {
+		x.tree.remove(b)
+	}
 	if b.listed {
 		x.unlist(b)
 	}
 }
 
-// add and drop put b in the large buckets or the tree, as its size says,
-// and take it out: the structures alone, no flag or list.
-func (x *freeIndex) add(b *block) {
-	if x.large != nil && b.size <= maxLargeSize {
+// place and displace put b in the large buckets or the tree, as its size
+// says, and take it out: the structures alone, no flag or list. Not for
+// size buckets.
+func (x *freeIndex) place(b *block) {
+	if x.inLarge(b.size) {
 		x.large.insert(b)
 	} else {
 		x.tree.insert(b)
 	}
 }
 
-func (x *freeIndex) drop(b *block) {
-	if x.large != nil && b.size <= maxLargeSize {
+func (x *freeIndex) displace(b *block) {
+	if x.inLarge(b.size) {
 		x.large.remove(b)
 	} else {
 		x.tree.remove(b)
@@ -135,73 +445,76 @@ func (x *freeIndex) rekey(b *block, old treeKey) {
 func (x *freeIndex) settle() {
 	b, old := x.pend, x.pendKey
 	x.pend = nil
-	if x.large == nil && x.buckets == nil {
+	if x.kind == kindTree {
 		x.tree.rekey(b, old)
 		return
 	}
 	k := keyOf(b)
 	b.ptr, b.size = old.ptr, old.size
-	if x.buckets != nil {
+	if x.kind == kindSmall {
 		x.buckets.remove(b)
 	} else {
-		x.drop(b)
+		x.displace(b)
 	}
 	b.ptr, b.size = k.ptr, k.size
-	if x.buckets != nil {
+	if x.kind == kindSmall {
 		x.buckets.insert(b)
 	} else {
-		x.add(b)
+		x.place(b)
+	}
+}
+
+// flush settles the pending split and lets go of the struct kept for the
+// next split, before a walk or a change of more than one index.
+func (x *freeIndex) flush() {
+	if x.pend != nil {
+		x.settle()
+	}
+	if x.front != nil {
+		x.sh.recycleLocked(x.front)
+		x.front = nil
 	}
 }
 
 // settleAllLocked settles every free index, before a walk or a change of
 // more than one index, and lets go of the structs kept for the next split.
-// (The cold shard's indexes are settled at once, allocWorld.)
+// (The cold shard's indexes never wait.)
 func (a *Allocator) settleAllLocked() {
 	for _, sh := range a.shards {
 		if sh.cold {
 			continue
 		}
 		for i := range sh.free {
-			x := &sh.free[i]
-			if x.pend != nil {
-				x.settle()
-			}
-			if x.front != nil {
-				sh.recycleLocked(x.front)
-				x.front = nil
-			}
+			sh.free[i].flush()
 		}
 	}
 }
 
-// file puts a free block in x, an unmapped one in its pool's unmapped
-// index.
-func (x *freeIndex) file(b *block) {
-	if b.unmapped {
-		x.pool.unmapped.ReplaceOrInsert(b)
-	} else {
-		x.insert(b)
-	}
-}
-
-// unfile takes a block out of the index file put it in.
+// unfile takes a free block out of the index, an unmapped one out of its
+// pool's unmapped index. (Size buckets without drop's call, as in take.)
 func (x *freeIndex) unfile(b *block) {
-	if b.unmapped {
+	switch {
+	case b.unmapped:
 		x.pool.unmapped.Delete(b)
-	} else {
-		x.remove(b)
+	case x.kind == kindSmall:
+		b.indexed = false
+		x.buckets.remove(b)
+	default:
+		x.drop(b)
 	}
 }
 
 // fit returns the free block of the lowest (size, address) with at least
-// size bytes, or nil, without the rule of expandable segments
-// (treeFitLocked).
+// size bytes, or nil, without the rule of expandable segments: where the
+// walks in (size, address) order start.
 func (x *freeIndex) fit(size uint64) *block {
+	if x.pend != nil {
+		x.settle()
+	}
 	switch {
-	case x.buckets != nil:
+	case x.kind == kindSmall:
 		return x.buckets.fit(size)
-	case x.large != nil && size <= maxLargeSize:
+	case x.inLarge(size):
 		if b := x.large.fit(size); b != nil {
 			return b
 		}
@@ -212,10 +525,13 @@ func (x *freeIndex) fit(size uint64) *block {
 
 // largest returns a free block of the largest size, or nil.
 func (x *freeIndex) largest() *block {
+	if x.pend != nil {
+		x.settle()
+	}
 	switch {
-	case x.buckets != nil:
+	case x.kind == kindSmall:
 		return x.buckets.last()
-	case x.tree.n == 0 && x.large != nil:
+	case x.kind == kindLarge && x.tree.n == 0:
 		return x.large.last()
 	}
 	return x.tree.max()
@@ -223,9 +539,12 @@ func (x *freeIndex) largest() *block {
 
 // ascendFrom calls f on b, the lowest address of its size in x (a best
 // fit, as fit returns it), then on the blocks after it in (size, address)
-// order, until f returns false.
+// order, until f returns false. Not for size buckets.
 func (x *freeIndex) ascendFrom(b *block, f func(*block) bool) {
-	if x.large != nil && b.size <= maxLargeSize {
+	if x.pend != nil {
+		x.settle()
+	}
+	if x.inLarge(b.size) {
 		if !x.large.ascendFrom(classOf(b.size), f) {
 			return
 		}
@@ -237,7 +556,7 @@ func (x *freeIndex) ascendFrom(b *block, f func(*block) bool) {
 }
 
 // ascendAtLeast calls f on the free blocks of at least size bytes in
-// (size, address) order until f returns false.
+// (size, address) order until f returns false. Not for size buckets.
 func (x *freeIndex) ascendAtLeast(size uint64, f func(*block) bool) {
 	if b := x.fit(size); b != nil {
 		x.ascendFrom(b, f)
@@ -248,12 +567,15 @@ func (x *freeIndex) ascendAtLeast(size uint64, f func(*block) bool) {
 // free blocks of x from b (a best fit) up in (size, address) order, none
 // larger than limit, whose size is below below; b if none is lower. Of
 // the blocks of one size only the first, the lowest address, can be
-// chosen; the others count in the window.
+// chosen; the others count in the window. Not for size buckets.
 func (x *freeIndex) closeFit(b *block, limit, below uint64, window int) *block {
+	if x.pend != nil {
+		x.settle()
+	}
 	best, n := b, 0
 	var l *treeLeaf
 	var i int
-	if x.large != nil && b.size <= maxLargeSize {
+	if x.inLarge(b.size) {
 		var done bool
 		if best, n, done = x.large.closeFit(classOf(b.size), limit, below, window, b); done {
 			return best
@@ -275,35 +597,45 @@ func (x *freeIndex) closeFit(b *block, limit, below uint64, window int) *block {
 	return best
 }
 
-// each calls f on every free block until f returns false: in (size,
-// address) order from a tree, by size from buckets.
+// each calls f on every free block until f returns false, in no order
+// the caller may rely on (the block whose split is pending is where its
+// old key files it). It changes nothing, so that the checker may use it.
 func (x *freeIndex) each(f func(*block) bool) {
-	if x.buckets != nil {
+	switch x.kind {
+	case kindSmall:
 		x.buckets.each(f)
 		return
-	}
-	stopped := false
-	if x.large != nil {
+	case kindLarge:
+		stopped := false
 		x.large.each(func(b *block) bool {
 			stopped = !f(b)
 			return !stopped
 		})
+		if stopped {
+			return
+		}
 	}
-	if !stopped {
-		x.tree.ascend(f)
-	}
+	x.tree.ascend(f)
 }
 
 // descendBelow calls f on the free blocks of less than size bytes, from
 // the largest (and, among equal sizes, the highest address) down, until f
-// returns false. Not for the small pool.
+// returns false. Size buckets hold no block it is asked for (it serves
+// the release of oversize blocks, of more than 20 MiB): it calls f on
+// none of theirs.
 func (x *freeIndex) descendBelow(size uint64, f func(*block) bool) {
+	if x.kind == kindSmall {
+		return
+	}
+	if x.pend != nil {
+		x.settle()
+	}
 	stopped := false
 	x.tree.descendBelow(treeKey{size, 0}, func(b *block) bool {
 		stopped = !f(b)
 		return !stopped
 	})
-	if stopped || x.large == nil {
+	if stopped || x.kind != kindLarge {
 		return
 	}
 	c := largeClasses // every class is below size
@@ -316,7 +648,10 @@ func (x *freeIndex) descendBelow(size uint64, f func(*block) bool) {
 // appendWholes appends the free blocks that fill their plain segment to
 // list, in no particular order, and returns it.
 func (x *freeIndex) appendWholes(list []*block) []*block {
-	if x.buckets != nil {
+	if x.pend != nil {
+		x.settle()
+	}
+	if x.kind == kindSmall {
 		return append(list, x.buckets.class(numClasses-1)...)
 	}
 	for b := x.wholes; b != nil; b = b.nextWhole {
@@ -325,8 +660,25 @@ func (x *freeIndex) appendWholes(list []*block) []*block {
 	return list
 }
 
+// eachWhole calls f on every free block that fills its plain segment, in
+// no particular order.
+func (x *freeIndex) eachWhole(f func(*block)) {
+	if x.pend != nil {
+		x.settle()
+	}
+	if x.kind == kindSmall {
+		for _, b := range x.buckets.class(numClasses - 1) {
+			f(b)
+		}
+		return
+	}
+	for b := x.wholes; b != nil; b = b.nextWhole {
+		f(b)
+	}
+}
+
 // list and unlist put a block that fills its segment in the list of whole
-// free segments of a tree index, and take it out.
+// free segments of an index that is not of size buckets, and take it out.
 func (x *freeIndex) list(b *block) {
 	b.listed, b.prevWhole, b.nextWhole = true, nil, x.wholes
 	if x.wholes != nil {
@@ -347,27 +699,38 @@ func (x *freeIndex) unlist(b *block) {
 	b.listed, b.prevWhole, b.nextWhole = false, nil, nil
 }
 
-// segmentAddedLocked files the new segment seg: in the segments map, and
-// its free index among its pool's owners.
-func (a *Allocator) segmentAddedLocked(seg *segment) {
-	a.segments[seg.ptr] = seg
-	x, p := seg.free, seg.pool
+// segmentAdded counts a new segment of x's pool and stream: the first
+// makes x one of its pool's owners.
+func (x *freeIndex) segmentAdded() {
 	if x.nseg == 0 {
-		x.owner = len(p.owners)
-		p.owners = append(p.owners, x)
+		x.owner = len(x.pool.owners)
+		x.pool.owners = append(x.pool.owners, x)
 	}
 	x.nseg++
 }
 
-// segmentRemovedLocked unfiles the segment seg, released.
-func (a *Allocator) segmentRemovedLocked(seg *segment) {
-	delete(a.segments, seg.ptr)
-	x, p := seg.free, seg.pool
+// segmentRemoved uncounts a released segment of x's pool and stream: the
+// last takes x out of its pool's owners.
+func (x *freeIndex) segmentRemoved() {
 	x.nseg--
 	if x.nseg == 0 {
+		p := x.pool
 		last := p.owners[len(p.owners)-1]
 		p.owners[x.owner], last.owner = last, x.owner
 		p.owners[len(p.owners)-1] = nil
 		p.owners = p.owners[:len(p.owners)-1]
 	}
+}
+
+// segmentAddedLocked files the new segment seg: in the segments map, and
+// in its free index's count.
+func (a *Allocator) segmentAddedLocked(seg *segment) {
+	a.segments[seg.ptr] = seg
+	seg.free.segmentAdded()
+}
+
+// segmentRemovedLocked unfiles the segment seg, released.
+func (a *Allocator) segmentRemovedLocked(seg *segment) {
+	delete(a.segments, seg.ptr)
+	seg.free.segmentRemoved()
 }

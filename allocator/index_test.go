@@ -22,7 +22,11 @@ func TestIndexWalksFollowTheOrder(t *testing.T) {
 		p := &pool{idx: 1}
 		seg := &segment{page: kSmallBuffer} // expandable: no list of whole segments
 		var x freeIndex
-		x.init(nil, 0, p, rapid.Bool().Draw(t, "treeOnly"), false)
+		kind := kindLarge
+		if rapid.Bool().Draw(t, "treeOnly") {
+			kind = kindTree
+		}
+		x.init(nil, 0, p, kind)
 		var live []*block
 		// Few sizes and many addresses, so that classes hold several
 		// blocks; some sizes above 128 MiB, in the tree.

@@ -41,8 +41,7 @@ type largeBuckets struct {
 	spare [][]*block // heaps of classes that emptied, kept for reuse
 	n     int
 
-	frontier []int32 // ascendHeap's, kept for the next walk
-
+	frontier []*block // ascendHeap's, kept for the next walk
 }
 
 // A bucket is one class's blocks; a zero class marks an empty slot.
@@ -115,7 +114,7 @@ func (s *largeBuckets) last() *block {
 	return nil
 }
 
-func (s *largeBuckets) home(c int32) int { return int((uint64(c) * 0x9E3779B97F4A7C15) >> s.shift) }
+func (s *largeBuckets) home(c int32) int { return int(fibHash(uint64(c), s.shift)) }
 
 // find returns the bucket of class c, which holds blocks.
 func (s *largeBuckets) find(c int) *bucket { return &s.tab[s.slot(c)] }
@@ -152,7 +151,7 @@ func (s *largeBuckets) insert(b *block) {
 			h = append(h, bk.first)
 		}
 		h = append(h, b)
-		heapUp(h, len(h)-1)
+		heapUp(h, len(h)-1, true)
 		bk.heap, bk.first = h, h[0]
 		return
 	}
@@ -197,8 +196,8 @@ func (s *largeBuckets) remove(b *block) {
 		if i != last {
 			h[i] = x
 			x.heapIdx = int32(i)
-			if !heapUp(h, i) {
-				heapDown(h, i)
+			if !heapUp(h, i, true) {
+				heapDown(h, i, true)
 			}
 		}
 		bk.first = h[0]
@@ -239,7 +238,7 @@ func (s *largeBuckets) grow() {
 	old := s.tab
 	size := max(2*len(old), 16)
 	s.tab = make([]bucket, size)
-	s.shift = uint8(64 - bitsLen(uint64(size-1)))
+	s.shift = tableShift(size)
 	mask := size - 1
 	for _, bk := range old {
 		if bk.class != 0 {
@@ -276,8 +275,7 @@ func (s *largeBuckets) each(f func(*block) bool) {
 // ascendFrom calls f on the blocks of class c and of the classes above
 // it, by size and by address within a class, until f returns false; it
 // reports whether f never did. A class's heap is read in address order
-// through a frontier of its positions (the next block is the lowest of
-// the children of those visited), so that a walk that stops after k
+// through a frontier (ascendHeap), so that a walk that stops after k
 // blocks of a class costs O(k log k), however many it holds.
 func (s *largeBuckets) ascendFrom(c int, f func(*block) bool) bool {
 	for ; c >= 0; c = s.firstAtLeast(c + 1) {
@@ -328,61 +326,37 @@ func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *bl
 }
 
 // ascendHeap calls f on the blocks of the heap h in address order until f
-// returns false, and reports whether f never did.
+// returns false, and reports whether f never did. The frontier is a heap
+// by address of the blocks of h whose parents were visited: the lowest is
+// the next; visited, it gives way to its children, found by its position
+// in h (heapIdx, which the frontier's moves leave alone).
 func (s *largeBuckets) ascendHeap(h []*block, f func(*block) bool) bool {
-	fr := append(s.frontier[:0], 0) // a heap of positions of h, by address
-	defer func() { s.frontier = fr[:0] }()
-	less := func(i, j int) bool { return h[fr[i]].ptr < h[fr[j]].ptr }
+	fr := append(s.frontier[:0], h[0])
+	defer func() { clear(fr[:cap(fr)]); s.frontier = fr[:0] }()
 	for len(fr) > 0 {
 		top := fr[0]
-		if !f(h[top]) {
+		if !f(top) {
 			return false
 		}
 		// Replace the top by its first child, or pop it; then push the
 		// second child.
-		l, r := 2*top+1, 2*top+2
-		if int(l) < len(h) {
-			fr[0] = l
+		l, r := 2*int(top.heapIdx)+1, 2*int(top.heapIdx)+2
+		if l < len(h) {
+			fr[0] = h[l]
 		} else {
 			last := len(fr) - 1
 			fr[0] = fr[last]
 			fr = fr[:last]
 		}
-		frontierDown(fr, 0, less)
-		if int(r) < len(h) {
-			fr = append(fr, r)
-			frontierUp(fr, len(fr)-1, less)
+		if len(fr) > 0 {
+			heapDown(fr, 0, false)
+		}
+		if r < len(h) {
+			fr = append(fr, h[r])
+			heapUp(fr, len(fr)-1, false)
 		}
 	}
 	return true
-}
-
-func frontierUp(fr []int32, i int, less func(i, j int) bool) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !less(i, p) {
-			return
-		}
-		fr[i], fr[p] = fr[p], fr[i]
-		i = p
-	}
-}
-
-func frontierDown(fr []int32, i int, less func(i, j int) bool) {
-	for {
-		c := 2*i + 1
-		if c >= len(fr) {
-			return
-		}
-		if c+1 < len(fr) && less(c+1, c) {
-			c++
-		}
-		if !less(c, i) {
-			return
-		}
-		fr[i], fr[c] = fr[c], fr[i]
-		i = c
-	}
 }
 
 // descendBelow calls f on the blocks of classes below class c, from the

@@ -35,7 +35,7 @@ func policyVM(dev device.Device) device.VirtualMemory {
 // forms whole pages that growth reuses and reclaim unmaps in few calls
 // (address-ordered fits fragment less than pure best fit). The rule of
 // expandable segments follows. One search finds the best fit; the window
-// walks on from there, a size at a time (freeIndex.ascendSizes). The
+// walks on from there, a size at a time (freeIndex.closeFit). The
 // caller checks that the block may serve the request.
 func (a *Allocator) policyFitLocked(x *freeIndex, size uint64) *block {
 	x.pool.gcCalls++
@@ -230,7 +230,7 @@ func (a *Allocator) mapRangeLocked(u *block, off, n uint64) (*block, error) {
 	}
 	u.unmapped = false
 	a.pagesMappedLocked(seg, ptr, n)
-	return a.mergeLocked(seg.free, u), nil
+	return seg.free.put(u), nil
 }
 
 // wholePages returns the bytes of the whole pages inside the free

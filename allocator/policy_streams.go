@@ -64,9 +64,6 @@ func (a *Allocator) lendLocked(x *freeIndex, size uint64) (*freeIndex, *block) {
 		if t == s || a.pol.hostWaitedLocked(t) {
 			continue
 		}
-		if y.pend != nil {
-			y.settle()
-		}
 		b := y.fit(size)
 		if b == nil || !a.rule.mayServe(b.size, size) {
 			continue

@@ -26,26 +26,14 @@ const ptrTableMinSize = 64
 func (t *ptrTable) init(size int) {
 	t.slots = make([]*block, size)
 	t.mask = uint64(size - 1)
-	t.shift = uint8(64 - bitsLen(uint64(size-1)))
+	t.shift = tableShift(size)
 	t.n = 0
 	t.limit = size / 2
 }
 
-func bitsLen(x uint64) int {
-	n := 0
-	for x != 0 {
-		x >>= 1
-		n++
-	}
-	return n
-}
-
 // home is the slot a pointer hashes to. Block addresses are multiples of
-// 512, so the low bits carry no information; Fibonacci hashing mixes the
-// rest.
-func (t *ptrTable) home(p device.Ptr) uint64 {
-	return (uint64(p) >> 9 * 0x9E3779B97F4A7C15) >> t.shift
-}
+// 512, so the low bits carry no information.
+func (t *ptrTable) home(p device.Ptr) uint64 { return fibHash(uint64(p)>>9, t.shift) }
 
 // get returns the block at p, or nil.
 func (t *ptrTable) get(p device.Ptr) *block {

@@ -156,8 +156,7 @@ func (a *Allocator) releasePoolLocked(p *pool) error {
 // largest down until that many bytes are released. It does nothing without
 // max_split_size, and reports whether it released enough.
 func (a *Allocator) releaseOversizeLocked(x *freeIndex, size uint64) bool {
-	if a.rule.maxSplit == maxSplitNone || x.buckets != nil {
-		// Size buckets hold blocks of at most 2 MiB, never oversize.
+	if a.rule.maxSplit == maxSplitNone {
 		return false
 	}
 	want := max(size, a.rule.maxSplit)
@@ -206,10 +205,10 @@ func (a *Allocator) garbageCollectLocked() {
 	var totalAge int64
 	count := 0
 	for _, x := range p.owners {
-		for b := x.wholes; b != nil; b = b.nextWhole {
+		x.eachWhole(func(b *block) {
 			totalAge += p.gcCalls - b.gcCountBase
 			count++
-		}
+		})
 	}
 	if count == 0 {
 		return

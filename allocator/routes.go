@@ -60,11 +60,11 @@ type routeTab struct {
 
 func newRouteTab(size int) *routeTab {
 	t := &routeTab{slots: make([]atomic.Uint64, size), mask: uint64(size - 1)}
-	t.shift = uint8(64 - bitsLen(uint64(size-1)))
+	t.shift = tableShift(size)
 	return t
 }
 
-func (t *routeTab) home(chunk uint64) uint64 { return (chunk * 0x9E3779B97F4A7C15) >> t.shift }
+func (t *routeTab) home(chunk uint64) uint64 { return fibHash(chunk, t.shift) }
 
 // lookup returns the id of the shard that owns the chunk of p, and true;
 // false when no shard or two do.

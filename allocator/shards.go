@@ -81,9 +81,12 @@ func (a *Allocator) newShard(s device.Stream) *shard {
 	// buckets for the other pools: expandable segments, whose small-pool
 	// blocks can be larger than 2 MiB, and the policy, which reads the
 	// small pool's ages too.
-	smallBuckets := a.vm == nil && a.pol == nil
-	sh.free[0].init(sh, s, a.small, false, smallBuckets)
-	sh.free[1].init(sh, s, a.large, false, smallBuckets)
+	small := kindLarge
+	if a.vm == nil && a.pol == nil {
+		small = kindSmall
+	}
+	sh.free[0].init(sh, s, a.small, small)
+	sh.free[1].init(sh, s, a.large, kindLarge)
 	sh.activeImplied = true
 	return sh
 }
@@ -237,8 +240,8 @@ func (a *Allocator) indexesLocked(s device.Stream) *[2]freeIndex {
 		a.byID.Store(&ids)
 	}
 	xs := new([2]freeIndex)
-	xs[0].init(a.cold, s, a.small, true, false)
-	xs[1].init(a.cold, s, a.large, true, false)
+	xs[0].init(a.cold, s, a.small, kindTree)
+	xs[1].init(a.cold, s, a.large, kindTree)
 	a.coldIdx[s] = xs
 	return xs
 }

@@ -47,7 +47,20 @@ type treeInner struct {
 }
 
 // freeTree is a B+ tree of blocks keyed by (size, address). The zero
-// value is an empty tree. Invariants (checked by check): keys strictly
+// value is an empty tree.
+//
+// Why not github.com/google/btree, which the unmapped indexes use: its
+// nodes hold the items alone, so every comparison of a search calls the
+// less function on two blocks, each a pointer into the heap, where
+// freeTree compares integer keys held in the node; it has no lower bound
+// but through a callback walk, and no move of a key within its leaf
+// (rekey). BenchmarkFreeTree (tree_bench_test.go) does what a free index
+// does with its tree, a best-fit search, the removal of the block found
+// and an insertion: measured with callgrind (instructions per operation,
+// CGO_ENABLED=0 GOMAXPROCS=1 GOGC=off; the difference of runs of 100000
+// and 200000 operations), freeTree takes 870, 1190 and 1514 instructions
+// among 64, 4096 and 262144 blocks, google/btree of degree 32 takes 1783,
+// 2609 and 5711: two to almost four times as many. Invariants (checked by check): keys strictly
 // increase through the leaves; every node but the root holds at least
 // treeMinFill entries; separators bound their subtrees; n counts the
 // blocks.

@@ -1,0 +1,130 @@
+// This file holds the free index's own check, for the invariant checker.
+
+package allocator
+
+// check verifies the invariants of x (freeIndex): its kind's structures,
+// the pending split, that every block in it is marked indexed and filed
+// where a lookup finds it, the list of whole free segments, and the struct
+// kept for the next split. It reports each fault to bad and changes
+// nothing.
+func (x *freeIndex) check(bad func(format string, args ...any)) {
+	s, p := x.stream, x.pool.stat
+	if (x.buckets != nil) != (x.kind == kindSmall) || (x.large != nil) != (x.kind == kindLarge) || x.kind == kindSmall && x.tree.n != 0 {
+		bad("the free index of stream %d, pool %s, has structures of another kind", s, p)
+		return
+	}
+	if x.kind == kindTree && (x.pend != nil || x.front != nil) {
+		bad("the cold shard's stream %d keeps a pending split", s)
+	}
+	if f := x.front; f != nil && (f.allocated || f.indexed || f.listed || f.recorded || f.unmapped || f.eventCount != 0 || f.requested != 0) {
+		bad("stream %d: the struct kept for the next split is in use", s)
+	}
+	x.checkFiling(bad)
+	x.checkWholes(bad)
+}
+
+// checkFiling checks x's structures and that every block in it is marked
+// indexed and filed where a lookup finds it.
+func (x *freeIndex) checkFiling(bad func(format string, args ...any)) {
+	s, p := x.stream, x.pool.stat
+	if pb := x.pend; pb != nil {
+		// The block whose split is pending is filed under its key from
+		// before the split: check the index with that key, and that the
+		// block split from it is its front.
+		if f := pb.prev; !pb.isFree() || !pb.indexed || f == nil || !f.busy() || f.ptr != x.pendKey.ptr || f.size+pb.size != x.pendKey.size {
+			bad("the block %v whose split is pending is not free and indexed after its front %v", pb.ptr, x.pendKey.ptr)
+		}
+		k := keyOf(pb)
+		pb.ptr, pb.size = x.pendKey.ptr, x.pendKey.size
+		defer func() { pb.ptr, pb.size = k.ptr, k.size }()
+	}
+	var msg string
+	switch x.kind {
+	case kindSmall:
+		msg = x.buckets.check()
+	case kindLarge:
+		if msg = x.large.check(); msg == "" {
+			msg = x.tree.check()
+		}
+	default:
+		msg = x.tree.check()
+	}
+	if msg != "" {
+		bad("free index of stream %d, pool %s: %s", s, p, msg)
+	}
+	x.each(func(b *block) bool {
+		if !b.indexed {
+			bad("free block %v is in the index but not marked indexed", b.ptr)
+		}
+		found := true
+		switch {
+		case x.kind == kindSmall:
+		case x.inLarge(b.size):
+			i := x.large.slot(classOf(b.size))
+			found = i >= 0 && (x.large.tab[i].first == b || int(b.heapIdx) < len(x.large.tab[i].heap) && x.large.tab[i].heap[b.heapIdx] == b)
+		default:
+			l, i := x.tree.seek(keyOf(b))
+			found = l != nil && l.vals[i] == b
+		}
+		if !found {
+			bad("free block %v+%d is in the index but a lookup does not find it", b.ptr, b.size)
+		}
+		return true
+	})
+}
+
+// checkWholes checks the list of whole free segments against the blocks
+// of the index.
+func (x *freeIndex) checkWholes(bad func(format string, args ...any)) {
+	s, p := x.stream, x.pool.stat
+	listed := map[*block]bool{}
+	var prev *block
+	for b := x.wholes; b != nil; b = b.nextWhole {
+		if listed[b] || b.prevWhole != prev {
+			bad("the list of whole free segments is broken at %v", b.ptr)
+			break
+		}
+		listed[b] = true
+		prev = b
+		if !b.listed || !b.indexed || b.isSplit() || b.seg.expandable() || b.seg.free != x {
+			bad("block %v is in the list of whole free segments but is not one", b.ptr)
+		}
+	}
+	seenListed := 0
+	x.each(func(b *block) bool {
+		if listed[b] {
+			seenListed++
+		}
+		whole := !b.isSplit() && !b.seg.expandable()
+		if x.kind == kindSmall {
+			// The whole segments of size buckets are the 2 MiB class.
+			if whole != (b.size == kSmallBuffer) || b.listed {
+				bad("free block %v+%d fills its segment: %v, but the size buckets say otherwise", b.ptr, b.size, whole)
+			}
+		} else if whole != listed[b] || whole != b.listed {
+			bad("free block %v fills its segment: %v, but is listed: %v (marked %v)", b.ptr, whole, listed[b], b.listed)
+		}
+		return true
+	})
+	if seenListed != len(listed) {
+		bad("the list of whole free segments of stream %d, pool %s, holds %d blocks not in the index", s, p, len(listed)-seenListed)
+	}
+}
+
+// checkSegments checks that x counts n segments, the segments of its pool
+// and stream, and is among its pool's owners exactly when n > 0.
+func (x *freeIndex) checkSegments(n int, bad func(format string, args ...any)) {
+	if x.nseg != n || (n > 0) != (x.owner < len(x.pool.owners) && x.pool.owners[x.owner] == x) {
+		bad("the free index of stream %d, pool %s, counts %d segments, has %d, owner %v", x.stream, x.pool.stat, x.nseg, n, n > 0)
+	}
+}
+
+// checkOwners checks that every owner of p is an index of p filed where
+// it says.
+func (p *pool) checkOwners(bad func(format string, args ...any)) {
+	for i, x := range p.owners {
+		if x.owner != i || x.pool != p {
+			bad("the owners of pool %s are misfiled at %d", p.stat, i)
+		}
+	}
+}
