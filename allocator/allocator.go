@@ -17,7 +17,9 @@ import (
 
 // Allocator is a caching allocator for one device. It is safe for concurrent
 // use by multiple goroutines: Alloc and Free on different streams run at
-// once (doc.go, Locking).
+// once (doc.go, Locking). Make one with New: the zero Allocator has no
+// device, and its methods change nothing and return an error, or zero
+// values where they return none.
 type Allocator struct {
 	// Read-only after New.
 	dev       device.Device
@@ -80,6 +82,14 @@ type Allocator struct {
 	oomObservers []oomObserver   // copy on write: called after the world is left
 	nextID       uint64
 }
+
+// errNotMade is the error of every method of an Allocator not made by New
+// (the zero Allocator), which holds no device.
+var errNotMade = errors.New("allocator: the zero Allocator has no device: make one with allocator.New")
+
+// made reports whether a was made by New; the methods of the zero
+// Allocator change nothing and return errNotMade or zero values.
+func (a *Allocator) made() bool { return a.def != nil }
 
 // New returns an allocator for dev with configuration cfg (the zero Config
 // is PyTorch's default). It asks the device for its total memory once.
@@ -169,6 +179,9 @@ func (a *Allocator) Device() device.Device { return a.dev }
 
 // Config returns the allocator's configuration.
 func (a *Allocator) Config() Config {
+	if !a.made() {
+		return Config{}
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	return a.cfg
@@ -181,6 +194,9 @@ func (a *Allocator) Config() Config {
 func (a *Allocator) SetMemoryFraction(fraction float64) error {
 	if !(fraction > 0 && fraction <= 1) {
 		return fmt.Errorf("allocator: memory fraction %v must be in (0, 1]", fraction)
+	}
+	if !a.made() {
+		return errNotMade
 	}
 	a.lockAll()
 	defer a.unlockAll()
@@ -280,6 +296,9 @@ func (a *Allocator) fitLocked(xs *[2]freeIndex, size uint64) (*freeIndex, uint64
 
 // allocWorld runs the whole allocation ladder in the world.
 func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error) {
+	if !a.made() {
+		return 0, errNotMade
+	}
 	a.lockAll()
 	xs := a.indexesLocked(s)
 	if xs == nil {
@@ -396,6 +415,9 @@ func (a *Allocator) Free(p device.Ptr) error {
 
 // freeWorld runs the free ladder in the world.
 func (a *Allocator) freeWorld(p device.Ptr) error {
+	if !a.made() {
+		return errNotMade
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	b, sh := a.liveBlockLocked(p)
@@ -478,6 +500,9 @@ func (a *Allocator) segmentOfLocked(p device.Ptr) *segment {
 // block stay. An error from the device leaves the blocks it concerns
 // cached; the others are released.
 func (a *Allocator) EmptyCache() error {
+	if !a.made() {
+		return errNotMade
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	a.cacheEmptiedLocked()
@@ -491,6 +516,9 @@ func (a *Allocator) EmptyCache() error {
 
 // Stats returns a copy of the allocator's statistics.
 func (a *Allocator) Stats() stats.DeviceStats {
+	if !a.made() {
+		return stats.DeviceStats{}
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	return a.statsLocked()
@@ -499,6 +527,9 @@ func (a *Allocator) Stats() stats.DeviceStats {
 // ResetPeakStats makes every peak equal to its current value
 // (torch.cuda.reset_peak_memory_stats), the peaks of phases included.
 func (a *Allocator) ResetPeakStats() {
+	if !a.made() {
+		return
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	a.resetPeakLocked()
@@ -507,6 +538,9 @@ func (a *Allocator) ResetPeakStats() {
 // ResetAccumulatedStats zeroes the cumulative sums and counters
 // (torch.cuda.reset_accumulated_memory_stats), those of phases included.
 func (a *Allocator) ResetAccumulatedStats() {
+	if !a.made() {
+		return
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	a.resetAccumulatedLocked()
@@ -514,6 +548,9 @@ func (a *Allocator) ResetAccumulatedStats() {
 
 // LargestFreeBlock returns the size of the largest cached free block.
 func (a *Allocator) LargestFreeBlock() uint64 {
+	if !a.made() {
+		return 0
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	a.settleAllLocked()

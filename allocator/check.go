@@ -34,6 +34,9 @@ import (
 // It takes the allocator's lock and walks every block: use it in tests and
 // debugging, not on a hot path.
 func (a *Allocator) CheckInvariants() error {
+	if !a.made() {
+		return errNotMade
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	return a.checkLocked()

@@ -84,6 +84,9 @@ type observerEntry struct {
 // Attach registers o to receive every later event and returns a function
 // that detaches it.
 func (a *Allocator) Attach(o Observer) (detach func()) {
+	if !a.made() {
+		return func() {}
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	a.nextID++

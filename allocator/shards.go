@@ -234,7 +234,11 @@ type streamShard struct {
 // or nil if s has none: a binary search of the lock-free list, sorted by
 // stream.
 func (a *Allocator) lookupShard(s device.Stream) *shard {
-	list := *a.byStream.Load()
+	l := a.byStream.Load()
+	if l == nil {
+		return nil // the zero Allocator
+	}
+	list := *l
 	lo, hi := 0, len(list)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)

@@ -44,6 +44,9 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 	if p == 0 {
 		return nil
 	}
+	if !a.made() {
+		return errNotMade
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	b, _ := a.liveBlockLocked(p)
