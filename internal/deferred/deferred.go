@@ -176,6 +176,12 @@ func (q *Queue[T]) release(ev device.Event) {
 	}
 }
 
+// Release destroys ev, an event its caller recorded and no longer needs
+// (one that guarded nothing in the queue); if the device refuses, the
+// event is kept and its release retried by every later Poll and Drain,
+// as for the queue's own events.
+func (q *Queue[T]) Release(ev device.Event) { q.release(ev) }
+
 func (q *Queue[T]) retryReleases() {
 	if len(q.spare) == 0 {
 		return
