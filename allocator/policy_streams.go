@@ -112,7 +112,7 @@ func (a *Allocator) waitForLocked(s, t device.Stream) bool {
 	} else {
 		err = a.dev.SynchronizeEvent(e)
 	}
-	_ = a.dev.ReleaseEvent(e) // the wait stands; a failed release leaks one event
+	a.events.Release(e) // the wait stands; a release the device refuses is retried by the events queue
 	return err == nil
 }
 
