@@ -187,12 +187,22 @@ func (a *Allocator) wholeSegmentsLocked(p *pool, list []*block) []*block {
 	return list
 }
 
-// freeBlocksLocked appends every free block of pool p to list, in (stream,
-// size, address) order, and returns it.
-func (a *Allocator) freeBlocksLocked(p *pool, list []*block) []*block {
+// pageBlocksLocked appends to list the free blocks of pool p (of
+// expandable segments) that may hold a whole page, those of a page or
+// more, in (stream, size, address) order, and returns it: unmapping any
+// other free block would change nothing, so that releasing the cache
+// costs the blocks it may unmap, not a walk of every cached block.
+func (a *Allocator) pageBlocksLocked(p *pool, list []*block) []*block {
+	page := uint64(kSmallBuffer)
+	if !p.small {
+		page = kLargeBuffer
+		if a.pol != nil {
+			page = a.pol.largePage
+		}
+	}
 	n := len(list)
 	for _, x := range p.owners {
-		x.each(func(b *block) bool {
+		x.ascendAtLeast(page, func(b *block) bool {
 			list = append(list, b)
 			return true
 		})

@@ -124,7 +124,7 @@ func (a *Allocator) releasePoolLocked(p *pool) error {
 	plain := a.wholeSegmentsLocked(p, a.collected[:0])
 	var mapped []*block
 	if p.unmapped != nil { // expandable segments: every free block is in one
-		mapped = a.freeBlocksLocked(p, nil)
+		mapped = a.pageBlocksLocked(p, nil)
 	}
 	a.examined += len(plain) + len(mapped)
 	var errs []error
