@@ -77,6 +77,7 @@ type Allocator struct {
 	key       block    // search key for the unmapped index (scratch)
 	collected []*block // scratch list for release passes
 	examined  int      // blocks looked at by release passes, for the tests of their cost
+	visited   int      // free indexes visited by walks over every stream's cache, for the tests of their cost
 
 	observers    []observerEntry // copy on write: notified in the world
 	oomObservers []oomObserver   // copy on write: called after the world is left
@@ -134,6 +135,9 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 		phases:   []phaseInfo{{}},
 		phaseIDs: map[string]uint16{"": 0},
 		pol:      newPolicyState(&cfg),
+	}
+	if a.pol != nil {
+		a.small.cold.waited, a.large.cold.waited = a.pol.hostWaited, a.pol.hostWaited
 	}
 	if cfg.RoundupPower2Divisions != [NumRoundupIntervals]uint64{} {
 		d := cfg.RoundupPower2Divisions

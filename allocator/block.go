@@ -157,6 +157,7 @@ type pool struct {
 	// without expandable segments.
 	unmapped *btree.BTreeG[*block]
 	owners   []*freeIndex // in no order
+	cold     coldView     // the free blocks of the cold shard's streams (cold.go)
 
 	// gcCalls counts best-fit searches while garbage collection or the
 	// low_fragmentation policy is active (PyTorch's
@@ -180,7 +181,9 @@ func newPool(small, expandable bool) *pool {
 // releases them in), and returns it.
 func (a *Allocator) wholeSegmentsLocked(p *pool, list []*block) []*block {
 	n := len(list)
-	for _, x := range p.owners {
+	a.hotIndexesLocked(p, func(x *freeIndex) { list = x.appendWholes(list) })
+	for _, x := range p.cold.wholes {
+		a.visited++
 		list = x.appendWholes(list)
 	}
 	sortFree(list[n:])
@@ -201,12 +204,12 @@ func (a *Allocator) pageBlocksLocked(p *pool, list []*block) []*block {
 		}
 	}
 	n := len(list)
-	for _, x := range p.owners {
-		x.ascendAtLeast(page, func(b *block) bool {
-			list = append(list, b)
-			return true
-		})
+	add := func(b *block) bool {
+		list = append(list, b)
+		return true
 	}
+	a.hotIndexesLocked(p, func(x *freeIndex) { x.ascendAtLeast(page, add) })
+	p.cold.ascendAtLeast(page, add)
 	sortFree(list[n:])
 	return list
 }

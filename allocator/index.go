@@ -37,6 +37,7 @@ type freeIndex struct {
 	wholes  *block        // but in the small pool: head of the list of whole free segments, through nextWhole
 	nseg    int           // segments of the pool and stream (changed in the world)
 	owner   int           // the index's place in pool.owners while nseg > 0
+	coldAt  int           // a cold index's place in its pool's cold view's wholes, plus one; 0 when not there
 
 	// pend is the free block that the last Alloc from this index split,
 	// still filed under its key from before the split, pendKey: its move
@@ -106,6 +107,9 @@ func (x *freeIndex) add(b *block) {
 		x.large.insert(b)
 	} else {
 		x.tree.insert(b)
+		if x.large == nil { // a cold index
+			x.pool.cold.add(b)
+		}
 	}
 }
 
@@ -114,6 +118,9 @@ func (x *freeIndex) drop(b *block) {
 		x.large.remove(b)
 	} else {
 		x.tree.remove(b)
+		if x.large == nil { // a cold index
+			x.pool.cold.drop(keyOf(b))
+		}
 	}
 }
 
@@ -122,6 +129,10 @@ func (x *freeIndex) drop(b *block) {
 func (x *freeIndex) rekey(b *block, old treeKey) {
 	b.gcCountBase = x.pool.gcCalls
 	x.tree.rekey(b, old)
+	if x.large == nil { // a cold index
+		x.pool.cold.drop(old)
+		x.pool.cold.add(b)
+	}
 	if whole := !b.isSplit() && !b.seg.expandable(); whole != b.listed {
 		if whole {
 			x.list(b)
@@ -135,8 +146,10 @@ func (x *freeIndex) rekey(b *block, old treeKey) {
 func (x *freeIndex) settle() {
 	b, old := x.pend, x.pendKey
 	x.pend = nil
-	if x.large == nil && x.buckets == nil {
+	if x.large == nil && x.buckets == nil { // a cold index
 		x.tree.rekey(b, old)
+		x.pool.cold.drop(old)
+		x.pool.cold.add(b)
 		return
 	}
 	k := keyOf(b)
@@ -331,6 +344,8 @@ func (x *freeIndex) list(b *block) {
 	b.listed, b.prevWhole, b.nextWhole = true, nil, x.wholes
 	if x.wholes != nil {
 		x.wholes.prevWhole = b
+	} else if x.large == nil { // a cold index
+		x.pool.cold.listed(x)
 	}
 	x.wholes = b
 }
@@ -340,6 +355,9 @@ func (x *freeIndex) unlist(b *block) {
 		b.prevWhole.nextWhole = b.nextWhole
 	} else {
 		x.wholes = b.nextWhole
+		if x.wholes == nil && x.large == nil { // a cold index
+			x.pool.cold.unlisted(x)
+		}
 	}
 	if b.nextWhole != nil {
 		b.nextWhole.prevWhole = b.prevWhole

@@ -202,11 +202,16 @@ func (a *Allocator) garbageCollectLocked() {
 	p := a.large
 	var totalAge int64
 	count := 0
-	for _, x := range p.owners {
+	ages := func(x *freeIndex) {
 		for b := x.wholes; b != nil; b = b.nextWhole {
 			totalAge += p.gcCalls - b.gcCountBase
 			count++
 		}
+	}
+	a.hotIndexesLocked(p, ages)
+	for _, x := range p.cold.wholes {
+		a.visited++
+		ages(x)
 	}
 	if count == 0 {
 		return
@@ -236,15 +241,18 @@ func (a *Allocator) garbageCollectLocked() {
 }
 
 // largestFreeLocked returns the size of the largest cached free block:
-// it visits the streams that hold memory (pool.owners), every index
-// settled.
+// it visits the shards of their own that hold memory and the cold view,
+// every index settled.
 func (a *Allocator) largestFreeLocked() uint64 {
 	var largest uint64
 	for _, p := range [2]*pool{a.small, a.large} {
-		for _, x := range p.owners {
+		a.hotIndexesLocked(p, func(x *freeIndex) {
 			if b := x.largest(); b != nil {
 				largest = max(largest, b.size)
 			}
+		})
+		if b := p.cold.largest(); b != nil {
+			largest = max(largest, b.size)
 		}
 	}
 	return largest

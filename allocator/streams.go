@@ -67,7 +67,7 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 	}
 	b.recorded = true
 	if a.pol != nil {
-		a.pol.noteRecordedLocked(s) // policy: no lending to or from s
+		a.noteRecordedLocked(s) // policy: no lending to or from s
 	}
 	a.streamRecordedLocked(b, s)
 	return nil
