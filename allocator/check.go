@@ -91,6 +91,7 @@ func (a *Allocator) checkLocked() error {
 	}
 	a.checkColdLocked(a.small, bad)
 	a.checkColdLocked(a.large, bad)
+	a.checkStepsLocked(bad)
 	if len(a.shards) > maxShards+1 || (a.cold == nil) != (a.coldIdx == nil) {
 		bad("%d shards (cold shard: %v), at most %d of their own", len(a.shards), a.cold != nil, maxShards)
 	}

@@ -95,6 +95,9 @@ func (a *Allocator) blockAllocatedLocked(x *freeIndex, b *block, splitBlocks, sp
 	if a.phased && x.sh.phaseCount(b.phase).add(n) {
 		rows |= phaseRow
 	}
+	if a.stepping {
+		x.sh.steps.note(b, +1)
+	}
 	if rows != 0 {
 		d := opDelta{k: k}
 		d.row[stats.Allocation], d.row[stats.AllocatedBytes], d.row[stats.RequestedBytes] = 1, n, int64(b.requested)
@@ -129,6 +132,9 @@ func (a *Allocator) freeRequestedLocked(x *freeIndex, b *block) {
 	if a.phased {
 		x.sh.ph[b.phase].sub(int64(b.size))
 	}
+	if a.stepping {
+		x.sh.steps.note(b, -1)
+	}
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: a.phases[b.phase].name})
 	}
@@ -151,6 +157,9 @@ func (a *Allocator) blockFreedLocked(x *freeIndex, b *block, requested bool, spl
 		}
 		if a.phased {
 			x.sh.ph[b.phase].sub(size)
+		}
+		if a.stepping {
+			x.sh.steps.note(b, -1)
 		}
 	} else { // it was pending: active (allocation + pending) falls with pending
 		st[stats.Active].drop(k, 1)

@@ -344,11 +344,7 @@ func (a *Allocator) MarkStep(name string) {
 	}
 	a.lockAll()
 	defer a.unlockAll()
-	alive := make(map[leakKey]int64)
-	a.eachLiveLocked(func(b *block) {
-		alive[leakKey{b.phase, b.requested}]++
-	})
-	a.steps.Record(alive)
+	a.steps.Record(a.markStepLocked())
 	a.stepMarkedLocked(name)
 }
 

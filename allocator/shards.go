@@ -44,6 +44,7 @@ type shard struct {
 	ph     []phaseCount         // by phase id, while blocks are counted by phase; grown on use
 	spare  *block               // recycled block structs, linked through next
 	nspare int
+	steps  stepLog // live blocks at the last step boundary, and the changes since (steps.go)
 
 	// activeImplied: nothing is pending and the active limits are at least
 	// the allocation limits, so an Alloc within its allocation limits is
@@ -369,9 +370,3 @@ func (a *Allocator) liveCountLocked() int {
 	return n
 }
 
-// eachLiveLocked calls f on every allocated block.
-func (a *Allocator) eachLiveLocked(f func(*block)) {
-	for _, sh := range a.shards {
-		sh.live.each(f)
-	}
-}
