@@ -369,4 +369,3 @@ func (a *Allocator) liveCountLocked() int {
 	}
 	return n
 }
-
