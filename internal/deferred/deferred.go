@@ -60,10 +60,10 @@ type Queue[T any] struct {
 	// With a device that reports progress: due lists the queues the next
 	// Poll asks about (each marked due), and mark is the device's mark of
 	// the last Poll (marked once there was one).
-	prog   device.ProgressReporter
-	due    []*streamQueue[T]
-	mark   uint64
-	marked bool
+	prog    device.ProgressReporter
+	due     []*streamQueue[T]
+	mark    uint64
+	marked  bool
 	n       int            // events outstanding over all streams
 	spare   []device.Event // completed events whose release failed, to retry
 	scratch []device.Event // events recorded by the Record in progress
