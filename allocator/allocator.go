@@ -34,10 +34,11 @@ type Allocator struct {
 
 	// Written in the world only, read by the fast paths too (kept here,
 	// away from the lines the locks write).
-	aging    bool   // best-fit searches count in the pools' clocks: garbage collection is active, or the policy
-	phased   bool   // phases other than the first were named: blocks are counted by phase (phases.go)
-	stepping bool   // a step was marked: the shards log their live blocks' changes (steps.go)
-	phase    uint16 // the current phase (SetPhase): the phase of the blocks handed out
+	aging     bool   // best-fit searches count in the pools' clocks: garbage collection is active, or the policy
+	phased    bool   // phases other than the first were named: blocks are counted by phase (phases.go)
+	stepping  bool   // a step was marked: the shards log their live blocks' changes (steps.go)
+	listening bool   // observers are attached or stepping: the ledger's block methods tell them
+	phase     uint16 // the current phase (SetPhase): the phase of the blocks handed out
 
 	// Read without a lock; written in the world.
 	single   atomic.Pointer[shard]         // the one shard while there is one (the default stream's), then nil

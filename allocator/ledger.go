@@ -95,9 +95,6 @@ func (a *Allocator) blockAllocatedLocked(x *freeIndex, b *block, splitBlocks, sp
 	if a.phased && x.sh.phaseCount(b.phase).add(n) {
 		rows |= phaseRow
 	}
-	if a.stepping {
-		x.sh.steps.note(b, +1)
-	}
 	if rows != 0 {
 		d := opDelta{k: k}
 		d.row[stats.Allocation], d.row[stats.AllocatedBytes], d.row[stats.RequestedBytes] = 1, n, int64(b.requested)
@@ -110,8 +107,13 @@ func (a *Allocator) blockAllocatedLocked(x *freeIndex, b *block, splitBlocks, sp
 		}
 		a.exceedRows(x.sh, k, rows, &d)
 	}
-	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: a.userStreamLocked(b), Phase: a.phases[b.phase].name})
+	if a.listening {
+		if a.stepping {
+			x.sh.steps.note(b, +1)
+		}
+		if len(a.observers) > 0 {
+			a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: a.userStreamLocked(b), Phase: a.phases[b.phase].name})
+		}
 	}
 }
 
@@ -132,11 +134,13 @@ func (a *Allocator) freeRequestedLocked(x *freeIndex, b *block) {
 	if a.phased {
 		x.sh.ph[b.phase].sub(int64(b.size))
 	}
-	if a.stepping {
-		x.sh.steps.note(b, -1)
-	}
-	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: a.phases[b.phase].name})
+	if a.listening {
+		if a.stepping {
+			x.sh.steps.note(b, -1)
+		}
+		if len(a.observers) > 0 {
+			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: a.phases[b.phase].name})
+		}
 	}
 }
 
@@ -157,9 +161,6 @@ func (a *Allocator) blockFreedLocked(x *freeIndex, b *block, requested bool, spl
 		}
 		if a.phased {
 			x.sh.ph[b.phase].sub(size)
-		}
-		if a.stepping {
-			x.sh.steps.note(b, -1)
 		}
 	} else { // it was pending: active (allocation + pending) falls with pending
 		st[stats.Active].drop(k, 1)
@@ -191,7 +192,13 @@ func (a *Allocator) blockFreedLocked(x *freeIndex, b *block, requested bool, spl
 		st[stats.InactiveSplit].pool[k&1].cur += splitBlocks
 		st[stats.InactiveSplitBytes].pool[k&1].cur += splitBytes
 	}
-	if len(a.observers) > 0 {
+	if a.listening {
+		if requested && a.stepping {
+			x.sh.steps.note(b, -1)
+		}
+		if len(a.observers) == 0 {
+			return
+		}
 		ph := a.phases[b.phase].name
 		if requested {
 			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: ph})

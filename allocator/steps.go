@@ -41,7 +41,7 @@ func (l *stepLog) note(b *block, d int64) {
 // markStepLocked counts the live blocks of every shard by (phase,
 // requested size) at a step boundary, and from now on logs the changes.
 func (a *Allocator) markStepLocked() map[leakKey]int64 {
-	a.stepping = true
+	a.stepping, a.listening = true, true
 	total := make(map[leakKey]int64)
 	for _, sh := range a.shards {
 		l := &sh.steps
