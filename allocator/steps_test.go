@@ -113,6 +113,7 @@ func TestMarkStepUnderConcurrency(t *testing.T) {
 	}
 	done := make(chan struct{})
 	errs := make(chan error, len(streams))
+	kept := make([]int, len(streams))
 	for i, s := range streams {
 		go func() {
 			var keep []device.Ptr
@@ -129,6 +130,7 @@ func TestMarkStepUnderConcurrency(t *testing.T) {
 					return
 				}
 			}
+			kept[i] = len(keep)
 			errs <- nil
 		}()
 	}
@@ -154,4 +156,12 @@ func TestMarkStepUnderConcurrency(t *testing.T) {
 	}
 	a.unlockAll()
 	assert.Equal(t, want, got)
+	var live, total int64
+	for _, n := range got {
+		live += n
+	}
+	for _, n := range kept {
+		total += int64(n)
+	}
+	assert.Equal(t, total, live, "the blocks the goroutines kept")
 }
