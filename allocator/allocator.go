@@ -18,7 +18,9 @@ import (
 
 // Allocator is a caching allocator for one device. It is safe for concurrent
 // use by multiple goroutines: Alloc and Free on different streams run at
-// once (doc.go, Locking).
+// once (doc.go, Locking). Make one with New: the zero Allocator has no
+// device, and its methods change nothing and return an error, or zero
+// values where they return none.
 type Allocator struct {
 	// Read-only after New.
 	dev       device.Device
@@ -33,9 +35,11 @@ type Allocator struct {
 
 	// Written in the world only, read by the fast paths too (kept here,
 	// away from the lines the locks write).
-	aging  bool   // best-fit searches count in the pools' clocks: garbage collection is active, or the policy
-	phased bool   // phases other than the first were named: blocks are counted by phase (phases.go)
-	phase  uint16 // the current phase (SetPhase): the phase of the blocks handed out
+	aging     bool   // best-fit searches count in the pools' clocks: garbage collection is active, or the policy
+	phased    bool   // phases other than the first were named: blocks are counted by phase (phases.go)
+	stepping  bool   // a step was marked: the shards log their live blocks' changes (steps.go)
+	listening bool   // observers are attached or stepping: the ledger's block methods tell them
+	phase     uint16 // the current phase (SetPhase): the phase of the blocks handed out
 
 	// Read without a lock; written in the world.
 	single   atomic.Pointer[shard]         // the one shard while there is one (the default stream's), then nil
@@ -79,11 +83,20 @@ type Allocator struct {
 	key       block    // search key for the unmapped index (scratch)
 	collected []*block // scratch list for release passes
 	examined  int      // blocks looked at by release passes, for the tests of their cost
+	visited   int      // free indexes visited by walks over every stream's cache, for the tests of their cost
 
 	observers    []observerEntry // copy on write: notified in the world
 	oomObservers []oomObserver   // copy on write: called after the world is left
 	nextID       uint64
 }
+
+// errNotMade is the error of every method of an Allocator not made by New
+// (the zero Allocator), which holds no device.
+var errNotMade = errors.New("allocator: the zero Allocator has no device: make one with allocator.New")
+
+// made reports whether a was made by New; the methods of the zero
+// Allocator change nothing and return errNotMade or zero values.
+func (a *Allocator) made() bool { return a.def != nil }
 
 // New returns an allocator for dev with configuration cfg (the zero Config
 // is PyTorch's default). It asks the device for its total memory once.
@@ -132,6 +145,9 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 		phaseIDs: map[string]uint16{"": 0},
 		pol:      newPolicyState(&cfg),
 	}
+	if a.pol != nil {
+		a.small.cold.waited, a.large.cold.waited = a.pol.hostWaited, a.pol.hostWaited
+	}
 	if cfg.RoundupPower2Divisions != [NumRoundupIntervals]uint64{} {
 		d := cfg.RoundupPower2Divisions
 		a.divisions = &d
@@ -177,6 +193,9 @@ func (a *Allocator) Device() device.Device { return a.dev }
 
 // Config returns the allocator's configuration.
 func (a *Allocator) Config() Config {
+	if !a.made() {
+		return Config{}
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	return a.cfg
@@ -189,6 +208,9 @@ func (a *Allocator) Config() Config {
 func (a *Allocator) SetMemoryFraction(fraction float64) error {
 	if !(fraction > 0 && fraction <= 1) {
 		return fmt.Errorf("allocator: memory fraction %v must be in (0, 1]", fraction)
+	}
+	if !a.made() {
+		return errNotMade
 	}
 	a.lockAll()
 	defer a.unlockAll()
@@ -301,6 +323,9 @@ func (a *Allocator) searchLocked(x *freeIndex, size uint64) *block {
 
 // allocWorld runs the whole allocation ladder in the world.
 func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error) {
+	if !a.made() {
+		return 0, errNotMade
+	}
 	a.lockAll()
 	xs := a.indexesLocked(s)
 	if xs == nil {
@@ -414,6 +439,9 @@ func (a *Allocator) Free(p device.Ptr) error {
 
 // freeWorld runs the free ladder in the world.
 func (a *Allocator) freeWorld(p device.Ptr) error {
+	if !a.made() {
+		return errNotMade
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	b, sh := a.liveBlockLocked(p)
@@ -496,6 +524,9 @@ func (a *Allocator) segmentOfLocked(p device.Ptr) *segment {
 // block stay. An error from the device leaves the blocks it concerns
 // cached; the others are released.
 func (a *Allocator) EmptyCache() error {
+	if !a.made() {
+		return errNotMade
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	a.cacheEmptiedLocked()
@@ -509,6 +540,9 @@ func (a *Allocator) EmptyCache() error {
 
 // Stats returns a copy of the allocator's statistics.
 func (a *Allocator) Stats() stats.DeviceStats {
+	if !a.made() {
+		return stats.DeviceStats{}
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	return a.statsLocked()
@@ -517,6 +551,9 @@ func (a *Allocator) Stats() stats.DeviceStats {
 // ResetPeakStats makes every peak equal to its current value
 // (torch.cuda.reset_peak_memory_stats), the peaks of phases included.
 func (a *Allocator) ResetPeakStats() {
+	if !a.made() {
+		return
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	a.peaksResetLocked()
@@ -525,6 +562,9 @@ func (a *Allocator) ResetPeakStats() {
 // ResetAccumulatedStats zeroes the cumulative sums and counters
 // (torch.cuda.reset_accumulated_memory_stats), those of phases included.
 func (a *Allocator) ResetAccumulatedStats() {
+	if !a.made() {
+		return
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	a.accumulatedResetLocked()
@@ -532,6 +572,9 @@ func (a *Allocator) ResetAccumulatedStats() {
 
 // LargestFreeBlock returns the size of the largest cached free block.
 func (a *Allocator) LargestFreeBlock() uint64 {
+	if !a.made() {
+		return 0
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	a.settleAllLocked()

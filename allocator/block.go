@@ -159,6 +159,7 @@ type pool struct {
 	// without expandable segments.
 	unmapped *btree.BTreeG[*block]
 	owners   []*freeIndex // in no order
+	cold     coldView     // the free blocks of the cold shard's streams (cold.go)
 
 	// gcCalls counts best-fit searches while garbage collection or the
 	// low_fragmentation policy is active (PyTorch's
@@ -182,23 +183,35 @@ func newPool(small, expandable bool) *pool {
 // releases them in), and returns it.
 func (a *Allocator) wholeSegmentsLocked(p *pool, list []*block) []*block {
 	n := len(list)
-	for _, x := range p.owners {
+	a.hotIndexesLocked(p, func(x *freeIndex) { list = x.appendWholes(list) })
+	for _, x := range p.cold.wholes {
+		a.visited++
 		list = x.appendWholes(list)
 	}
 	sortFree(list[n:])
 	return list
 }
 
-// freeBlocksLocked appends every free block of pool p to list, in (stream,
-// size, address) order, and returns it.
-func (a *Allocator) freeBlocksLocked(p *pool, list []*block) []*block {
-	n := len(list)
-	for _, x := range p.owners {
-		x.each(func(b *block) bool {
-			list = append(list, b)
-			return true
-		})
+// pageBlocksLocked appends to list the free blocks of pool p (of
+// expandable segments) that may hold a whole page, those of a page or
+// more, in (stream, size, address) order, and returns it: unmapping any
+// other free block would change nothing, so that releasing the cache
+// costs the blocks it may unmap, not a walk of every cached block.
+func (a *Allocator) pageBlocksLocked(p *pool, list []*block) []*block {
+	page := uint64(kSmallBuffer)
+	if !p.small {
+		page = kLargeBuffer
+		if a.pol != nil {
+			page = a.pol.largePage
+		}
 	}
+	n := len(list)
+	add := func(b *block) bool {
+		list = append(list, b)
+		return true
+	}
+	a.hotIndexesLocked(p, func(x *freeIndex) { x.ascendAtLeast(page, add) })
+	p.cold.ascendAtLeast(page, add)
 	sortFree(list[n:])
 	return list
 }

@@ -78,6 +78,9 @@ import (
 // It takes the world (every lock, doc.go) and walks every block: use it in
 // tests and debugging, not on a hot path.
 func (a *Allocator) CheckInvariants() error {
+	if !a.made() {
+		return errNotMade
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	return a.checkLocked()
@@ -127,6 +130,9 @@ func (a *Allocator) checkLocked() error {
 			nseg[&xs[j]] = 0
 		}
 	}
+	a.checkColdLocked(a.small, bad)
+	a.checkColdLocked(a.large, bad)
+	a.checkStepsLocked(bad)
 	if len(a.shards) > maxShards+1 || (a.cold == nil) != (a.coldIdx == nil) {
 		bad("%d shards (cold shard: %v), at most %d of their own", len(a.shards), a.cold != nil, maxShards)
 	}

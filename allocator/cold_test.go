@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/internal/simtest"
 )
 
 // TestColdShard: the streams past maxShards share the cold shard, whose
@@ -91,4 +92,85 @@ func TestUnsplitStampsTheAge(t *testing.T) {
 	require.NotNil(t, b)
 	assert.Equal(t, a.large.gcCalls, b.gcCountBase)
 	require.NoError(t, a.CheckInvariants())
+}
+
+// TestOutOfMemoryCostsNoVisitPerStream: with a stream per allocation, an
+// out-of-memory failure (which releases the cache and reports the largest
+// free block) visits the shards of their own and what the cold view
+// holds, not every stream that holds memory: each of the last failures
+// here visited every one of 3,000 streams before.
+func TestOutOfMemoryCostsNoVisitPerStream(t *testing.T) {
+	n := 3_000
+	if selfCheck {
+		n = 300 // the self-check after every operation walks every block
+	}
+	a, dev := newOn(t, Config{}, simtest.Capacity(uint64(n)*2*mib))
+	for range n { // a 2 MiB segment per stream, half of it free: the device is full
+		s, err := dev.NewStream()
+		require.NoError(t, err)
+		allocUnchecked(t, a, mib, s)
+	}
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	for range 10 {
+		a.visited = 0
+		_, err = a.Alloc(mib, s)
+		require.ErrorIs(t, err, device.ErrOutOfMemory)
+		assert.LessOrEqual(t, a.visited, 4*maxShards, "indexes visited by one failure")
+	}
+	var oom *OutOfMemoryError
+	require.ErrorAs(t, err, &oom)
+	assert.EqualValues(t, mib, oom.LargestFreeBlock, "the largest free block is found among the cold streams")
+	assert.EqualValues(t, mib, a.LargestFreeBlock())
+	require.NoError(t, a.CheckInvariants())
+}
+
+// TestPolicyLendingCostsNoVisitPerStream: under the policy, a request
+// that its stream cannot serve looks for a lender among the shards of
+// their own and, from its size up, the cold view, not on every stream
+// with memory (every lend walked every stream before, and asked of each
+// whether RecordStream had named it, a walk of those streams).
+func TestPolicyLendingCostsNoVisitPerStream(t *testing.T) {
+	n := 2_000
+	if selfCheck {
+		n = 200
+	}
+	a, dev := newOn(t, lowFrag)
+	var streams []device.Stream
+	var ptrs []device.Ptr
+	for range n { // every stream caches a 4 MiB block
+		s, err := dev.NewStream()
+		require.NoError(t, err)
+		streams = append(streams, s)
+		ptrs = append(ptrs, allocUnchecked(t, a, 4*mib, s))
+	}
+	for _, p := range ptrs {
+		require.NoError(t, a.Free(p))
+	}
+	for i, s := range streams[n/2:] { // the first half, at the lowest addresses, are named by RecordStream
+		p := allocUnchecked(t, a, 3*mib, s)
+		require.NoError(t, a.RecordStream(p, streams[i]))
+		require.NoError(t, a.Free(p))
+	}
+	require.NoError(t, dev.Synchronize())
+	require.Zero(t, a.pol.lent)
+	for range 20 {
+		s, err := dev.NewStream()
+		require.NoError(t, err)
+		a.visited = 0
+		p := allocUnchecked(t, a, 2*mib, s) // its own cache is empty: a lend
+		assert.LessOrEqual(t, a.visited, 4*maxShards, "indexes and blocks visited by one lend")
+		require.NoError(t, a.Free(p))
+	}
+	assert.EqualValues(t, 20, a.pol.lent, "every request was lent a block")
+	require.NoError(t, a.CheckInvariants())
+}
+
+// allocUnchecked is mustAlloc without the check of every block after it,
+// for the set-ups of thousands of streams.
+func allocUnchecked(t testing.TB, a *Allocator, size uint64, s device.Stream) device.Ptr {
+	t.Helper()
+	p, err := a.Alloc(size, s)
+	require.NoError(t, err)
+	return p
 }

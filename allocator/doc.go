@@ -25,10 +25,13 @@
 //   - pool: small (blocks of at most 1 MiB) or large; with expandable
 //     segments it indexes its unmapped ranges in a B-tree
 //     (github.com/google/btree) ordered by (stream, address). It lists the
-//     free indexes of the streams that hold segments in it (owners), so
-//     that a walk of every stream's cached blocks (releasing the cache,
-//     garbage collection, the largest free block, lending) visits the
-//     streams that hold memory, not every stream ever seen.
+//     free indexes of the streams that hold segments in it (owners), and
+//     keeps a view of the cold shard's free blocks (cold.go): by (size,
+//     address), those that may be lent, and the cold indexes with whole
+//     free segments. A walk of every stream's cached blocks (releasing
+//     the cache, garbage collection, the largest free block, lending)
+//     visits the shards of their own and what it takes from the view, not
+//     every stream that holds memory.
 //   - shard: one stream's part of the allocator (shards.go), with a lock of
 //     its own. A stream's blocks serve no other stream (but lent by the
 //     low_fragmentation policy, in the world), so everything an Alloc or
@@ -101,10 +104,12 @@
 // the merge, the walks), index_check.go (its check), buckets.go, large.go,
 // tree.go and tree_check.go (its structures), heap.go (the heap of a size
 // class) and hash.go (the hash of the open-addressing tables: the large
-// buckets', the address tables' of ptrtable.go, the routes'); counters.go,
-// ledger.go and phases.go the stats (their peaks in allocator/internal/peaks); check.go the invariant checker; policy.go,
-// policy_grow.go and policy_streams.go the opt-in low_fragmentation
-// policy (its own section below).
+// buckets', the address tables' of ptrtable.go, the routes'); cold.go the
+// pools' view of the cold shard's free indexes; counters.go, ledger.go and
+// phases.go the stats (their peaks in allocator/internal/peaks), steps.go
+// the counts of live blocks at step boundaries; check.go the invariant
+// checker; policy.go, policy_grow.go and policy_streams.go the opt-in
+// low_fragmentation policy (its own section below).
 //
 // The walk of a request: Alloc (allocator.go) finds its shard
 // (shards.go), asks fitLocked (allocator.go) for the best fit, which asks
@@ -192,7 +197,10 @@
 //     their segment;
 //   - the cold shard's indexes never keep a pending split; every free
 //     index with segments, and no other, is among its pool's owners, with
-//     the count of its segments;
+//     the count of its segments; each pool's cold view holds exactly the
+//     cold shard's free blocks of the pool (its lenders exactly those of
+//     streams RecordStream has not named, under the policy) and the cold
+//     indexes with whole free segments;
 //   - every current count equals a count over the blocks, per shard, and
 //     the device's bytes in use equal reserved_bytes.all.current;
 //   - every shard's count of a quantity is within its limit, the limits add

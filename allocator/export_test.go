@@ -13,3 +13,14 @@ func (a *Allocator) liveBlock(p device.Ptr) *block {
 	b, _ := a.liveBlockLocked(p)
 	return b
 }
+
+// Lent returns the number of blocks the low_fragmentation policy has lent
+// across streams and that are still allocated, for the fault matrix.
+func (a *Allocator) Lent() int {
+	a.lockAll()
+	defer a.unlockAll()
+	if a.pol == nil {
+		return 0
+	}
+	return len(a.pol.borrowed)
+}

@@ -1,8 +1,16 @@
 // The fault matrix: every kind of device call, failed at a spread of
 // points, under the default configuration, expandable segments and the
-// low_fragmentation policy, over two workloads. After every failure the invariants hold; at the end,
-// with everything freed and the cache emptied, the device holds nothing:
-// no memory, no reservation, no event, and every current stat is zero.
+// low_fragmentation policy, over two workloads; and under the policy, with
+// and without virtual memory, over a third that lends blocks across
+// streams. After every failure the invariants hold; at the end, with
+// everything freed and the cache emptied, the device holds nothing: no
+// memory, no reservation, no event, and every current stat is zero.
+//
+// The matrix also checks that it tests something: in every run the fault
+// fires exactly when the run makes as many calls of its kind as the rule
+// waits for; every kind of call the allocator makes fails in at least
+// minFired runs, and under the policy at least once while a block is
+// lent; the kinds it never makes are listed and never fire.
 
 package allocator_test
 
@@ -12,6 +20,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/allocator"
@@ -30,6 +39,59 @@ type workloadOp struct {
 	size   uint64
 	stream int // index into the workload's streams
 }
+
+// lendingOps is a deterministic workload under which the policy lends:
+// four streams (the first four of the run) that RecordStream never names
+// allocate and free, so that one stream's cache serves another's
+// requests; blocks are recorded on a fifth stream (the copy stream, which
+// then neither lends nor borrows), so that frees wait for its events; the
+// streams complete now and then, the cache is flushed, and requests larger
+// than the device run the out-of-memory ladder, all while blocks are lent.
+// Its first lendingPrelude operations lend a block that stays allocated to
+// the end: the matrix fails calls from then on, so that every call fails
+// while a block is lent.
+func lendingOps(n int) []workloadOp {
+	rng := rand.New(rand.NewPCG(3, 5))
+	const kept = 1 << 30 // the id of the block lent by the prelude, never freed by the ops
+	ops := []workloadOp{
+		{kind: 'a', id: kept - 1, size: 8 << 20, stream: 0},
+		{kind: 'f', id: kept - 1},
+		{kind: 'a', id: kept, size: 8 << 20, stream: 1}, // stream 1's cache is empty: stream 0 lends
+	}
+	var live []int
+	next := 0
+	for len(ops) < n {
+		switch k := rng.IntN(40); {
+		case k < 18 || len(live) == 0:
+			size := uint64(rng.IntN(2<<20) + 1)
+			if rng.IntN(4) == 0 {
+				size = uint64(rng.IntN(40<<20) + 1)
+			}
+			ops = append(ops, workloadOp{kind: 'a', id: next, size: size, stream: rng.IntN(4)})
+			live = append(live, next)
+			next++
+		case k < 34:
+			i := rng.IntN(len(live))
+			id := live[i]
+			if rng.IntN(4) == 0 {
+				ops = append(ops, workloadOp{kind: 'r', id: id, stream: 4})
+			}
+			ops = append(ops, workloadOp{kind: 'f', id: id})
+			live[i] = live[len(live)-1]
+			live = live[:len(live)-1]
+		case k < 37:
+			ops = append(ops, workloadOp{kind: 's', stream: rng.IntN(5)})
+		case k < 38:
+			ops = append(ops, workloadOp{kind: 'c'})
+		default: // more than the device has: the whole ladder, then out of memory
+			ops = append(ops, workloadOp{kind: 'a', id: -1, size: 1 << 40, stream: rng.IntN(4)})
+		}
+	}
+	return ops
+}
+
+// lendingPrelude is the number of operations that start lendingOps.
+const lendingPrelude = 3
 
 // randomMixedOps returns the first n allocations and frees of the shared
 // random_mixed trace.
@@ -89,10 +151,12 @@ func fourStreamOps(n int) []workloadOp {
 type matrixRun struct {
 	t       *testing.T
 	inner   *sim.Device
+	j       *faulty.Injector
 	a       *allocator.Allocator
 	streams []device.Stream
 	live    map[int]device.Ptr
-	failed  int // calls that returned an error
+	failed  int  // calls that returned an error
+	lending bool // a fault fired during an operation that began or ended with a block lent
 }
 
 func (m *matrixRun) check(what string) {
@@ -103,12 +167,18 @@ func (m *matrixRun) check(what string) {
 }
 
 func (m *matrixRun) apply(op workloadOp) {
+	fired, lent := len(m.j.Fired()), m.a.Lent()
+	defer func() {
+		if len(m.j.Fired()) > fired && (lent > 0 || m.a.Lent() > 0) {
+			m.lending = true
+		}
+	}()
 	var err error
 	switch op.kind {
 	case 'a':
 		var p device.Ptr
 		p, err = m.a.Alloc(op.size, m.streams[op.stream])
-		if err == nil {
+		if err == nil && op.id >= 0 {
 			m.live[op.id] = p
 		}
 	case 'f':
@@ -164,10 +234,45 @@ func (m *matrixRun) finish() {
 	}
 }
 
+// notCalled are the kinds of device call the allocator never makes (the
+// host allocator makes HostAlloc and HostFree; streams are the caller's):
+// their faults never fire.
+var notCalled = map[device.Call]bool{
+	device.CallSynchronize: true, device.CallNewStream: true,
+	device.CallHostAlloc: true, device.CallHostFree: true,
+}
+
+// matrixConf is a configuration of the matrix: the allocator's, and
+// whether the device offers virtual memory.
+type matrixConf struct {
+	conf string
+	noVM bool
+}
+
+func (c matrixConf) String() string {
+	if c.noVM {
+		return fmt.Sprintf("%q/without virtual memory", c.conf)
+	}
+	return fmt.Sprintf("%q", c.conf)
+}
+
+// minFired is the number of runs in which each kind of call the
+// allocator makes must fail, at least, over the whole matrix (the fewest,
+// memory info, which only the out-of-memory path calls, fails in 6 runs
+// with the points of the self-checking build, 18 with the usual ones).
+const minFired = 3
+
 func TestFaultMatrix(t *testing.T) {
 	workloads := map[string][]workloadOp{
 		"random_mixed": randomMixedOps(t, 1500),
 		"four_streams": fourStreamOps(1500),
+		"lending":      lendingOps(1500),
+	}
+	plain := []matrixConf{{conf: ""}, {conf: "expandable_segments:True"}, {conf: "gpumem_policy:low_fragmentation"}}
+	confs := map[string][]matrixConf{
+		"random_mixed": plain,
+		"four_streams": plain,
+		"lending":      {{conf: "gpumem_policy:low_fragmentation"}, {conf: "gpumem_policy:low_fragmentation", noVM: true}},
 	}
 	ns := []int64{1, 2, 3, 5, 8, 13, 21, 34, 55, 89}
 	if allocator.SelfCheck {
@@ -179,46 +284,86 @@ func TestFaultMatrix(t *testing.T) {
 			ns = append(ns, n)
 		}
 	}
-	runs, fired := 0, 0
-	for _, name := range []string{"random_mixed", "four_streams"} {
+	var runs, fired, lendingFired [device.NumCalls]int
+	for _, name := range []string{"random_mixed", "four_streams", "lending"} {
 		ops := workloads[name]
-		for _, conf := range []string{"", "expandable_segments:True", "gpumem_policy:low_fragmentation"} {
-			cfg, err := allocator.ParseConf(conf)
+		for _, mc := range confs[name] {
+			cfg, err := allocator.ParseConf(mc.conf)
 			require.NoError(t, err)
 			for call := range device.NumCalls {
-				for i, n := range ns {
+				points := ns
+				if notCalled[call] {
+					points = ns[:1] // one run shows that it never fires
+				}
+				for i, n := range points {
 					errKind := error(device.ErrOutOfMemory)
 					if i%2 == 1 {
 						errKind = nil // a generic device error
 					}
-					t.Run(fmt.Sprintf("%s/%q/%s/%d", name, conf, call, n), func(t *testing.T) {
+					t.Run(fmt.Sprintf("%s/%s/%s/%d", name, mc, call, n), func(t *testing.T) {
 						inner, err := sim.New(sim.Config{Capacity: 24 << 30})
 						require.NoError(t, err)
 						j := faulty.New(inner)
-						a, err := allocator.New(j.Device(), cfg)
+						dev := j.Device()
+						if mc.noVM {
+							caps := device.CapabilitiesOf(dev)
+							caps.VirtualMemory = nil
+							dev = device.Compose(dev, caps)
+						}
+						a, err := allocator.New(dev, cfg)
 						require.NoError(t, err)
-						m := &matrixRun{t: t, inner: inner, a: a, live: map[int]device.Ptr{}, streams: []device.Stream{device.DefaultStream}}
-						for range 3 {
+						m := &matrixRun{t: t, inner: inner, j: j, a: a, live: map[int]device.Ptr{}, streams: []device.Stream{device.DefaultStream}}
+						for range 4 {
 							s, err := inner.NewStream()
 							require.NoError(t, err)
 							require.NoError(t, inner.SetStreamBusy(s, true))
 							m.streams = append(m.streams, s)
 						}
-						if _, err := j.Add(faulty.Rule{Call: call, Nth: n, Err: errKind}); err != nil {
-							t.Skipf("no rule for %s: %v", call, err)
+						prelude := 0
+						if name == "lending" {
+							prelude = lendingPrelude
+							for _, op := range ops[:prelude] {
+								m.apply(op)
+							}
+							require.Equal(t, 1, a.Lent(), "the prelude lends a block")
 						}
-						for _, op := range ops {
+						base := j.Calls(call)
+						if _, err := j.Add(faulty.Rule{Call: call, Nth: n, Err: errKind}); err != nil {
+							t.Fatalf("no rule for %s: %v", call, err)
+						}
+						for _, op := range ops[prelude:] {
 							m.apply(op)
 						}
 						m.finish()
-						runs++
+						made := j.Calls(call) - base
+						require.Equal(t, made >= n, len(j.Fired()) == 1,
+							"%d %s calls were made after the rule for the %dth; faults fired: %v", made, call, n, j.Fired())
+						runs[call]++
 						if len(j.Fired()) > 0 {
-							fired++
+							fired[call]++
+						}
+						if m.lending {
+							lendingFired[call]++
 						}
 					})
 				}
 			}
 		}
 	}
-	t.Logf("%d runs, %d with a fault that fired", runs, fired)
+	total := 0
+	for call := range device.NumCalls {
+		total += fired[call]
+		t.Logf("%-18s %4d runs, %4d with a fault that fired, %3d of them while a block was lent", call, runs[call], fired[call], lendingFired[call])
+		if t.Failed() {
+			continue // a run that failed may have stopped before its fault
+		}
+		if notCalled[call] {
+			assert.Zero(t, fired[call], "%s: the allocator makes no such call", call)
+			continue
+		}
+		assert.GreaterOrEqual(t, fired[call], minFired,
+			"%s: faults fired in %d of %d runs: the workloads hardly make the call", call, fired[call], runs[call])
+		assert.Positive(t, lendingFired[call], "%s: no fault fired while a block was lent", call)
+	}
+	t.Logf("%d runs with a fault that fired", total)
 }

@@ -50,6 +50,7 @@ type freeIndex struct {
 	wholes  *block        // but in size buckets: head of the list of whole free segments, through nextWhole
 	nseg    int           // segments of the pool and stream (changed in the world)
 	owner   int           // the index's place in pool.owners while nseg > 0
+	coldAt  int           // a cold index's place in its pool's cold view's wholes, plus one; 0 when not there
 
 	// pend is the free block that the last take from this index split,
 	// still filed under its key from before the split, pendKey: its move
@@ -384,6 +385,9 @@ func (x *freeIndex) add(b *block) {
 		x.large.insert(b)
 	} else {
 		x.tree.insert(b)
+		if x.kind == kindTree { // a cold index
+			x.pool.cold.add(b)
+		}
 	}
 	if !b.isSplit() && !b.seg.expandable() {
 		x.list(b)
@@ -402,6 +406,9 @@ func (x *freeIndex) drop(b *block) {
 		x.large.remove(b)
 	} else {
 		x.tree.remove(b)
+		if x.kind == kindTree { // a cold index
+			x.pool.cold.drop(keyOf(b))
+		}
 	}
 	if b.listed {
 		x.unlist(b)
@@ -416,6 +423,9 @@ func (x *freeIndex) place(b *block) {
 		x.large.insert(b)
 	} else {
 		x.tree.insert(b)
+		if x.kind == kindTree { // a cold index
+			x.pool.cold.add(b)
+		}
 	}
 }
 
@@ -424,6 +434,9 @@ func (x *freeIndex) displace(b *block) {
 		x.large.remove(b)
 	} else {
 		x.tree.remove(b)
+		if x.kind == kindTree { // a cold index
+			x.pool.cold.drop(keyOf(b))
+		}
 	}
 }
 
@@ -432,6 +445,10 @@ func (x *freeIndex) displace(b *block) {
 func (x *freeIndex) rekey(b *block, old treeKey) {
 	b.gcCountBase = x.pool.gcCalls
 	x.tree.rekey(b, old)
+	if x.kind == kindTree { // a cold index
+		x.pool.cold.drop(old)
+		x.pool.cold.add(b)
+	}
 	if whole := !b.isSplit() && !b.seg.expandable(); whole != b.listed {
 		if whole {
 			x.list(b)
@@ -445,8 +462,10 @@ func (x *freeIndex) rekey(b *block, old treeKey) {
 func (x *freeIndex) settle() {
 	b, old := x.pend, x.pendKey
 	x.pend = nil
-	if x.kind == kindTree {
+	if x.kind == kindTree { // a cold index
 		x.tree.rekey(b, old)
+		x.pool.cold.drop(old)
+		x.pool.cold.add(b)
 		return
 	}
 	k := keyOf(b)
@@ -683,6 +702,8 @@ func (x *freeIndex) list(b *block) {
 	b.listed, b.prevWhole, b.nextWhole = true, nil, x.wholes
 	if x.wholes != nil {
 		x.wholes.prevWhole = b
+	} else if x.kind == kindTree { // a cold index
+		x.pool.cold.listed(x)
 	}
 	x.wholes = b
 }
@@ -692,6 +713,9 @@ func (x *freeIndex) unlist(b *block) {
 		b.prevWhole.nextWhole = b.nextWhole
 	} else {
 		x.wholes = b.nextWhole
+		if x.wholes == nil && x.kind == kindTree { // a cold index
+			x.pool.cold.unlisted(x)
+		}
 	}
 	if b.nextWhole != nil {
 		b.nextWhole.prevWhole = b.prevWhole

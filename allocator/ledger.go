@@ -119,8 +119,13 @@ func (a *Allocator) blockAllocatedLocked(x *freeIndex, b *block, splitBlocks, sp
 		}
 		a.exceedRows(x.sh, k, rows, &d)
 	}
-	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: a.userStreamLocked(b), Phase: a.phases[b.phase].name})
+	if a.listening {
+		if a.stepping {
+			x.sh.steps.note(b, +1)
+		}
+		if len(a.observers) > 0 {
+			a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: a.userStreamLocked(b), Phase: a.phases[b.phase].name})
+		}
 	}
 }
 
@@ -143,8 +148,13 @@ func (a *Allocator) freeRequestedLocked(x *freeIndex, b *block) {
 		c.bytes.Drop(int64(b.size))
 		c.blocks.Drop(1)
 	}
-	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: a.phases[b.phase].name})
+	if a.listening {
+		if a.stepping {
+			x.sh.steps.note(b, -1)
+		}
+		if len(a.observers) > 0 {
+			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: a.phases[b.phase].name})
+		}
 	}
 }
 
@@ -198,7 +208,13 @@ func (a *Allocator) blockFreedLocked(x *freeIndex, b *block, requested bool, spl
 		st[stats.InactiveSplit].pool[k&1].Carry(splitBlocks) // zero or less
 		st[stats.InactiveSplitBytes].pool[k&1].Carry(splitBytes)
 	}
-	if len(a.observers) > 0 {
+	if a.listening {
+		if requested && a.stepping {
+			x.sh.steps.note(b, -1)
+		}
+		if len(a.observers) == 0 {
+			return
+		}
 		ph := a.phases[b.phase].name
 		if requested {
 			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: ph})

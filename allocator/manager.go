@@ -179,6 +179,9 @@ func (m *Manager) Summary(ordinal int, abbreviated bool) (string, error) {
 // each phase, and once allocations grow at every step (MarkStep, Leaks),
 // by the possible leaks.
 func (a *Allocator) Summary(abbreviated bool) string {
+	if !a.made() {
+		return errNotMade.Error()
+	}
 	st := a.Stats()
 	opt := stats.SummaryOptions{Device: a.ordinal, Name: a.dev.Name(), Abbreviated: abbreviated}
 	if phases := a.PhaseStats(); len(phases) > 1 || len(phases) == 1 && phases[0].Name != "" {

@@ -84,15 +84,20 @@ type observerEntry struct {
 // Attach registers o to receive every later event and returns a function
 // that detaches it.
 func (a *Allocator) Attach(o Observer) (detach func()) {
+	if !a.made() {
+		return func() {}
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	a.nextID++
 	id := a.nextID
 	a.observers = append(slices.Clip(a.observers), observerEntry{id: id, obs: o})
+	a.listening = true
 	return func() {
 		a.lockAll()
 		defer a.unlockAll()
 		a.observers = slices.DeleteFunc(slices.Clone(a.observers), func(e observerEntry) bool { return e.id == id })
+		a.listening = len(a.observers) > 0 || a.stepping
 	}
 }
 

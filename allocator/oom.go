@@ -140,6 +140,9 @@ func (e *OutOfMemoryError) Unwrap() error { return e.Err }
 // in the goroutine that called Alloc, each time Alloc returns an
 // out-of-memory error. It returns a function that unregisters f.
 func (a *Allocator) OnOutOfMemory(f func(*OutOfMemoryError)) (remove func()) {
+	if !a.made() {
+		return func() {}
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	a.nextID++

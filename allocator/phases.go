@@ -98,6 +98,9 @@ type leakKey struct {
 // SetPhase makes name the current phase and returns the previous one.
 // Blocks allocated from now on belong to it.
 func (a *Allocator) SetPhase(name string) (previous string) {
+	if !a.made() {
+		return ""
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	previous = a.phases[a.phase].name
@@ -117,6 +120,9 @@ func (a *Allocator) EnterPhase(name string) (restore func()) {
 
 // Phase returns the current phase.
 func (a *Allocator) Phase() string {
+	if !a.made() {
+		return ""
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	return a.phases[a.phase].name
@@ -172,6 +178,9 @@ func (a *Allocator) phaseStatsLocked(id uint16) (bytes, blocks stats.Stat) {
 // memory, in the order the phases were first named (the phase before any
 // SetPhase, named "", first when it allocated anything).
 func (a *Allocator) PhaseStats() []stats.PhaseStats {
+	if !a.made() {
+		return nil
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	out := make([]stats.PhaseStats, 0, len(a.phases))
@@ -189,13 +198,12 @@ func (a *Allocator) PhaseStats() []stats.PhaseStats {
 // or of a request) and records how many blocks of each (phase, requested
 // size) group are allocated, for Leaks.
 func (a *Allocator) MarkStep(name string) {
+	if !a.made() {
+		return
+	}
 	a.lockAll()
 	defer a.unlockAll()
-	alive := make(map[leakKey]int64)
-	a.eachLiveLocked(func(b *block) {
-		alive[leakKey{b.phase, b.requested}]++
-	})
-	a.steps.Record(alive)
+	a.steps.Record(a.markStepLocked())
 	a.stepMarkedLocked(name)
 }
 
@@ -206,6 +214,9 @@ func (a *Allocator) MarkStep(name string) {
 // (LeakReporter, such as trace/record's Recorder with stacks), otherwise
 // by phase and requested size.
 func (a *Allocator) Leaks() []stats.Leak {
+	if !a.made() {
+		return nil
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	for _, o := range a.observers {

@@ -165,9 +165,9 @@ type policyState struct {
 	// (pool.gcCalls) when the last wait of the borrower on the lender's
 	// work was recorded.
 	waited map[lendKey]int64
-	// hostWaited lists the streams RecordStream has named: never lent to
+	// hostWaited holds the streams RecordStream has named: never lent to
 	// or from (see policy_streams.go).
-	hostWaited []device.Stream
+	hostWaited map[device.Stream]struct{}
 	lending    bool          // takeLentLocked is handing out a block...
 	lendTo     device.Stream // ...to this stream
 
@@ -185,16 +185,17 @@ func newPolicyState(cfg *Config) *policyState {
 	}
 	l := &cfg.LowFrag
 	return &policyState{
-		largePage: orDefault(l.LargePage, defaultLargePage),
-		mapAhead:  orDefault(l.MapAhead, defaultMapAhead),
-		slack:     orDefault(l.Slack, defaultSlack),
-		victims:   orDefault(l.Victims, defaultVictims),
-		minAge:    int64(orDefault(l.MinAge, defaultMinAge)),
-		fitWindow: orDefault(l.FitWindow, defaultFitWindow),
-		reclaim:   !l.NoReclaim,
-		lend:      !l.NoCrossStream,
-		borrowed:  make(map[*block]device.Stream),
-		waited:    make(map[lendKey]int64),
+		largePage:  orDefault(l.LargePage, defaultLargePage),
+		mapAhead:   orDefault(l.MapAhead, defaultMapAhead),
+		slack:      orDefault(l.Slack, defaultSlack),
+		victims:    orDefault(l.Victims, defaultVictims),
+		minAge:     int64(orDefault(l.MinAge, defaultMinAge)),
+		fitWindow:  orDefault(l.FitWindow, defaultFitWindow),
+		reclaim:    !l.NoReclaim,
+		lend:       !l.NoCrossStream,
+		borrowed:   make(map[*block]device.Stream),
+		waited:     make(map[lendKey]int64),
+		hostWaited: make(map[device.Stream]struct{}),
 	}
 }
 

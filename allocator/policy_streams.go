@@ -5,8 +5,6 @@
 package allocator
 
 import (
-	"slices"
-
 	"github.com/gpumem/gpumem/device"
 )
 
@@ -59,19 +57,34 @@ func (a *Allocator) lendLocked(x *freeIndex, size uint64) (*freeIndex, *block) {
 	}
 	var best *block
 	var from *freeIndex
-	for _, y := range p.owners { // any order: the best is the smallest, then lowest, block
+	// Any order: the best is the smallest, then lowest, block. The shards
+	// of their own one by one; the cold shard's streams through the cold
+	// view, from the request's size up, to the first that may serve (what
+	// may serve is a bound on the size, splitRule.servesBelow).
+	a.hotIndexesLocked(p, func(y *freeIndex) {
 		t := y.stream
 		if t == s || a.pol.hostWaitedLocked(t) {
-			continue
+			return
 		}
 		b := y.fit(size)
 		if b == nil || !a.rule.mayServe(b.size, size) {
-			continue
+			return
 		}
 		if best == nil || b.size < best.size || b.size == best.size && b.ptr < best.ptr {
 			best, from = b, y
 		}
-	}
+	})
+	p.cold.ascendLenders(size, func(b *block) bool {
+		a.visited++
+		if !a.rule.mayServe(b.size, size) || best != nil && (b.size > best.size || b.size == best.size && b.ptr > best.ptr) {
+			return false
+		}
+		if b.stream == s {
+			return true
+		}
+		best, from = b, b.seg.free
+		return false
+	})
 	if best == nil {
 		return x, nil
 	}
@@ -109,7 +122,7 @@ func (a *Allocator) waitForLocked(s, t device.Stream) bool {
 	} else {
 		err = a.dev.SynchronizeEvent(e)
 	}
-	_ = a.dev.ReleaseEvent(e) // the wait stands; a failed release leaks one event
+	a.events.Release(e) // the wait stands; a release the device refuses is retried by the events queue
 	return err == nil
 }
 
@@ -164,13 +177,26 @@ func (a *Allocator) returnLentLocked(b *block) (int, error) {
 }
 
 // noteRecordedLocked remembers that RecordStream named stream s.
-func (p *policyState) noteRecordedLocked(s device.Stream) {
-	if !slices.Contains(p.hostWaited, s) {
-		p.hostWaited = append(p.hostWaited, s)
+// The cold shard's blocks of s leave the cold views' lenders.
+func (a *Allocator) noteRecordedLocked(s device.Stream) {
+	p := a.pol
+	if _, ok := p.hostWaited[s]; ok {
+		return
+	}
+	p.hostWaited[s] = struct{}{}
+	if xs := a.coldIdx[s]; xs != nil {
+		for i := range xs {
+			x := &xs[i]
+			x.each(func(b *block) bool {
+				x.pool.cold.unlend(keyOf(b))
+				return true
+			})
+		}
 	}
 }
 
 // hostWaitedLocked reports whether RecordStream ever named stream s.
 func (p *policyState) hostWaitedLocked(s device.Stream) bool {
-	return slices.Contains(p.hostWaited, s)
+	_, ok := p.hostWaited[s]
+	return ok
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/device/faulty"
 	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/internal/simtest"
 )
@@ -480,4 +481,42 @@ func TestPolicyLendingWaitsOncePerFree(t *testing.T) {
 	mustFree(t, a, ps[3]) // freed after the wait
 	mustAlloc(t, a, 8*mib, borrower)
 	assert.EqualValues(t, 2, dev.Counters().EventWaits-w0, "a later free needs a new wait")
+}
+
+// TestPolicyLendingReleasesEveryEvent: a release of a lending wait's
+// event that the device refuses is retried, by the next flush of the
+// events, so that after Synchronize and EmptyCache every event recorded is
+// released (one was lost for good before).
+func TestPolicyLendingReleasesEveryEvent(t *testing.T) {
+	for _, at := range []string{"lend", "return"} {
+		t.Run(at, func(t *testing.T) {
+			inner := mustSim(t, 0)
+			j := faulty.New(inner)
+			a, err := New(j.Device(), lowFrag)
+			require.NoError(t, err)
+			s, err := inner.NewStream()
+			require.NoError(t, err)
+			require.NoError(t, inner.SetStreamBusy(s, true))
+			p := mustAlloc(t, a, 8*mib, 0)
+			mustFree(t, a, p)
+			if at == "lend" {
+				_, err = j.Add(faulty.Rule{Call: device.CallReleaseEvent, Nth: 1})
+				require.NoError(t, err)
+			}
+			q := mustAlloc(t, a, 8*mib, s)
+			require.Equal(t, p, q, "lent")
+			if at == "return" {
+				_, err = j.Add(faulty.Rule{Call: device.CallReleaseEvent, Nth: 1})
+				require.NoError(t, err)
+			}
+			mustFree(t, a, q)
+			require.Len(t, j.Fired(), 1, "the release failed")
+			require.NoError(t, a.CheckInvariants())
+			require.NoError(t, inner.Synchronize())
+			require.NoError(t, a.EmptyCache())
+			c := inner.Counters()
+			assert.Equal(t, c.EventsRecorded, c.EventsReleased, "every event recorded is released")
+			assert.Zero(t, a.events.Unreleased())
+		})
+	}
 }

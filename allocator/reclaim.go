@@ -127,7 +127,7 @@ func (a *Allocator) releasePoolLocked(p *pool) error {
 	plain := a.wholeSegmentsLocked(p, a.collected[:0])
 	var mapped []*block
 	if p.unmapped != nil { // expandable segments: every free block is in one
-		mapped = a.freeBlocksLocked(p, nil)
+		mapped = a.pageBlocksLocked(p, nil)
 	}
 	a.examined += len(plain) + len(mapped)
 	var errs []error
@@ -204,11 +204,16 @@ func (a *Allocator) garbageCollectLocked() {
 	p := a.large
 	var totalAge int64
 	count := 0
-	for _, x := range p.owners {
+	ages := func(x *freeIndex) {
 		x.eachWhole(func(b *block) {
 			totalAge += p.gcCalls - b.gcCountBase
 			count++
 		})
+	}
+	a.hotIndexesLocked(p, ages)
+	for _, x := range p.cold.wholes {
+		a.visited++
+		ages(x)
 	}
 	if count == 0 {
 		return
@@ -238,15 +243,18 @@ func (a *Allocator) garbageCollectLocked() {
 }
 
 // largestFreeLocked returns the size of the largest cached free block:
-// it visits the streams that hold memory (pool.owners), every index
-// settled.
+// it visits the shards of their own that hold memory and the cold view,
+// every index settled.
 func (a *Allocator) largestFreeLocked() uint64 {
 	var largest uint64
 	for _, p := range [2]*pool{a.small, a.large} {
-		for _, x := range p.owners {
+		a.hotIndexesLocked(p, func(x *freeIndex) {
 			if b := x.largest(); b != nil {
 				largest = max(largest, b.size)
 			}
+		})
+		if b := p.cold.largest(); b != nil {
+			largest = max(largest, b.size)
 		}
 	}
 	return largest

@@ -44,6 +44,7 @@ type shard struct {
 	ph     []phaseCount         // by phase id, while blocks are counted by phase; grown on use
 	spare  *block               // recycled block structs, linked through next
 	nspare int
+	steps  stepLog // live blocks at the last step boundary, and the changes since (steps.go)
 
 	// activeImplied: nothing is pending and the active limits are at least
 	// the allocation limits, so an Alloc within its allocation limits is
@@ -195,7 +196,11 @@ type streamShard struct {
 // or nil if s has none: a binary search of the lock-free list, sorted by
 // stream.
 func (a *Allocator) lookupShard(s device.Stream) *shard {
-	list := *a.byStream.Load()
+	l := a.byStream.Load()
+	if l == nil {
+		return nil // the zero Allocator
+	}
+	list := *l
 	lo, hi := 0, len(list)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
@@ -324,11 +329,4 @@ func (a *Allocator) liveCountLocked() int {
 		n += sh.live.len()
 	}
 	return n
-}
-
-// eachLiveLocked calls f on every allocated block.
-func (a *Allocator) eachLiveLocked(f func(*block)) {
-	for _, sh := range a.shards {
-		sh.live.each(f)
-	}
 }

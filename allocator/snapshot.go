@@ -65,6 +65,9 @@ type SegmentInfo struct {
 // lock while it copies, which takes time proportional to the number of
 // blocks.
 func (a *Allocator) Snapshot() []SegmentInfo {
+	if !a.made() {
+		return nil
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	segs := make([]SegmentInfo, 0, len(a.segments))

@@ -44,6 +44,9 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 	if p == 0 {
 		return nil
 	}
+	if !a.made() {
+		return errNotMade
+	}
 	a.lockAll()
 	defer a.unlockAll()
 	b, _ := a.liveBlockLocked(p)
@@ -64,7 +67,7 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 	}
 	b.recorded = true
 	if a.pol != nil {
-		a.pol.noteRecordedLocked(s) // policy: no lending to or from s
+		a.noteRecordedLocked(s) // policy: no lending to or from s
 	}
 	a.streamRecordedLocked(b, s)
 	return nil

@@ -155,3 +155,58 @@ func TestRecordStreamOfZeroPtr(t *testing.T) {
 	require.NoError(t, a.RecordStream(p, s))
 	require.NoError(t, a.Free(p))
 }
+
+// TestPollingCostsWhatRan: with frees pending on a thousand busy streams,
+// an Alloc asks the device about the events of the streams that ran work
+// since the last one, not of every stream with pending events (each Alloc
+// made a thousand queries before), and completes the same frees.
+func TestPollingCostsWhatRan(t *testing.T) {
+	n := 1000
+	if selfCheck {
+		n = 100
+	}
+	a, dev := newTest(t, 0, Config{})
+	var streams []device.Stream
+	for range n {
+		s, err := dev.NewStream()
+		require.NoError(t, err)
+		require.NoError(t, dev.SetStreamBusy(s, true))
+		streams = append(streams, s)
+	}
+	keep := mustAlloc(t, a, 4096, 0)
+	for _, s := range streams { // a free pending on each stream
+		p, err := a.Alloc(4096, 0)
+		require.NoError(t, err)
+		require.NoError(t, a.RecordStream(p, s))
+		require.NoError(t, a.Free(p))
+	}
+	queries := func() int64 { return dev.Counters().EventQueries }
+	pending := func() int64 { return get(t, a, "active.all.current") - get(t, a, "allocation.all.current") }
+	require.EqualValues(t, n, pending())
+	p, err := a.Alloc(4096, 0) // the first poll asks every stream
+	require.NoError(t, err)
+	require.NoError(t, a.Free(p))
+	for range 100 {
+		q0 := queries()
+		p, err := a.Alloc(4096, 0)
+		require.NoError(t, err)
+		assert.Zero(t, queries()-q0, "no stream ran: no query")
+		require.NoError(t, a.Free(p))
+	}
+	require.EqualValues(t, n, pending())
+	require.NoError(t, dev.CompleteStream(streams[n/2]))
+	q0 := queries()
+	p, err = a.Alloc(4096, 0)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, queries()-q0, "one stream ran: one query")
+	assert.EqualValues(t, n-1, pending(), "its free completed")
+	require.NoError(t, a.Free(p))
+	require.NoError(t, dev.Synchronize())
+	q0 = queries()
+	p, err = a.Alloc(4096, 0)
+	require.NoError(t, err)
+	assert.EqualValues(t, n-1, queries()-q0, "every other stream ran")
+	assert.Zero(t, pending())
+	require.NoError(t, a.Free(p))
+	require.NoError(t, a.Free(keep))
+}

@@ -37,6 +37,9 @@
 //     on another) lets the caching allocator's low_fragmentation policy
 //     lend a block cached on one stream to a request on another without
 //     blocking the host (cuStreamWaitEvent).
+//   - ProgressReporter (which streams ran work since an earlier moment)
+//     lets the allocators poll the events of their deferred frees on the
+//     streams that ran, not on every stream with events pending.
 //
 // Capabilities are what every consumer may rely on, whatever the backend.
 // What only one backend offers, such as the simulator's cost clock or its
@@ -194,6 +197,19 @@ type VirtualMemory interface {
 // without it, such a stream fails only when an event is recorded on it.
 type StreamChecker interface {
 	HasStream(s Stream) bool
+}
+
+// ProgressReporter is the optional capability to say which streams have
+// run work since an earlier moment, so that a caller holding events of many
+// streams asks about the events of those streams alone (the caching
+// allocators poll their deferred frees this way).
+type ProgressReporter interface {
+	// Progressed calls f on each stream whose recorded work has finished
+	// further since mark, a value an earlier call returned (0 before the
+	// first), a stream possibly more than once, and returns the mark of
+	// now. ok false means that the device no longer knows what happened
+	// since mark: the caller must ask about every stream.
+	Progressed(mark uint64, f func(Stream)) (now uint64, ok bool)
 }
 
 // HostMemory is the optional capability to allocate page-locked (pinned)

@@ -162,7 +162,9 @@ func (a *Allocator) blockLocked(op string, p []byte) (*block, error) {
 
 // RecordStream notes that the block starting at p[0] is used by work on
 // stream s (an asynchronous copy): when freed, it is reused only after
-// that work has finished.
+// that work has finished. A stream that is not the device's is refused
+// and changes nothing: the device says so (device.StreamChecker), or,
+// when it cannot tell, an event recorded on s and released at once.
 func (a *Allocator) RecordStream(p []byte, s device.Stream) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -170,9 +172,31 @@ func (a *Allocator) RecordStream(p []byte, s device.Stream) error {
 	if err != nil {
 		return err
 	}
-	if !slices.Contains(b.streams, s) {
-		b.streams = append(b.streams, s)
+	if slices.Contains(b.streams, s) {
+		return nil
 	}
+	if err := a.checkStreamLocked(s); err != nil {
+		return err
+	}
+	b.streams = append(b.streams, s)
+	return nil
+}
+
+// checkStreamLocked returns an error wrapping device.ErrInvalidStream
+// when s is not a stream of the device, so that a block is never recorded
+// on a stream whose event its free could not record.
+func (a *Allocator) checkStreamLocked(s device.Stream) error {
+	if c, ok := a.dev.(device.StreamChecker); ok {
+		if !c.HasStream(s) {
+			return fmt.Errorf("host: record stream: stream %d is not a stream of device %d: %w", s, a.dev.Ordinal(), device.ErrInvalidStream)
+		}
+		return nil
+	}
+	ev, err := a.dev.RecordEvent(s)
+	if err != nil {
+		return fmt.Errorf("host: record stream: stream %d of device %d: %w", s, a.dev.Ordinal(), err)
+	}
+	a.events.Release(ev) // a refused release is retried by the queue
 	return nil
 }
 

@@ -105,14 +105,40 @@ func TestErrorsChangeNothing(t *testing.T) {
 	assert.Equal(t, before, a.Stats(), "the refused calls changed nothing")
 	live, _ := a.Alloc(100)
 	before = a.Stats()
-	require.NoError(t, a.RecordStream(live, 77))
-	err = a.Free(live) // stream 77 does not exist: the event cannot be recorded
+	err = a.RecordStream(live, 77) // stream 77 does not exist
 	assert.ErrorIs(t, err, device.ErrInvalidStream)
-	assert.Equal(t, before, a.Stats(), "the failed free changed nothing")
+	assert.Contains(t, err.Error(), "stream 77")
+	assert.Equal(t, before, a.Stats(), "the refused RecordStream changed nothing")
+	require.NoError(t, a.Free(live), "the block was not recorded on the unknown stream")
+	again, _ := a.Alloc(100)
+	assert.Same(t, &live[0], &again[0], "freed at once, and reused")
+	require.NoError(t, a.Free(again))
 	_, err = New(struct{ device.Device }{dev})
 	assert.ErrorIs(t, err, device.ErrNotSupported)
 	_, err = New(nil)
 	assert.Error(t, err)
+}
+
+// TestRecordStreamChecksWithoutStreamChecker: a device that cannot tell
+// its streams has an unknown stream refused by the event that RecordStream
+// records on it, which it releases.
+func TestRecordStreamChecksWithoutStreamChecker(t *testing.T) {
+	dev, err := sim.New(sim.Config{})
+	require.NoError(t, err)
+	a, err := New(struct {
+		device.Device
+		device.HostMemory
+	}{dev, dev})
+	require.NoError(t, err)
+	p, _ := a.Alloc(100)
+	assert.ErrorIs(t, a.RecordStream(p, 77), device.ErrInvalidStream)
+	s, _ := dev.NewStream()
+	require.NoError(t, a.RecordStream(p, s))
+	require.NoError(t, a.Free(p))
+	require.NoError(t, a.EmptyCache())
+	c := dev.Counters()
+	assert.Equal(t, c.EventsRecorded, c.EventsReleased, "the checking event is released")
+	assert.EqualValues(t, 2, c.EventsRecorded, "one to check the stream, one for the free")
 }
 
 func TestStatsMap(t *testing.T) {

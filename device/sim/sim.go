@@ -102,8 +102,8 @@ func (r Range) End() device.Ptr { return r.Ptr + device.Ptr(r.Charged) }
 
 // Device is a simulated GPU. It implements device.Device and every
 // optional capability (device.VirtualMemory, device.HostMemory,
-// device.StreamChecker, device.UsageReporter, device.StreamWaiter), and is
-// safe for concurrent use.
+// device.StreamChecker, device.UsageReporter, device.StreamWaiter,
+// device.ProgressReporter), and is safe for concurrent use.
 type Device struct {
 	// Fixed at construction; read without the lock.
 	ordinal  int
@@ -138,6 +138,10 @@ type Device struct {
 	// unfinished lists the streams that may hold unfinished work (see
 	// streamState.listed), so that Synchronize visits only those.
 	unfinished []int
+	// progress logs the streams that finished more of their work, by the
+	// index of each stream, the first at mark progressBase (Progressed).
+	progress     []int32
+	progressBase uint64
 }
 
 // New returns a simulated device, or an error wrapping

@@ -31,6 +31,9 @@ type streamWait struct {
 // wait can only name work recorded before it, so the recursion ends.
 func (d *Device) finishLocked(i int, upTo uint64) {
 	st := &d.streams[i]
+	if st.completed < upTo {
+		d.progressedLocked(i)
+	}
 	for st.completed < upTo {
 		if len(st.waits) > 0 && st.waits[0].pos < upTo {
 			w := st.waits[0]
@@ -58,6 +61,7 @@ func (d *Device) settleLocked() {
 					if d.streams[w.dep].completed < w.seq {
 						if w.pos > st.completed {
 							st.completed, moved = w.pos, true
+							d.progressedLocked(i)
 						}
 						break
 					}
@@ -66,9 +70,50 @@ func (d *Device) settleLocked() {
 					continue
 				}
 				st.completed, moved = st.queued, true
+				d.progressedLocked(i)
 			}
 		}
 	}
+}
+
+// maxProgressLog bounds the log of streams that ran work (Progressed):
+// past it the log starts again, and a caller whose mark is older than the
+// log's start asks about every stream.
+const maxProgressLog = 4096
+
+// progressedLocked logs that stream i finished more of its work.
+func (d *Device) progressedLocked(i int) {
+	n := len(d.progress)
+	if n > 0 && d.progress[n-1] == int32(i) {
+		return
+	}
+	if n == maxProgressLog {
+		d.progressBase += uint64(n)
+		d.progress = d.progress[:0]
+	}
+	d.progress = append(d.progress, int32(i))
+}
+
+// Progressed calls f on each stream that finished more of its work since
+// mark, and returns the mark of now (device.ProgressReporter). It is a
+// query of the simulation: it costs and counts nothing.
+func (d *Device) Progressed(mark uint64, f func(device.Stream)) (now uint64, ok bool) {
+	d.mu.Lock()
+	now = d.progressBase + uint64(len(d.progress))
+	if mark < d.progressBase || mark > now {
+		d.mu.Unlock()
+		return now, false
+	}
+	var buf [64]device.Stream
+	list := buf[:0]
+	for _, i := range d.progress[mark-d.progressBase:] {
+		list = append(list, d.streamHandle(int(i)))
+	}
+	d.mu.Unlock()
+	for _, s := range list {
+		f(s)
+	}
+	return now, true
 }
 
 // eventState is a recorded event: it is done once its stream has finished
@@ -87,11 +132,17 @@ func (d *Device) Synchronize() error {
 	if d.waits > 0 {
 		for i := range d.streams {
 			st := &d.streams[i]
+			if st.completed < st.queued {
+				d.progressedLocked(i)
+			}
 			st.completed, st.waits = st.queued, nil
 		}
 		d.waits = 0
 	} else {
 		for _, i := range d.unfinished {
+			if d.streams[i].completed < d.streams[i].queued {
+				d.progressedLocked(i)
+			}
 			d.streams[i].completed = d.streams[i].queued
 		}
 	}
@@ -250,6 +301,7 @@ func (d *Device) RecordEvent(s device.Stream) (device.Event, error) {
 	if !st.busy {
 		if d.waits == 0 {
 			st.completed = st.queued
+			d.progressedLocked(idx)
 		} else {
 			d.settleLocked()
 		}

@@ -360,3 +360,44 @@ func TestWaitEvent(t *testing.T) {
 	assert.ErrorIs(t, d.WaitEvent(b, 1<<40), device.ErrInvalidEvent)
 	requireUnchanged(t, d, before2, nil)
 }
+
+func TestProgressed(t *testing.T) {
+	d, err := New(Config{})
+	require.NoError(t, err)
+	var _ device.ProgressReporter = d
+	s1, _ := d.NewStream()
+	s2, _ := d.NewStream()
+	require.NoError(t, d.SetStreamBusy(s1, true))
+	require.NoError(t, d.SetStreamBusy(s2, true))
+	collect := func(mark uint64) ([]device.Stream, uint64, bool) {
+		var got []device.Stream
+		now, ok := d.Progressed(mark, func(s device.Stream) { got = append(got, s) })
+		return got, now, ok
+	}
+	_, mark, ok := collect(0)
+	require.True(t, ok)
+	_, _ = d.RecordEvent(s1)
+	_, _ = d.RecordEvent(s2)
+	got, mark2, ok := collect(mark)
+	require.True(t, ok)
+	assert.Empty(t, got, "busy streams ran nothing")
+	assert.Equal(t, mark, mark2)
+	require.NoError(t, d.CompleteStream(s2))
+	got, mark, ok = collect(mark2)
+	require.True(t, ok)
+	assert.Equal(t, []device.Stream{s2}, got)
+	require.NoError(t, d.Synchronize())
+	got, _, ok = collect(mark)
+	require.True(t, ok)
+	assert.Equal(t, []device.Stream{s1}, got, "s2 had nothing left to run")
+	for range maxProgressLog + 1 { // the log starts again: an old mark no longer answers
+		_, _ = d.RecordEvent(s1)
+		require.NoError(t, d.CompleteStream(s1))
+		_, _ = d.RecordEvent(s2)
+		require.NoError(t, d.CompleteStream(s2))
+	}
+	_, _, ok = collect(mark)
+	assert.False(t, ok, "too old")
+	_, _, ok = collect(1 << 62)
+	assert.False(t, ok, "not a mark of this device")
+}

@@ -10,7 +10,12 @@
 // complete in the order they were recorded, so a queue is read from the
 // front only: Poll asks the device about the front events of each stream
 // and completes those that are done, stopping at the first that is not;
-// Drain waits for every event. Completing an event calls the caller's
+// Drain waits for every event. When the device tells which streams ran
+// work (device.ProgressReporter), Poll asks about the streams that did
+// since the last Poll, that have new events, or whose last query failed,
+// and no other: an event not done at one Poll can be done at the next only
+// if its stream ran, so the answers, and what completes, are the same as
+// asking every stream, at a cost that follows what ran. Completing an event calls the caller's
 // function with the item; an item recorded on several streams is completed
 // once per event, and the caller counts (each allocator keeps a count of
 // outstanding events on its block and finishes the free at zero).
@@ -52,6 +57,13 @@ type Queue[T any] struct {
 	// streams holds one queue per stream with events outstanding, sorted
 	// by stream. Invariant: no queue is empty after Poll or Drain returns.
 	streams []*streamQueue[T]
+	// With a device that reports progress: due lists the queues the next
+	// Poll asks about (each marked due), and mark is the device's mark of
+	// the last Poll (marked once there was one).
+	prog    device.ProgressReporter
+	due     []*streamQueue[T]
+	mark    uint64
+	marked  bool
 	n       int            // events outstanding over all streams
 	spare   []device.Event // completed events whose release failed, to retry
 	scratch []device.Event // events recorded by the Record in progress
@@ -61,6 +73,7 @@ type streamQueue[T any] struct {
 	stream  device.Stream
 	entries []entry[T] // oldest first, from head
 	head    int
+	due     bool // in Queue.due
 }
 
 type entry[T any] struct {
@@ -70,7 +83,9 @@ type entry[T any] struct {
 
 // New returns an empty queue for dev.
 func New[T any](dev device.Device) *Queue[T] {
-	return &Queue[T]{dev: dev}
+	q := &Queue[T]{dev: dev}
+	q.prog, _ = dev.(device.ProgressReporter)
+	return q
 }
 
 // Len returns the number of events outstanding.
@@ -106,7 +121,20 @@ func (q *Queue[T]) Record(item T, streams []device.Stream) (int, error) {
 
 // push files e at the back of stream s's queue.
 func (q *Queue[T]) push(s device.Stream, e entry[T]) {
-	i, found := slices.BinarySearchFunc(q.streams, s, func(sq *streamQueue[T], s device.Stream) int {
+	i, found := q.find(s)
+	if !found {
+		q.streams = slices.Insert(q.streams, i, &streamQueue[T]{stream: s})
+	}
+	sq := q.streams[i]
+	sq.entries = append(sq.entries, e)
+	q.n++
+	q.markDue(sq) // the event may be done already
+}
+
+// find returns the place of stream s's queue in q.streams, or where it
+// would go.
+func (q *Queue[T]) find(s device.Stream) (int, bool) {
+	return slices.BinarySearchFunc(q.streams, s, func(sq *streamQueue[T], s device.Stream) int {
 		switch {
 		case sq.stream < s:
 			return -1
@@ -115,33 +143,75 @@ func (q *Queue[T]) push(s device.Stream, e entry[T]) {
 		}
 		return 0
 	})
-	if !found {
-		q.streams = slices.Insert(q.streams, i, &streamQueue[T]{stream: s})
+}
+
+// markDue lists sq for the next Poll.
+func (q *Queue[T]) markDue(sq *streamQueue[T]) {
+	if !sq.due {
+		sq.due = true
+		q.due = append(q.due, sq)
 	}
-	sq := q.streams[i]
-	sq.entries = append(sq.entries, e)
-	q.n++
 }
 
 // Poll completes the events that are done, calling done with the item of
 // each, oldest first on each stream.
 func (q *Queue[T]) Poll(done func(T)) {
 	q.retryReleases()
-	for _, sq := range q.streams {
-		for sq.head < len(sq.entries) {
-			ok, err := q.dev.EventDone(sq.entries[sq.head].ev)
-			if err != nil || !ok {
-				break
-			}
-			q.pop(sq, done)
+	if q.prog == nil {
+		for _, sq := range q.streams {
+			q.poll(sq, done)
 		}
+		q.compact()
+		return
+	}
+	// The mark is taken before the queries: what runs after it is
+	// reported to the next Poll.
+	now, ok := q.prog.Progressed(q.mark, func(s device.Stream) {
+		if i, found := q.find(s); found {
+			q.markDue(q.streams[i])
+		}
+	})
+	if !ok || !q.marked {
+		for _, sq := range q.streams {
+			q.markDue(sq)
+		}
+	}
+	q.mark, q.marked = now, true
+	list := q.due
+	q.due = nil
+	for _, sq := range list {
+		sq.due = false
+		if !q.poll(sq, done) {
+			q.markDue(sq) // a query failed: ask again
+		}
+	}
+	clear(list)
+	if q.due == nil {
+		q.due = list[:0] // keep the array
 	}
 	q.compact()
 }
 
+// poll completes the front events of sq that are done, and reports
+// whether every query succeeded.
+func (q *Queue[T]) poll(sq *streamQueue[T], done func(T)) bool {
+	for sq.head < len(sq.entries) {
+		ok, err := q.dev.EventDone(sq.entries[sq.head].ev)
+		if err != nil {
+			return false
+		}
+		if !ok {
+			break
+		}
+		q.pop(sq, done)
+	}
+	return true
+}
+
 // Drain waits for every event and completes it, calling done with its
 // item. An event whose wait fails stays queued with those after it on its
-// stream; the errors are returned together.
+// stream, and is asked about by the next Poll; the errors are returned
+// together.
 func (q *Queue[T]) Drain(done func(T)) error {
 	q.retryReleases()
 	var errs []error
@@ -149,12 +219,21 @@ func (q *Queue[T]) Drain(done func(T)) error {
 		for sq.head < len(sq.entries) {
 			if err := q.dev.SynchronizeEvent(sq.entries[sq.head].ev); err != nil {
 				errs = append(errs, fmt.Errorf("waiting for stream %d: %w", sq.stream, err))
+				q.markDue(sq)
 				break
 			}
 			q.pop(sq, done)
 		}
 	}
 	q.compact()
+	// Drop the queues it emptied from the list of the next Poll.
+	q.due = slices.DeleteFunc(q.due, func(sq *streamQueue[T]) bool {
+		if sq.head == len(sq.entries) {
+			sq.due = false
+			return true
+		}
+		return false
+	})
 	return errors.Join(errs...)
 }
 
@@ -175,6 +254,12 @@ func (q *Queue[T]) release(ev device.Event) {
 		q.spare = append(q.spare, ev)
 	}
 }
+
+// Release destroys ev, an event its caller recorded and no longer needs
+// (one that guarded nothing in the queue); if the device refuses, the
+// event is kept and its release retried by every later Poll and Drain,
+// as for the queue's own events.
+func (q *Queue[T]) Release(ev device.Event) { q.release(ev) }
 
 func (q *Queue[T]) retryReleases() {
 	if len(q.spare) == 0 {

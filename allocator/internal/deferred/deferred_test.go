@@ -128,6 +128,21 @@ func TestFailedReleaseIsRetried(t *testing.T) {
 	assert.Equal(t, 1, f.released)
 }
 
+func TestReleaseOfACallersEventIsRetried(t *testing.T) {
+	f, s1, _ := newFlaky(t)
+	q := New[int](f)
+	ev, err := f.RecordEvent(s1)
+	require.NoError(t, err)
+	f.failRelease = true
+	q.Release(ev)
+	assert.Equal(t, 1, q.Unreleased(), "kept for a retry")
+	assert.Zero(t, q.Len(), "it guards nothing")
+	f.failRelease = false
+	require.NoError(t, q.Drain(func(int) {}))
+	assert.Zero(t, q.Unreleased(), "the release was retried")
+	assert.Equal(t, 1, f.released)
+}
+
 func TestFailedWaitKeepsTheEvent(t *testing.T) {
 	f, s1, _ := newFlaky(t)
 	q := New[int](f)

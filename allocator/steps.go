@@ -1,0 +1,105 @@
+// This file holds the counts of live blocks at step boundaries (MarkStep,
+// for Leaks), kept from what changed since the last boundary rather than
+// from a walk of every live block at each one.
+
+package allocator
+
+// A stepLog is one shard's count of its live (allocated) blocks by
+// (phase, requested size) at the last step boundary, and the changes
+// since: the ledger logs each block handed out (+1) and each free
+// requested (-1) once a step has been marked (Allocator.stepping), and the
+// next boundary applies them, so that a boundary costs the operations
+// since the last one, not a walk of every live block. The log is bounded:
+// past minStepLog entries and twice the live blocks at the last
+// boundary, it stops and the next boundary counts the shard's live
+// blocks instead (lost), which the operations since then pay for.
+// Guarded by the shard's lock.
+type stepLog struct {
+	alive map[leakKey]int64 // at the last boundary; nil until one has counted the shard
+	log   []stepDelta       // since the last boundary
+	limit int               // the log's bound until the next boundary
+	lost  bool              // the log passed its bound: count the live blocks
+}
+
+type stepDelta struct {
+	key leakKey
+	d   int64
+}
+
+// minStepLog is the least bound of a shard's step log.
+const minStepLog = 1024
+
+// note logs that b became live (d = +1) or stopped being so (-1).
+func (l *stepLog) note(b *block, d int64) {
+	if len(l.log) < l.limit {
+		l.log = append(l.log, stepDelta{leakKey{b.phase, b.requested}, d})
+	} else {
+		l.lost = true
+	}
+}
+
+// markStepLocked counts the live blocks of every shard by (phase,
+// requested size) at a step boundary, and from now on logs the changes.
+func (a *Allocator) markStepLocked() map[leakKey]int64 {
+	a.stepping, a.listening = true, true
+	total := make(map[leakKey]int64)
+	for _, sh := range a.shards {
+		l := &sh.steps
+		if l.alive == nil || l.lost {
+			l.alive = make(map[leakKey]int64)
+			sh.live.each(func(b *block) {
+				a.examined++
+				l.alive[leakKey{b.phase, b.requested}]++
+			})
+		} else {
+			for _, d := range l.log {
+				if n := l.alive[d.key] + d.d; n != 0 {
+					l.alive[d.key] = n
+				} else {
+					delete(l.alive, d.key)
+				}
+			}
+		}
+		clear(l.log)
+		l.log, l.lost = l.log[:0], false
+		l.limit = max(minStepLog, 2*sh.live.len())
+		for k, n := range l.alive {
+			total[k] += n
+		}
+	}
+	return total
+}
+
+// checkStepsLocked checks that every shard's count at the last boundary
+// and log since give its live blocks now.
+func (a *Allocator) checkStepsLocked(bad func(string, ...any)) {
+	if !a.stepping {
+		return
+	}
+	for _, sh := range a.shards {
+		l := &sh.steps
+		if l.alive == nil || l.lost {
+			continue // the next boundary counts the shard
+		}
+		want := make(map[leakKey]int64)
+		sh.live.each(func(b *block) { want[leakKey{b.phase, b.requested}]++ })
+		got := make(map[leakKey]int64, len(l.alive))
+		for k, n := range l.alive {
+			got[k] = n
+		}
+		for _, d := range l.log {
+			got[d.key] += d.d
+		}
+		for k, n := range got {
+			if n != want[k] {
+				bad("shard of stream %d: %d live blocks of phase %d and %d bytes requested by its step log, %d in its table", sh.stream, n, k.phase, k.size, want[k])
+			}
+			delete(want, k)
+		}
+		for k, n := range want {
+			if n != 0 {
+				bad("shard of stream %d: %d live blocks of phase %d and %d bytes requested are not in its step log", sh.stream, n, k.phase, k.size)
+			}
+		}
+	}
+}
