@@ -215,4 +215,11 @@ LD_LIBRARY_PATH=$stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
 	go test -count=1 $race -tags cuda ./device/cuda/... ||
 	die "stub-backed tests failed"
 libgpumem
+for m in adapters/*/go.mod; do
+	m=$(dirname "$m")
+	note "go test -tags cuda (stub driver) in $m"
+	(cd "$m" && go vet -tags cuda ./... &&
+		LD_LIBRARY_PATH=$stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} go test -count=1 -tags cuda ./...) ||
+		die "the adapter $m failed with the cuda tag"
+done
 note "ok"

@@ -2,13 +2,15 @@
 
 // adopt_stub_test.go: a caller's context and streams against the stub
 // driver: OpenContext, AdoptStream, ReleaseStream and the handles given
-// back.
+// back; and one test of the same on a real GPU (TestGPUAdoptContextAndStream,
+// which skips without one).
 
 package cuda
 
 import (
 	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -247,4 +249,41 @@ func TestStubAllocatorOnAdoptedStreams(t *testing.T) {
 	cudastub.HoldEvents(false)
 	require.NoError(t, a.EmptyCache())
 	assert.Zero(t, cudastub.Used())
+}
+
+// On a real GPU: a caller's context and stream, shared both ways, with a
+// copy launched by the caller on the stream gpumem ordered the memory on.
+func TestGPUAdoptContextAndStream(t *testing.T) {
+	openGPU(t) // skips without a GPU
+	ctx := makeContext(t)
+	defer func() { _ = ctx.Destroy() }()
+	d, err := OpenContext(ctx)
+	require.NoError(t, err)
+	defer func() { _ = d.Close() }()
+	cs := driverStream(t, d)
+	s, err := d.AdoptStream(cs)
+	require.NoError(t, err)
+	a, err := allocator.New(d, allocator.Config{})
+	require.NoError(t, err)
+	src, err := a.Alloc(mib, s)
+	require.NoError(t, err)
+	dst, err := a.Alloc(mib, s)
+	require.NoError(t, err)
+	launch, err := d.DriverStream(s)
+	require.NoError(t, err)
+	require.Equal(t, 0, d.call(func() int {
+		if c := codeOf(cu.MemsetD32Async(DevicePtr(src), 0x3f800000, mib/4, launch)); c != 0 {
+			return c
+		}
+		return codeOf(cu.MemcpyDtoDAsync(DevicePtr(dst), DevicePtr(src), mib, launch))
+	}))
+	require.NoError(t, a.Free(src))
+	require.NoError(t, d.SynchronizeStream(s))
+	out := make([]float32, 4)
+	require.Equal(t, 0, d.call(func() int { return codeOf(cu.MemcpyDtoH(unsafe.Pointer(&out[0]), DevicePtr(dst), 16)) }))
+	assert.Equal(t, []float32{1, 1, 1, 1}, out)
+	require.NoError(t, a.Free(dst))
+	require.NoError(t, a.EmptyCache())
+	require.NoError(t, d.ReleaseStream(s))
+	require.Equal(t, 0, d.call(func() int { return codeOf(cs.Destroy()) }))
 }

@@ -160,7 +160,7 @@ static void check_streams(int stub) {
 	if (stub) stub_hold_events(0);
 }
 
-static void check_errors(void) {
+static void check_errors(int stub) {
 	CHECK(gpumem_malloc(0, 0, streams[0]) == NULL, "size 0 gives NULL");
 	gpumem_free(NULL, 0, 0, streams[0]); // nothing happens
 
@@ -178,8 +178,10 @@ static void check_errors(void) {
 	CHECK(gpumem_malloc(-5, 0, streams[0]) == NULL, "negative size");
 	CHECK(strstr(last_error(), "invalid size") != NULL, "last error: %s", last_error());
 	CHECK(gpumem_malloc(MiB, 99, streams[0]) == NULL, "device 99");
-	CHECK(gpumem_malloc(MiB, 0, (cudaStream_t)0x4321) == NULL, "a stream the driver does not know");
-	CHECK(strstr(last_error(), "stream") != NULL, "last error: %s", last_error());
+	if (stub) { // a real driver may crash on a handle that is not a stream
+		CHECK(gpumem_malloc(MiB, 0, (cudaStream_t)0x4321) == NULL, "a stream the driver does not know");
+		CHECK(strstr(last_error(), "stream") != NULL, "last error: %s", last_error());
+	}
 	CHECK(gpumem_empty_cache(-1) == -1, "empty cache of device -1");
 	CHECK(gpumem_memory_stats_json(-1, NULL, 0) == 0, "stats of device -1");
 	CHECK(stat("allocated_bytes.all.current") == allocated, "bad calls change nothing");
@@ -213,7 +215,7 @@ static int run_all(void) {
 	CHECK(stat("allocated_bytes.all.current") == 0, "all freed: %lld", stat("allocated_bytes.all.current"));
 	CHECK(stat("allocation.all.allocated") >= THREADS * ROUNDS, "allocations counted: %lld", stat("allocation.all.allocated"));
 
-	check_errors();
+	check_errors(stub);
 	pthread_t t;
 	pthread_create(&t, NULL, no_error_thread, NULL);
 	pthread_join(t, NULL);
