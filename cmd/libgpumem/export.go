@@ -13,10 +13,6 @@ package main
 #ifndef __DRIVER_TYPES_H__
 typedef struct CUstream_st *cudaStream_t;
 #endif
-
-// gpumem_addr makes a device address a pointer on the C side: it is never
-// dereferenced by the host.
-static inline void *gpumem_addr(uintptr_t a) { return (void *)a; }
 */
 import "C"
 
@@ -74,6 +70,15 @@ func fail(r any) bool {
 	return true
 }
 
+// addrPointer returns a device address as a C pointer. It is never
+// dereferenced by the host, and it is not Go memory, so the collector
+// ignores it. (The conversion goes through memory, as a direct uintptr to
+// unsafe.Pointer conversion of an integer is reserved for real pointers;
+// calling C to convert would cost a Go-to-C crossing per malloc.)
+func addrPointer(addr uintptr) unsafe.Pointer {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+}
+
 // buffer is the Go view of a C buffer of capacity cap (nil when empty).
 func buffer(buf *C.char, cap C.size_t) []byte {
 	if buf == nil || cap == 0 {
@@ -94,7 +99,7 @@ func gpumem_malloc(size C.ssize_t, device C.int, stream C.cudaStream_t) (p unsaf
 		setLastError(err)
 		return nil
 	}
-	return C.gpumem_addr(C.uintptr_t(addr))
+	return addrPointer(addr)
 }
 
 //export gpumem_free

@@ -24,9 +24,10 @@
 //
 // # Concurrency
 //
-// Every method is safe for concurrent use. The device table is read
-// without a lock once a device exists; a device's stream table and live
-// table each have a lock, held briefly around a map operation.
+// Every method is safe for concurrent use. The device table and a
+// device's stream table are read without a lock (they are published
+// whole, copied on change); the live table has a lock, held briefly around
+// one table operation.
 package capi
 
 import (
@@ -74,11 +75,14 @@ type dev struct {
 	d Device
 	a *allocator.Allocator
 
-	streamMu sync.RWMutex
-	streams  map[uintptr]device.Stream // adopted streams by handle; guarded by streamMu
+	// streams holds the adopted streams by handle. The map is never
+	// changed once published: adoption (under streamMu) publishes a copy
+	// with the new stream, so the lookup of every call takes no lock.
+	streamMu sync.Mutex
+	streams  atomic.Pointer[map[uintptr]device.Stream]
 
 	liveMu sync.Mutex
-	live   map[device.Ptr]device.Stream // allocation stream of each live block; guarded by liveMu
+	live   *liveTable // allocation stream of each live block; guarded by liveMu
 }
 
 // New returns a Lib that opens devices with open and makes their
@@ -137,7 +141,8 @@ func (l *Lib) device(ordinal int) (*dev, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &dev{d: dv, a: a, streams: make(map[uintptr]device.Stream), live: make(map[device.Ptr]device.Stream)}
+	d := &dev{d: dv, a: a, live: newLiveTable()}
+	d.streams.Store(&map[uintptr]device.Stream{})
 	l.devs[ordinal].Store(d)
 	return d, nil
 }
@@ -148,19 +153,25 @@ func (d *dev) stream(h uintptr) (device.Stream, error) {
 	if h == 0 {
 		return device.DefaultStream, nil
 	}
-	d.streamMu.RLock()
-	s, ok := d.streams[h]
-	d.streamMu.RUnlock()
-	if ok {
+	if s, ok := (*d.streams.Load())[h]; ok {
+		return s, nil
+	}
+	d.streamMu.Lock()
+	defer d.streamMu.Unlock()
+	old := *d.streams.Load()
+	if s, ok := old[h]; ok { // adopted by a concurrent call meanwhile
 		return s, nil
 	}
 	s, err := d.d.AdoptStreamHandle(h)
 	if err != nil {
 		return 0, err
 	}
-	d.streamMu.Lock()
-	d.streams[h] = s
-	d.streamMu.Unlock()
+	m := make(map[uintptr]device.Stream, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[h] = s
+	d.streams.Store(&m)
 	return s, nil
 }
 
@@ -184,7 +195,7 @@ func (l *Lib) Malloc(size int64, ordinal int, h uintptr) (uintptr, error) {
 		return 0, err
 	}
 	d.liveMu.Lock()
-	d.live[p] = s
+	d.live.put(p, s)
 	d.liveMu.Unlock()
 	return uintptr(p), nil
 }
@@ -209,8 +220,7 @@ func (l *Lib) Free(p uintptr, size int64, ordinal int, h uintptr) error {
 	}
 	ptr := device.Ptr(p)
 	d.liveMu.Lock()
-	from, ok := d.live[ptr]
-	delete(d.live, ptr)
+	from, ok := d.live.take(ptr)
 	d.liveMu.Unlock()
 	if ok && from != s {
 		if err := d.a.RecordStream(ptr, s); err != nil {
@@ -230,7 +240,7 @@ func (l *Lib) Free(p uintptr, size int64, ordinal int, h uintptr) error {
 // relive puts back the live entry of a block whose free failed.
 func (d *dev) relive(p device.Ptr, s device.Stream) {
 	d.liveMu.Lock()
-	d.live[p] = s
+	d.live.put(p, s)
 	d.liveMu.Unlock()
 }
 
