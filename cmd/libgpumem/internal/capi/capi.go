@@ -24,6 +24,9 @@
 //
 // # Concurrency
 //
+// No panic leaves a method: it is recovered and returned as an error
+// wrapping ErrPanic.
+//
 // Every method is safe for concurrent use. The device table and a
 // device's stream table are read without a lock (they are published
 // whole, copied on change); the live table has a lock, held briefly around
@@ -178,7 +181,8 @@ func (d *dev) stream(h uintptr) (device.Stream, error) {
 // Malloc allocates size bytes on device ordinal for use on stream h.
 // Size 0 gives 0 and no error (no memory, as PyTorch's allocator); a
 // negative size is an error.
-func (l *Lib) Malloc(size int64, ordinal int, h uintptr) (uintptr, error) {
+func (l *Lib) Malloc(size int64, ordinal int, h uintptr) (_ uintptr, err error) {
+	defer catch(&err)
 	if size < 0 {
 		return 0, fmt.Errorf("malloc of %d bytes: %w", size, device.ErrInvalidSize)
 	}
@@ -206,7 +210,8 @@ func (l *Lib) Malloc(size int64, ordinal int, h uintptr) (uintptr, error) {
 // not used: the allocator knows the block's size. Freeing 0 does nothing;
 // an address this device's allocator did not give, or gave and took back,
 // fails with device.ErrInvalidPointer and changes nothing.
-func (l *Lib) Free(p uintptr, size int64, ordinal int, h uintptr) error {
+func (l *Lib) Free(p uintptr, size int64, ordinal int, h uintptr) (err error) {
+	defer catch(&err)
 	if p == 0 {
 		return nil
 	}
@@ -246,7 +251,8 @@ func (d *dev) relive(p device.Ptr, s device.Stream) {
 
 // RecordStream marks the block at p as used on stream h too (PyTorch's
 // recordStream).
-func (l *Lib) RecordStream(p uintptr, ordinal int, h uintptr) error {
+func (l *Lib) RecordStream(p uintptr, ordinal int, h uintptr) (err error) {
+	defer catch(&err)
 	d, err := l.device(ordinal)
 	if err != nil {
 		return err
@@ -259,7 +265,8 @@ func (l *Lib) RecordStream(p uintptr, ordinal int, h uintptr) error {
 }
 
 // EmptyCache releases the unused cached memory of device ordinal.
-func (l *Lib) EmptyCache(ordinal int) error {
+func (l *Lib) EmptyCache(ordinal int) (err error) {
+	defer catch(&err)
 	d, err := l.device(ordinal)
 	if err != nil {
 		return err
@@ -270,7 +277,8 @@ func (l *Lib) EmptyCache(ordinal int) error {
 // StatsJSON returns the statistics of device ordinal as one JSON object
 // with PyTorch's memory_stats names ("allocated_bytes.all.current", ...),
 // keys sorted.
-func (l *Lib) StatsJSON(ordinal int) ([]byte, error) {
+func (l *Lib) StatsJSON(ordinal int) (_ []byte, err error) {
+	defer catch(&err)
 	d, err := l.device(ordinal)
 	if err != nil {
 		return nil, err
@@ -280,7 +288,8 @@ func (l *Lib) StatsJSON(ordinal int) ([]byte, error) {
 }
 
 // Summary returns PyTorch's memory_summary table of device ordinal.
-func (l *Lib) Summary(ordinal int, abbreviated bool) (string, error) {
+func (l *Lib) Summary(ordinal int, abbreviated bool) (_ string, err error) {
+	defer catch(&err)
 	d, err := l.device(ordinal)
 	if err != nil {
 		return "", err
@@ -306,6 +315,16 @@ var ErrPanic = errors.New("internal error (recovered panic)")
 // Recovered turns a recovered panic value into an error.
 func Recovered(r any) error {
 	return fmt.Errorf("%w: %v", ErrPanic, r)
+}
+
+// catch, deferred by every call of a Lib, turns a panic into the call's
+// error, so that none reaches the C caller. A panic inside the allocator
+// with its lock held would leave the lock held; the allocator does not
+// panic on caller input, so this guards against bugs only.
+func catch(err *error) {
+	if r := recover(); r != nil {
+		*err = Recovered(r)
+	}
 }
 
 // CapBuffer bounds a C buffer capacity to what a Go slice may hold.

@@ -251,3 +251,33 @@ func TestConcurrentStreams(t *testing.T) {
 		assert.Zero(t, stats(t, l, ord)["allocated_bytes.all.current"])
 	}
 }
+
+// panicky adopts no stream: it panics, as a bug would.
+type panicky struct{ *sim.Device }
+
+func (panicky) AdoptStreamHandle(uintptr) (device.Stream, error) { panic("adopt: a bug") }
+
+// No panic leaves the Lib: it becomes an error wrapping ErrPanic, and the
+// Lib goes on working.
+func TestPanicsBecomeErrors(t *testing.T) {
+	opens := 0
+	l := New(func(int) (Device, error) {
+		opens++
+		if opens == 1 {
+			panic("open: a bug")
+		}
+		d, err := sim.New(sim.Config{})
+		return panicky{d}, err
+	}, allocator.Config{}, nil)
+	_, err := l.Malloc(mib, 0, 0)
+	require.ErrorIs(t, err, ErrPanic)
+	assert.ErrorContains(t, err, "open: a bug")
+	p, err := l.Malloc(mib, 0, 0) // the default stream adopts nothing
+	require.NoError(t, err)
+	_, err = l.Malloc(mib, 0, 0x77)
+	require.ErrorIs(t, err, ErrPanic)
+	require.ErrorIs(t, l.Free(p, mib, 0, 0x77), ErrPanic)
+	require.ErrorIs(t, l.RecordStream(p, 0, 0x77), ErrPanic)
+	require.NoError(t, l.Free(p, mib, 0, 0), "the failed free changed nothing")
+	require.NoError(t, l.EmptyCache(0))
+}
