@@ -51,7 +51,7 @@ static int stubbed(void) {
 	return stub_hold_events && stub_used;
 }
 
-// ---- helpers ----
+// ---- small functions of the checks ----
 
 static char *last_error(void) {
 	static __thread char buf[4096];
