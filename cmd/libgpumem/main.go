@@ -26,7 +26,8 @@
 //   - One caching allocator per device, made on the device's first use on
 //     its primary context (the one the CUDA runtime and PyTorch use), with
 //     the configuration read once when the library loads, from
-//     GPUMEM_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF (PyTorch's syntax;
+//     GPUMEM_ALLOC_CONF, else PYTORCH_ALLOC_CONF, else
+//     PYTORCH_CUDA_ALLOC_CONF (PyTorch's syntax;
 //     gpumem's own keys too, such as gpumem_policy:low_fragmentation). A
 //     bad configuration makes every call fail with an error that names the
 //     variable.

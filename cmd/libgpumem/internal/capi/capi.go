@@ -96,11 +96,14 @@ func New(open Opener, conf allocator.Config, confErr error) *Lib {
 }
 
 // confEnvVars are read in order by ConfFromEnv: gpumem's own variable,
-// then PyTorch's.
-var confEnvVars = []string{allocator.EnvVar, "PYTORCH_CUDA_ALLOC_CONF"}
+// then PyTorch's current name and its older CUDA-only one. (When the
+// allocator package reads this whole chain itself, ConfFromEnv becomes a
+// call of it.)
+var confEnvVars = []string{allocator.EnvVar, "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"}
 
 // ConfFromEnv reads the allocator configuration from the first of
-// GPUMEM_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF that is set and not empty
+// GPUMEM_ALLOC_CONF, PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF that is
+// set and not empty
 // (PyTorch's syntax, allocator.ParseConf); none set gives the zero Config.
 // An error names the variable.
 func ConfFromEnv() (allocator.Config, error) {

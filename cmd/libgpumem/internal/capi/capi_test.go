@@ -192,6 +192,11 @@ func TestConfFrom(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(128<<20), c.MaxSplitSize)
 
+	env["PYTORCH_ALLOC_CONF"] = "max_split_size_mb:256"
+	c, err = confFrom(get)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(256<<20), c.MaxSplitSize, "PyTorch's current name before its old one")
+
 	env["GPUMEM_ALLOC_CONF"] = "gpumem_policy:low_fragmentation"
 	c, err = confFrom(get)
 	require.NoError(t, err)
