@@ -7,7 +7,9 @@
 #   WHAT: pair (a cached 1 MiB alloc+free), pair-phases (the same with
 #   blocks counted by phase), mixed (the allocator alone on
 #   random_mixed), cs336 (the allocator alone on the cs336 step), replay
-#   (`gpumem replay` of plain random_mixed, parsing included), replay-cs336.
+#   (`gpumem replay` of plain random_mixed, parsing included), replay-cs336,
+#   libgpumem (the cached 1 MiB pair through the C library, side by side
+#   with the same pair through the Go API).
 #   Default: pair mixed cs336 replay.
 #
 # Method: Go binaries built with CGO_ENABLED=0 and run with GOMAXPROCS=1
@@ -16,6 +18,14 @@
 # differ only in the number of repetitions, divided by the number of
 # operations in the difference, so that start-up, trace loading and the
 # benchmark's set-up cancel out.
+#
+# libgpumem needs cgo (a C library is a cgo build), the CUDA headers and the
+# stub driver that scripts/ci-cuda.sh caches (run it once first): the
+# library is built with -buildmode=c-shared -tags cuda, the program
+# cmd/libgpumem/ctest/pair.c calls gpumem_malloc+gpumem_free N times on the
+# stub driver (the cached path never reaches the driver), and the Go
+# figures beside it (the allocator's pair, and the pair through the
+# library's Go layer, package capi) are measured with CGO_ENABLED=1 too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=("$@")
@@ -24,8 +34,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export CGO_ENABLED=0 GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 GOGC=off
 
-go test -c -o "$tmp/allocator.test" ./allocator
-go build -o "$tmp/gpumem" ./cmd/gpumem
+if [[ " ${what[*]} " != " libgpumem " ]]; then
+	go test -c -o "$tmp/allocator.test" ./allocator
+	go build -o "$tmp/gpumem" ./cmd/gpumem
+fi
 
 # ir CMD...: instructions executed by CMD.
 ir() {
@@ -55,6 +67,34 @@ replay() {
 	echo "scale=1; ($b - $a) / (2 * $n)" | bc
 }
 
+# libgpumem_pairs: the C pair and its Go counterparts (see the header).
+libgpumem_pairs() {
+	local cache=${GPUMEM_CUDA_CACHE:-$HOME/.cache/gpumem-cuda}
+	local sdk=$cache/sdk stub=$cache/stub
+	[ -f "$sdk/include/cuda.h" ] && [ -e "$stub/libcuda.so.1" ] ||
+		{ echo "callgrind: libgpumem needs scripts/ci-cuda.sh's cache in $cache (run it once)" >&2; exit 1; }
+	(
+		export CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -I$sdk/include" CGO_LDFLAGS="-L$sdk/lib"
+		go build -buildmode=c-shared -tags cuda -o "$tmp/lib/libgpumem.so" ./cmd/libgpumem
+		go test -c -o "$tmp/allocator.test" ./allocator
+		go test -c -o "$tmp/capi.test" ./cmd/libgpumem/internal/capi
+	)
+	gcc -O2 -Wall -I"$tmp/lib" -I"$sdk/include" -o "$tmp/pair" cmd/libgpumem/ctest/pair.c \
+		-L"$tmp/lib" -L"$sdk/lib" -lgpumem -lcuda
+	local mode a b
+	echo "Go API, allocator.Alloc+Free (BenchmarkAllocFreeCached, cgo build): $(bench BenchmarkAllocFreeCached 100000 500000 1) instructions per pair"
+	for mode in default-stream adopted-stream; do
+		a=$(ir "$tmp/capi.test" -test.run='^$' -test.bench="^BenchmarkMallocFree/$mode\$" -test.benchtime=100000x)
+		b=$(ir "$tmp/capi.test" -test.run='^$' -test.bench="^BenchmarkMallocFree/$mode\$" -test.benchtime=500000x)
+		echo "library's Go layer, capi Malloc+Free, $mode: $(echo "scale=1; ($b - $a) / 400000" | bc) instructions per pair"
+	done
+	for mode in default stream; do
+		a=$(LD_LIBRARY_PATH=$stub:$tmp/lib ir "$tmp/pair" 10000 $mode)
+		b=$(LD_LIBRARY_PATH=$stub:$tmp/lib ir "$tmp/pair" 50000 $mode)
+		echo "C, gpumem_malloc+gpumem_free, $([ $mode = default ] && echo default || echo adopted) stream: $(echo "scale=1; ($b - $a) / 40000" | bc) instructions per pair"
+	done
+}
+
 mixed=trace/replay/testdata/pytorch/random_mixed.trace.gz
 cs336=trace/replay/testdata/pytorch/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz
 for w in "${what[@]}"; do
@@ -64,6 +104,7 @@ for w in "${what[@]}"; do
 	mixed) echo "allocator on random_mixed (BenchmarkReplayRandomMixed): $(bench BenchmarkReplayRandomMixed 1 3 "$(ops $mixed)") instructions per op" ;;
 	cs336) echo "allocator on cs336 (BenchmarkReplayTransformerStep): $(bench BenchmarkReplayTransformerStep 20 100 "$(ops $cs336)") instructions per op" ;;
 	replay) echo "gpumem replay of plain random_mixed: $(replay $mixed) instructions per op" ;;
+	libgpumem) libgpumem_pairs ;;
 	replay-cs336) echo "gpumem replay of plain cs336: $(replay $cs336) instructions per op" ;;
 	*) echo "unknown: $w" >&2; exit 2 ;;
 	esac

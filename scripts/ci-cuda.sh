@@ -21,7 +21,16 @@
 #                         http://deb.debian.org/debian)
 #   GPUMEM_DEBIAN_SUITE   suite (default bookworm)
 #
-# Usage: scripts/ci-cuda.sh [fetch]   (fetch: only fill the cache)
+# Then it builds the C library (cmd/libgpumem, -buildmode=c-shared) with
+# its header beside it into the cache folder, builds the C test program
+# cmd/libgpumem/ctest/ctest.c against it, and runs it on the stub driver
+# (PyTorch's pluggable-allocator calls from several threads on two streams,
+# with the default configuration, with GPUMEM_ALLOC_CONF=
+# gpumem_policy:low_fragmentation, and with a bad configuration).
+#
+# Usage: scripts/ci-cuda.sh [fetch|libgpumem]
+#   fetch: only fill the cache; libgpumem: only the C library's build and
+#   test (with the stub driver built first)
 set -euo pipefail
 
 die() { echo "ci-cuda: error: $*" >&2; exit 1; }
@@ -154,6 +163,46 @@ gcc -O1 -g -Wall -Werror -shared -fPIC -I"$sdk/include" -Wl,-soname,libcuda.so.1
 	-o "$stub/libcuda.so.1" device/cuda/internal/cudastub/csrc/libcuda_stub.c -lpthread ||
 	die "building the stub driver failed"
 
+# libgpumem builds the C library and its header into $cache/libgpumem,
+# checks that the header declares PyTorch's pluggable-allocator pair and the
+# stats call with their exact signatures, and runs the C test program on
+# the stub driver.
+libgpumem() {
+	local out=$cache/libgpumem
+	rm -rf "$out"
+	mkdir -p "$out"
+	note "go build -buildmode=c-shared -tags cuda ./cmd/libgpumem"
+	go build -buildmode=c-shared -tags cuda -o "$out/libgpumem.so" ./cmd/libgpumem ||
+		die "building libgpumem.so failed"
+	[ -f "$out/libgpumem.h" ] || die "libgpumem.h was not written beside libgpumem.so"
+	local decl
+	for decl in \
+		'extern void* gpumem_malloc(ssize_t size, int device, cudaStream_t stream);' \
+		'extern void gpumem_free(void* ptr, ssize_t size, int device, cudaStream_t stream);' \
+		'extern size_t gpumem_memory_stats_json(int device, char* buf, size_t cap);'; do
+		grep -qF "$decl" "$out/libgpumem.h" || die "libgpumem.h lacks: $decl"
+	done
+	note "building the C test program"
+	gcc -O1 -g -Wall -Werror -I"$out" -I"$sdk/include" -o "$out/ctest" cmd/libgpumem/ctest/ctest.c \
+		-L"$out" -L"$sdk/lib" -lgpumem -lcuda -lpthread -ldl || die "building the C test program failed"
+	local lp=$stub:$out${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+	note "C test program (stub driver): default configuration"
+	env -u GPUMEM_ALLOC_CONF -u PYTORCH_CUDA_ALLOC_CONF LD_LIBRARY_PATH="$lp" "$out/ctest" ||
+		die "the C test program failed (default configuration)"
+	note "C test program (stub driver): GPUMEM_ALLOC_CONF=gpumem_policy:low_fragmentation"
+	GPUMEM_ALLOC_CONF=gpumem_policy:low_fragmentation LD_LIBRARY_PATH="$lp" "$out/ctest" ||
+		die "the C test program failed (low_fragmentation)"
+	note "C test program (stub driver): a bad configuration"
+	GPUMEM_ALLOC_CONF=no_such_key:1 LD_LIBRARY_PATH="$lp" "$out/ctest" badconf ||
+		die "the C test program failed (bad configuration)"
+}
+
+if [ "${1:-}" = libgpumem ]; then
+	libgpumem
+	note "ok"
+	exit 0
+fi
+
 note "go vet -tags cuda ./..."
 go vet -tags cuda ./... || die "go vet -tags cuda failed"
 note "go build -tags cuda ./..."
@@ -165,4 +214,12 @@ note "go test -tags cuda $race (stub driver) ./device/cuda/..."
 LD_LIBRARY_PATH=$stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
 	go test -count=1 $race -tags cuda ./device/cuda/... ||
 	die "stub-backed tests failed"
+libgpumem
+for m in adapters/*/go.mod; do
+	m=$(dirname "$m")
+	note "go test -tags cuda (stub driver) in $m"
+	(cd "$m" && go vet -tags cuda ./... &&
+		LD_LIBRARY_PATH=$stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} go test -count=1 -tags cuda ./...) ||
+		die "the adapter $m failed with the cuda tag"
+done
 note "ok"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check.sh: runs the CUDA backend's GPU tests and benchmarks on a machine
-# with an NVIDIA GPU and prints the figures.
+# with an NVIDIA GPU and prints the figures; then the C library's test
+# program (cmd/libgpumem/ctest) and the adapters' tests (adapters/*, tag
+# cuda) on the same GPU.
 #
 # Usage:
 #   scripts/gpu-check.sh build DIR   build the test binary into DIR (needs Go,
@@ -12,8 +14,8 @@
 #   scripts/gpu-check.sh             both, in a temporary folder
 #
 # DIR can be copied from the build machine to the GPU machine: it holds the
-# test binary (linked against libcuda.so.1 by name) and a copy of this
-# script. Environment: GPUMEM_CUDA_CACHE as for ci-cuda.sh; GPUMEM_BENCHTIME
+# test binaries (linked against libcuda.so.1 by name), libgpumem.so and its
+# header, the C test program, and a copy of this script. Environment: GPUMEM_CUDA_CACHE as for ci-cuda.sh; GPUMEM_BENCHTIME
 # (default 2s) for the benchmarks.
 set -euo pipefail
 
@@ -46,6 +48,20 @@ build() {
 			die "the binary carries an RPATH/RUNPATH; it must find libcuda.so.1 through the system"
 		fi
 	fi
+	note "building $dir/libgpumem.so and the C test program"
+	(cd "$root" && CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -I$sdk/include" CGO_LDFLAGS="-L$sdk/lib" \
+		go build -buildmode=c-shared -tags cuda -o "$dir/libgpumem.so" ./cmd/libgpumem) ||
+		die "building libgpumem.so failed"
+	gcc -O1 -g -Wall -I"$dir" -I"$sdk/include" -o "$dir/ctest" "$root/cmd/libgpumem/ctest/ctest.c" \
+		-L"$dir" -L"$sdk/lib" -lgpumem -lcuda -lpthread -ldl || die "building the C test program failed"
+	local m name
+	for m in "$root"/adapters/*/go.mod; do
+		m=$(dirname "$m")
+		name=adapter-$(basename "$m").test
+		note "building $dir/$name"
+		(cd "$m" && CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -I$sdk/include" CGO_LDFLAGS="-L$sdk/lib" \
+			go test -c -tags cuda -o "$dir/$name" .) || die "building the adapter tests of $m failed"
+	done
 	cp "$here/gpu-check.sh" "$dir/gpu-check.sh"
 	note "built; copy $dir to the GPU machine and run: $dir/gpu-check.sh run $dir"
 }
@@ -79,6 +95,17 @@ run() {
 			if (raw > 0 && cached > 0)
 				printf "cuMemAlloc+cuMemFree 1 MiB: %.0f ns; allocator cached Alloc+Free: %.0f ns; %.0fx faster\n", raw, cached, raw / cached
 		}' "$out"
+	note "C library test program on the GPU"
+	(cd "$dir" && LD_LIBRARY_PATH=$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ./ctest) ||
+		die "the C test program failed on the GPU"
+	local t
+	for t in "$dir"/adapter-*.test; do
+		[ -x "$t" ] || continue
+		note "$(basename "$t") on the GPU"
+		(cd "$dir" && "$t" -test.count=1 -test.v -test.run '^TestCUDA') 2>&1 | tee -a "$out" ||
+			die "$(basename "$t") failed on the GPU"
+		grep -q -- '--- SKIP: TestCUDA' "$out" && die "$(basename "$t"): the CUDA tests were skipped"
+	done
 	note "ok"
 }
 

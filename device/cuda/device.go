@@ -18,13 +18,15 @@ import (
 	"gorgonia.org/cu"
 )
 
-// Device is one CUDA device, driven through its primary context. It
-// implements device.Device, device.VirtualMemory and device.HostMemory and
-// is safe for concurrent use. Obtain one with Open; Close it when done.
+// Device is one CUDA device, driven through one context: its primary
+// context (Open) or a context the caller made (OpenContext). It implements
+// device.Device, device.VirtualMemory and device.HostMemory and is safe for
+// concurrent use. Close it when done.
 type Device struct {
 	ordinal int
 	dev     cu.Device
 	ctx     cu.CUContext
+	primary bool // ctx is the primary context, retained by Open and released by Close
 	name    string
 	total   uint64
 	vmm     bool   // the device supports virtual memory management
@@ -39,8 +41,9 @@ type Device struct {
 	mem   map[device.Ptr]uint64 // live Malloc results and sizes; guarded by memMu
 
 	streamMu   sync.RWMutex
-	streams    map[device.Stream]cu.Stream // guarded by streamMu
-	nextStream device.Stream               // guarded by streamMu
+	streams    map[device.Stream]streamEntry // guarded by streamMu
+	adopted    map[uintptr]device.Stream     // adopted driver streams by handle; guarded by streamMu
+	nextStream device.Stream                 // guarded by streamMu
 
 	eventMu   sync.RWMutex
 	events    map[device.Event]cu.Event // guarded by eventMu
@@ -64,6 +67,13 @@ func Open(ordinal int) (*Device, error) {
 	if ordinal < 0 || ordinal >= n {
 		return nil, usageError("open", ordinal, ErrNoDevice, "ordinal %d out of range: the driver sees %d devices", ordinal, n)
 	}
+	return open(ordinal, nil)
+}
+
+// open reads device ordinal's properties and makes its Device, on ctx when
+// ctx is not nil (the caller's context, kept and never released), else on
+// the primary context, retained here.
+func open(ordinal int, ctx *cu.CUContext) (*Device, error) {
 	dev, err := cu.GetDevice(ordinal)
 	if c := codeOf(err); c != cudadrv.Success {
 		return nil, driverError("open", ordinal, c, subjectNone)
@@ -90,27 +100,33 @@ func Open(ordinal int) (*Device, error) {
 			gran = g
 		}
 	}
-	ctx, err := dev.RetainPrimaryCtx()
-	if c := codeOf(err); c != cudadrv.Success {
-		return nil, driverError("retain primary context", ordinal, c, subjectNone)
+	primary := ctx == nil
+	if primary {
+		pc, err := dev.RetainPrimaryCtx()
+		if c := codeOf(err); c != cudadrv.Success {
+			return nil, driverError("retain primary context", ordinal, c, subjectNone)
+		}
+		ctx = &pc
 	}
 	return &Device{
 		ordinal: ordinal,
 		dev:     dev,
-		ctx:     ctx,
+		ctx:     *ctx,
+		primary: primary,
 		name:    name,
 		total:   uint64(total),
 		vmm:     vmm != 0,
 		gran:    gran,
 		mem:     make(map[device.Ptr]uint64),
-		streams: make(map[device.Stream]cu.Stream),
+		streams: make(map[device.Stream]streamEntry),
+		adopted: make(map[uintptr]device.Stream),
 		events:  make(map[device.Event]cu.Event),
 		hosts:   make(map[unsafe.Pointer]uint64),
 	}, nil
 }
 
-// call runs f on a locked OS thread with the device's primary context
-// pushed as current, pops it afterwards, and returns f's CUresult (or the
+// call runs f on a locked OS thread with the device's context pushed as
+// current, pops it afterwards, and returns f's CUresult (or the
 // push's, if that failed). The driver keeps the current context per OS
 // thread and goroutines move between threads, so every driver call that
 // needs a context goes through call; pushing and popping leaves whatever
@@ -229,10 +245,11 @@ func (d *Device) Synchronize() error {
 	return nil
 }
 
-// Close releases everything this Device still holds: its events and
-// streams, mapped pages and reservations, pinned host memory, device memory
-// from Malloc, and finally its reference to the primary context. Pointers
-// and handles it gave out become invalid. Calls after Close fail with
+// Close releases everything this Device still holds: its events and the
+// streams it created (adopted streams are only forgotten), mapped pages and
+// reservations, pinned host memory, device memory from Malloc, and finally
+// its reference to the primary context (a caller's context of OpenContext
+// stays the caller's). Pointers and handles it gave out become invalid. Calls after Close fail with
 // ErrClosed; a second Close does nothing. Errors from the driver are
 // joined, and the teardown goes on past them.
 func (d *Device) Close() error {
@@ -253,10 +270,13 @@ func (d *Device) Close() error {
 			note("release event", codeOf(cu.DestroyEvent(&ev)), subjectEvent)
 			delete(d.events, h)
 		}
-		for h, s := range d.streams {
-			note("destroy stream", codeOf(s.Destroy()), subjectStream)
+		for h, e := range d.streams {
+			if !e.adopted {
+				note("destroy stream", codeOf(e.cs.Destroy()), subjectStream)
+			}
 			delete(d.streams, h)
 		}
+		clear(d.adopted)
 		for _, r := range d.reservations {
 			for i := range r.pages {
 				if r.mapped[i] {
@@ -279,7 +299,9 @@ func (d *Device) Close() error {
 		}
 		return cudadrv.Success
 	})
-	note("release primary context", codeOf(d.dev.ReleasePrimaryCtx()), subjectNone)
+	if d.primary {
+		note("release primary context", codeOf(d.dev.ReleasePrimaryCtx()), subjectNone)
+	}
 	return errors.Join(errs...)
 }
 

@@ -46,6 +46,19 @@
 // number of goroutines are therefore safe; no goroutine needs to lock
 // itself to a thread or set a context beforehand.
 //
+// # A runtime's own context and streams
+//
+// OpenContext opens a device on a context the caller made instead of the
+// primary context, and never releases it. AdoptStream (a cu.Stream) and
+// AdoptStreamHandle (a raw CUstream as uintptr) put a stream the caller
+// launches on into the stream table: gpumem records events on it and makes
+// it wait, and neither Close nor ReleaseStream destroys it; ReleaseStream
+// forgets it. StreamHandle and DriverStream give back the driver stream
+// behind any device.Stream, to launch kernels on, and DevicePtr converts a
+// device.Ptr to a cu.DevicePtr. The legacy default stream is
+// device.DefaultStream (the NULL stream; adopting 0 or StreamLegacy gives
+// it); the per-thread default stream is adopted from StreamPerThread.
+//
 // # Handle tables
 //
 // device.Stream and device.Event are integers. A Device keeps tables from

@@ -11,17 +11,25 @@ import (
 	"gorgonia.org/cu"
 )
 
+// streamEntry is a row of the stream table: the driver stream, and
+// whether it was adopted (the caller's, never destroyed here) or created
+// by NewStream (destroyed by Close).
+type streamEntry struct {
+	cs      cu.Stream
+	adopted bool
+}
+
 // streamLocked returns the driver stream behind s. The caller holds
 // d.streamMu (read or write).
 func (d *Device) streamLocked(op string, s device.Stream) (cu.Stream, error) {
 	if s == device.DefaultStream {
 		return cu.NoStream, nil
 	}
-	cs, ok := d.streams[s]
+	e, ok := d.streams[s]
 	if !ok {
-		return cu.NoStream, usageError(op, d.ordinal, device.ErrInvalidStream, "stream %d was not created by this device", uint64(s))
+		return cu.NoStream, usageError(op, d.ordinal, device.ErrInvalidStream, "stream %d was not created or adopted by this device, or was released", uint64(s))
 	}
-	return cs, nil
+	return e.cs, nil
 }
 
 // NewStream creates a non-blocking stream (CU_STREAM_NON_BLOCKING: it does
@@ -46,13 +54,13 @@ func (d *Device) NewStream() (device.Stream, error) {
 	// The handle carries the ordinal in its high bits, so that a stream of
 	// another device is never taken for one of this device.
 	h := device.Stream(uint64(d.ordinal)<<32) | d.nextStream
-	d.streams[h] = cs
+	d.streams[h] = streamEntry{cs: cs}
 	d.streamMu.Unlock()
 	return h, nil
 }
 
-// HasStream reports whether s is the default stream or a stream this
-// device created and has not destroyed (device.StreamChecker).
+// HasStream reports whether s is the default stream, a stream this device
+// created, or one it adopted and has not released (device.StreamChecker).
 func (d *Device) HasStream(s device.Stream) bool {
 	if s == device.DefaultStream {
 		return true

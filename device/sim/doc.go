@@ -78,6 +78,14 @@
 // e's stream, as the device would have run it; once e is done, s runs on.
 // Waiting on an event already done, or on one of s itself, holds nothing.
 //
+// A stream can also be adopted: AdoptStreamHandle(h) takes a stream a runtime
+// names h (on a GPU, its CUstream) and numbers it like a stream NewStream
+// made; StreamHandle gives the name back, ReleaseStream forgets the handle.
+// 0 and StreamLegacy name the default stream; StreamPerThread, the
+// per-thread default stream, is one stream of its own here. This is the
+// CUDA backend's adoption, so that programs sharing their streams with
+// gpumem run on the simulated device.
+//
 // Free charges a device synchronization to the clock and counts it, as
 // cudaFree implies one, but it does not finish held work: held work
 // finishes only when the test says so, or, in a replay, when the trace's

@@ -77,3 +77,28 @@ func ExampleDevice_SynchronizeEvent() {
 	// true false 1
 	// true
 }
+
+// A runtime that launches on its own streams hands them to gpumem by name
+// (on a GPU, the CUstream; here any non-zero number) and gets the name back
+// to launch on. The names of the legacy and per-thread default streams are
+// the CUDA backend's.
+func ExampleDevice_AdoptStreamHandle() {
+	dev, _ := sim.New(sim.Config{})
+	const runtimeStream = 0x5eed // the runtime's own stream
+	s, _ := dev.AdoptStreamHandle(runtimeStream)
+	legacy, _ := dev.AdoptStreamHandle(sim.StreamLegacy)
+	fmt.Println("legacy is the default stream:", legacy == device.DefaultStream)
+
+	e, _ := dev.RecordEvent(s) // ordered on the runtime's stream
+	done, _ := dev.EventDone(e)
+	h, _ := dev.StreamHandle(s)
+	fmt.Printf("event done: %v, launch on %#x\n", done, h)
+
+	fmt.Println("release:", dev.ReleaseStream(s))
+	fmt.Println("still a stream:", dev.HasStream(s))
+	// Output:
+	// legacy is the default stream: true
+	// event done: true, launch on 0x5eed
+	// release: <nil>
+	// still a stream: false
+}

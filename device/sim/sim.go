@@ -132,6 +132,7 @@ type Device struct {
 	streams   []streamState // index: stream id; 0 is the default stream
 	waits     int           // waits of all streams not yet passed (WaitEvent)
 	events    map[device.Event]eventState
+	adopted   map[uintptr]int // adopted streams by external name (AdoptStreamHandle), to their index
 	nextEvent device.Event
 	faults    faults
 
@@ -195,6 +196,7 @@ func New(cfg Config) (*Device, error) {
 		host:     make(map[*byte]uint64),
 		streams:  make([]streamState, 1),
 		events:   make(map[device.Event]eventState),
+		adopted:  make(map[uintptr]int),
 	}, nil
 }
 

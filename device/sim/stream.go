@@ -17,6 +17,8 @@ type streamState struct {
 	completed uint64       // events finished; completed <= queued
 	waits     []streamWait // waits not yet passed, by position
 	listed    bool         // in Device.unfinished
+	external  uintptr      // the name it was adopted under (AdoptStreamHandle); 0 for NewStream's
+	released  bool         // an adopted stream released: its handle is invalid
 }
 
 // streamWait holds the work of a stream after its first pos events until
@@ -198,7 +200,7 @@ func (d *Device) streamIndex(s device.Stream) (int, bool) {
 		return 0, false
 	}
 	i := int(uint32(s))
-	return i, i > 0 && i < len(d.streams)
+	return i, i > 0 && i < len(d.streams) && !d.streams[i].released
 }
 
 // Streams returns how many streams the device has, the default one

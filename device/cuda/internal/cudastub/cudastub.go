@@ -217,9 +217,10 @@ func CompleteEvents() {
 }
 
 // Live counts the stub's live objects of a kind: "mem", "stream", "event",
-// "host", "reservation", "handle", "mapping" or "wait" (waits on held
-// events that synchronizing the waiting stream has not passed yet; -1 for
-// an unknown kind).
+// "host", "reservation", "handle", "mapping", "wait" (waits on held events
+// that synchronizing the waiting stream has not passed yet) or "context"
+// (contexts made with cuCtxCreate and not destroyed); -1 for an unknown
+// kind.
 func Live(kind string) int {
 	if !Loaded() {
 		return 0

@@ -7,14 +7,18 @@
 //
 // What it fakes:
 //   - cuInit (fails with the code in $CUDASTUB_INIT_ERROR when set), device
-//     count, name, total memory, attributes; primary contexts, a per-thread
-//     context stack (push/pop/set), and a check that the device's context is
-//     current on the calling thread in every call that needs one;
+//     count, name, total memory, attributes; primary contexts, contexts a
+//     caller creates (cuCtxCreate pushes one, cuCtxDestroy ends it), the
+//     device of the current context, a per-thread context stack
+//     (push/pop/set), and a check that a live context is current on the
+//     calling thread in every call that needs one;
 //   - cuMemAlloc/cuMemFree/cuMemGetInfo on a fake address space with a
 //     capacity (no device or host memory is used; addresses are never
 //     dereferenced);
 //   - streams and events as tables of handles (unknown handles give
-//     CUDA_ERROR_INVALID_HANDLE); events complete at once unless held;
+//     CUDA_ERROR_INVALID_HANDLE; the NULL stream, CU_STREAM_LEGACY and
+//     CU_STREAM_PER_THREAD are always valid and never destroyed); events
+//     complete at once unless held;
 //     cuStreamWaitEvent notes a wait on a held event, and synchronizing
 //     the waiting stream completes the awaited stream's events too;
 //   - the virtual memory calls (reserve, create, map, set access, unmap,
@@ -81,6 +85,9 @@ struct stub_ctx {
 };
 
 static struct stub_ctx contexts[MAXDEV];
+// created holds the contexts of cuCtxCreate; refs 1 while alive.
+#define MAXCREATED 64
+static struct stub_ctx created[MAXCREATED];
 static int ndevices = 1;
 static uint64_t capacity = 8ull << 30;
 static uint64_t used;
@@ -162,6 +169,8 @@ static int injected(const char *name) {
 static int valid_ctx(CUcontext c) {
 	for (int i = 0; i < ndevices; i++)
 		if (c == (CUcontext)&contexts[i]) return 1;
+	for (int i = 0; i < MAXCREATED; i++)
+		if (c == (CUcontext)&created[i]) return created[i].refs > 0;
 	return 0;
 }
 
@@ -279,6 +288,40 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
 	RETURN(CUDA_SUCCESS);
 }
 
+CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+	ENTER("cuCtxCreate");
+	(void)flags;
+	if (dev < 0 || dev >= ndevices) RETURN(CUDA_ERROR_INVALID_DEVICE);
+	if (!pctx) RETURN(CUDA_ERROR_INVALID_VALUE);
+	if (depth == (int)(sizeof stack / sizeof stack[0])) RETURN(CUDA_ERROR_INVALID_VALUE);
+	for (int i = 0; i < MAXCREATED; i++)
+		if (created[i].refs == 0) {
+			created[i] = (struct stub_ctx){dev, 1};
+			*pctx = (CUcontext)&created[i];
+			stack[depth++] = (struct tls_frame){*pctx, generation};
+			RETURN(CUDA_SUCCESS);
+		}
+	RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+}
+
+CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) {
+	ENTER("cuCtxDestroy");
+	for (int i = 0; i < MAXCREATED; i++)
+		if (ctx == (CUcontext)&created[i] && created[i].refs > 0) {
+			created[i].refs = 0;
+			RETURN(CUDA_SUCCESS);
+		}
+	RETURN(CUDA_ERROR_INVALID_CONTEXT);
+}
+
+CUresult CUDAAPI cuCtxGetDevice(CUdevice *dev) {
+	ENTER("cuCtxGetDevice");
+	NEED_CTX();
+	if (!dev) RETURN(CUDA_ERROR_INVALID_VALUE);
+	*dev = ((struct stub_ctx *)stack[depth - 1].ctx)->dev;
+	RETURN(CUDA_SUCCESS);
+}
+
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
 	ENTER("cuCtxSetCurrent");
 	if (ctx != NULL && !valid_ctx(ctx)) RETURN(CUDA_ERROR_INVALID_CONTEXT);
@@ -385,7 +428,10 @@ CUresult CUDAAPI cuMemFreeHost(void *p) {
 
 // ---- streams and events ----
 
-static int valid_stream(CUstream s) { return s == NULL || tfind(&streams, (uint64_t)(uintptr_t)s) >= 0; }
+static int valid_stream(CUstream s) {
+	return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD ||
+	       tfind(&streams, (uint64_t)(uintptr_t)s) >= 0;
+}
 
 CUresult CUDAAPI cuStreamCreate(CUstream *ps, unsigned int flags) {
 	ENTER("cuStreamCreate");
@@ -402,7 +448,7 @@ CUresult CUDAAPI cuStreamDestroy(CUstream s) {
 	ENTER("cuStreamDestroy");
 	NEED_CTX();
 	int i = tfind(&streams, (uint64_t)(uintptr_t)s);
-	if (s == NULL || i < 0) RETURN(CUDA_ERROR_INVALID_HANDLE);
+	if (i < 0) RETURN(CUDA_ERROR_INVALID_HANDLE);
 	tdel(&streams, i);
 	RETURN(CUDA_SUCCESS);
 }
@@ -420,6 +466,16 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream s) {
 			i++;
 		}
 	complete_events(s, 0);
+	RETURN(CUDA_SUCCESS);
+}
+
+// cuStreamQuery: not ready while an event recorded on s is held.
+CUresult CUDAAPI cuStreamQuery(CUstream s) {
+	ENTER("cuStreamQuery");
+	NEED_CTX();
+	if (!valid_stream(s)) RETURN(CUDA_ERROR_INVALID_HANDLE);
+	for (int i = 0; i < events.n; i++)
+		if (events.v[i].aux == (uint64_t)(uintptr_t)s && events.v[i].size) RETURN(CUDA_ERROR_NOT_READY);
 	RETURN(CUDA_SUCCESS);
 }
 
@@ -672,6 +728,7 @@ void cudastub_reset(void) {
 	mem.n = streams.n = events.n = hosts.n = reservations.n = handles.n = mappings.n = waits.n = 0;
 	memset(inj, 0, sizeof inj);
 	memset(calls, 0, sizeof calls);
+	memset(created, 0, sizeof created);
 	nthreads = 0;
 	ndevices = 1;
 	capacity = 8ull << 30;
@@ -775,8 +832,9 @@ void cudastub_complete_events(void) {
 }
 
 // cudastub_live counts the live objects of a kind: "mem", "stream",
-// "event", "host", "reservation", "handle", "mapping" or "wait" (waits on
-// held events not yet passed); -1 for others.
+// "event", "host", "reservation", "handle", "mapping", "wait" (waits on
+// held events not yet passed) or "context" (contexts of cuCtxCreate not
+// destroyed); -1 for others.
 long cudastub_live(const char *kind) {
 	long n = -1;
 	pthread_mutex_lock(&mu);
@@ -788,6 +846,10 @@ long cudastub_live(const char *kind) {
 	else if (!strcmp(kind, "handle")) n = handles.n;
 	else if (!strcmp(kind, "mapping")) n = mappings.n;
 	else if (!strcmp(kind, "wait")) n = waits.n;
+	else if (!strcmp(kind, "context")) {
+		n = 0;
+		for (int i = 0; i < MAXCREATED; i++) n += created[i].refs > 0;
+	}
 	pthread_mutex_unlock(&mu);
 	return n;
 }
