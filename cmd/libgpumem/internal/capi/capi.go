@@ -38,7 +38,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"sync"
 	"sync/atomic"
 
@@ -95,32 +94,13 @@ func New(open Opener, conf allocator.Config, confErr error) *Lib {
 	return &Lib{open: open, conf: conf, confErr: confErr}
 }
 
-// confEnvVars are read in order by ConfFromEnv: gpumem's own variable,
-// then PyTorch's current name and its older CUDA-only one. (When the
-// allocator package reads this whole chain itself, ConfFromEnv becomes a
-// call of it.)
-var confEnvVars = []string{allocator.EnvVar, "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"}
-
-// ConfFromEnv reads the allocator configuration from the first of
-// GPUMEM_ALLOC_CONF, PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF that is
-// set and not empty
-// (PyTorch's syntax, allocator.ParseConf); none set gives the zero Config.
-// An error names the variable.
+// ConfFromEnv reads the allocator configuration as every gpumem program
+// does (allocator.ConfigFromEnv): from the first of GPUMEM_ALLOC_CONF,
+// PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF that is set and not blank,
+// in PyTorch's syntax; none set gives the zero Config. An error names the
+// variable.
 func ConfFromEnv() (allocator.Config, error) {
-	return confFrom(os.Getenv)
-}
-
-func confFrom(getenv func(string) string) (allocator.Config, error) {
-	for _, v := range confEnvVars {
-		if s := getenv(v); s != "" {
-			c, err := allocator.ParseConf(s)
-			if err != nil {
-				return allocator.Config{}, fmt.Errorf("%s: %w", v, err)
-			}
-			return c, nil
-		}
-	}
-	return allocator.Config{}, nil
+	return allocator.ConfigFromEnv()
 }
 
 // device returns the state of ordinal, making it on first use.

@@ -180,31 +180,32 @@ func TestOpenAndConfErrors(t *testing.T) {
 	require.ErrorIs(t, l.EmptyCache(0), bad)
 }
 
-func TestConfFrom(t *testing.T) {
-	env := map[string]string{}
-	get := func(k string) string { return env[k] }
-	c, err := confFrom(get)
+func TestConfFromEnv(t *testing.T) {
+	for _, v := range allocator.ConfEnvVars() {
+		t.Setenv(v, "")
+	}
+	c, err := ConfFromEnv()
 	require.NoError(t, err)
 	assert.Equal(t, allocator.Config{}, c)
 
-	env["PYTORCH_CUDA_ALLOC_CONF"] = "max_split_size_mb:128"
-	c, err = confFrom(get)
+	t.Setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128")
+	c, err = ConfFromEnv()
 	require.NoError(t, err)
 	assert.Equal(t, uint64(128<<20), c.MaxSplitSize)
 
-	env["PYTORCH_ALLOC_CONF"] = "max_split_size_mb:256"
-	c, err = confFrom(get)
+	t.Setenv("PYTORCH_ALLOC_CONF", "max_split_size_mb:256")
+	c, err = ConfFromEnv()
 	require.NoError(t, err)
 	assert.Equal(t, uint64(256<<20), c.MaxSplitSize, "PyTorch's current name before its old one")
 
-	env["GPUMEM_ALLOC_CONF"] = "gpumem_policy:low_fragmentation"
-	c, err = confFrom(get)
+	t.Setenv("GPUMEM_ALLOC_CONF", "gpumem_policy:low_fragmentation")
+	c, err = ConfFromEnv()
 	require.NoError(t, err)
 	assert.Equal(t, allocator.PolicyLowFragmentation, c.Policy, "gpumem's variable first")
 	assert.Zero(t, c.MaxSplitSize, "PyTorch's is not read when gpumem's is set")
 
-	env["GPUMEM_ALLOC_CONF"] = "no_such_key:1"
-	_, err = confFrom(get)
+	t.Setenv("GPUMEM_ALLOC_CONF", "no_such_key:1")
+	_, err = ConfFromEnv()
 	require.ErrorContains(t, err, "GPUMEM_ALLOC_CONF")
 }
 
