@@ -17,7 +17,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("demo", "[--steps N] [--layers N] [--conf CONF] [--capacity SIZE | --card NAME]", stderr)
 	steps := fs.Int("steps", 5, "training `N` steps to run")
 	layers := fs.Int("layers", 12, "`N` transformer layers of the toy model (1 to 1000)")
-	conf := fs.String("conf", "", "allocator configuration `CONF`, PYTORCH_CUDA_ALLOC_CONF syntax (default: GPUMEM_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF)")
+	conf := fs.String("conf", "", confFlagHelp)
 	devFlags := addDeviceFlags(fs, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -28,7 +28,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	if *steps < 1 || *layers < 1 || *layers > 1000 {
 		return usageError{"--steps and --layers must be at least 1 (layers at most 1000)"}
 	}
-	cfg, err := resolveConf(fs, *conf)
+	cfg, _, err := resolveConf(fs, *conf)
 	if err != nil {
 		return err
 	}
@@ -36,6 +36,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	fs.begin()
 	dev, err := sim.New(sim.Config{Capacity: capacity})
 	if err != nil {
 		return err

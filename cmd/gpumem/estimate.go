@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/estimate"
 	"github.com/gpumem/gpumem/stats"
 )
@@ -77,7 +76,7 @@ func newEstimateFlags(stderr io.Writer) *estimateFlags {
 	fs.StringVar(&f.card, "card", "", "a card: "+strings.Join(estimate.CardNames(), ", "))
 	fs.Var(&f.capacity, "capacity", "one GPU's memory instead of --card (default 80GiB)")
 	fs.Var(&f.overhead, "overhead", "per-process memory outside the allocator: the CUDA context (default 512MiB)")
-	fs.StringVar(&f.conf, "conf", "", "allocator configuration, PYTORCH_CUDA_ALLOC_CONF syntax (default from GPUMEM_ALLOC_CONF or PYTORCH_CUDA_ALLOC_CONF)")
+	fs.StringVar(&f.conf, "conf", "", "allocator configuration, PYTORCH_CUDA_ALLOC_CONF syntax (default: "+envOrder+")")
 	fs.BoolVar(&f.loss, "loss-only", false, "the training loop keeps only the loss (loss = model(x).loss, as the Hugging Face Trainer), not the whole output, through backward")
 	fs.BoolVar(&f.maxBatch, "max-batch", false, "also search the largest batch that fits")
 	fs.BoolVar(&f.maxSeq, "max-seq", false, "also search the longest sequence that fits")
@@ -115,6 +114,7 @@ func runEstimate(args []string, stdout, stderr io.Writer) error {
 	if (f.maxBatch || f.maxSeq) && pl.Model == nil {
 		return usageError{"--max-batch and --max-seq need the model's dimensions (--model, --config or --layers and --hidden), not a bare --params"}
 	}
+	fs.begin()
 	rep, err := newReport(pl, f.card, f.maxBatch, f.maxSeq)
 	if err != nil {
 		return err
@@ -353,14 +353,7 @@ func (f *estimateFlags) device(pl *estimate.Plan, set map[string]bool) error {
 		}
 	}
 	var err error
-	if set["conf"] {
-		pl.Alloc, err = parseConf(f.conf)
-	} else {
-		var s string
-		if s, _, err = envConf(); err == nil {
-			pl.Alloc, err = allocator.ParseConf(s)
-		}
-	}
+	pl.Alloc, _, err = resolveConf(f.fs, f.conf)
 	return err
 }
 

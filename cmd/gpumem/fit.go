@@ -46,7 +46,7 @@ type fitted struct {
 func runFit(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("fit", "[--conf CONF]... [--checks N] [--json] TRACE...", stderr)
 	var confs listFlag
-	fs.Var(&confs, "conf", "a configuration `CONF` to fit (repeatable; PYTORCH_CUDA_ALLOC_CONF syntax; \"\" is PyTorch's default; default: GPUMEM_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF, then both \"\" and expandable_segments:True)")
+	fs.Var(&confs, "conf", "a configuration `CONF` to fit (repeatable; PYTORCH_CUDA_ALLOC_CONF syntax; \"\" is PyTorch's default; default: "+envOrder+", then both \"\" and expandable_segments:True)")
 	checks := fs.Int("checks", plan.DefaultChecks, "replay `N` capacities on each side of the answer to look for a trace that a bigger device does not suit (0: none)")
 	asJSON := fs.Bool("json", false, "print one JSON object per trace and configuration")
 	if err := parseFlags(fs, args); err != nil {
@@ -61,7 +61,7 @@ func runFit(args []string, stdout, stderr io.Writer) error {
 	if *checks == 0 {
 		*checks = -1 // plan: none
 	}
-	list, err := resolveConfs(confs, "", "expandable_segments:True")
+	list, err := resolveConfs(fs, confs, "fit's default", "", "expandable_segments:True")
 	if err != nil {
 		return err
 	}
@@ -73,6 +73,7 @@ func runFit(args []string, stdout, stderr io.Writer) error {
 		}
 		cands = append(cands, cand)
 	}
+	fs.begin()
 	// Fit every trace under every configuration, in parallel.
 	traces := make([][]trace.Op, fs.NArg())
 	results := make([]fitted, fs.NArg()*len(cands))

@@ -23,7 +23,9 @@
 // content. CONF uses PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax, for
 // example "max_split_size_mb:128,garbage_collection_threshold:0.6";
 // without --conf the command reads GPUMEM_ALLOC_CONF, then
-// PYTORCH_CUDA_ALLOC_CONF. SIZE accepts 80GiB, 512MiB or plain bytes; NAME
+// PYTORCH_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF, and says on stderr
+// which configuration it used and where it came from. Flags may come
+// before or after the other arguments. SIZE accepts 80GiB, 512MiB or plain bytes; NAME
 // is a card such as a100-80g.
 //
 // Exit status: 0 on success, 1 on an error, 2 on a usage error (including
@@ -98,8 +100,10 @@ Usage:
   gpumem version                               print the version
 
 A TRACE is a memtrace, a PyTorch memory snapshot or an RMM log. Without
---conf, commands read GPUMEM_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF.
-Run 'gpumem COMMAND --help' for a command's flags.
+--conf, commands read GPUMEM_ALLOC_CONF, then PYTORCH_ALLOC_CONF, then
+PYTORCH_CUDA_ALLOC_CONF; each says on stderr which configuration it used.
+Run 'gpumem help COMMAND' or 'gpumem COMMAND --help' for a command's flags;
+flags may come before or after the other arguments.
 `
 
 // commands maps each command to its function.
@@ -113,13 +117,20 @@ var commands = map[string]func(args []string, stdout, stderr io.Writer) error{
 	"fit":      runFit,
 	"scale":    runScale,
 	"tune":     runTune,
-	"version": func(args []string, stdout, stderr io.Writer) error {
-		if len(args) > 0 {
-			return usageError{"version takes no arguments"}
-		}
-		_, err := fmt.Fprintln(stdout, versionString())
+	"version":  runVersion,
+}
+
+// runVersion prints the version.
+func runVersion(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("version", "", stderr)
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	},
+	}
+	if fs.NArg() > 0 {
+		return usageError{"version takes no arguments"}
+	}
+	_, err := fmt.Fprintln(stdout, versionString())
+	return err
 }
 
 // run executes the command line args and returns the exit status. What
@@ -135,7 +146,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch name {
 	case "help", "-h", "-help", "--help":
-		fmt.Fprint(out, usage)
+		if len(args) < 2 {
+			fmt.Fprint(out, usage)
+			break
+		}
+		// help CMD: the command's own help, on stdout as asked for.
+		if len(args) > 2 {
+			fmt.Fprintln(stderr, "gpumem help: give one command (run 'gpumem help')")
+			return 2
+		}
+		cmd, ok := commands[args[1]]
+		if !ok {
+			fmt.Fprintf(stderr, "gpumem help: unknown command %s (run 'gpumem help')\n", quote(args[1]))
+			return 2
+		}
+		err = cmd([]string{"--help"}, out, out)
 	case "--version", "-version":
 		name = "version"
 		err = commands[name](args[1:], out, stderr)
@@ -205,7 +230,38 @@ func versionString() string {
 // flagSet is a subcommand's flags and its help.
 type flagSet struct {
 	*flag.FlagSet
-	help func()
+	help   func()
+	stderr io.Writer
+	// args are the positional arguments, from anywhere on the command
+	// line (parseFlags); Args, NArg and Arg read them, not the FlagSet's
+	// remainder.
+	args []string
+	// confLine, if set, says which configuration the command uses; begin
+	// prints it.
+	confLine string
+}
+
+// begin marks the start of the command's work: it says on stderr, once,
+// which configuration the command uses and where it came from.
+func (fs *flagSet) begin() {
+	if fs.confLine != "" {
+		fmt.Fprint(fs.stderr, fs.confLine)
+		fs.confLine = ""
+	}
+}
+
+// Args returns the positional arguments.
+func (fs *flagSet) Args() []string { return fs.args }
+
+// NArg returns the number of positional arguments.
+func (fs *flagSet) NArg() int { return len(fs.args) }
+
+// Arg returns the i-th positional argument, or "" if there is none.
+func (fs *flagSet) Arg(i int) string {
+	if i < 0 || i >= len(fs.args) {
+		return ""
+	}
+	return fs.args[i]
 }
 
 // newFlags returns the flags of a subcommand, whose help (-h, --help)
@@ -213,14 +269,19 @@ type flagSet struct {
 // two for the others. Write a flag's value name in backquotes in its
 // usage text, as the synopsis writes it.
 func newFlags(name, synopsis string, stderr io.Writer) *flagSet {
-	fs := &flagSet{FlagSet: flag.NewFlagSet("gpumem "+name, flag.ContinueOnError)}
+	fs := &flagSet{FlagSet: flag.NewFlagSet("gpumem "+name, flag.ContinueOnError), stderr: stderr}
 	// Parse prints nothing: parseFlags reports errors in one line, and
 	// prints the help when asked.
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	fs.help = func() {
-		fmt.Fprintf(stderr, "Usage: gpumem %s %s\n\nFlags:\n", name, synopsis)
+		fmt.Fprintf(stderr, "Usage: %s\n", strings.TrimSpace("gpumem "+name+" "+synopsis))
+		first := true
 		fs.VisitAll(func(f *flag.Flag) {
+			if first {
+				fmt.Fprint(stderr, "\nFlags:\n")
+				first = false
+			}
 			value, text := flag.UnquoteUsage(f)
 			line := "  " + flagName(f.Name)
 			if value != "" {
@@ -245,11 +306,27 @@ func flagName(name string) string {
 }
 
 // parseFlags parses args, turning flag errors into usage errors in one
-// line, with flags spelled as the help spells them.
+// line, with flags spelled as the help spells them. Flags may come before,
+// between or after the positional arguments, as Go's own commands take
+// them; after "--" every argument is positional ("-" alone is one too).
 func parseFlags(fs *flagSet, args []string) error {
-	err := fs.Parse(args)
-	if err == nil {
-		return nil
+	fs.args = nil
+	var err error
+	for {
+		if err = fs.Parse(args); err != nil {
+			break
+		}
+		rest := fs.FlagSet.Args()
+		if len(rest) == 0 {
+			return nil
+		}
+		if len(args)-len(rest) > 0 && args[len(args)-len(rest)-1] == "--" {
+			// flag.Parse stopped at "--": the rest is positional.
+			fs.args = append(fs.args, rest...)
+			return nil
+		}
+		fs.args = append(fs.args, rest[0])
+		args = rest[1:]
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		fs.help()

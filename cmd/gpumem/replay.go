@@ -91,6 +91,10 @@ type replayJSON struct {
 	// Leaks shadows Result.Leaks so that --leaks prints an empty list as
 	// [] rather than leaving the key out.
 	Leaks *[]replay.LeakResult `json:"leaks,omitempty"`
+	// The configuration and the device, in replay --json (compare prints
+	// them once for all).
+	*confSource
+	CapacityBytes uint64 `json:"capacity_bytes,omitempty"`
 }
 
 func toJSON(o *plan.Outcome) replayJSON {
@@ -106,7 +110,7 @@ func toJSON(o *plan.Outcome) replayJSON {
 
 func runReplay(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("replay", "[--conf CONF] [--capacity SIZE | --card NAME] [--baseline] [--json] [--summary] [--phases] [--leaks] [--fail-on-oom] [--snapshot OUT.pickle [--snapshot-at end|peak] [--history N]] TRACE...", stderr)
-	conf := fs.String("conf", "", "allocator configuration `CONF`, PYTORCH_CUDA_ALLOC_CONF syntax (default: GPUMEM_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF)")
+	conf := fs.String("conf", "", confFlagHelp)
 	dev := addDeviceFlags(fs, "")
 	baseline := fs.Bool("baseline", false, "replay with the pass-through baseline (no cache) instead")
 	asJSON := fs.Bool("json", false, "print one JSON object per trace")
@@ -135,7 +139,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	if err := sameFile("--snapshot", *snapshot, fs.Args()...); err != nil {
 		return err
 	}
-	cfg, err := resolveConf(fs, *conf)
+	cfg, src, err := resolveConf(fs, *conf)
 	if err != nil {
 		return err
 	}
@@ -164,12 +168,14 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 			return usageError{"--snapshot takes one trace and the caching allocator"}
 		}
 		if *snapshotAt == "peak" {
-			return replayToPeak(fs.Arg(0), setup, capacity, *snapshot, *history, *asJSON, stdout, stderr)
+			fs.begin()
+			return replayToPeak(fs.Arg(0), setup, capacity, &src, *snapshot, *history, *asJSON, stdout, stderr)
 		}
 		setup.with = withSnapshot(setup.with, *snapshot, *history, stdout)
 	} else if flagGiven(fs, "snapshot-at") {
 		return usageError{"--snapshot-at needs --snapshot OUT.pickle"}
 	}
+	fs.begin()
 	var ooms int64
 	for _, path := range fs.Args() {
 		res, err := replayFile(path, setup, capacity, progressOutput(stderr, *asJSON))
@@ -180,7 +186,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 		for _, w := range res.Warnings {
 			fmt.Fprintf(stderr, "gpumem replay: warning: %s\n", oneLine(w))
 		}
-		if err := printOutcome(stdout, res, *asJSON); err != nil {
+		if err := printOutcome(stdout, res, *asJSON, &src, capacity); err != nil {
 			return err
 		}
 		if *summary {
@@ -202,9 +208,11 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 }
 
 // printOutcome prints one replay, as JSON or as text.
-func printOutcome(w io.Writer, o *plan.Outcome, asJSON bool) error {
+func printOutcome(w io.Writer, o *plan.Outcome, asJSON bool, src *confSource, capacity uint64) error {
 	if asJSON {
-		b, err := json.Marshal(toJSON(o))
+		j := toJSON(o)
+		j.confSource, j.CapacityBytes = src, capacity
+		b, err := json.Marshal(j)
 		if err != nil {
 			return err
 		}
@@ -240,14 +248,14 @@ func withSnapshot(prev func(*allocator.Allocator) func() error, out string, hist
 // with the allocator's history recorded, and writes the snapshot of that
 // state. The simulated device is deterministic, so the second replay
 // reaches exactly the state of the first at its peak.
-func replayToPeak(path string, setup replaySetup, capacity uint64, out string, history int, asJSON bool, stdout, stderr io.Writer) error {
+func replayToPeak(path string, setup replaySetup, capacity uint64, src *confSource, out string, history int, asJSON bool, stdout, stderr io.Writer) error {
 	first := setup
 	first.opt.Peak = true
 	res, err := replayFile(path, first, capacity, progressOutput(stderr, asJSON))
 	if err != nil {
 		return err
 	}
-	if err := printOutcome(stdout, res, asJSON); err != nil {
+	if err := printOutcome(stdout, res, asJSON, src, capacity); err != nil {
 		return err
 	}
 	second := setup
@@ -357,7 +365,7 @@ type compareItem struct {
 func runCompare(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("compare", "[--conf CONF]... [--capacity SIZE | --card NAME] [--json] TRACE", stderr)
 	var confs listFlag
-	fs.Var(&confs, "conf", "a configuration `CONF` to compare (repeatable; PYTORCH_CUDA_ALLOC_CONF syntax; \"\" is PyTorch's default; default: GPUMEM_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF, then \"\")")
+	fs.Var(&confs, "conf", "a configuration `CONF` to compare (repeatable; PYTORCH_CUDA_ALLOC_CONF syntax; \"\" is PyTorch's default; default: "+envOrder+", then \"\")")
 	dev := addDeviceFlags(fs, "")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := parseFlags(fs, args); err != nil {
@@ -366,7 +374,7 @@ func runCompare(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() != 1 {
 		return usageError{"compare takes exactly one trace"}
 	}
-	list, err := resolveConfs(confs, "")
+	list, err := resolveConfs(fs, confs, "compare's default", "")
 	if err != nil {
 		return err
 	}
@@ -383,6 +391,7 @@ func runCompare(args []string, stdout, stderr io.Writer) error {
 		setups = append(setups, replaySetup{label: confLabel(c), conf: c, cfg: cfg})
 	}
 	path := fs.Arg(0)
+	fs.begin()
 	results := make([]*plan.Outcome, len(setups))
 	for i, s := range setups {
 		res, err := replayFile(path, s, capacity, progressOutput(stderr, *asJSON))

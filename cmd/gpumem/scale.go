@@ -59,7 +59,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	fs.Var(&probeArgs, "probe", "a trace of the program at a small batch, as `FILE@BATCH` (twice or more; the same ops at each batch)")
 	batch := fs.Uint64("batch", 0, "predict the trace at batch `N`")
 	dev := addDeviceFlags(fs, "; with --capacity or --card, also find the largest batch that fits")
-	conf := fs.String("conf", "", "allocator configuration `CONF`, PYTORCH_CUDA_ALLOC_CONF syntax (default: GPUMEM_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF)")
+	conf := fs.String("conf", "", confFlagHelp)
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	write := fs.String("write", "", "write the trace synthesized at --batch to `OUT` (memtrace; gzip if it ends in .gz)")
 	if err := parseFlags(fs, args); err != nil {
@@ -77,7 +77,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	if *write == "-" {
 		return usageError{"--write -: the report goes to standard output; write the trace to a file"}
 	}
-	cfg, err := resolveConf(fs, *conf)
+	cfg, _, err := resolveConf(fs, *conf)
 	if err != nil {
 		return err
 	}
@@ -96,6 +96,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	if err := sameFile("--write", *write, paths...); err != nil {
 		return err
 	}
+	fs.begin()
 	var probes []plan.Probe
 	for _, a := range probeArgs {
 		path, b, err := parseProbe(a)

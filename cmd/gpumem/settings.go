@@ -5,6 +5,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"github.com/gpumem/gpumem/estimate"
 	"strings"
@@ -38,28 +39,87 @@ func parseConf(conf string) (allocator.Config, error) {
 	return c, nil
 }
 
-// resolveConf returns the configuration of a command with one --conf
-// flag: the flag's value if given, else the environment's.
-func resolveConf(fs *flagSet, conf string) (allocator.Config, error) {
-	if !flagGiven(fs, "conf") {
-		s, _, err := envConf()
-		if err != nil {
-			return allocator.Config{}, err
+// envOrder names the variables read without --conf, in the order
+// allocator.LookupConfEnv reads them: "GPUMEM_ALLOC_CONF, then
+// PYTORCH_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF".
+var envOrder = strings.Join(allocator.ConfEnvVars(), ", then ")
+
+// confFlagHelp is the help of a --conf flag taking one configuration.
+var confFlagHelp = "allocator configuration `CONF`, PYTORCH_CUDA_ALLOC_CONF syntax (default: " + envOrder + ")"
+
+// confSource is the configuration a command used and where it came from:
+// "--conf", the environment variable's name, or "" for the default.
+type confSource struct {
+	Conf string `json:"conf"`
+	From string `json:"conf_from"`
+}
+
+// reportConf notes which configurations the command uses and where they
+// came from, as "gpumem CMD: configuration X (from --conf)", for
+// fs.begin to say once on stderr when the work starts (a usage error
+// found before stays one line). def describes a default list ("" for
+// PyTorch's default).
+func reportConf(fs *flagSet, confs []string, from, def string) {
+	labels := make([]string, len(confs))
+	for i, c := range confs {
+		labels[i] = clip(confLabel(c))
+		if strings.TrimSpace(c) == "" {
+			labels[i] = "PyTorch's default"
 		}
-		return allocator.ParseConf(s)
 	}
-	return parseConf(conf)
+	what := "configuration "
+	if len(confs) != 1 {
+		what = "configurations "
+	}
+	var where string
+	switch from {
+	case "--conf":
+		where = "from --conf"
+	case "", "default":
+		where = "none of --conf, " + strings.Join(allocator.ConfEnvVars(), ", ") + " is set"
+		if def != "" {
+			where = def + ": " + where
+		}
+	default:
+		where = "from " + from
+	}
+	if len(confs) == 0 {
+		labels = []string{"none besides the sweep"}
+	}
+	fs.confLine = fmt.Sprintf("%s: %s%s (%s)\n", fs.Name(), what, strings.Join(labels, "; "), where)
+}
+
+// resolveConf returns the configuration of a command with one --conf
+// flag: the flag's value if given, else the environment's; and says on
+// stderr which it is.
+func resolveConf(fs *flagSet, conf string) (allocator.Config, confSource, error) {
+	src := confSource{Conf: conf, From: "--conf"}
+	if !flagGiven(fs, "conf") {
+		s, from, err := envConf()
+		if err != nil {
+			return allocator.Config{}, confSource{}, err
+		}
+		src = confSource{Conf: s, From: cmp.Or(from, "default")}
+	}
+	c, err := parseConf(src.Conf)
+	if err != nil {
+		return allocator.Config{}, confSource{}, err
+	}
+	reportConf(fs, []string{src.Conf}, src.From, "")
+	return c, src, nil
 }
 
 // resolveConfs returns the configurations of a command with a repeatable
-// --conf: those given, else the environment's, else def.
-func resolveConfs(confs []string, def ...string) ([]string, error) {
+// --conf: those given, else the environment's, else def (described by
+// defText on stderr); and says on stderr which they are.
+func resolveConfs(fs *flagSet, confs []string, defText string, def ...string) ([]string, error) {
 	if len(confs) > 0 {
 		for _, c := range confs {
 			if _, err := parseConf(c); err != nil {
 				return nil, err
 			}
 		}
+		reportConf(fs, confs, "--conf", defText)
 		return confs, nil
 	}
 	s, from, err := envConf()
@@ -67,8 +127,10 @@ func resolveConfs(confs []string, def ...string) ([]string, error) {
 		return nil, err
 	}
 	if from != "" {
+		reportConf(fs, []string{s}, from, defText)
 		return []string{s}, nil
 	}
+	reportConf(fs, def, "", defText)
 	return def, nil
 }
 

@@ -47,7 +47,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("tune", "[--capacity SIZE | --card NAME] [--conf CONF]... [--jobs N] [--all] [--json] TRACE", stderr)
 	dev := addDeviceFlags(fs, " on which peak reserved bytes and device calls are measured")
 	var confs listFlag
-	fs.Var(&confs, "conf", "also try the configuration `CONF` (repeatable; default: GPUMEM_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF, if set)")
+	fs.Var(&confs, "conf", "also try the configuration `CONF` (repeatable; default: "+envOrder+", if set)")
 	jobs := fs.Int("jobs", runtime.GOMAXPROCS(0), "evaluate `N` configurations at once")
 	all := fs.Bool("all", false, fmt.Sprintf("print every configuration, not the best %d and the baselines", tuneShown))
 	asJSON := fs.Bool("json", false, "print one JSON object")
@@ -64,7 +64,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	extra, err := resolveConfs(confs)
+	extra, err := resolveConfs(fs, confs, "the sweep alone")
 	if err != nil {
 		return err
 	}
@@ -79,6 +79,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	path := fs.Arg(0)
+	fs.begin()
 	ops, err := loadOps(path)
 	if err != nil {
 		return err

@@ -15,7 +15,7 @@ import (
 func runViz(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("viz", "[-o OUT.svg] [--conf CONF] [--capacity SIZE | --card NAME] TRACE", stderr)
 	out := fs.String("o", "-", "write the SVG to `OUT.svg` (- is standard output); a file is replaced only once the whole picture is written")
-	conf := fs.String("conf", "", "allocator configuration `CONF`, PYTORCH_CUDA_ALLOC_CONF syntax (default: GPUMEM_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF)")
+	conf := fs.String("conf", "", confFlagHelp)
 	dev := addDeviceFlags(fs, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -26,7 +26,7 @@ func runViz(args []string, stdout, stderr io.Writer) error {
 	if err := sameFile("-o", *out, fs.Arg(0)); err != nil {
 		return err
 	}
-	cfg, err := resolveConf(fs, *conf)
+	cfg, _, err := resolveConf(fs, *conf)
 	if err != nil {
 		return err
 	}
@@ -35,6 +35,7 @@ func runViz(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	path := fs.Arg(0)
+	fs.begin()
 	in, err := openInput(path)
 	if err != nil {
 		return err
