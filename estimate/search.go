@@ -4,6 +4,7 @@
 package estimate
 
 import (
+	"context"
 	"fmt"
 	"strings"
 )
@@ -53,22 +54,34 @@ func (pl *Plan) need() int64 {
 // fits its card (0 if not even one sequence fits). A batch too large to
 // represent simply does not fit.
 func (pl Plan) MaxBatch(limit int) (int, error) {
+	return pl.MaxBatchContext(context.Background(), limit)
+}
+
+// MaxBatchContext is MaxBatch, stopped when ctx is done: it checks ctx
+// before each simulation, and then returns an error that wraps ctx.Err().
+func (pl Plan) MaxBatchContext(ctx context.Context, limit int) (int, error) {
 	if err := pl.Normalize(); err != nil {
 		return 0, err
 	}
 	if pl.Model == nil {
 		return 0, errNeedsDims
 	}
-	return largest(min(limit, MaxBatch), func(n int) bool {
+	return largest(ctx, min(limit, MaxBatch), func(n int) bool {
 		q := pl
 		q.Workload.Batch = n
 		return q.Normalize() == nil && q.fits()
-	}), nil
+	})
 }
 
 // MaxSeq returns the longest sequence (the context, in inference), up to
 // limit and the model's learned positions, with which the plan fits.
 func (pl Plan) MaxSeq(limit int) (int, error) {
+	return pl.MaxSeqContext(context.Background(), limit)
+}
+
+// MaxSeqContext is MaxSeq, stopped when ctx is done: it checks ctx before
+// each simulation, and then returns an error that wraps ctx.Err().
+func (pl Plan) MaxSeqContext(ctx context.Context, limit int) (int, error) {
 	if err := pl.Normalize(); err != nil {
 		return 0, err
 	}
@@ -79,43 +92,59 @@ func (pl Plan) MaxSeq(limit int) (int, error) {
 	if pl.Model.Family != Llama {
 		limit = min(limit, pl.Model.MaxPositions-pl.Workload.Generate)
 	}
-	return largest(limit, func(n int) bool {
+	return largest(ctx, limit, func(n int) bool {
 		q := pl
 		q.Workload.Seq = n
 		return q.Normalize() == nil && q.fits()
-	}), nil
+	})
 }
 
 var errNeedsDims = fmt.Errorf("the search needs the model's dimensions, not a bare parameter count")
 
 // largest returns the largest n in 1..limit for which fits holds, assuming
 // that it holds up to some n and not beyond (0 if not even for 1): it
-// doubles, then bisects.
-func largest(limit int, fits func(int) bool) int {
-	if limit < 1 || !fits(1) {
-		return 0
+// doubles, then bisects. It checks ctx before each call of fits.
+func largest(ctx context.Context, limit int, fits func(int) bool) (int, error) {
+	var stopped error
+	try := func(n int) bool {
+		if stopped = ctx.Err(); stopped != nil {
+			return false
+		}
+		return fits(n)
+	}
+	done := func(n int) (int, error) {
+		if stopped != nil {
+			return 0, fmt.Errorf("search stopped: %w", stopped)
+		}
+		return n, nil
+	}
+	if limit < 1 || !try(1) {
+		return done(0)
 	}
 	lo, hi := 1, 0 // fits(lo); !fits(hi) once hi > 0
 	for hi == 0 {
 		n := min(lo*2, limit)
 		if n == lo {
-			return lo
+			return done(lo)
 		}
-		if fits(n) {
+		if try(n) {
 			lo = n
 		} else {
 			hi = n
 		}
+		if stopped != nil {
+			return done(0)
+		}
 	}
-	for hi-lo > 1 {
+	for hi-lo > 1 && stopped == nil {
 		mid := lo + (hi-lo)/2
-		if fits(mid) {
+		if try(mid) {
 			lo = mid
 		} else {
 			hi = mid
 		}
 	}
-	return lo
+	return done(lo)
 }
 
 // Remedy is one rung of the ladder: a change to the plan and what the

@@ -4,6 +4,7 @@
 package plan
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
@@ -92,8 +93,15 @@ type FitResult struct {
 // stop the search. A trace that runs out of memory on every capacity up to
 // MaxCapacity is an error.
 func Fit(ops []trace.Op, opt FitOptions) (*FitResult, error) {
+	return FitContext(context.Background(), ops, opt)
+}
+
+// FitContext is Fit, stopped when ctx is done: each replay checks ctx
+// every thousand ops or so (replay.RunContext), and the search then
+// returns an error that wraps ctx.Err().
+func FitContext(ctx context.Context, ops []trace.Op, opt FitOptions) (*FitResult, error) {
 	run := func(capacity uint64) (*Outcome, error) {
-		return Replay(ops, opt.Config, capacity)
+		return ReplayContext(ctx, ops, opt.Config, capacity)
 	}
 	return fitSearch(PeakRequested(ops), MaxCapacity, opt.Checks, run)
 }

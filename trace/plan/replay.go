@@ -4,6 +4,7 @@
 package plan
 
 import (
+	"context"
 	"errors"
 	"math"
 
@@ -79,6 +80,11 @@ func NewMachine(cfg allocator.Config, capacity uint64, baseline bool) (*Machine,
 // Run replays r on the machine (see replay.Run) and fills in the device
 // time from the simulated device's clock. A Machine runs one replay.
 func (m *Machine) Run(r trace.OpReader, opt replay.Options) (*Outcome, error) {
+	return m.RunContext(context.Background(), r, opt)
+}
+
+// RunContext is Run, stopped when ctx is done (replay.RunContext).
+func (m *Machine) RunContext(ctx context.Context, r trace.OpReader, opt replay.Options) (*Outcome, error) {
 	if m.ran {
 		return nil, errors.New("plan: a Machine runs one replay")
 	}
@@ -92,7 +98,7 @@ func (m *Machine) Run(r trace.OpReader, opt replay.Options) (*Outcome, error) {
 			phasesAndSteps
 		}{&m.target, ps}
 	}
-	res, err := replay.Run(r, t, m.Device, opt)
+	res, err := replay.RunContext(ctx, r, t, m.Device, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -103,11 +109,16 @@ func (m *Machine) Run(r trace.OpReader, opt replay.Options) (*Outcome, error) {
 // Replay replays ops with the caching allocator configured by cfg on a
 // fresh simulated device of capacity bytes (DefaultCapacity if 0).
 func Replay(ops []trace.Op, cfg allocator.Config, capacity uint64) (*Outcome, error) {
+	return ReplayContext(context.Background(), ops, cfg, capacity)
+}
+
+// ReplayContext is Replay, stopped when ctx is done (replay.RunContext).
+func ReplayContext(ctx context.Context, ops []trace.Op, cfg allocator.Config, capacity uint64) (*Outcome, error) {
 	m, err := NewMachine(cfg, capacity, false)
 	if err != nil {
 		return nil, err
 	}
-	return m.Run(trace.SliceReader(ops), replay.Options{})
+	return m.RunContext(ctx, trace.SliceReader(ops), replay.Options{})
 }
 
 // phasesAndSteps is a target that counts phases and watches steps, as the

@@ -4,6 +4,7 @@
 package plan
 
 import (
+	"context"
 	"cmp"
 	"errors"
 	"fmt"
@@ -299,11 +300,16 @@ func (m *Model) PeakRequested(b uint64) (uint64, error) {
 // Predict replays the trace synthesized at batch b with cfg on a
 // simulated device of capacity bytes (DefaultCapacity if 0).
 func (m *Model) Predict(b uint64, cfg allocator.Config, capacity uint64) (*Outcome, error) {
+	return m.PredictContext(context.Background(), b, cfg, capacity)
+}
+
+// PredictContext is Predict, stopped when ctx is done (ReplayContext).
+func (m *Model) PredictContext(ctx context.Context, b uint64, cfg allocator.Config, capacity uint64) (*Outcome, error) {
 	ops, err := m.Ops(b)
 	if err != nil {
 		return nil, err
 	}
-	return Replay(ops, cfg, capacity)
+	return ReplayContext(ctx, ops, cfg, capacity)
 }
 
 // BatchTrial is one replay that MaxBatch made.
@@ -334,6 +340,12 @@ type MaxBatchResult struct {
 // when no size shrinks as the batch grows), and verifies the answer: it
 // fits, and the next batch does not (by replay, or by the bound).
 func (m *Model) MaxBatch(cfg allocator.Config, capacity uint64) (*MaxBatchResult, error) {
+	return m.MaxBatchContext(context.Background(), cfg, capacity)
+}
+
+// MaxBatchContext is MaxBatch, stopped when ctx is done: each replay
+// checks ctx every thousand ops or so (ReplayContext).
+func (m *Model) MaxBatchContext(ctx context.Context, cfg allocator.Config, capacity uint64) (*MaxBatchResult, error) {
 	if capacity == 0 {
 		capacity = DefaultCapacity
 	}
@@ -372,7 +384,7 @@ func (m *Model) MaxBatch(cfg allocator.Config, capacity uint64) (*MaxBatchResult
 		if err := m.fill(ops, b); err != nil {
 			return false, err
 		}
-		o, err := Replay(ops, cfg, capacity)
+		o, err := ReplayContext(ctx, ops, cfg, capacity)
 		if err != nil {
 			return false, fmt.Errorf("replay at batch %d: %w", b, err)
 		}

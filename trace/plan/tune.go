@@ -146,6 +146,13 @@ func (r *TuneResult) DeviceCalls() int64 {
 // trace allows), so that the best runs on the device of interest if any
 // configuration does.
 func Tune(ops []trace.Op, opt TuneOptions) ([]TuneResult, error) {
+	return TuneContext(context.Background(), ops, opt)
+}
+
+// TuneContext is Tune, stopped when ctx is done: every configuration
+// being evaluated stops within a thousand ops or so (FitContext), and
+// TuneContext returns an error that wraps ctx.Err().
+func TuneContext(ctx context.Context, ops []trace.Op, opt TuneOptions) ([]TuneResult, error) {
 	cands := opt.Candidates
 	if len(cands) == 0 {
 		cands = Sweep()
@@ -157,18 +164,18 @@ func Tune(ops []trace.Op, opt TuneOptions) ([]TuneResult, error) {
 	results := make([]TuneResult, len(cands))
 	var mu sync.Mutex // serializes Progress
 	done := 0
-	g, ctx := errgroup.WithContext(context.Background())
+	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(jobs)
 	for i, c := range cands {
 		g.Go(func() error {
-			if ctx.Err() != nil {
-				return nil // another configuration failed: skip the rest
+			if gctx.Err() != nil {
+				return nil // another configuration failed, or ctx is done: skip the rest
 			}
-			fit, err := Fit(ops, FitOptions{Config: c.Config, Checks: opt.Checks})
+			fit, err := FitContext(gctx, ops, FitOptions{Config: c.Config, Checks: opt.Checks})
 			if err != nil {
 				return fmt.Errorf("%s: %w", label(c.Conf), err)
 			}
-			at, err := Replay(ops, c.Config, opt.Capacity)
+			at, err := ReplayContext(gctx, ops, c.Config, opt.Capacity)
 			if err != nil {
 				return fmt.Errorf("%s: %w", label(c.Conf), err)
 			}
@@ -184,6 +191,10 @@ func Tune(ops []trace.Op, opt TuneOptions) ([]TuneResult, error) {
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		// Configurations skipped after the caller's ctx was done.
+		return nil, fmt.Errorf("tune stopped: %w", err)
 	}
 	order := make([]int, len(results))
 	for i := range order {

@@ -3,6 +3,7 @@
 package replay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -180,6 +181,13 @@ type pendingOp struct {
 // device), holds it busy, so that events recorded on it complete only at
 // an s line for that stream or an S line, as the format says.
 func Run(r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, error) {
+	return RunContext(context.Background(), r, t, dev, opt)
+}
+
+// RunContext is Run, stopped when ctx is done: it checks ctx before each
+// batch of ops (a thousand or so), and then returns an error that wraps
+// ctx.Err() and says how many ops were replayed.
+func RunContext(ctx context.Context, r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, error) {
 	res := &Result{Trace: opt.Name}
 	rp := replayer{t: t, dev: dev, res: res, streams: map[uint64]device.Stream{0: device.DefaultStream}, peak: opt.Peak}
 	if opt.Peak {
@@ -195,6 +203,9 @@ func Run(r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, e
 	batch := make([]pendingOp, 0, size)
 	var elapsed time.Duration
 	for {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("replay stopped after %d ops: %w", res.Ops, err)
+		}
 		batch = batch[:0]
 		var readErr error
 		for len(batch) < size {
