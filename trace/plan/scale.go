@@ -4,8 +4,8 @@
 package plan
 
 import (
-	"context"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"math"
