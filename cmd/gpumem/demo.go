@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 
@@ -13,7 +14,7 @@ import (
 	"github.com/gpumem/gpumem/stats"
 )
 
-func runDemo(args []string, stdout, stderr io.Writer) error {
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("demo", "[--steps N] [--layers N] [--conf CONF] [--capacity SIZE | --card NAME]", stderr)
 	steps := fs.Int("steps", 5, "training `N` steps to run")
 	layers := fs.Int("layers", 12, "`N` transformer layers of the toy model (1 to 1000)")

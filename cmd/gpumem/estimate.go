@@ -5,6 +5,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -84,7 +85,7 @@ func newEstimateFlags(stderr io.Writer) *estimateFlags {
 	return f
 }
 
-func runEstimate(args []string, stdout, stderr io.Writer) error {
+func runEstimate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newEstimateFlags(stderr)
 	fs := f.fs
 	usage := fs.Usage
@@ -115,7 +116,13 @@ func runEstimate(args []string, stdout, stderr io.Writer) error {
 		return usageError{"--max-batch and --max-seq need the model's dimensions (--model, --config or --layers and --hidden), not a bare --params"}
 	}
 	fs.begin()
-	rep, err := newReport(pl, f.card, f.maxBatch, f.maxSeq)
+	var lines io.Writer
+	if f.maxBatch || f.maxSeq {
+		lines = lineOutput(stderr)
+	}
+	stop := startProgress(lines, "gpumem estimate", func() string { return "searching the largest batch or sequence that fits" })
+	rep, err := newReport(ctx, pl, f.card, f.maxBatch, f.maxSeq)
+	stop()
 	if err != nil {
 		return err
 	}

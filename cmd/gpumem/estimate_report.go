@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -27,7 +28,9 @@ type estimateReport struct {
 	quoteName bool
 }
 
-func newReport(pl estimate.Plan, card string, wantBatch, wantSeq bool) (*estimateReport, error) {
+// newReport estimates pl and, if asked, searches the largest batch and
+// sequence, until stop is done.
+func newReport(stop context.Context, pl estimate.Plan, card string, wantBatch, wantSeq bool) (*estimateReport, error) {
 	r, err := pl.Estimate()
 	if err != nil {
 		return nil, err
@@ -45,14 +48,14 @@ func newReport(pl estimate.Plan, card string, wantBatch, wantSeq bool) (*estimat
 		}
 	}
 	if wantBatch {
-		n, err := pl.MaxBatch(estimate.MaxBatch)
+		n, err := pl.MaxBatchContext(stop, estimate.MaxBatch)
 		if err != nil {
 			return nil, err
 		}
 		rep.maxBatch = &n
 	}
 	if wantSeq {
-		n, err := pl.MaxSeq(estimate.MaxSequence)
+		n, err := pl.MaxSeqContext(stop, estimate.MaxSequence)
 		if err != nil {
 			return nil, err
 		}

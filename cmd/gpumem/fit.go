@@ -3,12 +3,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"runtime"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 
@@ -43,7 +45,7 @@ type fitted struct {
 	roomy         *plan.Outcome
 }
 
-func runFit(args []string, stdout, stderr io.Writer) error {
+func runFit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("fit", "[--conf CONF]... [--checks N] [--json] TRACE...", stderr)
 	var confs listFlag
 	fs.Var(&confs, "conf", "a configuration `CONF` to fit (repeatable; PYTORCH_CUDA_ALLOC_CONF syntax; \"\" is PyTorch's default; default: "+envOrder+", then both \"\" and expandable_segments:True)")
@@ -85,19 +87,24 @@ func runFit(args []string, stdout, stderr io.Writer) error {
 	// Every failure is kept and reported, in the order of the traces and
 	// configurations, not only the first to end.
 	errs := make([]error, len(results))
+	var done atomic.Int64
+	stop := startProgress(lineOutput(stderr), "gpumem fit", func() string {
+		return fmt.Sprintf("%d of %d traces and configurations fitted", done.Load(), len(results))
+	})
 	var g errgroup.Group
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for i := range traces {
 		for j, c := range cands {
 			g.Go(func() error {
 				k := i*len(cands) + j
-				r, err := plan.Fit(traces[i], plan.FitOptions{Config: c.Config, Checks: *checks})
+				defer done.Add(1)
+				r, err := plan.FitContext(ctx, traces[i], plan.FitOptions{Config: c.Config, Checks: *checks})
 				if err != nil {
 					errs[k] = err
 					return nil
 				}
 				roomy := min(max(plan.DefaultCapacity, 2*r.SafeCapacity), plan.MaxCapacity)
-				o, err := plan.Replay(traces[i], c.Config, roomy)
+				o, err := plan.ReplayContext(ctx, traces[i], c.Config, roomy)
 				if err != nil {
 					errs[k] = err
 					return nil
@@ -108,6 +115,10 @@ func runFit(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	g.Wait() // the goroutines return no error; each keeps its own in errs
+	stop()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := fitErrors(fs.Args(), cands, errs); err != nil {
 		return err
 	}

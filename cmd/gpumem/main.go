@@ -30,10 +30,16 @@
 //
 // Exit status: 0 on success, 1 on an error, 2 on a usage error (including
 // a bad configuration in the environment), 3 when replay --fail-on-oom
-// saw an allocation run out of memory.
+// saw an allocation run out of memory, 130 or 143 when SIGINT (Ctrl-C) or
+// SIGTERM stopped the command, which then says so in one line.
+//
+// Long work (replays, fit, scale, tune, estimate --max-batch and
+// --max-seq) shows its progress on stderr: a bar on a terminal, and
+// otherwise a line every few seconds.
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -48,28 +54,66 @@ import (
 )
 
 func main() {
-	stopOnSignal()
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(runContext(stopOnSignal(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// stopOnSignal makes SIGINT and SIGTERM remove the temporary files of
-// the outputs being written, then end the process by the same signal, as
-// it would have ended without the handler.
-func stopOnSignal() {
-	ch := make(chan os.Signal, 1)
+// interruptGrace is how long a command has, after SIGINT or SIGTERM, to
+// stop by itself before the signal ends the process.
+const interruptGrace = 2 * time.Second
+
+// interrupted is the cause of the context of a command stopped by a
+// signal.
+type interrupted struct{ sig os.Signal }
+
+func (e interrupted) Error() string { return "interrupted by " + signalName(e.sig) }
+
+// status is the exit status of a process ended by the signal: 128 plus
+// its number, as a shell reports it.
+func (e interrupted) status() int {
+	if s, ok := e.sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return 1
+}
+
+func signalName(sig os.Signal) string {
+	switch sig {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return sig.String()
+}
+
+// stopOnSignal returns the context of the command, done at SIGINT or
+// SIGTERM. The signal first removes the temporary files of the outputs
+// being written and ends the context: the long work (replays, fit, scale,
+// tune, estimate's searches) checks it and returns, and run reports the
+// interruption in one line with the status 128 + the signal's number.
+// Work that cannot see the context (a read that waits on a pipe), or a
+// second signal, ends the process by the signal itself after
+// interruptGrace, as it would have ended without the handler.
+func stopOnSignal() context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		sig := <-ch
+		temps.removeTemps(false)
+		cancel(interrupted{sig})
+		select {
+		case sig = <-ch:
+		case <-time.After(interruptGrace):
+		}
 		temps.removeTemps(true)
 		signal.Reset(sig)
 		if p, err := os.FindProcess(os.Getpid()); err == nil && p.Signal(sig) == nil {
 			time.Sleep(time.Second) // the signal ends the process
 		}
-		if s, ok := sig.(syscall.Signal); ok {
-			os.Exit(128 + int(s))
-		}
-		os.Exit(1)
+		os.Exit(interrupted{sig}.status())
 	}()
+	return ctx
 }
 
 // usageError marks errors in the command line (exit status 2).
@@ -106,8 +150,9 @@ Run 'gpumem help COMMAND' or 'gpumem COMMAND --help' for a command's flags;
 flags may come before or after the other arguments.
 `
 
-// commands maps each command to its function.
-var commands = map[string]func(args []string, stdout, stderr io.Writer) error{
+// commands maps each command to its function. The long work stops when
+// ctx is done.
+var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
 	"demo":     runDemo,
 	"replay":   runReplay,
 	"compare":  runCompare,
@@ -121,7 +166,7 @@ var commands = map[string]func(args []string, stdout, stderr io.Writer) error{
 }
 
 // runVersion prints the version.
-func runVersion(args []string, stdout, stderr io.Writer) error {
+func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("version", "", stderr)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -133,10 +178,17 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-// run executes the command line args and returns the exit status. What
-// the command writes to stdout is checked: a failed write is an error
-// (exit status 1), reported in one line.
+// run executes the command line args and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	return runContext(context.Background(), args, stdout, stderr)
+}
+
+// runContext executes the command line args and returns the exit status.
+// What the command writes to stdout is checked: a failed write is an
+// error (exit status 1), reported in one line. A command that fails once
+// ctx is done by a signal (stopOnSignal) says so in one line, with the
+// status 128 + the signal's number.
+func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -160,17 +212,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "gpumem help: unknown command %s (run 'gpumem help')\n", quote(args[1]))
 			return 2
 		}
-		err = cmd([]string{"--help"}, out, out)
+		err = cmd(ctx, []string{"--help"}, out, out)
 	case "--version", "-version":
 		name = "version"
-		err = commands[name](args[1:], out, stderr)
+		err = commands[name](ctx, args[1:], out, stderr)
 	default:
 		cmd, ok := commands[name]
 		if !ok {
 			fmt.Fprintf(stderr, "gpumem: unknown command %s (run 'gpumem help')\n", quote(name))
 			return 2
 		}
-		err = cmd(args[1:], out, stderr)
+		err = cmd(ctx, args[1:], out, stderr)
 	}
 	if out.err != nil {
 		// The output error first: the command's own error is often the
@@ -180,6 +232,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	var stop interrupted
+	if errors.As(context.Cause(ctx), &stop) {
+		fmt.Fprintf(stderr, "gpumem %s: %s\n", name, stop)
+		return stop.status()
 	}
 	fmt.Fprintf(stderr, "gpumem %s: %s\n", name, oneLine(err.Error()))
 	var ue usageError

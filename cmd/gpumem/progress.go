@@ -1,15 +1,19 @@
-// This file holds the progress bar drawn on a terminal during long
-// replays and tunes.
+// This file holds the progress of long work: the bar drawn on a terminal
+// during replays and tunes, and the lines written every few seconds
+// where stderr is not a terminal.
 
 package main
 
 import (
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/term"
 )
 
 // progressBar draws "name [#####.....] 42%" on one terminal line, at most
@@ -63,4 +67,59 @@ func (c *countingReader) Read(b []byte) (int, error) {
 	n, err := c.r.Read(b)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// progressEvery is how often long work writes a progress line where
+// stderr is not a terminal.
+const progressEvery = 3 * time.Second
+
+// lineOutput returns where to write progress lines: stderr when it is a
+// file that is not a terminal (a pipe, a log file), else nil (a terminal
+// gets the bar; a writer that is not a file, nothing).
+func lineOutput(stderr io.Writer) io.Writer {
+	if f, ok := stderr.(*os.File); ok && !term.IsTerminal(int(f.Fd())) {
+		return stderr
+	}
+	return nil
+}
+
+// startProgress writes "NAME: STATUS (ELAPSED)" on w every progressEvery
+// until stop is called; stop returns once no line can follow. With w nil
+// it writes nothing. status is called from another goroutine: it reads
+// atomics.
+func startProgress(w io.Writer, name string, status func() string) (stop func()) {
+	if w == nil {
+		return func() {}
+	}
+	start := time.Now()
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case now := <-t.C:
+				fmt.Fprintf(w, "%s: %s (%v)\n", name, status(), now.Sub(start).Round(time.Second))
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
+}
+
+// progress is where a command shows its progress: bar on a terminal,
+// lines elsewhere (either may be nil).
+type progress struct {
+	bar, lines io.Writer
+}
+
+// progressTo returns where to show progress on stderr; quiet turns the
+// bar off (a line every few seconds on a pipe or a log does no harm).
+func progressTo(stderr io.Writer, quiet bool) progress {
+	return progress{bar: progressOutput(stderr, quiet), lines: lineOutput(stderr)}
 }

@@ -3,12 +3,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -37,9 +39,9 @@ type replaySetup struct {
 }
 
 // replayFile replays the trace at path under one setup on a fresh
-// simulated device of the given capacity, drawing progress on progress
-// if it is not nil.
-func replayFile(path string, setup replaySetup, capacity uint64, progress io.Writer) (*plan.Outcome, error) {
+// simulated device of the given capacity, showing progress on prog, until
+// ctx is done.
+func replayFile(ctx context.Context, path string, setup replaySetup, capacity uint64, prog progress) (*plan.Outcome, error) {
 	in, err := openInput(path)
 	if err != nil {
 		return nil, err
@@ -55,12 +57,27 @@ func replayFile(path string, setup replaySetup, capacity uint64, progress io.Wri
 	}
 	opt := setup.opt
 	opt.Name = path
-	if progress != nil && in.size > 0 {
-		bar := newProgressBar(progress, path, in.size, in.read)
-		opt.Progress = func(int64) { bar.draw(false) }
+	var ops atomic.Int64
+	var bar *progressBar
+	if prog.bar != nil && in.size > 0 {
+		bar = newProgressBar(prog.bar, path, in.size, in.read)
 		defer bar.finish()
 	}
-	res, err := m.Run(in.ops, opt)
+	opt.Progress = func(n int64) {
+		ops.Store(n)
+		if bar != nil {
+			bar.draw(false)
+		}
+	}
+	stop := startProgress(prog.lines, "gpumem replay", func() string {
+		s := fmt.Sprintf("%s: %d ops replayed", clip(path), ops.Load())
+		if in.size > 0 {
+			s += fmt.Sprintf(", %.0f%% of the file read", 100*float64(in.read.Load())/float64(in.size))
+		}
+		return s
+	})
+	res, err := m.RunContext(ctx, in.ops, opt)
+	stop()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", in.name, err)
 	}
@@ -108,7 +125,7 @@ func toJSON(o *plan.Outcome) replayJSON {
 	return j
 }
 
-func runReplay(args []string, stdout, stderr io.Writer) error {
+func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("replay", "[--conf CONF] [--capacity SIZE | --card NAME] [--baseline] [--json] [--summary] [--phases] [--leaks] [--fail-on-oom] [--snapshot OUT.pickle [--snapshot-at end|peak] [--history N]] TRACE...", stderr)
 	conf := fs.String("conf", "", confFlagHelp)
 	dev := addDeviceFlags(fs, "")
@@ -169,7 +186,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 		}
 		if *snapshotAt == "peak" {
 			fs.begin()
-			return replayToPeak(fs.Arg(0), setup, capacity, &src, *snapshot, *history, *asJSON, stdout, stderr)
+			return replayToPeak(ctx, fs.Arg(0), setup, capacity, &src, *snapshot, *history, *asJSON, stdout, stderr)
 		}
 		setup.with = withSnapshot(setup.with, *snapshot, *history, stdout)
 	} else if flagGiven(fs, "snapshot-at") {
@@ -178,7 +195,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	fs.begin()
 	var ooms int64
 	for _, path := range fs.Args() {
-		res, err := replayFile(path, setup, capacity, progressOutput(stderr, *asJSON))
+		res, err := replayFile(ctx, path, setup, capacity, progressTo(stderr, *asJSON))
 		if err != nil {
 			return err
 		}
@@ -248,10 +265,10 @@ func withSnapshot(prev func(*allocator.Allocator) func() error, out string, hist
 // with the allocator's history recorded, and writes the snapshot of that
 // state. The simulated device is deterministic, so the second replay
 // reaches exactly the state of the first at its peak.
-func replayToPeak(path string, setup replaySetup, capacity uint64, src *confSource, out string, history int, asJSON bool, stdout, stderr io.Writer) error {
+func replayToPeak(ctx context.Context, path string, setup replaySetup, capacity uint64, src *confSource, out string, history int, asJSON bool, stdout, stderr io.Writer) error {
 	first := setup
 	first.opt.Peak = true
-	res, err := replayFile(path, first, capacity, progressOutput(stderr, asJSON))
+	res, err := replayFile(ctx, path, first, capacity, progressTo(stderr, asJSON))
 	if err != nil {
 		return err
 	}
@@ -261,7 +278,7 @@ func replayToPeak(path string, setup replaySetup, capacity uint64, src *confSour
 	second := setup
 	second.opt = replay.Options{StopAfter: res.PeakOp} // 0 (nothing allocated): the whole trace
 	second.with = withSnapshot(nil, out, history, stdout)
-	_, err = replayFile(path, second, capacity, nil)
+	_, err = replayFile(ctx, path, second, capacity, progress{lines: lineOutput(stderr)})
 	return err
 }
 
@@ -362,7 +379,7 @@ type compareItem struct {
 	replayJSON
 }
 
-func runCompare(args []string, stdout, stderr io.Writer) error {
+func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("compare", "[--conf CONF]... [--capacity SIZE | --card NAME] [--json] TRACE", stderr)
 	var confs listFlag
 	fs.Var(&confs, "conf", "a configuration `CONF` to compare (repeatable; PYTORCH_CUDA_ALLOC_CONF syntax; \"\" is PyTorch's default; default: "+envOrder+", then \"\")")
@@ -394,7 +411,7 @@ func runCompare(args []string, stdout, stderr io.Writer) error {
 	fs.begin()
 	results := make([]*plan.Outcome, len(setups))
 	for i, s := range setups {
-		res, err := replayFile(path, s, capacity, progressOutput(stderr, *asJSON))
+		res, err := replayFile(ctx, path, s, capacity, progressTo(stderr, *asJSON))
 		if err != nil {
 			return fmt.Errorf("%s: %w", clip(s.label), err)
 		}
@@ -490,7 +507,7 @@ func wrapConf(s string, width int) []string {
 	return append(lines, s)
 }
 
-func runConvert(args []string, stdout, stderr io.Writer) error {
+func runConvert(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("convert", "[-o OUT] [--device N] FILE", stderr)
 	out := fs.String("o", "-", "write memtrace to `OUT` (gzip if it ends in .gz; - is standard output); a file is replaced only once the whole conversion succeeded")
 	dev := fs.Int("device", 0, "the device `N` of a PyTorch snapshot to convert")

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/gpumem/gpumem/stats"
 	"github.com/gpumem/gpumem/trace"
@@ -53,7 +55,7 @@ func parseProbe(s string) (string, uint64, error) {
 	return s[:i], b, nil
 }
 
-func runScale(args []string, stdout, stderr io.Writer) error {
+func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("scale", "--probe FILE@BATCH --probe FILE@BATCH [--probe FILE@BATCH]... --batch N [--capacity SIZE | --card NAME] [--conf CONF] [--json] [--write OUT]", stderr)
 	var probeArgs listFlag
 	fs.Var(&probeArgs, "probe", "a trace of the program at a small batch, as `FILE@BATCH` (twice or more; the same ops at each batch)")
@@ -151,16 +153,22 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	pred, err := plan.Replay(ops, cfg, capacity)
+	var stage atomic.Value
+	stage.Store(fmt.Sprintf("replaying the trace synthesized at batch %d", *batch))
+	stop := startProgress(lineOutput(stderr), "gpumem scale", func() string { return stage.Load().(string) })
+	defer stop()
+	pred, err := plan.ReplayContext(ctx, ops, cfg, capacity)
 	if err != nil {
 		return fmt.Errorf("replay at batch %d: %w", *batch, err)
 	}
 	var mb *plan.MaxBatchResult
 	if capGiven {
-		if mb, err = m.MaxBatch(cfg, capacity); err != nil {
+		stage.Store("searching the largest batch that fits")
+		if mb, err = m.MaxBatchContext(ctx, cfg, capacity); err != nil {
 			return fmt.Errorf("largest batch: %w", err)
 		}
 	}
+	stop()
 	if *asJSON {
 		out := scaleJSON{
 			Batch: *batch, Conf: cfg.String(), CapacityBytes: capacity, Ops: m.Len(), VaryingAllocations: m.Varying(),

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -43,7 +44,7 @@ type tuneJSONEntry struct {
 // --all.
 const tuneShown = 10
 
-func runTune(args []string, stdout, stderr io.Writer) error {
+func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("tune", "[--capacity SIZE | --card NAME] [--conf CONF]... [--jobs N] [--all] [--json] TRACE", stderr)
 	dev := addDeviceFlags(fs, " on which peak reserved bytes and device calls are measured")
 	var confs listFlag
@@ -85,16 +86,24 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	opt := plan.TuneOptions{Capacity: capacity, Candidates: cands, Jobs: *jobs}
-	if w := progressOutput(stderr, false); w != nil {
-		bar := newProgressBar(w, "tune "+path, int64(len(cands)), new(atomic.Int64))
-		opt.Progress = func(done, total int) {
-			bar.done.Store(int64(done))
-			bar.draw(done == total)
-		}
+	prog := progressTo(stderr, false)
+	bar := newProgressBar(io.Discard, "tune "+path, int64(len(cands)), new(atomic.Int64))
+	if prog.bar != nil {
+		bar = newProgressBar(prog.bar, "tune "+path, int64(len(cands)), bar.done)
 		defer bar.finish()
 	}
+	opt.Progress = func(done, total int) {
+		bar.done.Store(int64(done))
+		if prog.bar != nil {
+			bar.draw(done == total)
+		}
+	}
+	stop := startProgress(prog.lines, "gpumem tune", func() string {
+		return fmt.Sprintf("%s: %d of %d configurations done", clip(path), bar.done.Load(), len(cands))
+	})
 	start := time.Now()
-	res, err := plan.Tune(ops, opt)
+	res, err := plan.TuneContext(ctx, ops, opt)
+	stop()
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -12,7 +13,7 @@ import (
 	"github.com/gpumem/gpumem/trace/viz"
 )
 
-func runViz(args []string, stdout, stderr io.Writer) error {
+func runViz(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("viz", "[-o OUT.svg] [--conf CONF] [--capacity SIZE | --card NAME] TRACE", stderr)
 	out := fs.String("o", "-", "write the SVG to `OUT.svg` (- is standard output); a file is replaced only once the whole picture is written")
 	conf := fs.String("conf", "", confFlagHelp)
