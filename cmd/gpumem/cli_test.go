@@ -131,7 +131,7 @@ func TestConfLine(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &j))
 	assert.Equal(t, "expandable_segments:True", j.Conf)
 	assert.Equal(t, "PYTORCH_ALLOC_CONF", j.From)
-	assert.Equal(t, uint64(40<<30), j.Capacity)
+	assert.Equal(t, uint64(40<<30-512<<20), j.Capacity, "the card less the default overhead")
 	clearConfEnv(t)
 	out, _, _ = runCmd(t, "replay", "--json", small)
 	require.NoError(t, json.Unmarshal([]byte(out), &j))
@@ -144,4 +144,72 @@ func TestConfLine(t *testing.T) {
 	_, errOut, code := runCmd(t, "replay", "--history", "0", small)
 	assert.Equal(t, 2, code)
 	assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+}
+
+// TestOverhead: with --card, the allocator gets the card's memory less
+// --overhead (512 MiB by default, as estimate counts the CUDA context),
+// and the commands print it.
+func TestOverhead(t *testing.T) {
+	clearConfEnv(t)
+	small := "testdata/small.trace.gz"
+	capOf := func(args ...string) (capacity, overhead uint64) {
+		t.Helper()
+		out, errOut, code := runCmd(t, append([]string{"replay", "--json", small}, args...)...)
+		require.Equal(t, 0, code, errOut)
+		var j struct {
+			Capacity uint64 `json:"capacity_bytes"`
+			Overhead uint64 `json:"overhead_bytes"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &j))
+		return j.Capacity, j.Overhead
+	}
+	c, o := capOf("--card", "a100-80g")
+	assert.Equal(t, uint64(80<<30-512<<20), c)
+	assert.Equal(t, uint64(512<<20), o)
+	c, o = capOf("--card", "a100-80g", "--overhead", "1GiB")
+	assert.Equal(t, uint64(79<<30), c)
+	assert.Equal(t, uint64(1<<30), o)
+	c, o = capOf("--card", "a100-80g", "--overhead", "0")
+	assert.Equal(t, uint64(80<<30), c)
+	assert.Zero(t, o)
+	c, o = capOf("--capacity", "16GiB")
+	assert.Equal(t, uint64(16<<30), c, "--capacity is the allocator's whole")
+	assert.Zero(t, o)
+
+	out, _, code := runCmd(t, "replay", small, "--card", "a100-80g")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "simulated device        a100-80g (80GiB, less 512.00 MiB overhead: 79.50 GiB)")
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replay", small, "--capacity", "8GiB", "--overhead", "1GiB"}, "--overhead applies with --card"},
+		{[]string{"tune", small, "--overhead", "1GiB"}, "--overhead applies with --card"},
+		{[]string{"replay", small, "--card", "a100-80g", "--overhead", "80GiB"}, "leaves the allocator less than 2 MiB"},
+		{[]string{"fit", small, "--overhead", "2048TiB"}, "--overhead must be at most 1PiB"},
+	} {
+		_, errOut, code := runCmd(t, c.args...)
+		assert.Equal(t, 2, code, "%v: %s", c.args, errOut)
+		assert.Contains(t, errOut, c.want, c.args)
+	}
+
+	// fit adds the overhead to its answer for the card.
+	out, errOut, code := runCmd(t, "fit", "--json", "--conf", "", "--checks", "1", small)
+	require.Equal(t, 0, code, errOut)
+	var f fitJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &f))
+	assert.Equal(t, uint64(512<<20), f.OverheadBytes)
+	assert.Equal(t, f.MinCapacityBytes+512<<20, f.MinCardBytes)
+	out, _, code = runCmd(t, "fit", "--conf", "", "--checks", "1", "--overhead", "1GiB", small)
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "a card of 11.84 GiB: the answer plus 1024.00 MiB outside the allocator (--overhead)")
+
+	// tune measures on the card less the overhead.
+	out, errOut, code = runCmd(t, "tune", "--json", "--card", "a100-40g", "--overhead", "2GiB", small)
+	require.Equal(t, 0, code, errOut)
+	var tj tuneJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &tj))
+	assert.Equal(t, uint64(38<<30), tj.CapacityBytes)
+	assert.Equal(t, uint64(2<<30), tj.OverheadBytes)
 }

@@ -15,7 +15,7 @@ import (
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("demo", "[--steps N] [--layers N] [--conf CONF] [--capacity SIZE | --card NAME]", stderr)
+	fs := newFlags("demo", "[--steps N] [--layers N] [--conf CONF] [--capacity SIZE | --card NAME [--overhead SIZE]]", stderr)
 	steps := fs.Int("steps", 5, "training `N` steps to run")
 	layers := fs.Int("layers", 12, "`N` transformer layers of the toy model (1 to 1000)")
 	conf := fs.String("conf", "", confFlagHelp)

@@ -35,6 +35,10 @@ type fitJSON struct {
 	RoomyCapacityBytes     uint64 `json:"roomy_capacity_bytes"`
 	RoomyPeakReservedBytes int64  `json:"roomy_peak_reserved_bytes"`
 	Replays                int    `json:"replays"`
+	// The card it runs on: min_capacity_bytes plus the memory a process
+	// holds outside the allocator (--overhead), as estimate counts it.
+	OverheadBytes uint64 `json:"overhead_bytes"`
+	MinCardBytes  uint64 `json:"min_card_bytes"`
 }
 
 // fitted is one trace fitted under one configuration, with a replay on a
@@ -46,12 +50,19 @@ type fitted struct {
 }
 
 func runFit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("fit", "[--conf CONF]... [--checks N] [--json] TRACE...", stderr)
+	fs := newFlags("fit", "[--conf CONF]... [--checks N] [--overhead SIZE] [--json] TRACE...", stderr)
 	var confs listFlag
 	fs.Var(&confs, "conf", "a configuration `CONF` to fit (repeatable; PYTORCH_CUDA_ALLOC_CONF syntax; \"\" is PyTorch's default; default: "+envOrder+", then both \"\" and expandable_segments:True)")
 	checks := fs.Int("checks", plan.DefaultChecks, "replay `N` capacities on each side of the answer to look for a trace that a bigger device does not suit (0: none)")
 	asJSON := fs.Bool("json", false, "print one JSON object per trace and configuration")
+	var overFlag overheadFlag
+	addOverheadFlag(fs, &overFlag)
+	fs.Lookup("overhead").Usage = "per-process memory `SIZE` outside the allocator, added to the answer for the card it runs on: the CUDA context, as estimate counts it (default 512MiB)"
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	overhead, err := overheadBytes(&overFlag)
+	if err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
@@ -134,6 +145,7 @@ func runFit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 					FitRatio: r.FitRatio, SafeCapacityBytes: r.SafeCapacity, NonMonotone: append([]uint64{}, r.NonMonotone...),
 					BelowOOMs: r.BelowOOMs, PeakReservedBytes: r.AtMin.PeakReserved, Replays: len(r.Trials),
 					RoomyCapacityBytes: r.roomyCapacity, RoomyPeakReservedBytes: r.roomy.PeakReserved,
+					OverheadBytes: overhead, MinCardBytes: r.MinCapacity + overhead,
 				})
 				if err != nil {
 					return err
@@ -141,7 +153,7 @@ func runFit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				fmt.Fprintf(stdout, "%s\n", b)
 				continue
 			}
-			printFit(stdout, confLabel(c.Conf), r)
+			printFit(stdout, confLabel(c.Conf), r, overhead)
 		}
 	}
 	return nil
@@ -181,13 +193,14 @@ func fitErrors(paths []string, cands []plan.Candidate, errs []error) error {
 }
 
 // printFit prints one configuration's answer.
-func printFit(w io.Writer, label string, r fitted) {
+func printFit(w io.Writer, label string, r fitted, overhead uint64) {
 	fmt.Fprintf(w, "  %s\n", clip(label))
 	if r.PeakRequested == 0 {
 		fmt.Fprintf(w, "    runs on  %s, the smallest device: the trace requests no memory\n", human(int64(r.MinCapacity)))
 	} else {
 		fmt.Fprintf(w, "    runs on  %s: %.3f x the peak requested\n", human(int64(r.MinCapacity)), r.FitRatio)
 	}
+	fmt.Fprintf(w, "    a card of %s: the answer plus %s outside the allocator (--overhead)\n", stats.FormatSize(r.MinCapacity+overhead), stats.FormatSize(overhead))
 	if r.MinCapacity > plan.Step {
 		fmt.Fprintf(w, "    not on   %s: %s out of memory\n", human(int64(r.MinCapacity-plan.Step)), plural(r.BelowOOMs, "allocation runs", "allocations run"))
 	}

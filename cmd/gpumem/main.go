@@ -8,14 +8,14 @@
 // Usage:
 //
 //	gpumem demo [--steps N] [--layers N] [--conf CONF] [--capacity SIZE]
-//	gpumem replay [--conf CONF] [--capacity SIZE | --card NAME] [--baseline] [--json] [--summary] [--fail-on-oom] [--snapshot OUT.pickle] [--history N] TRACE...
-//	gpumem compare [--conf CONF]... [--capacity SIZE | --card NAME] [--json] TRACE
+//	gpumem replay [--conf CONF] [--capacity SIZE | --card NAME [--overhead SIZE]] [--baseline] [--json] [--summary] [--fail-on-oom] [--snapshot OUT.pickle] [--history N] TRACE...
+//	gpumem compare [--conf CONF]... [--capacity SIZE | --card NAME [--overhead SIZE]] [--json] TRACE
 //	gpumem convert [-o OUT] [--device N] FILE
 //	gpumem estimate (--model NAME | --config FILE | --params 7B | --layers N --hidden N) [--mode ...] [--card NAME | --capacity SIZE] [--max-batch] [--json]
-//	gpumem viz [-o OUT.svg] [--conf CONF] [--capacity SIZE | --card NAME] TRACE
+//	gpumem viz [-o OUT.svg] [--conf CONF] [--capacity SIZE | --card NAME [--overhead SIZE]] TRACE
 //	gpumem fit [--conf CONF]... [--checks N] [--json] TRACE...
-//	gpumem scale --probe FILE@BATCH --probe FILE@BATCH [--probe FILE@BATCH]... --batch N [--capacity SIZE | --card NAME] [--conf CONF] [--json] [--write OUT]
-//	gpumem tune [--capacity SIZE | --card NAME] [--conf CONF]... [--jobs N] [--all] [--json] TRACE
+//	gpumem scale --probe FILE@BATCH --probe FILE@BATCH [--probe FILE@BATCH]... --batch N [--capacity SIZE | --card NAME [--overhead SIZE]] [--conf CONF] [--json] [--write OUT]
+//	gpumem tune [--capacity SIZE | --card NAME [--overhead SIZE]] [--conf CONF]... [--jobs N] [--all] [--json] TRACE
 //	gpumem version
 //
 // A TRACE is a memtrace (plain or gzip), a PyTorch memory snapshot pickle

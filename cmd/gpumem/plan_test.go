@@ -125,7 +125,7 @@ func TestScaleFromProbes(t *testing.T) {
 	out, errOut, code = runCmd(t, "scale", "--probe", batches+"bert_b2.trace.gz@2", "--probe", batches+"bert_b4.trace.gz@4", "--batch", "8", "--card", "rtx3080-10g")
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "predicted peak reserved   2.76 GiB (2965372928 bytes)")
-	assert.Contains(t, out, "rtx3080-10g (10GiB)")
+	assert.Contains(t, out, "rtx3080-10g (10GiB, less 512.00 MiB overhead: 9.50 GiB)", "the card less the overhead, as estimate counts it")
 	assert.Regexp(t, `largest batch that fits: \d+ \(batch \d+ runs out of memory`, out)
 }
 

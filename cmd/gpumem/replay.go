@@ -112,6 +112,15 @@ type replayJSON struct {
 	// them once for all).
 	*confSource
 	CapacityBytes uint64 `json:"capacity_bytes,omitempty"`
+	// OverheadBytes is the card's memory held outside the allocator
+	// (--card with --overhead); capacity_bytes is the rest.
+	OverheadBytes uint64 `json:"overhead_bytes,omitempty"`
+}
+
+// simDevice is the simulated device a replay ran on, for its report.
+type simDevice struct {
+	capacity, overhead uint64
+	label              string
 }
 
 func toJSON(o *plan.Outcome) replayJSON {
@@ -126,7 +135,7 @@ func toJSON(o *plan.Outcome) replayJSON {
 }
 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("replay", "[--conf CONF] [--capacity SIZE | --card NAME] [--baseline] [--json] [--summary] [--phases] [--leaks] [--fail-on-oom] [--snapshot OUT.pickle [--snapshot-at end|peak] [--history N]] TRACE...", stderr)
+	fs := newFlags("replay", "[--conf CONF] [--capacity SIZE | --card NAME [--overhead SIZE]] [--baseline] [--json] [--summary] [--phases] [--leaks] [--fail-on-oom] [--snapshot OUT.pickle [--snapshot-at end|peak] [--history N]] TRACE...", stderr)
 	conf := fs.String("conf", "", confFlagHelp)
 	dev := addDeviceFlags(fs, "")
 	baseline := fs.Bool("baseline", false, "replay with the pass-through baseline (no cache) instead")
@@ -186,7 +195,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		if *snapshotAt == "peak" {
 			fs.begin()
-			return replayToPeak(ctx, fs.Arg(0), setup, capacity, &src, *snapshot, *history, *asJSON, stdout, stderr)
+			return replayToPeak(ctx, fs.Arg(0), setup, simDevice{capacity, dev.overheadBytes, capLabel}, &src, *snapshot, *history, *asJSON, stdout, stderr)
 		}
 		setup.with = withSnapshot(setup.with, *snapshot, *history, stdout)
 	} else if flagGiven(fs, "snapshot-at") {
@@ -203,7 +212,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		for _, w := range res.Warnings {
 			fmt.Fprintf(stderr, "gpumem replay: warning: %s\n", oneLine(w))
 		}
-		if err := printOutcome(stdout, res, *asJSON, &src, capacity); err != nil {
+		if err := printOutcome(stdout, res, *asJSON, &src, simDevice{capacity, dev.overheadBytes, capLabel}); err != nil {
 			return err
 		}
 		if *summary {
@@ -225,10 +234,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // printOutcome prints one replay, as JSON or as text.
-func printOutcome(w io.Writer, o *plan.Outcome, asJSON bool, src *confSource, capacity uint64) error {
+func printOutcome(w io.Writer, o *plan.Outcome, asJSON bool, src *confSource, d simDevice) error {
 	if asJSON {
 		j := toJSON(o)
-		j.confSource, j.CapacityBytes = src, capacity
+		j.confSource, j.CapacityBytes, j.OverheadBytes = src, d.capacity, d.overhead
 		b, err := json.Marshal(j)
 		if err != nil {
 			return err
@@ -236,7 +245,7 @@ func printOutcome(w io.Writer, o *plan.Outcome, asJSON bool, src *confSource, ca
 		fmt.Fprintf(w, "%s\n", b)
 		return nil
 	}
-	printResult(w, o)
+	printResult(w, o, d.label)
 	return nil
 }
 
@@ -265,20 +274,20 @@ func withSnapshot(prev func(*allocator.Allocator) func() error, out string, hist
 // with the allocator's history recorded, and writes the snapshot of that
 // state. The simulated device is deterministic, so the second replay
 // reaches exactly the state of the first at its peak.
-func replayToPeak(ctx context.Context, path string, setup replaySetup, capacity uint64, src *confSource, out string, history int, asJSON bool, stdout, stderr io.Writer) error {
+func replayToPeak(ctx context.Context, path string, setup replaySetup, d simDevice, src *confSource, out string, history int, asJSON bool, stdout, stderr io.Writer) error {
 	first := setup
 	first.opt.Peak = true
-	res, err := replayFile(ctx, path, first, capacity, progressTo(stderr, asJSON))
+	res, err := replayFile(ctx, path, first, d.capacity, progressTo(stderr, asJSON))
 	if err != nil {
 		return err
 	}
-	if err := printOutcome(stdout, res, asJSON, src, capacity); err != nil {
+	if err := printOutcome(stdout, res, asJSON, src, d); err != nil {
 		return err
 	}
 	second := setup
 	second.opt = replay.Options{StopAfter: res.PeakOp} // 0 (nothing allocated): the whole trace
 	second.with = withSnapshot(nil, out, history, stdout)
-	_, err = replayFile(ctx, path, second, capacity, progress{lines: lineOutput(stderr)})
+	_, err = replayFile(ctx, path, second, d.capacity, progress{lines: lineOutput(stderr)})
 	return err
 }
 
@@ -293,10 +302,11 @@ func namedPhases(phases []stats.PhaseStats) []stats.PhaseStats {
 
 // printResult prints a replay's figures, and its first out-of-memory
 // error in full with a count of the others.
-func printResult(w io.Writer, o *plan.Outcome) {
+func printResult(w io.Writer, o *plan.Outcome, device string) {
 	r := &o.Result
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "trace\t%s\n", clip(r.Trace))
+	fmt.Fprintf(tw, "simulated device\t%s\n", device)
 	for _, row := range resultRows {
 		fmt.Fprintf(tw, "%s\t%s\n", row.name, row.value(r))
 	}
@@ -380,7 +390,7 @@ type compareItem struct {
 }
 
 func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("compare", "[--conf CONF]... [--capacity SIZE | --card NAME] [--json] TRACE", stderr)
+	fs := newFlags("compare", "[--conf CONF]... [--capacity SIZE | --card NAME [--overhead SIZE]] [--json] TRACE", stderr)
 	var confs listFlag
 	fs.Var(&confs, "conf", "a configuration `CONF` to compare (repeatable; PYTORCH_CUDA_ALLOC_CONF syntax; \"\" is PyTorch's default; default: "+envOrder+", then \"\")")
 	dev := addDeviceFlags(fs, "")

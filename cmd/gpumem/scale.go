@@ -24,6 +24,7 @@ type scaleJSON struct {
 	Batch                  uint64      `json:"batch"`
 	Conf                   string      `json:"conf"`
 	CapacityBytes          uint64      `json:"capacity_bytes"`
+	OverheadBytes          uint64      `json:"overhead_bytes,omitempty"` // with --card: the card is capacity_bytes + overhead_bytes
 	Probes                 []probeJSON `json:"probes"`
 	Ops                    int         `json:"ops"`
 	VaryingAllocations     int         `json:"varying_allocations"`
@@ -56,7 +57,7 @@ func parseProbe(s string) (string, uint64, error) {
 }
 
 func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("scale", "--probe FILE@BATCH --probe FILE@BATCH [--probe FILE@BATCH]... --batch N [--capacity SIZE | --card NAME] [--conf CONF] [--json] [--write OUT]", stderr)
+	fs := newFlags("scale", "--probe FILE@BATCH --probe FILE@BATCH [--probe FILE@BATCH]... --batch N [--capacity SIZE | --card NAME [--overhead SIZE]] [--conf CONF] [--json] [--write OUT]", stderr)
 	var probeArgs listFlag
 	fs.Var(&probeArgs, "probe", "a trace of the program at a small batch, as `FILE@BATCH` (twice or more; the same ops at each batch)")
 	batch := fs.Uint64("batch", 0, "predict the trace at batch `N`")
@@ -171,7 +172,7 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	stop()
 	if *asJSON {
 		out := scaleJSON{
-			Batch: *batch, Conf: cfg.String(), CapacityBytes: capacity, Ops: m.Len(), VaryingAllocations: m.Varying(),
+			Batch: *batch, Conf: cfg.String(), CapacityBytes: capacity, OverheadBytes: dev.overheadBytes, Ops: m.Len(), VaryingAllocations: m.Varying(),
 			PredictedPeakRequested: req, PredictedPeakAllocated: pred.PeakAllocated, PredictedPeakReserved: pred.PeakReserved,
 			OOMs: pred.OOMs,
 		}

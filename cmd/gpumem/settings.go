@@ -7,10 +7,11 @@ package main
 import (
 	"cmp"
 	"fmt"
-	"github.com/gpumem/gpumem/estimate"
 	"strings"
 
 	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/estimate"
+	"github.com/gpumem/gpumem/stats"
 	"github.com/gpumem/gpumem/trace/plan"
 )
 
@@ -143,34 +144,67 @@ func confLabel(conf string) string {
 }
 
 // deviceFlags are --capacity SIZE and --card NAME, of which one may be
-// given.
+// given, and --overhead SIZE, the memory a process holds outside the
+// allocator on a card.
 type deviceFlags struct {
 	capacity sizeFlag
 	card     string
+	overhead overheadFlag
 	fs       *flagSet
+	// overheadBytes is the overhead resolve took from the card: 0 unless
+	// --card was given.
+	overheadBytes uint64
 }
 
-// addDeviceFlags defines --capacity and --card on fs.
+// addDeviceFlags defines --capacity, --card and --overhead on fs.
 func addDeviceFlags(fs *flagSet, what string) *deviceFlags {
 	d := &deviceFlags{capacity: sizeFlag{plan.DefaultCapacity}, fs: fs}
-	fs.Var(&d.capacity, "capacity", "simulated device memory `SIZE` (80GiB, 512MiB, bytes)"+what)
-	fs.StringVar(&d.card, "card", "", "simulate the memory of the card `NAME` (a100-80g, h100-80g, rtx4090-24g, ...)")
+	fs.Var(&d.capacity, "capacity", "simulated device memory `SIZE` (80GiB, 512MiB, bytes): all of it the allocator's"+what)
+	fs.StringVar(&d.card, "card", "", "simulate the memory of the card `NAME` (a100-80g, h100-80g, rtx4090-24g, ...), less --overhead")
+	addOverheadFlag(fs, &d.overhead)
 	return d
 }
 
-// resolve returns the capacity in bytes, a label for output, and whether
-// the device was given (not the default).
+// addOverheadFlag defines --overhead on fs, as estimate has it.
+func addOverheadFlag(fs *flagSet, o *overheadFlag) {
+	o.n = estimate.DefaultContext
+	fs.Var(o, "overhead", "with --card, per-process memory `SIZE` outside the allocator: the CUDA context, as estimate counts it (default 512MiB)")
+}
+
+// overheadBytes returns --overhead, checked.
+func overheadBytes(o *overheadFlag) (uint64, error) {
+	if o.n > maxOverhead {
+		return 0, usageError{fmt.Sprintf("--overhead must be at most 1PiB, got %s", quote(o.arg))}
+	}
+	return o.n, nil
+}
+
+// resolve returns the capacity in bytes that the allocator sees, a label
+// for output, and whether the device was given (not the default). A card
+// gives the allocator its memory less --overhead, as estimate counts it;
+// --capacity is the allocator's whole.
 func (d *deviceFlags) resolve() (uint64, string, bool, error) {
 	capGiven, cardGiven := flagGiven(d.fs, "capacity"), flagGiven(d.fs, "card")
+	over, err := overheadBytes(&d.overhead)
+	if err != nil {
+		return 0, "", false, err
+	}
 	switch {
 	case capGiven && cardGiven:
 		return 0, "", false, usageError{"give --capacity or --card, not both"}
+	case flagGiven(d.fs, "overhead") && !cardGiven:
+		return 0, "", false, usageError{"--overhead applies with --card (--capacity is the allocator's memory)"}
 	case cardGiven:
 		c, err := estimate.LookupCard(d.card)
 		if err != nil {
 			return 0, "", false, usageError{"--card: " + err.Error()}
 		}
-		return c.Memory, fmt.Sprintf("%s (%s)", c.Name, (&sizeFlag{c.Memory}).String()), true, nil
+		if over+plan.Step > c.Memory {
+			return 0, "", false, usageError{fmt.Sprintf("--overhead %s leaves the allocator less than 2 MiB of the %s", stats.FormatSize(over), c.Name)}
+		}
+		d.overheadBytes = over
+		n := c.Memory - over
+		return n, fmt.Sprintf("%s (%s, less %s overhead: %s)", c.Name, (&sizeFlag{c.Memory}).String(), stats.FormatSize(over), stats.FormatSize(n)), true, nil
 	}
 	n := d.capacity.n
 	if n < plan.Step || n > plan.MaxCapacity {

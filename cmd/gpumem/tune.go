@@ -23,6 +23,7 @@ import (
 type tuneJSON struct {
 	Trace          string          `json:"trace"`
 	CapacityBytes  uint64          `json:"capacity_bytes"`
+	OverheadBytes  uint64          `json:"overhead_bytes,omitempty"` // with --card: the card is capacity_bytes + overhead_bytes
 	BestConf       string          `json:"best_conf"`
 	PyTorchConf    string          `json:"pytorch_conf"`
 	MemoryFraction float64         `json:"pytorch_memory_fraction,omitempty"`
@@ -45,7 +46,7 @@ type tuneJSONEntry struct {
 const tuneShown = 10
 
 func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("tune", "[--capacity SIZE | --card NAME] [--conf CONF]... [--jobs N] [--all] [--json] TRACE", stderr)
+	fs := newFlags("tune", "[--capacity SIZE | --card NAME [--overhead SIZE]] [--conf CONF]... [--jobs N] [--all] [--json] TRACE", stderr)
 	dev := addDeviceFlags(fs, " on which peak reserved bytes and device calls are measured")
 	var confs listFlag
 	fs.Var(&confs, "conf", "also try the configuration `CONF` (repeatable; default: "+envOrder+", if set)")
@@ -120,7 +121,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	ptConf, fraction, _ := plan.PyTorchSetting(ptBest.Config)
 	if *asJSON {
-		out := tuneJSON{Trace: path, CapacityBytes: capacity, BestConf: best.Conf, PyTorchConf: ptConf, MemoryFraction: fraction}
+		out := tuneJSON{Trace: path, CapacityBytes: capacity, OverheadBytes: dev.overheadBytes, BestConf: best.Conf, PyTorchConf: ptConf, MemoryFraction: fraction}
 		for _, r := range res {
 			out.Results = append(out.Results, tuneJSONEntry{
 				Conf: r.Conf, MinCapacityBytes: r.Fit.MinCapacity, PeakReservedBytes: r.AtCapacity.PeakReserved,

@@ -14,7 +14,7 @@ import (
 )
 
 func runViz(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("viz", "[-o OUT.svg] [--conf CONF] [--capacity SIZE | --card NAME] TRACE", stderr)
+	fs := newFlags("viz", "[-o OUT.svg] [--conf CONF] [--capacity SIZE | --card NAME [--overhead SIZE]] TRACE", stderr)
 	out := fs.String("o", "-", "write the SVG to `OUT.svg` (- is standard output); a file is replaced only once the whole picture is written")
 	conf := fs.String("conf", "", confFlagHelp)
 	dev := addDeviceFlags(fs, "")
