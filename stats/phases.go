@@ -34,7 +34,8 @@ type Leak struct {
 	Site  string
 	Size  uint64
 	// Alive is the number of the group's allocations alive at each of the
-	// last step boundaries, oldest first; its last entry is the count now.
+	// last step boundaries, oldest first; its last entry is the count at
+	// the last boundary (Count), not after it.
 	Alive []int64
 	// Grew is the number of consecutive boundaries, ending with the last,
 	// at which the count grew.

@@ -120,9 +120,9 @@ func Summary(d *DeviceStats, opt SummaryOptions) string {
 		buf = rule(buf, '=')
 	}
 	if len(opt.Leaks) > 0 {
-		buf = appendCentered(buf, "Growing at every step: possible leaks")
+		buf = appendCentered(buf, "Growing at every step: possible leaks, at the last step boundary")
 		buf = rule(buf, '-')
-		buf = append(buf, "| Phase or call site    | Block size | Alive now  | Held now   | Steps grew |\n"...)
+		buf = append(buf, "| Phase or call site    | Block size | Alive      | Held       | Steps grew |\n"...)
 		buf = rule(buf, '-')
 		for _, l := range opt.Leaks {
 			label, site := l.Phase, shortSite(l.Site)

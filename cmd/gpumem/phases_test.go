@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -148,4 +149,31 @@ func TestTrailingGarbageWarns(t *testing.T) {
 		assert.Contains(t, errOut.String(), "trailing garbage ignored", args)
 		assert.Equal(t, 1, strings.Count(dropConfLine(errOut.String()), "\n"), args)
 	}
+}
+
+// TestReplayPhasesInOrderOfFirstUse: the phase list follows the trace,
+// not the alphabet; the leak report says when its counts were taken.
+func TestReplayPhasesInOrderOfFirstUse(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.trace")
+	var b strings.Builder
+	b.WriteString("# memtrace v1 source=test\n")
+	id := 0
+	for step := range 3 {
+		fmt.Fprintf(&b, "m step%d\nt zeta\na %d 1048576\nt alpha\na %d 2048\nf %d\nt middle\na %d 4096\nf %d\n", step, id, id+1, id+1, id+2, id+2)
+		id += 3
+	}
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+	out, errOut, code := runCmd(t, "replay", "--phases", "--leaks", path)
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `(?s)phases, in order of first use .*\n  zeta .*\n  alpha .*\n  middle `, out)
+	assert.Contains(t, out, "counts at the last boundary, not at the end of the trace")
+	assert.Contains(t, out, `phase "zeta": 2 blocks of 1048576 bytes alive at the last step boundary`)
+
+	out, errOut, code = runCmd(t, "replay", "--json", "--phases", path)
+	require.Equal(t, 0, code, errOut)
+	var j struct {
+		Order []string `json:"phase_order"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &j))
+	assert.Equal(t, []string{"zeta", "alpha", "middle"}, j.Order)
 }

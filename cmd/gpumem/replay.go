@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"text/tabwriter"
@@ -312,13 +311,8 @@ func printResult(w io.Writer, o *plan.Outcome, device string) {
 	}
 	tw.Flush()
 	if len(r.Phases) > 0 {
-		names := make([]string, 0, len(r.Phases))
-		for n := range r.Phases {
-			names = append(names, n)
-		}
-		slices.Sort(names)
-		fmt.Fprintln(w, "phases (peak allocated, allocations):")
-		for _, n := range names {
+		fmt.Fprintln(w, "phases, in order of first use (peak allocated, allocations):")
+		for _, n := range r.PhaseOrder {
 			label := n
 			if label == "" {
 				label = "(before any phase)"
@@ -330,9 +324,9 @@ func printResult(w io.Writer, o *plan.Outcome, device string) {
 		if len(r.Leaks) == 0 {
 			fmt.Fprintln(w, "leaks: no group of allocations grew at every step boundary")
 		} else {
-			fmt.Fprintln(w, "leaks (groups alive at the last step boundary that grew at every one of the last steps):")
+			fmt.Fprintln(w, "leaks (groups that grew at every one of the last step boundaries; counts at the last boundary, not at the end of the trace):")
 			for _, l := range r.Leaks {
-				fmt.Fprintf(w, "  phase %s: %d blocks of %d bytes (grew at %d boundaries)\n", quote(l.Phase), l.Count, l.Size, l.Grew)
+				fmt.Fprintf(w, "  phase %s: %d blocks of %d bytes alive at the last step boundary (grew at %d boundaries)\n", quote(l.Phase), l.Count, l.Size, l.Grew)
 			}
 		}
 	}

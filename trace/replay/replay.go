@@ -131,6 +131,9 @@ type Result struct {
 	// and number of allocations, by phase name (allocations before any t
 	// line belong to the phase named "").
 	Phases map[string]PhaseResult `json:"phases,omitempty"`
+	// PhaseOrder lists the names in Phases in the order the trace first
+	// named them (the allocator's order), for a report in that order.
+	PhaseOrder []string `json:"phase_order,omitempty"`
 	// Leaks lists, with Options.Leaks, the groups of allocations (by phase
 	// and requested size) whose number alive grew at each of the last two
 	// step boundaries or more; Count is the number alive at the last one.
@@ -269,6 +272,7 @@ func RunContext(ctx context.Context, r trace.OpReader, t Target, dev device.Devi
 		res.Phases = make(map[string]PhaseResult)
 		for _, ph := range rp.phaser.PhaseStats() {
 			res.Phases[ph.Name] = PhaseResult{PeakAllocated: ph.AllocatedBytes.Peak, Allocs: ph.Allocations.Allocated}
+			res.PhaseOrder = append(res.PhaseOrder, ph.Name)
 		}
 	}
 	if opt.Leaks && rp.stepper != nil {
