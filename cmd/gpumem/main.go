@@ -109,7 +109,7 @@ func stopOnSignal() context.Context {
 		temps.removeTemps(true)
 		signal.Reset(sig)
 		if p, err := os.FindProcess(os.Getpid()); err == nil && p.Signal(sig) == nil {
-			time.Sleep(time.Second) // the signal ends the process
+			time.Sleep(5 * time.Second) // the signal ends the process; a loaded machine may take a moment
 		}
 		os.Exit(interrupted{sig}.status())
 	}()
