@@ -23,6 +23,9 @@ const MaxDevices = 64
 type Manager struct {
 	open func(ordinal int) (device.Device, error)
 	cfg  Config
+	// count is the number of devices, ordinals 0 to count-1, for a
+	// Manager made by NewManagerCount; 0 when not known (NewManager).
+	count int
 
 	mu     sync.Mutex // serializes creation
 	allocs [MaxDevices]atomic.Pointer[Allocator]
@@ -40,11 +43,43 @@ func NewManager(open func(ordinal int) (device.Device, error), cfg Config) (*Man
 	return &Manager{open: open, cfg: cfg}, nil
 }
 
+// NewManagerCount is NewManager for a machine of count devices, ordinals
+// 0 to count-1 (for example cuda.DeviceCount's): Devices lists them all,
+// opened or not, and an ordinal outside them is refused without calling
+// open.
+func NewManagerCount(count int, open func(ordinal int) (device.Device, error), cfg Config) (*Manager, error) {
+	if count < 1 || count > MaxDevices {
+		return nil, fmt.Errorf("allocator: NewManagerCount: %d devices, want 1 to %d: %w", count, MaxDevices, device.ErrInvalidArgument)
+	}
+	m, err := NewManager(open, cfg)
+	if err != nil {
+		return nil, err
+	}
+	m.count = count
+	return m, nil
+}
+
+// limit returns one more than the largest ordinal the Manager takes.
+func (m *Manager) limit() int {
+	if m.count > 0 {
+		return m.count
+	}
+	return MaxDevices
+}
+
+// ordinalError is the error of an ordinal out of range, or nil.
+func (m *Manager) ordinalError(ordinal int) error {
+	if ordinal < 0 || ordinal >= m.limit() {
+		return fmt.Errorf("allocator: device ordinal %d out of range 0..%d: %w", ordinal, m.limit()-1, device.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // Allocator returns the allocator of device ordinal, creating it (and
 // opening the device) on first use.
 func (m *Manager) Allocator(ordinal int) (*Allocator, error) {
-	if ordinal < 0 || ordinal >= MaxDevices {
-		return nil, fmt.Errorf("allocator: device ordinal %d out of range 0..%d: %w", ordinal, MaxDevices-1, device.ErrInvalidArgument)
+	if err := m.ordinalError(ordinal); err != nil {
+		return nil, err
 	}
 	if a := m.allocs[ordinal].Load(); a != nil {
 		return a, nil
@@ -102,8 +137,8 @@ func (m *Manager) RecordStream(ordinal int, p device.Ptr, s device.Stream) error
 // existing returns the allocator of a device already in use: freeing on a
 // device never allocated from is an error, not a reason to open it.
 func (m *Manager) existing(ordinal int) (*Allocator, error) {
-	if ordinal < 0 || ordinal >= MaxDevices {
-		return nil, fmt.Errorf("allocator: device ordinal %d out of range 0..%d: %w", ordinal, MaxDevices-1, device.ErrInvalidArgument)
+	if err := m.ordinalError(ordinal); err != nil {
+		return nil, err
 	}
 	a := m.allocs[ordinal].Load()
 	if a == nil {
@@ -112,8 +147,24 @@ func (m *Manager) existing(ordinal int) (*Allocator, error) {
 	return a, nil
 }
 
-// Devices returns the ordinals in use, in increasing order.
+// Devices returns the ordinals of the devices the Manager can open, in
+// increasing order: 0 to count-1 for a Manager made by NewManagerCount,
+// opened or not. A Manager made by NewManager cannot know how many devices
+// exist, so it lists those opened so far (Opened).
 func (m *Manager) Devices() []int {
+	if m.count == 0 {
+		return m.Opened()
+	}
+	out := make([]int, m.count)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// Opened returns the ordinals of the devices opened so far (in use), in
+// increasing order.
+func (m *Manager) Opened() []int {
 	var out []int
 	for i := range m.allocs {
 		if m.allocs[i].Load() != nil {
@@ -126,7 +177,7 @@ func (m *Manager) Devices() []int {
 // EmptyCache empties the cache of every device in use.
 func (m *Manager) EmptyCache() error {
 	var errs []error
-	for _, o := range m.Devices() {
+	for _, o := range m.Opened() {
 		if err := m.allocs[o].Load().EmptyCache(); err != nil {
 			errs = append(errs, err)
 		}
@@ -158,7 +209,7 @@ func (m *Manager) statsMaxSplit() int64 {
 // above (the devices may have peaked at different times).
 func (m *Manager) TotalStats() stats.DeviceStats {
 	total := stats.DeviceStats{MaxSplitSize: m.statsMaxSplit()}
-	for _, o := range m.Devices() {
+	for _, o := range m.Opened() {
 		st := m.allocs[o].Load().Stats()
 		total.Add(&st)
 	}

@@ -123,8 +123,10 @@ func NewCollector(a Allocator, opts ...Option) *Collector {
 }
 
 // NewManagerCollector returns a collector of the stats of every device of
-// m, read at each scrape: a device appears once m has used it. A nil m
-// gives a collector that reports nothing.
+// m, read at each scrape: the devices m.Devices lists (for an
+// allocator.Manager, those it can open, or those opened so far when it
+// does not know the machine). A nil m gives a collector that reports
+// nothing.
 func NewManagerCollector(m Manager, opts ...Option) *Collector {
 	c := newCollector(opts)
 	if isNil(m) {
