@@ -71,7 +71,7 @@ func (c *countingReader) Read(b []byte) (int, error) {
 
 // progressEvery is how often long work writes a progress line where
 // stderr is not a terminal.
-const progressEvery = 3 * time.Second
+var progressEvery = 3 * time.Second
 
 // lineOutput returns where to write progress lines: stderr when it is a
 // file that is not a terminal (a pipe, a log file), else nil (a terminal
