@@ -13,10 +13,11 @@
 //	gpumem convert [-o OUT] [--device N] FILE
 //	gpumem estimate (--model NAME | --config FILE | --params 7B | --layers N --hidden N) [--mode ...] [--card NAME | --capacity SIZE] [--max-batch] [--json]
 //	gpumem viz [-o OUT.svg] [--conf CONF] [--capacity SIZE | --card NAME [--overhead SIZE]] TRACE
-//	gpumem fit [--conf CONF]... [--checks N] [--json] TRACE...
+//	gpumem fit [--conf CONF]... [--checks N] [--overhead SIZE] [--json] TRACE...
 //	gpumem scale --probe FILE@BATCH --probe FILE@BATCH [--probe FILE@BATCH]... --batch N [--capacity SIZE | --card NAME [--overhead SIZE]] [--conf CONF] [--json] [--write OUT]
 //	gpumem tune [--capacity SIZE | --card NAME [--overhead SIZE]] [--conf CONF]... [--jobs N] [--all] [--json] TRACE
 //	gpumem version
+//	gpumem help [COMMAND]
 //
 // A TRACE is a memtrace (plain or gzip), a PyTorch memory snapshot pickle
 // (torch.cuda.memory._dump_snapshot) or an RMM log, told apart by their
@@ -91,9 +92,9 @@ func signalName(sig os.Signal) string {
 // being written and ends the context: the long work (replays, fit, scale,
 // tune, estimate's searches) checks it and returns, and run reports the
 // interruption in one line with the status 128 + the signal's number.
-// Work that cannot see the context (a read that waits on a pipe), or a
-// second signal, ends the process by the signal itself after
-// interruptGrace, as it would have ended without the handler.
+// Work that cannot see the context (a read that waits on a pipe) is ended
+// by the signal itself after interruptGrace, and a second signal ends it
+// at once, as it would have ended without the handler.
 func stopOnSignal() context.Context {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	ch := make(chan os.Signal, 2)
