@@ -1,6 +1,8 @@
 package plan_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log"
 	"strings"
@@ -118,4 +120,16 @@ func ExampleTune() {
 	// "max_split_size_mb:128"      2746 MiB
 	// "roundup_power2_divisions:8" 2782 MiB
 	// PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+}
+
+// FitContext stops when its context is done, as at a Ctrl-C or a
+// deadline: here the context is cancelled before the search begins.
+func ExampleFitContext() {
+	ops := readTrace("testdata/batches/bert_b2.trace.gz")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // in a program: on SIGINT (signal.NotifyContext) or a deadline
+	_, err := plan.FitContext(ctx, ops, plan.FitOptions{})
+	fmt.Println(errors.Is(err, context.Canceled), err)
+	// Output:
+	// true fit stopped: context canceled
 }

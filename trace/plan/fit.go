@@ -100,6 +100,9 @@ func Fit(ops []trace.Op, opt FitOptions) (*FitResult, error) {
 // every thousand ops or so (replay.RunContext), and the search then
 // returns an error that wraps ctx.Err().
 func FitContext(ctx context.Context, ops []trace.Op, opt FitOptions) (*FitResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("fit stopped: %w", err)
+	}
 	run := func(capacity uint64) (*Outcome, error) {
 		return ReplayContext(ctx, ops, opt.Config, capacity)
 	}
