@@ -213,3 +213,15 @@ func TestOverhead(t *testing.T) {
 	assert.Equal(t, uint64(38<<30), tj.CapacityBytes)
 	assert.Equal(t, uint64(2<<30), tj.OverheadBytes)
 }
+
+// TestTuneConfLine: tune names its sweep, and what it tries besides.
+func TestTuneConfLine(t *testing.T) {
+	clearConfEnv(t)
+	_, errOut, code := runCmd(t, "tune", "--json", "testdata/small.trace.gz")
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, "gpumem tune: configurations the sweep alone (none of --conf, GPUMEM_ALLOC_CONF, PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF is set)\n", errOut)
+	t.Setenv("PYTORCH_ALLOC_CONF", "max_split_size_mb:1024")
+	_, errOut, code = runCmd(t, "tune", "--json", "testdata/small.trace.gz")
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, "gpumem tune: the sweep and configuration max_split_size_mb:1024 (from PYTORCH_ALLOC_CONF)\n", errOut)
+}

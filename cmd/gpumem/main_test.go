@@ -15,7 +15,7 @@ import (
 
 // confLineRE matches the line on which a command says which configuration
 // it uses (fs.begin).
-var confLineRE = regexp.MustCompile(`(?m)^gpumem [a-z]+: configurations? .*\n`)
+var confLineRE = regexp.MustCompile(`(?m)^gpumem [a-z]+: (the sweep and )?configurations? .*\n`)
 
 // dropConfLine returns the stderr s without the configuration line, for
 // the tests of the one-line messages that follow it.

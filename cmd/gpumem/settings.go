@@ -85,7 +85,8 @@ func reportConf(fs *flagSet, confs []string, from, def string) {
 		where = "from " + from
 	}
 	if len(confs) == 0 {
-		labels = []string{"none besides the sweep"}
+		// Nothing but the command's own list (tune's sweep): def names it.
+		labels, what, where = []string{def}, "configurations ", strings.TrimPrefix(where, def+": ")
 	}
 	fs.confLine = fmt.Sprintf("%s: %s%s (%s)\n", fs.Name(), what, strings.Join(labels, "; "), where)
 }

@@ -70,6 +70,10 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	if len(extra) > 0 {
+		// The line names what tune tries besides its sweep.
+		fs.confLine = strings.Replace(fs.confLine, ": configuration", ": the sweep and configuration", 1)
+	}
 	cands := plan.Sweep()
 	for _, c := range extra {
 		cand, err := plan.NewCandidate(c)
