@@ -7,6 +7,9 @@ package estimate
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"slices"
+	"sync"
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
@@ -28,47 +31,69 @@ const (
 
 // stream is a plan's allocation stream, recorded from the count so that
 // the search replays it on many capacities without running the program
-// again. Each op is a size to allocate, or opFree with the number (from 1)
-// of the allocation to free. The program's stream does not depend on what
-// the sink answers until an allocation fails, and a replay stops at its
-// first failure, so a replay makes the same requests as a simulation.
+// again. Each op is a size to allocate, or opFree with the slot of the
+// allocation to free. Slots are numbered as the recorder hands them out:
+// a freed slot is the next one taken (last freed, first taken), so that a
+// replay needs as many addresses as the run ever holds at once, not one
+// per allocation. The program's stream does not depend on what the sink
+// answers until an allocation fails, and a replay stops at its first
+// failure, so a replay makes the same requests as a simulation.
 type stream struct {
 	ops      []uint64
-	recorded bool // false: too long to record; the program runs again
-	allocs   int
+	recorded bool   // false: too long to record; the program runs again
+	slots    int    // the most allocations live at once
 	peak     uint64 // the most bytes live at once: no smaller device runs it
 }
 
 const opFree = 1 << 63
 
-// maxRecorded bounds the recorded stream: 16 Mi ops, 128 MiB, with 64
-// MiB of addresses when replayed. The longest streams of the presets fit:
-// Llama-70B decoding 4,000 tokens after a 4,096-token prompt makes 12
-// million ops (1,537 simulated passes of 80 layers); its replay takes
-// 1.1 s, a run of the program 1.4 s. A longer stream (a config with
-// thousands of layers) is not recorded, and the search runs the program
-// for each capacity instead, in bounded memory.
+// maxRecorded bounds the recorded stream: 16 Mi ops, 128 MiB. The longest
+// streams of the presets fit: Llama-70B decoding 4,000 tokens after a
+// 4,096-token prompt makes 12 million ops (1,537 simulated passes of 80
+// layers); its replay takes 1.1 s, a run of the program 1.4 s. A longer
+// stream (a config with thousands of layers) is not recorded, and the
+// search runs the program for each capacity instead, in bounded memory.
 const maxRecorded = 1 << 24
 
+// slotStack hands out slot numbers: the last freed first, else a new one.
+type slotStack struct {
+	free []uint64
+	n    uint64
+}
+
+func (st *slotStack) take() uint64 {
+	if k := len(st.free); k > 0 {
+		x := st.free[k-1]
+		st.free = st.free[:k-1]
+		return x
+	}
+	st.n++
+	return st.n - 1
+}
+
+func (st *slotStack) put(x uint64) { st.free = append(st.free, x) }
+
 // recorder is the counter, recording the stream as it counts, up to
-// maxRecorded ops.
+// maxRecorded ops. Its handles are slots plus one.
 type recorder struct {
 	counter
-	ops  []uint64
-	over bool // the stream is longer than maxRecorded: ops is nil
+	slots slotStack
+	ops   []uint64
+	over  bool // the stream is longer than maxRecorded: ops is nil
 }
 
 func (r *recorder) alloc(n uint64, c category) (uint64, bool) {
-	h, _ := r.counter.alloc(n, c)
+	r.counter.alloc(n, c)
 	// Any size beyond the largest device fails alike; the clamp keeps the
 	// op's top bit for opFree.
 	r.add(min(n, MaxDevice+1))
-	return h, true
+	return r.slots.take() + 1, true
 }
 
 func (r *recorder) free(h, n uint64, c category) {
 	r.counter.free(h, n, c)
-	r.add(opFree | h)
+	r.slots.put(h - 1)
+	r.add(opFree | (h - 1))
 }
 
 func (r *recorder) add(op uint64) {
@@ -88,15 +113,15 @@ func record(pl *Plan) (*counter, *program, *stream) {
 	r := &recorder{}
 	p := newProgram(pl, r)
 	p.run()
-	return &r.counter, p, &stream{ops: r.ops, recorded: !r.over, allocs: int(r.next), peak: r.peak}
+	return &r.counter, p, &stream{ops: r.ops, recorded: !r.over, slots: int(r.slots.n), peak: r.peak}
 }
 
 // runs plays the stream of pl on a fresh allocator (pl.Alloc) over a
 // device of dev bytes and reports whether every allocation succeeded,
 // with the peak reserved bytes: it replays the recording, or runs the
-// program again if the stream was too long to record. ptrs holds at
-// least s.allocs entries when the stream is recorded.
-func (s *stream) runs(pl *Plan, dev uint64, ptrs []device.Ptr) (bool, uint64, error) {
+// program again if the stream was too long to record. Replays of one
+// stream may run concurrently.
+func (s *stream) runs(pl *Plan, dev uint64) (bool, uint64, error) {
 	if dev == 0 || dev < s.peak {
 		return false, 0, nil
 	}
@@ -115,12 +140,15 @@ func (s *stream) runs(pl *Plan, dev uint64, ptrs []device.Ptr) (bool, uint64, er
 	if err != nil {
 		return false, 0, err
 	}
-	next := 0
+	ptrs := make([]device.Ptr, s.slots)
+	slots := slotStack{free: make([]uint64, 0, s.slots)}
 	for _, op := range s.ops {
 		if op&opFree != 0 {
-			if err := a.Free(ptrs[op&^opFree-1]); err != nil {
+			x := op &^ opFree
+			if err := a.Free(ptrs[x]); err != nil {
 				return false, 0, fmt.Errorf("simulation: %w", err)
 			}
+			slots.put(x)
 			continue
 		}
 		if op > dev {
@@ -133,27 +161,29 @@ func (s *stream) runs(pl *Plan, dev uint64, ptrs []device.Ptr) (bool, uint64, er
 			}
 			return false, 0, fmt.Errorf("simulation: %w", err)
 		}
-		ptrs[next] = p
-		next++
+		ptrs[slots.take()] = p
 	}
 	return true, uint64(a.Stats().ReservedBytes[stats.All].Peak), nil
 }
 
 // search is one search for the smallest device: the replays made, by
-// capacity.
+// capacity. It replays up to workers capacities at once.
 type search struct {
 	pl       *Plan
 	s        *stream
-	ptrs     []device.Ptr
+	workers  int
 	runs     map[uint64]bool
-	reserved uint64 // the peak reserved of the last replay that ran
+	reserved uint64 // the peak reserved of the last single replay that ran
 }
+
+// maxWorkers bounds the replays a search runs at once.
+const maxWorkers = 8
 
 func (f *search) try(c uint64) (bool, error) {
 	if ok, done := f.runs[c]; done {
 		return ok, nil
 	}
-	ok, res, err := f.s.runs(f.pl, c, f.ptrs)
+	ok, res, err := f.s.runs(f.pl, c)
 	if err != nil {
 		return false, err
 	}
@@ -162,6 +192,37 @@ func (f *search) try(c uint64) (bool, error) {
 		f.reserved = res
 	}
 	return ok, nil
+}
+
+// tryAll replays the capacities not yet tried, up to f.workers at once.
+func (f *search) tryAll(cs []uint64) error {
+	var todo []uint64
+	for _, c := range cs {
+		if _, done := f.runs[c]; !done && !slices.Contains(todo, c) {
+			todo = append(todo, c)
+		}
+	}
+	ok := make([]bool, len(todo))
+	errs := make([]error, len(todo))
+	sem := make(chan struct{}, f.workers)
+	var wg sync.WaitGroup
+	for i, c := range todo {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			ok[i], _, errs[i] = f.s.runs(f.pl, c)
+			<-sem
+		}()
+	}
+	wg.Wait()
+	for i, c := range todo {
+		if errs[i] != nil {
+			return errs[i]
+		}
+		f.runs[c] = ok[i]
+	}
+	return nil
 }
 
 // minDevice returns the smallest device, a multiple of Step, on which the
@@ -184,10 +245,13 @@ func minDevice(pl *Plan, s *stream, seed uint64) (uint64, error) {
 	if s.peak > MaxDevice {
 		return 0, nil
 	}
-	f := &search{pl: pl, s: s, runs: map[uint64]bool{}}
-	if s.recorded {
-		f.ptrs = make([]device.Ptr, s.allocs)
-	}
+	f := &search{pl: pl, s: s, workers: min(max(runtime.GOMAXPROCS(0), 1), maxWorkers), runs: map[uint64]bool{}}
+	return minDeviceWith(f, seed)
+}
+
+// minDeviceWith is minDevice's search with f.
+func minDeviceWith(f *search, seed uint64) (uint64, error) {
+	s := f.s
 	var floor uint64 // the largest capacity below the peak: it and all below fail
 	if s.peak > 0 {
 		floor = (s.peak - 1) / Step * Step
@@ -232,30 +296,33 @@ func minDevice(pl *Plan, s *stream, seed uint64) (uint64, error) {
 		return 0, err
 	}
 	for range maxFitRounds {
-		found := uint64(0)
+		var below []uint64
 		for k := 1; k <= fitChecks; k++ {
 			c := ans - Step<<k
 			if c > ans || c <= floor || c < Step {
 				break
 			}
-			ok, err := f.try(c)
-			if err != nil {
-				return 0, err
-			}
-			if ok {
+			below = append(below, c)
+		}
+		if err := f.tryAll(below); err != nil {
+			return 0, err
+		}
+		found := uint64(0)
+		for _, c := range below {
+			if f.runs[c] {
 				found = c
 			}
 		}
 		if found == 0 {
 			break
 		}
-		below := floor
+		lo := floor
 		for c, ok := range f.runs {
-			if !ok && c < found && c > below {
-				below = c
+			if !ok && c < found && c > lo {
+				lo = c
 			}
 		}
-		if ans, err = f.bisect(below, found); err != nil {
+		if ans, err = f.bisect(lo, found); err != nil {
 			return 0, err
 		}
 	}
@@ -264,19 +331,31 @@ func minDevice(pl *Plan, s *stream, seed uint64) (uint64, error) {
 
 // bisect narrows (lo, hi], where hi runs and lo fails (or is at or below
 // the peak's floor), to the smallest capacity that runs with one Step
-// less failing.
+// less failing. Each round replays up to f.workers capacities evenly
+// spaced inside the bracket (one: the middle, a bisection), and keeps the
+// smallest that runs and the largest below it that fails.
 func (f *search) bisect(lo, hi uint64) (uint64, error) {
 	for {
 		for hi-lo > Step {
-			mid := lo + (hi-lo)/Step/2*Step
-			ok, err := f.try(mid)
-			if err != nil {
+			n := (hi - lo) / Step // > 1
+			k := min(uint64(f.workers), n-1)
+			pts := make([]uint64, 0, k)
+			for i := uint64(1); i <= k; i++ {
+				pts = append(pts, lo+n*i/(k+1)*Step)
+			}
+			if err := f.tryAll(pts); err != nil {
 				return 0, err
 			}
-			if ok {
-				hi = mid
-			} else {
-				lo = mid
+			for _, c := range pts {
+				if f.runs[c] {
+					hi = c
+					break
+				}
+			}
+			for _, c := range pts {
+				if c < hi && !f.runs[c] {
+					lo = max(lo, c)
+				}
 			}
 		}
 		if lo == 0 {

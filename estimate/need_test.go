@@ -122,3 +122,29 @@ func TestNeedBeyondTheLargestDevice(t *testing.T) {
 		t.Errorf("Need %d, %v; want 0, nil", n, err)
 	}
 }
+
+// Replays made in parallel find what one at a time finds.
+func TestMinDeviceWorkers(t *testing.T) {
+	gpt2, _ := Preset("gpt2")
+	llama, _ := Preset("tinyllama-1.1b")
+	for _, pl := range []Plan{
+		{Model: &gpt2, Workload: Workload{Batch: 8}, Capacity: 80 << 30},
+		{Model: &llama, Workload: Workload{Precision: AMPBF16, Batch: 4, Seq: 1024}, Capacity: 24 << 30},
+	} {
+		if err := pl.Normalize(); err != nil {
+			t.Fatal(err)
+		}
+		_, _, s := record(&pl)
+		var got []uint64
+		for _, w := range []int{1, 3, 8} {
+			ans, err := minDeviceWith(&search{pl: &pl, s: s, workers: w, runs: map[uint64]bool{}}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, ans)
+		}
+		if got[0] == 0 || got[1] != got[0] || got[2] != got[0] {
+			t.Errorf("%s: smallest device with 1, 3 and 8 workers: %v", pl.Model.Name, got)
+		}
+	}
+}
