@@ -126,6 +126,20 @@ func TestEstimateMinCapacity(t *testing.T) {
 	}
 }
 
+// A plan that no simulated device runs says so, with min_capacity_bytes 0;
+// one that nothing makes fit says that too, and lists no remedy.
+func TestEstimateBeyondEveryDevice(t *testing.T) {
+	plan := []string{"--model", "llama-70b", "--batch", "64", "--seq", "4096", "--attention", "eager", "--capacity", "8GiB"}
+	out, errOut, code := runCmd(t, append([]string{"estimate"}, plan...)...)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "needs more than the largest simulated device")
+	assert.Contains(t, out, "no remedy here makes it fit")
+	res := estimateJSONOf(t, plan...)
+	assert.EqualValues(t, 0, res["min_capacity_bytes"])
+	assert.Equal(t, false, res["fits"])
+	assert.Empty(t, res["remedies"])
+}
+
 // A search in which everything is too big answers none, not an error.
 func TestEstimateSearchTooBig(t *testing.T) {
 	res := estimateJSONOf(t, "--model", "llama-70b", "--card", "rtx3060-12g", "--max-batch", "--max-seq")
