@@ -53,17 +53,18 @@
 // key/value cache; a generation longer than 1,536 tokens simulates its
 // first and last 512 steps and 512 evenly spaced steps between, each
 // growing the cache by the tokens it stands for, so that its cost does
-// not grow with its length. Nothing is ever listed whole: the stream is
-// generated layer by layer, and what stays in memory is what a real run
-// keeps.
+// not grow with its length. The model is never listed whole: the stream
+// is generated layer by layer, and what stays in memory is what a real
+// run keeps, besides the stream's own recording (8 bytes an operation, up
+// to 16 Mi of them).
 //
 // The same stream feeds two sinks: a counter, which gives the breakdown
 // (each category's high-water mark, and the high-water mark of their sum),
 // and the caching allocator, which gives the simulated peaks and whether
 // every allocation succeeded. The counter also records the stream, which
 // the search for the smallest capacity replays, capacity after capacity,
-// without running the program again. The formulas behind each term, and where
-// each number comes from, are in FORMULAS.md beside this file.
+// without running the program again. The formulas behind each term, and
+// where each number comes from, are in FORMULAS.md beside this file.
 //
 // # Accuracy
 //
