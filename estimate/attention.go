@@ -49,12 +49,25 @@ func (f *fwd) attention(in qkv) *tensor {
 	f.drop(q, k)
 	scaled := f.ew(scores.n, []*tensor{scores}) // / √d (or · scaling)
 	f.drop(scores)
-	masked := f.ew(scores.n, []*tensor{scaled}) // causal where / additive mask
+	maskedN := scores.n
+	if m.Family == BERT && f.w.Precision.amp() {
+		// BERT's additive mask has the parameters' type, fp32 under
+		// AMP: the sum is promoted to fp32.
+		maskedN = mul(scoreElems, 4)
+	}
+	masked := f.ew(maskedN, []*tensor{scaled}) // causal where / additive mask
 	f.drop(scaled)
 	p := f.softmax(masked, scoreElems)
 	f.drop(masked)
 	pd := f.dropout(p, scoreElems)
 	f.drop(p)
+	if half := mul(scoreElems, f.a); pd.n != half {
+		// Autocast ran the softmax in fp32 and the dropout after it; the
+		// product casts its input to the compute type, and keeps that.
+		c := f.ew(half, []*tensor{pd})
+		f.drop(pd)
+		pd = c
+	}
 	out := f.ew(mul(b, s, h, d, f.a), []*tensor{pd, v}, pd, v)
 	f.drop(pd, v)
 	ctxOut := f.ew(out.n, []*tensor{out}) // transpose(1, 2).contiguous()
@@ -63,7 +76,9 @@ func (f *fwd) attention(in qkv) *tensor {
 }
 
 // softmax of the attention scores, in the model's way. Llama computes it
-// in fp32 and casts back.
+// in fp32 and casts back; so does GPT-2 under AMP (autocast runs softmax
+// in fp32). BERT under AMP returns the fp32 probabilities, which the
+// caller casts back after the dropout.
 func (f *fwd) softmax(x *tensor, elems uint64) *tensor {
 	m := f.m
 	if m.Softmax == SoftmaxExplicit { // exp(x − max) / sum
@@ -82,12 +97,24 @@ func (f *fwd) softmax(x *tensor, elems uint64) *tensor {
 		f.drop(e, sum)
 		return y
 	}
-	if m.Family == Llama && f.a < 4 {
+	amp := f.w.Precision.amp() && f.a < 4
+	if f.a < 4 && (m.Family == Llama || m.Family == GPT2 && amp) {
+		// Llama asks for an fp32 softmax and casts it to the query's
+		// type; GPT-2's softmax is fp32 under autocast, and GPT-2 casts
+		// it to the value's type. Either way before the dropout.
 		p32 := f.ew(mul(elems, 4), []*tensor{x})
 		f.saveOut(p32)
 		p := f.ew(x.n, []*tensor{p32})
 		f.drop(p32)
 		return p
+	}
+	if amp {
+		// BERT: softmax is on autocast's fp32 list, so its output is
+		// fp32, kept for backward; the dropout works on it, and the
+		// product with the values casts the result (attention).
+		p32 := f.ew(mul(elems, 4), []*tensor{x})
+		f.saveOut(p32)
+		return p32
 	}
 	p := f.ew(x.n, []*tensor{x})
 	f.saveOut(p)

@@ -28,9 +28,12 @@
 //     eager or flash attention; sharding over GPUs (ZeRO-1/2/3, FSDP) and
 //     offload to host memory.
 //   - Plan: a model, a workload, one GPU's memory, the per-process context
-//     and the allocator's configuration. Plan.Estimate counts and simulates;
-//     Plan.MaxBatch and Plan.MaxSeq search what fits; Plan.Remedies lists
-//     the changes that would make it fit, cheapest first.
+//     and the allocator's configuration. Plan.Estimate counts and simulates,
+//     and finds what the plan needs (Result.MinCapacity: the smallest
+//     capacity on which the simulated run has no out-of-memory error, as
+//     trace/plan's Fit finds a trace's); Plan.MaxBatch and Plan.MaxSeq
+//     search what fits; Plan.Remedies lists the changes that make it fit,
+//     cheapest first, ending with the cheapest combination.
 //   - Card: the named accelerators (LookupCard).
 //
 // # How the run is modelled
@@ -50,15 +53,18 @@
 // key/value cache; a generation longer than 1,536 tokens simulates its
 // first and last 512 steps and 512 evenly spaced steps between, each
 // growing the cache by the tokens it stands for, so that its cost does
-// not grow with its length. Nothing is ever listed whole: the stream is
-// generated layer by layer, and what stays in memory is what a real run
-// keeps.
+// not grow with its length. The model is never listed whole: the stream
+// is generated layer by layer, and what stays in memory is what a real
+// run keeps, besides the stream's own recording (8 bytes an operation, up
+// to 16 Mi of them).
 //
 // The same stream feeds two sinks: a counter, which gives the breakdown
 // (each category's high-water mark, and the high-water mark of their sum),
 // and the caching allocator, which gives the simulated peaks and whether
-// every allocation succeeded. The formulas behind each term, and where
-// each number comes from, are in FORMULAS.md beside this file.
+// every allocation succeeded. The counter also records the stream, which
+// the search for the smallest capacity replays, capacity after capacity,
+// without running the program again. The formulas behind each term, and
+// where each number comes from, are in FORMULAS.md beside this file.
 //
 // # Accuracy
 //

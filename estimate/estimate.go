@@ -70,8 +70,21 @@ type Result struct {
 	Breakdown  Breakdown
 	Phases     []Phase
 	Sim        *Simulation
-	// Fits reports whether the simulated run completed within the card:
-	// no allocation failed on the memory left after the context.
+	// MinCapacity is what the plan needs: the smallest capacity, the
+	// context included, on which the simulated run has no out-of-memory
+	// error, searched in Steps of the device (the capacity less the
+	// context) as trace/plan's Fit searches a trace's: the run at it has
+	// no out-of-memory error, the run one Step below has one. It is not
+	// the peak reserved on a roomy device: under pressure the allocator
+	// frees its cache and retries, so a run often fits below that peak.
+	// 0 means that not even the largest simulated device (MaxDevice plus
+	// the context) runs it.
+	MinCapacity uint64
+	// Fits reports whether the plan fits its card: MinCapacity is at
+	// most the capacity, and the simulation on the card itself has no
+	// out-of-memory error (a caching allocator is not monotone in the
+	// capacity; a card above MinCapacity on which the run fails is said
+	// in Notes).
 	Fits bool
 	// Notes are caveats worth printing.
 	Notes []string
@@ -133,7 +146,7 @@ func (pl Plan) Estimate() (*Result, error) {
 	if err := pl.Normalize(); err != nil {
 		return nil, err
 	}
-	c, prog := count(&pl)
+	c, prog, st := record(&pl)
 	r := &Result{Plan: pl, Parameters: pl.Params, Trainable: prog.trainable()}
 	if pl.Model != nil {
 		r.Parameters = pl.Model.Params()
@@ -167,7 +180,14 @@ func (pl Plan) Estimate() (*Result, error) {
 			r.Phases[i].Allocated, r.Phases[i].Reserved = phases[i].Allocated, phases[i].Reserved
 		}
 	}
-	r.Fits = !s.OOM
+	if r.MinCapacity, err = pl.minCapacity(st); err != nil {
+		return nil, err
+	}
+	r.Fits = r.MinCapacity != 0 && r.MinCapacity <= pl.Capacity && !s.OOM
+	if r.MinCapacity != 0 && r.MinCapacity <= pl.Capacity && s.OOM {
+		r.Notes = append(r.Notes, fmt.Sprintf("the run fits on %s but runs out of memory on the card's %s: the caching allocator is not monotone in the capacity",
+			FormatBytes(i64(r.MinCapacity)), FormatBytes(i64(pl.Capacity))))
+	}
 	if pl.Model == nil {
 		r.Notes = append(r.Notes, "parameter state only: activations need the model's dimensions (--model, --config or --layers and --hidden)")
 	}

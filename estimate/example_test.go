@@ -32,21 +32,15 @@ func Example() {
 	n, _ := pl.MaxBatch(256)
 	fmt.Printf("llama-7b QLoRA, batch 2 × 1024 on %s: fits %v; largest batch %d\n", card.Name, r.Fits, n)
 
-	// Full training does not fit; the ladder of remedies says what would.
+	// Full training does not fit; the ladder of remedies lists what would,
+	// each with what it needs.
 	pl.Workload.Mode = estimate.Full
 	rs, _ := pl.Remedies()
 	for _, x := range rs {
-		fmt.Printf("%-34s fits %v\n", x.Change, x.Fits)
+		fmt.Println(x)
 	}
 	// Output:
 	// 7B, amp-bf16 AdamW: 112 GB of parameter state; fits 80 GiB: false
 	// llama-7b QLoRA, batch 2 × 1024 on rtx4090-24g: fits true; largest batch 3
-	// --batch 1                          fits false
-	// --checkpointing                    fits false
-	// --optimizer adam8bit               fits false
-	// --mode lora                        fits false
-	// --mode qlora --precision amp-bf16  fits true
-	// --offload optimizer                fits false
-	// --offload all                      fits false
-	// --gpus 1024 --shard fsdp           fits false
+	// QLoRA (4-bit base, LoRA adapters) (--mode qlora --precision amp-bf16): needs 17.03 GiB
 }

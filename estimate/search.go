@@ -1,12 +1,11 @@
-// This file holds the searches: the largest batch and sequence that fit,
-// and the ladder of remedies when the plan does not.
+// This file holds the searches: the largest batch and sequence that
+// fit.
 
 package estimate
 
 import (
 	"context"
 	"fmt"
-	"strings"
 )
 
 // Fits simulates the plan on its card and reports whether every
@@ -27,27 +26,6 @@ func (pl *Plan) fits() bool {
 	}
 	s, _, err := simulate(pl, pl.Capacity-ctx)
 	return err == nil && !s.OOM
-}
-
-// Need returns the memory one GPU would need for the plan: the simulated
-// peak reserved on an unbounded device plus the context, or, when even
-// the largest simulated device is too small, the counted total.
-func (pl Plan) Need() (int64, error) {
-	if err := pl.Normalize(); err != nil {
-		return 0, err
-	}
-	return pl.need(), nil
-}
-
-func (pl *Plan) need() int64 {
-	c, _ := count(pl)
-	total := add(c.peak, pl.context())
-	if total < MaxDevice/2 {
-		if s, _, err := simulate(pl, MaxDevice); err == nil && !s.OOM {
-			return i64(add(uint64(s.PeakReserved), pl.context()))
-		}
-	}
-	return i64(total)
 }
 
 // MaxBatch returns the largest batch, up to limit, with which the plan
@@ -145,120 +123,4 @@ func largest(ctx context.Context, limit int, fits func(int) bool) (int, error) {
 		}
 	}
 	return done(lo)
-}
-
-// Remedy is one rung of the ladder: a change to the plan and what the
-// plan would then need.
-type Remedy struct {
-	Name   string // what to do
-	Change string // the same as command-line flags
-	Need   int64  // bytes per GPU: simulated peak reserved plus the context
-	Fits   bool
-}
-
-// Remedies returns the ladder of changes that lower the memory, cheapest
-// first, each applied alone to the plan: halve the batch, flash attention,
-// activation checkpointing, quantization (8-bit Adam; int8 and int4
-// weights for inference), LoRA and QLoRA, offload to host memory, and
-// sharding over more GPUs (the fewest, up to 1024, that fit).
-func (pl Plan) Remedies() ([]Remedy, error) {
-	if err := pl.Normalize(); err != nil {
-		return nil, err
-	}
-	w := pl.Workload
-	var out []Remedy
-	try := func(name, change string, f func(*Workload)) {
-		q := pl
-		f(&q.Workload)
-		if q.Normalize() != nil {
-			return
-		}
-		out = append(out, Remedy{Name: name, Change: change, Need: q.need(), Fits: q.fits()})
-	}
-	dims := pl.Model != nil
-	if dims && w.Batch > 1 {
-		try(fmt.Sprintf("halve the batch to %d", w.Batch/2), fmt.Sprintf("--batch %d", w.Batch/2),
-			func(w *Workload) { w.Batch /= 2 })
-	}
-	if dims && w.Attention == Eager {
-		try("use flash attention", "--attention flash", func(w *Workload) { w.Attention = Flash })
-	}
-	training := w.Mode.training()
-	if dims && training && w.Checkpointing != 1 {
-		try("checkpoint every layer's activations", "--checkpointing", func(w *Workload) { w.Checkpointing = 1 })
-	}
-	if training && w.Mode != QLoRA && (w.Optimizer == Adam || w.Optimizer == AdamW) && !w.Offload.optimizer() {
-		try("8-bit Adam", "--optimizer adam8bit", func(w *Workload) { w.Optimizer = Adam8bit })
-	}
-	if w.Mode == Infer {
-		if w.Precision != Int8 && w.Precision != Int4 {
-			try("int8 weights", "--precision int8", func(w *Workload) { w.Precision = Int8 })
-		}
-		if w.Precision != Int4 {
-			try("int4 weights", "--precision int4", func(w *Workload) { w.Precision = Int4 })
-		}
-	}
-	if dims && w.Mode == Full {
-		try("LoRA adapters (rank 8 on q and v)", "--mode lora", func(w *Workload) { w.Mode = LoRA })
-	}
-	if dims && (w.Mode == Full || w.Mode == LoRA) {
-		change := "--mode qlora"
-		if w.Precision == FP32 { // QLoRA computes in half precision
-			change += " --precision amp-bf16"
-		}
-		try("QLoRA (4-bit base, LoRA adapters)", change, func(w *Workload) {
-			w.Mode = QLoRA
-			if w.Precision == FP32 {
-				w.Precision = AMPBF16
-			}
-		})
-	}
-	if training && !w.Offload.optimizer() && w.Optimizer != NoOptimizer && w.Optimizer != SGD {
-		try("offload the optimizer state to host memory", "--offload optimizer",
-			func(w *Workload) { w.Offload = OffloadOptimizer })
-	}
-	if !w.Offload.params() {
-		to, change := OffloadAll, "--offload all"
-		if !training {
-			to, change = OffloadParams, "--offload params"
-		}
-		try("offload the weights to host memory too", change, func(w *Workload) { w.Offload = to })
-	}
-	out = append(out, pl.moreGPUs()...)
-	return out, nil
-}
-
-// moreGPUs finds the fewest GPUs (doubling up to 1024) over which fully
-// sharded data parallel fits, each GPU keeping its batch.
-func (pl Plan) moreGPUs() []Remedy {
-	var last Remedy
-	for n := max(2, pl.Workload.GPUs*2); n <= 1024; n *= 2 {
-		q := pl
-		q.Workload.GPUs, q.Workload.Shard = n, FSDP
-		if q.Normalize() != nil {
-			return nil
-		}
-		last = Remedy{Name: fmt.Sprintf("shard over %d GPUs (FSDP)", n), Change: fmt.Sprintf("--gpus %d --shard fsdp", n)}
-		if q.fits() {
-			last.Need, last.Fits = q.need(), true
-			return []Remedy{last}
-		}
-		if n == 1024 {
-			last.Need = q.need()
-		}
-	}
-	if last.Name == "" {
-		return nil
-	}
-	return []Remedy{last}
-}
-
-// String writes a remedy as one line.
-func (r Remedy) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s (%s): needs %s", r.Name, r.Change, FormatBytes(r.Need))
-	if r.Fits {
-		b.WriteString(", fits")
-	}
-	return b.String()
 }

@@ -1,7 +1,6 @@
 package estimate
 
 import (
-	"strings"
 	"testing"
 	"time"
 )
@@ -58,73 +57,5 @@ func TestSearchTooBigIsZero(t *testing.T) {
 	q.Workload.Attention, q.Capacity = Flash, MaxDevice
 	if n, err := q.MaxSeq(MaxSequence); err != nil || n != MaxSequence {
 		t.Errorf("longest int4 context with flash attention on 8 TiB: %d, %v; want the limit", n, err)
-	}
-}
-
-func TestRemediesLadder(t *testing.T) {
-	m, _ := Preset("llama-7b")
-	pl := Plan{Model: &m, Workload: Workload{Precision: AMPBF16, Batch: 4, Seq: 2048, Attention: Eager}, Capacity: 80 << 30}
-	r, err := pl.Estimate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Fits {
-		t.Fatal("7B full training at batch 4 × 2048 fits 80 GiB")
-	}
-	rs, err := pl.Remedies()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, x := range rs {
-		names = append(names, x.Change)
-		if x.Need <= 0 {
-			t.Errorf("%s: need %d", x.Name, x.Need)
-		}
-	}
-	want := []string{"--batch 2", "--attention flash", "--checkpointing", "--optimizer adam8bit", "--mode lora", "--mode qlora",
-		"--offload optimizer", "--offload all", "--gpus"}
-	got := strings.Join(names, " | ")
-	for i, w := range want {
-		if i >= len(names) || !strings.HasPrefix(names[i], w) {
-			t.Fatalf("ladder %q, want the order %q", got, want)
-		}
-	}
-	// Sharding divides the state, not the activations: the ladder's last
-	// rung fits a 7B model's state at a small batch.
-	small := pl
-	small.Workload.Batch, small.Workload.Seq, small.Workload.Attention = 1, 512, Flash
-	if rs, err := small.Remedies(); err != nil || len(rs) == 0 || !rs[len(rs)-1].Fits {
-		t.Errorf("7B at batch 1 × 512: %v, %v", rs, err)
-	}
-	for _, x := range rs {
-		if x.Need >= r.Breakdown.Total*11/10 {
-			t.Errorf("%s needs %s, more than the plan's %s", x.Name, FormatBytes(x.Need), FormatBytes(r.Breakdown.Total))
-		}
-	}
-	inf, _ := Preset("llama-70b")
-	rs, err = Plan{Model: &inf, Workload: Workload{Mode: Infer}, Capacity: 24 << 30}.Remedies()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rs) < 3 || rs[0].Change != "--precision int8" || rs[1].Change != "--precision int4" {
-		t.Errorf("inference ladder %v", rs)
-	}
-}
-
-func TestNeedCoversTheSimulation(t *testing.T) {
-	gpt2, _ := Preset("gpt2")
-	pl := Plan{Model: &gpt2, Workload: Workload{Batch: 8}, Capacity: 80 << 30}
-	need, err := pl.Need()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := estimateOf(t, pl)
-	if need != r.Sim.PeakReserved+DefaultContext {
-		t.Errorf("need %d, want peak reserved %d + context", need, r.Sim.PeakReserved)
-	}
-	pl.Capacity = uint64(need)
-	if ok, _ := pl.Fits(); !ok {
-		t.Error("does not fit in what it needs")
 	}
 }

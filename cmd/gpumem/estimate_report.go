@@ -18,7 +18,7 @@ import (
 type estimateReport struct {
 	r        *estimate.Result
 	card     string
-	need     int64 // bytes one GPU needs: simulated peak reserved plus context
+	need     int64 // bytes one GPU needs: Result.MinCapacity (0: more than the largest simulated device)
 	remedies []estimate.Remedy
 	maxBatch *int
 	maxSeq   *int
@@ -35,14 +35,8 @@ func newReport(stop context.Context, pl estimate.Plan, card string, wantBatch, w
 	if err != nil {
 		return nil, err
 	}
-	rep := &estimateReport{r: r, card: card}
-	ctx := max(r.Plan.Context, 0)
-	if r.Fits {
-		rep.need = r.Sim.PeakReserved + ctx
-	} else {
-		if rep.need, err = pl.Need(); err != nil {
-			return nil, err
-		}
+	rep := &estimateReport{r: r, card: card, need: int64(min(r.MinCapacity, 1<<62))}
+	if !r.Fits {
 		if rep.remedies, err = pl.Remedies(); err != nil {
 			return nil, err
 		}
@@ -149,15 +143,25 @@ func (rep *estimateReport) writeText(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+	needs := "needs " + size(rep.need)
+	if rep.need == 0 {
+		needs = "needs more than the largest simulated device (" + size(estimate.MaxDevice) + " plus the overhead)"
+	}
 	if r.Fits {
-		fmt.Fprintf(w, "fits on %s: needs %s, %s to spare\n", rep.device(), size(rep.need), size(int64(r.Plan.Capacity)-rep.need))
+		fmt.Fprintf(w, "fits on %s: %s, %s to spare\n", rep.device(), needs, size(int64(r.Plan.Capacity)-rep.need))
 	} else {
-		fmt.Fprintf(w, "does not fit on %s: needs %s\n", rep.device(), size(rep.need))
+		fmt.Fprintf(w, "does not fit on %s: %s\n", rep.device(), needs)
 		if len(rep.remedies) > 0 {
-			fmt.Fprintln(w, "remedies, cheapest first (each alone):")
+			fmt.Fprintln(w, "remedies that make it fit, cheapest first:")
 			for _, m := range rep.remedies {
-				fmt.Fprintf(w, "  %s\n", m)
+				if m.Combined {
+					fmt.Fprintf(w, "  combined: %s\n", m)
+				} else {
+					fmt.Fprintf(w, "  %s\n", m)
+				}
 			}
+		} else {
+			fmt.Fprintln(w, "no remedy here makes it fit")
 		}
 	}
 	if rep.maxBatch != nil {
@@ -186,6 +190,13 @@ func searchCell(n int) string {
 }
 
 // estimateJSON is the --json object. Sizes are bytes per GPU.
+// min_capacity_bytes is what the plan needs (Result.MinCapacity: the
+// smallest capacity, overhead included, on which the simulated run has no
+// out-of-memory error; 0 when not even the largest simulated device runs
+// it); need_bytes is the same figure under its older name. fits is
+// min_capacity_bytes <= capacity_bytes, with the run on the card itself
+// free of out-of-memory errors. Each remedy makes the plan fit; its
+// need_bytes is the changed plan's min_capacity_bytes.
 type estimateJSON struct {
 	Model               string       `json:"model"`
 	Parameters          int64        `json:"parameters"`
@@ -221,6 +232,7 @@ type estimateJSON struct {
 	Fragmentation       float64      `json:"fragmentation"`
 	OOM                 bool         `json:"oom"`
 	OOMPhase            string       `json:"oom_phase,omitempty"`
+	MinCapacityBytes    int64        `json:"min_capacity_bytes"`
 	NeedBytes           int64        `json:"need_bytes"`
 	Fits                bool         `json:"fits"`
 	Phases              []phaseJSON  `json:"phases"`
@@ -240,8 +252,8 @@ type phaseJSON struct {
 type remedyJSON struct {
 	Name      string `json:"name"`
 	Change    string `json:"change"`
-	NeedBytes int64  `json:"need_bytes"`
-	Fits      bool   `json:"fits"`
+	NeedBytes int64  `json:"need_bytes"` // the changed plan's min_capacity_bytes
+	Combined  bool   `json:"combined"`
 }
 
 func (rep *estimateReport) writeJSON(w io.Writer) error {
@@ -259,7 +271,7 @@ func (rep *estimateReport) writeJSON(w io.Writer) error {
 		TemporariesBytes: b.Temporaries, OverheadBytes: b.Overhead, TotalBytes: b.Total, PeakPhase: b.PeakPhase,
 		HostBytes: b.Host, PeakAllocatedBytes: s.PeakAllocated, PeakReservedBytes: s.PeakReserved,
 		PeakRequestedBytes: s.PeakRequested, Fragmentation: s.Fragmentation, OOM: s.OOM, OOMPhase: s.OOMPhase,
-		NeedBytes: rep.need, Fits: r.Fits, MaxBatch: rep.maxBatch, MaxSeq: rep.maxSeq, Notes: r.Notes,
+		MinCapacityBytes: rep.need, NeedBytes: rep.need, Fits: r.Fits, MaxBatch: rep.maxBatch, MaxSeq: rep.maxSeq, Notes: r.Notes,
 		Phases: []phaseJSON{}, Remedies: []remedyJSON{},
 	}
 	if pl.Model != nil {
@@ -272,7 +284,7 @@ func (rep *estimateReport) writeJSON(w io.Writer) error {
 		j.Phases = append(j.Phases, phaseJSON{p.Name, p.Counted, p.Allocated, p.Reserved})
 	}
 	for _, m := range rep.remedies {
-		j.Remedies = append(j.Remedies, remedyJSON{m.Name, m.Change, m.Need, m.Fits})
+		j.Remedies = append(j.Remedies, remedyJSON{m.Name, m.Change, m.Need, m.Combined})
 	}
 	out, err := json.Marshal(j)
 	if err != nil {

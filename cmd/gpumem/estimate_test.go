@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -33,7 +34,7 @@ func TestEstimateJSONContract(t *testing.T) {
 	res := estimateJSONOf(t, "--model", "gpt2", "--batch", "2", "--seq", "256", "--card", "rtx4090-24g", "--max-batch", "--max-seq")
 	for _, k := range []string{"parameters", "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
 		"kv_cache_bytes", "overhead_bytes", "total_bytes", "host_bytes", "peak_allocated_bytes", "peak_reserved_bytes",
-		"fits", "max_batch", "max_seq", "phases", "remedies", "need_bytes", "fragmentation"} {
+		"fits", "max_batch", "max_seq", "phases", "remedies", "need_bytes", "min_capacity_bytes", "fragmentation"} {
 		assert.Contains(t, res, k)
 	}
 	assert.EqualValues(t, 124439808, res["parameters"])
@@ -74,7 +75,8 @@ func TestEstimateText(t *testing.T) {
 	out, errOut, code := runCmd(t, "estimate", "--model", "llama-7b", "--precision", "amp-bf16", "--batch", "4", "--seq", "2048", "--card", "a100-80g")
 	require.Equal(t, 0, code, errOut)
 	for _, s := range []string{"llama-7b: 32 layers", "optimizer state", "peak allocated", "peak reserved", "does not fit on a100-80g",
-		"remedies, cheapest first", "--checkpointing", "--mode qlora", "--offload optimizer", "--shard fsdp"} {
+		"remedies that make it fit, cheapest first", "--mode qlora", "--offload optimizer", "--shard fsdp",
+		"combined: checkpoint every layer's activations, 8-bit Adam (--checkpointing --optimizer adam8bit)"} {
 		assert.Contains(t, out, s)
 	}
 	out, errOut, code = runCmd(t, "estimate", "--model", "tinyllama-1.1b", "--mode", "infer", "--batch", "8", "--seq", "1024",
@@ -86,6 +88,56 @@ func TestEstimateText(t *testing.T) {
 	out, errOut, code = runCmd(t, "estimate", "--params", "7B")
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "activations need the model's dimensions")
+}
+
+// min_capacity_bytes is what the plan needs: a bisection over --capacity
+// agrees with it (the run at it fits, the run 2 MiB below does not), fits
+// is min_capacity_bytes <= capacity_bytes, and each remedy, applied with
+// its flags, fits with the need it was listed with. The 7B example needed
+// 135.52 GiB (the peak reserved on a roomy device) although it runs on
+// 130 GiB.
+func TestEstimateMinCapacity(t *testing.T) {
+	plan := []string{"--model", "llama-7b", "--precision", "amp-bf16", "--batch", "4"}
+	res := estimateJSONOf(t, append(plan, "--card", "a100-80g")...)
+	minCap := num(t, res, "min_capacity_bytes")
+	assert.Equal(t, minCap, num(t, res, "need_bytes"))
+	assert.Equal(t, false, res["fits"])
+	assert.LessOrEqual(t, minCap, float64(130<<30))
+	for _, c := range []float64{minCap - 2<<20, minCap, minCap + 2<<20} {
+		at := estimateJSONOf(t, append(plan, "--capacity", strconv.FormatFloat(c, 'f', 0, 64))...)
+		assert.Equal(t, minCap, num(t, at, "min_capacity_bytes"))
+		assert.Equal(t, c >= minCap, at["fits"], "on %.0f bytes", c)
+		assert.Equal(t, c < minCap, at["oom"], "on %.0f bytes", c)
+	}
+	out, errOut, code := runCmd(t, append([]string{"estimate", "--capacity", "130GiB"}, plan...)...)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "fits on 130.00 GiB device: needs 129.53 GiB")
+
+	remedies, ok := res["remedies"].([]any)
+	require.True(t, ok && len(remedies) > 0, "%v", res["remedies"])
+	for _, x := range remedies {
+		m := x.(map[string]any)
+		args := append(append([]string{}, plan...), "--card", "a100-80g")
+		args = append(args, strings.Fields(m["change"].(string))...)
+		got := estimateJSONOf(t, args...)
+		assert.Equal(t, true, got["fits"], "%v", m)
+		assert.Equal(t, m["need_bytes"], got["min_capacity_bytes"], "%v", m)
+		assert.NotContains(t, m, "fits")
+	}
+}
+
+// A plan that no simulated device runs says so, with min_capacity_bytes 0;
+// one that nothing makes fit says that too, and lists no remedy.
+func TestEstimateBeyondEveryDevice(t *testing.T) {
+	plan := []string{"--model", "llama-70b", "--batch", "64", "--seq", "4096", "--attention", "eager", "--capacity", "8GiB"}
+	out, errOut, code := runCmd(t, append([]string{"estimate"}, plan...)...)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "needs more than the largest simulated device")
+	assert.Contains(t, out, "no remedy here makes it fit")
+	res := estimateJSONOf(t, plan...)
+	assert.EqualValues(t, 0, res["min_capacity_bytes"])
+	assert.Equal(t, false, res["fits"])
+	assert.Empty(t, res["remedies"])
 }
 
 // A search in which everything is too big answers none, not an error.
