@@ -1,0 +1,192 @@
+// This file holds Pack: greedy offset assignment by size over an index of
+// time buckets.
+
+package offline
+
+import (
+	"cmp"
+	"math"
+	"slices"
+
+	"github.com/gpumem/gpumem/trace"
+)
+
+// Plan is a trace's packing and its bound.
+type Plan struct {
+	// Blocks are the trace's blocks in the order of their a lines, each
+	// with its offset.
+	Blocks []Block
+	// Ops is the number of ops in the trace.
+	Ops int
+	// Bound is the lower bound: the peak of rounded live bytes, reached
+	// first at op BoundAt (an index in the ops).
+	Bound   uint64
+	BoundAt int
+	// Footprint is the packing's memory: the highest end of a block.
+	Footprint uint64
+	// Order names the order of the greedy pass that gave the packing:
+	// "size" or "lifetime".
+	Order string
+}
+
+// Pack computes the lifetimes of the trace's blocks, their bound, and a
+// packing (see the package documentation). Its errors are Lifetimes'.
+func Pack(ops []trace.Op) (*Plan, error) {
+	blocks, err := Lifetimes(ops)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{Blocks: blocks, Ops: len(ops)}
+	p.Bound, p.BoundAt = Bound(blocks)
+	p.Footprint, p.Order = packBlocks(blocks, len(ops), p.Bound)
+	return p, nil
+}
+
+// orders are the greedy passes Pack tries, in turn: each sorts block
+// indices into the order they are placed in.
+var orders = []struct {
+	name string
+	less func(a, b *Block) int
+}{
+	{"size", func(a, b *Block) int {
+		return cmp.Or(cmp.Compare(b.Bytes, a.Bytes), cmp.Compare(b.End-b.Start, a.End-a.Start), cmp.Compare(a.Start, b.Start))
+	}},
+	{"lifetime", func(a, b *Block) int {
+		return cmp.Or(cmp.Compare(b.End-b.Start, a.End-a.Start), cmp.Compare(b.Bytes, a.Bytes), cmp.Compare(a.Start, b.Start))
+	}},
+}
+
+// packBlocks sets the Offset of every block, whose Start, End and Bytes
+// are set with 0 <= Start < End <= ops, and returns the footprint and the
+// name of the order that gave it. It tries each greedy order and keeps the
+// smallest footprint, stopping at one that equals bound. The blocks'
+// Bytes must sum to at most 2^64 - 1, so that no offset overflows.
+func packBlocks(blocks []Block, ops int, bound uint64) (uint64, string) {
+	if len(blocks) == 0 {
+		return 0, orders[0].name
+	}
+	idx := make([]int32, len(blocks))
+	best, bestName := uint64(math.MaxUint64), ""
+	offsets := make([]uint64, len(blocks))
+	for _, o := range orders {
+		for i := range idx {
+			idx[i] = int32(i)
+		}
+		slices.SortFunc(idx, func(x, y int32) int {
+			return cmp.Or(o.less(&blocks[x], &blocks[y]), cmp.Compare(x, y))
+		})
+		if fp := greedy(blocks, ops, idx); fp < best {
+			best, bestName = fp, o.name
+			for i := range blocks {
+				offsets[i] = blocks[i].Offset
+			}
+		}
+		if best <= bound {
+			break
+		}
+	}
+	for i := range blocks {
+		blocks[i].Offset = offsets[i]
+	}
+	return best, bestName
+}
+
+// greedy places the blocks in the order idx, each at the best-fitting gap
+// among the placed blocks that overlap it in time, and returns the
+// footprint.
+//
+// The placed blocks are found through buckets of time: bucket k holds, in
+// address order, every placed block in use at some op in [k*w, (k+1)*w).
+// A block is looked up in the buckets its lifetime touches; one found in
+// several of them is taken from the first only (the bucket of the later
+// of the two starts). w is the mean lifetime, so that a block touches
+// about two buckets and a bucket holds about the blocks live at once. The
+// blocks found in each bucket are in address order, and are merged into
+// those of the buckets before it.
+func greedy(blocks []Block, ops int, idx []int32) uint64 {
+	// iv is the part of each block the search reads, dense.
+	type interval struct {
+		start, end int32
+		bucket     int // of start
+		off, top   uint64
+	}
+	iv := make([]interval, len(blocks))
+	var sum int
+	for i := range blocks {
+		b := &blocks[i]
+		iv[i] = interval{start: int32(b.Start), end: int32(b.End)}
+		sum += b.End - b.Start
+	}
+	w := max(1, sum/len(blocks))
+	buckets := make([][]int32, ops/w+1)
+	bucketOf := func(t int32) int { return min(int(t)/w, len(buckets)-1) }
+	for i := range iv {
+		iv[i].bucket = bucketOf(iv[i].start)
+	}
+	type used struct{ off, top uint64 }
+	var cand, merged []used
+	var footprint uint64
+	for _, x := range idx {
+		b := &iv[x]
+		bytes := blocks[x].Bytes
+		if bytes == 0 || b.start >= b.end {
+			blocks[x].Offset = 0
+			continue
+		}
+		first, last := bucketOf(b.start), bucketOf(b.end-1)
+		// Each bucket's blocks, in address order, merged into cand.
+		cand = cand[:0]
+		for k := first; k <= last; k++ {
+			n := len(cand)
+			for _, y := range buckets[k] {
+				c := &iv[y]
+				if b.start < c.end && c.start < b.end && max(first, c.bucket) == k {
+					cand = append(cand, used{c.off, c.top})
+				}
+			}
+			if n == 0 || n == len(cand) {
+				continue
+			}
+			merged = merged[:0]
+			i, j := 0, n
+			for i < n && j < len(cand) {
+				if cand[i].off <= cand[j].off {
+					merged = append(merged, cand[i])
+					i++
+				} else {
+					merged = append(merged, cand[j])
+					j++
+				}
+			}
+			merged = append(append(merged, cand[i:n]...), cand[j:]...)
+			cand, merged = merged, cand
+		}
+		// The best fit: the smallest gap that holds the block, else the
+		// top.
+		var end uint64
+		bestGap, at := uint64(math.MaxUint64), uint64(0)
+		found := false
+		for _, c := range cand {
+			if c.off > end {
+				if gap := c.off - end; gap >= bytes && gap < bestGap {
+					bestGap, at, found = gap, end, true
+				}
+			}
+			end = max(end, c.top)
+		}
+		if !found {
+			at = end
+		}
+		b.off, b.top = at, at+bytes
+		blocks[x].Offset = at
+		footprint = max(footprint, at+bytes)
+		for k := first; k <= last; k++ {
+			list := buckets[k]
+			i, _ := slices.BinarySearchFunc(list, x, func(y, x int32) int {
+				return cmp.Or(cmp.Compare(iv[y].off, iv[x].off), cmp.Compare(y, x))
+			})
+			buckets[k] = slices.Insert(list, i, x)
+		}
+	}
+	return footprint
+}
