@@ -15,6 +15,7 @@ import (
 	"github.com/gpumem/gpumem/stats"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/plan"
+	"github.com/gpumem/gpumem/trace/plan/offline"
 )
 
 // fitJSON is one line of fit --json: one trace under one configuration.
@@ -33,6 +34,11 @@ type fitJSON struct {
 	RoomyCapacityBytes     uint64 `json:"roomy_capacity_bytes"`
 	RoomyPeakReservedBytes int64  `json:"roomy_peak_reserved_bytes"`
 	Replays                int    `json:"replays"`
+	// The offline best: the peak of live bytes rounded to 512, below
+	// which no allocator runs the trace, and the footprint of a packing
+	// that knows every lifetime.
+	BoundBytes   uint64 `json:"bound_bytes"`
+	PlannedBytes uint64 `json:"planned_bytes"`
 }
 
 // fitted is one trace fitted under one configuration, with a replay on a
@@ -41,6 +47,7 @@ type fitted struct {
 	*plan.FitResult
 	roomyCapacity uint64
 	roomy         *plan.Outcome
+	best          *offline.Plan
 }
 
 func runFit(args []string, stdout, stderr io.Writer) error {
@@ -84,9 +91,15 @@ func runFit(args []string, stdout, stderr io.Writer) error {
 	// Every failure is kept and reported, in the order of the traces and
 	// configurations, not only the first to end.
 	errs := make([]error, len(results))
+	plans := make([]*offline.Plan, len(traces))
+	planErrs := make([]error, len(traces))
 	var g errgroup.Group
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for i := range traces {
+		g.Go(func() error {
+			plans[i], planErrs[i] = offlineBest(traces[i])
+			return nil
+		})
 		for j, c := range cands {
 			g.Go(func() error {
 				k := i*len(cands) + j
@@ -101,7 +114,7 @@ func runFit(args []string, stdout, stderr io.Writer) error {
 					errs[k] = err
 					return nil
 				}
-				results[k] = fitted{r, roomy, o}
+				results[k] = fitted{FitResult: r, roomyCapacity: roomy, roomy: o}
 				return nil
 			})
 		}
@@ -110,18 +123,26 @@ func runFit(args []string, stdout, stderr io.Writer) error {
 	if err := fitErrors(fs.Args(), cands, errs); err != nil {
 		return err
 	}
+	for i, err := range planErrs {
+		if err != nil {
+			return fmt.Errorf("%s: %w", clip(fs.Arg(i)), err)
+		}
+	}
 	for i, path := range fs.Args() {
 		if !*asJSON {
 			fmt.Fprintf(stdout, "%s: %d ops, peak requested %s\n", clip(path), len(traces[i]), human(int64(plan.PeakRequested(traces[i]))))
+			fmt.Fprintf(stdout, "  %s\n", offlineLine(plans[i]))
 		}
 		for j, c := range cands {
 			r := results[i*len(cands)+j]
+			r.best = plans[i]
 			if *asJSON {
 				b, err := json.Marshal(fitJSON{
 					Trace: path, Conf: c.Conf, MinCapacityBytes: r.MinCapacity, PeakRequestedBytes: r.PeakRequested,
 					FitRatio: r.FitRatio, SafeCapacityBytes: r.SafeCapacity, NonMonotone: append([]uint64{}, r.NonMonotone...),
 					BelowOOMs: r.BelowOOMs, PeakReservedBytes: r.AtMin.PeakReserved, Replays: len(r.Trials),
 					RoomyCapacityBytes: r.roomyCapacity, RoomyPeakReservedBytes: r.roomy.PeakReserved,
+					BoundBytes: plans[i].Bound, PlannedBytes: plans[i].Footprint,
 				})
 				if err != nil {
 					return err
@@ -174,7 +195,8 @@ func printFit(w io.Writer, label string, r fitted) {
 	if r.PeakRequested == 0 {
 		fmt.Fprintf(w, "    runs on  %s, the smallest device: the trace requests no memory\n", human(int64(r.MinCapacity)))
 	} else {
-		fmt.Fprintf(w, "    runs on  %s: %.3f x the peak requested\n", human(int64(r.MinCapacity)), r.FitRatio)
+		fmt.Fprintf(w, "    runs on  %s: %.3f x the peak requested, %s the offline best\n", human(int64(r.MinCapacity)), r.FitRatio,
+			timesBest(int64(r.MinCapacity), r.best))
 	}
 	if r.MinCapacity > plan.Step {
 		fmt.Fprintf(w, "    not on   %s: %s out of memory\n", human(int64(r.MinCapacity-plan.Step)), plural(r.BelowOOMs, "allocation runs", "allocations run"))
@@ -184,8 +206,9 @@ func printFit(w io.Writer, label string, r fitted) {
 			len(r.NonMonotone), human(int64(r.NonMonotone[0])), human(int64(r.SafeCapacity)))
 	}
 	if r.roomy.OOMs == 0 && r.PeakRequested > 0 {
-		fmt.Fprintf(w, "    on %s it reserves %s at its peak: %.3f x the peak requested\n", stats.FormatSize(r.roomyCapacity),
-			stats.FormatSize(uint64(max(r.roomy.PeakReserved, 0))), float64(r.roomy.PeakReserved)/float64(r.PeakRequested))
+		fmt.Fprintf(w, "    on %s it reserves %s at its peak: %.3f x the peak requested, %s the offline best\n", stats.FormatSize(r.roomyCapacity),
+			stats.FormatSize(uint64(max(r.roomy.PeakReserved, 0))), float64(r.roomy.PeakReserved)/float64(r.PeakRequested),
+			timesBest(r.roomy.PeakReserved, r.best))
 	}
 	fmt.Fprintf(w, "    %d replays\n", len(r.Trials))
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/gpumem/gpumem/stats"
 	"github.com/gpumem/gpumem/trace/convert"
 	"github.com/gpumem/gpumem/trace/plan"
+	"github.com/gpumem/gpumem/trace/plan/offline"
 	"github.com/gpumem/gpumem/trace/pytorch"
 	"github.com/gpumem/gpumem/trace/replay"
 )
@@ -342,9 +343,12 @@ func human(n int64) string {
 
 // compareJSON is what compare --json prints.
 type compareJSON struct {
-	Trace         string        `json:"trace"`
-	CapacityBytes uint64        `json:"capacity_bytes"`
-	Results       []compareItem `json:"results"`
+	Trace         string `json:"trace"`
+	CapacityBytes uint64 `json:"capacity_bytes"`
+	// The offline best: see fitJSON.
+	BoundBytes   uint64        `json:"bound_bytes"`
+	PlannedBytes uint64        `json:"planned_bytes"`
+	Results      []compareItem `json:"results"`
 }
 
 type compareItem struct {
@@ -383,6 +387,19 @@ func runCompare(args []string, stdout, stderr io.Writer) error {
 		setups = append(setups, replaySetup{label: confLabel(c), conf: c, cfg: cfg})
 	}
 	path := fs.Arg(0)
+	// The offline best is packed while the configurations replay.
+	ops, err := loadOps(path)
+	if err != nil {
+		return err
+	}
+	var best *offline.Plan
+	var bestErr error
+	packed := make(chan struct{})
+	go func() {
+		defer close(packed)
+		best, bestErr = offlineBest(ops)
+	}()
+	defer func() { <-packed }() // on every return, so that it never outlives the command
 	results := make([]*plan.Outcome, len(setups))
 	for i, s := range setups {
 		res, err := replayFile(path, s, capacity, progressOutput(stderr, *asJSON))
@@ -391,8 +408,12 @@ func runCompare(args []string, stdout, stderr io.Writer) error {
 		}
 		results[i] = res
 	}
+	<-packed
+	if bestErr != nil {
+		return bestErr
+	}
 	if *asJSON {
-		out := compareJSON{Trace: path, CapacityBytes: capacity}
+		out := compareJSON{Trace: path, CapacityBytes: capacity, BoundBytes: best.Bound, PlannedBytes: best.Footprint}
 		for i, s := range setups {
 			out.Results = append(out.Results, compareItem{Label: s.label, Conf: s.conf, Baseline: s.baseline, replayJSON: toJSON(results[i])})
 		}
@@ -403,15 +424,16 @@ func runCompare(args []string, stdout, stderr io.Writer) error {
 		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	}
-	printComparison(stdout, path, capLabel, setups, results)
+	printComparison(stdout, path, capLabel, setups, results, best)
 	return nil
 }
 
 // printComparison prints compare's table, one row per configuration,
 // within 100 columns: the configurations are numbered, and listed above
 // the table.
-func printComparison(w io.Writer, path, capLabel string, setups []replaySetup, results []*plan.Outcome) {
-	fmt.Fprintf(w, "%s on a simulated %s device; peak requested %s\n\n", clip(path), capLabel, stats.FormatSize(uint64(max(results[0].PeakRequested, 0))))
+func printComparison(w io.Writer, path, capLabel string, setups []replaySetup, results []*plan.Outcome, best *offline.Plan) {
+	fmt.Fprintf(w, "%s on a simulated %s device; peak requested %s\n", clip(path), capLabel, stats.FormatSize(uint64(max(results[0].PeakRequested, 0))))
+	fmt.Fprintf(w, "%s\n\n", offlineLine(best))
 	for i, s := range setups {
 		for j, line := range wrapConf(s.label, 92) {
 			if j == 0 {
@@ -423,11 +445,11 @@ func printComparison(w io.Writer, path, capLabel string, setups []replaySetup, r
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "#\tOOMs\tpeak alloc\tpeak reserved\tfrag\tmallocs\tfrees\tretries\tdevice time\tns/op\t")
+	fmt.Fprintln(tw, "#\tOOMs\tpeak alloc\tpeak reserved\tvs offline\tfrag\tmallocs\tfrees\tretries\tdevice time\tns/op\t")
 	for i, o := range results {
 		r := &o.Result
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%.3f\t%d\t%d\t%d\t%s\t%.0f\t\n", i+1, r.OOMs,
-			stats.FormatSize(uint64(max(r.PeakAllocated, 0))), stats.FormatSize(uint64(max(r.PeakReserved, 0))), r.Fragmentation,
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%.3f\t%d\t%d\t%d\t%s\t%.0f\t\n", i+1, r.OOMs,
+			stats.FormatSize(uint64(max(r.PeakAllocated, 0))), stats.FormatSize(uint64(max(r.PeakReserved, 0))), timesBest(r.PeakReserved, best), r.Fragmentation,
 			r.DeviceAllocs, r.DeviceFrees, r.Stats["num_alloc_retries"], shortDuration(r.DeviceSeconds), r.NsPerOp)
 	}
 	tw.Flush()

@@ -16,16 +16,20 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/stats"
 	"github.com/gpumem/gpumem/trace/plan"
+	"github.com/gpumem/gpumem/trace/plan/offline"
 )
 
 // tuneJSON is what tune --json prints.
 type tuneJSON struct {
-	Trace          string          `json:"trace"`
-	CapacityBytes  uint64          `json:"capacity_bytes"`
-	BestConf       string          `json:"best_conf"`
-	PyTorchConf    string          `json:"pytorch_conf"`
-	MemoryFraction float64         `json:"pytorch_memory_fraction,omitempty"`
-	Results        []tuneJSONEntry `json:"results"`
+	Trace          string  `json:"trace"`
+	CapacityBytes  uint64  `json:"capacity_bytes"`
+	BestConf       string  `json:"best_conf"`
+	PyTorchConf    string  `json:"pytorch_conf"`
+	MemoryFraction float64 `json:"pytorch_memory_fraction,omitempty"`
+	// The offline best: see fitJSON.
+	BoundBytes   uint64          `json:"bound_bytes"`
+	PlannedBytes uint64          `json:"planned_bytes"`
+	Results      []tuneJSONEntry `json:"results"`
 }
 
 type tuneJSONEntry struct {
@@ -93,9 +97,21 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		defer bar.finish()
 	}
 	start := time.Now()
+	// The offline best is packed while the sweep runs.
+	var best0 *offline.Plan
+	var bestErr error
+	packed := make(chan struct{})
+	go func() {
+		defer close(packed)
+		best0, bestErr = offlineBest(ops)
+	}()
 	res, err := plan.Tune(ops, opt)
+	<-packed
 	if err != nil {
 		return err
+	}
+	if bestErr != nil {
+		return bestErr
 	}
 	elapsed := time.Since(start)
 	best := res[0]
@@ -110,7 +126,8 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	}
 	ptConf, fraction, _ := plan.PyTorchSetting(ptBest.Config)
 	if *asJSON {
-		out := tuneJSON{Trace: path, CapacityBytes: capacity, BestConf: best.Conf, PyTorchConf: ptConf, MemoryFraction: fraction}
+		out := tuneJSON{Trace: path, CapacityBytes: capacity, BestConf: best.Conf, PyTorchConf: ptConf, MemoryFraction: fraction,
+			BoundBytes: best0.Bound, PlannedBytes: best0.Footprint}
 		for _, r := range res {
 			out.Results = append(out.Results, tuneJSONEntry{
 				Conf: r.Conf, MinCapacityBytes: r.Fit.MinCapacity, PeakReservedBytes: r.AtCapacity.PeakReserved,
@@ -127,8 +144,9 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s: %d configurations, each fitted and replayed on a simulated %s device; %d at a time, %v\n\n",
 		clip(path), len(res), capLabel, min(*jobs, len(res)), elapsed.Round(time.Millisecond))
+	fmt.Fprintf(stdout, "%s\n\n", offlineLine(best0))
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "rank\tmin capacity\tpeak reserved\tdevice calls\tOOMs\tconfiguration")
+	fmt.Fprintln(tw, "rank\tmin capacity\tvs offline\tpeak reserved\tdevice calls\tOOMs\tconfiguration")
 	for i, r := range res {
 		mark := baselineMark(r.Conf)
 		if !*all && i >= tuneShown && mark == "" && !inList(extra, r.Conf) {
@@ -138,7 +156,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		if len(r.Fit.NonMonotone) > 0 {
 			nm = fmt.Sprintf(" (non-monotone: fails on %d MiB, runs from %d MiB)", r.Fit.NonMonotone[0]>>20, r.Fit.SafeCapacity>>20)
 		}
-		fmt.Fprintf(tw, "%d\t%d MiB\t%s\t%d\t%d\t%s%s%s\n", i+1, r.Fit.MinCapacity>>20,
+		fmt.Fprintf(tw, "%d\t%d MiB\t%s\t%s\t%d\t%d\t%s%s%s\n", i+1, r.Fit.MinCapacity>>20, timesBest(int64(r.Fit.MinCapacity), best0),
 			stats.FormatSize(uint64(max(r.AtCapacity.PeakReserved, 0))), r.DeviceCalls(), r.AtCapacity.OOMs, confLabel(r.Conf), mark, nm)
 	}
 	tw.Flush()
