@@ -290,18 +290,37 @@ func TestPackLargeTrace(t *testing.T) {
 		float64(p.Footprint)/float64(p.Bound), p.Order, elapsed)
 }
 
+// BenchmarkPack packs every trace held here and reports, beside the time,
+// the bound, the packing's footprint and their ratio:
+//
+//	go test ./trace/plan/offline -run XXX -bench Pack -benchtime 3x
 func BenchmarkPack(b *testing.B) {
 	for _, path := range []string{
-		"../../replay/testdata/pytorch/random_mixed.trace.gz",
 		"../testdata/batches/bert_b2.trace.gz",
+		"../testdata/batches/bert_b4.trace.gz",
+		"../testdata/batches/bert_b8.trace.gz",
+		"../../testdata/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz",
+		"../../replay/testdata/EoR_NN_cnn_counterfactuals.trace.gz",
+		"../../replay/testdata/random_mixed_2000.trace.gz",
+		"../../replay/testdata/pytorch/random_mixed.trace.gz",
 	} {
 		ops := load(b, path)
-		b.Run(path[strings.LastIndex(path, "/")+1:], func(b *testing.B) {
+		name := strings.TrimSuffix(path[strings.LastIndex(path, "/")+1:], ".trace.gz")
+		b.Run(name, func(b *testing.B) {
+			var p *Plan
 			for b.Loop() {
-				if _, err := Pack(ops); err != nil {
+				var err error
+				if p, err = Pack(ops); err != nil {
 					b.Fatal(err)
 				}
 			}
+			if err := p.Check(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(len(p.Blocks)), "allocs")
+			b.ReportMetric(float64(p.Bound), "bound_bytes")
+			b.ReportMetric(float64(p.Footprint), "planned_bytes")
+			b.ReportMetric(float64(p.Footprint)/float64(max(p.Bound, 1)), "planned/bound")
 		})
 	}
 }

@@ -96,51 +96,47 @@ func packBlocks(blocks []Block, ops int, bound uint64) (uint64, string) {
 // footprint.
 //
 // The placed blocks are found through buckets of time: bucket k holds, in
-// address order, every placed block in use at some op in [k*w, (k+1)*w).
-// A block is looked up in the buckets its lifetime touches; one found in
+// address order, every placed block in use at some op in [k*w, (k+1)*w),
+// with its lifetime and place, so that a search reads memory in order. A
+// block is looked up in the buckets its lifetime touches; one found in
 // several of them is taken from the first only (the bucket of the later
 // of the two starts). w is the mean lifetime, so that a block touches
 // about two buckets and a bucket holds about the blocks live at once. The
 // blocks found in each bucket are in address order, and are merged into
 // those of the buckets before it.
 func greedy(blocks []Block, ops int, idx []int32) uint64 {
-	// iv is the part of each block the search reads, dense.
-	type interval struct {
+	type entry struct {
 		start, end int32
-		bucket     int // of start
 		off, top   uint64
 	}
-	iv := make([]interval, len(blocks))
 	var sum int
 	for i := range blocks {
-		b := &blocks[i]
-		iv[i] = interval{start: int32(b.Start), end: int32(b.End)}
-		sum += b.End - b.Start
+		sum += blocks[i].End - blocks[i].Start
 	}
 	w := max(1, sum/len(blocks))
-	buckets := make([][]int32, ops/w+1)
-	bucketOf := func(t int32) int { return min(int(t)/w, len(buckets)-1) }
-	for i := range iv {
-		iv[i].bucket = bucketOf(iv[i].start)
-	}
+	buckets := make([][]entry, ops/w+1)
+	bucketOf := func(t int) int { return min(t/w, len(buckets)-1) }
 	type used struct{ off, top uint64 }
 	var cand, merged []used
 	var footprint uint64
 	for _, x := range idx {
-		b := &iv[x]
-		bytes := blocks[x].Bytes
-		if bytes == 0 || b.start >= b.end {
-			blocks[x].Offset = 0
+		b := &blocks[x]
+		b.Offset = 0
+		if b.Bytes == 0 || b.Start >= b.End {
 			continue
 		}
-		first, last := bucketOf(b.start), bucketOf(b.end-1)
+		start, end := int32(b.Start), int32(b.End)
+		first, last := bucketOf(b.Start), bucketOf(b.End-1)
 		// Each bucket's blocks, in address order, merged into cand.
 		cand = cand[:0]
 		for k := first; k <= last; k++ {
 			n := len(cand)
-			for _, y := range buckets[k] {
-				c := &iv[y]
-				if b.start < c.end && c.start < b.end && max(first, c.bucket) == k {
+			from := int32(k * w) // a block starting before is taken from an earlier bucket
+			if k == first {
+				from = math.MinInt32
+			}
+			for _, c := range buckets[k] {
+				if start < c.end && c.start < end && c.start >= from {
 					cand = append(cand, used{c.off, c.top})
 				}
 			}
@@ -163,29 +159,27 @@ func greedy(blocks []Block, ops int, idx []int32) uint64 {
 		}
 		// The best fit: the smallest gap that holds the block, else the
 		// top.
-		var end uint64
+		var top uint64
 		bestGap, at := uint64(math.MaxUint64), uint64(0)
 		found := false
 		for _, c := range cand {
-			if c.off > end {
-				if gap := c.off - end; gap >= bytes && gap < bestGap {
-					bestGap, at, found = gap, end, true
+			if c.off > top {
+				if gap := c.off - top; gap >= b.Bytes && gap < bestGap {
+					bestGap, at, found = gap, top, true
 				}
 			}
-			end = max(end, c.top)
+			top = max(top, c.top)
 		}
 		if !found {
-			at = end
+			at = top
 		}
-		b.off, b.top = at, at+bytes
-		blocks[x].Offset = at
-		footprint = max(footprint, at+bytes)
+		b.Offset = at
+		footprint = max(footprint, at+b.Bytes)
+		e := entry{start, end, at, at + b.Bytes}
 		for k := first; k <= last; k++ {
 			list := buckets[k]
-			i, _ := slices.BinarySearchFunc(list, x, func(y, x int32) int {
-				return cmp.Or(cmp.Compare(iv[y].off, iv[x].off), cmp.Compare(y, x))
-			})
-			buckets[k] = slices.Insert(list, i, x)
+			i, _ := slices.BinarySearchFunc(list, at, func(c entry, at uint64) int { return cmp.Compare(c.off, at) })
+			buckets[k] = slices.Insert(list, i, e)
 		}
 	}
 	return footprint
