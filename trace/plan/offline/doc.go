@@ -48,11 +48,20 @@
 // it, or else above them all ("greedy by size", Pisarchyk and Lee,
 // 2020). The blocks that overlap a block in time are found through an
 // index of time buckets, each holding the placed blocks that touch it in
-// address order, so a trace of 10^5 allocations packs in well under a
-// second rather than in the n^2 steps of a scan over every placed block.
-// Pack tries a second order, by lifetime length first, and keeps the
-// smaller footprint; it stops early when a footprint meets the bound,
-// which no packing can beat.
+// address order, so a trace of 10^5 allocations packs in seconds rather
+// than in the n^2 steps of a scan over every placed block.
+//
+// Unless that pass meets the bound, which no packing can beat, Pack runs
+// three other orders in parallel and keeps the smallest footprint: sizes
+// grouped in classes (powers of 4, each class by start; powers of 2, each
+// by lifetime) and lifetime first. The classes pack traces whose sizes
+// and lifetimes are random much tighter (random_mixed: 1.034 times the
+// bound against 1.068 by size alone).
+//
+// The packing is contiguous: one address range per block. An allocator
+// that maps pages of virtual memory (expandable segments) is bound by
+// physical pages, not by addresses, and can run a trace in less than the
+// packing's footprint, though never in less than the bound.
 //
 // # Checking
 //
