@@ -49,7 +49,11 @@
 // 2020). The blocks that overlap a block in time are found through an
 // index of time buckets, each holding the placed blocks that touch it in
 // address order, so a trace of 10^5 allocations packs in seconds rather
-// than in the n^2 steps of a scan over every placed block.
+// than in the n^2 steps of a scan over every placed block. A pass costs
+// about the number of pairs of blocks in use at the same time: 10^5
+// allocations with some 2,000 live at once (random_mixed) take about 3 s
+// of CPU; a trace that holds tens of thousands of blocks at once is
+// quadratic again (30,000 never freed: 3.4 s).
 //
 // Unless that pass meets the bound, which no packing can beat, Pack runs
 // three other orders in parallel and keeps the smallest footprint: sizes
