@@ -15,7 +15,6 @@ import (
 	"github.com/gpumem/gpumem/stats"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/plan"
-	"github.com/gpumem/gpumem/trace/plan/offline"
 )
 
 // fitJSON is one line of fit --json: one trace under one configuration.
@@ -37,8 +36,9 @@ type fitJSON struct {
 	// The offline best: the peak of live bytes rounded to 512, below
 	// which no allocator runs the trace, and the footprint of a packing
 	// that knows every lifetime.
-	BoundBytes   uint64 `json:"bound_bytes"`
-	PlannedBytes uint64 `json:"planned_bytes"`
+	// Left out when the trace has no offline best.
+	BoundBytes   *uint64 `json:"bound_bytes,omitempty"`
+	PlannedBytes *uint64 `json:"planned_bytes,omitempty"`
 }
 
 // fitted is one trace fitted under one configuration, with a replay on a
@@ -47,7 +47,7 @@ type fitted struct {
 	*plan.FitResult
 	roomyCapacity uint64
 	roomy         *plan.Outcome
-	best          *offline.Plan
+	best          *offlineResult
 }
 
 func runFit(args []string, stdout, stderr io.Writer) error {
@@ -91,13 +91,12 @@ func runFit(args []string, stdout, stderr io.Writer) error {
 	// Every failure is kept and reported, in the order of the traces and
 	// configurations, not only the first to end.
 	errs := make([]error, len(results))
-	plans := make([]*offline.Plan, len(traces))
-	planErrs := make([]error, len(traces))
+	plans := make([]*offlineResult, len(traces))
 	var g errgroup.Group
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for i := range traces {
 		g.Go(func() error {
-			plans[i], planErrs[i] = offlineBest(traces[i])
+			plans[i] = offlineBest(traces[i])
 			return nil
 		})
 		for j, c := range cands {
@@ -123,26 +122,22 @@ func runFit(args []string, stdout, stderr io.Writer) error {
 	if err := fitErrors(fs.Args(), cands, errs); err != nil {
 		return err
 	}
-	for i, err := range planErrs {
-		if err != nil {
-			return fmt.Errorf("%s: %w", clip(fs.Arg(i)), err)
-		}
-	}
 	for i, path := range fs.Args() {
 		if !*asJSON {
 			fmt.Fprintf(stdout, "%s: %d ops, peak requested %s\n", clip(path), len(traces[i]), human(int64(plan.PeakRequested(traces[i]))))
-			fmt.Fprintf(stdout, "  %s\n", offlineLine(plans[i]))
+			fmt.Fprintf(stdout, "  %s\n", plans[i].line())
 		}
 		for j, c := range cands {
 			r := results[i*len(cands)+j]
 			r.best = plans[i]
 			if *asJSON {
+				bound, planned := plans[i].bytes()
 				b, err := json.Marshal(fitJSON{
 					Trace: path, Conf: c.Conf, MinCapacityBytes: r.MinCapacity, PeakRequestedBytes: r.PeakRequested,
 					FitRatio: r.FitRatio, SafeCapacityBytes: r.SafeCapacity, NonMonotone: append([]uint64{}, r.NonMonotone...),
 					BelowOOMs: r.BelowOOMs, PeakReservedBytes: r.AtMin.PeakReserved, Replays: len(r.Trials),
 					RoomyCapacityBytes: r.roomyCapacity, RoomyPeakReservedBytes: r.roomy.PeakReserved,
-					BoundBytes: plans[i].Bound, PlannedBytes: plans[i].Footprint,
+					BoundBytes: bound, PlannedBytes: planned,
 				})
 				if err != nil {
 					return err
@@ -196,7 +191,7 @@ func printFit(w io.Writer, label string, r fitted) {
 		fmt.Fprintf(w, "    runs on  %s, the smallest device: the trace requests no memory\n", human(int64(r.MinCapacity)))
 	} else {
 		fmt.Fprintf(w, "    runs on  %s: %.3f x the peak requested, %s the offline best\n", human(int64(r.MinCapacity)), r.FitRatio,
-			timesBest(int64(r.MinCapacity), r.best))
+			r.best.times(int64(r.MinCapacity)))
 	}
 	if r.MinCapacity > plan.Step {
 		fmt.Fprintf(w, "    not on   %s: %s out of memory\n", human(int64(r.MinCapacity-plan.Step)), plural(r.BelowOOMs, "allocation runs", "allocations run"))
@@ -208,7 +203,7 @@ func printFit(w io.Writer, label string, r fitted) {
 	if r.roomy.OOMs == 0 && r.PeakRequested > 0 {
 		fmt.Fprintf(w, "    on %s it reserves %s at its peak: %.3f x the peak requested, %s the offline best\n", stats.FormatSize(r.roomyCapacity),
 			stats.FormatSize(uint64(max(r.roomy.PeakReserved, 0))), float64(r.roomy.PeakReserved)/float64(r.PeakRequested),
-			timesBest(r.roomy.PeakReserved, r.best))
+			r.best.times(r.roomy.PeakReserved))
 	}
 	fmt.Fprintf(w, "    %d replays\n", len(r.Trials))
 }

@@ -12,33 +12,54 @@ import (
 	"github.com/gpumem/gpumem/trace/plan/offline"
 )
 
+// offlineResult is a trace's offline best, or why there is none: a trace
+// the packing refuses (sizes that sum past 2^64 - 1 bytes, which a replay
+// counts as out of memory) still compares, fits and tunes.
+type offlineResult struct {
+	plan *offline.Plan
+	err  error
+}
+
 // offlineBest packs the trace offline and checks the packing.
-func offlineBest(ops []trace.Op) (*offline.Plan, error) {
+func offlineBest(ops []trace.Op) *offlineResult {
 	p, err := offline.Pack(ops)
 	if err == nil {
 		err = p.Check()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("offline packing: %w", err)
+		return &offlineResult{err: err}
 	}
-	return p, nil
+	return &offlineResult{plan: p}
 }
 
-// offlineLine says what the offline best is, in one line of at most 100
-// columns.
-func offlineLine(p *offline.Plan) string {
-	if p.Footprint == p.Bound {
+// line says what the offline best is, in one line of at most 100 columns
+// (or why there is none, in one line).
+func (o *offlineResult) line() string {
+	switch p := o.plan; {
+	case p == nil:
+		return "offline best: none: " + oneLine(o.err.Error())
+	case p.Footprint == p.Bound:
 		return fmt.Sprintf("offline best: %s, packed knowing every lifetime; it meets the bound (peak live bytes)",
 			stats.FormatSize(p.Footprint))
 	}
 	return fmt.Sprintf("offline best: %s, packed knowing every lifetime; the bound: %s (peak live bytes)",
-		stats.FormatSize(p.Footprint), stats.FormatSize(p.Bound))
+		stats.FormatSize(o.plan.Footprint), stats.FormatSize(o.plan.Bound))
 }
 
-// timesBest formats bytes as a multiple of the offline best: "1.043 x".
-func timesBest(bytes int64, p *offline.Plan) string {
-	if p.Footprint == 0 {
+// times formats bytes as a multiple of the offline best: "1.043 x", or
+// "-" if there is none.
+func (o *offlineResult) times(bytes int64) string {
+	if o.plan == nil || o.plan.Footprint == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.3f x", float64(bytes)/float64(p.Footprint))
+	return fmt.Sprintf("%.3f x", float64(bytes)/float64(o.plan.Footprint))
+}
+
+// bytes returns the bound and the planned footprint for JSON: nil, left
+// out, if there is no offline best.
+func (o *offlineResult) bytes() (bound, planned *uint64) {
+	if o.plan == nil {
+		return nil, nil
+	}
+	return &o.plan.Bound, &o.plan.Footprint
 }

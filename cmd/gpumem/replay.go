@@ -18,7 +18,6 @@ import (
 	"github.com/gpumem/gpumem/stats"
 	"github.com/gpumem/gpumem/trace/convert"
 	"github.com/gpumem/gpumem/trace/plan"
-	"github.com/gpumem/gpumem/trace/plan/offline"
 	"github.com/gpumem/gpumem/trace/pytorch"
 	"github.com/gpumem/gpumem/trace/replay"
 )
@@ -346,8 +345,8 @@ type compareJSON struct {
 	Trace         string `json:"trace"`
 	CapacityBytes uint64 `json:"capacity_bytes"`
 	// The offline best: see fitJSON.
-	BoundBytes   uint64        `json:"bound_bytes"`
-	PlannedBytes uint64        `json:"planned_bytes"`
+	BoundBytes   *uint64       `json:"bound_bytes,omitempty"`
+	PlannedBytes *uint64       `json:"planned_bytes,omitempty"`
 	Results      []compareItem `json:"results"`
 }
 
@@ -392,12 +391,11 @@ func runCompare(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var best *offline.Plan
-	var bestErr error
+	var best *offlineResult
 	packed := make(chan struct{})
 	go func() {
 		defer close(packed)
-		best, bestErr = offlineBest(ops)
+		best = offlineBest(ops)
 	}()
 	defer func() { <-packed }() // on every return, so that it never outlives the command
 	results := make([]*plan.Outcome, len(setups))
@@ -409,11 +407,9 @@ func runCompare(args []string, stdout, stderr io.Writer) error {
 		results[i] = res
 	}
 	<-packed
-	if bestErr != nil {
-		return bestErr
-	}
 	if *asJSON {
-		out := compareJSON{Trace: path, CapacityBytes: capacity, BoundBytes: best.Bound, PlannedBytes: best.Footprint}
+		out := compareJSON{Trace: path, CapacityBytes: capacity}
+		out.BoundBytes, out.PlannedBytes = best.bytes()
 		for i, s := range setups {
 			out.Results = append(out.Results, compareItem{Label: s.label, Conf: s.conf, Baseline: s.baseline, replayJSON: toJSON(results[i])})
 		}
@@ -431,9 +427,9 @@ func runCompare(args []string, stdout, stderr io.Writer) error {
 // printComparison prints compare's table, one row per configuration,
 // within 100 columns: the configurations are numbered, and listed above
 // the table.
-func printComparison(w io.Writer, path, capLabel string, setups []replaySetup, results []*plan.Outcome, best *offline.Plan) {
+func printComparison(w io.Writer, path, capLabel string, setups []replaySetup, results []*plan.Outcome, best *offlineResult) {
 	fmt.Fprintf(w, "%s on a simulated %s device; peak requested %s\n", clip(path), capLabel, stats.FormatSize(uint64(max(results[0].PeakRequested, 0))))
-	fmt.Fprintf(w, "%s\n\n", offlineLine(best))
+	fmt.Fprintf(w, "%s\n\n", best.line())
 	for i, s := range setups {
 		for j, line := range wrapConf(s.label, 92) {
 			if j == 0 {
@@ -449,7 +445,7 @@ func printComparison(w io.Writer, path, capLabel string, setups []replaySetup, r
 	for i, o := range results {
 		r := &o.Result
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%.3f\t%d\t%d\t%d\t%s\t%.0f\t\n", i+1, r.OOMs,
-			stats.FormatSize(uint64(max(r.PeakAllocated, 0))), stats.FormatSize(uint64(max(r.PeakReserved, 0))), timesBest(r.PeakReserved, best), r.Fragmentation,
+			stats.FormatSize(uint64(max(r.PeakAllocated, 0))), stats.FormatSize(uint64(max(r.PeakReserved, 0))), best.times(r.PeakReserved), r.Fragmentation,
 			r.DeviceAllocs, r.DeviceFrees, r.Stats["num_alloc_retries"], shortDuration(r.DeviceSeconds), r.NsPerOp)
 	}
 	tw.Flush()

@@ -16,7 +16,6 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/stats"
 	"github.com/gpumem/gpumem/trace/plan"
-	"github.com/gpumem/gpumem/trace/plan/offline"
 )
 
 // tuneJSON is what tune --json prints.
@@ -27,8 +26,8 @@ type tuneJSON struct {
 	PyTorchConf    string  `json:"pytorch_conf"`
 	MemoryFraction float64 `json:"pytorch_memory_fraction,omitempty"`
 	// The offline best: see fitJSON.
-	BoundBytes   uint64          `json:"bound_bytes"`
-	PlannedBytes uint64          `json:"planned_bytes"`
+	BoundBytes   *uint64         `json:"bound_bytes,omitempty"`
+	PlannedBytes *uint64         `json:"planned_bytes,omitempty"`
 	Results      []tuneJSONEntry `json:"results"`
 }
 
@@ -98,20 +97,16 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	}
 	start := time.Now()
 	// The offline best is packed while the sweep runs.
-	var best0 *offline.Plan
-	var bestErr error
+	var best0 *offlineResult
 	packed := make(chan struct{})
 	go func() {
 		defer close(packed)
-		best0, bestErr = offlineBest(ops)
+		best0 = offlineBest(ops)
 	}()
 	res, err := plan.Tune(ops, opt)
 	<-packed
 	if err != nil {
 		return err
-	}
-	if bestErr != nil {
-		return bestErr
 	}
 	elapsed := time.Since(start)
 	best := res[0]
@@ -126,8 +121,8 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	}
 	ptConf, fraction, _ := plan.PyTorchSetting(ptBest.Config)
 	if *asJSON {
-		out := tuneJSON{Trace: path, CapacityBytes: capacity, BestConf: best.Conf, PyTorchConf: ptConf, MemoryFraction: fraction,
-			BoundBytes: best0.Bound, PlannedBytes: best0.Footprint}
+		out := tuneJSON{Trace: path, CapacityBytes: capacity, BestConf: best.Conf, PyTorchConf: ptConf, MemoryFraction: fraction}
+		out.BoundBytes, out.PlannedBytes = best0.bytes()
 		for _, r := range res {
 			out.Results = append(out.Results, tuneJSONEntry{
 				Conf: r.Conf, MinCapacityBytes: r.Fit.MinCapacity, PeakReservedBytes: r.AtCapacity.PeakReserved,
@@ -144,7 +139,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s: %d configurations, each fitted and replayed on a simulated %s device; %d at a time, %v\n\n",
 		clip(path), len(res), capLabel, min(*jobs, len(res)), elapsed.Round(time.Millisecond))
-	fmt.Fprintf(stdout, "%s\n\n", offlineLine(best0))
+	fmt.Fprintf(stdout, "%s\n\n", best0.line())
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "rank\tmin capacity\tvs offline\tpeak reserved\tdevice calls\tOOMs\tconfiguration")
 	for i, r := range res {
@@ -156,7 +151,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		if len(r.Fit.NonMonotone) > 0 {
 			nm = fmt.Sprintf(" (non-monotone: fails on %d MiB, runs from %d MiB)", r.Fit.NonMonotone[0]>>20, r.Fit.SafeCapacity>>20)
 		}
-		fmt.Fprintf(tw, "%d\t%d MiB\t%s\t%s\t%d\t%d\t%s%s%s\n", i+1, r.Fit.MinCapacity>>20, timesBest(int64(r.Fit.MinCapacity), best0),
+		fmt.Fprintf(tw, "%d\t%d MiB\t%s\t%s\t%d\t%d\t%s%s%s\n", i+1, r.Fit.MinCapacity>>20, best0.times(int64(r.Fit.MinCapacity)),
 			stats.FormatSize(uint64(max(r.AtCapacity.PeakReserved, 0))), r.DeviceCalls(), r.AtCapacity.OOMs, confLabel(r.Conf), mark, nm)
 	}
 	tw.Flush()
