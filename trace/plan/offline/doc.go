@@ -78,5 +78,5 @@
 // each starts below the other's end. Plan.Check also verifies the
 // footprint and that the bound is no more than it.
 //
-// The package prints nothing and imports only the trace format.
+// The package prints nothing; of gpumem it imports only the trace format.
 package offline
