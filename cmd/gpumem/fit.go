@@ -39,6 +39,12 @@ type fitJSON struct {
 	// holds outside the allocator (--overhead), as estimate counts it.
 	OverheadBytes uint64 `json:"overhead_bytes"`
 	MinCardBytes  uint64 `json:"min_card_bytes"`
+	// The offline best: the peak of live bytes rounded to 512, below
+	// which no allocator runs the trace, and the footprint of a packing
+	// that knows every lifetime.
+	// Left out when the trace has no offline best.
+	BoundBytes   *uint64 `json:"bound_bytes,omitempty"`
+	PlannedBytes *uint64 `json:"planned_bytes,omitempty"`
 }
 
 // fitted is one trace fitted under one configuration, with a replay on a
@@ -47,6 +53,7 @@ type fitted struct {
 	*plan.FitResult
 	roomyCapacity uint64
 	roomy         *plan.Outcome
+	best          *offlineResult
 }
 
 func runFit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -102,9 +109,14 @@ func runFit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	stop := startProgress(lineOutput(stderr), "gpumem fit", func() string {
 		return fmt.Sprintf("%d of %d traces and configurations fitted", done.Load(), len(results))
 	})
+	plans := make([]*offlineResult, len(traces))
 	var g errgroup.Group
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for i := range traces {
+		g.Go(func() error {
+			plans[i] = offlineBest(ctx, traces[i])
+			return nil
+		})
 		for j, c := range cands {
 			g.Go(func() error {
 				k := i*len(cands) + j
@@ -120,7 +132,7 @@ func runFit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 					errs[k] = err
 					return nil
 				}
-				results[k] = fitted{r, roomy, o}
+				results[k] = fitted{FitResult: r, roomyCapacity: roomy, roomy: o}
 				return nil
 			})
 		}
@@ -136,16 +148,20 @@ func runFit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	for i, path := range fs.Args() {
 		if !*asJSON {
 			fmt.Fprintf(stdout, "%s: %d ops, peak requested %s\n", clip(path), len(traces[i]), human(int64(plan.PeakRequested(traces[i]))))
+			fmt.Fprintf(stdout, "  %s\n", plans[i].line())
 		}
 		for j, c := range cands {
 			r := results[i*len(cands)+j]
+			r.best = plans[i]
 			if *asJSON {
+				bound, planned := plans[i].bytes()
 				b, err := json.Marshal(fitJSON{
 					Trace: path, Conf: c.Conf, MinCapacityBytes: r.MinCapacity, PeakRequestedBytes: r.PeakRequested,
 					FitRatio: r.FitRatio, SafeCapacityBytes: r.SafeCapacity, NonMonotone: append([]uint64{}, r.NonMonotone...),
 					BelowOOMs: r.BelowOOMs, PeakReservedBytes: r.AtMin.PeakReserved, Replays: len(r.Trials),
 					RoomyCapacityBytes: r.roomyCapacity, RoomyPeakReservedBytes: r.roomy.PeakReserved,
 					OverheadBytes: overhead, MinCardBytes: r.MinCapacity + overhead,
+					BoundBytes: bound, PlannedBytes: planned,
 				})
 				if err != nil {
 					return err
@@ -198,7 +214,8 @@ func printFit(w io.Writer, label string, r fitted, overhead uint64) {
 	if r.PeakRequested == 0 {
 		fmt.Fprintf(w, "    runs on  %s, the smallest device: the trace requests no memory\n", human(int64(r.MinCapacity)))
 	} else {
-		fmt.Fprintf(w, "    runs on  %s: %.3f x the peak requested\n", human(int64(r.MinCapacity)), r.FitRatio)
+		fmt.Fprintf(w, "    runs on  %s: %.3f x the peak requested, %s the offline best\n", human(int64(r.MinCapacity)), r.FitRatio,
+			r.best.times(int64(r.MinCapacity)))
 	}
 	fmt.Fprintf(w, "    a card of %s: the answer plus %s outside the allocator (--overhead)\n", stats.FormatSize(r.MinCapacity+overhead), stats.FormatSize(overhead))
 	if r.MinCapacity > plan.Step {
@@ -209,8 +226,9 @@ func printFit(w io.Writer, label string, r fitted, overhead uint64) {
 			len(r.NonMonotone), human(int64(r.NonMonotone[0])), human(int64(r.SafeCapacity)))
 	}
 	if r.roomy.OOMs == 0 && r.PeakRequested > 0 {
-		fmt.Fprintf(w, "    on %s it reserves %s at its peak: %.3f x the peak requested\n", stats.FormatSize(r.roomyCapacity),
-			stats.FormatSize(uint64(max(r.roomy.PeakReserved, 0))), float64(r.roomy.PeakReserved)/float64(r.PeakRequested))
+		fmt.Fprintf(w, "    on %s it reserves %s at its peak: %.3f x the peak requested, %s the offline best\n", stats.FormatSize(r.roomyCapacity),
+			stats.FormatSize(uint64(max(r.roomy.PeakReserved, 0))), float64(r.roomy.PeakReserved)/float64(r.PeakRequested),
+			r.best.times(r.roomy.PeakReserved))
 	}
 	fmt.Fprintf(w, "    %d replays\n", len(r.Trials))
 }

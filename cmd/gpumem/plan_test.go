@@ -41,6 +41,14 @@ func TestFitVerifiedByReplay(t *testing.T) {
 		minCap := uint64(r["min_capacity_bytes"].(float64))
 		req := r["peak_requested_bytes"].(float64)
 		assert.InDelta(t, float64(minCap)/req, r["fit_ratio"], 1e-9)
+		// The offline best: the bound is the peak requested rounded, the
+		// packing no less; greedy packing meets the bound on this trace.
+		bound, planned := r["bound_bytes"].(float64), r["planned_bytes"].(float64)
+		assert.GreaterOrEqual(t, bound, req)
+		assert.Less(t, bound, req*1.001)
+		assert.GreaterOrEqual(t, planned, bound)
+		assert.LessOrEqual(t, planned, bound*1.001)
+		assert.Greater(t, float64(minCap), planned, "no allocator beats the bound")
 		at := replayJSONOut(t, "--conf", conf, "--capacity", fmt.Sprint(minCap), batches+"bert_b2.trace.gz")
 		assert.EqualValues(t, 0, at["ooms"], "no out of memory at the answer")
 		below := replayJSONOut(t, "--conf", conf, "--capacity", fmt.Sprint(minCap-2<<20), batches+"bert_b2.trace.gz")
@@ -56,6 +64,8 @@ func TestFitText(t *testing.T) {
 	assert.Equal(t, 2, strings.Count(out, "  max_split_size_mb:128\n"))
 	assert.Contains(t, out, "runs on ")
 	assert.Contains(t, out, "not on ")
+	assert.Equal(t, 2, strings.Count(out, "\n  offline best: "), "once per trace")
+	assert.Regexp(t, `runs on .*: \d\.\d{3} x the peak requested, \d\.\d{3} x the offline best\n`, out)
 	assert.NotContains(t, out, "default\n", "only the configuration given")
 
 	_, errOut, code = runCmd(t, "fit")
@@ -161,6 +171,8 @@ func TestTune(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	var r struct {
 		BestConf string `json:"best_conf"`
+		Bound    uint64 `json:"bound_bytes"`
+		Planned  uint64 `json:"planned_bytes"`
 		Results  []struct {
 			Conf         string `json:"conf"`
 			MinCapacity  uint64 `json:"min_capacity_bytes"`
@@ -171,6 +183,8 @@ func TestTune(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
 	require.NotEmpty(t, r.Results)
 	assert.Equal(t, r.Results[0].Conf, r.BestConf)
+	assert.Positive(t, r.Bound)
+	assert.GreaterOrEqual(t, r.Planned, r.Bound)
 	best := r.Results[0]
 	found := 0
 	for _, res := range r.Results {
@@ -195,6 +209,8 @@ func TestTune(t *testing.T) {
 	out, errOut, code = runCmd(t, "tune", "--jobs", "1", path)
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "recommended:\n")
+	assert.Regexp(t, `\noffline best: .*\n\nrank  min capacity  vs offline `, out)
+	assert.Regexp(t, `\n1 +\d+ MiB +\d\.\d{3} x `, out)
 	assert.Contains(t, out, "(PyTorch cannot take the best, gpumem_policy:low_fragmentation; its best is rank 2, on 62 MiB)\n  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n", "PyTorch's line names what PyTorch takes")
 	assert.Contains(t, out, "  GPUMEM_ALLOC_CONF=gpumem_policy:low_fragmentation")
 	assert.Contains(t, out, "default (PyTorch's default)")
@@ -299,6 +315,8 @@ func TestCompareJSONAndWidth(t *testing.T) {
 	}
 	assert.Contains(t, out, "peak reserved")
 	assert.Contains(t, out, "  1  baseline (no cache)")
+	assert.Contains(t, out, "\noffline best: ")
+	assert.Contains(t, out, "vs offline")
 
 	out, errOut, code = runCmd(t, "compare", "--json", "--conf", "", "--conf", "expandable_segments:True", "testdata/small.trace.gz")
 	require.Equal(t, 0, code, errOut)
@@ -310,6 +328,11 @@ func TestCompareJSONAndWidth(t *testing.T) {
 	assert.Equal(t, "expandable_segments:True", c.Results[2].Conf)
 	assert.EqualValues(t, 80<<30, c.CapacityBytes)
 	assert.Positive(t, c.Results[2].PeakReserved)
+	require.NotNil(t, c.BoundBytes)
+	require.NotNil(t, c.PlannedBytes)
+	assert.Positive(t, *c.BoundBytes)
+	assert.GreaterOrEqual(t, *c.PlannedBytes, *c.BoundBytes)
+	assert.GreaterOrEqual(t, uint64(c.Results[2].PeakReserved), *c.BoundBytes, "no allocator beats the bound")
 }
 
 func TestVersion(t *testing.T) {
@@ -356,4 +379,21 @@ func TestHelpSpellsFlagsAsUsage(t *testing.T) {
 		}
 		assert.NotRegexp(t, `(?m)^  -[a-z][a-z]`, errOut, "%s: a long flag with one dash", name)
 	}
+}
+
+// TestCompareWithoutOfflineBest compares a trace the offline packing
+// refuses (its sizes sum past 2^64 - 1 bytes; a replay counts that
+// allocation as out of memory): the comparison runs as before, and says
+// why there is no offline best.
+func TestCompareWithoutOfflineBest(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "huge.trace")
+	writeFile(t, path, "a 1 18446744073709551615\na 2 100\nf 2\n")
+	out, errOut, code := runCmd(t, "compare", "--conf", "", path)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "\noffline best: none: offline: op 1 (a 1 18446744073709551615 0): the trace's sizes sum past 2^64 - 1 bytes\n")
+	assert.Regexp(t, `\n +2 +1 .* - +`, out, "no multiple of the offline best")
+	out, errOut, code = runCmd(t, "compare", "--json", "--conf", "", path)
+	require.Equal(t, 0, code, errOut)
+	assert.NotContains(t, out, "bound_bytes")
+	assert.NotContains(t, out, "planned_bytes")
 }

@@ -371,9 +371,12 @@ func human(n int64) string {
 
 // compareJSON is what compare --json prints.
 type compareJSON struct {
-	Trace         string        `json:"trace"`
-	CapacityBytes uint64        `json:"capacity_bytes"`
-	Results       []compareItem `json:"results"`
+	Trace         string `json:"trace"`
+	CapacityBytes uint64 `json:"capacity_bytes"`
+	// The offline best: see fitJSON.
+	BoundBytes   *uint64       `json:"bound_bytes,omitempty"`
+	PlannedBytes *uint64       `json:"planned_bytes,omitempty"`
+	Results      []compareItem `json:"results"`
 }
 
 type compareItem struct {
@@ -413,6 +416,18 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	path := fs.Arg(0)
 	fs.begin()
+	// The offline best is packed while the configurations replay.
+	ops, err := loadOps(path)
+	if err != nil {
+		return err
+	}
+	var best *offlineResult
+	packed := make(chan struct{})
+	go func() {
+		defer close(packed)
+		best = offlineBest(ctx, ops)
+	}()
+	defer func() { <-packed }() // on every return, so that it never outlives the command
 	results := make([]*plan.Outcome, len(setups))
 	for i, s := range setups {
 		res, err := replayFile(ctx, path, s, capacity, progressTo(stderr, *asJSON))
@@ -421,8 +436,10 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		results[i] = res
 	}
+	<-packed
 	if *asJSON {
 		out := compareJSON{Trace: path, CapacityBytes: capacity}
+		out.BoundBytes, out.PlannedBytes = best.bytes()
 		for i, s := range setups {
 			out.Results = append(out.Results, compareItem{Label: s.label, Conf: s.conf, Baseline: s.baseline, replayJSON: toJSON(results[i])})
 		}
@@ -433,15 +450,16 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	}
-	printComparison(stdout, path, capLabel, setups, results)
+	printComparison(stdout, path, capLabel, setups, results, best)
 	return nil
 }
 
 // printComparison prints compare's table, one row per configuration,
 // within 100 columns: the configurations are numbered, and listed above
 // the table.
-func printComparison(w io.Writer, path, capLabel string, setups []replaySetup, results []*plan.Outcome) {
-	fmt.Fprintf(w, "%s on a simulated %s device; peak requested %s\n\n", clip(path), capLabel, stats.FormatSize(uint64(max(results[0].PeakRequested, 0))))
+func printComparison(w io.Writer, path, capLabel string, setups []replaySetup, results []*plan.Outcome, best *offlineResult) {
+	fmt.Fprintf(w, "%s on a simulated %s device; peak requested %s\n", clip(path), capLabel, stats.FormatSize(uint64(max(results[0].PeakRequested, 0))))
+	fmt.Fprintf(w, "%s\n\n", best.line())
 	for i, s := range setups {
 		for j, line := range wrapConf(s.label, 92) {
 			if j == 0 {
@@ -453,11 +471,11 @@ func printComparison(w io.Writer, path, capLabel string, setups []replaySetup, r
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "#\tOOMs\tpeak alloc\tpeak reserved\tfrag\tmallocs\tfrees\tretries\tdevice time\tns/op\t")
+	fmt.Fprintln(tw, "#\tOOMs\tpeak alloc\tpeak reserved\tvs offline\tfrag\tmallocs\tfrees\tretries\tdevice time\tns/op\t")
 	for i, o := range results {
 		r := &o.Result
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%.3f\t%d\t%d\t%d\t%s\t%.0f\t\n", i+1, r.OOMs,
-			stats.FormatSize(uint64(max(r.PeakAllocated, 0))), stats.FormatSize(uint64(max(r.PeakReserved, 0))), r.Fragmentation,
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%.3f\t%d\t%d\t%d\t%s\t%.0f\t\n", i+1, r.OOMs,
+			stats.FormatSize(uint64(max(r.PeakAllocated, 0))), stats.FormatSize(uint64(max(r.PeakReserved, 0))), best.times(r.PeakReserved), r.Fragmentation,
 			r.DeviceAllocs, r.DeviceFrees, r.Stats["num_alloc_retries"], shortDuration(r.DeviceSeconds), r.NsPerOp)
 	}
 	tw.Flush()

@@ -21,13 +21,16 @@ import (
 
 // tuneJSON is what tune --json prints.
 type tuneJSON struct {
-	Trace          string          `json:"trace"`
-	CapacityBytes  uint64          `json:"capacity_bytes"`
-	OverheadBytes  uint64          `json:"overhead_bytes,omitempty"` // with --card: the card is capacity_bytes + overhead_bytes
-	BestConf       string          `json:"best_conf"`
-	PyTorchConf    string          `json:"pytorch_conf"`
-	MemoryFraction float64         `json:"pytorch_memory_fraction,omitempty"`
-	Results        []tuneJSONEntry `json:"results"`
+	Trace          string  `json:"trace"`
+	CapacityBytes  uint64  `json:"capacity_bytes"`
+	OverheadBytes  uint64  `json:"overhead_bytes,omitempty"` // with --card: the card is capacity_bytes + overhead_bytes
+	BestConf       string  `json:"best_conf"`
+	PyTorchConf    string  `json:"pytorch_conf"`
+	MemoryFraction float64 `json:"pytorch_memory_fraction,omitempty"`
+	// The offline best: see fitJSON.
+	BoundBytes   *uint64         `json:"bound_bytes,omitempty"`
+	PlannedBytes *uint64         `json:"planned_bytes,omitempty"`
+	Results      []tuneJSONEntry `json:"results"`
 }
 
 type tuneJSONEntry struct {
@@ -107,8 +110,16 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Sprintf("%s: %d of %d configurations done", clip(path), bar.done.Load(), len(cands))
 	})
 	start := time.Now()
+	// The offline best is packed while the sweep runs.
+	var best0 *offlineResult
+	packed := make(chan struct{})
+	go func() {
+		defer close(packed)
+		best0 = offlineBest(ctx, ops)
+	}()
 	res, err := plan.TuneContext(ctx, ops, opt)
 	stop()
+	<-packed
 	if err != nil {
 		return err
 	}
@@ -126,6 +137,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	ptConf, fraction, _ := plan.PyTorchSetting(ptBest.Config)
 	if *asJSON {
 		out := tuneJSON{Trace: path, CapacityBytes: capacity, OverheadBytes: dev.overheadBytes, BestConf: best.Conf, PyTorchConf: ptConf, MemoryFraction: fraction}
+		out.BoundBytes, out.PlannedBytes = best0.bytes()
 		for _, r := range res {
 			out.Results = append(out.Results, tuneJSONEntry{
 				Conf: r.Conf, MinCapacityBytes: r.Fit.MinCapacity, PeakReservedBytes: r.AtCapacity.PeakReserved,
@@ -142,8 +154,9 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintf(stdout, "%s: %d configurations, each fitted and replayed on a simulated %s device; %d at a time, %v\n\n",
 		clip(path), len(res), capLabel, min(*jobs, len(res)), elapsed.Round(time.Millisecond))
+	fmt.Fprintf(stdout, "%s\n\n", best0.line())
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "rank\tmin capacity\tpeak reserved\tdevice calls\tOOMs\tconfiguration")
+	fmt.Fprintln(tw, "rank\tmin capacity\tvs offline\tpeak reserved\tdevice calls\tOOMs\tconfiguration")
 	for i, r := range res {
 		mark := baselineMark(r.Conf)
 		if !*all && i >= tuneShown && mark == "" && !inList(extra, r.Conf) {
@@ -153,7 +166,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if len(r.Fit.NonMonotone) > 0 {
 			nm = fmt.Sprintf(" (non-monotone: fails on %d MiB, runs from %d MiB)", r.Fit.NonMonotone[0]>>20, r.Fit.SafeCapacity>>20)
 		}
-		fmt.Fprintf(tw, "%d\t%d MiB\t%s\t%d\t%d\t%s%s%s\n", i+1, r.Fit.MinCapacity>>20,
+		fmt.Fprintf(tw, "%d\t%d MiB\t%s\t%s\t%d\t%d\t%s%s%s\n", i+1, r.Fit.MinCapacity>>20, best0.times(int64(r.Fit.MinCapacity)),
 			stats.FormatSize(uint64(max(r.AtCapacity.PeakReserved, 0))), r.DeviceCalls(), r.AtCapacity.OOMs, confLabel(r.Conf), mark, nm)
 	}
 	tw.Flush()

@@ -62,6 +62,10 @@
 // the PYTORCH_CUDA_ALLOC_CONF value and a memory fraction, which PyTorch
 // sets with a call rather than a key.
 //
+// How far each answer is from the best any allocator could do is the
+// subpackage offline's question: the peak of live bytes, and a packing
+// that knows every lifetime in advance.
+//
 // The package prints nothing; cmd/gpumem's fit, scale and tune commands
 // are its front end.
 package plan
