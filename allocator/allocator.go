@@ -38,7 +38,7 @@ type Allocator struct {
 	aging     bool   // best-fit searches count in the pools' clocks: garbage collection is active, or the policy
 	phased    bool   // phases other than the first were named: blocks are counted by phase (phases.go)
 	stepping  bool   // a step was marked: the shards log their live blocks' changes (steps.go)
-	listening bool   // observers are attached or stepping: the ledger's block methods tell them
+	listening bool   // observers are attached or stepping: takeLocked and finishFreeLocked tell them
 	phase     uint16 // the current phase (SetPhase): the phase of the blocks handed out
 
 	// Read without a lock; written in the world.
@@ -301,6 +301,21 @@ func indexFor(xs *[2]freeIndex, rounded uint64) *freeIndex {
 	}
 	return &xs[qLarge]
 }
+
+// Best fit (step 4): Alloc asks the free index of the request's pool and
+// stream for the block of the lowest (size, address) with at least the
+// rounded size (freeIndex.bestFit): size buckets answer with bit scans,
+// and remember the answer until they change; large buckets too, the tree
+// with a lower bound; then the rule of expandable segments applies
+// (expandableBestFit). searchLocked then checks that the block may serve
+// the request (splitRule.mayServe: oversize blocks). The block stays in the
+// free index: takeLocked takes it out. While garbage collection is
+// active, each search of an index that keeps ages (every kind but size
+// buckets: the large pool, and pools of expandable segments) counts in
+// the pool's clock of block ages (gcCalls); garbage collection reads only
+// the large pool's ages. Under the low_fragmentation policy every search
+// counts (policyFitLocked), in both pools, whose ages its reclaim and
+// lending read.
 
 // searchLocked is step 4 of the allocation ladder but for the answer the
 // index remembers: the best fit of x for a request of size (rounded)

@@ -94,8 +94,9 @@
 // The files follow the ladders: allocator.go holds the public methods and
 // steps 2 to 4 (fitLocked: the rounding, the pool, the one search of the
 // free index); sizes.go the constants, the rounding, the segment sizes and
-// the split rule; fit.go the handing out of a block (step 7); merge.go the
-// completion of a free (step 4 of the free ladder); reclaim.go obtaining
+// the split rule; ledger.go the handing out of a block (step 7,
+// takeLocked) and the completion of a free (step 4 of the free ladder,
+// finishFreeLocked), each with its record; reclaim.go obtaining
 // memory from the device and reclaiming it (the out-of-memory ladder,
 // garbage collection); streams.go RecordStream and deferred frees;
 // expandable.go expandable segments; shards.go and routes.go the shards
@@ -113,12 +114,12 @@
 //
 // The walk of a request: Alloc (allocator.go) finds its shard
 // (shards.go), asks fitLocked (allocator.go) for the best fit, which asks
-// the free index (index.go and its structures); takeLocked (fit.go) has
-// the index split the block (index.go) and records it in the shard's
-// address table (ptrtable.go) and in the ledger (ledger.go, counters.go).
+// the free index (index.go and its structures); takeLocked (ledger.go)
+// has the index split the block (index.go), files it in the shard's
+// address table (ptrtable.go) and records it (ledger.go, counters.go).
 // Free finds the shard by the routes (routes.go), the block in the
-// address table (ptrtable.go); finishFreeLocked (merge.go) records it in
-// the ledger and has the index merge and file it (index.go).
+// address table (ptrtable.go); finishFreeLocked (ledger.go) records it
+// and has the index merge and file it (index.go).
 //
 // # Allocation ladder (Alloc)
 //
@@ -232,7 +233,7 @@
 //     default stream's shard is the only one. Methods
 //     whose names end in Locked expect the locks of what they touch held:
 //     their shard's for those the fast paths call (searchLocked,
-//     takeLocked, finishFreeLocked, the ledger's block methods,
+//     takeLocked, finishFreeLocked,
 //     policyFitLocked, and the free index's methods, which need no suffix:
 //     an index is its shard's), the world for the others.
 //   - Fast paths: Alloc of a cached block and Free of an allocated block

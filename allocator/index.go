@@ -106,9 +106,9 @@ func (x *freeIndex) inLarge(size uint64) bool {
 }
 
 // bestFit is the allocator's best fit (step 4 of the allocation ladder,
-// fit.go) for a request of size (rounded) bytes: the free block of the
-// lowest (size, address) with at least size bytes, nil if none, and for a
-// block of an expandable segment the rule of expandable segments
+// Allocator.searchLocked) for a request of size (rounded) bytes: the free
+// block of the lowest (size, address) with at least size bytes, nil if
+// none, and for a block of an expandable segment the rule of expandable segments
 // (expandableBestFit). Size buckets remember their answer until they
 // change (remembered). Every search of the allocator goes through
 // Allocator.searchLocked, from fitLocked or the fast path; the
@@ -213,11 +213,12 @@ func (x *freeIndex) take(b *block, size uint64, split bool) *block {
 	}
 	rest, old := b, keyOf(b)
 	if b = x.front; b != nil {
-		x.front = nil // zero but for the fields set here
+		x.front = nil // zero but for the fields set here, and x's stream and pool
 	} else {
 		b = x.sh.newBlockLocked() // zeroed
+		b.stream, b.pool = rest.stream, rest.pool
 	}
-	b.ptr, b.size, b.stream, b.pool, b.seg = rest.ptr, size, rest.stream, rest.pool, rest.seg
+	b.ptr, b.size, b.seg = rest.ptr, size, rest.seg
 	rest.linkBefore(b)
 	rest.ptr += device.Ptr(size)
 	rest.size -= size
@@ -225,17 +226,19 @@ func (x *freeIndex) take(b *block, size uint64, split bool) *block {
 		x.add(rest)
 		return b
 	}
-	// Stamped and unlisted now, as filing it anew would.
 	if x.kind != kindSmall {
+		// Stamped and unlisted now, as filing it anew would.
 		rest.gcCountBase = x.pool.gcCalls
 		if rest.listed {
 			x.unlist(rest)
 		}
+		x.pend, x.pendKey = rest, old
+		if x.kind == kindTree {
+			x.settle() // the cold shard's indexes never wait (settleAllLocked)
+		}
+		return b
 	}
 	x.pend, x.pendKey = rest, old
-	if x.kind == kindTree {
-		x.settle() // the cold shard's indexes never wait (settleAllLocked)
-	}
 	return b
 }
 
@@ -251,6 +254,7 @@ func (x *freeIndex) put(b *block) *block {
 	mergePrev := mergeable(b, prev)
 	if pb := x.pend; pb != nil {
 		// pb.prev is the front, busy until now: next == pb means b is it.
+		// Its requested is zero already (finishFreeLocked).
 		if next == pb && !mergePrev {
 			x.pend = nil
 			pb.ptr, pb.size = b.ptr, b.size+pb.size
@@ -261,7 +265,6 @@ func (x *freeIndex) put(b *block) *block {
 				pb.seg.head = pb
 			}
 			if x.front == nil {
-				b.requested = 0
 				x.front = b // for the next split of x: b's flags and counts are zero
 			} else {
 				x.sh.recycleLocked(b)

@@ -18,6 +18,8 @@ func (x *freeIndex) check(bad func(format string, args ...any)) {
 	}
 	if f := x.front; f != nil && (f.allocated || f.indexed || f.listed || f.recorded || f.unmapped || f.eventCount != 0 || f.requested != 0) {
 		bad("stream %d: the struct kept for the next split is in use", s)
+	} else if f != nil && (f.stream != x.stream || f.pool != x.pool) {
+		bad("stream %d: the struct kept for the next split is of stream %d, pool %s", s, f.stream, f.pool.stat)
 	}
 	x.checkFiling(bad)
 	x.checkWholes(bad)

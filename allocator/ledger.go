@@ -74,12 +74,35 @@ func (a *Allocator) pagesUnmappedLocked(seg *segment, ptr device.Ptr, n uint64) 
 	}
 }
 
-// blockAllocatedLocked records b, of free index x (its pool and stream),
-// handed to a caller who asked for b.requested bytes (alloc): it is now
-// allocated and active. splitBlocks and splitBytes are what handing it out
-// changed in the free blocks of split segments (inactive_split), by
-// splitting it or by taking a free block of a split segment.
-func (a *Allocator) blockAllocatedLocked(x *freeIndex, b *block, splitBlocks, splitBytes int64) {
+// takeLocked hands out the free block b of x for a request of size
+// rounded bytes, requested as asked (alloc): the index splits off the
+// rest of the block when that is worth keeping (freeIndex.take: the front
+// is handed out, the rest stays free), and the block handed out is marked
+// allocated, filed in its shard's address table and recorded here: it is
+// now allocated and active, and what handing it out changed in the free
+// blocks of split plain segments counts in inactive_split (expandable
+// blocks never count). It returns that block. The hand-out and its record
+// are one function, so that the cached path makes one call fewer.
+//
+// b is either in the free index (found by fitLocked, or mapped into an
+// expandable segment) or a new segment's block, in no index yet.
+func (a *Allocator) takeLocked(x *freeIndex, b *block, size, requested uint64) *block {
+	wasSplit := b.isSplit()
+	split := a.rule.shouldSplit(x.k == qSmall, b.size, size)
+	f := x.take(b, size, split) // with split, b is the rest
+	var splitBlocks, splitBytes int64
+	switch {
+	case b.seg.expandable():
+	case split && wasSplit:
+		splitBytes = -int64(size)
+	case split:
+		splitBlocks, splitBytes = 1, int64(b.size)
+	case wasSplit:
+		splitBlocks, splitBytes = -1, -int64(b.size)
+	}
+	f.allocated, f.requested, f.phase = true, requested, a.phase
+	x.sh.live.put(f)
+	b = f
 	k, n := x.k, int64(b.size)
 	st := &x.sh.st
 	var rows uint32 // the rows past a limit
@@ -127,6 +150,7 @@ func (a *Allocator) blockAllocatedLocked(x *freeIndex, b *block, splitBlocks, sp
 			a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: a.userStreamLocked(b), Phase: a.phases[b.phase].name})
 		}
 	}
+	return b
 }
 
 // freeRequestedLocked records the caller's free of b, of free index x
@@ -158,14 +182,37 @@ func (a *Allocator) freeRequestedLocked(x *freeIndex, b *block) {
 	}
 }
 
-// blockFreedLocked records that b, of free index x, freed by its caller,
-// returns to the cache (free_completed): it is no longer active. With
-// requested, the caller's free is recorded first (free_requested): a free
-// that did not wait for stream events. splitBlocks and splitBytes are
-// what the merge that follows changes in the free blocks of split
-// segments (inactive_split). Observers see the merge as part of
-// free_completed.
-func (a *Allocator) blockFreedLocked(x *freeIndex, b *block, requested bool, splitBlocks, splitBytes int64) {
+// finishFreeLocked completes the free of b, which is no longer allocated
+// and has no events outstanding: it records the free as completed
+// (free_completed: b is no longer active; with requested, the caller's
+// free too: free_requested, for a free that did not wait for events),
+// then the free index merges b with free neighbours and files the result
+// (freeIndex.put, PyTorch's free_block). The merge's change to the free
+// blocks of split plain segments counts in inactive_split: the neighbours
+// it absorbs go, the merged block counts if its segment stays split (an
+// unsplit is such a merge too: its rest goes, and the block from before
+// the split counts if its segment stays split); expandable blocks never
+// count. Observers see the merge as part of free_completed. The record
+// and the merge are one function, so that the cached path makes one call
+// fewer.
+func (a *Allocator) finishFreeLocked(b *block, requested bool) {
+	x := b.seg.free
+	var blocks, bytes int64
+	if !b.seg.expandable() {
+		prev, next := b.prev, b.next
+		first, last, size := b, b, b.size
+		if prev != nil && prev.isFree() {
+			first, size = prev, size+prev.size
+			blocks, bytes = -1, -int64(prev.size)
+		}
+		if next != nil && next.isFree() {
+			last, size = next, size+next.size
+			blocks, bytes = blocks-1, bytes-int64(next.size)
+		}
+		if first.prev != nil || last.next != nil {
+			blocks, bytes = blocks+1, bytes+int64(size)
+		}
+	}
 	k, st, size := x.k, &x.sh.st, int64(b.size)
 	if requested {
 		st[stats.Allocation].pool[k&1].Drop(1)
@@ -184,9 +231,9 @@ func (a *Allocator) blockFreedLocked(x *freeIndex, b *block, requested bool, spl
 		x.sh.refreshImplied()
 	}
 	st[stats.RequestedBytes].pool[k&1].Drop(int64(b.requested))
-	if splitBlocks > 0 || splitBytes > 0 {
-		over := st[stats.InactiveSplit].move(k, splitBlocks)
-		over = st[stats.InactiveSplitBytes].move(k, splitBytes) || over
+	if blocks > 0 || bytes > 0 {
+		over := st[stats.InactiveSplit].move(k, blocks)
+		over = st[stats.InactiveSplitBytes].move(k, bytes) || over
 		if over {
 			d := opDelta{k: k}
 			if requested {
@@ -201,26 +248,27 @@ func (a *Allocator) blockFreedLocked(x *freeIndex, b *block, requested bool, spl
 				d.row[stats.Active], d.row[stats.ActiveBytes] = -1, -size
 			}
 			d.row[stats.RequestedBytes] = -int64(b.requested)
-			d.row[stats.InactiveSplit], d.row[stats.InactiveSplitBytes] = splitBlocks, splitBytes
+			d.row[stats.InactiveSplit], d.row[stats.InactiveSplitBytes] = blocks, bytes
 			a.exceedRows(x.sh, k, splitRows, &d)
 		}
 	} else {
-		st[stats.InactiveSplit].pool[k&1].Carry(splitBlocks) // zero or less
-		st[stats.InactiveSplitBytes].pool[k&1].Carry(splitBytes)
+		st[stats.InactiveSplit].pool[k&1].Carry(blocks) // zero or less
+		st[stats.InactiveSplitBytes].pool[k&1].Carry(bytes)
 	}
 	if a.listening {
 		if requested && a.stepping {
 			x.sh.steps.note(b, -1)
 		}
-		if len(a.observers) == 0 {
-			return
+		if len(a.observers) > 0 {
+			ph := a.phases[b.phase].name
+			if requested {
+				a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: ph})
+			}
+			a.notifyLocked(Action{Kind: ActionFreeCompleted, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: ph})
 		}
-		ph := a.phases[b.phase].name
-		if requested {
-			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: ph})
-		}
-		a.notifyLocked(Action{Kind: ActionFreeCompleted, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: ph})
 	}
+	b.requested = 0
+	x.put(b)
 }
 
 // streamRecordedLocked tells observers that b was recorded on stream s
