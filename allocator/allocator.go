@@ -242,7 +242,7 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 				b = a.searchLocked(x, rounded)
 			}
 			if b != nil {
-				ptr := a.takeLocked(x, b, rounded, size).ptr
+				ptr := a.takeLocked(sh, x, b, rounded, size).ptr
 				if sh.cut {
 					sh.fast.Store(false) // the world settles the cut first
 					sh.mu.Unlock()
@@ -366,7 +366,7 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 	if lent {
 		a.pol.lending, a.pol.lendTo = true, s
 	}
-	b = a.takeLocked(from, b, rounded, size)
+	b = a.takeLocked(a.shardOf(from), from, b, rounded, size)
 	if lent {
 		a.lentLocked(b, s)
 	}
@@ -431,7 +431,10 @@ func (a *Allocator) Free(p device.Ptr) error {
 			if b := sh.live.remove(p); b != nil {
 				if !b.recorded {
 					b.allocated = false
-					a.finishFreeLocked(b, true)
+					if selfCheck && a.shardOf(b.seg.free) != sh {
+						panic("gpumem: a fast shard's live block belongs to another shard's free index")
+					}
+					a.finishFreeLocked(sh, b, true)
 					if sh.cut {
 						sh.fast.Store(false) // the world settles the cut first
 						sh.mu.Unlock()
@@ -470,7 +473,7 @@ func (a *Allocator) freeWorld(p device.Ptr) error {
 	default:
 		sh.live.remove(p)
 		b.allocated = false
-		a.finishFreeLocked(b, true)
+		a.finishFreeLocked(a.shardOf(b.seg.free), b, true)
 	}
 	if selfCheck {
 		a.selfCheckLocked("Free")
@@ -497,7 +500,7 @@ func (a *Allocator) freeRecordedLocked(sh *shard, b *block) error {
 	}
 	b.allocated = false
 	if n == 0 {
-		a.finishFreeLocked(b, true)
+		a.finishFreeLocked(a.shardOf(b.seg.free), b, true)
 		return nil
 	}
 	a.freeRequestedLocked(b.seg.free, b)

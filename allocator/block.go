@@ -5,8 +5,6 @@
 package allocator
 
 import (
-	"slices"
-
 	"github.com/google/btree"
 
 	"github.com/gpumem/gpumem/device"
@@ -178,76 +176,35 @@ func newPool(small, expandable bool) *pool {
 	return p
 }
 
-// wholeSegmentsLocked appends the whole free segments of pool p on every
-// stream to list, in (stream, size, address) order (the order PyTorch
-// releases them in), and returns it.
-func (a *Allocator) wholeSegmentsLocked(p *pool, list []*block) []*block {
-	n := len(list)
-	a.hotIndexesLocked(p, func(x *freeIndex) { list = x.appendWholes(list) })
-	for _, x := range p.cold.wholes {
-		a.visited++
-		list = x.appendWholes(list)
-	}
-	sortFree(list[n:])
-	return list
+// spares are the recycled block structs of one shard, linked through
+// next; guarded by its lock.
+type spares struct {
+	head *block
+	n    int
 }
 
-// pageBlocksLocked appends to list the free blocks of pool p (of
-// expandable segments) that may hold a whole page, those of a page or
-// more, in (stream, size, address) order, and returns it: unmapping any
-// other free block would change nothing, so that releasing the cache
-// costs the blocks it may unmap, not a walk of every cached block.
-func (a *Allocator) pageBlocksLocked(p *pool, list []*block) []*block {
-	page := uint64(kSmallBuffer)
-	if !p.small {
-		page = kLargeBuffer
-		if a.pol != nil {
-			page = a.pol.largePage
-		}
-	}
-	n := len(list)
-	add := func(b *block) bool {
-		list = append(list, b)
-		return true
-	}
-	a.hotIndexesLocked(p, func(x *freeIndex) { x.ascendAtLeast(page, add) })
-	p.cold.ascendAtLeast(page, add)
-	sortFree(list[n:])
-	return list
-}
-
-// sortFree sorts blocks in freeLess order.
-func sortFree(list []*block) {
-	slices.SortFunc(list, func(x, y *block) int {
-		if freeLess(x, y) {
-			return -1
-		}
-		return 1
-	})
-}
-
-// newBlockLocked returns a zeroed block struct of shard sh, recycled
-// when possible. New structs come in slabs of blockSlab, so that blocks
-// created together sit together in memory.
-func (sh *shard) newBlockLocked() *block {
-	b := sh.spare
+// get returns a zeroed block struct, recycled when possible. New structs
+// come in slabs of blockSlab, so that blocks created together sit
+// together in memory.
+func (sp *spares) get() *block {
+	b := sp.head
 	if b == nil {
-		return sh.newSlabLocked()
+		return sp.slab()
 	}
-	sh.spare, b.next = b.next, nil
-	sh.nspare--
+	sp.head, b.next = b.next, nil
+	sp.n--
 	return b
 }
 
-// newSlabLocked makes blockSlab block structs, keeps all but the first as
-// spares and returns the first.
-func (sh *shard) newSlabLocked() *block {
+// slab makes blockSlab block structs, keeps all but the first as spares
+// and returns the first.
+func (sp *spares) slab() *block {
 	slab := make([]block, blockSlab)
 	for i := 1; i < blockSlab-1; i++ {
 		slab[i].next = &slab[i+1]
 	}
-	sh.spare = &slab[1]
-	sh.nspare += blockSlab - 1
+	sp.head = &slab[1]
+	sp.n += blockSlab - 1
 	return &slab[0]
 }
 
@@ -256,14 +213,13 @@ const (
 	maxSpare  = 4096 // spare block structs kept at most, per shard
 )
 
-// recycleLocked keeps a dead block struct of shard sh for reuse, linked
-// through next.
-func (sh *shard) recycleLocked(b *block) {
-	if sh.nspare >= maxSpare {
+// put keeps a dead block struct for reuse, linked through next.
+func (sp *spares) put(b *block) {
+	if sp.n >= maxSpare {
 		*b = block{}
 		return
 	}
-	*b = block{next: sh.spare}
-	sh.spare = b
-	sh.nspare++
+	*b = block{next: sp.head}
+	sp.head = b
+	sp.n++
 }

@@ -164,7 +164,7 @@ func (a *Allocator) checkLocked() error {
 			continue
 		}
 		nseg[s.free]++
-		sh := s.free.sh
+		sh := a.shardOf(s.free)
 		want := wants[sh]
 		if want == nil {
 			want = new(stats.DeviceStats)
@@ -343,7 +343,7 @@ func (a *Allocator) checkLocked() error {
 // inIndex.
 func (a *Allocator) checkIndexLocked(x *freeIndex, s device.Stream, j int, inIndex map[*block]bool, bad func(string, ...any)) {
 	p := [2]*pool{a.small, a.large}[j]
-	if x.pool != p || x.stream != s || x.sh.cold != (x.sh == a.cold) || !x.sh.cold && x.sh.stream != s {
+	if x.pool != p || x.stream != s || a.shardOf(x).cold != (a.shardOf(x) == a.cold) || !a.shardOf(x).cold && a.shardOf(x).stream != s {
 		bad("the free index of stream %d, pool %d, belongs to another", s, j)
 		return
 	}
@@ -352,7 +352,7 @@ func (a *Allocator) checkIndexLocked(x *freeIndex, s device.Stream, j int, inInd
 	// the tree alone in the cold shard.
 	kind := kindLarge
 	switch {
-	case x.sh.cold:
+	case a.shardOf(x).cold:
 		kind = kindTree
 	case p.small && a.vm == nil && a.pol == nil:
 		kind = kindSmall
@@ -470,12 +470,12 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 	want := routes{on: true, owners: map[uint64]chunkOwners{}}
 	for _, seg := range a.segments {
 		if !seg.expandable() {
-			want.add(seg.ptr, seg.size, seg.free.sh, +1)
+			want.add(seg.ptr, seg.size, a.shardOf(seg.free), +1)
 			continue
 		}
 		seg.mappedRuns(func(p device.Ptr, n uint64) {
 			for off := uint64(0); off < n; off += seg.page {
-				want.add(p+device.Ptr(off), seg.page, seg.free.sh, +1)
+				want.add(p+device.Ptr(off), seg.page, a.shardOf(seg.free), +1)
 			}
 		})
 	}
@@ -509,5 +509,55 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 		if v := o.value(); ok != (v != routeAmbig) || ok && id+1 != v {
 			bad("chunk %#x: a lookup finds shard %d (%v), its segments say %d", chunk, id, ok, v)
 		}
+	}
+}
+
+// checkColdLocked checks the cold view of pool p against the cold free
+// indexes.
+func (a *Allocator) checkColdLocked(p *pool, bad func(string, ...any)) {
+	n, lenders, wholes := 0, 0, 0
+	for _, xs := range a.coldIdx {
+		x := &xs[p.idx]
+		x.each(func(b *block) bool {
+			n++
+			if got, ok := p.cold.free.Get(coldItem{key: keyOf(b)}); !ok || got.b != b {
+				bad("cold free block %v+%d of pool %s is not in its cold view", b.ptr, b.size, p.stat)
+			}
+			if a.pol == nil {
+				return true
+			}
+			_, waited := a.pol.hostWaited[b.stream]
+			if !waited {
+				lenders++
+			}
+			var got coldItem
+			var ok bool
+			if p.cold.lenders != nil {
+				got, ok = p.cold.lenders.Get(coldItem{key: keyOf(b)})
+			}
+			if ok == waited || ok && got.b != b {
+				bad("cold free block %v+%d of pool %s (stream %d, host-waited %v) is wrongly among the lenders", b.ptr, b.size, p.stat, b.stream, waited)
+			}
+			return true
+		})
+		if x.wholes != nil {
+			wholes++
+			if x.coldAt < 1 || x.coldAt > len(p.cold.wholes) || p.cold.wholes[x.coldAt-1] != x {
+				bad("the cold index of stream %d, pool %s, has whole free segments but is not listed", x.stream, p.stat)
+			}
+		}
+	}
+	if p.cold.free != nil && p.cold.free.Len() != n {
+		bad("the cold view of pool %s holds %d free blocks, the cold indexes %d", p.stat, p.cold.free.Len(), n)
+	}
+	held := 0
+	if p.cold.lenders != nil {
+		held = p.cold.lenders.Len()
+	}
+	if held != lenders || (p.cold.waited != nil) != (a.pol != nil) {
+		bad("the cold view of pool %s holds %d lenders, there are %d (policy: %v)", p.stat, held, lenders, a.pol != nil)
+	}
+	if len(p.cold.wholes) != wholes {
+		bad("the cold view of pool %s lists %d indexes with whole segments, there are %d", p.stat, len(p.cold.wholes), wholes)
 	}
 }

@@ -116,7 +116,7 @@ func (a *Allocator) findExpandableLocked(x *freeIndex, size uint64) (found *bloc
 		return nil, false, fmt.Errorf("allocator: device %d: reserving an expandable segment of %d bytes: %w", a.ordinal, n, err)
 	}
 	seg := &segment{ptr: ptr, size: n, stream: s, pool: p, free: x, page: page}
-	b := x.sh.newBlockLocked()
+	b := x.spares.get()
 	b.ptr, b.size, b.stream, b.pool, b.seg, b.unmapped = ptr, n, s, p, seg, true
 	seg.head = b
 	a.segmentAddedLocked(seg)
@@ -142,7 +142,7 @@ func (a *Allocator) mapLocked(u *block, size uint64) (*block, error) {
 	p.unmapped.Delete(u)
 	a.routePagesLocked(seg, u.ptr, n, +1)
 	if n < u.size {
-		rest := seg.free.sh.newBlockLocked()
+		rest := seg.free.spares.get()
 		rest.ptr, rest.size, rest.stream, rest.pool, rest.seg, rest.unmapped = u.ptr+device.Ptr(n), u.size-n, u.stream, p, seg, true
 		u.linkAfter(rest)
 		p.unmapped.ReplaceOrInsert(rest)
@@ -178,13 +178,13 @@ func (a *Allocator) unmapLocked(b *block) error {
 	a.routePagesLocked(seg, ptr, n, -1)
 	x.remove(b)
 	if before := uint64(ptr - b.ptr); before > 0 {
-		f := x.sh.newBlockLocked()
+		f := x.spares.get()
 		f.ptr, f.size, f.stream, f.pool, f.seg = b.ptr, before, b.stream, b.pool, seg
 		b.linkBefore(f)
 		x.insert(f)
 	}
 	if after := b.size - uint64(ptr-b.ptr) - n; after > 0 {
-		f := x.sh.newBlockLocked()
+		f := x.spares.get()
 		f.ptr, f.size, f.stream, f.pool, f.seg = ptr+device.Ptr(n), after, b.stream, b.pool, seg
 		b.linkAfter(f)
 		x.insert(f)
@@ -229,7 +229,7 @@ func (a *Allocator) releaseExpandableLocked(u *block) error {
 	}
 	u.pool.unmapped.Delete(u)
 	a.segmentRemovedLocked(seg)
-	seg.free.sh.recycleLocked(u)
+	seg.free.spares.put(u)
 	return nil
 }
 
@@ -241,7 +241,7 @@ func (a *Allocator) routePagesLocked(seg *segment, ptr device.Ptr, n uint64, cha
 		return
 	}
 	for off := uint64(0); off < n; off += seg.page {
-		a.routes.add(ptr+device.Ptr(off), seg.page, seg.free.sh, change)
+		a.routes.add(ptr+device.Ptr(off), seg.page, a.shardOf(seg.free), change)
 	}
 }
 

@@ -39,8 +39,9 @@ import "github.com/gpumem/gpumem/device"
 // is among its pool's owners (at owner) exactly when it has some. An
 // index of the tree kind never keeps a pending split.
 type freeIndex struct {
-	sh      *shard
-	k       int // pool.idx
+	shard   int     // the id of the shard whose lock guards the index
+	spares  *spares // that shard's recycled block structs
+	k       int     // pool.idx
 	pool    *pool
 	stream  device.Stream
 	kind    indexKind
@@ -84,9 +85,9 @@ const (
 )
 
 // init makes x the empty free index of kind k of pool p on stream s, in
-// shard sh.
-func (x *freeIndex) init(sh *shard, s device.Stream, p *pool, k indexKind) {
-	x.sh, x.k, x.pool, x.stream, x.kind = sh, p.idx, p, s, k
+// the shard of id shard, whose recycled block structs are sp.
+func (x *freeIndex) init(shard int, sp *spares, s device.Stream, p *pool, k indexKind) {
+	x.shard, x.spares, x.k, x.pool, x.stream, x.kind = shard, sp, p.idx, p, s, k
 	switch k {
 	case kindSmall:
 		x.buckets = new(sizeBuckets)
@@ -215,7 +216,7 @@ func (x *freeIndex) take(b *block, size uint64, split bool) *block {
 	if b = x.front; b != nil {
 		x.front = nil // zero but for the fields set here, and x's stream and pool
 	} else {
-		b = x.sh.newBlockLocked() // zeroed
+		b = x.spares.get() // zeroed
 		b.stream, b.pool = rest.stream, rest.pool
 	}
 	b.ptr, b.size, b.seg = rest.ptr, size, rest.seg
@@ -267,7 +268,7 @@ func (x *freeIndex) put(b *block) *block {
 			if x.front == nil {
 				x.front = b // for the next split of x: b's flags and counts are zero
 			} else {
-				x.sh.recycleLocked(b)
+				x.spares.put(b)
 			}
 			if x.kind != kindSmall {
 				pb.gcCountBase = x.pool.gcCalls // as filing it anew would
@@ -292,7 +293,7 @@ func (x *freeIndex) put(b *block) *block {
 		} else {
 			b.seg.head = b
 		}
-		x.sh.recycleLocked(prev)
+		x.spares.put(prev)
 	}
 	if mergeNext {
 		x.unfile(next)
@@ -301,7 +302,7 @@ func (x *freeIndex) put(b *block) *block {
 		if b.next != nil {
 			b.next.prev = b
 		}
-		x.sh.recycleLocked(next)
+		x.spares.put(next)
 	}
 	switch {
 	case b.unmapped:
@@ -352,9 +353,9 @@ func (x *freeIndex) mergeInto(b *block, mergePrev, mergeNext bool) *block {
 		m.next.prev = m
 	}
 	if mergePrev && prev != m {
-		x.sh.recycleLocked(prev)
+		x.spares.put(prev)
 	}
-	x.sh.recycleLocked(b)
+	x.spares.put(b)
 	x.rekey(m, old)
 	return m
 }
@@ -493,22 +494,8 @@ func (x *freeIndex) flush() {
 		x.settle()
 	}
 	if x.front != nil {
-		x.sh.recycleLocked(x.front)
+		x.spares.put(x.front)
 		x.front = nil
-	}
-}
-
-// settleAllLocked settles every free index, before a walk or a change of
-// more than one index, and lets go of the structs kept for the next split.
-// (The cold shard's indexes never wait.)
-func (a *Allocator) settleAllLocked() {
-	for _, sh := range a.shards {
-		if sh.cold {
-			continue
-		}
-		for i := range sh.free {
-			sh.free[i].flush()
-		}
 	}
 }
 
@@ -747,17 +734,4 @@ func (x *freeIndex) segmentRemoved() {
 		p.owners[len(p.owners)-1] = nil
 		p.owners = p.owners[:len(p.owners)-1]
 	}
-}
-
-// segmentAddedLocked files the new segment seg: in the segments map, and
-// in its free index's count.
-func (a *Allocator) segmentAddedLocked(seg *segment) {
-	a.segments[seg.ptr] = seg
-	seg.free.segmentAdded()
-}
-
-// segmentRemovedLocked unfiles the segment seg, released.
-func (a *Allocator) segmentRemovedLocked(seg *segment) {
-	delete(a.segments, seg.ptr)
-	seg.free.segmentRemoved()
 }

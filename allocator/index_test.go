@@ -26,7 +26,7 @@ func TestIndexWalksFollowTheOrder(t *testing.T) {
 		if rapid.Bool().Draw(t, "treeOnly") {
 			kind = kindTree
 		}
-		x.init(nil, 0, p, kind)
+		x.init(0, new(spares), 0, p, kind)
 		var live []*block
 		// Few sizes and many addresses, so that classes hold several
 		// blocks; some sizes above 128 MiB, in the tree.

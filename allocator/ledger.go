@@ -26,7 +26,7 @@ import (
 // segmentAllocatedLocked records a plain segment obtained from the
 // device (segment_alloc).
 func (a *Allocator) segmentAllocatedLocked(seg *segment) {
-	sh, k, n := seg.free.sh, seg.pool.idx, int64(seg.size)
+	sh, k, n := a.shardOf(seg.free), seg.pool.idx, int64(seg.size)
 	a.increase(sh, int(stats.Segment), k, 1)
 	a.increase(sh, int(stats.ReservedBytes), k, n)
 	if a.rule.oversize(seg.size) {
@@ -41,7 +41,7 @@ func (a *Allocator) segmentAllocatedLocked(seg *segment) {
 // segmentFreedLocked records a plain segment returned to the device
 // (segment_free).
 func (a *Allocator) segmentFreedLocked(seg *segment) {
-	sh, k, n := seg.free.sh, seg.pool.idx, int64(seg.size)
+	sh, k, n := a.shardOf(seg.free), seg.pool.idx, int64(seg.size)
 	sh.decrease(int(stats.Segment), k, 1)
 	sh.decrease(int(stats.ReservedBytes), k, n)
 	if a.rule.oversize(seg.size) {
@@ -57,7 +57,7 @@ func (a *Allocator) segmentFreedLocked(seg *segment) {
 // expandable segment seg (segment_map). Mapping counts as a device
 // allocation and adds to reserved bytes, but not to the segment count.
 func (a *Allocator) pagesMappedLocked(seg *segment, ptr device.Ptr, n uint64) {
-	a.increase(seg.free.sh, int(stats.ReservedBytes), seg.pool.idx, int64(n))
+	a.increase(a.shardOf(seg.free), int(stats.ReservedBytes), seg.pool.idx, int64(n))
 	a.gst.numDeviceAlloc++
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionSegmentMap, Ptr: ptr, Size: n, Stream: seg.stream})
@@ -67,7 +67,7 @@ func (a *Allocator) pagesMappedLocked(seg *segment, ptr device.Ptr, n uint64) {
 // pagesUnmappedLocked records n bytes of pages unmapped at ptr from the
 // expandable segment seg (segment_unmap).
 func (a *Allocator) pagesUnmappedLocked(seg *segment, ptr device.Ptr, n uint64) {
-	seg.free.sh.decrease(int(stats.ReservedBytes), seg.pool.idx, int64(n))
+	a.shardOf(seg.free).decrease(int(stats.ReservedBytes), seg.pool.idx, int64(n))
 	a.gst.numDeviceFree++
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionSegmentUnmap, Ptr: ptr, Size: n, Stream: seg.stream})
@@ -85,8 +85,9 @@ func (a *Allocator) pagesUnmappedLocked(seg *segment, ptr device.Ptr, n uint64) 
 // are one function, so that the cached path makes one call fewer.
 //
 // b is either in the free index (found by fitLocked, or mapped into an
-// expandable segment) or a new segment's block, in no index yet.
-func (a *Allocator) takeLocked(x *freeIndex, b *block, size, requested uint64) *block {
+// expandable segment) or a new segment's block, in no index yet; sh is
+// x's shard.
+func (a *Allocator) takeLocked(sh *shard, x *freeIndex, b *block, size, requested uint64) *block {
 	wasSplit := b.isSplit()
 	split := a.rule.shouldSplit(x.k == qSmall, b.size, size)
 	f := x.take(b, size, split) // with split, b is the rest
@@ -101,10 +102,10 @@ func (a *Allocator) takeLocked(x *freeIndex, b *block, size, requested uint64) *
 		splitBlocks, splitBytes = -1, -int64(b.size)
 	}
 	f.allocated, f.requested, f.phase = true, requested, a.phase
-	x.sh.live.put(f)
+	sh.live.put(f)
 	b = f
 	k, n := x.k, int64(b.size)
-	st := &x.sh.st
+	st := &sh.st
 	var rows uint32 // the rows past a limit
 	if st[stats.Allocation].bump(k, 1) {
 		rows |= 1<<stats.Allocation | activeRows
@@ -115,7 +116,7 @@ func (a *Allocator) takeLocked(x *freeIndex, b *block, size, requested uint64) *
 	if st[stats.RequestedBytes].bump(k, int64(b.requested)) {
 		rows |= 1 << stats.RequestedBytes
 	}
-	if !x.sh.activeImplied && x.sh.activeOver(k) { // active = allocation + pending rises too
+	if !sh.activeImplied && sh.activeOver(k) { // active = allocation + pending rises too
 		rows |= activeRows
 	}
 	if b.size >= a.rule.maxSplit && st[oversizeA].bump(qSmall, 1) {
@@ -127,7 +128,7 @@ func (a *Allocator) takeLocked(x *freeIndex, b *block, size, requested uint64) *
 	if st[stats.InactiveSplitBytes].move(k, splitBytes) {
 		rows |= 1 << stats.InactiveSplitBytes
 	}
-	if a.phased && x.sh.phaseCount(b.phase).add(n) {
+	if a.phased && sh.phaseCount(b.phase).add(n) {
 		rows |= phaseBit
 	}
 	if rows != 0 {
@@ -140,11 +141,11 @@ func (a *Allocator) takeLocked(x *freeIndex, b *block, size, requested uint64) *
 		if a.phased {
 			d.phased, d.phase, d.ph = true, b.phase, [2]int64{n, 1}
 		}
-		a.exceedRows(x.sh, k, rows, &d)
+		a.exceedRows(sh, k, rows, &d)
 	}
 	if a.listening {
 		if a.stepping {
-			x.sh.steps.note(b, +1)
+			sh.steps.note(b, +1)
 		}
 		if len(a.observers) > 0 {
 			a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: a.userStreamLocked(b), Phase: a.phases[b.phase].name})
@@ -157,7 +158,8 @@ func (a *Allocator) takeLocked(x *freeIndex, b *block, size, requested uint64) *
 // (free_requested), when the free waits for stream events: b is no
 // longer allocated, but stays active until its free completes.
 func (a *Allocator) freeRequestedLocked(x *freeIndex, b *block) {
-	st := &x.sh.st
+	sh := a.shardOf(x)
+	st := &sh.st
 	st[stats.Allocation].pool[x.k&1].Drop(1)
 	st[stats.AllocatedBytes].pool[x.k&1].Drop(int64(b.size))
 	if b.size >= a.rule.maxSplit {
@@ -166,15 +168,15 @@ func (a *Allocator) freeRequestedLocked(x *freeIndex, b *block) {
 	// Active (allocation + pending) stays as it is: the block is pending.
 	st[stats.Active].pool[x.k].Carry(1)
 	st[stats.ActiveBytes].pool[x.k].Carry(int64(b.size))
-	x.sh.activeImplied = false
+	sh.activeImplied = false
 	if a.phased {
-		c := &x.sh.ph[b.phase]
+		c := &sh.ph[b.phase]
 		c.bytes.Drop(int64(b.size))
 		c.blocks.Drop(1)
 	}
 	if a.listening {
 		if a.stepping {
-			x.sh.steps.note(b, -1)
+			sh.steps.note(b, -1)
 		}
 		if len(a.observers) > 0 {
 			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: a.phases[b.phase].name})
@@ -194,8 +196,8 @@ func (a *Allocator) freeRequestedLocked(x *freeIndex, b *block) {
 // the split counts if its segment stays split); expandable blocks never
 // count. Observers see the merge as part of free_completed. The record
 // and the merge are one function, so that the cached path makes one call
-// fewer.
-func (a *Allocator) finishFreeLocked(b *block, requested bool) {
+// fewer. sh is the shard of b's free index.
+func (a *Allocator) finishFreeLocked(sh *shard, b *block, requested bool) {
 	x := b.seg.free
 	var blocks, bytes int64
 	if !b.seg.expandable() {
@@ -213,7 +215,7 @@ func (a *Allocator) finishFreeLocked(b *block, requested bool) {
 			blocks, bytes = blocks+1, bytes+int64(size)
 		}
 	}
-	k, st, size := x.k, &x.sh.st, int64(b.size)
+	k, st, size := x.k, &sh.st, int64(b.size)
 	if requested {
 		st[stats.Allocation].pool[k&1].Drop(1)
 		st[stats.AllocatedBytes].pool[k&1].Drop(size)
@@ -221,14 +223,14 @@ func (a *Allocator) finishFreeLocked(b *block, requested bool) {
 			st[oversizeA].pool[qSmall].Drop(1)
 		}
 		if a.phased {
-			c := &x.sh.ph[b.phase]
+			c := &sh.ph[b.phase]
 			c.bytes.Drop(size)
 			c.blocks.Drop(1)
 		}
 	} else { // it was pending: active (allocation + pending) falls with pending
 		st[stats.Active].pool[k&1].Drop(1)
 		st[stats.ActiveBytes].pool[k&1].Drop(size)
-		x.sh.refreshImplied()
+		sh.refreshImplied()
 	}
 	st[stats.RequestedBytes].pool[k&1].Drop(int64(b.requested))
 	if blocks > 0 || bytes > 0 {
@@ -249,7 +251,7 @@ func (a *Allocator) finishFreeLocked(b *block, requested bool) {
 			}
 			d.row[stats.RequestedBytes] = -int64(b.requested)
 			d.row[stats.InactiveSplit], d.row[stats.InactiveSplitBytes] = blocks, bytes
-			a.exceedRows(x.sh, k, splitRows, &d)
+			a.exceedRows(sh, k, splitRows, &d)
 		}
 	} else {
 		st[stats.InactiveSplit].pool[k&1].Carry(blocks) // zero or less
@@ -257,7 +259,7 @@ func (a *Allocator) finishFreeLocked(b *block, requested bool) {
 	}
 	if a.listening {
 		if requested && a.stepping {
-			x.sh.steps.note(b, -1)
+			sh.steps.note(b, -1)
 		}
 		if len(a.observers) > 0 {
 			ph := a.phases[b.phase].name

@@ -181,7 +181,7 @@ func (a *Allocator) placeLocked(x *freeIndex, size uint64) (placement, error) {
 		return placement{}, fmt.Errorf("allocator: device %d: reserving an expandable segment of %d bytes: %w", a.ordinal, n, err)
 	}
 	seg := &segment{ptr: ptr, size: n, stream: s, pool: p, free: x, page: page}
-	u := x.sh.newBlockLocked()
+	u := x.spares.get()
 	u.ptr, u.size, u.stream, u.pool, u.seg, u.unmapped = ptr, n, s, p, seg, true
 	seg.head = u
 	a.segmentAddedLocked(seg)
@@ -215,14 +215,14 @@ func (a *Allocator) mapRangeLocked(u *block, off, n uint64) (*block, error) {
 	p.unmapped.Delete(u)
 	a.routePagesLocked(seg, ptr, n, +1)
 	if off > 0 {
-		head := seg.free.sh.newBlockLocked()
+		head := seg.free.spares.get()
 		head.ptr, head.size, head.stream, head.pool, head.seg, head.unmapped = u.ptr, off, u.stream, p, seg, true
 		u.linkBefore(head)
 		p.unmapped.ReplaceOrInsert(head)
 		u.ptr, u.size = ptr, u.size-off
 	}
 	if n < u.size {
-		rest := seg.free.sh.newBlockLocked()
+		rest := seg.free.spares.get()
 		rest.ptr, rest.size, rest.stream, rest.pool, rest.seg, rest.unmapped = ptr+device.Ptr(n), u.size-n, u.stream, p, seg, true
 		u.linkAfter(rest)
 		p.unmapped.ReplaceOrInsert(rest)

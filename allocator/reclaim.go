@@ -84,11 +84,11 @@ func (a *Allocator) newSegmentLocked(x *freeIndex, size uint64) (*block, error) 
 	}
 	p, s := x.pool, x.stream
 	seg := &segment{ptr: ptr, size: size, stream: s, pool: p, free: x}
-	b := x.sh.newBlockLocked()
+	b := x.spares.get()
 	b.ptr, b.size, b.stream, b.pool, b.seg = ptr, size, s, p, seg
 	seg.head = b
 	a.segmentAddedLocked(seg)
-	a.routes.add(ptr, size, x.sh, +1)
+	a.routes.add(ptr, size, a.shardOf(x), +1)
 	a.segmentAllocatedLocked(seg)
 	return b, nil
 }
@@ -102,9 +102,9 @@ func (a *Allocator) releaseSegmentLocked(b *block) error {
 	}
 	seg.free.remove(b)
 	a.segmentRemovedLocked(seg)
-	a.routes.add(seg.ptr, seg.size, seg.free.sh, -1)
+	a.routes.add(seg.ptr, seg.size, a.shardOf(seg.free), -1)
 	a.segmentFreedLocked(seg)
-	seg.free.sh.recycleLocked(b)
+	seg.free.spares.put(b)
 	return nil
 }
 

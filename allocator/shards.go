@@ -42,8 +42,7 @@ type shard struct {
 	live   ptrTable             // its allocated blocks by address
 	st     [numRows]shardCounts // by stats.Metric, then oversizeA and oversizeS
 	ph     []phaseCount         // by phase id, while blocks are counted by phase; grown on use
-	spare  *block               // recycled block structs, linked through next
-	nspare int
+	spare  spares               // recycled block structs
 	steps  stepLog // live blocks at the last step boundary, and the changes since (steps.go)
 
 	// activeImplied: nothing is pending and the active limits are at least
@@ -86,8 +85,8 @@ func (a *Allocator) newShard(s device.Stream) *shard {
 	if a.vm == nil && a.pol == nil {
 		small = kindSmall
 	}
-	sh.free[0].init(sh, s, a.small, small)
-	sh.free[1].init(sh, s, a.large, kindLarge)
+	sh.free[0].init(sh.id, &sh.spare, s, a.small, small)
+	sh.free[1].init(sh.id, &sh.spare, s, a.large, kindLarge)
 	sh.activeImplied = true
 	return sh
 }
@@ -245,8 +244,8 @@ func (a *Allocator) indexesLocked(s device.Stream) *[2]freeIndex {
 		a.byID.Store(&ids)
 	}
 	xs := new([2]freeIndex)
-	xs[0].init(a.cold, s, a.small, kindTree)
-	xs[1].init(a.cold, s, a.large, kindTree)
+	xs[0].init(a.cold.id, &a.cold.spare, s, a.small, kindTree)
+	xs[1].init(a.cold.id, &a.cold.spare, s, a.large, kindTree)
 	a.coldIdx[s] = xs
 	return xs
 }
@@ -298,7 +297,7 @@ func (a *Allocator) startRoutesLocked() {
 	a.routes.owners = make(map[uint64]chunkOwners)
 	for _, seg := range a.segments {
 		if !seg.expandable() {
-			a.routes.add(seg.ptr, seg.size, seg.free.sh, +1)
+			a.routes.add(seg.ptr, seg.size, a.shardOf(seg.free), +1)
 			continue
 		}
 		seg.mappedRuns(func(p device.Ptr, n uint64) { a.routePagesLocked(seg, p, n, +1) })
@@ -330,3 +329,6 @@ func (a *Allocator) liveCountLocked() int {
 	}
 	return n
 }
+
+// shardOf returns the shard of the free index x, whose lock guards it.
+func (a *Allocator) shardOf(x *freeIndex) *shard { return (*a.byID.Load())[x.shard] }

@@ -95,7 +95,7 @@ func (a *Allocator) deferFreeLocked(b *block) (int, error) {
 func (a *Allocator) eventDoneLocked(b *block) {
 	b.eventCount--
 	if b.eventCount == 0 {
-		a.finishFreeLocked(b, false)
+		a.finishFreeLocked(a.shardOf(b.seg.free), b, false)
 	}
 }
 
