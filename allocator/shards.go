@@ -43,7 +43,7 @@ type shard struct {
 	st     [numRows]shardCounts // by stats.Metric, then oversizeA and oversizeS
 	ph     []phaseCount         // by phase id, while blocks are counted by phase; grown on use
 	spare  spares               // recycled block structs
-	steps  stepLog // live blocks at the last step boundary, and the changes since (steps.go)
+	steps  stepLog              // live blocks at the last step boundary, and the changes since (steps.go)
 
 	// activeImplied: nothing is pending and the active limits are at least
 	// the allocation limits, so an Alloc within its allocation limits is
