@@ -1,5 +1,5 @@
 // This file holds the Allocator, its construction and its public methods:
-// Alloc and Free run the ladders of doc.go, step by step in the files
+// Alloc and Free run the ladders of DESIGN.md, step by step in the files
 // named there.
 
 package allocator
@@ -18,7 +18,7 @@ import (
 
 // Allocator is a caching allocator for one device. It is safe for concurrent
 // use by multiple goroutines: Alloc and Free on different streams run at
-// once (doc.go, Locking). Make one with New: the zero Allocator has no
+// once (DESIGN.md, Locking). Make one with New: the zero Allocator has no
 // device, and its methods change nothing and return an error, or zero
 // values where they return none.
 type Allocator struct {

@@ -75,7 +75,7 @@ import (
 //     does), they equal the reserved bytes. This assumes the allocator is
 //     the device's only user.
 //
-// It takes the world (every lock, doc.go) and walks every block: use it in
+// It takes the world (every lock, DESIGN.md) and walks every block: use it in
 // tests and debugging, not on a hot path.
 func (a *Allocator) CheckInvariants() error {
 	if !a.made() {

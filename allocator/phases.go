@@ -36,7 +36,7 @@ import (
 // or raises it in the world, or waits for a cut that counts the
 // operations waiting for it one after another. So the phase stats are
 // exact under concurrency as the others are: the peaks are those of the
-// order the stats follow (doc.go, Locking), for one goroutine the order
+// order the stats follow (DESIGN.md, Locking), for one goroutine the order
 // of its calls.
 //
 // Steps: MarkStep marks a step boundary (the start of a training step or

@@ -1,6 +1,6 @@
 // This file holds the allocation policies: the PyTorch-faithful default
 // and the opt-in low_fragmentation policy, its knobs, its state and the
-// few points where it joins the ladders of doc.go.
+// few points where it joins the ladders of DESIGN.md.
 
 package allocator
 
@@ -20,7 +20,7 @@ type Policy uint8
 const (
 	// PolicyFaithful makes exactly PyTorch 2.6's decisions (the default).
 	PolicyFaithful Policy = iota
-	// PolicyLowFragmentation wastes less than PyTorch (see doc.go, "The
+	// PolicyLowFragmentation wastes less than PyTorch (see DESIGN.md, "The
 	// low_fragmentation policy"): expandable segments with finer pages,
 	// growth placed where it maps the fewest pages, free pages unmapped
 	// before the reserved high-water mark rises, and free blocks lent
@@ -43,7 +43,7 @@ func (p Policy) String() string {
 
 // LowFragConfig holds the knobs of the low_fragmentation policy. A zero
 // field takes its default; the knobs are ignored by the faithful policy.
-// doc.go ("The low_fragmentation policy") says what each part does and
+// DESIGN.md ("The low_fragmentation policy") says what each part does and
 // POLICY.md what it gains.
 type LowFragConfig struct {
 	// LargePage is the page of the large pool's expandable segments, a
