@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/internal/simtest"
@@ -27,19 +28,19 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 		breakIt    func(a *Allocator, dev *sim.Device, p device.Ptr)
 	}{
 		{"gap between blocks", "gap or overlap", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.def.live.get(p).size -= 512
+			a.def.live.Get(p).Size -= 512
 		}},
 		{"unmerged free neighbours", "not merged", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			b := a.def.live.get(p)
-			a.def.live.remove(p)
-			b.allocated = false
-			a.def.free[1].insert(b)
+			b := a.def.live.Get(p)
+			a.def.live.Remove(p)
+			b.Allocated = false
+			a.def.free[1].Insert(b)
 		}},
 		{"free block missing from the index", "not in its pool's free index", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.def.free[1].remove(a.def.live.get(p).next)
+			a.def.free[1].Remove(a.def.live.Get(p).Next)
 		}},
 		{"allocated block missing from the address table", "not in its shard's address table", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.def.live.remove(p)
+			a.def.live.Remove(p)
 		}},
 		{"a stat that drifted", "allocated_bytes", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
 			a.increase(a.def, int(stats.AllocatedBytes), qLarge, 512)
@@ -100,16 +101,16 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			a.byStream.Store(streamList([]*shard{a.def}))
 		}},
 		{"a free index of the wrong kind", "wrong kind", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			a.def.free[qLarge].kind = kindTree
+			a.def.free[qLarge].Kind = freeindex.KindTree
 		}},
 		{"a free block not marked indexed", "not marked indexed", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.def.live.get(p).next.indexed = false
+			a.def.live.Get(p).Next.Indexed = false
 		}},
 		{"device memory used behind the allocator's back", "device reports", func(_ *Allocator, dev *sim.Device, _ device.Ptr) {
 			_, _ = dev.Malloc(1)
 		}},
 		{"a segment pointing to another stream's index", "free index of its stream and pool", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.def.live.get(p).seg.free = &a.def.free[0]
+			a.def.live.Get(p).Seg.Free = &a.def.free[0]
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -212,13 +213,13 @@ func TestCheckInvariantsCatchesPolicyCorruption(t *testing.T) {
 		{"a lent block not recorded on its borrower", "not recorded on the stream", func(a *Allocator, p, _ device.Ptr) {
 			b := a.liveBlock(p)
 			delete(a.uses, b)
-			b.recorded = false
+			b.Recorded = false
 		}},
 		{"a lent block lent to its own stream", "not recorded on the stream", func(a *Allocator, p, _ device.Ptr) {
 			a.pol.borrowed[a.liveBlock(p)] = 0
 		}},
 		{"a free block listed as lent", "not an allocated block", func(a *Allocator, _, q device.Ptr) {
-			a.pol.borrowed[a.liveBlock(q).next] = 1
+			a.pol.borrowed[a.liveBlock(q).Next] = 1
 		}},
 		{"a lending left half done", "outside Alloc", func(a *Allocator, _, _ device.Ptr) {
 			a.pol.lending = true
@@ -227,7 +228,7 @@ func TestCheckInvariantsCatchesPolicyCorruption(t *testing.T) {
 			a.pol.hwm = 2 * mib
 		}},
 		{"a segment with the wrong pages", "pages of", func(a *Allocator, _, q device.Ptr) {
-			a.liveBlock(q).seg.page = kLargeBuffer
+			a.liveBlock(q).Seg.Page = kLargeBuffer
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

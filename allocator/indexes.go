@@ -4,17 +4,21 @@
 
 package allocator
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
+)
 
 // wholeSegmentsLocked appends the whole free segments of pool p on every
 // stream to list, in (stream, size, address) order (the order PyTorch
 // releases them in), and returns it.
-func (a *Allocator) wholeSegmentsLocked(p *pool, list []*block) []*block {
+func (a *Allocator) wholeSegmentsLocked(p *freeindex.Pool, list []*freeindex.Block) []*freeindex.Block {
 	n := len(list)
-	a.hotIndexesLocked(p, func(x *freeIndex) { list = x.appendWholes(list) })
-	for _, x := range p.cold.wholes {
+	a.hotIndexesLocked(p, func(x *freeindex.Index) { list = x.AppendWholes(list) })
+	for _, x := range p.Cold.Wholes {
 		a.visited++
-		list = x.appendWholes(list)
+		list = x.AppendWholes(list)
 	}
 	sortFree(list[n:])
 	return list
@@ -25,29 +29,29 @@ func (a *Allocator) wholeSegmentsLocked(p *pool, list []*block) []*block {
 // more, in (stream, size, address) order, and returns it: unmapping any
 // other free block would change nothing, so that releasing the cache
 // costs the blocks it may unmap, not a walk of every cached block.
-func (a *Allocator) pageBlocksLocked(p *pool, list []*block) []*block {
+func (a *Allocator) pageBlocksLocked(p *freeindex.Pool, list []*freeindex.Block) []*freeindex.Block {
 	page := uint64(kSmallBuffer)
-	if !p.small {
+	if !p.Small {
 		page = kLargeBuffer
 		if a.pol != nil {
 			page = a.pol.largePage
 		}
 	}
 	n := len(list)
-	add := func(b *block) bool {
+	add := func(b *freeindex.Block) bool {
 		list = append(list, b)
 		return true
 	}
-	a.hotIndexesLocked(p, func(x *freeIndex) { x.ascendAtLeast(page, add) })
-	p.cold.ascendAtLeast(page, add)
+	a.hotIndexesLocked(p, func(x *freeindex.Index) { x.AscendAtLeast(page, add) })
+	p.Cold.AscendAtLeast(page, add)
 	sortFree(list[n:])
 	return list
 }
 
 // sortFree sorts blocks in freeLess order.
-func sortFree(list []*block) {
-	slices.SortFunc(list, func(x, y *block) int {
-		if freeLess(x, y) {
+func sortFree(list []*freeindex.Block) {
+	slices.SortFunc(list, func(x, y *freeindex.Block) int {
+		if freeindex.FreeLess(x, y) {
 			return -1
 		}
 		return 1
@@ -63,30 +67,30 @@ func (a *Allocator) settleAllLocked() {
 			continue
 		}
 		for i := range sh.free {
-			sh.free[i].flush()
+			sh.free[i].Flush()
 		}
 	}
 }
 
 // segmentAddedLocked files the new segment seg: in the segments map, and
 // in its free index's count.
-func (a *Allocator) segmentAddedLocked(seg *segment) {
-	a.segments[seg.ptr] = seg
-	seg.free.segmentAdded()
+func (a *Allocator) segmentAddedLocked(seg *freeindex.Segment) {
+	a.segments[seg.Ptr] = seg
+	seg.Free.SegmentAdded()
 }
 
 // segmentRemovedLocked unfiles the segment seg, released.
-func (a *Allocator) segmentRemovedLocked(seg *segment) {
-	delete(a.segments, seg.ptr)
-	seg.free.segmentRemoved()
+func (a *Allocator) segmentRemovedLocked(seg *freeindex.Segment) {
+	delete(a.segments, seg.Ptr)
+	seg.Free.SegmentRemoved()
 }
 
 // hotIndexesLocked calls f on the free index of pool p of every shard of
 // its own that has segments in p: with the cold view, every stream's
 // cache, at a cost of at most maxShards visits.
-func (a *Allocator) hotIndexesLocked(p *pool, f func(*freeIndex)) {
+func (a *Allocator) hotIndexesLocked(p *freeindex.Pool, f func(*freeindex.Index)) {
 	for _, sh := range a.shards {
-		if x := &sh.free[p.idx]; !sh.cold && x.nseg > 0 {
+		if x := &sh.free[p.Idx]; !sh.cold && x.NSeg > 0 {
 			a.visited++
 			f(x)
 		}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/internal/quote"
 )
@@ -160,7 +161,7 @@ type policyState struct {
 	// borrowed holds, for every allocated block lent to a stream other
 	// than its segment's, that stream (the caller's). The block is also
 	// recorded on it (Allocator.uses).
-	borrowed map[*block]device.Stream
+	borrowed map[*freeindex.Block]device.Stream
 	// waited is, per borrower, lender and pool, the pool's search count
 	// (pool.gcCalls) when the last wait of the borrower on the lender's
 	// work was recorded.
@@ -193,7 +194,7 @@ func newPolicyState(cfg *Config) *policyState {
 		fitWindow:  orDefault(l.FitWindow, defaultFitWindow),
 		reclaim:    !l.NoReclaim,
 		lend:       !l.NoCrossStream,
-		borrowed:   make(map[*block]device.Stream),
+		borrowed:   make(map[*freeindex.Block]device.Stream),
 		waited:     make(map[lendKey]int64),
 		hostWaited: make(map[device.Stream]struct{}),
 	}
@@ -201,7 +202,7 @@ func newPolicyState(cfg *Config) *policyState {
 
 // userStreamLocked returns the stream b was handed out for: the stream
 // that borrowed it, or its own.
-func (a *Allocator) userStreamLocked(b *block) device.Stream {
+func (a *Allocator) userStreamLocked(b *freeindex.Block) device.Stream {
 	if a.pol != nil {
 		if a.pol.lending {
 			return a.pol.lendTo
@@ -210,7 +211,7 @@ func (a *Allocator) userStreamLocked(b *block) device.Stream {
 			return s
 		}
 	}
-	return b.stream
+	return b.Stream
 }
 
 // validatePolicy checks Policy and LowFrag.
@@ -353,12 +354,12 @@ func (p *confParser) parsePolicyKey(c *Config, key string) (ok bool, err error) 
 func (a *Allocator) checkPolicyLocked(bad func(format string, args ...any)) {
 	p := a.pol
 	for b, s := range p.borrowed {
-		if lb, _ := a.liveBlockLocked(b.ptr); !b.allocated || lb != b {
-			bad("lent block %v is not an allocated block", b.ptr)
+		if lb, _ := a.liveBlockLocked(b.Ptr); !b.Allocated || lb != b {
+			bad("lent block %v is not an allocated block", b.Ptr)
 			continue
 		}
-		if s == b.stream || !b.recorded || !slices.Contains(a.uses[b], s) {
-			bad("lent block %v (stream %d) is not recorded on the stream %d that borrowed it", b.ptr, b.stream, s)
+		if s == b.Stream || !b.Recorded || !slices.Contains(a.uses[b], s) {
+			bad("lent block %v (stream %d) is not recorded on the stream %d that borrowed it", b.Ptr, b.Stream, s)
 		}
 	}
 	if p.lending {
@@ -372,11 +373,11 @@ func (a *Allocator) checkPolicyLocked(bad func(format string, args ...any)) {
 	}
 	for _, s := range a.segments {
 		want := p.largePage
-		if s.pool.small {
+		if s.Pool.Small {
 			want = kSmallBuffer
 		}
-		if s.page != want {
-			bad("segment %v has pages of %d bytes, its pool's are %d", s.ptr, s.page, want)
+		if s.Page != want {
+			bad("segment %v has pages of %d bytes, its pool's are %d", s.Ptr, s.Page, want)
 		}
 	}
 }

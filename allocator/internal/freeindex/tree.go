@@ -4,7 +4,7 @@
 // integers in one node's memory instead of calling a comparison function
 // on blocks scattered over the heap.
 
-package allocator
+package freeindex
 
 import "github.com/gpumem/gpumem/device"
 
@@ -15,7 +15,7 @@ type treeKey struct {
 	ptr  device.Ptr
 }
 
-func keyOf(b *block) treeKey { return treeKey{b.size, b.ptr} }
+func KeyOf(b *Block) treeKey { return treeKey{b.Size, b.Ptr} }
 
 func (k treeKey) less(o treeKey) bool {
 	return k.size < o.size || k.size == o.size && k.ptr < o.ptr
@@ -32,7 +32,7 @@ const (
 type treeLeaf struct {
 	n          int
 	keys       [treeOrder]treeKey
-	vals       [treeOrder]*block
+	vals       [treeOrder]*Block
 	prev, next *treeLeaf
 }
 
@@ -141,7 +141,7 @@ func (t *freeTree) seek(k treeKey) (*treeLeaf, int) {
 
 // lowerBound returns the first block of at least size bytes (the lowest
 // address among the smallest such), or nil.
-func (t *freeTree) lowerBound(size uint64) *block {
+func (t *freeTree) lowerBound(size uint64) *Block {
 	l, i := t.seek(treeKey{size, 0})
 	if l == nil {
 		return nil
@@ -150,14 +150,14 @@ func (t *freeTree) lowerBound(size uint64) *block {
 }
 
 // min and max return the first and last blocks, or nil.
-func (t *freeTree) min() *block {
+func (t *freeTree) min() *Block {
 	if t.n == 0 {
 		return nil
 	}
 	return t.first.vals[0]
 }
 
-func (t *freeTree) max() *block {
+func (t *freeTree) max() *Block {
 	if t.n == 0 {
 		return nil
 	}
@@ -165,8 +165,8 @@ func (t *freeTree) max() *block {
 }
 
 // insert adds b under its key, which must not be in the tree.
-func (t *freeTree) insert(b *block) {
-	k := keyOf(b)
+func (t *freeTree) insert(b *Block) {
+	k := KeyOf(b)
 	t.n++
 	if t.leaf == nil && t.height == 0 {
 		l := t.spare
@@ -209,7 +209,7 @@ func (t *freeTree) insert(b *block) {
 	t.grow(&path, r.keys[0], nil, r)
 }
 
-func (l *treeLeaf) insertAt(i int, k treeKey, b *block) {
+func (l *treeLeaf) insertAt(i int, k treeKey, b *Block) {
 	copy(l.keys[i+1:l.n+1], l.keys[i:l.n])
 	copy(l.vals[i+1:l.n+1], l.vals[i:l.n])
 	l.keys[i], l.vals[i] = k, b
@@ -278,8 +278,8 @@ func (n *treeInner) insertChild(i int, sep treeKey, inner *treeInner, leaf *tree
 // falls strictly between two other keys of b's leaf, b moves within the
 // leaf, shifting the entries between its two places: one search instead
 // of a remove and an insert.
-func (t *freeTree) rekey(b *block, old treeKey) {
-	k := keyOf(b)
+func (t *freeTree) rekey(b *Block, old treeKey) {
+	k := KeyOf(b)
 	l := t.leafFor(old)
 	i := l.search(old)
 	if i < l.n && l.vals[i] == b {
@@ -306,9 +306,9 @@ func (t *freeTree) rekey(b *block, old treeKey) {
 		}
 	}
 	// Across leaves: a remove under the old key and an insert.
-	b.ptr, b.size = old.ptr, old.size
+	b.Ptr, b.Size = old.ptr, old.size
 	t.remove(b)
-	b.ptr, b.size = k.ptr, k.size
+	b.Ptr, b.Size = k.ptr, k.size
 	t.insert(b)
 }
 
@@ -328,11 +328,11 @@ func (l *treeLeaf) searchIn(k treeKey, lo, hi int) int {
 
 // remove deletes b, filed under its current key; it reports whether b
 // was there.
-func (t *freeTree) remove(b *block) bool {
+func (t *freeTree) remove(b *Block) bool {
 	if t.n == 0 {
 		return false
 	}
-	k := keyOf(b)
+	k := KeyOf(b)
 	l := t.leafFor(k)
 	i := l.search(k)
 	if i == l.n || l.vals[i] != b {
@@ -491,7 +491,7 @@ func (n *treeInner) prependChild(sep treeKey, inner *treeInner, leaf *treeLeaf) 
 
 // ascendFrom calls f on the blocks from the position (l, i) on, in key
 // order, until f returns false.
-func ascendFrom(l *treeLeaf, i int, f func(*block) bool) {
+func ascendFrom(l *treeLeaf, i int, f func(*Block) bool) {
 	for ; l != nil; l, i = l.next, 0 {
 		for ; i < l.n; i++ {
 			if !f(l.vals[i]) {
@@ -502,11 +502,11 @@ func ascendFrom(l *treeLeaf, i int, f func(*block) bool) {
 }
 
 // ascend calls f on every block in key order until f returns false.
-func (t *freeTree) ascend(f func(*block) bool) { ascendFrom(t.first, 0, f) }
+func (t *freeTree) ascend(f func(*Block) bool) { ascendFrom(t.first, 0, f) }
 
 // descendBelow calls f on the blocks less than k, from the largest down,
 // until f returns false.
-func (t *freeTree) descendBelow(k treeKey, f func(*block) bool) {
+func (t *freeTree) descendBelow(k treeKey, f func(*Block) bool) {
 	l, i := t.seek(k)
 	if l == nil {
 		l, i = t.last, 0

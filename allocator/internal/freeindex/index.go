@@ -1,7 +1,7 @@
 // This file holds freeIndex: the free blocks of one pool on one stream,
 // in the structure that finds their best fit fastest.
 
-package allocator
+package freeindex
 
 import "github.com/gpumem/gpumem/device"
 
@@ -38,20 +38,20 @@ import "github.com/gpumem/gpumem/device"
 // nseg counts the segments of the index's pool and stream, and the index
 // is among its pool's owners (at owner) exactly when it has some. An
 // index of the tree kind never keeps a pending split.
-type freeIndex struct {
-	shard   int     // the id of the shard whose lock guards the index
-	spares  *spares // that shard's recycled block structs
-	k       int     // pool.idx
-	pool    *pool
-	stream  device.Stream
-	kind    indexKind
+type Index struct {
+	Shard   int     // the id of the shard whose lock guards the index
+	Spares  *Spares // that shard's recycled block structs
+	PoolIdx int     // pool.idx
+	Pool    *Pool
+	Stream  device.Stream
+	Kind    indexKind
 	buckets *sizeBuckets  // kindSmall
 	large   *largeBuckets // kindLarge: blocks up to 128 MiB
 	tree    freeTree      // kindLarge: larger blocks; kindTree: every block
-	wholes  *block        // but in size buckets: head of the list of whole free segments, through nextWhole
-	nseg    int           // segments of the pool and stream (changed in the world)
+	Wholes  *Block        // but in size buckets: head of the list of whole free segments, through nextWhole
+	NSeg    int           // segments of the pool and stream (changed in the world)
 	owner   int           // the index's place in pool.owners while nseg > 0
-	coldAt  int           // a cold index's place in its pool's cold view's wholes, plus one; 0 when not there
+	ColdAt  int           // a cold index's place in its pool's cold view's wholes, plus one; 0 when not there
 
 	// pend is the free block that the last take from this index split,
 	// still filed under its key from before the split, pendKey: its move
@@ -60,12 +60,12 @@ type freeIndex struct {
 	// key (unsplit), and then the index never changes. Every other method
 	// that reads or changes the index moves it first (settle). Its age
 	// base and its place in wholes are already those of its new key.
-	pend    *block
+	Pend    *Block
 	pendKey treeKey
 	// front is the struct of the last block handed out and merged back by
 	// an unsplit: its fields but those a split sets are zero, so the next
 	// split reuses it without clearing and recycling it.
-	front *block
+	front *Block
 }
 
 // indexKind is the structure of a free index.
@@ -76,34 +76,34 @@ const (
 	// segments, whose free blocks are at most 2 MiB, and which keeps no
 	// ages (no reader looks at them: garbage collection reads the large
 	// pool's, and the policy, which reads both, never has size buckets).
-	kindSmall indexKind = iota
+	KindSmall indexKind = iota
 	// kindLarge: large buckets for the blocks of up to 128 MiB, the tree
 	// for larger ones; for the other pools of a shard of its own.
-	kindLarge
+	KindLarge
 	// kindTree: the tree alone, for the cold shard's streams.
-	kindTree
+	KindTree
 )
 
 // init makes x the empty free index of kind k of pool p on stream s, in
 // the shard of id shard, whose recycled block structs are sp.
-func (x *freeIndex) init(shard int, sp *spares, s device.Stream, p *pool, k indexKind) {
-	x.shard, x.spares, x.k, x.pool, x.stream, x.kind = shard, sp, p.idx, p, s, k
+func (x *Index) Init(shard int, sp *Spares, s device.Stream, p *Pool, k indexKind) {
+	x.Shard, x.Spares, x.PoolIdx, x.Pool, x.Stream, x.Kind = shard, sp, p.Idx, p, s, k
 	switch k {
-	case kindSmall:
+	case KindSmall:
 		x.buckets = new(sizeBuckets)
-	case kindLarge:
+	case KindLarge:
 		x.large = new(largeBuckets)
 	}
 }
 
 // aged reports whether the index stamps its blocks with the pool's clock
 // of ages (gcCountBase), so that a search of it counts in the clock.
-func (x *freeIndex) aged() bool { return x.kind != kindSmall }
+func (x *Index) Aged() bool { return x.Kind != KindSmall }
 
 // inLarge reports whether a block of size bytes is filed in the large
 // buckets (else in the tree), in an index that is not of size buckets.
-func (x *freeIndex) inLarge(size uint64) bool {
-	return x.kind == kindLarge && size <= maxLargeSize
+func (x *Index) inLarge(size uint64) bool {
+	return x.Kind == KindLarge && size <= maxLargeSize
 }
 
 // bestFit is the allocator's best fit (step 4 of the allocation ladder,
@@ -114,13 +114,13 @@ func (x *freeIndex) inLarge(size uint64) bool {
 // change (remembered). Every search of the allocator goes through
 // Allocator.searchLocked, from fitLocked or the fast path; the
 // low_fragmentation policy has its own (policyFitLocked), from fit.
-func (x *freeIndex) bestFit(size uint64) *block {
-	if x.pend != nil {
+func (x *Index) BestFit(size uint64) *Block {
+	if x.Pend != nil {
 		x.settle()
 	}
-	var b *block
+	var b *Block
 	switch {
-	case x.kind == kindSmall:
+	case x.Kind == KindSmall:
 		return x.buckets.bestFit(size) // no expandable segments here
 	case x.inLarge(size):
 		if b = x.large.fit(size); b == nil {
@@ -129,8 +129,8 @@ func (x *freeIndex) bestFit(size uint64) *block {
 	default:
 		b = x.tree.lowerBound(size)
 	}
-	if b != nil && b.seg.expandable() {
-		b = expandableBestFit(x, b)
+	if b != nil && b.Seg.Expandable() {
+		b = ExpandableBestFit(x, b)
 	}
 	return b
 }
@@ -141,8 +141,8 @@ func (x *freeIndex) bestFit(size uint64) *block {
 // not look: ask this first. Its block may serve any request of the small
 // pool (splitRule.mayServe): size buckets hold blocks of at most 2 MiB,
 // and max_split_size is more than 20 MiB (Config.validate).
-func (x *freeIndex) remembered(size uint64) *block {
-	if bk := x.buckets; x.kind == kindSmall && x.pend == nil && size == bk.memoSize && bk.version == bk.memoVersion {
+func (x *Index) Remembered(size uint64) *Block {
+	if bk := x.buckets; x.Kind == KindSmall && x.Pend == nil && size == bk.memoSize && bk.version == bk.memoVersion {
 		return bk.memo
 	}
 	return nil
@@ -153,18 +153,18 @@ func (x *freeIndex) remembered(size uint64) *block {
 // following blocks of the same stream, prefer one whose size plus the
 // unmapped range after it is smaller, that is, one that could not grow as
 // much.
-func expandableBestFit(x *freeIndex, b *block) *block {
-	if expandableSize(b) == b.size {
+func ExpandableBestFit(x *Index, b *Block) *Block {
+	if expandableSize(b) == b.Size {
 		// b cannot grow, and no later block is smaller: the walk would
 		// stop at the first.
 		return b
 	}
 	cur := b
-	x.ascendFrom(b, func(n *block) bool {
+	x.ascendFrom(b, func(n *Block) bool {
 		if n == b {
 			return true
 		}
-		if !cur.seg.expandable() || expandableSize(n) >= expandableSize(cur) {
+		if !cur.Seg.Expandable() || expandableSize(n) >= expandableSize(cur) {
 			return false
 		}
 		cur = n
@@ -175,11 +175,11 @@ func expandableBestFit(x *freeIndex, b *block) *block {
 
 // expandableSize is what a free block could grow to by mapping the
 // unmapped range after it.
-func expandableSize(b *block) uint64 {
-	if b.next != nil && b.next.unmapped {
-		return b.size + b.next.size
+func expandableSize(b *Block) uint64 {
+	if b.Next != nil && b.Next.Unmapped {
+		return b.Size + b.Next.Size
 	}
-	return b.size
+	return b.Size
 }
 
 // take hands out b, a free block of x for a request of size bytes: with
@@ -191,18 +191,18 @@ func expandableSize(b *block) uint64 {
 // a block that was in the index keeps its old key until the index is used
 // again (pend; an index of the tree kind moves it at once); a new
 // segment's rest is filed.
-func (x *freeIndex) take(b *block, size uint64, split bool) *block {
-	if selfCheck && x.pend != nil {
+func (x *Index) Take(b *Block, size uint64, split bool) *Block {
+	if selfCheck && x.Pend != nil {
 		panic("gpumem: take from a free index with a pending split: the fit that found the block settles it")
 	}
 	if !split {
 		switch {
-		case !b.indexed:
-		case x.kind == kindSmall:
-			b.indexed = false
+		case !b.Indexed:
+		case x.Kind == KindSmall:
+			b.Indexed = false
 			x.buckets.remove(b)
-		case x.inLarge(b.size): // drop, written out
-			b.indexed = false
+		case x.inLarge(b.Size): // drop, written out
+			b.Indexed = false
 			x.large.remove(b)
 			if b.listed {
 				x.unlist(b)
@@ -212,34 +212,34 @@ func (x *freeIndex) take(b *block, size uint64, split bool) *block {
 		}
 		return b
 	}
-	rest, old := b, keyOf(b)
+	rest, old := b, KeyOf(b)
 	if b = x.front; b != nil {
 		x.front = nil // zero but for the fields set here, and x's stream and pool
 	} else {
-		b = x.spares.get() // zeroed
-		b.stream, b.pool = rest.stream, rest.pool
+		b = x.Spares.Get() // zeroed
+		b.Stream, b.Pool = rest.Stream, rest.Pool
 	}
-	b.ptr, b.size, b.seg = rest.ptr, size, rest.seg
-	rest.linkBefore(b)
-	rest.ptr += device.Ptr(size)
-	rest.size -= size
-	if !rest.indexed {
+	b.Ptr, b.Size, b.Seg = rest.Ptr, size, rest.Seg
+	rest.LinkBefore(b)
+	rest.Ptr += device.Ptr(size)
+	rest.Size -= size
+	if !rest.Indexed {
 		x.add(rest)
 		return b
 	}
-	if x.kind != kindSmall {
+	if x.Kind != KindSmall {
 		// Stamped and unlisted now, as filing it anew would.
-		rest.gcCountBase = x.pool.gcCalls
+		rest.GCCountBase = x.Pool.GCCalls
 		if rest.listed {
 			x.unlist(rest)
 		}
-		x.pend, x.pendKey = rest, old
-		if x.kind == kindTree {
+		x.Pend, x.pendKey = rest, old
+		if x.Kind == KindTree {
 			x.settle() // the cold shard's indexes never wait (settleAllLocked)
 		}
 		return b
 	}
-	x.pend, x.pendKey = rest, old
+	x.Pend, x.pendKey = rest, old
 	return b
 }
 
@@ -250,29 +250,29 @@ func (x *freeIndex) take(b *block, size uint64, split bool) *block {
 // front of the pending split and its lower neighbour stays, the merge
 // gives back the block from before the split, filed under the key the
 // pending rest still has: the index does not change (an unsplit).
-func (x *freeIndex) put(b *block) *block {
-	prev, next := b.prev, b.next
+func (x *Index) Put(b *Block) *Block {
+	prev, next := b.Prev, b.Next
 	mergePrev := mergeable(b, prev)
-	if pb := x.pend; pb != nil {
+	if pb := x.Pend; pb != nil {
 		// pb.prev is the front, busy until now: next == pb means b is it.
 		// Its requested is zero already (finishFreeLocked).
 		if next == pb && !mergePrev {
-			x.pend = nil
-			pb.ptr, pb.size = b.ptr, b.size+pb.size
-			pb.prev = prev
+			x.Pend = nil
+			pb.Ptr, pb.Size = b.Ptr, b.Size+pb.Size
+			pb.Prev = prev
 			if prev != nil {
-				prev.next = pb
+				prev.Next = pb
 			} else {
-				pb.seg.head = pb
+				pb.Seg.Head = pb
 			}
 			if x.front == nil {
 				x.front = b // for the next split of x: b's flags and counts are zero
 			} else {
-				x.spares.put(b)
+				x.Spares.Put(b)
 			}
-			if x.kind != kindSmall {
-				pb.gcCountBase = x.pool.gcCalls // as filing it anew would
-				if !pb.seg.expandable() && !pb.isSplit() {
+			if x.Kind != KindSmall {
+				pb.GCCountBase = x.Pool.GCCalls // as filing it anew would
+				if !pb.Seg.Expandable() && !pb.IsSplit() {
 					x.list(pb) // it fills its segment again
 				}
 			}
@@ -281,34 +281,34 @@ func (x *freeIndex) put(b *block) *block {
 		x.settle()
 	}
 	mergeNext := mergeable(b, next)
-	if x.kind == kindTree && !b.unmapped && (mergePrev || mergeNext) {
+	if x.Kind == KindTree && !b.Unmapped && (mergePrev || mergeNext) {
 		return x.mergeInto(b, mergePrev, mergeNext)
 	}
 	if mergePrev {
 		x.unfile(prev)
-		b.ptr, b.size = prev.ptr, b.size+prev.size
-		b.prev = prev.prev
-		if b.prev != nil {
-			b.prev.next = b
+		b.Ptr, b.Size = prev.Ptr, b.Size+prev.Size
+		b.Prev = prev.Prev
+		if b.Prev != nil {
+			b.Prev.Next = b
 		} else {
-			b.seg.head = b
+			b.Seg.Head = b
 		}
-		x.spares.put(prev)
+		x.Spares.Put(prev)
 	}
 	if mergeNext {
 		x.unfile(next)
-		b.size += next.size
-		b.next = next.next
-		if b.next != nil {
-			b.next.prev = b
+		b.Size += next.Size
+		b.Next = next.Next
+		if b.Next != nil {
+			b.Next.Prev = b
 		}
-		x.spares.put(next)
+		x.Spares.Put(next)
 	}
 	switch {
-	case b.unmapped:
-		x.pool.unmapped.ReplaceOrInsert(b)
-	case x.kind == kindSmall:
-		b.indexed = true
+	case b.Unmapped:
+		x.Pool.Unmapped.ReplaceOrInsert(b)
+	case x.Kind == KindSmall:
+		b.Indexed = true
 		x.buckets.insert(b)
 	default:
 		x.add(b)
@@ -318,59 +318,59 @@ func (x *freeIndex) put(b *block) *block {
 
 // mergeable reports whether b, free or unmapped, merges with its
 // neighbour n: n is of the same kind.
-func mergeable(b, n *block) bool { return n != nil && !n.busy() && n.unmapped == b.unmapped }
+func mergeable(b, n *Block) bool { return n != nil && !n.Busy() && n.Unmapped == b.Unmapped }
 
 // mergeInto merges b, a free block in no index, into its free neighbours
 // (one or both merge) in x, an index of the tree kind, and returns the
 // merged block: a neighbour's struct (the next one's if it merges), moved
 // to its new key in place (freeTree.rekey), which saves a remove and an
 // insert when it stays in its leaf.
-func (x *freeIndex) mergeInto(b *block, mergePrev, mergeNext bool) *block {
-	prev, next := b.prev, b.next
+func (x *Index) mergeInto(b *Block, mergePrev, mergeNext bool) *Block {
+	prev, next := b.Prev, b.Next
 	m := prev
 	if mergeNext {
 		m = next
 	}
-	old := keyOf(m)
-	first, last, total := b, b, b.size
+	old := KeyOf(m)
+	first, last, total := b, b, b.Size
 	if mergePrev {
-		first, total = prev, total+prev.size
+		first, total = prev, total+prev.Size
 		if prev != m {
 			x.drop(prev)
 		}
 	}
 	if mergeNext {
-		last, total = next, total+next.size
+		last, total = next, total+next.Size
 	}
-	m.ptr, m.size = first.ptr, total
-	m.prev, m.next = first.prev, last.next
-	if m.prev != nil {
-		m.prev.next = m
+	m.Ptr, m.Size = first.Ptr, total
+	m.Prev, m.Next = first.Prev, last.Next
+	if m.Prev != nil {
+		m.Prev.Next = m
 	} else {
-		m.seg.head = m
+		m.Seg.Head = m
 	}
-	if m.next != nil {
-		m.next.prev = m
+	if m.Next != nil {
+		m.Next.Prev = m
 	}
 	if mergePrev && prev != m {
-		x.spares.put(prev)
+		x.Spares.Put(prev)
 	}
-	x.spares.put(b)
+	x.Spares.Put(b)
 	x.rekey(m, old)
 	return m
 }
 
 // insert files a free block that is in no index.
-func (x *freeIndex) insert(b *block) {
-	if x.pend != nil {
+func (x *Index) Insert(b *Block) {
+	if x.Pend != nil {
 		x.settle()
 	}
 	x.add(b)
 }
 
 // remove takes a free block out of the index.
-func (x *freeIndex) remove(b *block) {
-	if x.pend != nil {
+func (x *Index) Remove(b *Block) {
+	if x.Pend != nil {
 		x.settle()
 	}
 	x.drop(b)
@@ -378,40 +378,40 @@ func (x *freeIndex) remove(b *block) {
 
 // add files a free block, marked indexed; but in size buckets it stamps
 // its age base and lists it if it fills its plain segment.
-func (x *freeIndex) add(b *block) {
-	b.indexed = true
-	if x.kind == kindSmall {
+func (x *Index) add(b *Block) {
+	b.Indexed = true
+	if x.Kind == KindSmall {
 		x.buckets.insert(b)
 		return
 	}
-	b.gcCountBase = x.pool.gcCalls
-	if x.inLarge(b.size) { // place, written out
+	b.GCCountBase = x.Pool.GCCalls
+	if x.inLarge(b.Size) { // place, written out
 		x.large.insert(b)
 	} else {
 		x.tree.insert(b)
-		if x.kind == kindTree { // a cold index
-			x.pool.cold.add(b)
+		if x.Kind == KindTree { // a cold index
+			x.Pool.Cold.add(b)
 		}
 	}
-	if !b.isSplit() && !b.seg.expandable() {
+	if !b.IsSplit() && !b.Seg.Expandable() {
 		x.list(b)
 	}
 }
 
 // drop takes a free block out of the index. The block's size and address
 // must be those it was filed under.
-func (x *freeIndex) drop(b *block) {
-	b.indexed = false
-	if x.kind == kindSmall {
+func (x *Index) drop(b *Block) {
+	b.Indexed = false
+	if x.Kind == KindSmall {
 		x.buckets.remove(b)
 		return
 	}
-	if x.inLarge(b.size) { // displace, written out
+	if x.inLarge(b.Size) { // displace, written out
 		x.large.remove(b)
 	} else {
 		x.tree.remove(b)
-		if x.kind == kindTree { // a cold index
-			x.pool.cold.drop(keyOf(b))
+		if x.Kind == KindTree { // a cold index
+			x.Pool.Cold.drop(KeyOf(b))
 		}
 	}
 	if b.listed {
@@ -422,38 +422,38 @@ func (x *freeIndex) drop(b *block) {
 // place and displace put b in the large buckets or the tree, as its size
 // says, and take it out: the structures alone, no flag or list. Not for
 // size buckets.
-func (x *freeIndex) place(b *block) {
-	if x.inLarge(b.size) {
+func (x *Index) place(b *Block) {
+	if x.inLarge(b.Size) {
 		x.large.insert(b)
 	} else {
 		x.tree.insert(b)
-		if x.kind == kindTree { // a cold index
-			x.pool.cold.add(b)
+		if x.Kind == KindTree { // a cold index
+			x.Pool.Cold.add(b)
 		}
 	}
 }
 
-func (x *freeIndex) displace(b *block) {
-	if x.inLarge(b.size) {
+func (x *Index) displace(b *Block) {
+	if x.inLarge(b.Size) {
 		x.large.remove(b)
 	} else {
 		x.tree.remove(b)
-		if x.kind == kindTree { // a cold index
-			x.pool.cold.drop(keyOf(b))
+		if x.Kind == KindTree { // a cold index
+			x.Pool.Cold.drop(KeyOf(b))
 		}
 	}
 }
 
 // rekey moves b, a free block filed in x's tree under old, to its current
 // key, and stamps its age base as filing it anew would.
-func (x *freeIndex) rekey(b *block, old treeKey) {
-	b.gcCountBase = x.pool.gcCalls
+func (x *Index) rekey(b *Block, old treeKey) {
+	b.GCCountBase = x.Pool.GCCalls
 	x.tree.rekey(b, old)
-	if x.kind == kindTree { // a cold index
-		x.pool.cold.drop(old)
-		x.pool.cold.add(b)
+	if x.Kind == KindTree { // a cold index
+		x.Pool.Cold.drop(old)
+		x.Pool.Cold.add(b)
 	}
-	if whole := !b.isSplit() && !b.seg.expandable(); whole != b.listed {
+	if whole := !b.IsSplit() && !b.Seg.Expandable(); whole != b.listed {
 		if whole {
 			x.list(b)
 		} else {
@@ -463,24 +463,24 @@ func (x *freeIndex) rekey(b *block, old treeKey) {
 }
 
 // settle files the block whose split is pending under its new key.
-func (x *freeIndex) settle() {
-	b, old := x.pend, x.pendKey
-	x.pend = nil
-	if x.kind == kindTree { // a cold index
+func (x *Index) settle() {
+	b, old := x.Pend, x.pendKey
+	x.Pend = nil
+	if x.Kind == KindTree { // a cold index
 		x.tree.rekey(b, old)
-		x.pool.cold.drop(old)
-		x.pool.cold.add(b)
+		x.Pool.Cold.drop(old)
+		x.Pool.Cold.add(b)
 		return
 	}
-	k := keyOf(b)
-	b.ptr, b.size = old.ptr, old.size
-	if x.kind == kindSmall {
+	k := KeyOf(b)
+	b.Ptr, b.Size = old.ptr, old.size
+	if x.Kind == KindSmall {
 		x.buckets.remove(b)
 	} else {
 		x.displace(b)
 	}
-	b.ptr, b.size = k.ptr, k.size
-	if x.kind == kindSmall {
+	b.Ptr, b.Size = k.ptr, k.size
+	if x.Kind == KindSmall {
 		x.buckets.insert(b)
 	} else {
 		x.place(b)
@@ -489,24 +489,24 @@ func (x *freeIndex) settle() {
 
 // flush settles the pending split and lets go of the struct kept for the
 // next split, before a walk or a change of more than one index.
-func (x *freeIndex) flush() {
-	if x.pend != nil {
+func (x *Index) Flush() {
+	if x.Pend != nil {
 		x.settle()
 	}
 	if x.front != nil {
-		x.spares.put(x.front)
+		x.Spares.Put(x.front)
 		x.front = nil
 	}
 }
 
 // unfile takes a free block out of the index, an unmapped one out of its
 // pool's unmapped index. (Size buckets without drop's call, as in take.)
-func (x *freeIndex) unfile(b *block) {
+func (x *Index) unfile(b *Block) {
 	switch {
-	case b.unmapped:
-		x.pool.unmapped.Delete(b)
-	case x.kind == kindSmall:
-		b.indexed = false
+	case b.Unmapped:
+		x.Pool.Unmapped.Delete(b)
+	case x.Kind == KindSmall:
+		b.Indexed = false
 		x.buckets.remove(b)
 	default:
 		x.drop(b)
@@ -516,12 +516,12 @@ func (x *freeIndex) unfile(b *block) {
 // fit returns the free block of the lowest (size, address) with at least
 // size bytes, or nil, without the rule of expandable segments: where the
 // walks in (size, address) order start.
-func (x *freeIndex) fit(size uint64) *block {
-	if x.pend != nil {
+func (x *Index) Fit(size uint64) *Block {
+	if x.Pend != nil {
 		x.settle()
 	}
 	switch {
-	case x.kind == kindSmall:
+	case x.Kind == KindSmall:
 		return x.buckets.fit(size)
 	case x.inLarge(size):
 		if b := x.large.fit(size); b != nil {
@@ -533,14 +533,14 @@ func (x *freeIndex) fit(size uint64) *block {
 }
 
 // largest returns a free block of the largest size, or nil.
-func (x *freeIndex) largest() *block {
-	if x.pend != nil {
+func (x *Index) Largest() *Block {
+	if x.Pend != nil {
 		x.settle()
 	}
 	switch {
-	case x.kind == kindSmall:
+	case x.Kind == KindSmall:
 		return x.buckets.last()
-	case x.kind == kindLarge && x.tree.n == 0:
+	case x.Kind == KindLarge && x.tree.n == 0:
 		return x.large.last()
 	}
 	return x.tree.max()
@@ -549,25 +549,25 @@ func (x *freeIndex) largest() *block {
 // ascendFrom calls f on b, the lowest address of its size in x (a best
 // fit, as fit returns it), then on the blocks after it in (size, address)
 // order, until f returns false. Not for size buckets.
-func (x *freeIndex) ascendFrom(b *block, f func(*block) bool) {
-	if x.pend != nil {
+func (x *Index) ascendFrom(b *Block, f func(*Block) bool) {
+	if x.Pend != nil {
 		x.settle()
 	}
-	if x.inLarge(b.size) {
-		if !x.large.ascendFrom(classOf(b.size), f) {
+	if x.inLarge(b.Size) {
+		if !x.large.ascendFrom(classOf(b.Size), f) {
 			return
 		}
 		x.tree.ascend(f)
 		return
 	}
-	l, i := x.tree.seek(keyOf(b))
+	l, i := x.tree.seek(KeyOf(b))
 	ascendFrom(l, i, f)
 }
 
 // ascendAtLeast calls f on the free blocks of at least size bytes in
 // (size, address) order until f returns false. Not for size buckets.
-func (x *freeIndex) ascendAtLeast(size uint64, f func(*block) bool) {
-	if b := x.fit(size); b != nil {
+func (x *Index) AscendAtLeast(size uint64, f func(*Block) bool) {
+	if b := x.Fit(size); b != nil {
 		x.ascendFrom(b, f)
 	}
 }
@@ -577,28 +577,28 @@ func (x *freeIndex) ascendAtLeast(size uint64, f func(*block) bool) {
 // larger than limit, whose size is below below; b if none is lower. Of
 // the blocks of one size only the first, the lowest address, can be
 // chosen; the others count in the window. Not for size buckets.
-func (x *freeIndex) closeFit(b *block, limit, below uint64, window int) *block {
-	if x.pend != nil {
+func (x *Index) CloseFit(b *Block, limit, below uint64, window int) *Block {
+	if x.Pend != nil {
 		x.settle()
 	}
 	best, n := b, 0
 	var l *treeLeaf
 	var i int
-	if x.inLarge(b.size) {
+	if x.inLarge(b.Size) {
 		var done bool
-		if best, n, done = x.large.closeFit(classOf(b.size), limit, below, window, b); done {
+		if best, n, done = x.large.closeFit(classOf(b.Size), limit, below, window, b); done {
 			return best
 		}
 		l = x.tree.first // then the blocks above 128 MiB
 	} else {
-		l, i = x.tree.seek(keyOf(b))
+		l, i = x.tree.seek(KeyOf(b))
 	}
-	ascendFrom(l, i, func(c *block) bool {
-		if c.size > limit {
+	ascendFrom(l, i, func(c *Block) bool {
+		if c.Size > limit {
 			return false
 		}
 		n++
-		if c.size < below && c.ptr < best.ptr {
+		if c.Size < below && c.Ptr < best.Ptr {
 			best = c
 		}
 		return n < window
@@ -609,14 +609,14 @@ func (x *freeIndex) closeFit(b *block, limit, below uint64, window int) *block {
 // each calls f on every free block until f returns false, in no order
 // the caller may rely on (the block whose split is pending is where its
 // old key files it). It changes nothing, so that the checker may use it.
-func (x *freeIndex) each(f func(*block) bool) {
-	switch x.kind {
-	case kindSmall:
+func (x *Index) Each(f func(*Block) bool) {
+	switch x.Kind {
+	case KindSmall:
 		x.buckets.each(f)
 		return
-	case kindLarge:
+	case KindLarge:
 		stopped := false
-		x.large.each(func(b *block) bool {
+		x.large.each(func(b *Block) bool {
 			stopped = !f(b)
 			return !stopped
 		})
@@ -632,19 +632,19 @@ func (x *freeIndex) each(f func(*block) bool) {
 // returns false. Size buckets hold no block it is asked for (it serves
 // the release of oversize blocks, of more than 20 MiB): it calls f on
 // none of theirs.
-func (x *freeIndex) descendBelow(size uint64, f func(*block) bool) {
-	if x.kind == kindSmall {
+func (x *Index) DescendBelow(size uint64, f func(*Block) bool) {
+	if x.Kind == KindSmall {
 		return
 	}
-	if x.pend != nil {
+	if x.Pend != nil {
 		x.settle()
 	}
 	stopped := false
-	x.tree.descendBelow(treeKey{size, 0}, func(b *block) bool {
+	x.tree.descendBelow(treeKey{size, 0}, func(b *Block) bool {
 		stopped = !f(b)
 		return !stopped
 	})
-	if stopped || x.kind != kindLarge {
+	if stopped || x.Kind != KindLarge {
 		return
 	}
 	c := largeClasses // every class is below size
@@ -656,14 +656,14 @@ func (x *freeIndex) descendBelow(size uint64, f func(*block) bool) {
 
 // appendWholes appends the free blocks that fill their plain segment to
 // list, in no particular order, and returns it.
-func (x *freeIndex) appendWholes(list []*block) []*block {
-	if x.pend != nil {
+func (x *Index) AppendWholes(list []*Block) []*Block {
+	if x.Pend != nil {
 		x.settle()
 	}
-	if x.kind == kindSmall {
+	if x.Kind == KindSmall {
 		return append(list, x.buckets.class(numClasses-1)...)
 	}
-	for b := x.wholes; b != nil; b = b.nextWhole {
+	for b := x.Wholes; b != nil; b = b.nextWhole {
 		list = append(list, b)
 	}
 	return list
@@ -671,40 +671,40 @@ func (x *freeIndex) appendWholes(list []*block) []*block {
 
 // eachWhole calls f on every free block that fills its plain segment, in
 // no particular order.
-func (x *freeIndex) eachWhole(f func(*block)) {
-	if x.pend != nil {
+func (x *Index) EachWhole(f func(*Block)) {
+	if x.Pend != nil {
 		x.settle()
 	}
-	if x.kind == kindSmall {
+	if x.Kind == KindSmall {
 		for _, b := range x.buckets.class(numClasses - 1) {
 			f(b)
 		}
 		return
 	}
-	for b := x.wholes; b != nil; b = b.nextWhole {
+	for b := x.Wholes; b != nil; b = b.nextWhole {
 		f(b)
 	}
 }
 
 // list and unlist put a block that fills its segment in the list of whole
 // free segments of an index that is not of size buckets, and take it out.
-func (x *freeIndex) list(b *block) {
-	b.listed, b.prevWhole, b.nextWhole = true, nil, x.wholes
-	if x.wholes != nil {
-		x.wholes.prevWhole = b
-	} else if x.kind == kindTree { // a cold index
-		x.pool.cold.listed(x)
+func (x *Index) list(b *Block) {
+	b.listed, b.prevWhole, b.nextWhole = true, nil, x.Wholes
+	if x.Wholes != nil {
+		x.Wholes.prevWhole = b
+	} else if x.Kind == KindTree { // a cold index
+		x.Pool.Cold.listed(x)
 	}
-	x.wholes = b
+	x.Wholes = b
 }
 
-func (x *freeIndex) unlist(b *block) {
+func (x *Index) unlist(b *Block) {
 	if b.prevWhole != nil {
 		b.prevWhole.nextWhole = b.nextWhole
 	} else {
-		x.wholes = b.nextWhole
-		if x.wholes == nil && x.kind == kindTree { // a cold index
-			x.pool.cold.unlisted(x)
+		x.Wholes = b.nextWhole
+		if x.Wholes == nil && x.Kind == KindTree { // a cold index
+			x.Pool.Cold.unlisted(x)
 		}
 	}
 	if b.nextWhole != nil {
@@ -715,23 +715,23 @@ func (x *freeIndex) unlist(b *block) {
 
 // segmentAdded counts a new segment of x's pool and stream: the first
 // makes x one of its pool's owners.
-func (x *freeIndex) segmentAdded() {
-	if x.nseg == 0 {
-		x.owner = len(x.pool.owners)
-		x.pool.owners = append(x.pool.owners, x)
+func (x *Index) SegmentAdded() {
+	if x.NSeg == 0 {
+		x.owner = len(x.Pool.Owners)
+		x.Pool.Owners = append(x.Pool.Owners, x)
 	}
-	x.nseg++
+	x.NSeg++
 }
 
 // segmentRemoved uncounts a released segment of x's pool and stream: the
 // last takes x out of its pool's owners.
-func (x *freeIndex) segmentRemoved() {
-	x.nseg--
-	if x.nseg == 0 {
-		p := x.pool
-		last := p.owners[len(p.owners)-1]
-		p.owners[x.owner], last.owner = last, x.owner
-		p.owners[len(p.owners)-1] = nil
-		p.owners = p.owners[:len(p.owners)-1]
+func (x *Index) SegmentRemoved() {
+	x.NSeg--
+	if x.NSeg == 0 {
+		p := x.Pool
+		last := p.Owners[len(p.Owners)-1]
+		p.Owners[x.owner], last.owner = last, x.owner
+		p.Owners[len(p.Owners)-1] = nil
+		p.Owners = p.Owners[:len(p.Owners)-1]
 	}
 }

@@ -2,7 +2,7 @@
 // (address to allocated block), largeBuckets' table of size classes and
 // routeTab (address chunk to shard).
 
-package allocator
+package freeindex
 
 import "math/bits"
 
@@ -10,8 +10,8 @@ import "math/bits"
 // Fibonacci hashing, a multiplication by 2^64 divided by the golden ratio
 // whose top bits are the slot, which spreads keys that differ in their low
 // bits (consecutive chunks, size classes, addresses) over the table.
-func fibHash(x uint64, shift uint8) uint64 { return (x * 0x9E3779B97F4A7C15) >> shift }
+func FibHash(x uint64, shift uint8) uint64 { return (x * 0x9E3779B97F4A7C15) >> shift }
 
 // tableShift returns fibHash's shift for a table of size slots, a power of
 // two.
-func tableShift(size int) uint8 { return uint8(64 - bits.Len64(uint64(size-1))) }
+func TableShift(size int) uint8 { return uint8(64 - bits.Len64(uint64(size-1))) }

@@ -1,7 +1,7 @@
 // This file holds the structural check of freeTree, for the invariant
 // checker.
 
-package allocator
+package freeindex
 
 // check verifies the tree's structure and returns a description of the
 // first fault found, or "".
@@ -94,7 +94,7 @@ func checkLeafKeys(l *treeLeaf, lo, hi *treeKey) string {
 	}
 	for i := 0; i < l.n; i++ {
 		k := l.keys[i]
-		if b := l.vals[i]; b == nil || keyOf(b) != k {
+		if b := l.vals[i]; b == nil || KeyOf(b) != k {
 			return "a leaf key does not match its block"
 		}
 		if i > 0 && !l.keys[i-1].less(k) {

@@ -2,7 +2,7 @@
 // structures and their invariants (the free indexes are in index.go, which
 // alone files blocks in them), and the recycling of block structs.
 
-package allocator
+package freeindex
 
 import (
 	"github.com/google/btree"
@@ -30,65 +30,65 @@ import (
 // Invariants: two free neighbours never both exist (they are merged at
 // once), nor two unmapped ones; a block's stream and pool are its
 // segment's; size is a positive multiple of 512.
-type block struct {
+type Block struct {
 	// The free index's key comes first, so that comparing two blocks
 	// touches one cache line of each.
-	ptr       device.Ptr
-	size      uint64 // bytes, a multiple of 512
-	stream    device.Stream
-	requested uint64 // bytes the caller asked for (allocated or pending blocks)
-	pool      *pool
-	seg       *segment
-	prev      *block // lower neighbour in the segment, nil for the first block
-	next      *block // higher neighbour in the segment, nil for the last block
+	Ptr       device.Ptr
+	Size      uint64 // bytes, a multiple of 512
+	Stream    device.Stream
+	Requested uint64 // bytes the caller asked for (allocated or pending blocks)
+	Pool      *Pool
+	Seg       *Segment
+	Prev      *Block // lower neighbour in the segment, nil for the first block
+	Next      *Block // higher neighbour in the segment, nil for the last block
 
 	// gcCountBase is the pool's free-block search count when the block was
 	// last filed in the free index; its age is the difference.
-	gcCountBase int64
+	GCCountBase int64
 
 	// prevWhole and nextWhole link the block into its pool's list of whole
 	// free segments while listed is set.
-	prevWhole, nextWhole *block
+	prevWhole, nextWhole *Block
 
 	heapIdx int32 // position in its size class's heap (sizeBuckets, largeBuckets), while indexed there
 
-	allocated  bool
-	indexed    bool   // in its free index: set and cleared by the free index alone (add, drop, put, unfile, take)
+	Allocated  bool
+	Indexed    bool   // in its free index: set and cleared by the free index alone (add, drop, put, unfile, take)
 	listed     bool   // in its free index's list of whole free segments (freeIndex.wholes)
-	recorded   bool   // allocated and RecordStream added streams: they are in Allocator.uses
-	unmapped   bool   // an address range of an expandable segment with no memory behind it
-	phase      uint16 // the phase current when the block was handed out (phases.go); set by takeLocked
-	eventCount int32  // outstanding stream events before a pending free completes
+	Recorded   bool   // allocated and RecordStream added streams: they are in Allocator.uses
+	Unmapped   bool   // an address range of an expandable segment with no memory behind it
+	Phase      uint16 // the phase current when the block was handed out (phases.go); set by takeLocked
+	EventCount int32  // outstanding stream events before a pending free completes
 }
 
 // isSplit reports whether the block shares its segment with other blocks.
-func (b *block) isSplit() bool { return b.prev != nil || b.next != nil }
+func (b *Block) IsSplit() bool { return b.Prev != nil || b.Next != nil }
 
 // busy reports whether the block is in use: allocated, or pending.
-func (b *block) busy() bool { return b.allocated || b.eventCount != 0 }
+func (b *Block) Busy() bool { return b.Allocated || b.EventCount != 0 }
 
 // isFree reports whether the block is cached: not busy and backed by
 // memory.
-func (b *block) isFree() bool { return !b.busy() && !b.unmapped }
+func (b *Block) IsFree() bool { return !b.Busy() && !b.Unmapped }
 
 // linkAfter puts n right after b in b's segment.
-func (b *block) linkAfter(n *block) {
-	n.prev, n.next = b, b.next
-	if b.next != nil {
-		b.next.prev = n
+func (b *Block) LinkAfter(n *Block) {
+	n.Prev, n.Next = b, b.Next
+	if b.Next != nil {
+		b.Next.Prev = n
 	}
-	b.next = n
+	b.Next = n
 }
 
 // linkBefore puts n right before b in b's segment.
-func (b *block) linkBefore(n *block) {
-	n.prev, n.next = b.prev, b
-	if b.prev != nil {
-		b.prev.next = n
+func (b *Block) LinkBefore(n *Block) {
+	n.Prev, n.Next = b.Prev, b
+	if b.Prev != nil {
+		b.Prev.Next = n
 	} else {
-		b.seg.head = n
+		b.Seg.Head = n
 	}
-	b.prev = n
+	b.Prev = n
 }
 
 // A segment is one device allocation, or one expandable segment: an
@@ -97,20 +97,20 @@ func (b *block) linkBefore(n *block) {
 // stream, pool, free and page never change.
 //
 // Invariant: the blocks from head to the last tile [ptr, ptr+size).
-type segment struct {
-	ptr    device.Ptr
-	size   uint64
-	stream device.Stream
-	pool   *pool
-	free   *freeIndex // the free index of the segment's pool and stream
-	head   *block     // the block at ptr
+type Segment struct {
+	Ptr    device.Ptr
+	Size   uint64
+	Stream device.Stream
+	Pool   *Pool
+	Free   *Index // the free index of the segment's pool and stream
+	Head   *Block // the block at ptr
 	// page is the mapping unit of an expandable segment (2 MiB for the
 	// small pool, 20 MiB for the large one); 0 for a plain segment.
-	page uint64
+	Page uint64
 }
 
 // expandable reports whether the segment is an expandable segment.
-func (s *segment) expandable() bool { return s.page != 0 }
+func (s *Segment) Expandable() bool { return s.Page != 0 }
 
 // freeLess orders free blocks by (stream, size, address): a lower bound on
 // (stream, size, 0) finds the best fit on a stream, and among blocks of
@@ -118,22 +118,22 @@ func (s *segment) expandable() bool { return s.page != 0 }
 // versions put a registration counter before the address. gpumem keeps
 // the order per stream: each stream's free blocks have an index of their
 // own (freeIndex), ordered by (size, address).
-func freeLess(a, b *block) bool {
-	if a.stream != b.stream {
-		return a.stream < b.stream
+func FreeLess(a, b *Block) bool {
+	if a.Stream != b.Stream {
+		return a.Stream < b.Stream
 	}
-	if a.size != b.size {
-		return a.size < b.size
+	if a.Size != b.Size {
+		return a.Size < b.Size
 	}
-	return a.ptr < b.ptr
+	return a.Ptr < b.Ptr
 }
 
 // addrLess orders blocks by (stream, address).
-func addrLess(a, b *block) bool {
-	if a.stream != b.stream {
-		return a.stream < b.stream
+func addrLess(a, b *Block) bool {
+	if a.Stream != b.Stream {
+		return a.Stream < b.Stream
 	}
-	return a.ptr < b.ptr
+	return a.Ptr < b.Ptr
 }
 
 // A pool is one of the allocator's two sets of segments: small (blocks of
@@ -149,59 +149,59 @@ func addrLess(a, b *block) bool {
 // have segments (freeIndex.nseg), so that a walk of the pool's free
 // blocks on every stream costs the streams that hold memory, not every
 // stream there ever was.
-type pool struct {
-	small bool
-	idx   int // 0 for small, 1 for large: the pool's place in shard.free
-	stat  stats.Pool
+type Pool struct {
+	Small bool
+	Idx   int // 0 for small, 1 for large: the pool's place in shard.free
+	Stat  stats.Pool
 	// unmapped indexes the unmapped ranges of expandable segments; nil
 	// without expandable segments.
-	unmapped *btree.BTreeG[*block]
-	owners   []*freeIndex // in no order
-	cold     coldView     // the free blocks of the cold shard's streams (cold.go)
+	Unmapped *btree.BTreeG[*Block]
+	Owners   []*Index // in no order
+	Cold     coldView // the free blocks of the cold shard's streams (cold.go)
 
 	// gcCalls counts best-fit searches while garbage collection or the
 	// low_fragmentation policy is active (PyTorch's
 	// get_free_blocks_call_count): the clock of block ages.
-	gcCalls int64
+	GCCalls int64
 }
 
-func newPool(small, expandable bool) *pool {
-	p := &pool{small: small, idx: 1, stat: stats.LargePool}
+func NewPool(small, expandable bool) *Pool {
+	p := &Pool{Small: small, Idx: 1, Stat: stats.LargePool}
 	if small {
-		p.idx, p.stat = 0, stats.SmallPool
+		p.Idx, p.Stat = 0, stats.SmallPool
 	}
 	if expandable {
-		p.unmapped = btree.NewG(32, addrLess)
+		p.Unmapped = btree.NewG(32, addrLess)
 	}
 	return p
 }
 
 // spares are the recycled block structs of one shard, linked through
 // next; guarded by its lock.
-type spares struct {
-	head *block
+type Spares struct {
+	head *Block
 	n    int
 }
 
 // get returns a zeroed block struct, recycled when possible. New structs
 // come in slabs of blockSlab, so that blocks created together sit
 // together in memory.
-func (sp *spares) get() *block {
+func (sp *Spares) Get() *Block {
 	b := sp.head
 	if b == nil {
 		return sp.slab()
 	}
-	sp.head, b.next = b.next, nil
+	sp.head, b.Next = b.Next, nil
 	sp.n--
 	return b
 }
 
 // slab makes blockSlab block structs, keeps all but the first as spares
 // and returns the first.
-func (sp *spares) slab() *block {
-	slab := make([]block, blockSlab)
+func (sp *Spares) slab() *Block {
+	slab := make([]Block, blockSlab)
 	for i := 1; i < blockSlab-1; i++ {
-		slab[i].next = &slab[i+1]
+		slab[i].Next = &slab[i+1]
 	}
 	sp.head = &slab[1]
 	sp.n += blockSlab - 1
@@ -214,12 +214,30 @@ const (
 )
 
 // put keeps a dead block struct for reuse, linked through next.
-func (sp *spares) put(b *block) {
+func (sp *Spares) Put(b *Block) {
 	if sp.n >= maxSpare {
-		*b = block{}
+		*b = Block{}
 		return
 	}
-	*b = block{next: sp.head}
+	*b = Block{Next: sp.head}
 	sp.head = b
 	sp.n++
+}
+
+// mappedRuns calls f on each run of mapped pages of the expandable
+// segment seg, in address order: the ranges between its unmapped blocks,
+// which start and end on page boundaries.
+func (seg *Segment) MappedRuns(f func(p device.Ptr, n uint64)) {
+	pos := seg.Ptr
+	for b := seg.Head; b != nil; b = b.Next {
+		if b.Unmapped {
+			if b.Ptr > pos {
+				f(pos, uint64(b.Ptr-pos))
+			}
+			pos = b.Ptr + device.Ptr(b.Size)
+		}
+	}
+	if end := seg.Ptr + device.Ptr(seg.Size); end > pos {
+		f(pos, uint64(end-pos))
+	}
 }

@@ -1,4 +1,4 @@
-package allocator
+package freeindex
 
 import (
 	"fmt"
@@ -13,56 +13,56 @@ import (
 // allocator drives it: segments filed whole, blocks handed out from the
 // best fit and freed back.
 type testIndex struct {
-	x    freeIndex
-	p    *pool
+	x    Index
+	p    *Pool
 	next device.Ptr
 }
 
 func newTestIndex(k indexKind) *testIndex {
-	ti := &testIndex{p: &pool{idx: 1, stat: stats.LargePool}, next: 1 << 40}
-	if k == kindSmall {
-		ti.p = &pool{small: true, idx: 0, stat: stats.SmallPool}
+	ti := &testIndex{p: &Pool{Idx: 1, Stat: stats.LargePool}, next: 1 << 40}
+	if k == KindSmall {
+		ti.p = &Pool{Small: true, Idx: 0, Stat: stats.SmallPool}
 	}
-	ti.x.init(0, new(spares), 0, ti.p, k)
+	ti.x.Init(0, new(Spares), 0, ti.p, k)
 	return ti
 }
 
 // segment files a new plain segment of size bytes, free, and returns its
 // block.
-func (ti *testIndex) segment(size uint64) *block {
-	seg := &segment{ptr: ti.next, size: size, pool: ti.p, free: &ti.x}
+func (ti *testIndex) segment(size uint64) *Block {
+	seg := &Segment{Ptr: ti.next, Size: size, Pool: ti.p, Free: &ti.x}
 	ti.next += device.Ptr(size)
-	b := &block{ptr: seg.ptr, size: size, pool: ti.p, seg: seg}
-	seg.head = b
-	ti.x.segmentAdded()
-	ti.x.put(b)
+	b := &Block{Ptr: seg.Ptr, Size: size, Pool: ti.p, Seg: seg}
+	seg.Head = b
+	ti.x.SegmentAdded()
+	ti.x.Put(b)
 	return b
 }
 
 // alloc hands out size bytes from the best fit, from a new segment of
 // segSize bytes when none fits, split as the allocator splits a small
 // block (a rest of 512 bytes or more).
-func (ti *testIndex) alloc(size, segSize uint64) *block {
-	b := ti.x.bestFit(size)
+func (ti *testIndex) alloc(size, segSize uint64) *Block {
+	b := ti.x.BestFit(size)
 	if b == nil {
 		ti.segment(segSize)
-		b = ti.x.bestFit(size)
+		b = ti.x.BestFit(size)
 	}
-	f := ti.x.take(b, size, b.size-size >= kMinBlockSize)
-	f.allocated = true
+	f := ti.x.Take(b, size, b.Size-size >= MinBlockSize)
+	f.Allocated = true
 	return f
 }
 
 // free returns a block handed out by alloc.
-func (ti *testIndex) free(b *block) {
-	b.allocated = false
-	ti.x.put(b)
+func (ti *testIndex) free(b *Block) {
+	b.Allocated = false
+	ti.x.Put(b)
 }
 
 // check returns the faults the index's check reports, one a line.
 func (ti *testIndex) check() string {
 	var faults []string
-	ti.x.check(func(format string, args ...any) {
+	ti.x.Check(func(format string, args ...any) {
 		faults = append(faults, fmt.Sprintf(format, args...))
 	})
 	return strings.Join(faults, "\n")
@@ -71,10 +71,10 @@ func (ti *testIndex) check() string {
 // fourFreeSmallBlocks makes four free 512-byte blocks (a size bucket with
 // a heap) in an index of size buckets.
 func fourFreeSmallBlocks() *testIndex {
-	ti := newTestIndex(kindSmall)
-	var bs []*block
+	ti := newTestIndex(KindSmall)
+	var bs []*Block
 	for range 8 {
-		bs = append(bs, ti.alloc(512, kSmallBuffer))
+		bs = append(bs, ti.alloc(512, SmallBuffer))
 	}
 	for i := 0; i < len(bs); i += 2 {
 		ti.free(bs[i])
@@ -90,34 +90,34 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 		breakIt    func() *testIndex
 	}{
 		{"a pending split whose front is not its front", "whose split is pending", func() *testIndex {
-			ti := newTestIndex(kindSmall)
-			ti.alloc(4096, kSmallBuffer) // a small segment: [4 KiB][rest free]
-			ti.alloc(4096, kSmallBuffer) // splits the free rest: its move waits
-			if ti.x.pend == nil {
+			ti := newTestIndex(KindSmall)
+			ti.alloc(4096, SmallBuffer) // a small segment: [4 KiB][rest free]
+			ti.alloc(4096, SmallBuffer) // splits the free rest: its move waits
+			if ti.x.Pend == nil {
 				panic("no pending split")
 			}
 			ti.x.pendKey.ptr += 512
 			return ti
 		}},
 		{"a whole free segment missing from its list", "fills its segment", func() *testIndex {
-			ti := newTestIndex(kindLarge)
+			ti := newTestIndex(KindLarge)
 			ti.segment(20 * mib)
-			ti.x.wholes = nil
+			ti.x.Wholes = nil
 			return ti
 		}},
 		{"a listed whole segment taken out of the index behind its back", "blocks not in the index", func() *testIndex {
-			ti := newTestIndex(kindLarge)
+			ti := newTestIndex(KindLarge)
 			ti.segment(20 * mib)
-			ti.x.large.remove(ti.x.wholes)
+			ti.x.large.remove(ti.x.Wholes)
 			return ti
 		}},
 		{"a free index whose structures are not its kind's", "structures of another kind", func() *testIndex {
-			ti := newTestIndex(kindSmall)
+			ti := newTestIndex(KindSmall)
 			ti.x.large = new(largeBuckets)
 			return ti
 		}},
 		{"tree out of order", "out of order", func() *testIndex {
-			ti := newTestIndex(kindLarge) // free blocks above 128 MiB are in the tree
+			ti := newTestIndex(KindLarge) // free blocks above 128 MiB are in the tree
 			ti.segment(200 * mib)
 			ti.segment(300 * mib)
 			l := ti.x.tree.leaf
@@ -126,32 +126,32 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 			return ti
 		}},
 		{"a tree's block whose size changed under it", "does not match its block", func() *testIndex {
-			ti := newTestIndex(kindLarge)
+			ti := newTestIndex(KindLarge)
 			ti.segment(200 * mib)
-			ti.x.tree.leaf.vals[0].size -= 512
+			ti.x.tree.leaf.vals[0].Size -= 512
 			return ti
 		}},
 		{"a large bucket's block whose size changed under it", "of another size", func() *testIndex {
-			ti := newTestIndex(kindLarge)
+			ti := newTestIndex(KindLarge)
 			ti.alloc(3*mib, 20*mib) // [3 MiB allocated][17 MiB free]
-			ti.x.flush()
-			ti.x.fit(17 * mib).size -= 512
+			ti.x.Flush()
+			ti.x.Fit(17 * mib).Size -= 512
 			return ti
 		}},
 		{"a large bucket's bit cleared", "has no bit", func() *testIndex {
-			ti := newTestIndex(kindLarge)
+			ti := newTestIndex(KindLarge)
 			ti.segment(20 * mib)
 			clear(ti.x.large.l0[:])
 			return ti
 		}},
 		{"a large bitmap's second level wrong", "second-level bit", func() *testIndex {
-			ti := newTestIndex(kindLarge)
+			ti := newTestIndex(KindLarge)
 			ti.segment(20 * mib)
 			ti.x.large.l1[3] |= 1
 			return ti
 		}},
 		{"a large bucket moved in its table", "where a lookup finds it", func() *testIndex {
-			ti := newTestIndex(kindLarge)
+			ti := newTestIndex(KindLarge)
 			ti.segment(20 * mib)
 			lb := ti.x.large
 			for i := range lb.tab {
@@ -164,15 +164,15 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 			return ti
 		}},
 		{"a large bucket out of heap order", "not a heap by address", func() *testIndex {
-			ti := newTestIndex(kindLarge)
-			var bs []*block
+			ti := newTestIndex(KindLarge)
+			var bs []*Block
 			for range 8 { // 3 MiB blocks: a 20 MiB segment holds six
 				bs = append(bs, ti.alloc(3*mib, 20*mib))
 			}
 			for i := 1; i < len(bs); i += 2 {
 				ti.free(bs[i])
 			}
-			ti.x.flush()
+			ti.x.Flush()
 			bk := ti.x.large.find(classOf(3 * mib))
 			h := bk.heap
 			h[0], h[1] = h[1], h[0]
@@ -181,9 +181,9 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 			return ti
 		}},
 		{"a size bucket's bit cleared", "size-class bit", func() *testIndex {
-			ti := newTestIndex(kindSmall)
-			ti.alloc(4096, kSmallBuffer) // a small segment: [4 KiB allocated][rest free]
-			ti.x.flush()
+			ti := newTestIndex(KindSmall)
+			ti.alloc(4096, SmallBuffer) // a small segment: [4 KiB allocated][rest free]
+			ti.x.Flush()
 			bk := ti.x.buckets
 			for w := range bk.words {
 				bk.words[w] = 0
@@ -218,7 +218,7 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 			return ti
 		}},
 		{"a tree leaf underfull", "underfull", func() *testIndex {
-			ti := newTestIndex(kindLarge)
+			ti := newTestIndex(KindLarge)
 			for range 200 { // 200 free segments of 130 MiB: 200 free blocks in the tree
 				ti.segment(130 * mib)
 			}
@@ -240,7 +240,7 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 	}
 	// The same indexes, unbroken, pass.
 	for _, ti := range []*testIndex{fourFreeSmallBlocks(), func() *testIndex {
-		ti := newTestIndex(kindLarge)
+		ti := newTestIndex(KindLarge)
 		for range 8 {
 			ti.alloc(3*mib, 20*mib)
 		}
@@ -252,3 +252,5 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 		}
 	}
 }
+
+const mib = 1 << 20

@@ -3,7 +3,7 @@
 // whole free segments, the blocks a release may unmap, lending) read of
 // the streams past maxShards without visiting each of them.
 
-package allocator
+package freeindex
 
 import (
 	"github.com/google/btree"
@@ -30,94 +30,94 @@ import (
 // otherwise); wholes holds exactly the cold free indexes whose list of
 // whole free segments is not empty, each x at x.coldAt-1.
 type coldView struct {
-	free    *btree.BTreeG[coldItem]
-	lenders *btree.BTreeG[coldItem]
-	waited  map[device.Stream]struct{} // the policy's hostWaited; nil without the policy
-	wholes  []*freeIndex
+	Free    *btree.BTreeG[ColdItem]
+	Lenders *btree.BTreeG[ColdItem]
+	Waited  map[device.Stream]struct{} // the policy's hostWaited; nil without the policy
+	Wholes  []*Index
 }
 
 // A coldItem is a cold free block under its key, kept apart from the
 // block's fields, which the merge and the split change before the index
 // moves the block to its new key.
-type coldItem struct {
-	key treeKey
-	b   *block
+type ColdItem struct {
+	Key treeKey
+	B   *Block
 }
 
 // coldLess orders the items by (size, address); addresses are unique
 // among the free blocks of a device.
-func coldLess(x, y coldItem) bool {
-	return x.key.size < y.key.size || x.key.size == y.key.size && x.key.ptr < y.key.ptr
+func coldLess(x, y ColdItem) bool {
+	return x.Key.size < y.Key.size || x.Key.size == y.Key.size && x.Key.ptr < y.Key.ptr
 }
 
 // add files the free block b of a cold index under its key.
-func (v *coldView) add(b *block) {
-	if v.free == nil {
-		v.free = btree.NewG(32, coldLess)
+func (v *coldView) add(b *Block) {
+	if v.Free == nil {
+		v.Free = btree.NewG(32, coldLess)
 	}
-	v.free.ReplaceOrInsert(coldItem{keyOf(b), b})
-	if v.waited != nil {
-		if _, ok := v.waited[b.stream]; !ok {
-			if v.lenders == nil {
-				v.lenders = btree.NewG(32, coldLess)
+	v.Free.ReplaceOrInsert(ColdItem{KeyOf(b), b})
+	if v.Waited != nil {
+		if _, ok := v.Waited[b.Stream]; !ok {
+			if v.Lenders == nil {
+				v.Lenders = btree.NewG(32, coldLess)
 			}
-			v.lenders.ReplaceOrInsert(coldItem{keyOf(b), b})
+			v.Lenders.ReplaceOrInsert(ColdItem{KeyOf(b), b})
 		}
 	}
 }
 
 // drop takes out the free block filed under k.
 func (v *coldView) drop(k treeKey) {
-	v.free.Delete(coldItem{key: k})
-	v.unlend(k)
+	v.Free.Delete(ColdItem{Key: k})
+	v.Unlend(k)
 }
 
 // unlend takes the block filed under k out of the lenders, if it is there.
-func (v *coldView) unlend(k treeKey) {
-	if v.lenders != nil {
-		v.lenders.Delete(coldItem{key: k})
+func (v *coldView) Unlend(k treeKey) {
+	if v.Lenders != nil {
+		v.Lenders.Delete(ColdItem{Key: k})
 	}
 }
 
 // ascendLenders calls f on the cold free blocks that may be lent, of at
 // least size bytes, in (size, address) order, until f returns false.
-func (v *coldView) ascendLenders(size uint64, f func(*block) bool) {
-	if v.lenders == nil {
+func (v *coldView) AscendLenders(size uint64, f func(*Block) bool) {
+	if v.Lenders == nil {
 		return
 	}
-	v.lenders.AscendGreaterOrEqual(coldItem{key: treeKey{size: size}}, func(it coldItem) bool { return f(it.b) })
+	v.Lenders.AscendGreaterOrEqual(ColdItem{Key: treeKey{size: size}}, func(it ColdItem) bool { return f(it.B) })
 }
 
 // listed notes that the cold index x now has whole free segments, and
 // unlisted that it has none.
-func (v *coldView) listed(x *freeIndex) {
-	v.wholes = append(v.wholes, x)
-	x.coldAt = len(v.wholes)
+func (v *coldView) listed(x *Index) {
+	v.Wholes = append(v.Wholes, x)
+	x.ColdAt = len(v.Wholes)
 }
 
-func (v *coldView) unlisted(x *freeIndex) {
-	i := x.coldAt - 1
-	last := v.wholes[len(v.wholes)-1]
-	v.wholes[i], last.coldAt = last, i+1
-	v.wholes[len(v.wholes)-1] = nil
-	v.wholes = v.wholes[:len(v.wholes)-1]
-	x.coldAt = 0
+func (v *coldView) unlisted(x *Index) {
+	i := x.ColdAt - 1
+	last := v.Wholes[len(v.Wholes)-1]
+	v.Wholes[i], last.ColdAt = last, i+1
+	v.Wholes[len(v.Wholes)-1] = nil
+	v.Wholes = v.Wholes[:len(v.Wholes)-1]
+	x.ColdAt = 0
 }
 
 // ascendAtLeast calls f on the cold free blocks of at least size bytes,
 // in (size, address) order, until f returns false.
-func (v *coldView) ascendAtLeast(size uint64, f func(*block) bool) {
-	if v.free == nil {
+func (v *coldView) AscendAtLeast(size uint64, f func(*Block) bool) {
+	if v.Free == nil {
 		return
 	}
-	v.free.AscendGreaterOrEqual(coldItem{key: treeKey{size: size}}, func(it coldItem) bool { return f(it.b) })
+	v.Free.AscendGreaterOrEqual(ColdItem{Key: treeKey{size: size}}, func(it ColdItem) bool { return f(it.B) })
 }
 
 // largest returns a largest cold free block, or nil.
-func (v *coldView) largest() *block {
-	if v.free == nil {
+func (v *coldView) Largest() *Block {
+	if v.Free == nil {
 		return nil
 	}
-	it, _ := v.free.Max()
-	return it.b
+	it, _ := v.Free.Max()
+	return it.B
 }
