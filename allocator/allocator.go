@@ -305,15 +305,15 @@ func indexFor(xs *[2]freeindex.Index, rounded uint64) *freeindex.Index {
 
 // Best fit (step 4): Alloc asks the free index of the request's pool and
 // stream for the block of the lowest (size, address) with at least the
-// rounded size (freeIndex.bestFit): size buckets answer with bit scans,
+// rounded size (freeindex.Index.BestFit): size buckets answer with bit scans,
 // and remember the answer until they change; large buckets too, the tree
 // with a lower bound; then the rule of expandable segments applies
-// (expandableBestFit). searchLocked then checks that the block may serve
+// (ExpandableBestFit). searchLocked then checks that the block may serve
 // the request (splitRule.mayServe: oversize blocks). The block stays in the
 // free index: takeLocked takes it out. While garbage collection is
 // active, each search of an index that keeps ages (every kind but size
 // buckets: the large pool, and pools of expandable segments) counts in
-// the pool's clock of block ages (gcCalls); garbage collection reads only
+// the pool's clock of block ages (GCCalls); garbage collection reads only
 // the large pool's ages. Under the low_fragmentation policy every search
 // counts (policyFitLocked), in both pools, whose ages its reclaim and
 // lending read.

@@ -48,7 +48,7 @@ func (a *Allocator) pageBlocksLocked(p *freeindex.Pool, list []*freeindex.Block)
 	return list
 }
 
-// sortFree sorts blocks in freeLess order.
+// sortFree sorts blocks in FreeLess order.
 func sortFree(list []*freeindex.Block) {
 	slices.SortFunc(list, func(x, y *freeindex.Block) int {
 		if freeindex.FreeLess(x, y) {

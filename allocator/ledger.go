@@ -77,7 +77,7 @@ func (a *Allocator) pagesUnmappedLocked(seg *freeindex.Segment, ptr device.Ptr, 
 
 // takeLocked hands out the free block b of x for a request of size
 // rounded bytes, requested as asked (alloc): the index splits off the
-// rest of the block when that is worth keeping (freeIndex.take: the front
+// rest of the block when that is worth keeping (freeindex.Index.Take: the front
 // is handed out, the rest stays free), and the block handed out is marked
 // allocated, filed in its shard's address table and recorded here: it is
 // now allocated and active, and what handing it out changed in the free
@@ -190,7 +190,7 @@ func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) 
 // (free_completed: b is no longer active; with requested, the caller's
 // free too: free_requested, for a free that did not wait for events),
 // then the free index merges b with free neighbours and files the result
-// (freeIndex.put, PyTorch's free_block). The merge's change to the free
+// (freeindex.Index.Put, PyTorch's free_block). The merge's change to the free
 // blocks of split plain segments counts in inactive_split: the neighbours
 // it absorbs go, the merged block counts if its segment stays split (an
 // unsplit is such a merge too: its rest goes, and the block from before

@@ -163,7 +163,7 @@ type policyState struct {
 	// recorded on it (Allocator.uses).
 	borrowed map[*freeindex.Block]device.Stream
 	// waited is, per borrower, lender and pool, the pool's search count
-	// (pool.gcCalls) when the last wait of the borrower on the lender's
+	// (freeindex.Pool.GCCalls) when the last wait of the borrower on the lender's
 	// work was recorded.
 	waited map[lendKey]int64
 	// hostWaited holds the streams RecordStream has named: never lent to

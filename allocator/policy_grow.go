@@ -36,7 +36,7 @@ func policyVM(dev device.Device) device.VirtualMemory {
 // forms whole pages that growth reuses and reclaim unmaps in few calls
 // (address-ordered fits fragment less than pure best fit). The rule of
 // expandable segments follows. One search finds the best fit; the window
-// walks on from there, a size at a time (freeIndex.closeFit). The
+// walks on from there, a size at a time (freeindex.Index.CloseFit). The
 // caller checks that the block may serve the request.
 func (a *Allocator) policyFitLocked(x *freeindex.Index, size uint64) *freeindex.Block {
 	x.Pool.GCCalls++

@@ -39,7 +39,7 @@ type shard struct {
 	id     int // its place in Allocator.byID, for routes
 	stream device.Stream
 	cold   bool                 // the cold shard: its free is unused, its streams' indexes are in Allocator.coldIdx
-	free   [2]freeindex.Index   // by pool.idx
+	free   [2]freeindex.Index   // by freeindex.Pool.Idx
 	live   freeindex.PtrTable   // its allocated blocks by address
 	st     [numRows]shardCounts // by stats.Metric, then oversizeA and oversizeS
 	ph     []phaseCount         // by phase id, while blocks are counted by phase; grown on use

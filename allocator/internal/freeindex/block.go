@@ -11,7 +11,7 @@ import (
 	"github.com/gpumem/gpumem/stats"
 )
 
-// A block is a contiguous range of a segment. The blocks of a segment tile
+// A Block is a contiguous range of a segment. The blocks of a segment tile
 // it exactly, in address order, linked through prev and next. All fields
 // are guarded by the lock of its segment's shard (or the world), and so
 // are the block's methods.
@@ -21,8 +21,8 @@ import (
 //   - allocated: handed to a caller; in its shard's address table (live)
 //     under its address.
 //   - pending: freed by the caller but recorded on other streams whose
-//     work has not finished; eventCount > 0 events wait in
-//     Allocator.events.
+//     work has not finished; EventCount > 0 events wait in
+//     the allocator's events queue.
 //   - free: cached, backed by memory; in its free index (indexed).
 //   - unmapped: an address range of an expandable segment with no memory
 //     behind it; in its pool's unmapped index.
@@ -42,7 +42,7 @@ type Block struct {
 	Prev      *Block // lower neighbour in the segment, nil for the first block
 	Next      *Block // higher neighbour in the segment, nil for the last block
 
-	// gcCountBase is the pool's free-block search count when the block was
+	// GCCountBase is the pool's free-block search count when the block was
 	// last filed in the free index; its age is the difference.
 	GCCountBase int64
 
@@ -54,24 +54,24 @@ type Block struct {
 
 	Allocated  bool
 	Indexed    bool   // in its free index: set and cleared by the free index alone (add, drop, put, unfile, take)
-	listed     bool   // in its free index's list of whole free segments (freeIndex.wholes)
-	Recorded   bool   // allocated and RecordStream added streams: they are in Allocator.uses
+	listed     bool   // in its free index's list of whole free segments (Index.Wholes)
+	Recorded   bool   // allocated and RecordStream added streams: they are in the allocator's uses
 	Unmapped   bool   // an address range of an expandable segment with no memory behind it
-	Phase      uint16 // the phase current when the block was handed out (phases.go); set by takeLocked
+	Phase      uint16 // the phase current when the block was handed out (the allocator's phases); set by the allocator's takeLocked
 	EventCount int32  // outstanding stream events before a pending free completes
 }
 
-// isSplit reports whether the block shares its segment with other blocks.
+// IsSplit reports whether the block shares its segment with other blocks.
 func (b *Block) IsSplit() bool { return b.Prev != nil || b.Next != nil }
 
-// busy reports whether the block is in use: allocated, or pending.
+// Busy reports whether the block is in use: allocated, or pending.
 func (b *Block) Busy() bool { return b.Allocated || b.EventCount != 0 }
 
-// isFree reports whether the block is cached: not busy and backed by
+// IsFree reports whether the block is cached: not busy and backed by
 // memory.
 func (b *Block) IsFree() bool { return !b.Busy() && !b.Unmapped }
 
-// linkAfter puts n right after b in b's segment.
+// LinkAfter puts n right after b in b's segment.
 func (b *Block) LinkAfter(n *Block) {
 	n.Prev, n.Next = b, b.Next
 	if b.Next != nil {
@@ -80,7 +80,7 @@ func (b *Block) LinkAfter(n *Block) {
 	b.Next = n
 }
 
-// linkBefore puts n right before b in b's segment.
+// LinkBefore puts n right before b in b's segment.
 func (b *Block) LinkBefore(n *Block) {
 	n.Prev, n.Next = b.Prev, b
 	if b.Prev != nil {
@@ -91,7 +91,7 @@ func (b *Block) LinkBefore(n *Block) {
 	b.Prev = n
 }
 
-// A segment is one device allocation, or one expandable segment: an
+// A Segment is one device allocation, or one expandable segment: an
 // address range reserved once and backed by memory page by page. Its
 // fields are guarded by the lock of its shard (or the world); ptr, size,
 // stream, pool, free and page never change.
@@ -104,20 +104,20 @@ type Segment struct {
 	Pool   *Pool
 	Free   *Index // the free index of the segment's pool and stream
 	Head   *Block // the block at ptr
-	// page is the mapping unit of an expandable segment (2 MiB for the
+	// Page is the mapping unit of an expandable segment (2 MiB for the
 	// small pool, 20 MiB for the large one); 0 for a plain segment.
 	Page uint64
 }
 
-// expandable reports whether the segment is an expandable segment.
+// Expandable reports whether the segment is an expandable segment.
 func (s *Segment) Expandable() bool { return s.Page != 0 }
 
-// freeLess orders free blocks by (stream, size, address): a lower bound on
+// FreeLess orders free blocks by (stream, size, address): a lower bound on
 // (stream, size, 0) finds the best fit on a stream, and among blocks of
 // equal size the lowest address. PyTorch 2.6 uses this order; later
 // versions put a registration counter before the address. gpumem keeps
 // the order per stream: each stream's free blocks have an index of their
-// own (freeIndex), ordered by (size, address).
+// own (Index), ordered by (size, address).
 func FreeLess(a, b *Block) bool {
 	if a.Stream != b.Stream {
 		return a.Stream < b.Stream
@@ -136,30 +136,30 @@ func addrLess(a, b *Block) bool {
 	return a.Ptr < b.Ptr
 }
 
-// A pool is one of the allocator's two sets of segments: small (blocks of
+// A Pool is one of the allocator's two sets of segments: small (blocks of
 // at most 1 MiB, 2 MiB segments) or large. Its free blocks are indexed per
-// stream (freeIndex, in each shard). Its fields change in the world, but
-// gcCalls, the clock of block ages, which every search that counts in it
+// stream (Index, in each shard). Its fields change in the world, but
+// GCCalls, the clock of block ages, which every search that counts in it
 // changes: in the world, or under the low_fragmentation policy on the fast
 // path of the default stream's shard while it is the only shard (then no
 // other shard, and so no other lock holder, uses the pool).
 //
 // Invariants: unmapped holds exactly the pool's unmapped blocks, in
 // addrLess order; owners holds exactly the free indexes of the pool that
-// have segments (freeIndex.nseg), so that a walk of the pool's free
+// have segments (Index.NSeg), so that a walk of the pool's free
 // blocks on every stream costs the streams that hold memory, not every
 // stream there ever was.
 type Pool struct {
 	Small bool
 	Idx   int // 0 for small, 1 for large: the pool's place in shard.free
 	Stat  stats.Pool
-	// unmapped indexes the unmapped ranges of expandable segments; nil
+	// Unmapped indexes the unmapped ranges of expandable segments; nil
 	// without expandable segments.
 	Unmapped *btree.BTreeG[*Block]
 	Owners   []*Index // in no order
 	Cold     coldView // the free blocks of the cold shard's streams (cold.go)
 
-	// gcCalls counts best-fit searches while garbage collection or the
+	// GCCalls counts best-fit searches while garbage collection or the
 	// low_fragmentation policy is active (PyTorch's
 	// get_free_blocks_call_count): the clock of block ages.
 	GCCalls int64
@@ -176,14 +176,14 @@ func NewPool(small, expandable bool) *Pool {
 	return p
 }
 
-// spares are the recycled block structs of one shard, linked through
+// Spares are the recycled block structs of one shard, linked through
 // next; guarded by its lock.
 type Spares struct {
 	head *Block
 	n    int
 }
 
-// get returns a zeroed block struct, recycled when possible. New structs
+// Get returns a zeroed block struct, recycled when possible. New structs
 // come in slabs of blockSlab, so that blocks created together sit
 // together in memory.
 func (sp *Spares) Get() *Block {
@@ -213,7 +213,7 @@ const (
 	maxSpare  = 4096 // spare block structs kept at most, per shard
 )
 
-// put keeps a dead block struct for reuse, linked through next.
+// Put keeps a dead block struct for reuse, linked through next.
 func (sp *Spares) Put(b *Block) {
 	if sp.n >= maxSpare {
 		*b = Block{}
@@ -224,7 +224,7 @@ func (sp *Spares) Put(b *Block) {
 	sp.n++
 }
 
-// mappedRuns calls f on each run of mapped pages of the expandable
+// MappedRuns calls f on each run of mapped pages of the expandable
 // segment seg, in address order: the ranges between its unmapped blocks,
 // which start and end on page boundaries.
 func (seg *Segment) MappedRuns(f func(p device.Ptr, n uint64)) {

@@ -1,7 +1,7 @@
 // This file holds the pool-wide view of the cold shard's free indexes:
 // what the walks over every stream's cache (the largest free block, the
 // whole free segments, the blocks a release may unmap, lending) read of
-// the streams past maxShards without visiting each of them.
+// the streams past the allocator's maxShards without visiting each of them.
 
 package freeindex
 
@@ -14,7 +14,7 @@ import (
 // coldView indexes, for one pool, the free blocks of the cold shard's
 // streams, which may be many (a program with a stream per allocation), so
 // that a walk over every stream's cache costs the shards of their own (at
-// most maxShards) and what it finds among the cold streams, not one visit
+// most the allocator's maxShards) and what it finds among the cold streams, not one visit
 // per cold stream. The cold shard is never fast: its free indexes, and
 // this view, change in the world only. The free indexes keep it (index.go:
 // add, drop, rekey, settle, list, unlist; the indexes with a tree alone
@@ -36,11 +36,11 @@ type coldView struct {
 	Wholes  []*Index
 }
 
-// A coldItem is a cold free block under its key, kept apart from the
+// A ColdItem is a cold free block under its key, kept apart from the
 // block's fields, which the merge and the split change before the index
 // moves the block to its new key.
 type ColdItem struct {
-	Key treeKey
+	Key Key
 	B   *Block
 }
 
@@ -67,25 +67,25 @@ func (v *coldView) add(b *Block) {
 }
 
 // drop takes out the free block filed under k.
-func (v *coldView) drop(k treeKey) {
+func (v *coldView) drop(k Key) {
 	v.Free.Delete(ColdItem{Key: k})
 	v.Unlend(k)
 }
 
-// unlend takes the block filed under k out of the lenders, if it is there.
-func (v *coldView) Unlend(k treeKey) {
+// Unlend takes the block filed under k out of the lenders, if it is there.
+func (v *coldView) Unlend(k Key) {
 	if v.Lenders != nil {
 		v.Lenders.Delete(ColdItem{Key: k})
 	}
 }
 
-// ascendLenders calls f on the cold free blocks that may be lent, of at
+// AscendLenders calls f on the cold free blocks that may be lent, of at
 // least size bytes, in (size, address) order, until f returns false.
 func (v *coldView) AscendLenders(size uint64, f func(*Block) bool) {
 	if v.Lenders == nil {
 		return
 	}
-	v.Lenders.AscendGreaterOrEqual(ColdItem{Key: treeKey{size: size}}, func(it ColdItem) bool { return f(it.B) })
+	v.Lenders.AscendGreaterOrEqual(ColdItem{Key: Key{size: size}}, func(it ColdItem) bool { return f(it.B) })
 }
 
 // listed notes that the cold index x now has whole free segments, and
@@ -104,16 +104,16 @@ func (v *coldView) unlisted(x *Index) {
 	x.ColdAt = 0
 }
 
-// ascendAtLeast calls f on the cold free blocks of at least size bytes,
+// AscendAtLeast calls f on the cold free blocks of at least size bytes,
 // in (size, address) order, until f returns false.
 func (v *coldView) AscendAtLeast(size uint64, f func(*Block) bool) {
 	if v.Free == nil {
 		return
 	}
-	v.Free.AscendGreaterOrEqual(ColdItem{Key: treeKey{size: size}}, func(it ColdItem) bool { return f(it.B) })
+	v.Free.AscendGreaterOrEqual(ColdItem{Key: Key{size: size}}, func(it ColdItem) bool { return f(it.B) })
 }
 
-// largest returns a largest cold free block, or nil.
+// Largest returns a largest cold free block, or nil.
 func (v *coldView) Largest() *Block {
 	if v.Free == nil {
 		return nil

@@ -6,9 +6,9 @@ import (
 	"pgregory.net/rapid"
 )
 
-// TestFibHashFitsItsTable checks that tableShift gives a table of size
+// TestFibHashFitsItsTable checks that TableShift gives a table of size
 // slots exactly size slots (the top bits of a 64-bit product) and that
-// fibHash never names a slot past the table, for every table size the
+// FibHash never names a slot past the table, for every table size the
 // open-addressing tables use.
 func TestFibHashFitsItsTable(t *testing.T) {
 	for size := 1; size <= 1<<24; size *= 2 {

@@ -1,92 +1,63 @@
-// This file holds freeIndex: the free blocks of one pool on one stream,
+// This file holds Index: the free blocks of one pool on one stream,
 // in the structure that finds their best fit fastest.
 
 package freeindex
 
 import "github.com/gpumem/gpumem/device"
 
-// A freeIndex holds the free blocks of one pool on one stream, ordered by
-// (size, address), and the list of those that fill a plain segment.
-// Blocks are found by bit scans over size classes of 512 bytes: the small
-// pool's of PyTorch's plain segments (at most 2 MiB) in sizeBuckets, the
-// other pools' up to 128 MiB in largeBuckets, larger ones in a B+ tree
-// (freeTree). The walks that the rule of expandable segments and the
-// low_fragmentation policy make in (size, address) order cross the
-// classes by the bitmap, each class in address order, then the tree
-// (ascendFrom). The indexes of the cold shard's streams (shards.go),
-// which may be many, use the tree alone: size classes cost tens of KiB.
-// Which of these an index uses is its kind, fixed at init.
-//
-// The rest of the allocator uses an index through its methods alone:
-// bestFit (the allocator's one best fit), take (hand out a block, split
-// or whole), put (merge a freed block or an unmapped range with its
-// neighbours and file it), insert and remove (of free blocks), the walks
-// in (size, address) order (fit, ascendFrom, ascendAtLeast, closeFit,
-// descendBelow), largest, the whole free segments (appendWholes,
-// eachWhole), every block (each), the count of segments (segmentAdded,
-// segmentRemoved) and its own checks (check, checkSegments, and
-// pool.checkOwners). Its fields are guarded by its
-// shard's lock.
-//
-// Invariants (checked by check): the index holds exactly the pool's free
-// blocks of its stream, each marked indexed, each in the structure its
-// size and the index's kind say. The blocks that fill a plain segment, the
-// segments that releasing the cache returns to the device, are known
-// without a walk of every cached block, so that a release costs what it
-// releases: in size buckets they are the 2 MiB class (a small segment is
-// 2 MiB); in the other kinds, wholes lists exactly them (marked listed).
-// nseg counts the segments of the index's pool and stream, and the index
-// is among its pool's owners (at owner) exactly when it has some. An
-// index of the tree kind never keeps a pending split.
+// An Index holds the free blocks of one pool on one stream, ordered by
+// (size, address), and the list of those that fill a plain segment (the
+// package doc describes the kinds, the methods, the pending split and the
+// invariants). Its fields are guarded by its shard's lock.
 type Index struct {
 	Shard   int     // the id of the shard whose lock guards the index
 	Spares  *Spares // that shard's recycled block structs
-	PoolIdx int     // pool.idx
+	PoolIdx int     // Pool.Idx
 	Pool    *Pool
 	Stream  device.Stream
-	Kind    indexKind
-	buckets *sizeBuckets  // kindSmall
-	large   *largeBuckets // kindLarge: blocks up to 128 MiB
-	tree    freeTree      // kindLarge: larger blocks; kindTree: every block
+	Kind    Kind
+	buckets *sizeBuckets  // KindSmall
+	large   *largeBuckets // KindLarge: blocks up to 128 MiB
+	tree    freeTree      // KindLarge: larger blocks; KindTree: every block
 	Wholes  *Block        // but in size buckets: head of the list of whole free segments, through nextWhole
 	NSeg    int           // segments of the pool and stream (changed in the world)
-	owner   int           // the index's place in pool.owners while nseg > 0
+	owner   int           // the index's place in Pool.Owners while NSeg > 0
 	ColdAt  int           // a cold index's place in its pool's cold view's wholes, plus one; 0 when not there
 
-	// pend is the free block that the last take from this index split,
-	// still filed under its key from before the split, pendKey: its move
+	// Pend is the free block that the last take from this index split,
+	// still filed under its key from before the split, PendKey: its move
 	// to its new key waits, because the usual next step, the free of the
 	// block handed out (pend.prev), merges the two back into that very
 	// key (unsplit), and then the index never changes. Every other method
 	// that reads or changes the index moves it first (settle). Its age
 	// base and its place in wholes are already those of its new key.
 	Pend    *Block
-	pendKey treeKey
+	pendKey Key
 	// front is the struct of the last block handed out and merged back by
 	// an unsplit: its fields but those a split sets are zero, so the next
 	// split reuses it without clearing and recycling it.
 	front *Block
 }
 
-// indexKind is the structure of a free index.
-type indexKind uint8
+// Kind is the structure of a free index.
+type Kind uint8
 
 const (
-	// kindSmall: size buckets, for the small pool of PyTorch's plain
+	// KindSmall: size buckets, for the small pool of PyTorch's plain
 	// segments, whose free blocks are at most 2 MiB, and which keeps no
 	// ages (no reader looks at them: garbage collection reads the large
 	// pool's, and the policy, which reads both, never has size buckets).
-	KindSmall indexKind = iota
-	// kindLarge: large buckets for the blocks of up to 128 MiB, the tree
+	KindSmall Kind = iota
+	// KindLarge: large buckets for the blocks of up to 128 MiB, the tree
 	// for larger ones; for the other pools of a shard of its own.
 	KindLarge
-	// kindTree: the tree alone, for the cold shard's streams.
+	// KindTree: the tree alone, for the cold shard's streams.
 	KindTree
 )
 
-// init makes x the empty free index of kind k of pool p on stream s, in
+// Init makes x the empty free index of kind k of pool p on stream s, in
 // the shard of id shard, whose recycled block structs are sp.
-func (x *Index) Init(shard int, sp *Spares, s device.Stream, p *Pool, k indexKind) {
+func (x *Index) Init(shard int, sp *Spares, s device.Stream, p *Pool, k Kind) {
 	x.Shard, x.Spares, x.PoolIdx, x.Pool, x.Stream, x.Kind = shard, sp, p.Idx, p, s, k
 	switch k {
 	case KindSmall:
@@ -96,8 +67,8 @@ func (x *Index) Init(shard int, sp *Spares, s device.Stream, p *Pool, k indexKin
 	}
 }
 
-// aged reports whether the index stamps its blocks with the pool's clock
-// of ages (gcCountBase), so that a search of it counts in the clock.
+// Aged reports whether the index stamps its blocks with the pool's clock
+// of ages (GCCountBase), so that a search of it counts in the clock.
 func (x *Index) Aged() bool { return x.Kind != KindSmall }
 
 // inLarge reports whether a block of size bytes is filed in the large
@@ -106,14 +77,13 @@ func (x *Index) inLarge(size uint64) bool {
 	return x.Kind == KindLarge && size <= maxLargeSize
 }
 
-// bestFit is the allocator's best fit (step 4 of the allocation ladder,
-// Allocator.searchLocked) for a request of size (rounded) bytes: the free
-// block of the lowest (size, address) with at least size bytes, nil if
-// none, and for a block of an expandable segment the rule of expandable segments
-// (expandableBestFit). Size buckets remember their answer until they
-// change (remembered). Every search of the allocator goes through
-// Allocator.searchLocked, from fitLocked or the fast path; the
-// low_fragmentation policy has its own (policyFitLocked), from fit.
+// BestFit is the allocator's best fit (step 4 of its allocation ladder)
+// for a request of size (rounded) bytes: the free block of the lowest
+// (size, address) with at least size bytes, nil if none, and for a block
+// of an expandable segment the rule of expandable segments
+// (ExpandableBestFit). Size buckets remember their answer until they
+// change (Remembered). Every search of the allocator goes through its
+// searchLocked; the low_fragmentation policy has its own, from Fit.
 func (x *Index) BestFit(size uint64) *Block {
 	if x.Pend != nil {
 		x.settle()
@@ -135,12 +105,13 @@ func (x *Index) BestFit(size uint64) *Block {
 	return b
 }
 
-// remembered returns bestFit's answer for size when size buckets
+// Remembered returns BestFit's answer for size when size buckets
 // remember it (the cached path: an alloc and free of one size in a loop),
-// else nil; small enough to be inlined in fitLocked. bestFit itself does
-// not look: ask this first. Its block may serve any request of the small
-// pool (splitRule.mayServe): size buckets hold blocks of at most 2 MiB,
-// and max_split_size is more than 20 MiB (Config.validate).
+// else nil; small enough to be inlined in the allocator's fast path.
+// BestFit itself does not look: ask this first. Its block may serve any
+// request of the small pool (the allocator's splitRule.mayServe): size
+// buckets hold blocks of at most 2 MiB, and max_split_size is more than
+// 20 MiB (the allocator's Config.validate).
 func (x *Index) Remembered(size uint64) *Block {
 	if bk := x.buckets; x.Kind == KindSmall && x.Pend == nil && size == bk.memoSize && bk.version == bk.memoVersion {
 		return bk.memo
@@ -148,7 +119,7 @@ func (x *Index) Remembered(size uint64) *Block {
 	return nil
 }
 
-// expandableBestFit applies PyTorch's rule for an expandable block b found
+// ExpandableBestFit applies PyTorch's rule for an expandable block b found
 // by the best-fit search (the lowest address of its size): among the
 // following blocks of the same stream, prefer one whose size plus the
 // unmapped range after it is smaller, that is, one that could not grow as
@@ -182,7 +153,7 @@ func expandableSize(b *Block) uint64 {
 	return b.Size
 }
 
-// take hands out b, a free block of x for a request of size bytes: with
+// Take hands out b, a free block of x for a request of size bytes: with
 // split, the front of b becomes a new block, which it returns, and b keeps
 // the rest, free; without, b itself, taken out of the index. b is in the
 // index (found by a fit, or mapped into an expandable segment) or is a
@@ -235,7 +206,7 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 		}
 		x.Pend, x.pendKey = rest, old
 		if x.Kind == KindTree {
-			x.settle() // the cold shard's indexes never wait (settleAllLocked)
+			x.settle() // the cold shard's indexes never wait (the allocator's settleAllLocked)
 		}
 		return b
 	}
@@ -243,7 +214,7 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 	return b
 }
 
-// put files b, a block just freed or an unmapped range of x's pool and
+// Put files b, a block just freed or an unmapped range of x's pool and
 // stream, in no index: merged with its neighbours of the same kind
 // (PyTorch's try_merge_blocks), in the index, or for an unmapped range in
 // its pool's unmapped index. It returns the merged block. When b is the
@@ -255,7 +226,7 @@ func (x *Index) Put(b *Block) *Block {
 	mergePrev := mergeable(b, prev)
 	if pb := x.Pend; pb != nil {
 		// pb.prev is the front, busy until now: next == pb means b is it.
-		// Its requested is zero already (finishFreeLocked).
+		// Its requested is zero already (the allocator's finishFreeLocked).
 		if next == pb && !mergePrev {
 			x.Pend = nil
 			pb.Ptr, pb.Size = b.Ptr, b.Size+pb.Size
@@ -360,7 +331,7 @@ func (x *Index) mergeInto(b *Block, mergePrev, mergeNext bool) *Block {
 	return m
 }
 
-// insert files a free block that is in no index.
+// Insert files a free block that is in no index.
 func (x *Index) Insert(b *Block) {
 	if x.Pend != nil {
 		x.settle()
@@ -368,7 +339,7 @@ func (x *Index) Insert(b *Block) {
 	x.add(b)
 }
 
-// remove takes a free block out of the index.
+// Remove takes a free block out of the index.
 func (x *Index) Remove(b *Block) {
 	if x.Pend != nil {
 		x.settle()
@@ -446,7 +417,7 @@ func (x *Index) displace(b *Block) {
 
 // rekey moves b, a free block filed in x's tree under old, to its current
 // key, and stamps its age base as filing it anew would.
-func (x *Index) rekey(b *Block, old treeKey) {
+func (x *Index) rekey(b *Block, old Key) {
 	b.GCCountBase = x.Pool.GCCalls
 	x.tree.rekey(b, old)
 	if x.Kind == KindTree { // a cold index
@@ -487,7 +458,7 @@ func (x *Index) settle() {
 	}
 }
 
-// flush settles the pending split and lets go of the struct kept for the
+// Flush settles the pending split and lets go of the struct kept for the
 // next split, before a walk or a change of more than one index.
 func (x *Index) Flush() {
 	if x.Pend != nil {
@@ -513,7 +484,7 @@ func (x *Index) unfile(b *Block) {
 	}
 }
 
-// fit returns the free block of the lowest (size, address) with at least
+// Fit returns the free block of the lowest (size, address) with at least
 // size bytes, or nil, without the rule of expandable segments: where the
 // walks in (size, address) order start.
 func (x *Index) Fit(size uint64) *Block {
@@ -532,7 +503,7 @@ func (x *Index) Fit(size uint64) *Block {
 	return x.tree.lowerBound(size)
 }
 
-// largest returns a free block of the largest size, or nil.
+// Largest returns a free block of the largest size, or nil.
 func (x *Index) Largest() *Block {
 	if x.Pend != nil {
 		x.settle()
@@ -564,7 +535,7 @@ func (x *Index) ascendFrom(b *Block, f func(*Block) bool) {
 	ascendFrom(l, i, f)
 }
 
-// ascendAtLeast calls f on the free blocks of at least size bytes in
+// AscendAtLeast calls f on the free blocks of at least size bytes in
 // (size, address) order until f returns false. Not for size buckets.
 func (x *Index) AscendAtLeast(size uint64, f func(*Block) bool) {
 	if b := x.Fit(size); b != nil {
@@ -572,7 +543,7 @@ func (x *Index) AscendAtLeast(size uint64, f func(*Block) bool) {
 	}
 }
 
-// closeFit returns the block of the lowest address among at most window
+// CloseFit returns the block of the lowest address among at most window
 // free blocks of x from b (a best fit) up in (size, address) order, none
 // larger than limit, whose size is below below; b if none is lower. Of
 // the blocks of one size only the first, the lowest address, can be
@@ -606,7 +577,7 @@ func (x *Index) CloseFit(b *Block, limit, below uint64, window int) *Block {
 	return best
 }
 
-// each calls f on every free block until f returns false, in no order
+// Each calls f on every free block until f returns false, in no order
 // the caller may rely on (the block whose split is pending is where its
 // old key files it). It changes nothing, so that the checker may use it.
 func (x *Index) Each(f func(*Block) bool) {
@@ -627,7 +598,7 @@ func (x *Index) Each(f func(*Block) bool) {
 	x.tree.ascend(f)
 }
 
-// descendBelow calls f on the free blocks of less than size bytes, from
+// DescendBelow calls f on the free blocks of less than size bytes, from
 // the largest (and, among equal sizes, the highest address) down, until f
 // returns false. Size buckets hold no block it is asked for (it serves
 // the release of oversize blocks, of more than 20 MiB): it calls f on
@@ -640,7 +611,7 @@ func (x *Index) DescendBelow(size uint64, f func(*Block) bool) {
 		x.settle()
 	}
 	stopped := false
-	x.tree.descendBelow(treeKey{size, 0}, func(b *Block) bool {
+	x.tree.descendBelow(Key{size, 0}, func(b *Block) bool {
 		stopped = !f(b)
 		return !stopped
 	})
@@ -654,7 +625,7 @@ func (x *Index) DescendBelow(size uint64, f func(*Block) bool) {
 	x.large.descendBelow(c, f)
 }
 
-// appendWholes appends the free blocks that fill their plain segment to
+// AppendWholes appends the free blocks that fill their plain segment to
 // list, in no particular order, and returns it.
 func (x *Index) AppendWholes(list []*Block) []*Block {
 	if x.Pend != nil {
@@ -669,7 +640,7 @@ func (x *Index) AppendWholes(list []*Block) []*Block {
 	return list
 }
 
-// eachWhole calls f on every free block that fills its plain segment, in
+// EachWhole calls f on every free block that fills its plain segment, in
 // no particular order.
 func (x *Index) EachWhole(f func(*Block)) {
 	if x.Pend != nil {
@@ -713,7 +684,7 @@ func (x *Index) unlist(b *Block) {
 	b.listed, b.prevWhole, b.nextWhole = false, nil, nil
 }
 
-// segmentAdded counts a new segment of x's pool and stream: the first
+// SegmentAdded counts a new segment of x's pool and stream: the first
 // makes x one of its pool's owners.
 func (x *Index) SegmentAdded() {
 	if x.NSeg == 0 {
@@ -723,7 +694,7 @@ func (x *Index) SegmentAdded() {
 	x.NSeg++
 }
 
-// segmentRemoved uncounts a released segment of x's pool and stream: the
+// SegmentRemoved uncounts a released segment of x's pool and stream: the
 // last takes x out of its pool's owners.
 func (x *Index) SegmentRemoved() {
 	x.NSeg--

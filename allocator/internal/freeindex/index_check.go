@@ -2,7 +2,7 @@
 
 package freeindex
 
-// check verifies the invariants of x (freeIndex): its kind's structures,
+// Check verifies the invariants of x (Index): its kind's structures,
 // the pending split, that every block in it is marked indexed and filed
 // where a lookup finds it, the list of whole free segments, and the struct
 // kept for the next split. It reports each fault to bad and changes
@@ -113,7 +113,7 @@ func (x *Index) checkWholes(bad func(format string, args ...any)) {
 	}
 }
 
-// checkSegments checks that x counts n segments, the segments of its pool
+// CheckSegments checks that x counts n segments, the segments of its pool
 // and stream, and is among its pool's owners exactly when n > 0.
 func (x *Index) CheckSegments(n int, bad func(format string, args ...any)) {
 	if x.NSeg != n || (n > 0) != (x.owner < len(x.Pool.Owners) && x.Pool.Owners[x.owner] == x) {
@@ -121,7 +121,7 @@ func (x *Index) CheckSegments(n int, bad func(format string, args ...any)) {
 	}
 }
 
-// checkOwners checks that every owner of p is an index of p filed where
+// CheckOwners checks that every owner of p is an index of p filed where
 // it says.
 func (p *Pool) CheckOwners(bad func(format string, args ...any)) {
 	for i, x := range p.Owners {

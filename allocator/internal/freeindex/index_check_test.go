@@ -18,7 +18,7 @@ type testIndex struct {
 	next device.Ptr
 }
 
-func newTestIndex(k indexKind) *testIndex {
+func newTestIndex(k Kind) *testIndex {
 	ti := &testIndex{p: &Pool{Idx: 1, Stat: stats.LargePool}, next: 1 << 40}
 	if k == KindSmall {
 		ti.p = &Pool{Small: true, Idx: 0, Stat: stats.SmallPool}

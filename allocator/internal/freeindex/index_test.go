@@ -14,8 +14,8 @@ import (
 // with large buckets (classes of many blocks, read in address order from
 // their heaps, then the tree above 128 MiB) and of a tree-only index
 // against a sorted list of the same blocks: ascendFrom visits every block
-// from a best fit on in (size, address) order, ascendAtLeast the blocks of at
-// least a size, closeFit the lowest address among close fits. A walk
+// from a best fit on in (size, address) order, AscendAtLeast the blocks of at
+// least a size, CloseFit the lowest address among close fits. A walk
 // stopped early stops where it was told.
 func TestIndexWalksFollowTheOrder(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -82,7 +82,7 @@ func TestIndexWalksFollowTheOrder(t *testing.T) {
 		if !slices.Equal(got, want[i:]) {
 			t.Fatalf("ascendAtLeast(%d) visited %v, want %v", size, keys(got), keys(want[i:]))
 		}
-		// closeFit against the rule it states, on the sorted list.
+		// CloseFit against the rule it states, on the sorted list.
 		limit := first.Size + rapid.Uint64Range(0, first.Size).Draw(t, "slack")
 		below := rapid.SampledFrom(sizes).Draw(t, "below")
 		window := rapid.IntRange(1, 20).Draw(t, "window")
@@ -100,8 +100,8 @@ func TestIndexWalksFollowTheOrder(t *testing.T) {
 }
 
 // keys lists the (size, address) of blocks, for messages.
-func keys(bs []*Block) []treeKey {
-	out := make([]treeKey, len(bs))
+func keys(bs []*Block) []Key {
+	out := make([]Key, len(bs))
 	for i, b := range bs {
 		out[i] = KeyOf(b)
 	}

@@ -295,7 +295,7 @@ func (s *largeBuckets) ascendFrom(c int, f func(*Block) bool) bool {
 	return true
 }
 
-// closeFit is the policy's close fit over the classes from c up: it
+// CloseFit is the policy's close fit over the classes from c up: it
 // visits the lowest address of each class in order, counting the
 // class's blocks, while the class's size is at most limit and fewer than
 // window blocks were counted, and returns the block of the lowest address
@@ -359,7 +359,7 @@ func (s *largeBuckets) ascendHeap(h []*Block, f func(*Block) bool) bool {
 	return true
 }
 
-// descendBelow calls f on the blocks of classes below class c, from the
+// DescendBelow calls f on the blocks of classes below class c, from the
 // largest down and by address down within a class, until f returns false.
 func (s *largeBuckets) descendBelow(c int, f func(*Block) bool) {
 	for c = s.lastBelow(c); c >= 0; c = s.lastBelow(c) {

@@ -1,10 +1,10 @@
-// This file holds ptrTable, the map from address to allocated block.
+// This file holds PtrTable, the map from address to allocated block.
 
 package freeindex
 
 import "github.com/gpumem/gpumem/device"
 
-// ptrTable maps the address of every allocated block to the block. It is
+// PtrTable maps the address of every allocated block to the block. It is
 // an open-addressing hash table with linear probing and backward-shift
 // deletion, kept at most half full: a lookup touches one or two slots, and
 // in steady state (as many frees as allocations) it neither grows nor
@@ -35,7 +35,7 @@ func (t *PtrTable) init(size int) {
 // 512, so the low bits carry no information.
 func (t *PtrTable) home(p device.Ptr) uint64 { return FibHash(uint64(p)>>9, t.shift) }
 
-// get returns the block at p, or nil.
+// Get returns the block at p, or nil.
 func (t *PtrTable) Get(p device.Ptr) *Block {
 	if t.n == 0 {
 		return nil
@@ -48,7 +48,7 @@ func (t *PtrTable) Get(p device.Ptr) *Block {
 	}
 }
 
-// put adds b, whose address is not in the table, under its address.
+// Put adds b, whose address is not in the table, under its address.
 func (t *PtrTable) Put(b *Block) {
 	if t.n >= t.limit {
 		t.grow()
@@ -62,7 +62,7 @@ func (t *PtrTable) Put(b *Block) {
 	t.n++
 }
 
-// remove deletes the entry at p and returns its block, or nil. It shifts
+// Remove deletes the entry at p and returns its block, or nil. It shifts
 // later entries of the probe run back so that no tombstones accumulate.
 func (t *PtrTable) Remove(p device.Ptr) *Block {
 	if t.n == 0 {
@@ -113,10 +113,10 @@ func (t *PtrTable) grow() {
 	}
 }
 
-// len returns the number of entries.
+// Len returns the number of entries.
 func (t *PtrTable) Len() int { return t.n }
 
-// each calls f for every block in the table, in no particular order.
+// Each calls f for every block in the table, in no particular order.
 func (t *PtrTable) Each(f func(*Block)) {
 	for _, b := range t.slots {
 		if b != nil {

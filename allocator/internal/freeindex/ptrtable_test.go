@@ -8,7 +8,7 @@ import (
 	"github.com/gpumem/gpumem/device"
 )
 
-// TestPtrTableMatchesMap drives ptrTable and a Go map with the same random
+// TestPtrTableMatchesMap drives PtrTable and a Go map with the same random
 // operations, with addresses drawn from a small range so that probe runs
 // collide and wrap, and requires identical answers.
 func TestPtrTableMatchesMap(t *testing.T) {

@@ -8,16 +8,16 @@ package freeindex
 
 import "github.com/gpumem/gpumem/device"
 
-// treeKey is a free block's place in the best-fit order: by size, then by
+// Key is a free block's place in the best-fit order: by size, then by
 // address (PyTorch 2.6's order within one stream).
-type treeKey struct {
+type Key struct {
 	size uint64
 	ptr  device.Ptr
 }
 
-func KeyOf(b *Block) treeKey { return treeKey{b.Size, b.Ptr} }
+func KeyOf(b *Block) Key { return Key{b.Size, b.Ptr} }
 
-func (k treeKey) less(o treeKey) bool {
+func (k Key) less(o Key) bool {
 	return k.size < o.size || k.size == o.size && k.ptr < o.ptr
 }
 
@@ -31,7 +31,7 @@ const (
 // in key order for iteration.
 type treeLeaf struct {
 	n          int
-	keys       [treeOrder]treeKey
+	keys       [treeOrder]Key
 	vals       [treeOrder]*Block
 	prev, next *treeLeaf
 }
@@ -41,7 +41,7 @@ type treeLeaf struct {
 // kid i is less than keys[i], every key in kid i+1 is at least keys[i].
 type treeInner struct {
 	n      int
-	keys   [treeOrder - 1]treeKey
+	keys   [treeOrder - 1]Key
 	inner  [treeOrder]*treeInner // children above the lowest inner level
 	leaves [treeOrder]*treeLeaf  // children at the lowest inner level
 }
@@ -74,10 +74,10 @@ type freeTree struct {
 }
 
 // search returns the index of the first key of l not less than k.
-func (l *treeLeaf) search(k treeKey) int { return l.searchIn(k, 0, l.n) }
+func (l *treeLeaf) search(k Key) int { return l.searchIn(k, 0, l.n) }
 
 // child returns the index of the child of in whose range holds k.
-func (in *treeInner) child(k treeKey) int {
+func (in *treeInner) child(k Key) int {
 	lo, hi := 0, in.n-1
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
@@ -98,7 +98,7 @@ type pathStep struct {
 
 // descend walks from the root to the leaf whose range holds k, recording
 // the inner nodes in path, and returns the leaf.
-func (t *freeTree) descend(k treeKey, path *[treeMaxDepth]pathStep) *treeLeaf {
+func (t *freeTree) descend(k Key, path *[treeMaxDepth]pathStep) *treeLeaf {
 	if t.height == 0 {
 		return t.leaf
 	}
@@ -114,7 +114,7 @@ func (t *freeTree) descend(k treeKey, path *[treeMaxDepth]pathStep) *treeLeaf {
 }
 
 // leafFor returns the leaf whose range holds k (nil for an empty tree).
-func (t *freeTree) leafFor(k treeKey) *treeLeaf {
+func (t *freeTree) leafFor(k Key) *treeLeaf {
 	if t.height == 0 {
 		return t.leaf
 	}
@@ -127,7 +127,7 @@ func (t *freeTree) leafFor(k treeKey) *treeLeaf {
 
 // seek returns the position of the first block not less than k: a leaf and
 // an index in it, or a nil leaf when there is none.
-func (t *freeTree) seek(k treeKey) (*treeLeaf, int) {
+func (t *freeTree) seek(k Key) (*treeLeaf, int) {
 	l := t.leafFor(k)
 	if l == nil {
 		return nil, 0
@@ -142,7 +142,7 @@ func (t *freeTree) seek(k treeKey) (*treeLeaf, int) {
 // lowerBound returns the first block of at least size bytes (the lowest
 // address among the smallest such), or nil.
 func (t *freeTree) lowerBound(size uint64) *Block {
-	l, i := t.seek(treeKey{size, 0})
+	l, i := t.seek(Key{size, 0})
 	if l == nil {
 		return nil
 	}
@@ -209,7 +209,7 @@ func (t *freeTree) insert(b *Block) {
 	t.grow(&path, r.keys[0], nil, r)
 }
 
-func (l *treeLeaf) insertAt(i int, k treeKey, b *Block) {
+func (l *treeLeaf) insertAt(i int, k Key, b *Block) {
 	copy(l.keys[i+1:l.n+1], l.keys[i:l.n])
 	copy(l.vals[i+1:l.n+1], l.vals[i:l.n])
 	l.keys[i], l.vals[i] = k, b
@@ -219,7 +219,7 @@ func (l *treeLeaf) insertAt(i int, k treeKey, b *Block) {
 // grow adds a new right sibling (an inner node or a leaf) with separator
 // sep after the child taken at the lowest level of path, splitting inner
 // nodes up the path as they fill.
-func (t *freeTree) grow(path *[treeMaxDepth]pathStep, sep treeKey, inner *treeInner, leaf *treeLeaf) {
+func (t *freeTree) grow(path *[treeMaxDepth]pathStep, sep Key, inner *treeInner, leaf *treeLeaf) {
 	for h := t.height - 1; h >= 0; h-- {
 		n, i := path[h].node, path[h].i
 		if n.n < treeOrder {
@@ -260,7 +260,7 @@ func (t *freeTree) grow(path *[treeMaxDepth]pathStep, sep treeKey, inner *treeIn
 
 // insertChild puts a new child (inner or leaf) right after child i, with
 // separator sep before it.
-func (n *treeInner) insertChild(i int, sep treeKey, inner *treeInner, leaf *treeLeaf) {
+func (n *treeInner) insertChild(i int, sep Key, inner *treeInner, leaf *treeLeaf) {
 	copy(n.keys[i+1:n.n], n.keys[i:n.n-1])
 	n.keys[i] = sep
 	if leaf != nil {
@@ -278,7 +278,7 @@ func (n *treeInner) insertChild(i int, sep treeKey, inner *treeInner, leaf *tree
 // falls strictly between two other keys of b's leaf, b moves within the
 // leaf, shifting the entries between its two places: one search instead
 // of a remove and an insert.
-func (t *freeTree) rekey(b *Block, old treeKey) {
+func (t *freeTree) rekey(b *Block, old Key) {
 	k := KeyOf(b)
 	l := t.leafFor(old)
 	i := l.search(old)
@@ -314,7 +314,7 @@ func (t *freeTree) rekey(b *Block, old treeKey) {
 
 // searchIn returns the index of the first key of l[lo:hi] not less than
 // k, or hi.
-func (l *treeLeaf) searchIn(k treeKey, lo, hi int) int {
+func (l *treeLeaf) searchIn(k Key, lo, hi int) int {
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
 		if l.keys[m].less(k) {
@@ -480,7 +480,7 @@ func (n *treeInner) removeFirst() {
 }
 
 // prependChild puts a child before child 0, with separator sep after it.
-func (n *treeInner) prependChild(sep treeKey, inner *treeInner, leaf *treeLeaf) {
+func (n *treeInner) prependChild(sep Key, inner *treeInner, leaf *treeLeaf) {
 	copy(n.keys[1:n.n], n.keys[:n.n-1])
 	copy(n.inner[1:n.n+1], n.inner[:n.n])
 	copy(n.leaves[1:n.n+1], n.leaves[:n.n])
@@ -504,9 +504,9 @@ func ascendFrom(l *treeLeaf, i int, f func(*Block) bool) {
 // ascend calls f on every block in key order until f returns false.
 func (t *freeTree) ascend(f func(*Block) bool) { ascendFrom(t.first, 0, f) }
 
-// descendBelow calls f on the blocks less than k, from the largest down,
+// DescendBelow calls f on the blocks less than k, from the largest down,
 // until f returns false.
-func (t *freeTree) descendBelow(k treeKey, f func(*Block) bool) {
+func (t *freeTree) descendBelow(k Key, f func(*Block) bool) {
 	l, i := t.seek(k)
 	if l == nil {
 		l, i = t.last, 0

@@ -49,7 +49,7 @@ func (t *freeTree) check() string {
 	return ""
 }
 
-func (t *freeTree) checkInner(n *treeInner, depth int, lo, hi *treeKey, leaves *[]*treeLeaf) string {
+func (t *freeTree) checkInner(n *treeInner, depth int, lo, hi *Key, leaves *[]*treeLeaf) string {
 	if n.n < 2 || n.n > treeOrder || (n != t.root && n.n < treeMinFill) {
 		return "an inner node has too few or too many children"
 	}
@@ -88,7 +88,7 @@ func (t *freeTree) checkInner(n *treeInner, depth int, lo, hi *treeKey, leaves *
 	return ""
 }
 
-func checkLeafKeys(l *treeLeaf, lo, hi *treeKey) string {
+func checkLeafKeys(l *treeLeaf, lo, hi *Key) string {
 	if l.n == 0 || l.n > treeOrder {
 		return "a leaf is empty or overfull"
 	}
