@@ -516,49 +516,9 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 // checkColdLocked checks the cold view of pool p against the cold free
 // indexes.
 func (a *Allocator) checkColdLocked(p *freeindex.Pool, bad func(string, ...any)) {
-	n, lenders, wholes := 0, 0, 0
-	for _, xs := range a.coldIdx {
-		x := &xs[p.Idx]
-		x.Each(func(b *freeindex.Block) bool {
-			n++
-			if got, ok := p.Cold.Free.Get(freeindex.ColdItem{Key: freeindex.KeyOf(b)}); !ok || got.B != b {
-				bad("cold free block %v+%d of pool %s is not in its cold view", b.Ptr, b.Size, p.Stat)
-			}
-			if a.pol == nil {
-				return true
-			}
-			_, waited := a.pol.hostWaited[b.Stream]
-			if !waited {
-				lenders++
-			}
-			var got freeindex.ColdItem
-			var ok bool
-			if p.Cold.Lenders != nil {
-				got, ok = p.Cold.Lenders.Get(freeindex.ColdItem{Key: freeindex.KeyOf(b)})
-			}
-			if ok == waited || ok && got.B != b {
-				bad("cold free block %v+%d of pool %s (stream %d, host-waited %v) is wrongly among the lenders", b.Ptr, b.Size, p.Stat, b.Stream, waited)
-			}
-			return true
-		})
-		if x.Wholes != nil {
-			wholes++
-			if x.ColdAt < 1 || x.ColdAt > len(p.Cold.Wholes) || p.Cold.Wholes[x.ColdAt-1] != x {
-				bad("the cold index of stream %d, pool %s, has whole free segments but is not listed", x.Stream, p.Stat)
-			}
+	p.CheckCold(func(f func(*freeindex.Index)) {
+		for _, xs := range a.coldIdx {
+			f(&xs[p.Idx])
 		}
-	}
-	if p.Cold.Free != nil && p.Cold.Free.Len() != n {
-		bad("the cold view of pool %s holds %d free blocks, the cold indexes %d", p.Stat, p.Cold.Free.Len(), n)
-	}
-	held := 0
-	if p.Cold.Lenders != nil {
-		held = p.Cold.Lenders.Len()
-	}
-	if held != lenders || (p.Cold.Waited != nil) != (a.pol != nil) {
-		bad("the cold view of pool %s holds %d lenders, there are %d (policy: %v)", p.Stat, held, lenders, a.pol != nil)
-	}
-	if len(p.Cold.Wholes) != wholes {
-		bad("the cold view of pool %s lists %d indexes with whole segments, there are %d", p.Stat, len(p.Cold.Wholes), wholes)
-	}
+	}, a.pol != nil, bad)
 }

@@ -86,7 +86,7 @@ func TestUnsplitStampsTheAge(t *testing.T) {
 	mustFree(t, a, mustAlloc(t, a, 30*mib, device.DefaultStream))
 	mustFree(t, a, mustAlloc(t, a, 30*mib, s1))
 	p := mustAlloc(t, a, 2*mib, device.DefaultStream) // split: the rest's move waits
-	require.NotNil(t, a.def.free[qLarge].Pend)
+	require.True(t, a.def.free[qLarge].Pending())
 	mustFree(t, a, mustAlloc(t, a, 2*mib, s1)) // another stream's search moves the clock
 	mustFree(t, a, p)                          // unsplit
 	b := a.def.free[qLarge].Fit(30 * mib)

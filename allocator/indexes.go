@@ -16,7 +16,7 @@ import (
 func (a *Allocator) wholeSegmentsLocked(p *freeindex.Pool, list []*freeindex.Block) []*freeindex.Block {
 	n := len(list)
 	a.hotIndexesLocked(p, func(x *freeindex.Index) { list = x.AppendWholes(list) })
-	for _, x := range p.Cold.Wholes {
+	for _, x := range p.Cold.WholeIndexes() {
 		a.visited++
 		list = x.AppendWholes(list)
 	}

@@ -212,7 +212,7 @@ func (a *Allocator) garbageCollectLocked() {
 		})
 	}
 	a.hotIndexesLocked(p, ages)
-	for _, x := range p.Cold.Wholes {
+	for _, x := range p.Cold.WholeIndexes() {
 		a.visited++
 		ages(x)
 	}

@@ -54,7 +54,7 @@ type Block struct {
 
 	Allocated  bool
 	Indexed    bool   // in its free index: set and cleared by the free index alone (add, drop, put, unfile, take)
-	listed     bool   // in its free index's list of whole free segments (Index.Wholes)
+	listed     bool   // in its free index's list of whole free segments (Index.wholes)
 	Recorded   bool   // allocated and RecordStream added streams: they are in the allocator's uses
 	Unmapped   bool   // an address range of an expandable segment with no memory behind it
 	Phase      uint16 // the phase current when the block was handed out (the allocator's phases); set by the allocator's takeLocked

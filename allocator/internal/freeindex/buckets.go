@@ -38,7 +38,7 @@ type sizeBuckets struct {
 	// version changes with every insert and remove; the last best fit is
 	// remembered with it (memo), so that asking again for the same size
 	// of an index that has not changed since (an alloc and free of one
-	// size in a loop, whose split waits and merges back: Index.Pend)
+	// size in a loop, whose split waits and merges back: Index.pend)
 	// costs a comparison.
 	version     uint64
 	memoVersion uint64

@@ -30,94 +30,149 @@ import (
 // otherwise); wholes holds exactly the cold free indexes whose list of
 // whole free segments is not empty, each x at x.coldAt-1.
 type coldView struct {
-	Free    *btree.BTreeG[ColdItem]
-	Lenders *btree.BTreeG[ColdItem]
+	free    *btree.BTreeG[coldItem]
+	lenders *btree.BTreeG[coldItem]
 	Waited  map[device.Stream]struct{} // the policy's hostWaited; nil without the policy
-	Wholes  []*Index
+	wholes  []*Index
 }
 
-// A ColdItem is a cold free block under its key, kept apart from the
+// A coldItem is a cold free block under its key, kept apart from the
 // block's fields, which the merge and the split change before the index
 // moves the block to its new key.
-type ColdItem struct {
+type coldItem struct {
 	Key Key
-	B   *Block
+	b   *Block
 }
 
 // coldLess orders the items by (size, address); addresses are unique
 // among the free blocks of a device.
-func coldLess(x, y ColdItem) bool {
+func coldLess(x, y coldItem) bool {
 	return x.Key.size < y.Key.size || x.Key.size == y.Key.size && x.Key.ptr < y.Key.ptr
 }
 
 // add files the free block b of a cold index under its key.
 func (v *coldView) add(b *Block) {
-	if v.Free == nil {
-		v.Free = btree.NewG(32, coldLess)
+	if v.free == nil {
+		v.free = btree.NewG(32, coldLess)
 	}
-	v.Free.ReplaceOrInsert(ColdItem{KeyOf(b), b})
+	v.free.ReplaceOrInsert(coldItem{KeyOf(b), b})
 	if v.Waited != nil {
 		if _, ok := v.Waited[b.Stream]; !ok {
-			if v.Lenders == nil {
-				v.Lenders = btree.NewG(32, coldLess)
+			if v.lenders == nil {
+				v.lenders = btree.NewG(32, coldLess)
 			}
-			v.Lenders.ReplaceOrInsert(ColdItem{KeyOf(b), b})
+			v.lenders.ReplaceOrInsert(coldItem{KeyOf(b), b})
 		}
 	}
 }
 
 // drop takes out the free block filed under k.
 func (v *coldView) drop(k Key) {
-	v.Free.Delete(ColdItem{Key: k})
+	v.free.Delete(coldItem{Key: k})
 	v.Unlend(k)
 }
 
 // Unlend takes the block filed under k out of the lenders, if it is there.
 func (v *coldView) Unlend(k Key) {
-	if v.Lenders != nil {
-		v.Lenders.Delete(ColdItem{Key: k})
+	if v.lenders != nil {
+		v.lenders.Delete(coldItem{Key: k})
 	}
 }
 
 // AscendLenders calls f on the cold free blocks that may be lent, of at
 // least size bytes, in (size, address) order, until f returns false.
 func (v *coldView) AscendLenders(size uint64, f func(*Block) bool) {
-	if v.Lenders == nil {
+	if v.lenders == nil {
 		return
 	}
-	v.Lenders.AscendGreaterOrEqual(ColdItem{Key: Key{size: size}}, func(it ColdItem) bool { return f(it.B) })
+	v.lenders.AscendGreaterOrEqual(coldItem{Key: Key{size: size}}, func(it coldItem) bool { return f(it.b) })
 }
 
 // listed notes that the cold index x now has whole free segments, and
 // unlisted that it has none.
 func (v *coldView) listed(x *Index) {
-	v.Wholes = append(v.Wholes, x)
-	x.ColdAt = len(v.Wholes)
+	v.wholes = append(v.wholes, x)
+	x.coldAt = len(v.wholes)
 }
 
 func (v *coldView) unlisted(x *Index) {
-	i := x.ColdAt - 1
-	last := v.Wholes[len(v.Wholes)-1]
-	v.Wholes[i], last.ColdAt = last, i+1
-	v.Wholes[len(v.Wholes)-1] = nil
-	v.Wholes = v.Wholes[:len(v.Wholes)-1]
-	x.ColdAt = 0
+	i := x.coldAt - 1
+	last := v.wholes[len(v.wholes)-1]
+	v.wholes[i], last.coldAt = last, i+1
+	v.wholes[len(v.wholes)-1] = nil
+	v.wholes = v.wholes[:len(v.wholes)-1]
+	x.coldAt = 0
 }
 
 // AscendAtLeast calls f on the cold free blocks of at least size bytes,
 // in (size, address) order, until f returns false.
 func (v *coldView) AscendAtLeast(size uint64, f func(*Block) bool) {
-	if v.Free == nil {
+	if v.free == nil {
 		return
 	}
-	v.Free.AscendGreaterOrEqual(ColdItem{Key: Key{size: size}}, func(it ColdItem) bool { return f(it.B) })
+	v.free.AscendGreaterOrEqual(coldItem{Key: Key{size: size}}, func(it coldItem) bool { return f(it.b) })
 }
 
 // Largest returns a largest cold free block, or nil.
 func (v *coldView) Largest() *Block {
-	if v.Free == nil {
+	if v.free == nil {
 		return nil
 	}
-	it, _ := v.Free.Max()
-	return it.B
+	it, _ := v.free.Max()
+	return it.b
 }
+
+// CheckCold checks the cold view of p against p's cold free indexes,
+// which cold calls f on, and reports each fault to bad: with policy (the
+// low_fragmentation policy), the view keeps the lenders, the blocks whose
+// stream is not in Waited.
+func (p *Pool) CheckCold(cold func(f func(*Index)), policy bool, bad func(string, ...any)) {
+	n, lenders, wholes := 0, 0, 0
+	cold(func(x *Index) {
+		x.Each(func(b *Block) bool {
+			n++
+			if got, ok := p.Cold.free.Get(coldItem{Key: KeyOf(b)}); !ok || got.b != b {
+				bad("cold free block %v+%d of pool %s is not in its cold view", b.Ptr, b.Size, p.Stat)
+			}
+			if !policy {
+				return true
+			}
+			_, waited := p.Cold.Waited[b.Stream]
+			if !waited {
+				lenders++
+			}
+			var got coldItem
+			var ok bool
+			if p.Cold.lenders != nil {
+				got, ok = p.Cold.lenders.Get(coldItem{Key: KeyOf(b)})
+			}
+			if ok == waited || ok && got.b != b {
+				bad("cold free block %v+%d of pool %s (stream %d, host-waited %v) is wrongly among the lenders", b.Ptr, b.Size, p.Stat, b.Stream, waited)
+			}
+			return true
+		})
+		if x.wholes != nil {
+			wholes++
+			if x.coldAt < 1 || x.coldAt > len(p.Cold.wholes) || p.Cold.wholes[x.coldAt-1] != x {
+				bad("the cold index of stream %d, pool %s, has whole free segments but is not listed", x.Stream, p.Stat)
+			}
+		}
+	})
+	if p.Cold.free != nil && p.Cold.free.Len() != n {
+		bad("the cold view of pool %s holds %d free blocks, the cold indexes %d", p.Stat, p.Cold.free.Len(), n)
+	}
+	held := 0
+	if p.Cold.lenders != nil {
+		held = p.Cold.lenders.Len()
+	}
+	if held != lenders || (p.Cold.Waited != nil) != policy {
+		bad("the cold view of pool %s holds %d lenders, there are %d (policy: %v)", p.Stat, held, lenders, policy)
+	}
+	if len(p.Cold.wholes) != wholes {
+		bad("the cold view of pool %s lists %d indexes with whole segments, there are %d", p.Stat, len(p.Cold.wholes), wholes)
+	}
+}
+
+// WholeIndexes returns the cold free indexes that have whole free segments, in
+// no order. The caller must not change the slice.
+func (v *coldView) WholeIndexes() []*Index { return v.wholes }

@@ -54,7 +54,7 @@
 //
 // The cached path is an alloc and a free of one size in a loop. Take
 // splits the front of a free block off for the request and leaves the
-// rest filed under the key of the whole block (Pend, with its key from
+// rest filed under the key of the whole block (pend, with its key from
 // before the split): the usual next step, the free of the front, merges
 // the two back into that very key (the unsplit in Put), so the index's
 // structures never change. Every other method that reads or changes the
@@ -75,7 +75,7 @@
 //     both;
 //   - the blocks that fill a plain segment (those releasing the cache
 //     returns to the device) are known without a walk: in size buckets
-//     the 2 MiB class; in the other kinds, Wholes lists exactly them;
+//     the 2 MiB class; in the other kinds, wholes lists exactly them;
 //   - NSeg counts the segments of the Index's pool and stream, and the
 //     Index is among its Pool's Owners exactly when NSeg > 0;
 //   - the struct kept for the next split is unused, of the Index's stream

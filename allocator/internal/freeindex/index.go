@@ -19,19 +19,19 @@ type Index struct {
 	buckets *sizeBuckets  // KindSmall
 	large   *largeBuckets // KindLarge: blocks up to 128 MiB
 	tree    freeTree      // KindLarge: larger blocks; KindTree: every block
-	Wholes  *Block        // but in size buckets: head of the list of whole free segments, through nextWhole
+	wholes  *Block        // but in size buckets: head of the list of whole free segments, through nextWhole
 	NSeg    int           // segments of the pool and stream (changed in the world)
 	owner   int           // the index's place in Pool.Owners while NSeg > 0
-	ColdAt  int           // a cold index's place in its pool's cold view's wholes, plus one; 0 when not there
+	coldAt  int           // a cold index's place in its pool's cold view's wholes, plus one; 0 when not there
 
-	// Pend is the free block that the last take from this index split,
+	// pend is the free block that the last take from this index split,
 	// still filed under its key from before the split, PendKey: its move
 	// to its new key waits, because the usual next step, the free of the
 	// block handed out (pend.prev), merges the two back into that very
 	// key (unsplit), and then the index never changes. Every other method
 	// that reads or changes the index moves it first (settle). Its age
 	// base and its place in wholes are already those of its new key.
-	Pend    *Block
+	pend    *Block
 	pendKey Key
 	// front is the struct of the last block handed out and merged back by
 	// an unsplit: its fields but those a split sets are zero, so the next
@@ -85,7 +85,7 @@ func (x *Index) inLarge(size uint64) bool {
 // change (Remembered). Every search of the allocator goes through its
 // searchLocked; the low_fragmentation policy has its own, from Fit.
 func (x *Index) BestFit(size uint64) *Block {
-	if x.Pend != nil {
+	if x.pend != nil {
 		x.settle()
 	}
 	var b *Block
@@ -113,7 +113,7 @@ func (x *Index) BestFit(size uint64) *Block {
 // buckets hold blocks of at most 2 MiB, and max_split_size is more than
 // 20 MiB (the allocator's Config.validate).
 func (x *Index) Remembered(size uint64) *Block {
-	if bk := x.buckets; x.Kind == KindSmall && x.Pend == nil && size == bk.memoSize && bk.version == bk.memoVersion {
+	if bk := x.buckets; x.Kind == KindSmall && x.pend == nil && size == bk.memoSize && bk.version == bk.memoVersion {
 		return bk.memo
 	}
 	return nil
@@ -163,7 +163,7 @@ func expandableSize(b *Block) uint64 {
 // again (pend; an index of the tree kind moves it at once); a new
 // segment's rest is filed.
 func (x *Index) Take(b *Block, size uint64, split bool) *Block {
-	if selfCheck && x.Pend != nil {
+	if selfCheck && x.pend != nil {
 		panic("gpumem: take from a free index with a pending split: the fit that found the block settles it")
 	}
 	if !split {
@@ -204,13 +204,13 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 		if rest.listed {
 			x.unlist(rest)
 		}
-		x.Pend, x.pendKey = rest, old
+		x.pend, x.pendKey = rest, old
 		if x.Kind == KindTree {
 			x.settle() // the cold shard's indexes never wait (the allocator's settleAllLocked)
 		}
 		return b
 	}
-	x.Pend, x.pendKey = rest, old
+	x.pend, x.pendKey = rest, old
 	return b
 }
 
@@ -224,11 +224,11 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 func (x *Index) Put(b *Block) *Block {
 	prev, next := b.Prev, b.Next
 	mergePrev := mergeable(b, prev)
-	if pb := x.Pend; pb != nil {
+	if pb := x.pend; pb != nil {
 		// pb.prev is the front, busy until now: next == pb means b is it.
 		// Its requested is zero already (the allocator's finishFreeLocked).
 		if next == pb && !mergePrev {
-			x.Pend = nil
+			x.pend = nil
 			pb.Ptr, pb.Size = b.Ptr, b.Size+pb.Size
 			pb.Prev = prev
 			if prev != nil {
@@ -333,7 +333,7 @@ func (x *Index) mergeInto(b *Block, mergePrev, mergeNext bool) *Block {
 
 // Insert files a free block that is in no index.
 func (x *Index) Insert(b *Block) {
-	if x.Pend != nil {
+	if x.pend != nil {
 		x.settle()
 	}
 	x.add(b)
@@ -341,7 +341,7 @@ func (x *Index) Insert(b *Block) {
 
 // Remove takes a free block out of the index.
 func (x *Index) Remove(b *Block) {
-	if x.Pend != nil {
+	if x.pend != nil {
 		x.settle()
 	}
 	x.drop(b)
@@ -435,8 +435,8 @@ func (x *Index) rekey(b *Block, old Key) {
 
 // settle files the block whose split is pending under its new key.
 func (x *Index) settle() {
-	b, old := x.Pend, x.pendKey
-	x.Pend = nil
+	b, old := x.pend, x.pendKey
+	x.pend = nil
 	if x.Kind == KindTree { // a cold index
 		x.tree.rekey(b, old)
 		x.Pool.Cold.drop(old)
@@ -458,10 +458,14 @@ func (x *Index) settle() {
 	}
 }
 
+// Pending reports whether a split's rest waits to move to its new key
+// (the package doc's pending split).
+func (x *Index) Pending() bool { return x.pend != nil }
+
 // Flush settles the pending split and lets go of the struct kept for the
 // next split, before a walk or a change of more than one index.
 func (x *Index) Flush() {
-	if x.Pend != nil {
+	if x.pend != nil {
 		x.settle()
 	}
 	if x.front != nil {
@@ -488,7 +492,7 @@ func (x *Index) unfile(b *Block) {
 // size bytes, or nil, without the rule of expandable segments: where the
 // walks in (size, address) order start.
 func (x *Index) Fit(size uint64) *Block {
-	if x.Pend != nil {
+	if x.pend != nil {
 		x.settle()
 	}
 	switch {
@@ -505,7 +509,7 @@ func (x *Index) Fit(size uint64) *Block {
 
 // Largest returns a free block of the largest size, or nil.
 func (x *Index) Largest() *Block {
-	if x.Pend != nil {
+	if x.pend != nil {
 		x.settle()
 	}
 	switch {
@@ -521,7 +525,7 @@ func (x *Index) Largest() *Block {
 // fit, as fit returns it), then on the blocks after it in (size, address)
 // order, until f returns false. Not for size buckets.
 func (x *Index) ascendFrom(b *Block, f func(*Block) bool) {
-	if x.Pend != nil {
+	if x.pend != nil {
 		x.settle()
 	}
 	if x.inLarge(b.Size) {
@@ -549,7 +553,7 @@ func (x *Index) AscendAtLeast(size uint64, f func(*Block) bool) {
 // the blocks of one size only the first, the lowest address, can be
 // chosen; the others count in the window. Not for size buckets.
 func (x *Index) CloseFit(b *Block, limit, below uint64, window int) *Block {
-	if x.Pend != nil {
+	if x.pend != nil {
 		x.settle()
 	}
 	best, n := b, 0
@@ -607,7 +611,7 @@ func (x *Index) DescendBelow(size uint64, f func(*Block) bool) {
 	if x.Kind == KindSmall {
 		return
 	}
-	if x.Pend != nil {
+	if x.pend != nil {
 		x.settle()
 	}
 	stopped := false
@@ -628,13 +632,13 @@ func (x *Index) DescendBelow(size uint64, f func(*Block) bool) {
 // AppendWholes appends the free blocks that fill their plain segment to
 // list, in no particular order, and returns it.
 func (x *Index) AppendWholes(list []*Block) []*Block {
-	if x.Pend != nil {
+	if x.pend != nil {
 		x.settle()
 	}
 	if x.Kind == KindSmall {
 		return append(list, x.buckets.class(numClasses-1)...)
 	}
-	for b := x.Wholes; b != nil; b = b.nextWhole {
+	for b := x.wholes; b != nil; b = b.nextWhole {
 		list = append(list, b)
 	}
 	return list
@@ -643,7 +647,7 @@ func (x *Index) AppendWholes(list []*Block) []*Block {
 // EachWhole calls f on every free block that fills its plain segment, in
 // no particular order.
 func (x *Index) EachWhole(f func(*Block)) {
-	if x.Pend != nil {
+	if x.pend != nil {
 		x.settle()
 	}
 	if x.Kind == KindSmall {
@@ -652,7 +656,7 @@ func (x *Index) EachWhole(f func(*Block)) {
 		}
 		return
 	}
-	for b := x.Wholes; b != nil; b = b.nextWhole {
+	for b := x.wholes; b != nil; b = b.nextWhole {
 		f(b)
 	}
 }
@@ -660,21 +664,21 @@ func (x *Index) EachWhole(f func(*Block)) {
 // list and unlist put a block that fills its segment in the list of whole
 // free segments of an index that is not of size buckets, and take it out.
 func (x *Index) list(b *Block) {
-	b.listed, b.prevWhole, b.nextWhole = true, nil, x.Wholes
-	if x.Wholes != nil {
-		x.Wholes.prevWhole = b
+	b.listed, b.prevWhole, b.nextWhole = true, nil, x.wholes
+	if x.wholes != nil {
+		x.wholes.prevWhole = b
 	} else if x.Kind == KindTree { // a cold index
 		x.Pool.Cold.listed(x)
 	}
-	x.Wholes = b
+	x.wholes = b
 }
 
 func (x *Index) unlist(b *Block) {
 	if b.prevWhole != nil {
 		b.prevWhole.nextWhole = b.nextWhole
 	} else {
-		x.Wholes = b.nextWhole
-		if x.Wholes == nil && x.Kind == KindTree { // a cold index
+		x.wholes = b.nextWhole
+		if x.wholes == nil && x.Kind == KindTree { // a cold index
 			x.Pool.Cold.unlisted(x)
 		}
 	}

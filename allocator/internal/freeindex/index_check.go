@@ -13,7 +13,7 @@ func (x *Index) Check(bad func(format string, args ...any)) {
 		bad("the free index of stream %d, pool %s, has structures of another kind", s, p)
 		return
 	}
-	if x.Kind == KindTree && (x.Pend != nil || x.front != nil) {
+	if x.Kind == KindTree && (x.pend != nil || x.front != nil) {
 		bad("the cold shard's stream %d keeps a pending split", s)
 	}
 	if f := x.front; f != nil && (f.Allocated || f.Indexed || f.listed || f.Recorded || f.Unmapped || f.EventCount != 0 || f.Requested != 0) {
@@ -29,7 +29,7 @@ func (x *Index) Check(bad func(format string, args ...any)) {
 // indexed and filed where a lookup finds it.
 func (x *Index) checkFiling(bad func(format string, args ...any)) {
 	s, p := x.Stream, x.Pool.Stat
-	if pb := x.Pend; pb != nil {
+	if pb := x.pend; pb != nil {
 		// The block whose split is pending is filed under its key from
 		// before the split: check the index with that key, and that the
 		// block split from it is its front.
@@ -81,7 +81,7 @@ func (x *Index) checkWholes(bad func(format string, args ...any)) {
 	s, p := x.Stream, x.Pool.Stat
 	listed := map[*Block]bool{}
 	var prev *Block
-	for b := x.Wholes; b != nil; b = b.nextWhole {
+	for b := x.wholes; b != nil; b = b.nextWhole {
 		if listed[b] || b.prevWhole != prev {
 			bad("the list of whole free segments is broken at %v", b.Ptr)
 			break

@@ -93,7 +93,7 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 			ti := newTestIndex(KindSmall)
 			ti.alloc(4096, SmallBuffer) // a small segment: [4 KiB][rest free]
 			ti.alloc(4096, SmallBuffer) // splits the free rest: its move waits
-			if ti.x.Pend == nil {
+			if ti.x.pend == nil {
 				panic("no pending split")
 			}
 			ti.x.pendKey.ptr += 512
@@ -102,13 +102,13 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 		{"a whole free segment missing from its list", "fills its segment", func() *testIndex {
 			ti := newTestIndex(KindLarge)
 			ti.segment(20 * mib)
-			ti.x.Wholes = nil
+			ti.x.wholes = nil
 			return ti
 		}},
 		{"a listed whole segment taken out of the index behind its back", "blocks not in the index", func() *testIndex {
 			ti := newTestIndex(KindLarge)
 			ti.segment(20 * mib)
-			ti.x.large.remove(ti.x.Wholes)
+			ti.x.large.remove(ti.x.wholes)
 			return ti
 		}},
 		{"a free index whose structures are not its kind's", "structures of another kind", func() *testIndex {
