@@ -1,5 +1,5 @@
 // This file holds the Allocator, its construction and its public methods:
-// Alloc and Free run the ladders of doc.go, step by step in the files
+// Alloc and Free run the ladders of DESIGN.md, step by step in the files
 // named there.
 
 package allocator
@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gpumem/gpumem/allocator/internal/deferred"
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/allocator/internal/peaks"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/stats"
@@ -18,7 +19,7 @@ import (
 
 // Allocator is a caching allocator for one device. It is safe for concurrent
 // use by multiple goroutines: Alloc and Free on different streams run at
-// once (doc.go, Locking). Make one with New: the zero Allocator has no
+// once (DESIGN.md, Locking). Make one with New: the zero Allocator has no
 // device, and its methods change nothing and return an error, or zero
 // values where they return none.
 type Allocator struct {
@@ -29,7 +30,7 @@ type Allocator struct {
 	total     uint64                       // device memory, from MemInfo at New
 	rule      splitRule                    // max_split_size and the split rules
 	divisions *[NumRoundupIntervals]uint64 // roundup_power2_divisions; nil when no entry is set
-	eventDone func(*block)                 // eventDoneLocked, bound once so that polling allocates nothing
+	eventDone func(*freeindex.Block)       // eventDoneLocked, bound once so that polling allocates nothing
 	def       *shard                       // the default stream's shard
 	pol       *policyState                 // the low_fragmentation policy's state; nil for the faithful policy
 
@@ -38,7 +39,7 @@ type Allocator struct {
 	aging     bool   // best-fit searches count in the pools' clocks: garbage collection is active, or the policy
 	phased    bool   // phases other than the first were named: blocks are counted by phase (phases.go)
 	stepping  bool   // a step was marked: the shards log their live blocks' changes (steps.go)
-	listening bool   // observers are attached or stepping: the ledger's block methods tell them
+	listening bool   // observers are attached or stepping: takeLocked and finishFreeLocked tell them
 	phase     uint16 // the current phase (SetPhase): the phase of the blocks handed out
 
 	// Read without a lock; written in the world.
@@ -62,28 +63,28 @@ type Allocator struct {
 	// in exactly one of: its shard's address table (allocated), the
 	// events queue (pending, once per outstanding event), the free index
 	// of its pool and stream (free), its pool's unmapped index (unmapped).
-	small, large *pool
-	shards       []*shard                        // the shards of their own by stream (def included), then the cold shard: the order of lockAll
-	cold         *shard                          // the shard that the streams past maxShards share; nil until one comes
-	coldIdx      map[device.Stream]*[2]freeIndex // the free indexes of the cold shard's streams
-	segments     map[device.Ptr]*segment         // every segment by base address
-	gst          globalCounts                    // the slow paths' counters; with the shards' counts and the peaks, the stats, changed only through the ledger
-	peaks        peaks.Table                     // the peaks of the stats and phases (counters.go); with one shard changed under its lock too
-	cutChanges   []peaks.Change                  // scratch for cutsLocked
-	cutOps       []peaks.Op                      // scratch for cutsLocked
+	small, large *freeindex.Pool
+	shards       []*shard                              // the shards of their own by stream (def included), then the cold shard: the order of lockAll
+	cold         *shard                                // the shard that the streams past maxShards share; nil until one comes
+	coldIdx      map[device.Stream]*[2]freeindex.Index // the free indexes of the cold shard's streams
+	segments     map[device.Ptr]*freeindex.Segment     // every segment by base address
+	gst          globalCounts                          // the slow paths' counters; with the shards' counts and the peaks, the stats, changed only through the ledger
+	peaks        peaks.Table                           // the peaks of the stats and phases (counters.go); with one shard changed under its lock too
+	cutChanges   []peaks.Change                        // scratch for cutsLocked
+	cutOps       []peaks.Op                            // scratch for cutsLocked
 
 	phases   []phaseInfo       // by phase id; 0 is the phase before any SetPhase
 	phaseIDs map[string]uint16 // phase ids by name
 	steps    stats.StepCounts[leakKey]
 
-	uses    map[*block][]device.Stream // for allocated blocks with recorded set: the other streams used
-	events  *deferred.Queue[*block]    // pending frees, per stream
-	streams map[device.Stream]struct{} // streams known to be valid that have no free indexes yet
+	uses    map[*freeindex.Block][]device.Stream // for allocated blocks with recorded set: the other streams used
+	events  *deferred.Queue[*freeindex.Block]    // pending frees, per stream
+	streams map[device.Stream]struct{}           // streams known to be valid that have no free indexes yet
 
-	key       block    // search key for the unmapped index (scratch)
-	collected []*block // scratch list for release passes
-	examined  int      // blocks looked at by release passes, for the tests of their cost
-	visited   int      // free indexes visited by walks over every stream's cache, for the tests of their cost
+	key       freeindex.Block    // search key for the unmapped index (scratch)
+	collected []*freeindex.Block // scratch list for release passes
+	examined  int                // blocks looked at by release passes, for the tests of their cost
+	visited   int                // free indexes visited by walks over every stream's cache, for the tests of their cost
 
 	observers    []observerEntry // copy on write: notified in the world
 	oomObservers []oomObserver   // copy on write: called after the world is left
@@ -137,16 +138,16 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 			expandable:          vm != nil,
 			large:               cfg.largeSegment(),
 		},
-		small:    newPool(true, vm != nil),
-		large:    newPool(false, vm != nil),
-		segments: make(map[device.Ptr]*segment),
-		events:   deferred.New[*block](dev),
+		small:    freeindex.NewPool(true, vm != nil),
+		large:    freeindex.NewPool(false, vm != nil),
+		segments: make(map[device.Ptr]*freeindex.Segment),
+		events:   deferred.New[*freeindex.Block](dev),
 		phases:   []phaseInfo{{}},
 		phaseIDs: map[string]uint16{"": 0},
 		pol:      newPolicyState(&cfg),
 	}
 	if a.pol != nil {
-		a.small.cold.waited, a.large.cold.waited = a.pol.hostWaited, a.pol.hostWaited
+		a.small.Cold.Waited, a.large.Cold.Waited = a.pol.hostWaited, a.pol.hostWaited
 	}
 	if cfg.RoundupPower2Divisions != [NumRoundupIntervals]uint64{} {
 		d := cfg.RoundupPower2Divisions
@@ -237,12 +238,12 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 			// fitLocked, inlined.
 			rounded := a.round(size)
 			x := indexFor(&sh.free, rounded)
-			b := x.remembered(rounded)
+			b := x.Remembered(rounded)
 			if b == nil {
 				b = a.searchLocked(x, rounded)
 			}
 			if b != nil {
-				ptr := a.takeLocked(x, b, rounded, size).ptr
+				ptr := a.takeLocked(sh, x, b, rounded, size).Ptr
 				if sh.cut {
 					sh.fast.Store(false) // the world settles the cut first
 					sh.mu.Unlock()
@@ -258,7 +259,7 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 			if a.pol != nil {
 				// The policy with one shard (nothing to lend): the world
 				// searches again, and counts that search.
-				x.pool.gcCalls--
+				x.Pool.GCCalls--
 			}
 		}
 		sh.mu.Unlock()
@@ -274,10 +275,10 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 // nil when none may serve the request. The world calls it; Alloc's fast
 // path writes out its five lines, which call the same functions (the call
 // to fitLocked would cost a twentieth of a cached alloc and free).
-func (a *Allocator) fitLocked(xs *[2]freeIndex, size uint64) (*freeIndex, uint64, *block) {
+func (a *Allocator) fitLocked(xs *[2]freeindex.Index, size uint64) (*freeindex.Index, uint64, *freeindex.Block) {
 	rounded := a.round(size)
 	x := indexFor(xs, rounded)
-	b := x.remembered(rounded)
+	b := x.Remembered(rounded)
 	if b == nil {
 		b = a.searchLocked(x, rounded)
 	}
@@ -295,27 +296,42 @@ func (a *Allocator) round(size uint64) uint64 {
 
 // indexFor is step 3: the free index, among a stream's xs, of the pool of
 // a block of rounded bytes.
-func indexFor(xs *[2]freeIndex, rounded uint64) *freeIndex {
+func indexFor(xs *[2]freeindex.Index, rounded uint64) *freeindex.Index {
 	if isSmall(rounded) {
 		return &xs[qSmall]
 	}
 	return &xs[qLarge]
 }
 
+// Best fit (step 4): Alloc asks the free index of the request's pool and
+// stream for the block of the lowest (size, address) with at least the
+// rounded size (freeindex.Index.BestFit): size buckets answer with bit scans,
+// and remember the answer until they change; large buckets too, the tree
+// with a lower bound; then the rule of expandable segments applies
+// (ExpandableBestFit). searchLocked then checks that the block may serve
+// the request (splitRule.mayServe: oversize blocks). The block stays in the
+// free index: takeLocked takes it out. While garbage collection is
+// active, each search of an index that keeps ages (every kind but size
+// buckets: the large pool, and pools of expandable segments) counts in
+// the pool's clock of block ages (GCCalls); garbage collection reads only
+// the large pool's ages. Under the low_fragmentation policy every search
+// counts (policyFitLocked), in both pools, whose ages its reclaim and
+// lending read.
+
 // searchLocked is step 4 of the allocation ladder but for the answer the
 // index remembers: the best fit of x for a request of size (rounded)
 // bytes, nil when none may serve it.
-func (a *Allocator) searchLocked(x *freeIndex, size uint64) *block {
-	var b *block
+func (a *Allocator) searchLocked(x *freeindex.Index, size uint64) *freeindex.Block {
+	var b *freeindex.Block
 	if a.pol != nil {
 		b = a.policyFitLocked(x, size) // policy: a low address among close fits
 	} else {
-		if a.aging && x.aged() {
-			x.pool.gcCalls++
+		if a.aging && x.Aged() {
+			x.Pool.GCCalls++
 		}
-		b = x.bestFit(size)
+		b = x.BestFit(size)
 	}
-	if b == nil || !a.rule.mayServe(b.size, size) {
+	if b == nil || !a.rule.mayServe(b.Size, size) {
 		return nil
 	}
 	return b
@@ -351,11 +367,11 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 	if lent {
 		a.pol.lending, a.pol.lendTo = true, s
 	}
-	b = a.takeLocked(from, b, rounded, size)
+	b = a.takeLocked(a.shardOf(from), from, b, rounded, size)
 	if lent {
 		a.lentLocked(b, s)
 	}
-	ptr := b.ptr
+	ptr := b.Ptr
 	if selfCheck {
 		a.selfCheckLocked("Alloc")
 	}
@@ -413,10 +429,13 @@ func (a *Allocator) Free(p device.Ptr) error {
 	if sh != nil {
 		sh.mu.Lock()
 		if sh.fast.Load() {
-			if b := sh.live.remove(p); b != nil {
-				if !b.recorded {
-					b.allocated = false
-					a.finishFreeLocked(b, true)
+			if b := sh.live.Remove(p); b != nil {
+				if !b.Recorded {
+					b.Allocated = false
+					if selfCheck && a.shardOf(b.Seg.Free) != sh {
+						panic("gpumem: a fast shard's live block belongs to another shard's free index")
+					}
+					a.finishFreeLocked(sh, b, true)
 					if sh.cut {
 						sh.fast.Store(false) // the world settles the cut first
 						sh.mu.Unlock()
@@ -429,7 +448,7 @@ func (a *Allocator) Free(p device.Ptr) error {
 					}
 					return nil
 				}
-				sh.live.put(b) // the world frees it
+				sh.live.Put(b) // the world frees it
 			}
 		}
 		sh.mu.Unlock()
@@ -449,13 +468,13 @@ func (a *Allocator) freeWorld(p device.Ptr) error {
 	switch {
 	case b == nil:
 		err = a.invalidPointerLocked("free", p)
-	case b.recorded:
-		sh.live.remove(p)
+	case b.Recorded:
+		sh.live.Remove(p)
 		err = a.freeRecordedLocked(sh, b)
 	default:
-		sh.live.remove(p)
-		b.allocated = false
-		a.finishFreeLocked(b, true)
+		sh.live.Remove(p)
+		b.Allocated = false
+		a.finishFreeLocked(a.shardOf(b.Seg.Free), b, true)
 	}
 	if selfCheck {
 		a.selfCheckLocked("Free")
@@ -468,7 +487,7 @@ func (a *Allocator) freeWorld(p device.Ptr) error {
 // (RecordStream): it records an event on each and leaves b pending, or
 // completes the free when the events could not be recorded and the
 // streams were synchronized instead.
-func (a *Allocator) freeRecordedLocked(sh *shard, b *block) error {
+func (a *Allocator) freeRecordedLocked(sh *shard, b *freeindex.Block) error {
 	var n int
 	var err error
 	if a.pol != nil {
@@ -477,16 +496,16 @@ func (a *Allocator) freeRecordedLocked(sh *shard, b *block) error {
 		n, err = a.deferFreeLocked(b)
 	}
 	if err != nil {
-		sh.live.put(b) // nothing changed
+		sh.live.Put(b) // nothing changed
 		return err
 	}
-	b.allocated = false
+	b.Allocated = false
 	if n == 0 {
-		a.finishFreeLocked(b, true)
+		a.finishFreeLocked(a.shardOf(b.Seg.Free), b, true)
 		return nil
 	}
-	a.freeRequestedLocked(b.seg.free, b)
-	b.eventCount = int32(n)
+	a.freeRequestedLocked(b.Seg.Free, b)
+	b.EventCount = int32(n)
 	return nil
 }
 
@@ -495,7 +514,7 @@ func (a *Allocator) freeRecordedLocked(sh *shard, b *block) error {
 func (a *Allocator) invalidPointerLocked(op string, p device.Ptr) error {
 	what := "not allocated by this allocator"
 	for b := range a.events.Items() {
-		if b.ptr == p {
+		if b.Ptr == p {
 			what = "already freed (its free is waiting for stream events): double free"
 			break
 		}
@@ -508,9 +527,9 @@ func (a *Allocator) invalidPointerLocked(op string, p device.Ptr) error {
 
 // segmentOfLocked returns the segment containing p, or nil. Only used on
 // error paths: it scans every segment.
-func (a *Allocator) segmentOfLocked(p device.Ptr) *segment {
+func (a *Allocator) segmentOfLocked(p device.Ptr) *freeindex.Segment {
 	for _, s := range a.segments {
-		if p >= s.ptr && uint64(p-s.ptr) < s.size {
+		if p >= s.Ptr && uint64(p-s.Ptr) < s.Size {
 			return s
 		}
 	}

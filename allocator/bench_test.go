@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/internal/simtest"
@@ -305,5 +306,5 @@ func BenchmarkMemoryPerBlock(b *testing.B) {
 		runtime.KeepAlive(a)
 	}
 	b.ReportMetric(perBlock, "heap-bytes/block")
-	b.ReportMetric(float64(unsafe.Sizeof(block{})), "block-struct-bytes")
+	b.ReportMetric(float64(unsafe.Sizeof(freeindex.Block{})), "block-struct-bytes")
 }

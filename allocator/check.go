@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/stats"
 )
@@ -75,7 +76,7 @@ import (
 //     does), they equal the reserved bytes. This assumes the allocator is
 //     the device's only user.
 //
-// It takes the world (every lock, doc.go) and walks every block: use it in
+// It takes the world (every lock, DESIGN.md) and walks every block: use it in
 // tests and debugging, not on a hot path.
 func (a *Allocator) CheckInvariants() error {
 	if !a.made() {
@@ -102,9 +103,9 @@ func (a *Allocator) checkLocked() error {
 		}
 	}
 	wants := map[*shard]*stats.DeviceStats{}
-	inIndex := map[*block]bool{}
+	inIndex := map[*freeindex.Block]bool{}
 	shardOf := map[device.Stream]*shard{}
-	nseg := map[*freeIndex]int{}
+	nseg := map[*freeindex.Index]int{}
 	for i, sh := range a.shards {
 		if sh.cold {
 			if sh != a.cold || i != len(a.shards)-1 {
@@ -139,7 +140,7 @@ func (a *Allocator) checkLocked() error {
 	if shardOf[device.DefaultStream] != a.def || a.def == nil {
 		bad("the default stream's shard is not among the shards")
 	}
-	queued := map[*block]int32{}
+	queued := map[*freeindex.Block]int32{}
 	pending := 0
 	for b := range a.events.Items() {
 		queued[b]++
@@ -147,138 +148,138 @@ func (a *Allocator) checkLocked() error {
 	}
 	seenFree, seenLive, seenUnmapped := 0, 0, 0
 	for base, s := range a.segments {
-		if base != s.ptr {
-			bad("segment %v is filed under %v", s.ptr, base)
+		if base != s.Ptr {
+			bad("segment %v is filed under %v", s.Ptr, base)
 		}
-		if s.head == nil || s.head.prev != nil || s.head.ptr != s.ptr {
-			bad("segment %v: head block is wrong", s.ptr)
+		if s.Head == nil || s.Head.Prev != nil || s.Head.Ptr != s.Ptr {
+			bad("segment %v: head block is wrong", s.Ptr)
 			continue
 		}
-		st := s.pool.stat
-		xs := a.streamIndexesLocked(s.stream)
-		if s.stream == device.DefaultStream {
+		st := s.Pool.Stat
+		xs := a.streamIndexesLocked(s.Stream)
+		if s.Stream == device.DefaultStream {
 			xs = &a.def.free
 		}
-		if xs == nil || s.free != &xs[s.pool.idx] {
-			bad("segment %v does not point to the free index of its stream and pool", s.ptr)
+		if xs == nil || s.Free != &xs[s.Pool.Idx] {
+			bad("segment %v does not point to the free index of its stream and pool", s.Ptr)
 			continue
 		}
-		nseg[s.free]++
-		sh := s.free.sh
+		nseg[s.Free]++
+		sh := a.shardOf(s.Free)
 		want := wants[sh]
 		if want == nil {
 			want = new(stats.DeviceStats)
 			wants[sh] = want
 		}
-		if !s.expandable() {
+		if !s.Expandable() {
 			want.Segment.Increase(st, 1)
-			want.ReservedBytes.Increase(st, int64(s.size))
-			if a.rule.oversize(s.size) {
+			want.ReservedBytes.Increase(st, int64(s.Size))
+			if a.rule.oversize(s.Size) {
 				want.OversizeSegments.Increase(1)
 			}
 		}
-		next := s.ptr
-		var prev *block
-		for b := s.head; b != nil; b = b.next {
-			if b.ptr != next {
-				bad("segment %v: block at %v, expected %v (gap or overlap)", s.ptr, b.ptr, next)
+		next := s.Ptr
+		var prev *freeindex.Block
+		for b := s.Head; b != nil; b = b.Next {
+			if b.Ptr != next {
+				bad("segment %v: block at %v, expected %v (gap or overlap)", s.Ptr, b.Ptr, next)
 			}
-			if b.prev != prev {
-				bad("segment %v: block %v has a wrong prev link", s.ptr, b.ptr)
+			if b.Prev != prev {
+				bad("segment %v: block %v has a wrong prev link", s.Ptr, b.Ptr)
 			}
-			if b.seg != s || b.pool != s.pool {
-				bad("segment %v: block %v points to another segment or pool", s.ptr, b.ptr)
+			if b.Seg != s || b.Pool != s.Pool {
+				bad("segment %v: block %v points to another segment or pool", s.Ptr, b.Ptr)
 			}
-			if b.size == 0 || b.size%kMinBlockSize != 0 {
-				bad("segment %v: block %v has size %d", s.ptr, b.ptr, b.size)
+			if b.Size == 0 || b.Size%kMinBlockSize != 0 {
+				bad("segment %v: block %v has size %d", s.Ptr, b.Ptr, b.Size)
 			}
-			if b.stream != s.stream {
-				bad("segment %v: block %v has stream %d, segment %d", s.ptr, b.ptr, b.stream, s.stream)
+			if b.Stream != s.Stream {
+				bad("segment %v: block %v has stream %d, segment %d", s.Ptr, b.Ptr, b.Stream, s.Stream)
 			}
-			if b.indexed != inIndex[b] {
-				bad("block %v is marked indexed %v but is in the free index: %v", b.ptr, b.indexed, inIndex[b])
+			if b.Indexed != inIndex[b] {
+				bad("block %v is marked indexed %v but is in the free index: %v", b.Ptr, b.Indexed, inIndex[b])
 			}
-			if s.expandable() && !b.unmapped {
-				want.ReservedBytes.Increase(st, int64(b.size))
+			if s.Expandable() && !b.Unmapped {
+				want.ReservedBytes.Increase(st, int64(b.Size))
 			}
 			switch {
-			case b.unmapped:
-				if !s.expandable() {
-					bad("segment %v: block %v is unmapped in a plain segment", s.ptr, b.ptr)
+			case b.Unmapped:
+				if !s.Expandable() {
+					bad("segment %v: block %v is unmapped in a plain segment", s.Ptr, b.Ptr)
 					break
 				}
-				if b.allocated || b.eventCount != 0 || b.recorded || inIndex[b] {
-					bad("unmapped block %v is allocated, pending or in the free index", b.ptr)
+				if b.Allocated || b.EventCount != 0 || b.Recorded || inIndex[b] {
+					bad("unmapped block %v is allocated, pending or in the free index", b.Ptr)
 				}
-				if !s.pool.unmapped.Has(b) {
-					bad("unmapped block %v is not in its pool's unmapped index", b.ptr)
+				if !s.Pool.Unmapped.Has(b) {
+					bad("unmapped block %v is not in its pool's unmapped index", b.Ptr)
 				}
-				if uint64(b.ptr-s.ptr)%s.page != 0 || b.size%s.page != 0 {
-					bad("unmapped block %v+%d is not page aligned", b.ptr, b.size)
+				if uint64(b.Ptr-s.Ptr)%s.Page != 0 || b.Size%s.Page != 0 {
+					bad("unmapped block %v+%d is not page aligned", b.Ptr, b.Size)
 				}
-				if prev != nil && prev.unmapped {
-					bad("segment %v: unmapped blocks %v and %v are neighbours (not merged)", s.ptr, prev.ptr, b.ptr)
+				if prev != nil && prev.Unmapped {
+					bad("segment %v: unmapped blocks %v and %v are neighbours (not merged)", s.Ptr, prev.Ptr, b.Ptr)
 				}
 				seenUnmapped++
-			case b.allocated:
+			case b.Allocated:
 				seenLive++
-				if sh.live.get(b.ptr) != b {
-					bad("allocated block %v is not in its shard's address table", b.ptr)
+				if sh.live.Get(b.Ptr) != b {
+					bad("allocated block %v is not in its shard's address table", b.Ptr)
 				}
 				if inIndex[b] {
-					bad("allocated block %v is in a free index", b.ptr)
+					bad("allocated block %v is in a free index", b.Ptr)
 				}
-				if b.eventCount != 0 {
-					bad("allocated block %v has %d events", b.ptr, b.eventCount)
+				if b.EventCount != 0 {
+					bad("allocated block %v has %d events", b.Ptr, b.EventCount)
 				}
 				want.Allocation.Increase(st, 1)
-				want.AllocatedBytes.Increase(st, int64(b.size))
+				want.AllocatedBytes.Increase(st, int64(b.Size))
 				want.Active.Increase(st, 1)
-				want.ActiveBytes.Increase(st, int64(b.size))
-				want.RequestedBytes.Increase(st, int64(b.requested))
-				if a.rule.oversize(b.size) {
+				want.ActiveBytes.Increase(st, int64(b.Size))
+				want.RequestedBytes.Increase(st, int64(b.Requested))
+				if a.rule.oversize(b.Size) {
 					want.OversizeAllocations.Increase(1)
 				}
-			case !b.isFree():
-				if b.eventCount <= 0 || queued[b] != b.eventCount {
-					bad("pending block %v has event count %d but %d queued events", b.ptr, b.eventCount, queued[b])
+			case !b.IsFree():
+				if b.EventCount <= 0 || queued[b] != b.EventCount {
+					bad("pending block %v has event count %d but %d queued events", b.Ptr, b.EventCount, queued[b])
 				}
-				if inIndex[b] || sh.live.get(b.ptr) == b {
-					bad("pending block %v is in the free index or the address table", b.ptr)
+				if inIndex[b] || sh.live.Get(b.Ptr) == b {
+					bad("pending block %v is in the free index or the address table", b.Ptr)
 				}
 				want.Active.Increase(st, 1)
-				want.ActiveBytes.Increase(st, int64(b.size))
-				want.RequestedBytes.Increase(st, int64(b.requested))
+				want.ActiveBytes.Increase(st, int64(b.Size))
+				want.RequestedBytes.Increase(st, int64(b.Requested))
 			default:
 				seenFree++
 				if !inIndex[b] {
-					bad("free block %v is not in its pool's free index", b.ptr)
+					bad("free block %v is not in its pool's free index", b.Ptr)
 				}
-				if prev != nil && prev.isFree() {
-					bad("segment %v: free blocks %v and %v are neighbours (not merged)", s.ptr, prev.ptr, b.ptr)
+				if prev != nil && prev.IsFree() {
+					bad("segment %v: free blocks %v and %v are neighbours (not merged)", s.Ptr, prev.Ptr, b.Ptr)
 				}
-				if b.isSplit() && !s.expandable() {
+				if b.IsSplit() && !s.Expandable() {
 					want.InactiveSplit.Increase(st, 1)
-					want.InactiveSplitBytes.Increase(st, int64(b.size))
+					want.InactiveSplitBytes.Increase(st, int64(b.Size))
 				}
 			}
-			next = b.ptr + device.Ptr(b.size)
+			next = b.Ptr + device.Ptr(b.Size)
 			prev = b
 		}
-		if uint64(next-s.ptr) != s.size {
-			bad("segment %v: blocks cover %d bytes of %d", s.ptr, next-s.ptr, s.size)
+		if uint64(next-s.Ptr) != s.Size {
+			bad("segment %v: blocks cover %d bytes of %d", s.Ptr, next-s.Ptr, s.Size)
 		}
 	}
-	for _, p := range [2]*pool{a.small, a.large} {
-		p.checkOwners(bad)
+	for _, p := range [2]*freeindex.Pool{a.small, a.large} {
+		p.CheckOwners(bad)
 	}
 	for x, n := range nseg {
-		x.checkSegments(n, bad)
+		x.CheckSegments(n, bad)
 	}
 	unmappedIndexed := 0
-	for _, p := range [2]*pool{a.small, a.large} {
-		if p.unmapped != nil {
-			unmappedIndexed += p.unmapped.Len()
+	for _, p := range [2]*freeindex.Pool{a.small, a.large} {
+		if p.Unmapped != nil {
+			unmappedIndexed += p.Unmapped.Len()
 		}
 	}
 	if unmappedIndexed != seenUnmapped {
@@ -318,8 +319,8 @@ func (a *Allocator) checkLocked() error {
 	a.checkPeaksLocked(bad)
 	a.checkShardsLocked(bad)
 	for b, u := range a.uses {
-		if lb, _ := a.liveBlockLocked(b.ptr); !b.allocated || !b.recorded || len(u) == 0 || lb != b {
-			bad("stream uses are kept for %v, which is not an allocated, recorded block", b.ptr)
+		if lb, _ := a.liveBlockLocked(b.Ptr); !b.Allocated || !b.Recorded || len(u) == 0 || lb != b {
+			bad("stream uses are kept for %v, which is not an allocated, recorded block", b.Ptr)
 		}
 	}
 	if pending != a.events.Len() {
@@ -341,34 +342,34 @@ func (a *Allocator) checkLocked() error {
 // structure, and that every block in it is a free block of its stream and
 // pool, filed once, where a lookup finds it. It marks the blocks in
 // inIndex.
-func (a *Allocator) checkIndexLocked(x *freeIndex, s device.Stream, j int, inIndex map[*block]bool, bad func(string, ...any)) {
-	p := [2]*pool{a.small, a.large}[j]
-	if x.pool != p || x.stream != s || x.sh.cold != (x.sh == a.cold) || !x.sh.cold && x.sh.stream != s {
+func (a *Allocator) checkIndexLocked(x *freeindex.Index, s device.Stream, j int, inIndex map[*freeindex.Block]bool, bad func(string, ...any)) {
+	p := [2]*freeindex.Pool{a.small, a.large}[j]
+	if x.Pool != p || x.Stream != s || a.shardOf(x).cold != (a.shardOf(x) == a.cold) || !a.shardOf(x).cold && a.shardOf(x).stream != s {
 		bad("the free index of stream %d, pool %d, belongs to another", s, j)
 		return
 	}
 	// Size buckets for the small pool of PyTorch's plain segments in a
 	// shard of its own, large buckets for the other pools of such a shard,
 	// the tree alone in the cold shard.
-	kind := kindLarge
+	kind := freeindex.KindLarge
 	switch {
-	case x.sh.cold:
-		kind = kindTree
-	case p.small && a.vm == nil && a.pol == nil:
-		kind = kindSmall
+	case a.shardOf(x).cold:
+		kind = freeindex.KindTree
+	case p.Small && a.vm == nil && a.pol == nil:
+		kind = freeindex.KindSmall
 	}
-	if x.kind != kind {
+	if x.Kind != kind {
 		bad("the free index of stream %d, pool %d, has the wrong kind", s, j)
 		return
 	}
-	x.check(bad)
-	x.each(func(b *block) bool {
+	x.Check(bad)
+	x.Each(func(b *freeindex.Block) bool {
 		if inIndex[b] {
-			bad("block %v is in a free index twice", b.ptr)
+			bad("block %v is in a free index twice", b.Ptr)
 		}
 		inIndex[b] = true
-		if b.pool != p || b.stream != s || b.seg.free != x {
-			bad("free block %v is in the free index of another stream or pool", b.ptr)
+		if b.Pool != p || b.Stream != s || b.Seg.Free != x {
+			bad("free block %v is in the free index of another stream or pool", b.Ptr)
 		}
 		return true
 	})
@@ -469,13 +470,13 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 	}
 	want := routes{on: true, owners: map[uint64]chunkOwners{}}
 	for _, seg := range a.segments {
-		if !seg.expandable() {
-			want.add(seg.ptr, seg.size, seg.free.sh, +1)
+		if !seg.Expandable() {
+			want.add(seg.Ptr, seg.Size, a.shardOf(seg.Free), +1)
 			continue
 		}
-		seg.mappedRuns(func(p device.Ptr, n uint64) {
-			for off := uint64(0); off < n; off += seg.page {
-				want.add(p+device.Ptr(off), seg.page, seg.free.sh, +1)
+		seg.MappedRuns(func(p device.Ptr, n uint64) {
+			for off := uint64(0); off < n; off += seg.Page {
+				want.add(p+device.Ptr(off), seg.Page, a.shardOf(seg.Free), +1)
 			}
 		})
 	}
@@ -510,4 +511,14 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 			bad("chunk %#x: a lookup finds shard %d (%v), its segments say %d", chunk, id, ok, v)
 		}
 	}
+}
+
+// checkColdLocked checks the cold view of pool p against the cold free
+// indexes.
+func (a *Allocator) checkColdLocked(p *freeindex.Pool, bad func(string, ...any)) {
+	p.CheckCold(func(f func(*freeindex.Index)) {
+		for _, xs := range a.coldIdx {
+			f(&xs[p.Idx])
+		}
+	}, a.pol != nil, bad)
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/internal/simtest"
@@ -27,19 +28,19 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 		breakIt    func(a *Allocator, dev *sim.Device, p device.Ptr)
 	}{
 		{"gap between blocks", "gap or overlap", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.def.live.get(p).size -= 512
+			a.def.live.Get(p).Size -= 512
 		}},
 		{"unmerged free neighbours", "not merged", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			b := a.def.live.get(p)
-			a.def.live.remove(p)
-			b.allocated = false
-			a.def.free[1].insert(b)
+			b := a.def.live.Get(p)
+			a.def.live.Remove(p)
+			b.Allocated = false
+			a.def.free[1].Insert(b)
 		}},
 		{"free block missing from the index", "not in its pool's free index", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.def.free[1].remove(a.def.live.get(p).next)
+			a.def.free[1].Remove(a.def.live.Get(p).Next)
 		}},
 		{"allocated block missing from the address table", "not in its shard's address table", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.def.live.remove(p)
+			a.def.live.Remove(p)
 		}},
 		{"a stat that drifted", "allocated_bytes", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
 			a.increase(a.def, int(stats.AllocatedBytes), qLarge, 512)
@@ -78,15 +79,6 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			a.def.st[stats.Allocation].pool[qLarge].Carry(-1)
 			a.def.activeImplied = true
 		}},
-		{"a pending split whose front is not its front", "whose split is pending", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			_, _ = a.Alloc(4096, 0) // a small segment: [4 KiB][rest free]
-			_, _ = a.Alloc(4096, 0) // splits the free rest: its move waits
-			x := &a.def.free[qSmall]
-			if x.pend == nil {
-				panic("no pending split")
-			}
-			x.pendKey.ptr += 512
-		}},
 		{"a route naming the wrong shard", "the route of chunk", func(a *Allocator, dev *sim.Device, p device.Ptr) {
 			twoShards(a, dev)
 			t := a.routes.tab.Load()
@@ -108,123 +100,17 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			twoShards(a, dev)
 			a.byStream.Store(streamList([]*shard{a.def}))
 		}},
-		{"a whole free segment missing from its list", "fills its segment", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			q, _ := a.Alloc(30*mib, 0) // a second segment, freed whole
-			_ = a.Free(q)
-			a.def.free[1].wholes = nil
-		}},
-		{"a listed whole segment taken out of the index behind its back", "blocks not in the index", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			q, _ := a.Alloc(30*mib, 0) // a second segment, freed whole: listed
-			_ = a.Free(q)
-			x := &a.def.free[qLarge]
-			x.large.remove(x.wholes)
-		}},
 		{"a free index of the wrong kind", "wrong kind", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			a.def.free[qLarge].kind = kindTree
-		}},
-		{"a free index whose structures are not its kind's", "structures of another kind", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			a.def.free[qSmall].large = new(largeBuckets)
+			a.def.free[qLarge].Kind = freeindex.KindTree
 		}},
 		{"a free block not marked indexed", "not marked indexed", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.def.live.get(p).next.indexed = false
+			a.def.live.Get(p).Next.Indexed = false
 		}},
 		{"device memory used behind the allocator's back", "device reports", func(_ *Allocator, dev *sim.Device, _ device.Ptr) {
 			_, _ = dev.Malloc(1)
 		}},
-		{"tree out of order", "out of order", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			q, _ := a.Alloc(200*mib, 0) // free blocks above 128 MiB are in the tree
-			r, _ := a.Alloc(300*mib, 0)
-			_, _ = a.Free(q), a.Free(r)
-			l := a.def.free[1].tree.leaf
-			l.keys[0], l.keys[1] = l.keys[1], l.keys[0]
-			l.vals[0], l.vals[1] = l.vals[1], l.vals[0]
-		}},
-		{"a tree's block whose size changed under it", "does not match its block", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			q, _ := a.Alloc(200*mib, 0)
-			_ = a.Free(q)
-			a.def.free[1].tree.leaf.vals[0].size -= 512
-		}},
-		{"a large bucket's block whose size changed under it", "of another size", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.def.live.get(p).next.size -= 512
-			a.def.live.get(p).next.next = nil
-		}},
-		{"a large bucket's bit cleared", "has no bit", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			lb := a.def.free[qLarge].large
-			clear(lb.l0[:])
-		}},
-		{"a large bitmap's second level wrong", "second-level bit", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			a.def.free[qLarge].large.l1[3] |= 1
-		}},
-		{"a large bucket moved in its table", "where a lookup finds it", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			lb := a.def.free[qLarge].large
-			for i := range lb.tab {
-				if lb.tab[i].class != 0 {
-					j := (i + len(lb.tab)/2) % len(lb.tab)
-					lb.tab[i], lb.tab[j] = lb.tab[j], lb.tab[i]
-					break
-				}
-			}
-		}},
-		{"a large bucket out of heap order", "not a heap by address", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			var ps []device.Ptr
-			for range 8 { // 3 MiB blocks: a 20 MiB segment holds six
-				q, _ := a.Alloc(3*mib, 0)
-				ps = append(ps, q)
-			}
-			for i := 1; i < len(ps); i += 2 {
-				_ = a.Free(ps[i])
-			}
-			lb := a.def.free[qLarge].large
-			bk := lb.find(classOf(3 * mib))
-			h := bk.heap
-			h[0], h[1] = h[1], h[0]
-			h[0].heapIdx, h[1].heapIdx = 0, 1
-			bk.first = h[0]
-		}},
-		{"a size bucket's bit cleared", "size-class bit", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			_, _ = a.Alloc(4096, 0) // a small segment: [4 KiB allocated][rest free]
-			bk := a.def.free[0].buckets
-			for w := range bk.words {
-				bk.words[w] = 0
-			}
-		}},
-		{"a size bucket out of heap order", "not a heap by address", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			bk := fourFreeSmallBlocks(a)
-			h := bk.heaps[0]
-			h[0], h[1] = h[1], h[0]
-			h[0].heapIdx, h[1].heapIdx = 0, 1
-			bk.first[0] = h[0]
-		}},
-		{"a block's heap position wrong", "heap position", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			fourFreeSmallBlocks(a).heaps[0][2].heapIdx = 3
-		}},
-		{"a remembered best fit gone stale", "remembered best fit", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			bk := fourFreeSmallBlocks(a)
-			bk.bestFit(512)
-			bk.memo = bk.heaps[0][1]
-		}},
-		{"a size bucket's first block not its heap's root", "disagree", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			bk := fourFreeSmallBlocks(a)
-			bk.first[0] = bk.heaps[0][1]
-		}},
 		{"a segment pointing to another stream's index", "free index of its stream and pool", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.def.live.get(p).seg.free = &a.def.free[0]
-		}},
-		{"a tree leaf underfull", "underfull", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			var ps []device.Ptr
-			for range 200 { // 200 segments of 130 MiB, freed: 200 free blocks in the tree
-				q, _ := a.Alloc(130*mib, 0)
-				ps = append(ps, q)
-			}
-			for _, q := range ps {
-				_ = a.Free(q)
-			}
-			t := &a.def.free[1].tree
-			l := t.first
-			for l.n > 1 { // take blocks out behind the tree's back
-				l.n--
-				l.vals[l.n] = nil
-			}
+			a.def.live.Get(p).Seg.Free = &a.def.free[0]
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -244,20 +130,6 @@ func twoShards(a *Allocator, dev *sim.Device) {
 	if _, err := a.Alloc(5*mib, s); err != nil {
 		panic(err)
 	}
-}
-
-// fourFreeSmallBlocks makes four free 512-byte blocks on the default
-// stream (a size bucket with a heap) and returns the small pool's buckets.
-func fourFreeSmallBlocks(a *Allocator) *sizeBuckets {
-	var ps []device.Ptr
-	for range 8 {
-		q, _ := a.Alloc(512, 0)
-		ps = append(ps, q)
-	}
-	for i := 0; i < len(ps); i += 2 {
-		_ = a.Free(ps[i])
-	}
-	return a.def.free[qSmall].buckets
 }
 
 func TestPassthrough(t *testing.T) {
@@ -341,13 +213,13 @@ func TestCheckInvariantsCatchesPolicyCorruption(t *testing.T) {
 		{"a lent block not recorded on its borrower", "not recorded on the stream", func(a *Allocator, p, _ device.Ptr) {
 			b := a.liveBlock(p)
 			delete(a.uses, b)
-			b.recorded = false
+			b.Recorded = false
 		}},
 		{"a lent block lent to its own stream", "not recorded on the stream", func(a *Allocator, p, _ device.Ptr) {
 			a.pol.borrowed[a.liveBlock(p)] = 0
 		}},
 		{"a free block listed as lent", "not an allocated block", func(a *Allocator, _, q device.Ptr) {
-			a.pol.borrowed[a.liveBlock(q).next] = 1
+			a.pol.borrowed[a.liveBlock(q).Next] = 1
 		}},
 		{"a lending left half done", "outside Alloc", func(a *Allocator, _, _ device.Ptr) {
 			a.pol.lending = true
@@ -356,7 +228,7 @@ func TestCheckInvariantsCatchesPolicyCorruption(t *testing.T) {
 			a.pol.hwm = 2 * mib
 		}},
 		{"a segment with the wrong pages", "pages of", func(a *Allocator, _, q device.Ptr) {
-			a.liveBlock(q).seg.page = kLargeBuffer
+			a.liveBlock(q).Seg.Page = kLargeBuffer
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/internal/simtest"
 )
@@ -46,8 +47,8 @@ func TestColdShard(t *testing.T) {
 	require.NoError(t, a.CheckInvariants())
 	require.NoError(t, a.EmptyCache())
 	assert.Zero(t, get(t, a, "reserved_bytes.all.current"))
-	for _, p := range [2]*pool{a.small, a.large} {
-		assert.Empty(t, p.owners)
+	for _, p := range [2]*freeindex.Pool{a.small, a.large} {
+		assert.Empty(t, p.Owners)
 	}
 	require.NoError(t, a.CheckInvariants())
 }
@@ -85,12 +86,12 @@ func TestUnsplitStampsTheAge(t *testing.T) {
 	mustFree(t, a, mustAlloc(t, a, 30*mib, device.DefaultStream))
 	mustFree(t, a, mustAlloc(t, a, 30*mib, s1))
 	p := mustAlloc(t, a, 2*mib, device.DefaultStream) // split: the rest's move waits
-	require.NotNil(t, a.def.free[qLarge].pend)
+	require.True(t, a.def.free[qLarge].Pending())
 	mustFree(t, a, mustAlloc(t, a, 2*mib, s1)) // another stream's search moves the clock
 	mustFree(t, a, p)                          // unsplit
-	b := a.def.free[qLarge].fit(30 * mib)
+	b := a.def.free[qLarge].Fit(30 * mib)
 	require.NotNil(t, b)
-	assert.Equal(t, a.large.gcCalls, b.gcCountBase)
+	assert.Equal(t, a.large.GCCalls, b.GCCountBase)
 	require.NoError(t, a.CheckInvariants())
 }
 

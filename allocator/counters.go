@@ -13,8 +13,8 @@ import (
 // The quantities whose peaks are tracked: each of the nine metrics in
 // each pool and in all (qAll), and the oversize allocations and segments.
 const (
-	qSmall    = 0 // pool.idx of the small pool
-	qLarge    = 1 // pool.idx of the large pool
+	qSmall    = 0 // freeindex.Pool.Idx of the small pool
+	qLarge    = 1 // freeindex.Pool.Idx of the large pool
 	qAll      = 2
 	numQ      = 3
 	oversizeA = int(stats.NumMetrics)     // row of oversize allocations (pool column qSmall only)

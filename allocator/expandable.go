@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 )
 
@@ -45,13 +46,13 @@ import (
 // and returns a free block of at least size bytes, in the free index. A
 // refusal for lack of memory wraps device.ErrOutOfMemory; pages mapped
 // before the refusal stay mapped, as free cached memory, as in PyTorch.
-func (a *Allocator) growExpandableLocked(x *freeIndex, size uint64) (*block, error) {
+func (a *Allocator) growExpandableLocked(x *freeindex.Index, size uint64) (*freeindex.Block, error) {
 	c, reserved, err := a.findExpandableLocked(x, size)
 	if err != nil {
 		return nil, err
 	}
-	if c.unmapped {
-		m, err := a.mapLocked(c, min(c.size, size))
+	if c.Unmapped {
+		m, err := a.mapLocked(c, min(c.Size, size))
 		if err != nil {
 			if reserved {
 				// Nothing of the new segment is mapped: give its address
@@ -62,10 +63,10 @@ func (a *Allocator) growExpandableLocked(x *freeIndex, size uint64) (*block, err
 		}
 		c = m
 	}
-	for c.size < size {
+	for c.Size < size {
 		// c is free and followed by an unmapped range: map the rest there;
 		// the mapped pages merge with c.
-		if c, err = a.mapLocked(c.next, min(size-c.size, c.next.size)); err != nil {
+		if c, err = a.mapLocked(c.Next, min(size-c.Size, c.Next.Size)); err != nil {
 			return nil, err
 		}
 	}
@@ -76,20 +77,20 @@ func (a *Allocator) growExpandableLocked(x *freeIndex, size uint64) (*block, err
 // stream from which size bytes of free and unmapped space follow, reserving a
 // new segment when no segment has room (reserved is then true and the
 // block is the new segment's one unmapped range).
-func (a *Allocator) findExpandableLocked(x *freeIndex, size uint64) (found *block, reserved bool, err error) {
-	p, s := x.pool, x.stream
-	a.key.stream, a.key.ptr = s, 0
-	p.unmapped.AscendGreaterOrEqual(&a.key, func(u *block) bool {
-		if u.stream != s {
+func (a *Allocator) findExpandableLocked(x *freeindex.Index, size uint64) (found *freeindex.Block, reserved bool, err error) {
+	p, s := x.Pool, x.Stream
+	a.key.Stream, a.key.Ptr = s, 0
+	p.Unmapped.AscendGreaterOrEqual(&a.key, func(u *freeindex.Block) bool {
+		if u.Stream != s {
 			return false
 		}
 		c := u
-		if u.prev != nil && !u.prev.busy() {
-			c = u.prev
+		if u.Prev != nil && !u.Prev.Busy() {
+			c = u.Prev
 		}
 		var room uint64
-		for b := c; b != nil && room < size && !b.busy(); b = b.next {
-			room += b.size
+		for b := c; b != nil && room < size && !b.Busy(); b = b.Next {
+			room += b.Size
 		}
 		if room >= size {
 			found = c
@@ -101,7 +102,7 @@ func (a *Allocator) findExpandableLocked(x *freeIndex, size uint64) (found *bloc
 		return found, false, nil
 	}
 	page := a.rule.large
-	if p.small {
+	if p.Small {
 		page = kSmallBuffer
 	}
 	n := a.expandableReserve(page)
@@ -115,12 +116,12 @@ func (a *Allocator) findExpandableLocked(x *freeIndex, size uint64) (found *bloc
 		}
 		return nil, false, fmt.Errorf("allocator: device %d: reserving an expandable segment of %d bytes: %w", a.ordinal, n, err)
 	}
-	seg := &segment{ptr: ptr, size: n, stream: s, pool: p, free: x, page: page}
-	b := x.sh.newBlockLocked()
-	b.ptr, b.size, b.stream, b.pool, b.seg, b.unmapped = ptr, n, s, p, seg, true
-	seg.head = b
+	seg := &freeindex.Segment{Ptr: ptr, Size: n, Stream: s, Pool: p, Free: x, Page: page}
+	b := x.Spares.Get()
+	b.Ptr, b.Size, b.Stream, b.Pool, b.Seg, b.Unmapped = ptr, n, s, p, seg, true
+	seg.Head = b
 	a.segmentAddedLocked(seg)
-	p.unmapped.ReplaceOrInsert(b)
+	p.Unmapped.ReplaceOrInsert(b)
 	return b, true, nil
 }
 
@@ -128,82 +129,82 @@ func (a *Allocator) findExpandableLocked(x *freeIndex, size uint64) (found *bloc
 // memory, rounded up to whole pages, and makes them a free block merged
 // with free neighbours, which it returns; the rest of u stays unmapped.
 // On an error nothing changes.
-func (a *Allocator) mapLocked(u *block, size uint64) (*block, error) {
-	seg, p := u.seg, u.pool
-	begin := uint64(u.ptr-seg.ptr) / seg.page
-	end := (uint64(u.ptr-seg.ptr) + size + seg.page - 1) / seg.page
-	n := (end - begin) * seg.page
-	if err := a.vm.Map(u.ptr, n); err != nil {
+func (a *Allocator) mapLocked(u *freeindex.Block, size uint64) (*freeindex.Block, error) {
+	seg, p := u.Seg, u.Pool
+	begin := uint64(u.Ptr-seg.Ptr) / seg.Page
+	end := (uint64(u.Ptr-seg.Ptr) + size + seg.Page - 1) / seg.Page
+	n := (end - begin) * seg.Page
+	if err := a.vm.Map(u.Ptr, n); err != nil {
 		if refused(err) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("allocator: device %d: mapping %d bytes at %v: %w", a.ordinal, n, u.ptr, err)
+		return nil, fmt.Errorf("allocator: device %d: mapping %d bytes at %v: %w", a.ordinal, n, u.Ptr, err)
 	}
-	p.unmapped.Delete(u)
-	a.routePagesLocked(seg, u.ptr, n, +1)
-	if n < u.size {
-		rest := seg.free.sh.newBlockLocked()
-		rest.ptr, rest.size, rest.stream, rest.pool, rest.seg, rest.unmapped = u.ptr+device.Ptr(n), u.size-n, u.stream, p, seg, true
-		u.linkAfter(rest)
-		p.unmapped.ReplaceOrInsert(rest)
-		u.size = n
+	p.Unmapped.Delete(u)
+	a.routePagesLocked(seg, u.Ptr, n, +1)
+	if n < u.Size {
+		rest := seg.Free.Spares.Get()
+		rest.Ptr, rest.Size, rest.Stream, rest.Pool, rest.Seg, rest.Unmapped = u.Ptr+device.Ptr(n), u.Size-n, u.Stream, p, seg, true
+		u.LinkAfter(rest)
+		p.Unmapped.ReplaceOrInsert(rest)
+		u.Size = n
 	}
-	u.unmapped = false
-	a.pagesMappedLocked(seg, u.ptr, n)
-	return seg.free.put(u), nil
+	u.Unmapped = false
+	a.pagesMappedLocked(seg, u.Ptr, n)
+	return seg.Free.Put(u), nil
 }
 
 // unmapLocked returns to the device the whole pages inside the free
 // expandable block b. The pages become an unmapped range (merged with
 // unmapped neighbours); the free bytes before and after them stay free
 // blocks. On an error nothing changes.
-func (a *Allocator) unmapLocked(b *block) error {
-	seg, x := b.seg, b.seg.free
-	off := uint64(b.ptr - seg.ptr)
-	begin := (off + seg.page - 1) / seg.page
-	end := (off + b.size) / seg.page
+func (a *Allocator) unmapLocked(b *freeindex.Block) error {
+	seg, x := b.Seg, b.Seg.Free
+	off := uint64(b.Ptr - seg.Ptr)
+	begin := (off + seg.Page - 1) / seg.Page
+	end := (off + b.Size) / seg.Page
 	if begin >= end {
 		return nil
 	}
 	// Unmapping does not wait for the device as cudaFree does: finish the
 	// segment's stream first, as PyTorch does.
-	if err := a.dev.SynchronizeStream(seg.stream); err != nil {
-		return fmt.Errorf("allocator: device %d: synchronizing stream %d before unmapping: %w", a.ordinal, seg.stream, err)
+	if err := a.dev.SynchronizeStream(seg.Stream); err != nil {
+		return fmt.Errorf("allocator: device %d: synchronizing stream %d before unmapping: %w", a.ordinal, seg.Stream, err)
 	}
-	ptr := seg.ptr + device.Ptr(begin*seg.page)
-	n := (end - begin) * seg.page
+	ptr := seg.Ptr + device.Ptr(begin*seg.Page)
+	n := (end - begin) * seg.Page
 	if err := a.vm.Unmap(ptr, n); err != nil {
 		return fmt.Errorf("allocator: device %d: unmapping %d bytes at %v: %w", a.ordinal, n, ptr, err)
 	}
 	a.routePagesLocked(seg, ptr, n, -1)
-	x.remove(b)
-	if before := uint64(ptr - b.ptr); before > 0 {
-		f := x.sh.newBlockLocked()
-		f.ptr, f.size, f.stream, f.pool, f.seg = b.ptr, before, b.stream, b.pool, seg
-		b.linkBefore(f)
-		x.insert(f)
+	x.Remove(b)
+	if before := uint64(ptr - b.Ptr); before > 0 {
+		f := x.Spares.Get()
+		f.Ptr, f.Size, f.Stream, f.Pool, f.Seg = b.Ptr, before, b.Stream, b.Pool, seg
+		b.LinkBefore(f)
+		x.Insert(f)
 	}
-	if after := b.size - uint64(ptr-b.ptr) - n; after > 0 {
-		f := x.sh.newBlockLocked()
-		f.ptr, f.size, f.stream, f.pool, f.seg = ptr+device.Ptr(n), after, b.stream, b.pool, seg
-		b.linkAfter(f)
-		x.insert(f)
+	if after := b.Size - uint64(ptr-b.Ptr) - n; after > 0 {
+		f := x.Spares.Get()
+		f.Ptr, f.Size, f.Stream, f.Pool, f.Seg = ptr+device.Ptr(n), after, b.Stream, b.Pool, seg
+		b.LinkAfter(f)
+		x.Insert(f)
 	}
-	b.ptr, b.size, b.unmapped = ptr, n, true
+	b.Ptr, b.Size, b.Unmapped = ptr, n, true
 	a.pagesUnmappedLocked(seg, ptr, n)
-	x.put(b)
+	x.Put(b)
 	return nil
 }
 
 // releaseUnmappedLocked releases the address range of every expandable
 // segment of p with nothing mapped (its one block is an unmapped range).
-func (a *Allocator) releaseUnmappedLocked(p *pool) error {
-	if p.unmapped == nil {
+func (a *Allocator) releaseUnmappedLocked(p *freeindex.Pool) error {
+	if p.Unmapped == nil {
 		return nil
 	}
 	list := a.collected[:0]
-	p.unmapped.Ascend(func(u *block) bool {
-		if !u.isSplit() {
+	p.Unmapped.Ascend(func(u *freeindex.Block) bool {
+		if !u.IsSplit() {
 			list = append(list, u)
 		}
 		return true
@@ -222,43 +223,25 @@ func (a *Allocator) releaseUnmappedLocked(p *pool) error {
 // releaseExpandableLocked releases the address range of a segment with
 // nothing mapped (u is its only block). On an error nothing changes and a
 // later flush tries again.
-func (a *Allocator) releaseExpandableLocked(u *block) error {
-	seg := u.seg
-	if err := a.vm.Release(seg.ptr); err != nil {
-		return fmt.Errorf("allocator: device %d: releasing expandable segment %v: %w", a.ordinal, seg.ptr, err)
+func (a *Allocator) releaseExpandableLocked(u *freeindex.Block) error {
+	seg := u.Seg
+	if err := a.vm.Release(seg.Ptr); err != nil {
+		return fmt.Errorf("allocator: device %d: releasing expandable segment %v: %w", a.ordinal, seg.Ptr, err)
 	}
-	u.pool.unmapped.Delete(u)
+	u.Pool.Unmapped.Delete(u)
 	a.segmentRemovedLocked(seg)
-	seg.free.sh.recycleLocked(u)
+	seg.Free.Spares.Put(u)
 	return nil
 }
 
 // routePagesLocked registers (change +1) or unregisters (-1) the n bytes
 // of pages at ptr of the expandable segment seg in the routes, page by
 // page, so that a page is unregistered as it was registered.
-func (a *Allocator) routePagesLocked(seg *segment, ptr device.Ptr, n uint64, change int32) {
+func (a *Allocator) routePagesLocked(seg *freeindex.Segment, ptr device.Ptr, n uint64, change int32) {
 	if !a.routes.on {
 		return
 	}
-	for off := uint64(0); off < n; off += seg.page {
-		a.routes.add(ptr+device.Ptr(off), seg.page, seg.free.sh, change)
-	}
-}
-
-// mappedRuns calls f on each run of mapped pages of the expandable
-// segment seg, in address order: the ranges between its unmapped blocks,
-// which start and end on page boundaries.
-func (seg *segment) mappedRuns(f func(p device.Ptr, n uint64)) {
-	pos := seg.ptr
-	for b := seg.head; b != nil; b = b.next {
-		if b.unmapped {
-			if b.ptr > pos {
-				f(pos, uint64(b.ptr-pos))
-			}
-			pos = b.ptr + device.Ptr(b.size)
-		}
-	}
-	if end := seg.ptr + device.Ptr(seg.size); end > pos {
-		f(pos, uint64(end-pos))
+	for off := uint64(0); off < n; off += seg.Page {
+		a.routes.add(ptr+device.Ptr(off), seg.Page, a.shardOf(seg.Free), change)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"math/bits"
 	"slices"
 
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/allocator/internal/peaks"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/stats"
@@ -25,63 +26,87 @@ import (
 
 // segmentAllocatedLocked records a plain segment obtained from the
 // device (segment_alloc).
-func (a *Allocator) segmentAllocatedLocked(seg *segment) {
-	sh, k, n := seg.free.sh, seg.pool.idx, int64(seg.size)
+func (a *Allocator) segmentAllocatedLocked(seg *freeindex.Segment) {
+	sh, k, n := a.shardOf(seg.Free), seg.Pool.Idx, int64(seg.Size)
 	a.increase(sh, int(stats.Segment), k, 1)
 	a.increase(sh, int(stats.ReservedBytes), k, n)
-	if a.rule.oversize(seg.size) {
+	if a.rule.oversize(seg.Size) {
 		a.increase(sh, oversizeS, qSmall, 1)
 	}
 	a.gst.numDeviceAlloc++
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionSegmentAlloc, Ptr: seg.ptr, Size: seg.size, Stream: seg.stream})
+		a.notifyLocked(Action{Kind: ActionSegmentAlloc, Ptr: seg.Ptr, Size: seg.Size, Stream: seg.Stream})
 	}
 }
 
 // segmentFreedLocked records a plain segment returned to the device
 // (segment_free).
-func (a *Allocator) segmentFreedLocked(seg *segment) {
-	sh, k, n := seg.free.sh, seg.pool.idx, int64(seg.size)
+func (a *Allocator) segmentFreedLocked(seg *freeindex.Segment) {
+	sh, k, n := a.shardOf(seg.Free), seg.Pool.Idx, int64(seg.Size)
 	sh.decrease(int(stats.Segment), k, 1)
 	sh.decrease(int(stats.ReservedBytes), k, n)
-	if a.rule.oversize(seg.size) {
+	if a.rule.oversize(seg.Size) {
 		sh.decrease(oversizeS, qSmall, 1)
 	}
 	a.gst.numDeviceFree++
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionSegmentFree, Ptr: seg.ptr, Size: seg.size, Stream: seg.stream})
+		a.notifyLocked(Action{Kind: ActionSegmentFree, Ptr: seg.Ptr, Size: seg.Size, Stream: seg.Stream})
 	}
 }
 
 // pagesMappedLocked records n bytes of pages mapped at ptr into the
 // expandable segment seg (segment_map). Mapping counts as a device
 // allocation and adds to reserved bytes, but not to the segment count.
-func (a *Allocator) pagesMappedLocked(seg *segment, ptr device.Ptr, n uint64) {
-	a.increase(seg.free.sh, int(stats.ReservedBytes), seg.pool.idx, int64(n))
+func (a *Allocator) pagesMappedLocked(seg *freeindex.Segment, ptr device.Ptr, n uint64) {
+	a.increase(a.shardOf(seg.Free), int(stats.ReservedBytes), seg.Pool.Idx, int64(n))
 	a.gst.numDeviceAlloc++
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionSegmentMap, Ptr: ptr, Size: n, Stream: seg.stream})
+		a.notifyLocked(Action{Kind: ActionSegmentMap, Ptr: ptr, Size: n, Stream: seg.Stream})
 	}
 }
 
 // pagesUnmappedLocked records n bytes of pages unmapped at ptr from the
 // expandable segment seg (segment_unmap).
-func (a *Allocator) pagesUnmappedLocked(seg *segment, ptr device.Ptr, n uint64) {
-	seg.free.sh.decrease(int(stats.ReservedBytes), seg.pool.idx, int64(n))
+func (a *Allocator) pagesUnmappedLocked(seg *freeindex.Segment, ptr device.Ptr, n uint64) {
+	a.shardOf(seg.Free).decrease(int(stats.ReservedBytes), seg.Pool.Idx, int64(n))
 	a.gst.numDeviceFree++
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionSegmentUnmap, Ptr: ptr, Size: n, Stream: seg.stream})
+		a.notifyLocked(Action{Kind: ActionSegmentUnmap, Ptr: ptr, Size: n, Stream: seg.Stream})
 	}
 }
 
-// blockAllocatedLocked records b, of free index x (its pool and stream),
-// handed to a caller who asked for b.requested bytes (alloc): it is now
-// allocated and active. splitBlocks and splitBytes are what handing it out
-// changed in the free blocks of split segments (inactive_split), by
-// splitting it or by taking a free block of a split segment.
-func (a *Allocator) blockAllocatedLocked(x *freeIndex, b *block, splitBlocks, splitBytes int64) {
-	k, n := x.k, int64(b.size)
-	st := &x.sh.st
+// takeLocked hands out the free block b of x for a request of size
+// rounded bytes, requested as asked (alloc): the index splits off the
+// rest of the block when that is worth keeping (freeindex.Index.Take: the front
+// is handed out, the rest stays free), and the block handed out is marked
+// allocated, filed in its shard's address table and recorded here: it is
+// now allocated and active, and what handing it out changed in the free
+// blocks of split plain segments counts in inactive_split (expandable
+// blocks never count). It returns that block. The hand-out and its record
+// are one function, so that the cached path makes one call fewer.
+//
+// b is either in the free index (found by fitLocked, or mapped into an
+// expandable segment) or a new segment's block, in no index yet; sh is
+// x's shard.
+func (a *Allocator) takeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block, size, requested uint64) *freeindex.Block {
+	wasSplit := b.IsSplit()
+	split := a.rule.shouldSplit(x.PoolIdx == qSmall, b.Size, size)
+	f := x.Take(b, size, split) // with split, b is the rest
+	var splitBlocks, splitBytes int64
+	switch {
+	case b.Seg.Expandable():
+	case split && wasSplit:
+		splitBytes = -int64(size)
+	case split:
+		splitBlocks, splitBytes = 1, int64(b.Size)
+	case wasSplit:
+		splitBlocks, splitBytes = -1, -int64(b.Size)
+	}
+	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
+	sh.live.Put(f)
+	b = f
+	k, n := x.PoolIdx, int64(b.Size)
+	st := &sh.st
 	var rows uint32 // the rows past a limit
 	if st[stats.Allocation].bump(k, 1) {
 		rows |= 1<<stats.Allocation | activeRows
@@ -89,13 +114,13 @@ func (a *Allocator) blockAllocatedLocked(x *freeIndex, b *block, splitBlocks, sp
 	if st[stats.AllocatedBytes].bump(k, n) {
 		rows |= 1<<stats.AllocatedBytes | activeRows
 	}
-	if st[stats.RequestedBytes].bump(k, int64(b.requested)) {
+	if st[stats.RequestedBytes].bump(k, int64(b.Requested)) {
 		rows |= 1 << stats.RequestedBytes
 	}
-	if !x.sh.activeImplied && x.sh.activeOver(k) { // active = allocation + pending rises too
+	if !sh.activeImplied && sh.activeOver(k) { // active = allocation + pending rises too
 		rows |= activeRows
 	}
-	if b.size >= a.rule.maxSplit && st[oversizeA].bump(qSmall, 1) {
+	if b.Size >= a.rule.maxSplit && st[oversizeA].bump(qSmall, 1) {
 		rows |= 1 << oversizeA
 	}
 	if st[stats.InactiveSplit].move(k, splitBlocks) {
@@ -104,130 +129,156 @@ func (a *Allocator) blockAllocatedLocked(x *freeIndex, b *block, splitBlocks, sp
 	if st[stats.InactiveSplitBytes].move(k, splitBytes) {
 		rows |= 1 << stats.InactiveSplitBytes
 	}
-	if a.phased && x.sh.phaseCount(b.phase).add(n) {
+	if a.phased && sh.phaseCount(b.Phase).add(n) {
 		rows |= phaseBit
 	}
 	if rows != 0 {
 		d := opDelta{k: k}
-		d.row[stats.Allocation], d.row[stats.AllocatedBytes], d.row[stats.RequestedBytes] = 1, n, int64(b.requested)
+		d.row[stats.Allocation], d.row[stats.AllocatedBytes], d.row[stats.RequestedBytes] = 1, n, int64(b.Requested)
 		d.row[stats.InactiveSplit], d.row[stats.InactiveSplitBytes] = splitBlocks, splitBytes
-		if b.size >= a.rule.maxSplit {
+		if b.Size >= a.rule.maxSplit {
 			d.row[oversizeA] = 1
 		}
 		if a.phased {
-			d.phased, d.phase, d.ph = true, b.phase, [2]int64{n, 1}
+			d.phased, d.phase, d.ph = true, b.Phase, [2]int64{n, 1}
 		}
-		a.exceedRows(x.sh, k, rows, &d)
+		a.exceedRows(sh, k, rows, &d)
 	}
 	if a.listening {
 		if a.stepping {
-			x.sh.steps.note(b, +1)
+			sh.steps.note(b, +1)
 		}
 		if len(a.observers) > 0 {
-			a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: a.userStreamLocked(b), Phase: a.phases[b.phase].name})
+			a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.Ptr, Size: b.Size, Requested: b.Requested, Stream: a.userStreamLocked(b), Phase: a.phases[b.Phase].name})
 		}
 	}
+	return b
 }
 
 // freeRequestedLocked records the caller's free of b, of free index x
 // (free_requested), when the free waits for stream events: b is no
 // longer allocated, but stays active until its free completes.
-func (a *Allocator) freeRequestedLocked(x *freeIndex, b *block) {
-	st := &x.sh.st
-	st[stats.Allocation].pool[x.k&1].Drop(1)
-	st[stats.AllocatedBytes].pool[x.k&1].Drop(int64(b.size))
-	if b.size >= a.rule.maxSplit {
+func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) {
+	sh := a.shardOf(x)
+	st := &sh.st
+	st[stats.Allocation].pool[x.PoolIdx&1].Drop(1)
+	st[stats.AllocatedBytes].pool[x.PoolIdx&1].Drop(int64(b.Size))
+	if b.Size >= a.rule.maxSplit {
 		st[oversizeA].pool[qSmall].Drop(1)
 	}
 	// Active (allocation + pending) stays as it is: the block is pending.
-	st[stats.Active].pool[x.k].Carry(1)
-	st[stats.ActiveBytes].pool[x.k].Carry(int64(b.size))
-	x.sh.activeImplied = false
+	st[stats.Active].pool[x.PoolIdx].Carry(1)
+	st[stats.ActiveBytes].pool[x.PoolIdx].Carry(int64(b.Size))
+	sh.activeImplied = false
 	if a.phased {
-		c := &x.sh.ph[b.phase]
-		c.bytes.Drop(int64(b.size))
+		c := &sh.ph[b.Phase]
+		c.bytes.Drop(int64(b.Size))
 		c.blocks.Drop(1)
 	}
 	if a.listening {
 		if a.stepping {
-			x.sh.steps.note(b, -1)
+			sh.steps.note(b, -1)
 		}
 		if len(a.observers) > 0 {
-			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: a.phases[b.phase].name})
+			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.Ptr, Size: b.Size, Requested: b.Requested, Stream: b.Stream, Phase: a.phases[b.Phase].name})
 		}
 	}
 }
 
-// blockFreedLocked records that b, of free index x, freed by its caller,
-// returns to the cache (free_completed): it is no longer active. With
-// requested, the caller's free is recorded first (free_requested): a free
-// that did not wait for stream events. splitBlocks and splitBytes are
-// what the merge that follows changes in the free blocks of split
-// segments (inactive_split). Observers see the merge as part of
-// free_completed.
-func (a *Allocator) blockFreedLocked(x *freeIndex, b *block, requested bool, splitBlocks, splitBytes int64) {
-	k, st, size := x.k, &x.sh.st, int64(b.size)
+// finishFreeLocked completes the free of b, which is no longer allocated
+// and has no events outstanding: it records the free as completed
+// (free_completed: b is no longer active; with requested, the caller's
+// free too: free_requested, for a free that did not wait for events),
+// then the free index merges b with free neighbours and files the result
+// (freeindex.Index.Put, PyTorch's free_block). The merge's change to the free
+// blocks of split plain segments counts in inactive_split: the neighbours
+// it absorbs go, the merged block counts if its segment stays split (an
+// unsplit is such a merge too: its rest goes, and the block from before
+// the split counts if its segment stays split); expandable blocks never
+// count. Observers see the merge as part of free_completed. The record
+// and the merge are one function, so that the cached path makes one call
+// fewer. sh is the shard of b's free index.
+func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bool) {
+	x := b.Seg.Free
+	var blocks, bytes int64
+	if !b.Seg.Expandable() {
+		prev, next := b.Prev, b.Next
+		first, last, size := b, b, b.Size
+		if prev != nil && prev.IsFree() {
+			first, size = prev, size+prev.Size
+			blocks, bytes = -1, -int64(prev.Size)
+		}
+		if next != nil && next.IsFree() {
+			last, size = next, size+next.Size
+			blocks, bytes = blocks-1, bytes-int64(next.Size)
+		}
+		if first.Prev != nil || last.Next != nil {
+			blocks, bytes = blocks+1, bytes+int64(size)
+		}
+	}
+	k, st, size := x.PoolIdx, &sh.st, int64(b.Size)
 	if requested {
 		st[stats.Allocation].pool[k&1].Drop(1)
 		st[stats.AllocatedBytes].pool[k&1].Drop(size)
-		if b.size >= a.rule.maxSplit {
+		if b.Size >= a.rule.maxSplit {
 			st[oversizeA].pool[qSmall].Drop(1)
 		}
 		if a.phased {
-			c := &x.sh.ph[b.phase]
+			c := &sh.ph[b.Phase]
 			c.bytes.Drop(size)
 			c.blocks.Drop(1)
 		}
 	} else { // it was pending: active (allocation + pending) falls with pending
 		st[stats.Active].pool[k&1].Drop(1)
 		st[stats.ActiveBytes].pool[k&1].Drop(size)
-		x.sh.refreshImplied()
+		sh.refreshImplied()
 	}
-	st[stats.RequestedBytes].pool[k&1].Drop(int64(b.requested))
-	if splitBlocks > 0 || splitBytes > 0 {
-		over := st[stats.InactiveSplit].move(k, splitBlocks)
-		over = st[stats.InactiveSplitBytes].move(k, splitBytes) || over
+	st[stats.RequestedBytes].pool[k&1].Drop(int64(b.Requested))
+	if blocks > 0 || bytes > 0 {
+		over := st[stats.InactiveSplit].move(k, blocks)
+		over = st[stats.InactiveSplitBytes].move(k, bytes) || over
 		if over {
 			d := opDelta{k: k}
 			if requested {
 				d.row[stats.Allocation], d.row[stats.AllocatedBytes] = -1, -size
-				if b.size >= a.rule.maxSplit {
+				if b.Size >= a.rule.maxSplit {
 					d.row[oversizeA] = -1
 				}
 				if a.phased {
-					d.phased, d.phase, d.ph = true, b.phase, [2]int64{-size, -1}
+					d.phased, d.phase, d.ph = true, b.Phase, [2]int64{-size, -1}
 				}
 			} else {
 				d.row[stats.Active], d.row[stats.ActiveBytes] = -1, -size
 			}
-			d.row[stats.RequestedBytes] = -int64(b.requested)
-			d.row[stats.InactiveSplit], d.row[stats.InactiveSplitBytes] = splitBlocks, splitBytes
-			a.exceedRows(x.sh, k, splitRows, &d)
+			d.row[stats.RequestedBytes] = -int64(b.Requested)
+			d.row[stats.InactiveSplit], d.row[stats.InactiveSplitBytes] = blocks, bytes
+			a.exceedRows(sh, k, splitRows, &d)
 		}
 	} else {
-		st[stats.InactiveSplit].pool[k&1].Carry(splitBlocks) // zero or less
-		st[stats.InactiveSplitBytes].pool[k&1].Carry(splitBytes)
+		st[stats.InactiveSplit].pool[k&1].Carry(blocks) // zero or less
+		st[stats.InactiveSplitBytes].pool[k&1].Carry(bytes)
 	}
 	if a.listening {
 		if requested && a.stepping {
-			x.sh.steps.note(b, -1)
+			sh.steps.note(b, -1)
 		}
-		if len(a.observers) == 0 {
-			return
+		if len(a.observers) > 0 {
+			ph := a.phases[b.Phase].name
+			if requested {
+				a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.Ptr, Size: b.Size, Requested: b.Requested, Stream: b.Stream, Phase: ph})
+			}
+			a.notifyLocked(Action{Kind: ActionFreeCompleted, Ptr: b.Ptr, Size: b.Size, Requested: b.Requested, Stream: b.Stream, Phase: ph})
 		}
-		ph := a.phases[b.phase].name
-		if requested {
-			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: ph})
-		}
-		a.notifyLocked(Action{Kind: ActionFreeCompleted, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: b.stream, Phase: ph})
 	}
+	b.Requested = 0
+	x.Put(b)
 }
 
 // streamRecordedLocked tells observers that b was recorded on stream s
 // (record_stream); no stat counts it.
-func (a *Allocator) streamRecordedLocked(b *block, s device.Stream) {
+func (a *Allocator) streamRecordedLocked(b *freeindex.Block, s device.Stream) {
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionRecordStream, Ptr: b.ptr, Size: b.size, Requested: b.requested, Stream: s, Phase: a.phases[b.phase].name})
+		a.notifyLocked(Action{Kind: ActionRecordStream, Ptr: b.Ptr, Size: b.Size, Requested: b.Requested, Stream: s, Phase: a.phases[b.Phase].name})
 	}
 }
 

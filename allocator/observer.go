@@ -68,7 +68,7 @@ type Action struct {
 }
 
 // Observer receives the allocator's events. Observe is called with the
-// allocator's locks held (all of them: doc.go, Locking), in the order the events happen, from the
+// allocator's locks held (all of them: DESIGN.md, Locking), in the order the events happen, from the
 // goroutine whose call caused them: it must be quick and must not call the
 // allocator (that would deadlock). The Action is passed by value; keep a
 // copy, not a pointer.

@@ -8,6 +8,7 @@ package allocator
 import (
 	"slices"
 
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/stats"
 )
 
@@ -36,7 +37,7 @@ import (
 // or raises it in the world, or waits for a cut that counts the
 // operations waiting for it one after another. So the phase stats are
 // exact under concurrency as the others are: the peaks are those of the
-// order the stats follow (doc.go, Locking), for one goroutine the order
+// order the stats follow (DESIGN.md, Locking), for one goroutine the order
 // of its calls.
 //
 // Steps: MarkStep marks a step boundary (the start of a training step or
@@ -272,17 +273,17 @@ func (a *Allocator) checkPhasesLocked(bad func(format string, args ...any)) {
 	}
 	want := map[*shard][][2]int64{}
 	for _, sh := range a.shards {
-		sh.live.each(func(b *block) {
-			if int(b.phase) >= len(a.phases) {
-				bad("block %v has phase %d, which is not a phase", b.ptr, b.phase)
+		sh.live.Each(func(b *freeindex.Block) {
+			if int(b.Phase) >= len(a.phases) {
+				bad("block %v has phase %d, which is not a phase", b.Ptr, b.Phase)
 				return
 			}
 			w := want[sh]
-			if len(w) <= int(b.phase) {
-				w = append(w, make([][2]int64, int(b.phase)+1-len(w))...)
+			if len(w) <= int(b.Phase) {
+				w = append(w, make([][2]int64, int(b.Phase)+1-len(w))...)
 			}
-			w[b.phase][0] += int64(b.size)
-			w[b.phase][1]++
+			w[b.Phase][0] += int64(b.Size)
+			w[b.Phase][1]++
 			want[sh] = w
 		})
 	}

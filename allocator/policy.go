@@ -1,6 +1,6 @@
 // This file holds the allocation policies: the PyTorch-faithful default
 // and the opt-in low_fragmentation policy, its knobs, its state and the
-// few points where it joins the ladders of doc.go.
+// few points where it joins the ladders of DESIGN.md.
 
 package allocator
 
@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/internal/quote"
 )
@@ -20,7 +21,7 @@ type Policy uint8
 const (
 	// PolicyFaithful makes exactly PyTorch 2.6's decisions (the default).
 	PolicyFaithful Policy = iota
-	// PolicyLowFragmentation wastes less than PyTorch (see doc.go, "The
+	// PolicyLowFragmentation wastes less than PyTorch (see DESIGN.md, "The
 	// low_fragmentation policy"): expandable segments with finer pages,
 	// growth placed where it maps the fewest pages, free pages unmapped
 	// before the reserved high-water mark rises, and free blocks lent
@@ -43,7 +44,7 @@ func (p Policy) String() string {
 
 // LowFragConfig holds the knobs of the low_fragmentation policy. A zero
 // field takes its default; the knobs are ignored by the faithful policy.
-// doc.go ("The low_fragmentation policy") says what each part does and
+// DESIGN.md ("The low_fragmentation policy") says what each part does and
 // POLICY.md what it gains.
 type LowFragConfig struct {
 	// LargePage is the page of the large pool's expandable segments, a
@@ -160,9 +161,9 @@ type policyState struct {
 	// borrowed holds, for every allocated block lent to a stream other
 	// than its segment's, that stream (the caller's). The block is also
 	// recorded on it (Allocator.uses).
-	borrowed map[*block]device.Stream
+	borrowed map[*freeindex.Block]device.Stream
 	// waited is, per borrower, lender and pool, the pool's search count
-	// (pool.gcCalls) when the last wait of the borrower on the lender's
+	// (freeindex.Pool.GCCalls) when the last wait of the borrower on the lender's
 	// work was recorded.
 	waited map[lendKey]int64
 	// hostWaited holds the streams RecordStream has named: never lent to
@@ -193,7 +194,7 @@ func newPolicyState(cfg *Config) *policyState {
 		fitWindow:  orDefault(l.FitWindow, defaultFitWindow),
 		reclaim:    !l.NoReclaim,
 		lend:       !l.NoCrossStream,
-		borrowed:   make(map[*block]device.Stream),
+		borrowed:   make(map[*freeindex.Block]device.Stream),
 		waited:     make(map[lendKey]int64),
 		hostWaited: make(map[device.Stream]struct{}),
 	}
@@ -201,7 +202,7 @@ func newPolicyState(cfg *Config) *policyState {
 
 // userStreamLocked returns the stream b was handed out for: the stream
 // that borrowed it, or its own.
-func (a *Allocator) userStreamLocked(b *block) device.Stream {
+func (a *Allocator) userStreamLocked(b *freeindex.Block) device.Stream {
 	if a.pol != nil {
 		if a.pol.lending {
 			return a.pol.lendTo
@@ -210,7 +211,7 @@ func (a *Allocator) userStreamLocked(b *block) device.Stream {
 			return s
 		}
 	}
-	return b.stream
+	return b.Stream
 }
 
 // validatePolicy checks Policy and LowFrag.
@@ -353,12 +354,12 @@ func (p *confParser) parsePolicyKey(c *Config, key string) (ok bool, err error) 
 func (a *Allocator) checkPolicyLocked(bad func(format string, args ...any)) {
 	p := a.pol
 	for b, s := range p.borrowed {
-		if lb, _ := a.liveBlockLocked(b.ptr); !b.allocated || lb != b {
-			bad("lent block %v is not an allocated block", b.ptr)
+		if lb, _ := a.liveBlockLocked(b.Ptr); !b.Allocated || lb != b {
+			bad("lent block %v is not an allocated block", b.Ptr)
 			continue
 		}
-		if s == b.stream || !b.recorded || !slices.Contains(a.uses[b], s) {
-			bad("lent block %v (stream %d) is not recorded on the stream %d that borrowed it", b.ptr, b.stream, s)
+		if s == b.Stream || !b.Recorded || !slices.Contains(a.uses[b], s) {
+			bad("lent block %v (stream %d) is not recorded on the stream %d that borrowed it", b.Ptr, b.Stream, s)
 		}
 	}
 	if p.lending {
@@ -372,11 +373,11 @@ func (a *Allocator) checkPolicyLocked(bad func(format string, args ...any)) {
 	}
 	for _, s := range a.segments {
 		want := p.largePage
-		if s.pool.small {
+		if s.Pool.Small {
 			want = kSmallBuffer
 		}
-		if s.page != want {
-			bad("segment %v has pages of %d bytes, its pool's are %d", s.ptr, s.page, want)
+		if s.Page != want {
+			bad("segment %v has pages of %d bytes, its pool's are %d", s.Ptr, s.Page, want)
 		}
 	}
 }

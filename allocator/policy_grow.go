@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/stats"
 )
@@ -35,19 +36,19 @@ func policyVM(dev device.Device) device.VirtualMemory {
 // forms whole pages that growth reuses and reclaim unmaps in few calls
 // (address-ordered fits fragment less than pure best fit). The rule of
 // expandable segments follows. One search finds the best fit; the window
-// walks on from there, a size at a time (freeIndex.closeFit). The
+// walks on from there, a size at a time (freeindex.Index.CloseFit). The
 // caller checks that the block may serve the request.
-func (a *Allocator) policyFitLocked(x *freeIndex, size uint64) *block {
-	x.pool.gcCalls++
-	b := x.fit(size)
+func (a *Allocator) policyFitLocked(x *freeindex.Index, size uint64) *freeindex.Block {
+	x.Pool.GCCalls++
+	b := x.Fit(size)
 	if b == nil {
 		return nil
 	}
-	if window := a.pol.fitWindow; window > 1 && !x.pool.small {
-		b = x.closeFit(b, b.size+b.size/8, a.rule.servesBelow(size), window)
+	if window := a.pol.fitWindow; window > 1 && !x.Pool.Small {
+		b = x.CloseFit(b, b.Size+b.Size/8, a.rule.servesBelow(size), window)
 	}
-	if b.seg.expandable() {
-		b = expandableBestFit(x, b)
+	if b.Seg.Expandable() {
+		b = freeindex.ExpandableBestFit(x, b)
 	}
 	return b
 }
@@ -56,7 +57,7 @@ func (a *Allocator) policyFitLocked(x *freeIndex, size uint64) *block {
 // unmapped range u, which then merge with the free blocks beside them
 // into one block of at least the size asked.
 type placement struct {
-	u      *block
+	u      *freeindex.Block
 	off, n uint64
 	fresh  bool // u is the only block of a segment reserved for this growth
 }
@@ -69,7 +70,7 @@ type placement struct {
 // elsewhere; it maps up to mapAhead bytes more while that stays within
 // the slack. It returns a free block of at least size bytes, in the free
 // index.
-func (a *Allocator) policyGrowLocked(x *freeIndex, size uint64) (*block, error) {
+func (a *Allocator) policyGrowLocked(x *freeindex.Index, size uint64) (*freeindex.Block, error) {
 	pl, err := a.placeLocked(x, size)
 	if err != nil {
 		return nil, err
@@ -106,11 +107,11 @@ func (a *Allocator) policyGrowLocked(x *freeIndex, size uint64) (*block, error) 
 // the start of its range, backward when it maps the end.
 func (a *Allocator) mapAheadLocked(pl *placement, limit uint64) {
 	r := a.reservedLocked()
-	if r+pl.n >= limit || pl.n == pl.u.size {
+	if r+pl.n >= limit || pl.n == pl.u.Size {
 		return
 	}
-	page := pl.u.seg.page
-	extra := min(a.pol.mapAhead, limit-r-pl.n, pl.u.size-pl.n) / page * page
+	page := pl.u.Seg.Page
+	extra := min(a.pol.mapAhead, limit-r-pl.n, pl.u.Size-pl.n) / page * page
 	if pl.off > 0 {
 		extra = min(extra, pl.off)
 		pl.off -= extra
@@ -131,37 +132,37 @@ func (a *Allocator) dropPlacementLocked(pl placement) {
 // where the fewest bytes need mapping, counting the free blocks just
 // before and just after it (lowest address on a tie). With no range that
 // can hold the request it reserves a new segment.
-func (a *Allocator) placeLocked(x *freeIndex, size uint64) (placement, error) {
-	p, s := x.pool, x.stream
+func (a *Allocator) placeLocked(x *freeindex.Index, size uint64) (placement, error) {
+	p, s := x.Pool, x.Stream
 	var best placement
-	consider := func(u *block, off, n uint64) {
+	consider := func(u *freeindex.Block, off, n uint64) {
 		if best.u == nil || n < best.n {
 			best = placement{u: u, off: off, n: n}
 		}
 	}
-	a.key.stream, a.key.ptr = s, 0
-	p.unmapped.AscendGreaterOrEqual(&a.key, func(u *block) bool {
-		if u.stream != s {
+	a.key.Stream, a.key.Ptr = s, 0
+	p.Unmapped.AscendGreaterOrEqual(&a.key, func(u *freeindex.Block) bool {
+		if u.Stream != s {
 			return false
 		}
-		page := u.seg.page
+		page := u.Seg.Page
 		var before, after uint64
-		if u.prev != nil && u.prev.isFree() {
-			before = u.prev.size
+		if u.Prev != nil && u.Prev.IsFree() {
+			before = u.Prev.Size
 		}
-		if u.next != nil && u.next.isFree() {
-			after = u.next.size
+		if u.Next != nil && u.Next.IsFree() {
+			after = u.Next.Size
 		}
-		if n := pagesFor(size-min(before, size-1), page); n <= u.size {
+		if n := pagesFor(size-min(before, size-1), page); n <= u.Size {
 			consider(u, 0, n) // the free block before and the first pages
 		}
 		if after > 0 {
-			if n := pagesFor(size-min(after, size-1), page); n <= u.size {
-				consider(u, u.size-n, n) // the last pages and the free block after
+			if n := pagesFor(size-min(after, size-1), page); n <= u.Size {
+				consider(u, u.Size-n, n) // the last pages and the free block after
 			}
 		}
-		if before+u.size+after >= size {
-			consider(u, 0, u.size) // the whole range joins both
+		if before+u.Size+after >= size {
+			consider(u, 0, u.Size) // the whole range joins both
 		}
 		return best.n != page // nothing needs less than one page
 	})
@@ -169,7 +170,7 @@ func (a *Allocator) placeLocked(x *freeIndex, size uint64) (placement, error) {
 		return best, nil
 	}
 	page := a.pol.largePage
-	if p.small {
+	if p.Small {
 		page = kSmallBuffer
 	}
 	n := max(a.expandableReserve(page), pagesFor(size, page))
@@ -180,19 +181,19 @@ func (a *Allocator) placeLocked(x *freeIndex, size uint64) (placement, error) {
 		}
 		return placement{}, fmt.Errorf("allocator: device %d: reserving an expandable segment of %d bytes: %w", a.ordinal, n, err)
 	}
-	seg := &segment{ptr: ptr, size: n, stream: s, pool: p, free: x, page: page}
-	u := x.sh.newBlockLocked()
-	u.ptr, u.size, u.stream, u.pool, u.seg, u.unmapped = ptr, n, s, p, seg, true
-	seg.head = u
+	seg := &freeindex.Segment{Ptr: ptr, Size: n, Stream: s, Pool: p, Free: x, Page: page}
+	u := x.Spares.Get()
+	u.Ptr, u.Size, u.Stream, u.Pool, u.Seg, u.Unmapped = ptr, n, s, p, seg, true
+	seg.Head = u
 	a.segmentAddedLocked(seg)
-	p.unmapped.ReplaceOrInsert(u)
+	p.Unmapped.ReplaceOrInsert(u)
 	return placement{u: u, n: pagesFor(size, page), fresh: true}, nil
 }
 
 // A candidate is a free block that reclaimLocked may unmap, with the bytes
 // of the whole pages inside it.
 type candidate struct {
-	b     *block
+	b     *freeindex.Block
 	pages uint64
 }
 
@@ -203,43 +204,43 @@ func pagesFor(n, page uint64) uint64 { return (n + page - 1) / page * page }
 // with memory (off and n whole pages) and makes it a free block merged
 // with free neighbours, which it returns; the rest of u stays unmapped on
 // either side. On an error nothing changes.
-func (a *Allocator) mapRangeLocked(u *block, off, n uint64) (*block, error) {
-	seg, p := u.seg, u.pool
-	ptr := u.ptr + device.Ptr(off)
+func (a *Allocator) mapRangeLocked(u *freeindex.Block, off, n uint64) (*freeindex.Block, error) {
+	seg, p := u.Seg, u.Pool
+	ptr := u.Ptr + device.Ptr(off)
 	if err := a.vm.Map(ptr, n); err != nil {
 		if refused(err) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("allocator: device %d: mapping %d bytes at %v: %w", a.ordinal, n, ptr, err)
 	}
-	p.unmapped.Delete(u)
+	p.Unmapped.Delete(u)
 	a.routePagesLocked(seg, ptr, n, +1)
 	if off > 0 {
-		head := seg.free.sh.newBlockLocked()
-		head.ptr, head.size, head.stream, head.pool, head.seg, head.unmapped = u.ptr, off, u.stream, p, seg, true
-		u.linkBefore(head)
-		p.unmapped.ReplaceOrInsert(head)
-		u.ptr, u.size = ptr, u.size-off
+		head := seg.Free.Spares.Get()
+		head.Ptr, head.Size, head.Stream, head.Pool, head.Seg, head.Unmapped = u.Ptr, off, u.Stream, p, seg, true
+		u.LinkBefore(head)
+		p.Unmapped.ReplaceOrInsert(head)
+		u.Ptr, u.Size = ptr, u.Size-off
 	}
-	if n < u.size {
-		rest := seg.free.sh.newBlockLocked()
-		rest.ptr, rest.size, rest.stream, rest.pool, rest.seg, rest.unmapped = ptr+device.Ptr(n), u.size-n, u.stream, p, seg, true
-		u.linkAfter(rest)
-		p.unmapped.ReplaceOrInsert(rest)
-		u.size = n
+	if n < u.Size {
+		rest := seg.Free.Spares.Get()
+		rest.Ptr, rest.Size, rest.Stream, rest.Pool, rest.Seg, rest.Unmapped = ptr+device.Ptr(n), u.Size-n, u.Stream, p, seg, true
+		u.LinkAfter(rest)
+		p.Unmapped.ReplaceOrInsert(rest)
+		u.Size = n
 	}
-	u.unmapped = false
+	u.Unmapped = false
 	a.pagesMappedLocked(seg, ptr, n)
-	return seg.free.put(u), nil
+	return seg.Free.Put(u), nil
 }
 
 // wholePages returns the bytes of the whole pages inside the free
 // expandable block b.
-func wholePages(b *block) uint64 {
-	page := b.seg.page
-	off := uint64(b.ptr - b.seg.ptr)
+func wholePages(b *freeindex.Block) uint64 {
+	page := b.Seg.Page
+	off := uint64(b.Ptr - b.Seg.Ptr)
 	begin := (off + page - 1) / page
-	end := (off + b.size) / page
+	end := (off + b.Size) / page
 	if end <= begin {
 		return 0
 	}
@@ -258,19 +259,19 @@ func wholePages(b *block) uint64 {
 // to reuse it: unmapping it would be undone at once). The free blocks
 // beside keep, an unmapped range about to be mapped. It returns the bytes
 // unmapped; a device error leaves that block mapped.
-func (a *Allocator) reclaimLocked(x *freeIndex, want uint64, keep *block, bounded bool) uint64 {
+func (a *Allocator) reclaimLocked(x *freeindex.Index, want uint64, keep *freeindex.Block, bounded bool) uint64 {
 	list := a.pol.candidates[:0]
 	defer func() {
 		clear(list)
 		a.pol.candidates = list[:0]
 	}()
-	p := x.pool
+	p := x.Pool
 	// A block smaller than a page holds no whole page.
-	x.ascendAtLeast(keep.seg.page, func(b *block) bool {
-		if b == keep.prev || b == keep.next {
+	x.AscendAtLeast(keep.Seg.Page, func(b *freeindex.Block) bool {
+		if b == keep.Prev || b == keep.Next {
 			return true
 		}
-		if bounded && p.gcCalls-b.gcCountBase < a.pol.minAge {
+		if bounded && p.GCCalls-b.GCCountBase < a.pol.minAge {
 			return true // freed just now: the next requests are likely to reuse it
 		}
 		if n := wholePages(b); n > 0 {
@@ -286,9 +287,9 @@ func (a *Allocator) reclaimLocked(x *freeIndex, want uint64, keep *block, bounde
 				return -1
 			}
 			return 1
-		case x.b.ptr < y.b.ptr:
+		case x.b.Ptr < y.b.Ptr:
 			return -1
-		case x.b.ptr > y.b.ptr:
+		case x.b.Ptr > y.b.Ptr:
 			return 1
 		}
 		return 0

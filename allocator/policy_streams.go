@@ -5,6 +5,7 @@
 package allocator
 
 import (
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 )
 
@@ -50,39 +51,39 @@ import (
 // stream wait for the lender's work so far. It returns the block and the
 // free index it is in, or x and nil when lending is off, when no block
 // fits, or when an event call fails.
-func (a *Allocator) lendLocked(x *freeIndex, size uint64) (*freeIndex, *block) {
-	p, s := x.pool, x.stream
+func (a *Allocator) lendLocked(x *freeindex.Index, size uint64) (*freeindex.Index, *freeindex.Block) {
+	p, s := x.Pool, x.Stream
 	if !a.pol.lend || a.pol.hostWaitedLocked(s) {
 		return x, nil
 	}
-	var best *block
-	var from *freeIndex
+	var best *freeindex.Block
+	var from *freeindex.Index
 	// Any order: the best is the smallest, then lowest, block. The shards
 	// of their own one by one; the cold shard's streams through the cold
 	// view, from the request's size up, to the first that may serve (what
 	// may serve is a bound on the size, splitRule.servesBelow).
-	a.hotIndexesLocked(p, func(y *freeIndex) {
-		t := y.stream
+	a.hotIndexesLocked(p, func(y *freeindex.Index) {
+		t := y.Stream
 		if t == s || a.pol.hostWaitedLocked(t) {
 			return
 		}
-		b := y.fit(size)
-		if b == nil || !a.rule.mayServe(b.size, size) {
+		b := y.Fit(size)
+		if b == nil || !a.rule.mayServe(b.Size, size) {
 			return
 		}
-		if best == nil || b.size < best.size || b.size == best.size && b.ptr < best.ptr {
+		if best == nil || b.Size < best.Size || b.Size == best.Size && b.Ptr < best.Ptr {
 			best, from = b, y
 		}
 	})
-	p.cold.ascendLenders(size, func(b *block) bool {
+	p.Cold.AscendLenders(size, func(b *freeindex.Block) bool {
 		a.visited++
-		if !a.rule.mayServe(b.size, size) || best != nil && (b.size > best.size || b.size == best.size && b.ptr > best.ptr) {
+		if !a.rule.mayServe(b.Size, size) || best != nil && (b.Size > best.Size || b.Size == best.Size && b.Ptr > best.Ptr) {
 			return false
 		}
-		if b.stream == s {
+		if b.Stream == s {
 			return true
 		}
-		best, from = b, b.seg.free
+		best, from = b, b.Seg.Free
 		return false
 	})
 	if best == nil {
@@ -90,12 +91,12 @@ func (a *Allocator) lendLocked(x *freeIndex, size uint64) (*freeIndex, *block) {
 	}
 	// A wait made since best was freed covers it: a stream that borrows
 	// several blocks freed together waits once.
-	key := lendKey{borrower: s, lender: best.stream, small: p.small}
-	if at, ok := a.pol.waited[key]; !ok || at <= best.gcCountBase {
-		if !a.waitForLocked(s, best.stream) {
+	key := lendKey{borrower: s, lender: best.Stream, small: p.Small}
+	if at, ok := a.pol.waited[key]; !ok || at <= best.GCCountBase {
+		if !a.waitForLocked(s, best.Stream) {
 			return x, nil
 		}
-		a.pol.waited[key] = p.gcCalls
+		a.pol.waited[key] = p.GCCalls
 	}
 	a.pol.lent++
 	return from, best
@@ -129,14 +130,14 @@ func (a *Allocator) waitForLocked(s, t device.Stream) bool {
 // lentLocked records b, just handed out by takeLocked from another
 // stream's cache while pol.lending named s (so that observers see the
 // allocation on s), as lent to s.
-func (a *Allocator) lentLocked(b *block, s device.Stream) {
+func (a *Allocator) lentLocked(b *freeindex.Block, s device.Stream) {
 	a.pol.lending = false
 	a.pol.borrowed[b] = s
 	if a.uses == nil {
-		a.uses = make(map[*block][]device.Stream)
+		a.uses = make(map[*freeindex.Block][]device.Stream)
 	}
 	a.uses[b] = append(a.uses[b], s)
-	b.recorded = true
+	b.Recorded = true
 }
 
 // returnLentLocked is deferFreeLocked under the policy: if b was lent,
@@ -144,9 +145,9 @@ func (a *Allocator) lentLocked(b *block, s device.Stream) {
 // then waits only for the other streams b was recorded on. If that wait
 // cannot be made, the borrower stays recorded and the free waits for it
 // as for any recorded stream. On an error nothing changed.
-func (a *Allocator) returnLentLocked(b *block) (int, error) {
+func (a *Allocator) returnLentLocked(b *freeindex.Block) (int, error) {
 	s, ok := a.pol.borrowed[b]
-	if !ok || a.pol.hostWaitedLocked(b.stream) || !a.waitForLocked(b.stream, s) {
+	if !ok || a.pol.hostWaitedLocked(b.Stream) || !a.waitForLocked(b.Stream, s) {
 		n, err := a.deferFreeLocked(b)
 		if err == nil {
 			delete(a.pol.borrowed, b)
@@ -162,7 +163,7 @@ func (a *Allocator) returnLentLocked(b *block) (int, error) {
 	}
 	if len(rest) == 0 {
 		delete(a.uses, b)
-		b.recorded = false
+		b.Recorded = false
 		delete(a.pol.borrowed, b)
 		return 0, nil
 	}
@@ -187,8 +188,8 @@ func (a *Allocator) noteRecordedLocked(s device.Stream) {
 	if xs := a.coldIdx[s]; xs != nil {
 		for i := range xs {
 			x := &xs[i]
-			x.each(func(b *block) bool {
-				x.pool.cold.unlend(keyOf(b))
+			x.Each(func(b *freeindex.Block) bool {
+				x.Pool.Cold.Unlend(freeindex.KeyOf(b))
 				return true
 			})
 		}

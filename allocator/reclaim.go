@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 )
 
@@ -26,14 +27,14 @@ func refused(err error) bool { return err != nil && errors.Is(err, device.ErrOut
 // allocation, then releasing cached oversize blocks and retrying, then
 // releasing the whole cache and retrying. It returns a free block of at
 // least size bytes, or an *OutOfMemoryError, or another device error.
-func (a *Allocator) allocSlowLocked(x *freeIndex, size, requested uint64) (*block, error) {
+func (a *Allocator) allocSlowLocked(x *freeindex.Index, size, requested uint64) (*freeindex.Block, error) {
 	a.settleAllLocked() // the ladder below walks and changes every index
 	if a.gcActive {
 		a.garbageCollectLocked()
 	}
 	segSize := a.rule.segmentSize(size)
 	if a.refusesEarlyLocked(segSize) {
-		return nil, a.outOfMemoryLocked(requested, segSize, x.stream, nil)
+		return nil, a.outOfMemoryLocked(requested, segSize, x.Stream, nil)
 	}
 	b, err := a.growLocked(x, size, segSize)
 	if refused(err) && a.releaseOversizeLocked(x, size) {
@@ -48,7 +49,7 @@ func (a *Allocator) allocSlowLocked(x *freeIndex, size, requested uint64) (*bloc
 		if err == errOverCap {
 			err = nil // the cap refused without asking the device
 		}
-		return nil, a.outOfMemoryLocked(requested, segSize, x.stream, err)
+		return nil, a.outOfMemoryLocked(requested, segSize, x.Stream, err)
 	}
 	return b, err
 }
@@ -59,7 +60,7 @@ func (a *Allocator) allocSlowLocked(x *freeIndex, size, requested uint64) (*bloc
 // no index, a mapped one in the free index. A refusal for lack of memory
 // (by the device, or by the cap, which counts segSize bytes either way, as
 // PyTorch does) wraps device.ErrOutOfMemory.
-func (a *Allocator) growLocked(x *freeIndex, size, segSize uint64) (*block, error) {
+func (a *Allocator) growLocked(x *freeindex.Index, size, segSize uint64) (*freeindex.Block, error) {
 	if a.pol != nil && a.vm != nil {
 		return a.policyGrowLocked(x, size) // policy: placement and reclaim
 	}
@@ -74,7 +75,7 @@ func (a *Allocator) growLocked(x *freeIndex, size, segSize uint64) (*block, erro
 
 // newSegmentLocked asks the device for a segment of size bytes and returns
 // its one block, free and in no index.
-func (a *Allocator) newSegmentLocked(x *freeIndex, size uint64) (*block, error) {
+func (a *Allocator) newSegmentLocked(x *freeindex.Index, size uint64) (*freeindex.Block, error) {
 	ptr, err := a.dev.Malloc(size)
 	if err != nil {
 		if refused(err) {
@@ -82,29 +83,29 @@ func (a *Allocator) newSegmentLocked(x *freeIndex, size uint64) (*block, error) 
 		}
 		return nil, fmt.Errorf("allocator: device %d: allocating a %d-byte segment: %w", a.ordinal, size, err)
 	}
-	p, s := x.pool, x.stream
-	seg := &segment{ptr: ptr, size: size, stream: s, pool: p, free: x}
-	b := x.sh.newBlockLocked()
-	b.ptr, b.size, b.stream, b.pool, b.seg = ptr, size, s, p, seg
-	seg.head = b
+	p, s := x.Pool, x.Stream
+	seg := &freeindex.Segment{Ptr: ptr, Size: size, Stream: s, Pool: p, Free: x}
+	b := x.Spares.Get()
+	b.Ptr, b.Size, b.Stream, b.Pool, b.Seg = ptr, size, s, p, seg
+	seg.Head = b
 	a.segmentAddedLocked(seg)
-	a.routes.add(ptr, size, x.sh, +1)
+	a.routes.add(ptr, size, a.shardOf(x), +1)
 	a.segmentAllocatedLocked(seg)
 	return b, nil
 }
 
 // releaseSegmentLocked returns the segment of the free, unsplit block b to
 // the device. On a device error nothing changes.
-func (a *Allocator) releaseSegmentLocked(b *block) error {
-	seg := b.seg
-	if err := a.dev.Free(seg.ptr); err != nil {
-		return fmt.Errorf("allocator: device %d: releasing segment %v: %w", a.ordinal, seg.ptr, err)
+func (a *Allocator) releaseSegmentLocked(b *freeindex.Block) error {
+	seg := b.Seg
+	if err := a.dev.Free(seg.Ptr); err != nil {
+		return fmt.Errorf("allocator: device %d: releasing segment %v: %w", a.ordinal, seg.Ptr, err)
 	}
-	seg.free.remove(b)
+	seg.Free.Remove(b)
 	a.segmentRemovedLocked(seg)
-	a.routes.add(seg.ptr, seg.size, seg.free.sh, -1)
+	a.routes.add(seg.Ptr, seg.Size, a.shardOf(seg.Free), -1)
 	a.segmentFreedLocked(seg)
-	seg.free.sh.recycleLocked(b)
+	seg.Free.Spares.Put(b)
 	return nil
 }
 
@@ -123,10 +124,10 @@ func (a *Allocator) releaseCachedLocked() error {
 // segment, and unmaps the whole pages inside every free block of an
 // expandable segment, releasing the segment's address range once nothing
 // of it is mapped (PyTorch's release_blocks).
-func (a *Allocator) releasePoolLocked(p *pool) error {
+func (a *Allocator) releasePoolLocked(p *freeindex.Pool) error {
 	plain := a.wholeSegmentsLocked(p, a.collected[:0])
-	var mapped []*block
-	if p.unmapped != nil { // expandable segments: every free block is in one
+	var mapped []*freeindex.Block
+	if p.Unmapped != nil { // expandable segments: every free block is in one
 		mapped = a.pageBlocksLocked(p, nil)
 	}
 	a.examined += len(plain) + len(mapped)
@@ -155,32 +156,32 @@ func (a *Allocator) releasePoolLocked(p *pool) error {
 // max(size, max_split_size) if there is one, else oversize blocks from the
 // largest down until that many bytes are released. It does nothing without
 // max_split_size, and reports whether it released enough.
-func (a *Allocator) releaseOversizeLocked(x *freeIndex, size uint64) bool {
+func (a *Allocator) releaseOversizeLocked(x *freeindex.Index, size uint64) bool {
 	if a.rule.maxSplit == maxSplitNone {
 		return false
 	}
 	want := max(size, a.rule.maxSplit)
-	b := x.fit(want)
-	if b != nil && !b.seg.expandable() {
+	b := x.Fit(want)
+	if b != nil && !b.Seg.Expandable() {
 		return a.releaseSegmentLocked(b) == nil
 	}
 	// No single block is large enough: release oversize blocks from the
 	// largest down (expandable ones are passed over, not released).
 	list := a.collected[:0]
 	var total uint64
-	x.descendBelow(want, func(c *block) bool {
-		if total >= want || c.size < a.rule.maxSplit {
+	x.DescendBelow(want, func(c *freeindex.Block) bool {
+		if total >= want || c.Size < a.rule.maxSplit {
 			return false
 		}
-		if !c.seg.expandable() {
+		if !c.Seg.Expandable() {
 			list = append(list, c)
-			total += c.size
+			total += c.Size
 		}
 		return true
 	})
 	var released uint64
 	for _, c := range list {
-		n := c.size
+		n := c.Size
 		if a.releaseSegmentLocked(c) == nil {
 			released += n
 		}
@@ -204,14 +205,14 @@ func (a *Allocator) garbageCollectLocked() {
 	p := a.large
 	var totalAge int64
 	count := 0
-	ages := func(x *freeIndex) {
-		x.eachWhole(func(b *block) {
-			totalAge += p.gcCalls - b.gcCountBase
+	ages := func(x *freeindex.Index) {
+		x.EachWhole(func(b *freeindex.Block) {
+			totalAge += p.GCCalls - b.GCCountBase
 			count++
 		})
 	}
 	a.hotIndexesLocked(p, ages)
-	for _, x := range p.cold.wholes {
+	for _, x := range p.Cold.WholeIndexes() {
 		a.visited++
 		ages(x)
 	}
@@ -225,10 +226,10 @@ func (a *Allocator) garbageCollectLocked() {
 		freed = false
 		list := a.wholeSegmentsLocked(p, a.collected[:0])
 		for _, b := range list {
-			if float64(p.gcCalls-b.gcCountBase) < ageThreshold {
+			if float64(p.GCCalls-b.GCCountBase) < ageThreshold {
 				continue
 			}
-			age, n := p.gcCalls-b.gcCountBase, b.size
+			age, n := p.GCCalls-b.GCCountBase, b.Size
 			if a.releaseSegmentLocked(b) != nil {
 				continue
 			}
@@ -247,14 +248,14 @@ func (a *Allocator) garbageCollectLocked() {
 // every index settled.
 func (a *Allocator) largestFreeLocked() uint64 {
 	var largest uint64
-	for _, p := range [2]*pool{a.small, a.large} {
-		a.hotIndexesLocked(p, func(x *freeIndex) {
-			if b := x.largest(); b != nil {
-				largest = max(largest, b.size)
+	for _, p := range [2]*freeindex.Pool{a.small, a.large} {
+		a.hotIndexesLocked(p, func(x *freeindex.Index) {
+			if b := x.Largest(); b != nil {
+				largest = max(largest, b.Size)
 			}
 		})
-		if b := p.cold.largest(); b != nil {
-			largest = max(largest, b.size)
+		if b := p.Cold.Largest(); b != nil {
+			largest = max(largest, b.Size)
 		}
 	}
 	return largest

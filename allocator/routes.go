@@ -6,6 +6,7 @@ package allocator
 import (
 	"sync/atomic"
 
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 )
 
@@ -60,11 +61,11 @@ type routeTab struct {
 
 func newRouteTab(size int) *routeTab {
 	t := &routeTab{slots: make([]atomic.Uint64, size), mask: uint64(size - 1)}
-	t.shift = tableShift(size)
+	t.shift = freeindex.TableShift(size)
 	return t
 }
 
-func (t *routeTab) home(chunk uint64) uint64 { return fibHash(chunk, t.shift) }
+func (t *routeTab) home(chunk uint64) uint64 { return freeindex.FibHash(chunk, t.shift) }
 
 // lookup returns the id of the shard that owns the chunk of p, and true;
 // false when no shard or two do.

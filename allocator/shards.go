@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 )
 
@@ -38,13 +39,12 @@ type shard struct {
 	id     int // its place in Allocator.byID, for routes
 	stream device.Stream
 	cold   bool                 // the cold shard: its free is unused, its streams' indexes are in Allocator.coldIdx
-	free   [2]freeIndex         // by pool.idx
-	live   ptrTable             // its allocated blocks by address
+	free   [2]freeindex.Index   // by freeindex.Pool.Idx
+	live   freeindex.PtrTable   // its allocated blocks by address
 	st     [numRows]shardCounts // by stats.Metric, then oversizeA and oversizeS
 	ph     []phaseCount         // by phase id, while blocks are counted by phase; grown on use
-	spare  *block               // recycled block structs, linked through next
-	nspare int
-	steps  stepLog // live blocks at the last step boundary, and the changes since (steps.go)
+	spare  freeindex.Spares     // recycled block structs
+	steps  stepLog              // live blocks at the last step boundary, and the changes since (steps.go)
 
 	// activeImplied: nothing is pending and the active limits are at least
 	// the allocation limits, so an Alloc within its allocation limits is
@@ -82,12 +82,12 @@ func (a *Allocator) newShard(s device.Stream) *shard {
 	// buckets for the other pools: expandable segments, whose small-pool
 	// blocks can be larger than 2 MiB, and the policy, which reads the
 	// small pool's ages too.
-	small := kindLarge
+	small := freeindex.KindLarge
 	if a.vm == nil && a.pol == nil {
-		small = kindSmall
+		small = freeindex.KindSmall
 	}
-	sh.free[0].init(sh, s, a.small, small)
-	sh.free[1].init(sh, s, a.large, kindLarge)
+	sh.free[0].Init(sh.id, &sh.spare, s, a.small, small)
+	sh.free[1].Init(sh.id, &sh.spare, s, a.large, freeindex.KindLarge)
 	sh.activeImplied = true
 	return sh
 }
@@ -223,7 +223,7 @@ func (a *Allocator) lookupShard(s device.Stream) *shard {
 // allocate: a shard of their own while there are fewer than maxShards,
 // else a place in the cold shard. A new shard is not fast: the world
 // needs no lock of it.
-func (a *Allocator) indexesLocked(s device.Stream) *[2]freeIndex {
+func (a *Allocator) indexesLocked(s device.Stream) *[2]freeindex.Index {
 	if s == device.DefaultStream {
 		return &a.def.free
 	}
@@ -239,21 +239,21 @@ func (a *Allocator) indexesLocked(s device.Stream) *[2]freeIndex {
 	}
 	if a.cold == nil {
 		a.cold = &shard{id: len(*a.byID.Load()), cold: true, activeImplied: true}
-		a.coldIdx = make(map[device.Stream]*[2]freeIndex)
+		a.coldIdx = make(map[device.Stream]*[2]freeindex.Index)
 		a.shards = append(slices.Clip(a.shards), a.cold)
 		ids := append(slices.Clip(*a.byID.Load()), a.cold)
 		a.byID.Store(&ids)
 	}
-	xs := new([2]freeIndex)
-	xs[0].init(a.cold, s, a.small, kindTree)
-	xs[1].init(a.cold, s, a.large, kindTree)
+	xs := new([2]freeindex.Index)
+	xs[0].Init(a.cold.id, &a.cold.spare, s, a.small, freeindex.KindTree)
+	xs[1].Init(a.cold.id, &a.cold.spare, s, a.large, freeindex.KindTree)
 	a.coldIdx[s] = xs
 	return xs
 }
 
 // streamIndexesLocked returns the free indexes of stream s if it has
 // them, else nil.
-func (a *Allocator) streamIndexesLocked(s device.Stream) *[2]freeIndex {
+func (a *Allocator) streamIndexesLocked(s device.Stream) *[2]freeindex.Index {
 	if sh := a.lookupShard(s); sh != nil {
 		return &sh.free
 	}
@@ -297,25 +297,25 @@ func (a *Allocator) startRoutesLocked() {
 	a.routes.on = true
 	a.routes.owners = make(map[uint64]chunkOwners)
 	for _, seg := range a.segments {
-		if !seg.expandable() {
-			a.routes.add(seg.ptr, seg.size, seg.free.sh, +1)
+		if !seg.Expandable() {
+			a.routes.add(seg.Ptr, seg.Size, a.shardOf(seg.Free), +1)
 			continue
 		}
-		seg.mappedRuns(func(p device.Ptr, n uint64) { a.routePagesLocked(seg, p, n, +1) })
+		seg.MappedRuns(func(p device.Ptr, n uint64) { a.routePagesLocked(seg, p, n, +1) })
 	}
 	a.routes.rebuild()
 }
 
 // liveBlockLocked returns the allocated block at p and its shard, or nil;
 // it runs in the world.
-func (a *Allocator) liveBlockLocked(p device.Ptr) (*block, *shard) {
+func (a *Allocator) liveBlockLocked(p device.Ptr) (*freeindex.Block, *shard) {
 	if id, ok := a.routes.lookup(p); ok {
-		if sh := (*a.byID.Load())[id]; sh.live.get(p) != nil {
-			return sh.live.get(p), sh
+		if sh := (*a.byID.Load())[id]; sh.live.Get(p) != nil {
+			return sh.live.Get(p), sh
 		}
 	}
 	for _, sh := range a.shards {
-		if b := sh.live.get(p); b != nil {
+		if b := sh.live.Get(p); b != nil {
 			return b, sh
 		}
 	}
@@ -326,7 +326,10 @@ func (a *Allocator) liveBlockLocked(p device.Ptr) (*block, *shard) {
 func (a *Allocator) liveCountLocked() int {
 	n := 0
 	for _, sh := range a.shards {
-		n += sh.live.len()
+		n += sh.live.Len()
 	}
 	return n
 }
+
+// shardOf returns the shard of the free index x, whose lock guards it.
+func (a *Allocator) shardOf(x *freeindex.Index) *shard { return (*a.byID.Load())[x.Shard] }

@@ -7,17 +7,19 @@ package allocator
 import (
 	"math"
 	"math/bits"
+
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 )
 
 const (
-	kMinBlockSize  = 512      // every block is a multiple of this
-	kSmallSize     = 1 << 20  // largest request served by the small pool
-	kSmallBuffer   = 2 << 20  // segment size of the small pool
-	kMinLargeAlloc = 10 << 20 // requests below this share a large segment
-	kRoundLarge    = 2 << 20  // larger requests are rounded up to this for the device
-	kLargeBuffer   = 20 << 20 // the default large segment size: segments for 1-10 MiB requests
-	maxRequestSize = 1 << 60  // larger requests are refused outright (PyTorch's 1 EB guard)
-	mib            = 1 << 20  // one MiB
+	kMinBlockSize  = freeindex.MinBlockSize // every block is a multiple of this
+	kSmallSize     = 1 << 20                // largest request served by the small pool
+	kSmallBuffer   = freeindex.SmallBuffer  // segment size of the small pool
+	kMinLargeAlloc = 10 << 20               // requests below this share a large segment
+	kRoundLarge    = 2 << 20                // larger requests are rounded up to this for the device
+	kLargeBuffer   = 20 << 20               // the default large segment size: segments for 1-10 MiB requests
+	maxRequestSize = 1 << 60                // larger requests are refused outright (PyTorch's 1 EB guard)
+	mib            = 1 << 20                // one MiB
 	maxSplitNone   = math.MaxUint64
 )
 

@@ -75,28 +75,28 @@ func (a *Allocator) Snapshot() []SegmentInfo {
 		// An expandable segment is reported as one segment per run of
 		// mapped blocks, as PyTorch reports it.
 		var info *SegmentInfo
-		for b := s.head; b != nil; b = b.next {
-			if b.unmapped {
+		for b := s.Head; b != nil; b = b.Next {
+			if b.Unmapped {
 				info = nil
 				continue
 			}
 			if info == nil {
-				segs = append(segs, SegmentInfo{Ptr: b.ptr, Stream: s.stream, Pool: s.pool.stat, Expandable: s.expandable()})
+				segs = append(segs, SegmentInfo{Ptr: b.Ptr, Stream: s.Stream, Pool: s.Pool.Stat, Expandable: s.Expandable()})
 				info = &segs[len(segs)-1]
 			}
-			bi := BlockInfo{Ptr: b.ptr, Size: b.size, Requested: b.requested}
+			bi := BlockInfo{Ptr: b.Ptr, Size: b.Size, Requested: b.Requested}
 			switch {
-			case b.allocated:
+			case b.Allocated:
 				bi.State = BlockAllocated
-				info.Allocated += b.size
-			case !b.isFree():
+				info.Allocated += b.Size
+			case !b.IsFree():
 				bi.State = BlockPendingFree
 			}
 			if bi.State != BlockFree {
-				info.Active += b.size
-				info.Requested += b.requested
+				info.Active += b.Size
+				info.Requested += b.Requested
 			}
-			info.Size += b.size
+			info.Size += b.Size
 			info.Blocks = append(info.Blocks, bi)
 		}
 	}

@@ -4,6 +4,8 @@
 
 package allocator
 
+import "github.com/gpumem/gpumem/allocator/internal/freeindex"
+
 // A stepLog is one shard's count of its live (allocated) blocks by
 // (phase, requested size) at the last step boundary, and the changes
 // since: the ledger logs each block handed out (+1) and each free
@@ -30,9 +32,9 @@ type stepDelta struct {
 const minStepLog = 1024
 
 // note logs that b became live (d = +1) or stopped being so (-1).
-func (l *stepLog) note(b *block, d int64) {
+func (l *stepLog) note(b *freeindex.Block, d int64) {
 	if len(l.log) < l.limit {
-		l.log = append(l.log, stepDelta{leakKey{b.phase, b.requested}, d})
+		l.log = append(l.log, stepDelta{leakKey{b.Phase, b.Requested}, d})
 	} else {
 		l.lost = true
 	}
@@ -47,9 +49,9 @@ func (a *Allocator) markStepLocked() map[leakKey]int64 {
 		l := &sh.steps
 		if l.alive == nil || l.lost {
 			l.alive = make(map[leakKey]int64)
-			sh.live.each(func(b *block) {
+			sh.live.Each(func(b *freeindex.Block) {
 				a.examined++
-				l.alive[leakKey{b.phase, b.requested}]++
+				l.alive[leakKey{b.Phase, b.Requested}]++
 			})
 		} else {
 			for _, d := range l.log {
@@ -62,7 +64,7 @@ func (a *Allocator) markStepLocked() map[leakKey]int64 {
 		}
 		clear(l.log)
 		l.log, l.lost = l.log[:0], false
-		l.limit = max(minStepLog, 2*sh.live.len())
+		l.limit = max(minStepLog, 2*sh.live.Len())
 		for k, n := range l.alive {
 			total[k] += n
 		}
@@ -82,7 +84,7 @@ func (a *Allocator) checkStepsLocked(bad func(string, ...any)) {
 			continue // the next boundary counts the shard
 		}
 		want := make(map[leakKey]int64)
-		sh.live.each(func(b *block) { want[leakKey{b.phase, b.requested}]++ })
+		sh.live.Each(func(b *freeindex.Block) { want[leakKey{b.Phase, b.Requested}]++ })
 		got := make(map[leakKey]int64, len(l.alive))
 		for k, n := range l.alive {
 			got[k] = n

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 )
 
@@ -88,7 +89,7 @@ func TestMarkStepCountsMatchAWalk(t *testing.T) {
 			a.steps.Record(got)
 			want := make(map[leakKey]int64)
 			for _, sh := range a.shards {
-				sh.live.each(func(b *block) { want[leakKey{b.phase, b.requested}]++ })
+				sh.live.Each(func(b *freeindex.Block) { want[leakKey{b.Phase, b.Requested}]++ })
 			}
 			a.unlockAll()
 			assert.Equal(t, want, got, "boundary %d", step)
@@ -152,7 +153,7 @@ func TestMarkStepUnderConcurrency(t *testing.T) {
 	got := a.markStepLocked()
 	want := make(map[leakKey]int64)
 	for _, sh := range a.shards {
-		sh.live.each(func(b *block) { want[leakKey{b.phase, b.requested}]++ })
+		sh.live.Each(func(b *freeindex.Block) { want[leakKey{b.Phase, b.Requested}]++ })
 	}
 	a.unlockAll()
 	assert.Equal(t, want, got)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 )
 
@@ -60,12 +61,12 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 		return nil
 	}
 	if a.uses == nil {
-		a.uses = make(map[*block][]device.Stream)
+		a.uses = make(map[*freeindex.Block][]device.Stream)
 	}
 	if u := a.uses[b]; !slices.Contains(u, s) {
 		a.uses[b] = append(u, s)
 	}
-	b.recorded = true
+	b.Recorded = true
 	if a.pol != nil {
 		a.noteRecordedLocked(s) // policy: no lending to or from s
 	}
@@ -77,25 +78,25 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 // was used on, and returns how many are now outstanding: 0 when b was
 // recorded on no other stream, or when the events could not be recorded
 // and the streams were synchronized instead. On an error nothing changed.
-func (a *Allocator) deferFreeLocked(b *block) (int, error) {
-	if !b.recorded {
+func (a *Allocator) deferFreeLocked(b *freeindex.Block) (int, error) {
+	if !b.Recorded {
 		return 0, nil
 	}
 	n, err := a.events.Record(b, a.uses[b])
 	if err != nil {
-		return 0, fmt.Errorf("allocator: free %v on device %d: %w", b.ptr, a.ordinal, err)
+		return 0, fmt.Errorf("allocator: free %v on device %d: %w", b.Ptr, a.ordinal, err)
 	}
 	delete(a.uses, b)
-	b.recorded = false
+	b.Recorded = false
 	return n, nil
 }
 
 // eventDoneLocked counts one finished event of b's pending free, and
 // completes the free after the last.
-func (a *Allocator) eventDoneLocked(b *block) {
-	b.eventCount--
-	if b.eventCount == 0 {
-		a.finishFreeLocked(b, false)
+func (a *Allocator) eventDoneLocked(b *freeindex.Block) {
+	b.EventCount--
+	if b.EventCount == 0 {
+		a.finishFreeLocked(a.shardOf(b.Seg.Free), b, false)
 	}
 }
 

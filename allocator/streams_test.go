@@ -115,14 +115,14 @@ func TestRecordEventFailureFallsBackToSynchronize(t *testing.T) {
 	// An unknown stream cannot be recorded: make the device refuse by
 	// recording a stream the device does not know.
 	a.mu.Lock()
-	a.uses[a.def.live.get(p)] = append(a.uses[a.def.live.get(p)], 77)
+	a.uses[a.def.live.Get(p)] = append(a.uses[a.def.live.Get(p)], 77)
 	a.mu.Unlock()
 	err := a.Free(p)
 	require.Error(t, err, "neither an event nor a synchronization is possible on stream 77")
 	assert.ErrorIs(t, err, device.ErrInvalidStream)
 	assert.EqualValues(t, 1, get(t, a, "allocation.all.current"), "the failed free changed nothing")
 	a.mu.Lock()
-	a.uses[a.def.live.get(p)] = a.uses[a.def.live.get(p)][:1]
+	a.uses[a.def.live.Get(p)] = a.uses[a.def.live.Get(p)][:1]
 	a.mu.Unlock()
 	mustFree(t, a, p)
 }

@@ -1,10 +1,10 @@
-// This file holds ptrTable, the map from address to allocated block.
+// This file holds PtrTable, the map from address to allocated block.
 
-package allocator
+package freeindex
 
 import "github.com/gpumem/gpumem/device"
 
-// ptrTable maps the address of every allocated block to the block. It is
+// PtrTable maps the address of every allocated block to the block. It is
 // an open-addressing hash table with linear probing and backward-shift
 // deletion, kept at most half full: a lookup touches one or two slots, and
 // in steady state (as many frees as allocations) it neither grows nor
@@ -13,8 +13,8 @@ import "github.com/gpumem/gpumem/device"
 // delete. A nil slot is empty. Each shard has one, guarded by its lock.
 // A slot holds only the block pointer (the key is the
 // block's address field), so the table costs 8 bytes a slot.
-type ptrTable struct {
-	slots []*block // a block's key is its own ptr field
+type PtrTable struct {
+	slots []*Block // a block's key is its own ptr field
 	mask  uint64
 	shift uint8
 	n     int
@@ -23,38 +23,38 @@ type ptrTable struct {
 
 const ptrTableMinSize = 64
 
-func (t *ptrTable) init(size int) {
-	t.slots = make([]*block, size)
+func (t *PtrTable) init(size int) {
+	t.slots = make([]*Block, size)
 	t.mask = uint64(size - 1)
-	t.shift = tableShift(size)
+	t.shift = TableShift(size)
 	t.n = 0
 	t.limit = size / 2
 }
 
 // home is the slot a pointer hashes to. Block addresses are multiples of
 // 512, so the low bits carry no information.
-func (t *ptrTable) home(p device.Ptr) uint64 { return fibHash(uint64(p)>>9, t.shift) }
+func (t *PtrTable) home(p device.Ptr) uint64 { return FibHash(uint64(p)>>9, t.shift) }
 
-// get returns the block at p, or nil.
-func (t *ptrTable) get(p device.Ptr) *block {
+// Get returns the block at p, or nil.
+func (t *PtrTable) Get(p device.Ptr) *Block {
 	if t.n == 0 {
 		return nil
 	}
 	for i := t.home(p); ; i = (i + 1) & t.mask {
 		b := t.slots[i]
-		if b == nil || b.ptr == p {
+		if b == nil || b.Ptr == p {
 			return b
 		}
 	}
 }
 
-// put adds b, whose address is not in the table, under its address.
-func (t *ptrTable) put(b *block) {
+// Put adds b, whose address is not in the table, under its address.
+func (t *PtrTable) Put(b *Block) {
 	if t.n >= t.limit {
 		t.grow()
 	}
 	mask := t.mask
-	i := t.home(b.ptr)
+	i := t.home(b.Ptr)
 	for t.slots[i] != nil {
 		i = (i + 1) & mask
 	}
@@ -62,21 +62,21 @@ func (t *ptrTable) put(b *block) {
 	t.n++
 }
 
-// remove deletes the entry at p and returns its block, or nil. It shifts
+// Remove deletes the entry at p and returns its block, or nil. It shifts
 // later entries of the probe run back so that no tombstones accumulate.
-func (t *ptrTable) remove(p device.Ptr) *block {
+func (t *PtrTable) Remove(p device.Ptr) *Block {
 	if t.n == 0 {
 		return nil
 	}
 	slots, mask := t.slots, t.mask
 	i := t.home(p)
-	var b *block
+	var b *Block
 	for {
 		b = slots[i&mask]
 		if b == nil {
 			return nil
 		}
-		if b.ptr == p {
+		if b.Ptr == p {
 			break
 		}
 		i++
@@ -89,7 +89,7 @@ func (t *ptrTable) remove(p device.Ptr) *block {
 		if s == nil {
 			break
 		}
-		if (j-t.home(s.ptr))&mask >= (j-hole)&mask {
+		if (j-t.home(s.Ptr))&mask >= (j-hole)&mask {
 			slots[hole] = s
 			hole = j
 		}
@@ -99,7 +99,7 @@ func (t *ptrTable) remove(p device.Ptr) *block {
 	return b
 }
 
-func (t *ptrTable) grow() {
+func (t *PtrTable) grow() {
 	if t.slots == nil {
 		t.init(ptrTableMinSize)
 		return
@@ -108,16 +108,16 @@ func (t *ptrTable) grow() {
 	t.init(2 * len(old))
 	for _, b := range old {
 		if b != nil {
-			t.put(b)
+			t.Put(b)
 		}
 	}
 }
 
-// len returns the number of entries.
-func (t *ptrTable) len() int { return t.n }
+// Len returns the number of entries.
+func (t *PtrTable) Len() int { return t.n }
 
-// each calls f for every block in the table, in no particular order.
-func (t *ptrTable) each(f func(*block)) {
+// Each calls f for every block in the table, in no particular order.
+func (t *PtrTable) Each(f func(*Block)) {
 	for _, b := range t.slots {
 		if b != nil {
 			f(b)

@@ -1,7 +1,7 @@
 // This file holds the structural check of freeTree, for the invariant
 // checker.
 
-package allocator
+package freeindex
 
 // check verifies the tree's structure and returns a description of the
 // first fault found, or "".
@@ -49,7 +49,7 @@ func (t *freeTree) check() string {
 	return ""
 }
 
-func (t *freeTree) checkInner(n *treeInner, depth int, lo, hi *treeKey, leaves *[]*treeLeaf) string {
+func (t *freeTree) checkInner(n *treeInner, depth int, lo, hi *Key, leaves *[]*treeLeaf) string {
 	if n.n < 2 || n.n > treeOrder || (n != t.root && n.n < treeMinFill) {
 		return "an inner node has too few or too many children"
 	}
@@ -88,13 +88,13 @@ func (t *freeTree) checkInner(n *treeInner, depth int, lo, hi *treeKey, leaves *
 	return ""
 }
 
-func checkLeafKeys(l *treeLeaf, lo, hi *treeKey) string {
+func checkLeafKeys(l *treeLeaf, lo, hi *Key) string {
 	if l.n == 0 || l.n > treeOrder {
 		return "a leaf is empty or overfull"
 	}
 	for i := 0; i < l.n; i++ {
 		k := l.keys[i]
-		if b := l.vals[i]; b == nil || keyOf(b) != k {
+		if b := l.vals[i]; b == nil || KeyOf(b) != k {
 			return "a leaf key does not match its block"
 		}
 		if i > 0 && !l.keys[i-1].less(k) {

@@ -3,7 +3,7 @@
 // size, each a heap by address, found through a bitmap in three levels
 // and a hash table of the sizes in use.
 
-package allocator
+package freeindex
 
 import (
 	"math/bits"
@@ -11,9 +11,9 @@ import (
 )
 
 const (
-	largeClasses = 1 << 18                      // sizes 512 B to 128 MiB
-	largeWords   = largeClasses / 64            // words of the first level of the bitmap
-	maxLargeSize = largeClasses * kMinBlockSize // larger free blocks go to the tree
+	largeClasses = 1 << 18                     // sizes 512 B to 128 MiB
+	largeWords   = largeClasses / 64           // words of the first level of the bitmap
+	maxLargeSize = largeClasses * MinBlockSize // larger free blocks go to the tree
 )
 
 // largeBuckets indexes the large pool's free blocks of at most 128 MiB by
@@ -38,17 +38,17 @@ type largeBuckets struct {
 	tab   []bucket // a power of two of slots, at most half full
 	shift uint8
 	used  int
-	spare [][]*block // heaps of classes that emptied, kept for reuse
+	spare [][]*Block // heaps of classes that emptied, kept for reuse
 	n     int
 
-	frontier []*block // ascendHeap's, kept for the next walk
+	frontier []*Block // ascendHeap's, kept for the next walk
 }
 
 // A bucket is one class's blocks; a zero class marks an empty slot.
 type bucket struct {
 	class int32 // class + 1
-	first *block
-	heap  []*block // two blocks or more: all of them, a heap by address
+	first *Block
+	heap  []*Block // two blocks or more: all of them, a heap by address
 }
 
 // classBit returns the word of l0 and the bit of class c.
@@ -98,7 +98,7 @@ func (s *largeBuckets) lastBelow(c int) int {
 
 // fit returns the free block of the lowest (size, address) with at least
 // size bytes (at most 128 MiB), or nil.
-func (s *largeBuckets) fit(size uint64) *block {
+func (s *largeBuckets) fit(size uint64) *Block {
 	c := s.firstAtLeast(classOf(size))
 	if c < 0 {
 		return nil
@@ -107,14 +107,14 @@ func (s *largeBuckets) fit(size uint64) *block {
 }
 
 // last returns a block of the largest size, or nil.
-func (s *largeBuckets) last() *block {
+func (s *largeBuckets) last() *Block {
 	if c := s.lastBelow(largeClasses); c >= 0 {
 		return s.find(c).first
 	}
 	return nil
 }
 
-func (s *largeBuckets) home(c int32) int { return int(fibHash(uint64(c), s.shift)) }
+func (s *largeBuckets) home(c int32) int { return int(FibHash(uint64(c), s.shift)) }
 
 // find returns the bucket of class c, which holds blocks.
 func (s *largeBuckets) find(c int) *bucket { return &s.tab[s.slot(c)] }
@@ -138,8 +138,8 @@ func (s *largeBuckets) slot(c int) int {
 }
 
 // insert adds b to its class.
-func (s *largeBuckets) insert(b *block) {
-	c := classOf(b.size)
+func (s *largeBuckets) insert(b *Block) {
+	c := classOf(b.Size)
 	s.n++
 	w, bit := classBit(c)
 	if s.l0[w]&bit != 0 {
@@ -172,19 +172,19 @@ func (s *largeBuckets) insert(b *block) {
 }
 
 // newHeap returns an empty slice for a class's heap, reused when possible.
-func (s *largeBuckets) newHeap() []*block {
+func (s *largeBuckets) newHeap() []*Block {
 	if n := len(s.spare); n > 0 {
 		h := s.spare[n-1]
 		s.spare[n-1] = nil
 		s.spare = s.spare[:n-1]
 		return h
 	}
-	return make([]*block, 0, 4)
+	return make([]*Block, 0, 4)
 }
 
 // remove takes b out of its class.
-func (s *largeBuckets) remove(b *block) {
-	c := classOf(b.size)
+func (s *largeBuckets) remove(b *Block) {
+	c := classOf(b.Size)
 	s.n--
 	slot := s.slot(c)
 	bk := &s.tab[slot]
@@ -238,7 +238,7 @@ func (s *largeBuckets) grow() {
 	old := s.tab
 	size := max(2*len(old), 16)
 	s.tab = make([]bucket, size)
-	s.shift = tableShift(size)
+	s.shift = TableShift(size)
 	mask := size - 1
 	for _, bk := range old {
 		if bk.class != 0 {
@@ -253,7 +253,7 @@ func (s *largeBuckets) grow() {
 
 // each calls f on every block, by class (in table order) and in heap order
 // within a class, until f returns false.
-func (s *largeBuckets) each(f func(*block) bool) {
+func (s *largeBuckets) each(f func(*Block) bool) {
 	for _, bk := range s.tab {
 		if bk.class == 0 {
 			continue
@@ -277,7 +277,7 @@ func (s *largeBuckets) each(f func(*block) bool) {
 // reports whether f never did. A class's heap is read in address order
 // through a frontier (ascendHeap), so that a walk that stops after k
 // blocks of a class costs O(k log k), however many it holds.
-func (s *largeBuckets) ascendFrom(c int, f func(*block) bool) bool {
+func (s *largeBuckets) ascendFrom(c int, f func(*Block) bool) bool {
 	for ; c >= 0; c = s.firstAtLeast(c + 1) {
 		bk := s.find(c)
 		h := bk.heap
@@ -295,23 +295,23 @@ func (s *largeBuckets) ascendFrom(c int, f func(*block) bool) bool {
 	return true
 }
 
-// closeFit is the policy's close fit over the classes from c up: it
+// CloseFit is the policy's close fit over the classes from c up: it
 // visits the lowest address of each class in order, counting the
 // class's blocks, while the class's size is at most limit and fewer than
 // window blocks were counted, and returns the block of the lowest address
 // visited whose size is below below, or best if none is lower; the
 // blocks counted; and whether the walk ended here (a size above limit,
 // or the window full) rather than at the last class.
-func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *block) (*block, int, bool) {
+func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *Block) (*Block, int, bool) {
 	n := 0
 	for c >= 0 {
-		size := uint64(c+1) * kMinBlockSize
+		size := uint64(c+1) * MinBlockSize
 		if size > limit {
 			return best, n, true
 		}
 		bk := s.find(c)
 		n += max(1, len(bk.heap))
-		if size < below && bk.first.ptr < best.ptr {
+		if size < below && bk.first.Ptr < best.Ptr {
 			best = bk.first
 		}
 		if n >= window {
@@ -330,7 +330,7 @@ func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *bl
 // by address of the blocks of h whose parents were visited: the lowest is
 // the next; visited, it gives way to its children, found by its position
 // in h (heapIdx, which the frontier's moves leave alone).
-func (s *largeBuckets) ascendHeap(h []*block, f func(*block) bool) bool {
+func (s *largeBuckets) ascendHeap(h []*Block, f func(*Block) bool) bool {
 	fr := append(s.frontier[:0], h[0])
 	defer func() { clear(fr[:cap(fr)]); s.frontier = fr[:0] }()
 	for len(fr) > 0 {
@@ -359,9 +359,9 @@ func (s *largeBuckets) ascendHeap(h []*block, f func(*block) bool) bool {
 	return true
 }
 
-// descendBelow calls f on the blocks of classes below class c, from the
+// DescendBelow calls f on the blocks of classes below class c, from the
 // largest down and by address down within a class, until f returns false.
-func (s *largeBuckets) descendBelow(c int, f func(*block) bool) {
+func (s *largeBuckets) descendBelow(c int, f func(*Block) bool) {
 	for c = s.lastBelow(c); c >= 0; c = s.lastBelow(c) {
 		bk := s.find(c)
 		if len(bk.heap) == 0 {
@@ -371,7 +371,7 @@ func (s *largeBuckets) descendBelow(c int, f func(*block) bool) {
 			continue
 		}
 		h := slices.Clone(bk.heap)
-		slices.SortFunc(h, func(x, y *block) int { return -cmpPtr(x, y) })
+		slices.SortFunc(h, func(x, y *Block) int { return -cmpPtr(x, y) })
 		for _, b := range h {
 			if !f(b) {
 				return
@@ -380,11 +380,11 @@ func (s *largeBuckets) descendBelow(c int, f func(*block) bool) {
 	}
 }
 
-func cmpPtr(x, y *block) int {
+func cmpPtr(x, y *Block) int {
 	switch {
-	case x.ptr < y.ptr:
+	case x.Ptr < y.Ptr:
 		return -1
-	case x.ptr > y.ptr:
+	case x.Ptr > y.Ptr:
 		return 1
 	}
 	return 0
@@ -406,20 +406,20 @@ func (s *largeBuckets) check() string {
 		if s.slot(c) != i {
 			return "a class is not where a lookup finds it"
 		}
-		if bk.first == nil || classOf(bk.first.size) != c {
+		if bk.first == nil || classOf(bk.first.Size) != c {
 			return "a bucket's first block is of another size"
 		}
 		if len(bk.heap) == 1 || len(bk.heap) > 0 && bk.heap[0] != bk.first {
 			return "a size bucket's heap and its first block disagree"
 		}
 		for j, b := range bk.heap {
-			if b == nil || classOf(b.size) != c {
+			if b == nil || classOf(b.Size) != c {
 				return "a block is in the bucket of another size"
 			}
 			if int(b.heapIdx) != j {
 				return "a block's heap position is wrong"
 			}
-			if j > 0 && bk.heap[(j-1)/2].ptr > b.ptr {
+			if j > 0 && bk.heap[(j-1)/2].Ptr > b.Ptr {
 				return "a size bucket is not a heap by address"
 			}
 		}

@@ -1,4 +1,4 @@
-package allocator
+package freeindex
 
 import (
 	"cmp"
@@ -14,20 +14,20 @@ import (
 // with large buckets (classes of many blocks, read in address order from
 // their heaps, then the tree above 128 MiB) and of a tree-only index
 // against a sorted list of the same blocks: ascendFrom visits every block
-// from a best fit on in (size, address) order, ascendAtLeast the blocks of at
-// least a size, closeFit the lowest address among close fits. A walk
+// from a best fit on in (size, address) order, AscendAtLeast the blocks of at
+// least a size, CloseFit the lowest address among close fits. A walk
 // stopped early stops where it was told.
 func TestIndexWalksFollowTheOrder(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		p := &pool{idx: 1}
-		seg := &segment{page: kSmallBuffer} // expandable: no list of whole segments
-		var x freeIndex
-		kind := kindLarge
+		p := &Pool{Idx: 1}
+		seg := &Segment{Page: SmallBuffer} // expandable: no list of whole segments
+		var x Index
+		kind := KindLarge
 		if rapid.Bool().Draw(t, "treeOnly") {
-			kind = kindTree
+			kind = KindTree
 		}
-		x.init(nil, 0, p, kind)
-		var live []*block
+		x.Init(0, new(Spares), 0, p, kind)
+		var live []*Block
 		// Few sizes and many addresses, so that classes hold several
 		// blocks; some sizes above 128 MiB, in the tree.
 		sizes := []uint64{512, 1024, 4096, 2 << 20, 2<<20 + 512, 20 << 20, maxLargeSize, maxLargeSize + 512, 1 << 30}
@@ -35,8 +35,8 @@ func TestIndexWalksFollowTheOrder(t *testing.T) {
 		for i, n := 0, rapid.IntRange(0, 200).Draw(t, "ops"); i < n; i++ {
 			if len(live) > 0 && rapid.IntRange(0, 3).Draw(t, "remove") == 0 {
 				j := rapid.IntRange(0, len(live)-1).Draw(t, "victim")
-				x.remove(live[j])
-				delete(used, live[j].ptr)
+				x.Remove(live[j])
+				delete(used, live[j].Ptr)
 				live = slices.Delete(live, j, j+1)
 				continue
 			}
@@ -45,32 +45,32 @@ func TestIndexWalksFollowTheOrder(t *testing.T) {
 				continue
 			}
 			used[ptr] = true
-			b := &block{ptr: ptr, size: rapid.SampledFrom(sizes).Draw(t, "size"), seg: seg, pool: p}
-			x.insert(b)
+			b := &Block{Ptr: ptr, Size: rapid.SampledFrom(sizes).Draw(t, "size"), Seg: seg, Pool: p}
+			x.Insert(b)
 			live = append(live, b)
 		}
 		want := slices.Clone(live)
-		slices.SortFunc(want, func(a, b *block) int {
-			return cmp.Or(cmp.Compare(a.size, b.size), cmp.Compare(a.ptr, b.ptr))
+		slices.SortFunc(want, func(a, b *Block) int {
+			return cmp.Or(cmp.Compare(a.Size, b.Size), cmp.Compare(a.Ptr, b.Ptr))
 		})
 		if len(want) == 0 {
 			return
 		}
 		size := rapid.SampledFrom(sizes).Draw(t, "from")
-		i, _ := slices.BinarySearchFunc(want, size, func(b *block, s uint64) int { return cmp.Compare(b.size, s) })
+		i, _ := slices.BinarySearchFunc(want, size, func(b *Block, s uint64) int { return cmp.Compare(b.Size, s) })
 		if i == len(want) {
-			if x.fit(size) != nil {
+			if x.Fit(size) != nil {
 				t.Fatalf("fit(%d) found a block; none is that large", size)
 			}
 			return
 		}
-		first := x.fit(size)
+		first := x.Fit(size)
 		if first != want[i] {
-			t.Fatalf("fit(%d) = %v+%d, want %v+%d", size, first.ptr, first.size, want[i].ptr, want[i].size)
+			t.Fatalf("fit(%d) = %v+%d, want %v+%d", size, first.Ptr, first.Size, want[i].Ptr, want[i].Size)
 		}
 		stop := rapid.IntRange(1, len(want)-i+1).Draw(t, "stop")
-		var got []*block
-		x.ascendFrom(first, func(b *block) bool {
+		var got []*Block
+		x.ascendFrom(first, func(b *Block) bool {
 			got = append(got, b)
 			return len(got) < stop
 		})
@@ -78,32 +78,32 @@ func TestIndexWalksFollowTheOrder(t *testing.T) {
 			t.Fatalf("ascendFrom visited %d blocks out of order or not all (want %d)", len(got), len(exp))
 		}
 		got = got[:0]
-		x.ascendAtLeast(size, func(b *block) bool { got = append(got, b); return true })
+		x.AscendAtLeast(size, func(b *Block) bool { got = append(got, b); return true })
 		if !slices.Equal(got, want[i:]) {
 			t.Fatalf("ascendAtLeast(%d) visited %v, want %v", size, keys(got), keys(want[i:]))
 		}
-		// closeFit against the rule it states, on the sorted list.
-		limit := first.size + rapid.Uint64Range(0, first.size).Draw(t, "slack")
+		// CloseFit against the rule it states, on the sorted list.
+		limit := first.Size + rapid.Uint64Range(0, first.Size).Draw(t, "slack")
 		below := rapid.SampledFrom(sizes).Draw(t, "below")
 		window := rapid.IntRange(1, 20).Draw(t, "window")
 		best := first
-		for j, n := i, 0; j < len(want) && n < window && want[j].size <= limit; j++ {
+		for j, n := i, 0; j < len(want) && n < window && want[j].Size <= limit; j++ {
 			n++
-			if c := want[j]; c.size < below && c.ptr < best.ptr {
+			if c := want[j]; c.Size < below && c.Ptr < best.Ptr {
 				best = c
 			}
 		}
-		if got := x.closeFit(first, limit, below, window); got != best {
-			t.Fatalf("closeFit(limit %d, below %d, window %d) = %v, want %v", limit, below, window, keyOf(got), keyOf(best))
+		if got := x.CloseFit(first, limit, below, window); got != best {
+			t.Fatalf("closeFit(limit %d, below %d, window %d) = %v, want %v", limit, below, window, KeyOf(got), KeyOf(best))
 		}
 	})
 }
 
 // keys lists the (size, address) of blocks, for messages.
-func keys(bs []*block) []treeKey {
-	out := make([]treeKey, len(bs))
+func keys(bs []*Block) []Key {
+	out := make([]Key, len(bs))
 	for i, b := range bs {
-		out[i] = keyOf(b)
+		out[i] = KeyOf(b)
 	}
 	return out
 }

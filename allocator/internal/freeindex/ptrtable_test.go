@@ -1,4 +1,4 @@
-package allocator
+package freeindex
 
 import (
 	"testing"
@@ -8,13 +8,13 @@ import (
 	"github.com/gpumem/gpumem/device"
 )
 
-// TestPtrTableMatchesMap drives ptrTable and a Go map with the same random
+// TestPtrTableMatchesMap drives PtrTable and a Go map with the same random
 // operations, with addresses drawn from a small range so that probe runs
 // collide and wrap, and requires identical answers.
 func TestPtrTableMatchesMap(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		var tab ptrTable
-		ref := map[device.Ptr]*block{}
+		var tab PtrTable
+		ref := map[device.Ptr]*Block{}
 		ptr := rapid.Custom(func(t *rapid.T) device.Ptr {
 			return device.Ptr(rapid.IntRange(1, 300).Draw(t, "slot")) << 9
 		})
@@ -25,21 +25,21 @@ func TestPtrTableMatchesMap(t *testing.T) {
 				if ref[p] != nil {
 					break // put takes addresses that are not in the table
 				}
-				b := &block{ptr: p}
-				tab.put(b)
+				b := &Block{Ptr: p}
+				tab.Put(b)
 				ref[p] = b
 			case 1:
-				if got, want := tab.remove(p), ref[p]; got != want {
+				if got, want := tab.Remove(p), ref[p]; got != want {
 					t.Fatalf("remove(%v) = %p, want %p", p, got, want)
 				}
 				delete(ref, p)
 			case 2:
-				if got, want := tab.get(p), ref[p]; got != want {
+				if got, want := tab.Get(p), ref[p]; got != want {
 					t.Fatalf("get(%v) = %p, want %p", p, got, want)
 				}
 			}
-			if tab.len() != len(ref) {
-				t.Fatalf("len %d, want %d", tab.len(), len(ref))
+			if tab.Len() != len(ref) {
+				t.Fatalf("len %d, want %d", tab.Len(), len(ref))
 			}
 		}
 		n := 0
@@ -48,8 +48,8 @@ func TestPtrTableMatchesMap(t *testing.T) {
 				continue
 			}
 			n++
-			if ref[b.ptr] != b {
-				t.Fatalf("slot: %v -> %p, want %p", b.ptr, b, ref[b.ptr])
+			if ref[b.Ptr] != b {
+				t.Fatalf("slot: %v -> %p, want %p", b.Ptr, b, ref[b.Ptr])
 			}
 		}
 		if n != len(ref) {

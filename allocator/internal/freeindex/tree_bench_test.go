@@ -1,4 +1,4 @@
-package allocator
+package freeindex
 
 import (
 	"math/rand/v2"
@@ -17,14 +17,14 @@ import (
 // sizes. The figure is in freeTree's doc comment (tree.go).
 func BenchmarkFreeTree(b *testing.B) {
 	for _, n := range []int{64, 4096, 262144} {
-		blocks := make([]*block, n)
+		blocks := make([]*Block, n)
 		rng := rand.New(rand.NewPCG(1, 2))
 		for i := range blocks {
-			blocks[i] = &block{ptr: device.Ptr(i+1) << 21, size: (rng.Uint64N(1<<18) + 1) * kMinBlockSize}
+			blocks[i] = &Block{Ptr: device.Ptr(i+1) << 21, Size: (rng.Uint64N(1<<18) + 1) * MinBlockSize}
 		}
 		sizes := make([]uint64, 1024)
 		for i := range sizes {
-			sizes[i] = (rng.Uint64N(1<<18) + 1) * kMinBlockSize
+			sizes[i] = (rng.Uint64N(1<<18) + 1) * MinBlockSize
 		}
 		b.Run("freeTree/"+strconv.Itoa(n), func(b *testing.B) {
 			var t freeTree
@@ -42,18 +42,18 @@ func BenchmarkFreeTree(b *testing.B) {
 			}
 		})
 		b.Run("btree/"+strconv.Itoa(n), func(b *testing.B) {
-			t := btree.NewG(32, func(x, y *block) bool {
-				return x.size < y.size || x.size == y.size && x.ptr < y.ptr
+			t := btree.NewG(32, func(x, y *Block) bool {
+				return x.Size < y.Size || x.Size == y.Size && x.Ptr < y.Ptr
 			})
 			for _, x := range blocks {
 				t.ReplaceOrInsert(x)
 			}
-			key := &block{}
+			key := &Block{}
 			b.ResetTimer()
 			for i := range b.N {
-				key.size = sizes[i&1023]
-				var x *block
-				t.AscendGreaterOrEqual(key, func(y *block) bool { x = y; return false })
+				key.Size = sizes[i&1023]
+				var x *Block
+				t.AscendGreaterOrEqual(key, func(y *Block) bool { x = y; return false })
 				if x == nil {
 					x, _ = t.Min()
 				}

@@ -4,17 +4,17 @@
 // that walks a class's heap in address order (largeBuckets.ascendHeap),
 // which leaves the positions alone.
 
-package allocator
+package freeindex
 
 // heapUp moves h[i] towards the root past every block of a higher
 // address, and reports whether it moved. With track, it sets the heapIdx
 // of every block it moves to its new position.
-func heapUp(h []*block, i int, track bool) bool {
+func heapUp(h []*Block, i int, track bool) bool {
 	b := h[i]
 	start := i
 	for i > 0 {
 		p := (i - 1) / 2
-		if h[p].ptr < b.ptr {
+		if h[p].Ptr < b.Ptr {
 			break
 		}
 		h[i] = h[p]
@@ -32,7 +32,7 @@ func heapUp(h []*block, i int, track bool) bool {
 
 // heapDown moves h[i] towards the leaves past every block of a lower
 // address; with track, it sets the heapIdx of every block it moves.
-func heapDown(h []*block, i int, track bool) {
+func heapDown(h []*Block, i int, track bool) {
 	b := h[i]
 	n := len(h)
 	for {
@@ -40,10 +40,10 @@ func heapDown(h []*block, i int, track bool) {
 		if c >= n {
 			break
 		}
-		if c+1 < n && h[c+1].ptr < h[c].ptr {
+		if c+1 < n && h[c+1].Ptr < h[c].Ptr {
 			c++
 		}
-		if b.ptr < h[c].ptr {
+		if b.Ptr < h[c].Ptr {
 			break
 		}
 		h[i] = h[c]

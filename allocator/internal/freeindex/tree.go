@@ -4,20 +4,20 @@
 // integers in one node's memory instead of calling a comparison function
 // on blocks scattered over the heap.
 
-package allocator
+package freeindex
 
 import "github.com/gpumem/gpumem/device"
 
-// treeKey is a free block's place in the best-fit order: by size, then by
+// Key is a free block's place in the best-fit order: by size, then by
 // address (PyTorch 2.6's order within one stream).
-type treeKey struct {
+type Key struct {
 	size uint64
 	ptr  device.Ptr
 }
 
-func keyOf(b *block) treeKey { return treeKey{b.size, b.ptr} }
+func KeyOf(b *Block) Key { return Key{b.Size, b.Ptr} }
 
-func (k treeKey) less(o treeKey) bool {
+func (k Key) less(o Key) bool {
 	return k.size < o.size || k.size == o.size && k.ptr < o.ptr
 }
 
@@ -31,8 +31,8 @@ const (
 // in key order for iteration.
 type treeLeaf struct {
 	n          int
-	keys       [treeOrder]treeKey
-	vals       [treeOrder]*block
+	keys       [treeOrder]Key
+	vals       [treeOrder]*Block
 	prev, next *treeLeaf
 }
 
@@ -41,7 +41,7 @@ type treeLeaf struct {
 // kid i is less than keys[i], every key in kid i+1 is at least keys[i].
 type treeInner struct {
 	n      int
-	keys   [treeOrder - 1]treeKey
+	keys   [treeOrder - 1]Key
 	inner  [treeOrder]*treeInner // children above the lowest inner level
 	leaves [treeOrder]*treeLeaf  // children at the lowest inner level
 }
@@ -74,10 +74,10 @@ type freeTree struct {
 }
 
 // search returns the index of the first key of l not less than k.
-func (l *treeLeaf) search(k treeKey) int { return l.searchIn(k, 0, l.n) }
+func (l *treeLeaf) search(k Key) int { return l.searchIn(k, 0, l.n) }
 
 // child returns the index of the child of in whose range holds k.
-func (in *treeInner) child(k treeKey) int {
+func (in *treeInner) child(k Key) int {
 	lo, hi := 0, in.n-1
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
@@ -98,7 +98,7 @@ type pathStep struct {
 
 // descend walks from the root to the leaf whose range holds k, recording
 // the inner nodes in path, and returns the leaf.
-func (t *freeTree) descend(k treeKey, path *[treeMaxDepth]pathStep) *treeLeaf {
+func (t *freeTree) descend(k Key, path *[treeMaxDepth]pathStep) *treeLeaf {
 	if t.height == 0 {
 		return t.leaf
 	}
@@ -114,7 +114,7 @@ func (t *freeTree) descend(k treeKey, path *[treeMaxDepth]pathStep) *treeLeaf {
 }
 
 // leafFor returns the leaf whose range holds k (nil for an empty tree).
-func (t *freeTree) leafFor(k treeKey) *treeLeaf {
+func (t *freeTree) leafFor(k Key) *treeLeaf {
 	if t.height == 0 {
 		return t.leaf
 	}
@@ -127,7 +127,7 @@ func (t *freeTree) leafFor(k treeKey) *treeLeaf {
 
 // seek returns the position of the first block not less than k: a leaf and
 // an index in it, or a nil leaf when there is none.
-func (t *freeTree) seek(k treeKey) (*treeLeaf, int) {
+func (t *freeTree) seek(k Key) (*treeLeaf, int) {
 	l := t.leafFor(k)
 	if l == nil {
 		return nil, 0
@@ -141,8 +141,8 @@ func (t *freeTree) seek(k treeKey) (*treeLeaf, int) {
 
 // lowerBound returns the first block of at least size bytes (the lowest
 // address among the smallest such), or nil.
-func (t *freeTree) lowerBound(size uint64) *block {
-	l, i := t.seek(treeKey{size, 0})
+func (t *freeTree) lowerBound(size uint64) *Block {
+	l, i := t.seek(Key{size, 0})
 	if l == nil {
 		return nil
 	}
@@ -150,14 +150,14 @@ func (t *freeTree) lowerBound(size uint64) *block {
 }
 
 // min and max return the first and last blocks, or nil.
-func (t *freeTree) min() *block {
+func (t *freeTree) min() *Block {
 	if t.n == 0 {
 		return nil
 	}
 	return t.first.vals[0]
 }
 
-func (t *freeTree) max() *block {
+func (t *freeTree) max() *Block {
 	if t.n == 0 {
 		return nil
 	}
@@ -165,8 +165,8 @@ func (t *freeTree) max() *block {
 }
 
 // insert adds b under its key, which must not be in the tree.
-func (t *freeTree) insert(b *block) {
-	k := keyOf(b)
+func (t *freeTree) insert(b *Block) {
+	k := KeyOf(b)
 	t.n++
 	if t.leaf == nil && t.height == 0 {
 		l := t.spare
@@ -209,7 +209,7 @@ func (t *freeTree) insert(b *block) {
 	t.grow(&path, r.keys[0], nil, r)
 }
 
-func (l *treeLeaf) insertAt(i int, k treeKey, b *block) {
+func (l *treeLeaf) insertAt(i int, k Key, b *Block) {
 	copy(l.keys[i+1:l.n+1], l.keys[i:l.n])
 	copy(l.vals[i+1:l.n+1], l.vals[i:l.n])
 	l.keys[i], l.vals[i] = k, b
@@ -219,7 +219,7 @@ func (l *treeLeaf) insertAt(i int, k treeKey, b *block) {
 // grow adds a new right sibling (an inner node or a leaf) with separator
 // sep after the child taken at the lowest level of path, splitting inner
 // nodes up the path as they fill.
-func (t *freeTree) grow(path *[treeMaxDepth]pathStep, sep treeKey, inner *treeInner, leaf *treeLeaf) {
+func (t *freeTree) grow(path *[treeMaxDepth]pathStep, sep Key, inner *treeInner, leaf *treeLeaf) {
 	for h := t.height - 1; h >= 0; h-- {
 		n, i := path[h].node, path[h].i
 		if n.n < treeOrder {
@@ -260,7 +260,7 @@ func (t *freeTree) grow(path *[treeMaxDepth]pathStep, sep treeKey, inner *treeIn
 
 // insertChild puts a new child (inner or leaf) right after child i, with
 // separator sep before it.
-func (n *treeInner) insertChild(i int, sep treeKey, inner *treeInner, leaf *treeLeaf) {
+func (n *treeInner) insertChild(i int, sep Key, inner *treeInner, leaf *treeLeaf) {
 	copy(n.keys[i+1:n.n], n.keys[i:n.n-1])
 	n.keys[i] = sep
 	if leaf != nil {
@@ -278,8 +278,8 @@ func (n *treeInner) insertChild(i int, sep treeKey, inner *treeInner, leaf *tree
 // falls strictly between two other keys of b's leaf, b moves within the
 // leaf, shifting the entries between its two places: one search instead
 // of a remove and an insert.
-func (t *freeTree) rekey(b *block, old treeKey) {
-	k := keyOf(b)
+func (t *freeTree) rekey(b *Block, old Key) {
+	k := KeyOf(b)
 	l := t.leafFor(old)
 	i := l.search(old)
 	if i < l.n && l.vals[i] == b {
@@ -306,15 +306,15 @@ func (t *freeTree) rekey(b *block, old treeKey) {
 		}
 	}
 	// Across leaves: a remove under the old key and an insert.
-	b.ptr, b.size = old.ptr, old.size
+	b.Ptr, b.Size = old.ptr, old.size
 	t.remove(b)
-	b.ptr, b.size = k.ptr, k.size
+	b.Ptr, b.Size = k.ptr, k.size
 	t.insert(b)
 }
 
 // searchIn returns the index of the first key of l[lo:hi] not less than
 // k, or hi.
-func (l *treeLeaf) searchIn(k treeKey, lo, hi int) int {
+func (l *treeLeaf) searchIn(k Key, lo, hi int) int {
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
 		if l.keys[m].less(k) {
@@ -328,11 +328,11 @@ func (l *treeLeaf) searchIn(k treeKey, lo, hi int) int {
 
 // remove deletes b, filed under its current key; it reports whether b
 // was there.
-func (t *freeTree) remove(b *block) bool {
+func (t *freeTree) remove(b *Block) bool {
 	if t.n == 0 {
 		return false
 	}
-	k := keyOf(b)
+	k := KeyOf(b)
 	l := t.leafFor(k)
 	i := l.search(k)
 	if i == l.n || l.vals[i] != b {
@@ -480,7 +480,7 @@ func (n *treeInner) removeFirst() {
 }
 
 // prependChild puts a child before child 0, with separator sep after it.
-func (n *treeInner) prependChild(sep treeKey, inner *treeInner, leaf *treeLeaf) {
+func (n *treeInner) prependChild(sep Key, inner *treeInner, leaf *treeLeaf) {
 	copy(n.keys[1:n.n], n.keys[:n.n-1])
 	copy(n.inner[1:n.n+1], n.inner[:n.n])
 	copy(n.leaves[1:n.n+1], n.leaves[:n.n])
@@ -491,7 +491,7 @@ func (n *treeInner) prependChild(sep treeKey, inner *treeInner, leaf *treeLeaf) 
 
 // ascendFrom calls f on the blocks from the position (l, i) on, in key
 // order, until f returns false.
-func ascendFrom(l *treeLeaf, i int, f func(*block) bool) {
+func ascendFrom(l *treeLeaf, i int, f func(*Block) bool) {
 	for ; l != nil; l, i = l.next, 0 {
 		for ; i < l.n; i++ {
 			if !f(l.vals[i]) {
@@ -502,11 +502,11 @@ func ascendFrom(l *treeLeaf, i int, f func(*block) bool) {
 }
 
 // ascend calls f on every block in key order until f returns false.
-func (t *freeTree) ascend(f func(*block) bool) { ascendFrom(t.first, 0, f) }
+func (t *freeTree) ascend(f func(*Block) bool) { ascendFrom(t.first, 0, f) }
 
-// descendBelow calls f on the blocks less than k, from the largest down,
+// DescendBelow calls f on the blocks less than k, from the largest down,
 // until f returns false.
-func (t *freeTree) descendBelow(k treeKey, f func(*block) bool) {
+func (t *freeTree) descendBelow(k Key, f func(*Block) bool) {
 	l, i := t.seek(k)
 	if l == nil {
 		l, i = t.last, 0

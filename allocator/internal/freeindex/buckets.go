@@ -3,12 +3,12 @@
 // a bitmap of the buckets that hold blocks, so that the best fit is found
 // with two bit scans instead of a search.
 
-package allocator
+package freeindex
 
 import "math/bits"
 
 const (
-	numClasses = kSmallBuffer / kMinBlockSize // sizes 512 B to 2 MiB, the largest free block of a small segment
+	numClasses = SmallBuffer / MinBlockSize // sizes 512 B to 2 MiB, the largest free block of a small segment
 	classWords = numClasses / 64
 )
 
@@ -31,24 +31,24 @@ const (
 type sizeBuckets struct {
 	summary uint64
 	words   [classWords]uint64
-	first   [numClasses]*block
-	heaps   *[numClasses][]*block // made when a class first holds two blocks
+	first   [numClasses]*Block
+	heaps   *[numClasses][]*Block // made when a class first holds two blocks
 	n       int
 
 	// version changes with every insert and remove; the last best fit is
 	// remembered with it (memo), so that asking again for the same size
 	// of an index that has not changed since (an alloc and free of one
-	// size in a loop, whose split waits and merges back: freeIndex.pend)
+	// size in a loop, whose split waits and merges back: Index.pend)
 	// costs a comparison.
 	version     uint64
 	memoVersion uint64
 	memoSize    uint64
-	memo        *block
+	memo        *Block
 }
 
 // classOf returns the class of a block size (a multiple of 512, at most 2
 // MiB).
-func classOf(size uint64) int { return int(size/kMinBlockSize) - 1 }
+func classOf(size uint64) int { return int(size/MinBlockSize) - 1 }
 
 // firstAtLeast returns the first non-empty class at or above c, or -1.
 func (s *sizeBuckets) firstAtLeast(c int) int {
@@ -66,7 +66,7 @@ func (s *sizeBuckets) firstAtLeast(c int) int {
 
 // bestFit returns the free block of the lowest (size, address) with at
 // least size bytes, or nil, and remembers the answer.
-func (s *sizeBuckets) bestFit(size uint64) *block {
+func (s *sizeBuckets) bestFit(size uint64) *Block {
 	b := s.fit(size)
 	s.memo, s.memoSize, s.memoVersion = b, size, s.version
 	return b
@@ -74,8 +74,8 @@ func (s *sizeBuckets) bestFit(size uint64) *block {
 
 // fit returns the free block of the lowest (size, address) with at least
 // size bytes, or nil.
-func (s *sizeBuckets) fit(size uint64) *block {
-	if size > kSmallBuffer {
+func (s *sizeBuckets) fit(size uint64) *Block {
+	if size > SmallBuffer {
 		return nil
 	}
 	if c := s.firstAtLeast(classOf(size)); c >= 0 {
@@ -85,7 +85,7 @@ func (s *sizeBuckets) fit(size uint64) *block {
 }
 
 // last returns a block of the largest size, or nil.
-func (s *sizeBuckets) last() *block {
+func (s *sizeBuckets) last() *Block {
 	if s.summary == 0 {
 		return nil
 	}
@@ -95,8 +95,8 @@ func (s *sizeBuckets) last() *block {
 }
 
 // insert adds b to its class.
-func (s *sizeBuckets) insert(b *block) {
-	c := classOf(b.size) & (numClasses - 1)
+func (s *sizeBuckets) insert(b *Block) {
+	c := classOf(b.Size) & (numClasses - 1)
 	s.n++
 	s.version++
 	if s.first[c] != nil {
@@ -109,14 +109,14 @@ func (s *sizeBuckets) insert(b *block) {
 }
 
 // insertMore adds b to class c, which holds blocks already.
-func (s *sizeBuckets) insertMore(b *block, c int) {
+func (s *sizeBuckets) insertMore(b *Block, c int) {
 	if s.heaps == nil {
-		s.heaps = new([numClasses][]*block)
+		s.heaps = new([numClasses][]*Block)
 	}
 	h := s.heaps[c]
 	if len(h) == 0 {
 		if cap(h) == 0 {
-			h = make([]*block, 0, 4) // kept when the class shrinks back
+			h = make([]*Block, 0, 4) // kept when the class shrinks back
 		}
 		f := s.first[c]
 		f.heapIdx = 0
@@ -129,8 +129,8 @@ func (s *sizeBuckets) insertMore(b *block, c int) {
 }
 
 // remove takes b out of its class.
-func (s *sizeBuckets) remove(b *block) {
-	c := classOf(b.size) & (numClasses - 1)
+func (s *sizeBuckets) remove(b *Block) {
+	c := classOf(b.Size) & (numClasses - 1)
 	s.n--
 	s.version++
 	if s.heaps != nil && len(s.heaps[c]) != 0 {
@@ -146,7 +146,7 @@ func (s *sizeBuckets) remove(b *block) {
 }
 
 // removeMore takes b out of class c, a heap of two blocks or more.
-func (s *sizeBuckets) removeMore(b *block, c int) {
+func (s *sizeBuckets) removeMore(b *Block, c int) {
 	h := s.heaps[c]
 	i, last := int(b.heapIdx), len(h)-1
 	x := h[last]
@@ -169,7 +169,7 @@ func (s *sizeBuckets) removeMore(b *block, c int) {
 
 // each calls f on every block, by class and in heap order within a class,
 // until f returns false.
-func (s *sizeBuckets) each(f func(*block) bool) {
+func (s *sizeBuckets) each(f func(*Block) bool) {
 	for c := range numClasses {
 		h := s.heap(c)
 		if len(h) == 0 {
@@ -187,7 +187,7 @@ func (s *sizeBuckets) each(f func(*block) bool) {
 }
 
 // heap returns the heap of class c, nil for a class of at most one block.
-func (s *sizeBuckets) heap(c int) []*block {
+func (s *sizeBuckets) heap(c int) []*Block {
 	if s.heaps == nil {
 		return nil
 	}
@@ -196,7 +196,7 @@ func (s *sizeBuckets) heap(c int) []*block {
 
 // class returns the blocks of class c, lowest address first in a class of
 // one block, in heap order otherwise.
-func (s *sizeBuckets) class(c int) []*block {
+func (s *sizeBuckets) class(c int) []*Block {
 	if h := s.heap(c); len(h) > 0 {
 		return h
 	}
@@ -218,17 +218,17 @@ func (s *sizeBuckets) check() string {
 		if len(h) == 1 || len(h) > 0 && h[0] != f {
 			return "a size bucket's heap and its first block disagree"
 		}
-		if f != nil && classOf(f.size) != c {
+		if f != nil && classOf(f.Size) != c {
 			return "a block is in the bucket of another size"
 		}
 		for i, b := range h {
-			if b == nil || classOf(b.size) != c {
+			if b == nil || classOf(b.Size) != c {
 				return "a block is in the bucket of another size"
 			}
 			if int(b.heapIdx) != i {
 				return "a block's heap position is wrong"
 			}
-			if i > 0 && h[(i-1)/2].ptr > b.ptr {
+			if i > 0 && h[(i-1)/2].Ptr > b.Ptr {
 				return "a size bucket is not a heap by address"
 			}
 		}

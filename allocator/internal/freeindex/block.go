@@ -1,0 +1,243 @@
+// This file holds blocks, segments and pools: the allocator's data
+// structures and their invariants (the free indexes are in index.go, which
+// alone files blocks in them), and the recycling of block structs.
+
+package freeindex
+
+import (
+	"github.com/google/btree"
+
+	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/stats"
+)
+
+// A Block is a contiguous range of a segment. The blocks of a segment tile
+// it exactly, in address order, linked through prev and next. All fields
+// are guarded by the lock of its segment's shard (or the world), and so
+// are the block's methods.
+//
+// A block is in exactly one of these states:
+//
+//   - allocated: handed to a caller; in its shard's address table (live)
+//     under its address.
+//   - pending: freed by the caller but recorded on other streams whose
+//     work has not finished; EventCount > 0 events wait in
+//     the allocator's events queue.
+//   - free: cached, backed by memory; in its free index (indexed).
+//   - unmapped: an address range of an expandable segment with no memory
+//     behind it; in its pool's unmapped index.
+//
+// Invariants: two free neighbours never both exist (they are merged at
+// once), nor two unmapped ones; a block's stream and pool are its
+// segment's; size is a positive multiple of 512.
+type Block struct {
+	// The free index's key comes first, so that comparing two blocks
+	// touches one cache line of each.
+	Ptr       device.Ptr
+	Size      uint64 // bytes, a multiple of 512
+	Stream    device.Stream
+	Requested uint64 // bytes the caller asked for (allocated or pending blocks)
+	Pool      *Pool
+	Seg       *Segment
+	Prev      *Block // lower neighbour in the segment, nil for the first block
+	Next      *Block // higher neighbour in the segment, nil for the last block
+
+	// GCCountBase is the pool's free-block search count when the block was
+	// last filed in the free index; its age is the difference.
+	GCCountBase int64
+
+	// prevWhole and nextWhole link the block into its pool's list of whole
+	// free segments while listed is set.
+	prevWhole, nextWhole *Block
+
+	heapIdx int32 // position in its size class's heap (sizeBuckets, largeBuckets), while indexed there
+
+	Allocated  bool
+	Indexed    bool   // in its free index: set and cleared by the free index alone (add, drop, put, unfile, take)
+	listed     bool   // in its free index's list of whole free segments (Index.wholes)
+	Recorded   bool   // allocated and RecordStream added streams: they are in the allocator's uses
+	Unmapped   bool   // an address range of an expandable segment with no memory behind it
+	Phase      uint16 // the phase current when the block was handed out (the allocator's phases); set by the allocator's takeLocked
+	EventCount int32  // outstanding stream events before a pending free completes
+}
+
+// IsSplit reports whether the block shares its segment with other blocks.
+func (b *Block) IsSplit() bool { return b.Prev != nil || b.Next != nil }
+
+// Busy reports whether the block is in use: allocated, or pending.
+func (b *Block) Busy() bool { return b.Allocated || b.EventCount != 0 }
+
+// IsFree reports whether the block is cached: not busy and backed by
+// memory.
+func (b *Block) IsFree() bool { return !b.Busy() && !b.Unmapped }
+
+// LinkAfter puts n right after b in b's segment.
+func (b *Block) LinkAfter(n *Block) {
+	n.Prev, n.Next = b, b.Next
+	if b.Next != nil {
+		b.Next.Prev = n
+	}
+	b.Next = n
+}
+
+// LinkBefore puts n right before b in b's segment.
+func (b *Block) LinkBefore(n *Block) {
+	n.Prev, n.Next = b.Prev, b
+	if b.Prev != nil {
+		b.Prev.Next = n
+	} else {
+		b.Seg.Head = n
+	}
+	b.Prev = n
+}
+
+// A Segment is one device allocation, or one expandable segment: an
+// address range reserved once and backed by memory page by page. Its
+// fields are guarded by the lock of its shard (or the world); ptr, size,
+// stream, pool, free and page never change.
+//
+// Invariant: the blocks from head to the last tile [ptr, ptr+size).
+type Segment struct {
+	Ptr    device.Ptr
+	Size   uint64
+	Stream device.Stream
+	Pool   *Pool
+	Free   *Index // the free index of the segment's pool and stream
+	Head   *Block // the block at ptr
+	// Page is the mapping unit of an expandable segment (2 MiB for the
+	// small pool, 20 MiB for the large one); 0 for a plain segment.
+	Page uint64
+}
+
+// Expandable reports whether the segment is an expandable segment.
+func (s *Segment) Expandable() bool { return s.Page != 0 }
+
+// FreeLess orders free blocks by (stream, size, address): a lower bound on
+// (stream, size, 0) finds the best fit on a stream, and among blocks of
+// equal size the lowest address. PyTorch 2.6 uses this order; later
+// versions put a registration counter before the address. gpumem keeps
+// the order per stream: each stream's free blocks have an index of their
+// own (Index), ordered by (size, address).
+func FreeLess(a, b *Block) bool {
+	if a.Stream != b.Stream {
+		return a.Stream < b.Stream
+	}
+	if a.Size != b.Size {
+		return a.Size < b.Size
+	}
+	return a.Ptr < b.Ptr
+}
+
+// addrLess orders blocks by (stream, address).
+func addrLess(a, b *Block) bool {
+	if a.Stream != b.Stream {
+		return a.Stream < b.Stream
+	}
+	return a.Ptr < b.Ptr
+}
+
+// A Pool is one of the allocator's two sets of segments: small (blocks of
+// at most 1 MiB, 2 MiB segments) or large. Its free blocks are indexed per
+// stream (Index, in each shard). Its fields change in the world, but
+// GCCalls, the clock of block ages, which every search that counts in it
+// changes: in the world, or under the low_fragmentation policy on the fast
+// path of the default stream's shard while it is the only shard (then no
+// other shard, and so no other lock holder, uses the pool).
+//
+// Invariants: unmapped holds exactly the pool's unmapped blocks, in
+// addrLess order; owners holds exactly the free indexes of the pool that
+// have segments (Index.NSeg), so that a walk of the pool's free
+// blocks on every stream costs the streams that hold memory, not every
+// stream there ever was.
+type Pool struct {
+	Small bool
+	Idx   int // 0 for small, 1 for large: the pool's place in shard.free
+	Stat  stats.Pool
+	// Unmapped indexes the unmapped ranges of expandable segments; nil
+	// without expandable segments.
+	Unmapped *btree.BTreeG[*Block]
+	Owners   []*Index // in no order
+	Cold     coldView // the free blocks of the cold shard's streams (cold.go)
+
+	// GCCalls counts best-fit searches while garbage collection or the
+	// low_fragmentation policy is active (PyTorch's
+	// get_free_blocks_call_count): the clock of block ages.
+	GCCalls int64
+}
+
+func NewPool(small, expandable bool) *Pool {
+	p := &Pool{Small: small, Idx: 1, Stat: stats.LargePool}
+	if small {
+		p.Idx, p.Stat = 0, stats.SmallPool
+	}
+	if expandable {
+		p.Unmapped = btree.NewG(32, addrLess)
+	}
+	return p
+}
+
+// Spares are the recycled block structs of one shard, linked through
+// next; guarded by its lock.
+type Spares struct {
+	head *Block
+	n    int
+}
+
+// Get returns a zeroed block struct, recycled when possible. New structs
+// come in slabs of blockSlab, so that blocks created together sit
+// together in memory.
+func (sp *Spares) Get() *Block {
+	b := sp.head
+	if b == nil {
+		return sp.slab()
+	}
+	sp.head, b.Next = b.Next, nil
+	sp.n--
+	return b
+}
+
+// slab makes blockSlab block structs, keeps all but the first as spares
+// and returns the first.
+func (sp *Spares) slab() *Block {
+	slab := make([]Block, blockSlab)
+	for i := 1; i < blockSlab-1; i++ {
+		slab[i].Next = &slab[i+1]
+	}
+	sp.head = &slab[1]
+	sp.n += blockSlab - 1
+	return &slab[0]
+}
+
+const (
+	blockSlab = 64
+	maxSpare  = 4096 // spare block structs kept at most, per shard
+)
+
+// Put keeps a dead block struct for reuse, linked through next.
+func (sp *Spares) Put(b *Block) {
+	if sp.n >= maxSpare {
+		*b = Block{}
+		return
+	}
+	*b = Block{Next: sp.head}
+	sp.head = b
+	sp.n++
+}
+
+// MappedRuns calls f on each run of mapped pages of the expandable
+// segment seg, in address order: the ranges between its unmapped blocks,
+// which start and end on page boundaries.
+func (seg *Segment) MappedRuns(f func(p device.Ptr, n uint64)) {
+	pos := seg.Ptr
+	for b := seg.Head; b != nil; b = b.Next {
+		if b.Unmapped {
+			if b.Ptr > pos {
+				f(pos, uint64(b.Ptr-pos))
+			}
+			pos = b.Ptr + device.Ptr(b.Size)
+		}
+	}
+	if end := seg.Ptr + device.Ptr(seg.Size); end > pos {
+		f(pos, uint64(end-pos))
+	}
+}

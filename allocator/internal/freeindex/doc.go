@@ -1,0 +1,111 @@
+// Package freeindex holds the caching allocator's memory as data: the
+// segments it obtained from the device, the blocks that tile them, the two
+// pools, and the free index, which finds the best fit among a stream's
+// cached blocks and hands blocks out and takes them back. The allocator
+// (package allocator) decides when to call the device, what to count and
+// which locks to take; this package knows nothing of devices, statistics
+// or locks, and imports nothing of the allocator.
+//
+// # Model
+//
+// A Segment is one device allocation (or one expandable segment: an
+// address range backed by memory page by page). Its Blocks tile it
+// exactly, in address order, linked through Prev and Next. A block is
+// allocated (handed to a caller), pending (freed, waiting for other
+// streams' work), free (cached, in its free index) or unmapped (an
+// expandable segment's range with no memory behind it, in its Pool's
+// unmapped B-tree). A Pool is the small (blocks of at most 1 MiB) or the
+// large one.
+//
+// An Index holds the free blocks of one pool on one stream, ordered by
+// (size, address), in the structure of its Kind, fixed at Init:
+//
+//   - KindSmall: size buckets (sizeBuckets, buckets.go), one class per 512
+//     bytes up to 2 MiB, found by bit scans, each class a heap by address.
+//     For the small pool of PyTorch's plain segments. They remember their
+//     last best fit until they change (Remembered), which makes the cached
+//     alloc-and-free of one size a table lookup.
+//   - KindLarge: large buckets (largeBuckets, large.go) for the blocks of
+//     up to 128 MiB, classes of 512 bytes found by a three-level bitmap,
+//     the classes in use in an open-addressing table, each a heap by
+//     address; a B+ tree (freeTree, tree.go) above. For every other pool of a stream that has
+//     a shard of its own.
+//   - KindTree: the tree alone, for the many streams of the allocator's
+//     cold shard, where size classes would cost tens of KiB a stream.
+//     Their free blocks are also in their Pool's cold view (cold.go), so
+//     that a walk of every stream's cache visits the view, not each
+//     stream.
+//
+// The allocator uses an Index through its methods alone: BestFit (the
+// one best fit, with PyTorch's rule of expandable segments,
+// ExpandableBestFit) and Remembered; Take (hand out a block, split or
+// whole); Put (merge a freed block or an unmapped range with its
+// neighbours of the same kind, PyTorch's try_merge_blocks, and file the
+// result); Insert and Remove; the ordered walks Fit, AscendAtLeast,
+// CloseFit and DescendBelow; Largest; the whole free segments
+// (AppendWholes, EachWhole); Each; the count of segments (SegmentAdded,
+// SegmentRemoved); Flush; and its checks (Check, CheckSegments,
+// Pool.CheckOwners). PtrTable is the map from address to allocated block
+// that each shard keeps; Spares its recycled block structs; FibHash and
+// TableShift the hash of the open-addressing tables (the large buckets',
+// PtrTable's and the allocator's routes).
+//
+// # The pending split
+//
+// The cached path is an alloc and a free of one size in a loop. Take
+// splits the front of a free block off for the request and leaves the
+// rest filed under the key of the whole block (pend, with its key from
+// before the split): the usual next step, the free of the front, merges
+// the two back into that very key (the unsplit in Put), so the index's
+// structures never change. Every other method that reads or changes the
+// index moves the rest to its new key first (settle). The struct of the
+// front merged back is kept for the next split (front), so that the loop
+// neither recycles nor clears a struct. An Index of KindTree never keeps
+// a pending split.
+//
+// # Invariants
+//
+// Checked by Index.Check, Index.CheckSegments and Pool.CheckOwners, which
+// the allocator's CheckInvariants calls:
+//
+//   - an Index holds exactly the free blocks of its pool and stream, each
+//     marked Indexed and filed where a lookup finds it, in the structure
+//     its size and the Index's Kind say; the structures of other kinds are
+//     absent; a pending split's rest follows its front, under the key of
+//     both;
+//   - the blocks that fill a plain segment (those releasing the cache
+//     returns to the device) are known without a walk: in size buckets
+//     the 2 MiB class; in the other kinds, wholes lists exactly them;
+//   - NSeg counts the segments of the Index's pool and stream, and the
+//     Index is among its Pool's Owners exactly when NSeg > 0;
+//   - the struct kept for the next split is unused, of the Index's stream
+//     and pool.
+//
+// The allocator's check covers the rest: the segments (their blocks tile
+// them; two free neighbours never both exist, nor two unmapped ones; a
+// block's size is a positive multiple of MinBlockSize) and the cold view
+// (it holds exactly the free blocks of the pool's cold indexes, under
+// the low_fragmentation policy the lenders among them, and lists exactly
+// the cold indexes with whole free segments).
+//
+// The gpumem_invariants build also panics when Take finds a pending split
+// (the fit that found its block settles it).
+//
+// # Locking
+//
+// Nothing here takes a lock. An Index, the blocks of its segments, and
+// the PtrTable and Spares it is given belong to one shard of the
+// allocator, named by Index.Shard, and are guarded by that shard's lock
+// (or by every lock, the allocator's "world"). A Pool's fields and the
+// cold view change with every lock held, but Pool.GCCalls, the clock of
+// block ages, which the allocator's fast path may count while one shard
+// is the only one. The methods assume the caller holds what guards what
+// they touch.
+//
+// # Files
+//
+// block.go: blocks, segments, pools, spare structs. index.go: Index and its
+// methods. index_check.go: its checks. buckets.go, large.go, tree.go and
+// tree_check.go: its structures. heap.go: the heap of a size class.
+// hash.go: the hash. ptrtable.go: PtrTable. cold.go: the cold view.
+package freeindex

@@ -1,0 +1,712 @@
+// This file holds Index: the free blocks of one pool on one stream,
+// in the structure that finds their best fit fastest.
+
+package freeindex
+
+import "github.com/gpumem/gpumem/device"
+
+// An Index holds the free blocks of one pool on one stream, ordered by
+// (size, address), and the list of those that fill a plain segment (the
+// package doc describes the kinds, the methods, the pending split and the
+// invariants). Its fields are guarded by its shard's lock.
+type Index struct {
+	Shard   int     // the id of the shard whose lock guards the index
+	Spares  *Spares // that shard's recycled block structs
+	PoolIdx int     // Pool.Idx
+	Pool    *Pool
+	Stream  device.Stream
+	Kind    Kind
+	buckets *sizeBuckets  // KindSmall
+	large   *largeBuckets // KindLarge: blocks up to 128 MiB
+	tree    freeTree      // KindLarge: larger blocks; KindTree: every block
+	wholes  *Block        // but in size buckets: head of the list of whole free segments, through nextWhole
+	NSeg    int           // segments of the pool and stream (changed in the world)
+	owner   int           // the index's place in Pool.Owners while NSeg > 0
+	coldAt  int           // a cold index's place in its pool's cold view's wholes, plus one; 0 when not there
+
+	// pend is the free block that the last take from this index split,
+	// still filed under its key from before the split, PendKey: its move
+	// to its new key waits, because the usual next step, the free of the
+	// block handed out (pend.prev), merges the two back into that very
+	// key (unsplit), and then the index never changes. Every other method
+	// that reads or changes the index moves it first (settle). Its age
+	// base and its place in wholes are already those of its new key.
+	pend    *Block
+	pendKey Key
+	// front is the struct of the last block handed out and merged back by
+	// an unsplit: its fields but those a split sets are zero, so the next
+	// split reuses it without clearing and recycling it.
+	front *Block
+}
+
+// Kind is the structure of a free index.
+type Kind uint8
+
+const (
+	// KindSmall: size buckets, for the small pool of PyTorch's plain
+	// segments, whose free blocks are at most 2 MiB, and which keeps no
+	// ages (no reader looks at them: garbage collection reads the large
+	// pool's, and the policy, which reads both, never has size buckets).
+	KindSmall Kind = iota
+	// KindLarge: large buckets for the blocks of up to 128 MiB, the tree
+	// for larger ones; for the other pools of a shard of its own.
+	KindLarge
+	// KindTree: the tree alone, for the cold shard's streams.
+	KindTree
+)
+
+// Init makes x the empty free index of kind k of pool p on stream s, in
+// the shard of id shard, whose recycled block structs are sp.
+func (x *Index) Init(shard int, sp *Spares, s device.Stream, p *Pool, k Kind) {
+	x.Shard, x.Spares, x.PoolIdx, x.Pool, x.Stream, x.Kind = shard, sp, p.Idx, p, s, k
+	switch k {
+	case KindSmall:
+		x.buckets = new(sizeBuckets)
+	case KindLarge:
+		x.large = new(largeBuckets)
+	}
+}
+
+// Aged reports whether the index stamps its blocks with the pool's clock
+// of ages (GCCountBase), so that a search of it counts in the clock.
+func (x *Index) Aged() bool { return x.Kind != KindSmall }
+
+// inLarge reports whether a block of size bytes is filed in the large
+// buckets (else in the tree), in an index that is not of size buckets.
+func (x *Index) inLarge(size uint64) bool {
+	return x.Kind == KindLarge && size <= maxLargeSize
+}
+
+// BestFit is the allocator's best fit (step 4 of its allocation ladder)
+// for a request of size (rounded) bytes: the free block of the lowest
+// (size, address) with at least size bytes, nil if none, and for a block
+// of an expandable segment the rule of expandable segments
+// (ExpandableBestFit). Size buckets remember their answer until they
+// change (Remembered). Every search of the allocator goes through its
+// searchLocked; the low_fragmentation policy has its own, from Fit.
+func (x *Index) BestFit(size uint64) *Block {
+	if x.pend != nil {
+		x.settle()
+	}
+	var b *Block
+	switch {
+	case x.Kind == KindSmall:
+		return x.buckets.bestFit(size) // no expandable segments here
+	case x.inLarge(size):
+		if b = x.large.fit(size); b == nil {
+			b = x.tree.min() // every block of the tree is larger
+		}
+	default:
+		b = x.tree.lowerBound(size)
+	}
+	if b != nil && b.Seg.Expandable() {
+		b = ExpandableBestFit(x, b)
+	}
+	return b
+}
+
+// Remembered returns BestFit's answer for size when size buckets
+// remember it (the cached path: an alloc and free of one size in a loop),
+// else nil; small enough to be inlined in the allocator's fast path.
+// BestFit itself does not look: ask this first. Its block may serve any
+// request of the small pool (the allocator's splitRule.mayServe): size
+// buckets hold blocks of at most 2 MiB, and max_split_size is more than
+// 20 MiB (the allocator's Config.validate).
+func (x *Index) Remembered(size uint64) *Block {
+	if bk := x.buckets; x.Kind == KindSmall && x.pend == nil && size == bk.memoSize && bk.version == bk.memoVersion {
+		return bk.memo
+	}
+	return nil
+}
+
+// ExpandableBestFit applies PyTorch's rule for an expandable block b found
+// by the best-fit search (the lowest address of its size): among the
+// following blocks of the same stream, prefer one whose size plus the
+// unmapped range after it is smaller, that is, one that could not grow as
+// much.
+func ExpandableBestFit(x *Index, b *Block) *Block {
+	if expandableSize(b) == b.Size {
+		// b cannot grow, and no later block is smaller: the walk would
+		// stop at the first.
+		return b
+	}
+	cur := b
+	x.ascendFrom(b, func(n *Block) bool {
+		if n == b {
+			return true
+		}
+		if !cur.Seg.Expandable() || expandableSize(n) >= expandableSize(cur) {
+			return false
+		}
+		cur = n
+		return true
+	})
+	return cur
+}
+
+// expandableSize is what a free block could grow to by mapping the
+// unmapped range after it.
+func expandableSize(b *Block) uint64 {
+	if b.Next != nil && b.Next.Unmapped {
+		return b.Size + b.Next.Size
+	}
+	return b.Size
+}
+
+// Take hands out b, a free block of x for a request of size bytes: with
+// split, the front of b becomes a new block, which it returns, and b keeps
+// the rest, free; without, b itself, taken out of the index. b is in the
+// index (found by a fit, or mapped into an expandable segment) or is a
+// new segment's block in no index yet; x has no pending split (every fit
+// settles it, and the ladder's slow steps settle every index). The rest of
+// a block that was in the index keeps its old key until the index is used
+// again (pend; an index of the tree kind moves it at once); a new
+// segment's rest is filed.
+func (x *Index) Take(b *Block, size uint64, split bool) *Block {
+	if selfCheck && x.pend != nil {
+		panic("gpumem: take from a free index with a pending split: the fit that found the block settles it")
+	}
+	if !split {
+		switch {
+		case !b.Indexed:
+		case x.Kind == KindSmall:
+			b.Indexed = false
+			x.buckets.remove(b)
+		case x.inLarge(b.Size): // drop, written out
+			b.Indexed = false
+			x.large.remove(b)
+			if b.listed {
+				x.unlist(b)
+			}
+		default:
+			x.drop(b)
+		}
+		return b
+	}
+	rest, old := b, KeyOf(b)
+	if b = x.front; b != nil {
+		x.front = nil // zero but for the fields set here, and x's stream and pool
+	} else {
+		b = x.Spares.Get() // zeroed
+		b.Stream, b.Pool = rest.Stream, rest.Pool
+	}
+	b.Ptr, b.Size, b.Seg = rest.Ptr, size, rest.Seg
+	rest.LinkBefore(b)
+	rest.Ptr += device.Ptr(size)
+	rest.Size -= size
+	if !rest.Indexed {
+		x.add(rest)
+		return b
+	}
+	if x.Kind != KindSmall {
+		// Stamped and unlisted now, as filing it anew would.
+		rest.GCCountBase = x.Pool.GCCalls
+		if rest.listed {
+			x.unlist(rest)
+		}
+		x.pend, x.pendKey = rest, old
+		if x.Kind == KindTree {
+			x.settle() // the cold shard's indexes never wait (the allocator's settleAllLocked)
+		}
+		return b
+	}
+	x.pend, x.pendKey = rest, old
+	return b
+}
+
+// Put files b, a block just freed or an unmapped range of x's pool and
+// stream, in no index: merged with its neighbours of the same kind
+// (PyTorch's try_merge_blocks), in the index, or for an unmapped range in
+// its pool's unmapped index. It returns the merged block. When b is the
+// front of the pending split and its lower neighbour stays, the merge
+// gives back the block from before the split, filed under the key the
+// pending rest still has: the index does not change (an unsplit).
+func (x *Index) Put(b *Block) *Block {
+	prev, next := b.Prev, b.Next
+	mergePrev := mergeable(b, prev)
+	if pb := x.pend; pb != nil {
+		// pb.prev is the front, busy until now: next == pb means b is it.
+		// Its requested is zero already (the allocator's finishFreeLocked).
+		if next == pb && !mergePrev {
+			x.pend = nil
+			pb.Ptr, pb.Size = b.Ptr, b.Size+pb.Size
+			pb.Prev = prev
+			if prev != nil {
+				prev.Next = pb
+			} else {
+				pb.Seg.Head = pb
+			}
+			if x.front == nil {
+				x.front = b // for the next split of x: b's flags and counts are zero
+			} else {
+				x.Spares.Put(b)
+			}
+			if x.Kind != KindSmall {
+				pb.GCCountBase = x.Pool.GCCalls // as filing it anew would
+				if !pb.Seg.Expandable() && !pb.IsSplit() {
+					x.list(pb) // it fills its segment again
+				}
+			}
+			return pb
+		}
+		x.settle()
+	}
+	mergeNext := mergeable(b, next)
+	if x.Kind == KindTree && !b.Unmapped && (mergePrev || mergeNext) {
+		return x.mergeInto(b, mergePrev, mergeNext)
+	}
+	if mergePrev {
+		x.unfile(prev)
+		b.Ptr, b.Size = prev.Ptr, b.Size+prev.Size
+		b.Prev = prev.Prev
+		if b.Prev != nil {
+			b.Prev.Next = b
+		} else {
+			b.Seg.Head = b
+		}
+		x.Spares.Put(prev)
+	}
+	if mergeNext {
+		x.unfile(next)
+		b.Size += next.Size
+		b.Next = next.Next
+		if b.Next != nil {
+			b.Next.Prev = b
+		}
+		x.Spares.Put(next)
+	}
+	switch {
+	case b.Unmapped:
+		x.Pool.Unmapped.ReplaceOrInsert(b)
+	case x.Kind == KindSmall:
+		b.Indexed = true
+		x.buckets.insert(b)
+	default:
+		x.add(b)
+	}
+	return b
+}
+
+// mergeable reports whether b, free or unmapped, merges with its
+// neighbour n: n is of the same kind.
+func mergeable(b, n *Block) bool { return n != nil && !n.Busy() && n.Unmapped == b.Unmapped }
+
+// mergeInto merges b, a free block in no index, into its free neighbours
+// (one or both merge) in x, an index of the tree kind, and returns the
+// merged block: a neighbour's struct (the next one's if it merges), moved
+// to its new key in place (freeTree.rekey), which saves a remove and an
+// insert when it stays in its leaf.
+func (x *Index) mergeInto(b *Block, mergePrev, mergeNext bool) *Block {
+	prev, next := b.Prev, b.Next
+	m := prev
+	if mergeNext {
+		m = next
+	}
+	old := KeyOf(m)
+	first, last, total := b, b, b.Size
+	if mergePrev {
+		first, total = prev, total+prev.Size
+		if prev != m {
+			x.drop(prev)
+		}
+	}
+	if mergeNext {
+		last, total = next, total+next.Size
+	}
+	m.Ptr, m.Size = first.Ptr, total
+	m.Prev, m.Next = first.Prev, last.Next
+	if m.Prev != nil {
+		m.Prev.Next = m
+	} else {
+		m.Seg.Head = m
+	}
+	if m.Next != nil {
+		m.Next.Prev = m
+	}
+	if mergePrev && prev != m {
+		x.Spares.Put(prev)
+	}
+	x.Spares.Put(b)
+	x.rekey(m, old)
+	return m
+}
+
+// Insert files a free block that is in no index.
+func (x *Index) Insert(b *Block) {
+	if x.pend != nil {
+		x.settle()
+	}
+	x.add(b)
+}
+
+// Remove takes a free block out of the index.
+func (x *Index) Remove(b *Block) {
+	if x.pend != nil {
+		x.settle()
+	}
+	x.drop(b)
+}
+
+// add files a free block, marked indexed; but in size buckets it stamps
+// its age base and lists it if it fills its plain segment.
+func (x *Index) add(b *Block) {
+	b.Indexed = true
+	if x.Kind == KindSmall {
+		x.buckets.insert(b)
+		return
+	}
+	b.GCCountBase = x.Pool.GCCalls
+	if x.inLarge(b.Size) { // place, written out
+		x.large.insert(b)
+	} else {
+		x.tree.insert(b)
+		if x.Kind == KindTree { // a cold index
+			x.Pool.Cold.add(b)
+		}
+	}
+	if !b.IsSplit() && !b.Seg.Expandable() {
+		x.list(b)
+	}
+}
+
+// drop takes a free block out of the index. The block's size and address
+// must be those it was filed under.
+func (x *Index) drop(b *Block) {
+	b.Indexed = false
+	if x.Kind == KindSmall {
+		x.buckets.remove(b)
+		return
+	}
+	if x.inLarge(b.Size) { // displace, written out
+		x.large.remove(b)
+	} else {
+		x.tree.remove(b)
+		if x.Kind == KindTree { // a cold index
+			x.Pool.Cold.drop(KeyOf(b))
+		}
+	}
+	if b.listed {
+		x.unlist(b)
+	}
+}
+
+// place and displace put b in the large buckets or the tree, as its size
+// says, and take it out: the structures alone, no flag or list. Not for
+// size buckets.
+func (x *Index) place(b *Block) {
+	if x.inLarge(b.Size) {
+		x.large.insert(b)
+	} else {
+		x.tree.insert(b)
+		if x.Kind == KindTree { // a cold index
+			x.Pool.Cold.add(b)
+		}
+	}
+}
+
+func (x *Index) displace(b *Block) {
+	if x.inLarge(b.Size) {
+		x.large.remove(b)
+	} else {
+		x.tree.remove(b)
+		if x.Kind == KindTree { // a cold index
+			x.Pool.Cold.drop(KeyOf(b))
+		}
+	}
+}
+
+// rekey moves b, a free block filed in x's tree under old, to its current
+// key, and stamps its age base as filing it anew would.
+func (x *Index) rekey(b *Block, old Key) {
+	b.GCCountBase = x.Pool.GCCalls
+	x.tree.rekey(b, old)
+	if x.Kind == KindTree { // a cold index
+		x.Pool.Cold.drop(old)
+		x.Pool.Cold.add(b)
+	}
+	if whole := !b.IsSplit() && !b.Seg.Expandable(); whole != b.listed {
+		if whole {
+			x.list(b)
+		} else {
+			x.unlist(b)
+		}
+	}
+}
+
+// settle files the block whose split is pending under its new key.
+func (x *Index) settle() {
+	b, old := x.pend, x.pendKey
+	x.pend = nil
+	if x.Kind == KindTree { // a cold index
+		x.tree.rekey(b, old)
+		x.Pool.Cold.drop(old)
+		x.Pool.Cold.add(b)
+		return
+	}
+	k := KeyOf(b)
+	b.Ptr, b.Size = old.ptr, old.size
+	if x.Kind == KindSmall {
+		x.buckets.remove(b)
+	} else {
+		x.displace(b)
+	}
+	b.Ptr, b.Size = k.ptr, k.size
+	if x.Kind == KindSmall {
+		x.buckets.insert(b)
+	} else {
+		x.place(b)
+	}
+}
+
+// Pending reports whether a split's rest waits to move to its new key
+// (the package doc's pending split).
+func (x *Index) Pending() bool { return x.pend != nil }
+
+// Flush settles the pending split and lets go of the struct kept for the
+// next split, before a walk or a change of more than one index.
+func (x *Index) Flush() {
+	if x.pend != nil {
+		x.settle()
+	}
+	if x.front != nil {
+		x.Spares.Put(x.front)
+		x.front = nil
+	}
+}
+
+// unfile takes a free block out of the index, an unmapped one out of its
+// pool's unmapped index. (Size buckets without drop's call, as in take.)
+func (x *Index) unfile(b *Block) {
+	switch {
+	case b.Unmapped:
+		x.Pool.Unmapped.Delete(b)
+	case x.Kind == KindSmall:
+		b.Indexed = false
+		x.buckets.remove(b)
+	default:
+		x.drop(b)
+	}
+}
+
+// Fit returns the free block of the lowest (size, address) with at least
+// size bytes, or nil, without the rule of expandable segments: where the
+// walks in (size, address) order start.
+func (x *Index) Fit(size uint64) *Block {
+	if x.pend != nil {
+		x.settle()
+	}
+	switch {
+	case x.Kind == KindSmall:
+		return x.buckets.fit(size)
+	case x.inLarge(size):
+		if b := x.large.fit(size); b != nil {
+			return b
+		}
+		return x.tree.min() // every block of the tree is larger
+	}
+	return x.tree.lowerBound(size)
+}
+
+// Largest returns a free block of the largest size, or nil.
+func (x *Index) Largest() *Block {
+	if x.pend != nil {
+		x.settle()
+	}
+	switch {
+	case x.Kind == KindSmall:
+		return x.buckets.last()
+	case x.Kind == KindLarge && x.tree.n == 0:
+		return x.large.last()
+	}
+	return x.tree.max()
+}
+
+// ascendFrom calls f on b, the lowest address of its size in x (a best
+// fit, as fit returns it), then on the blocks after it in (size, address)
+// order, until f returns false. Not for size buckets.
+func (x *Index) ascendFrom(b *Block, f func(*Block) bool) {
+	if x.pend != nil {
+		x.settle()
+	}
+	if x.inLarge(b.Size) {
+		if !x.large.ascendFrom(classOf(b.Size), f) {
+			return
+		}
+		x.tree.ascend(f)
+		return
+	}
+	l, i := x.tree.seek(KeyOf(b))
+	ascendFrom(l, i, f)
+}
+
+// AscendAtLeast calls f on the free blocks of at least size bytes in
+// (size, address) order until f returns false. Not for size buckets.
+func (x *Index) AscendAtLeast(size uint64, f func(*Block) bool) {
+	if b := x.Fit(size); b != nil {
+		x.ascendFrom(b, f)
+	}
+}
+
+// CloseFit returns the block of the lowest address among at most window
+// free blocks of x from b (a best fit) up in (size, address) order, none
+// larger than limit, whose size is below below; b if none is lower. Of
+// the blocks of one size only the first, the lowest address, can be
+// chosen; the others count in the window. Not for size buckets.
+func (x *Index) CloseFit(b *Block, limit, below uint64, window int) *Block {
+	if x.pend != nil {
+		x.settle()
+	}
+	best, n := b, 0
+	var l *treeLeaf
+	var i int
+	if x.inLarge(b.Size) {
+		var done bool
+		if best, n, done = x.large.closeFit(classOf(b.Size), limit, below, window, b); done {
+			return best
+		}
+		l = x.tree.first // then the blocks above 128 MiB
+	} else {
+		l, i = x.tree.seek(KeyOf(b))
+	}
+	ascendFrom(l, i, func(c *Block) bool {
+		if c.Size > limit {
+			return false
+		}
+		n++
+		if c.Size < below && c.Ptr < best.Ptr {
+			best = c
+		}
+		return n < window
+	})
+	return best
+}
+
+// Each calls f on every free block until f returns false, in no order
+// the caller may rely on (the block whose split is pending is where its
+// old key files it). It changes nothing, so that the checker may use it.
+func (x *Index) Each(f func(*Block) bool) {
+	switch x.Kind {
+	case KindSmall:
+		x.buckets.each(f)
+		return
+	case KindLarge:
+		stopped := false
+		x.large.each(func(b *Block) bool {
+			stopped = !f(b)
+			return !stopped
+		})
+		if stopped {
+			return
+		}
+	}
+	x.tree.ascend(f)
+}
+
+// DescendBelow calls f on the free blocks of less than size bytes, from
+// the largest (and, among equal sizes, the highest address) down, until f
+// returns false. Size buckets hold no block it is asked for (it serves
+// the release of oversize blocks, of more than 20 MiB): it calls f on
+// none of theirs.
+func (x *Index) DescendBelow(size uint64, f func(*Block) bool) {
+	if x.Kind == KindSmall {
+		return
+	}
+	if x.pend != nil {
+		x.settle()
+	}
+	stopped := false
+	x.tree.descendBelow(Key{size, 0}, func(b *Block) bool {
+		stopped = !f(b)
+		return !stopped
+	})
+	if stopped || x.Kind != KindLarge {
+		return
+	}
+	c := largeClasses // every class is below size
+	if size <= maxLargeSize {
+		c = classOf(size)
+	}
+	x.large.descendBelow(c, f)
+}
+
+// AppendWholes appends the free blocks that fill their plain segment to
+// list, in no particular order, and returns it.
+func (x *Index) AppendWholes(list []*Block) []*Block {
+	if x.pend != nil {
+		x.settle()
+	}
+	if x.Kind == KindSmall {
+		return append(list, x.buckets.class(numClasses-1)...)
+	}
+	for b := x.wholes; b != nil; b = b.nextWhole {
+		list = append(list, b)
+	}
+	return list
+}
+
+// EachWhole calls f on every free block that fills its plain segment, in
+// no particular order.
+func (x *Index) EachWhole(f func(*Block)) {
+	if x.pend != nil {
+		x.settle()
+	}
+	if x.Kind == KindSmall {
+		for _, b := range x.buckets.class(numClasses - 1) {
+			f(b)
+		}
+		return
+	}
+	for b := x.wholes; b != nil; b = b.nextWhole {
+		f(b)
+	}
+}
+
+// list and unlist put a block that fills its segment in the list of whole
+// free segments of an index that is not of size buckets, and take it out.
+func (x *Index) list(b *Block) {
+	b.listed, b.prevWhole, b.nextWhole = true, nil, x.wholes
+	if x.wholes != nil {
+		x.wholes.prevWhole = b
+	} else if x.Kind == KindTree { // a cold index
+		x.Pool.Cold.listed(x)
+	}
+	x.wholes = b
+}
+
+func (x *Index) unlist(b *Block) {
+	if b.prevWhole != nil {
+		b.prevWhole.nextWhole = b.nextWhole
+	} else {
+		x.wholes = b.nextWhole
+		if x.wholes == nil && x.Kind == KindTree { // a cold index
+			x.Pool.Cold.unlisted(x)
+		}
+	}
+	if b.nextWhole != nil {
+		b.nextWhole.prevWhole = b.prevWhole
+	}
+	b.listed, b.prevWhole, b.nextWhole = false, nil, nil
+}
+
+// SegmentAdded counts a new segment of x's pool and stream: the first
+// makes x one of its pool's owners.
+func (x *Index) SegmentAdded() {
+	if x.NSeg == 0 {
+		x.owner = len(x.Pool.Owners)
+		x.Pool.Owners = append(x.Pool.Owners, x)
+	}
+	x.NSeg++
+}
+
+// SegmentRemoved uncounts a released segment of x's pool and stream: the
+// last takes x out of its pool's owners.
+func (x *Index) SegmentRemoved() {
+	x.NSeg--
+	if x.NSeg == 0 {
+		p := x.Pool
+		last := p.Owners[len(p.Owners)-1]
+		p.Owners[x.owner], last.owner = last, x.owner
+		p.Owners[len(p.Owners)-1] = nil
+		p.Owners = p.Owners[:len(p.Owners)-1]
+	}
+}
