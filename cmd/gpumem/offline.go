@@ -24,7 +24,7 @@ type offlineResult struct {
 // offlineBest packs the trace offline and checks the packing.
 func offlineBest(ctx context.Context, ops []trace.Op) *offlineResult {
 	p, err := offline.PackContext(ctx, ops)
-	if err == nil {
+	if err == nil && ctx.Err() == nil {
 		err = p.Check()
 	}
 	if err != nil {

@@ -44,15 +44,27 @@ func Pack(ops []trace.Op) (*Plan, error) {
 // every 1024 blocks placed, and then returns an error that wraps
 // ctx.Err().
 func PackContext(ctx context.Context, ops []trace.Op) (*Plan, error) {
+	stopped := func() error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("offline packing stopped: %w", err)
+		}
+		return nil
+	}
+	if err := stopped(); err != nil {
+		return nil, err
+	}
 	blocks, err := Lifetimes(ops)
 	if err != nil {
+		return nil, err
+	}
+	if err := stopped(); err != nil {
 		return nil, err
 	}
 	p := &Plan{Blocks: blocks, Ops: len(ops)}
 	p.Bound, p.BoundAt = Bound(blocks)
 	p.Footprint, p.Order = packBlocks(ctx, blocks, len(ops), p.Bound)
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("offline packing stopped: %w", err)
+	if err := stopped(); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
@@ -95,6 +107,9 @@ func packBlocks(ctx context.Context, blocks []Block, ops int, bound uint64) (uin
 	fps := make([]uint64, len(orders))
 	offsets := make([][]uint64, len(orders))
 	pass := func(k int) {
+		if ctx.Err() != nil {
+			return // the caller discards the result
+		}
 		idx := make([]int32, len(blocks))
 		for i := range idx {
 			idx[i] = int32(i)
