@@ -9,7 +9,7 @@ import (
 
 func Example() {
 	dev, _ := sim.New(sim.Config{})
-	pinned, _ := host.New(dev)
+	pinned, _ := host.New(dev, host.Config{})
 	copyStream, _ := dev.NewStream()
 
 	buf, _ := pinned.Alloc(3 << 20)          // rounded up to 4 MiB
