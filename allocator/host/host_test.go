@@ -16,7 +16,7 @@ import (
 func newHost(t testing.TB) (*Allocator, *sim.Device) {
 	t.Helper()
 	dev := simtest.New(t)
-	a, err := New(dev)
+	a, err := New(dev, Config{})
 	require.NoError(t, err)
 	return a, dev
 }
@@ -113,9 +113,9 @@ func TestErrorsChangeNothing(t *testing.T) {
 	again, _ := a.Alloc(100)
 	assert.Same(t, &live[0], &again[0], "freed at once, and reused")
 	require.NoError(t, a.Free(again))
-	_, err = New(struct{ device.Device }{dev})
+	_, err = New(struct{ device.Device }{dev}, Config{})
 	assert.ErrorIs(t, err, device.ErrNotSupported)
-	_, err = New(nil)
+	_, err = New(nil, Config{})
 	assert.Error(t, err)
 }
 
@@ -128,7 +128,7 @@ func TestRecordStreamChecksWithoutStreamChecker(t *testing.T) {
 	a, err := New(struct {
 		device.Device
 		device.HostMemory
-	}{dev, dev})
+	}{dev, dev}, Config{})
 	require.NoError(t, err)
 	p, _ := a.Alloc(100)
 	assert.ErrorIs(t, a.RecordStream(p, 77), device.ErrInvalidStream)
@@ -148,7 +148,7 @@ func TestStatsMap(t *testing.T) {
 	assert.EqualValues(t, 4096, m["allocated_bytes.current"])
 	assert.EqualValues(t, 1, m["active_requests.peak"])
 	assert.EqualValues(t, 1, m["num_host_alloc"])
-	assert.Len(t, m, 18)
+	assert.Len(t, m, 26)
 	_ = a.Free(p)
 }
 
