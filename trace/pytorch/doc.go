@@ -21,6 +21,38 @@
 // of blocks the window never allocated, and from the active blocks of the
 // final segments), and the blocks alive at its end are freed after it.
 //
+// It reads the snapshots of PyTorch 2.6 and of today's PyTorch alike:
+//
+//   - any pickle protocol from 2 to 5, as Python's pickle module writes it
+//     (torch.cuda.memory._dump_snapshot uses Python's default protocol,
+//     5 from Python 3.14) or as the C++ torch::cuda::_memory_snapshot_pickled
+//     does (protocol 2): protocol 5's bytearrays (BYTEARRAY8) and in-band
+//     read-only buffers (READONLY_BUFFER) decode, and frames are checked
+//     (each begins where the one before it ends, and no length may pass
+//     the size limit); an out-of-band buffer (NEXT_BUFFER, written only
+//     with a buffer_callback) is refused, since a file does not carry it;
+//   - keys it does not use are ignored, those added since 2.6 included:
+//     segment_pool_id, is_expandable, allocated_size and active_size in
+//     segments; compile_context, user_metadata and frames in trace entries;
+//     external_annotations; allocator_settings whatever its keys (its repr
+//     goes into the notes, graph_capture_record_stream_reuse and all);
+//   - the actions that make no op (segment_alloc, segment_free,
+//     segment_map, segment_unmap, snapshot, oom, whose entry carries
+//     device_free in place of addr) are counted in trace.Import.Ignored;
+//     an action it does not know is counted there too, and named in a
+//     note that begins "warning:";
+//   - a snapshot taken without memory history has segments and blocks but
+//     no trace: device_traces holds empty lists, or is missing (a dict
+//     without it), or the pickle holds torch.cuda.memory_snapshot()'s
+//     list of segments alone. Its import is the state at the snapshot: the
+//     active blocks, allocated in address order and then freed, so that a
+//     replay of it shows what the snapshot held (allocated bytes; the
+//     reserved bytes are the replaying allocator's own) but nothing of the
+//     run that led there; the first note says so, and gives the segments'
+//     count and reserved bytes as the snapshot recorded them. A snapshot
+//     with neither a trace nor segments of the device is an error that
+//     names both.
+//
 // A pickle is a program for a small stack machine that can name and call
 // Python code. The reader here runs nothing: it is a stack machine of its
 // own that knows only the opcodes that build plain data (None, bools,

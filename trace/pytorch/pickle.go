@@ -6,6 +6,7 @@ package pytorch
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -21,8 +22,10 @@ import (
 // name Python callables (GLOBAL, STACK_GLOBAL, INST) and call them (REDUCE,
 // OBJ, NEWOBJ, BUILD) or hand ids to the host (PERSID, EXT*). The machine
 // here runs only the opcodes that build plain data (None, bools, numbers,
-// strings, bytes, lists, tuples, dicts, sets, the memo and framing) and
-// refuses the others before they do anything. It reads the pickle as a
+// strings, bytes, lists, tuples, dicts, sets, the memo and framing, and
+// protocol 5's in-band read-only buffers) and refuses the others before
+// they do anything; protocol 5's out-of-band buffers (NEXT_BUFFER) are
+// refused too, as the caller's to supply, which a file cannot. It reads the pickle as a
 // stream and stops at STOP, so nothing after it is read, and it builds
 // the values of gopickle's types package: nil, bool, int, *big.Int,
 // float64, string, []byte, *types.ByteArray, *types.List, *types.Tuple,
@@ -103,7 +106,7 @@ var pickleOpNames = [256]string{
 }
 
 var refused = [256]bool{'c': true, 0x93: true, 'R': true, 'b': true, 'i': true, 'o': true,
-	0x81: true, 0x92: true, 'P': true, 'Q': true, 0x82: true, 0x83: true, 0x84: true, 0x97: true, 0x98: true}
+	0x81: true, 0x92: true, 'P': true, 'Q': true, 0x82: true, 0x83: true, 0x84: true}
 
 // pickleLimits are the limits of one load.
 type pickleLimits struct {
@@ -117,6 +120,10 @@ type unpickler struct {
 	pos   int64 // bytes read
 	lim   pickleLimits
 	spent int64 // bytes of values built, by the costs above
+
+	// frameEnd is where the current FRAME ends (protocol 4 and 5): the
+	// byte after its last one; 0 before the first FRAME.
+	frameEnd int64
 
 	stack  []any
 	marks  []int // stack positions of the open marks
@@ -207,9 +214,24 @@ func (u *unpickler) step(code byte) error {
 			err = fmt.Errorf("unsupported pickle protocol %d", b[0])
 		}
 		return err
-	case 0x95: // FRAME: a hint for buffering; the frame follows inline
-		_, err := u.fixed(8)
-		return err
+	case 0x95: // FRAME
+		return u.frameOp()
+	case 0x97: // NEXT_BUFFER
+		return errors.New("the pickle takes an out-of-band buffer (protocol 5's buffer_callback), " +
+			"which a snapshot file does not carry; write the snapshot without buffer_callback")
+	case 0x98: // READONLY_BUFFER: bytes are read-only already
+		v, err := u.top()
+		if err != nil {
+			return err
+		}
+		switch b := v.(type) {
+		case []byte:
+		case *types.ByteArray:
+			u.stack[len(u.stack)-1] = []byte(*b)
+		default:
+			return fmt.Errorf("a read-only view of a %s, not of bytes", pyTypeName(v))
+		}
+		return nil
 	case '(': // MARK
 		if len(u.marks) == maxPickleDepth {
 			return fmt.Errorf("more than %d marks open at once (the data nests too deeply)", maxPickleDepth)
@@ -308,6 +330,29 @@ func (u *unpickler) step(code byte) error {
 		return u.memoPut(idx, v)
 	}
 	return fmt.Errorf("opcode 0x%02x is not handled", code)
+}
+
+// frameOp runs FRAME (protocol 4 and 5): an 8-byte length, then that
+// many bytes of opcodes, which the reader runs as they arrive (a frame is
+// a hint for buffering, and Python's pickler never splits an opcode
+// across two). A frame must begin where the one before it ends, as
+// Python's unpickler requires, and its length must fit in what is left of
+// the size limit: it is checked, never allocated.
+func (u *unpickler) frameOp() error {
+	at := u.pos - 1
+	b, err := u.fixed(8)
+	if err != nil {
+		return err
+	}
+	n := binary.LittleEndian.Uint64(b)
+	if at < u.frameEnd {
+		return fmt.Errorf("a frame begins %d bytes before the end of the frame before it", u.frameEnd-at)
+	}
+	if n > uint64(u.lim.size-u.pos) {
+		return fmt.Errorf("a frame of %d bytes runs past the limit of the pickle's size (%d bytes)", n, u.lim.size)
+	}
+	u.frameEnd = u.pos + int64(n)
+	return nil
 }
 
 // frame returns the number of values above the innermost mark: the only

@@ -79,8 +79,17 @@ func (opt SnapshotOptions) limits() pickleLimits {
 //
 // segment_alloc, segment_free, segment_map, segment_unmap, snapshot, oom,
 // annotate and any action this importer does not know produce no op; they
-// are counted in trace.Import.Ignored and named in the notes. An oom entry means
-// an allocation failed in the original run and so was never recorded.
+// are counted in trace.Import.Ignored and named in the notes, and an
+// unknown action is named again in a note that begins "warning:". An oom
+// entry means an allocation failed in the original run and so was never
+// recorded. Keys the import does not use are ignored, whatever they are.
+//
+// A snapshot without a trace of the device (memory history was not
+// recorded: device_traces is missing, too short, or holds an empty list,
+// or the pickle is torch.cuda.memory_snapshot()'s list of segments) is the
+// state at the snapshot: the active blocks of the device's segments are
+// allocated up front and freed after, and the first note says so. With
+// neither a trace nor a segment of the device, ReadSnapshot fails.
 //
 // A snapshot that contradicts itself is an error: an alloc at an address
 // the window holds live, a free of an address the window has seen but that
@@ -137,6 +146,43 @@ func (b *importBudget) spend(n int, cost int64, what string) error {
 	return nil
 }
 
+// knownActions are the actions of current PyTorch's device traces
+// (TraceEntry::Action in c10/cuda/CUDACachingAllocator.h) that make no op;
+// annotate is written by older versions.
+var knownActions = map[string]bool{
+	"segment_alloc": true, "segment_free": true, "segment_map": true, "segment_unmap": true,
+	"snapshot": true, "oom": true, "annotate": true,
+}
+
+// deviceSegments counts the segments of device dev in the snapshot; a
+// segment without a device key counts for every device, as the import
+// takes it.
+func deviceSegments(top *types.Dict, dev int) (int, error) {
+	segv, ok := dictGet(top, "segments")
+	if !ok {
+		return 0, nil
+	}
+	segs, ok := asList(segv)
+	if !ok {
+		return 0, fmt.Errorf("snapshot: segments is a %s, not a list", pyTypeName(segv))
+	}
+	n := 0
+	for _, sv := range segs {
+		s, ok := sv.(*types.Dict)
+		if !ok {
+			n++ // the import names the bad segment
+			continue
+		}
+		if dv, ok := dictGet(s, "device"); ok {
+			if d, ok := asInt(dv); !ok || d != int64(dev) {
+				continue
+			}
+		}
+		n++
+	}
+	return n, nil
+}
+
 // snapEvent is one device_traces entry that matters.
 type snapEvent struct {
 	action string
@@ -146,24 +192,54 @@ type snapEvent struct {
 }
 
 func importSnapshot(root any, opt SnapshotOptions, budget importBudget) (*trace.Import, error) {
-	top, ok := root.(*types.Dict)
-	if !ok {
+	var top *types.Dict
+	switch v := root.(type) {
+	case *types.Dict:
+		top = v
+	case *types.List:
+		// torch.cuda.memory_snapshot() is the segments alone.
+		for i, s := range *v {
+			if _, ok := s.(*types.Dict); !ok {
+				return nil, fmt.Errorf("snapshot: the pickle holds a list whose item %d is a %s: "+
+					"neither a snapshot dict nor a list of segments (torch.cuda.memory_snapshot())", i, pyTypeName(s))
+			}
+		}
+		top = &types.Dict{{Key: "segments", Value: v}}
+	default:
 		return nil, fmt.Errorf("snapshot: the pickle holds a %s, not a snapshot dict", pyTypeName(root))
 	}
-	dtv, ok := dictGet(top, "device_traces")
-	if !ok {
-		return nil, fmt.Errorf("snapshot: no device_traces (was memory history recorded with torch.cuda.memory._record_memory_history?)")
+	if opt.Device < 0 {
+		return nil, fmt.Errorf("snapshot: device %d: not a device number", opt.Device)
 	}
-	dts, ok := asList(dtv)
-	if !ok {
-		return nil, fmt.Errorf("snapshot: device_traces is a %s, not a list", pyTypeName(dtv))
+
+	// The device's trace: none when memory history was not recorded
+	// (no device_traces, or none for this device).
+	var entries []any
+	haveTrace := false
+	missing := "no device_traces"
+	if dtv, ok := dictGet(top, "device_traces"); ok {
+		dts, ok := asList(dtv)
+		if !ok {
+			return nil, fmt.Errorf("snapshot: device_traces is a %s, not a list", pyTypeName(dtv))
+		}
+		if opt.Device < len(dts) {
+			if entries, ok = asList(dts[opt.Device]); !ok {
+				return nil, fmt.Errorf("snapshot: device_traces[%d] is a %s, not a list", opt.Device, pyTypeName(dts[opt.Device]))
+			}
+			haveTrace = true
+		} else {
+			missing = fmt.Sprintf("device_traces for %d devices", len(dts))
+		}
 	}
-	if opt.Device < 0 || opt.Device >= len(dts) {
-		return nil, fmt.Errorf("snapshot: device %d: the snapshot has device_traces for %d devices", opt.Device, len(dts))
-	}
-	entries, ok := asList(dts[opt.Device])
-	if !ok {
-		return nil, fmt.Errorf("snapshot: device_traces[%d] is a %s, not a list", opt.Device, pyTypeName(dts[opt.Device]))
+	if !haveTrace {
+		n, err := deviceSegments(top, opt.Device)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("snapshot: device %d: the snapshot has %s and no segments of that device: nothing to import "+
+				"(record memory history with torch.cuda.memory._record_memory_history before the snapshot)", opt.Device, missing)
+		}
 	}
 	where := func(i int) string { return fmt.Sprintf("snapshot: device_traces[%d][%d]", opt.Device, i) }
 	if err := budget.spend(len(entries), costImportEntry, fmt.Sprintf("entries of device_traces[%d]", opt.Device)); err != nil {
@@ -184,6 +260,7 @@ func importSnapshot(root any, opt SnapshotOptions, budget importBudget) (*trace.
 	seen := map[uint64]int{} // address -> last entry that allocated or freed it
 	var pre []window.Block
 	ooms := 0
+	unknown := map[string]int{}
 	for i, ev := range entries {
 		e, ok := ev.(*types.Dict)
 		if !ok {
@@ -199,6 +276,9 @@ func importSnapshot(root any, opt SnapshotOptions, budget importBudget) (*trace.
 			im.Ignored[window.Name(action)]++
 			if action == "oom" {
 				ooms++
+			}
+			if !knownActions[action] {
+				unknown[window.Name(action)]++
 			}
 			continue
 		}
@@ -245,6 +325,10 @@ func importSnapshot(root any, opt SnapshotOptions, budget importBudget) (*trace.
 
 	// The final segments: active blocks the window never allocated were
 	// alive before it; blocks the window leaves alive must be active there.
+	var stats struct {
+		segments, expandable, active int
+		reserved, requested          uint64
+	}
 	segv, haveSegments := dictGet(top, "segments")
 	if haveSegments {
 		segs, ok := asList(segv)
@@ -262,6 +346,13 @@ func importSnapshot(root any, opt SnapshotOptions, budget importBudget) (*trace.
 				if d, ok := asInt(dv); !ok || d != int64(opt.Device) {
 					continue
 				}
+			}
+			stats.segments++
+			if ts, err := dictUint(s, "total_size"); err == nil {
+				stats.reserved += ts
+			}
+			if v, ok := dictGet(s, "is_expandable"); ok && v == true {
+				stats.expandable++
 			}
 			stream, err := dictUint(s, "stream")
 			if err != nil {
@@ -300,6 +391,8 @@ func importSnapshot(root any, opt SnapshotOptions, budget importBudget) (*trace.
 					return nil, fmt.Errorf("%s: %w", bwhere, err)
 				}
 				active[addr] = true
+				stats.active++
+				stats.requested += size
 				if wb, ok := live[addr]; ok {
 					if wb.size != size {
 						return nil, fmt.Errorf("%s: active block at 0x%x has requested_size %d; entry %d allocated it with size %d",
@@ -359,16 +452,33 @@ func importSnapshot(root any, opt SnapshotOptions, budget importBudget) (*trace.
 			pending++
 		}
 	}
-	note := fmt.Sprintf("capture: PyTorch memory snapshot, device_traces[%d] (%d entries); alloc->a, free_completed->f; "+
-		"%d blocks from before the window allocated up front (%d seen freed in it, %d still active at the snapshot); "+
-		"%d blocks alive at the end freed after the window",
-		opt.Device, len(entries), len(pre), im.PreWindowFreed, im.PreWindowLive, len(im.Ops)-im.WindowEnd)
-	if !haveSegments {
-		note += "; the snapshot has no segments, so blocks alive before the window and never freed in it are missing"
+	if haveTrace && len(entries) == 0 {
+		missing = fmt.Sprintf("an empty device_traces[%d]", opt.Device)
+	}
+	var note string
+	if len(entries) > 0 {
+		note = fmt.Sprintf("capture: PyTorch memory snapshot, device_traces[%d] (%d entries); alloc->a, free_completed->f; "+
+			"%d blocks from before the window allocated up front (%d seen freed in it, %d still active at the snapshot); "+
+			"%d blocks alive at the end freed after the window",
+			opt.Device, len(entries), len(pre), im.PreWindowFreed, im.PreWindowLive, len(im.Ops)-im.WindowEnd)
+		if !haveSegments {
+			note += "; the snapshot has no segments, so blocks alive before the window and never freed in it are missing"
+		}
+	} else {
+		note = fmt.Sprintf("capture: PyTorch memory snapshot of device %d without a trace (%s: memory history was not recorded); "+
+			"the ops are the %d blocks active at the snapshot, allocated and then freed: a replay shows the state at the snapshot, "+
+			"not the run that led to it", opt.Device, missing, len(pre))
+	}
+	if stats.segments > 0 {
+		note += fmt.Sprintf("; the snapshot's segments of device %d: %d (%d expandable), %d bytes reserved, "+
+			"%d active blocks of %d bytes requested", opt.Device, stats.segments, stats.expandable, stats.reserved, stats.active, stats.requested)
 	}
 	im.Notes = append(im.Notes, note)
 	if len(im.Ignored) > 0 {
 		im.Notes = append(im.Notes, "entries without an op: "+window.CountList(im.Ignored))
+	}
+	if len(unknown) > 0 {
+		im.Notes = append(im.Notes, "warning: actions this importer does not know, skipped: "+window.CountList(unknown))
 	}
 	if pending > 0 {
 		im.Notes = append(im.Notes, fmt.Sprintf("%d blocks had free_requested without free_completed: they stay live to the end of the window", pending))
