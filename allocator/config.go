@@ -146,7 +146,8 @@ type Config struct {
 	// Pinned holds the keys of PyTorch's pinned host allocator, accepted
 	// with PyTorch's rules so that a PyTorch setting carries over. No
 	// effect on this (device) allocator, which has no pinned memory; the
-	// host allocator (allocator/host) does not read them yet either.
+	// host allocator reads them: host.New(dev, host.Config{Pinned:
+	// conf.Pinned}) (allocator/host says what each does there).
 	Pinned PinnedConfig
 
 	// Policy selects how the allocator decides: PolicyFaithful (the zero
@@ -161,7 +162,7 @@ type Config struct {
 
 // PinnedConfig holds the configuration keys of PyTorch's pinned host
 // allocator, as PyTorch documents them. None of them changes the device
-// allocator.
+// allocator; allocator/host gives them their effect.
 type PinnedConfig struct {
 	// UseHostRegister allocates pinned memory with malloc and registers
 	// it instead of asking the driver for pinned memory.
