@@ -4,34 +4,14 @@ package plan
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/internal/ctxtest"
 )
-
-// countdown is a context that is done after its Err has been asked n
-// times: a Ctrl-C in the middle of the work.
-type countdown struct {
-	context.Context
-	n atomic.Int64
-}
-
-func (c *countdown) Err() error {
-	if c.n.Add(-1) < 0 {
-		return context.Canceled
-	}
-	return nil
-}
-
-func newCountdown(n int64) *countdown {
-	c := &countdown{Context: context.Background()}
-	c.n.Store(n)
-	return c
-}
 
 func TestFitContextStops(t *testing.T) {
 	ops := load(t, "testdata/batches/bert_b2.trace.gz")
@@ -39,11 +19,11 @@ func TestFitContextStops(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, len(want.Trials), 3)
 	for _, n := range []int64{0, 1, 5, 20} {
-		ctx := newCountdown(n)
+		ctx := ctxtest.NewCountdown(n)
 		r, err := FitContext(ctx, ops, FitOptions{})
 		assert.Nil(t, r, "n=%d", n)
 		require.ErrorIs(t, err, context.Canceled, "n=%d", n)
-		assert.Equal(t, int64(-1), ctx.n.Load(), "n=%d: the search stops at the first check that sees the context done", n)
+		assert.Equal(t, int64(-1), ctx.Left(), "n=%d: the search stops at the first check that sees the context done", n)
 	}
 }
 
@@ -75,9 +55,9 @@ func TestScaleContextStops(t *testing.T) {
 	b4 := load(t, "testdata/batches/bert_b4.trace.gz")
 	m, err := NewModel(Probe{"bert_b2", 2, b2}, Probe{"bert_b4", 4, b4})
 	require.NoError(t, err)
-	_, err = m.PredictContext(newCountdown(2), 16, allocator.Config{}, 0)
+	_, err = m.PredictContext(ctxtest.NewCountdown(2), 16, allocator.Config{}, 0)
 	require.ErrorIs(t, err, context.Canceled)
-	_, err = m.MaxBatchContext(newCountdown(5), allocator.Config{}, 4<<30)
+	_, err = m.MaxBatchContext(ctxtest.NewCountdown(5), allocator.Config{}, 4<<30)
 	require.ErrorIs(t, err, context.Canceled)
 	// Without a done context the answers are those of the plain calls.
 	a, err := m.MaxBatchContext(context.Background(), allocator.Config{}, 4<<30)
