@@ -63,29 +63,27 @@ func stateOf(t *testing.T, s *sim.Device) simState {
 // device and on one behind an injector without rules, for every subset of
 // the simulator's capabilities: same results, state and clock.
 func TestNoRulesForwardsFaithfully(t *testing.T) {
-	bares, inners := newSim(t), newSim(t)
-	bareSubsets, innerSubsets := devicetest.Subsets(bares), devicetest.Subsets(inners)
-	for i := range bareSubsets {
-		want := devicetest.Run(bareSubsets[i])
-		j := faulty.New(innerSubsets[i])
-		got := devicetest.Run(j.Device())
-		require.Equal(t, want.Lines, got.Lines, "subset %05b", i)
-		require.Equal(t, bares.Counters(), inners.Counters(), "subset %05b", i)
-		require.Equal(t, bares.Clock(), inners.Clock(), "subset %05b", i)
-		assert.Empty(t, j.Fired())
-		for k := range device.NumCalls {
-			assert.Equal(t, got.Tally.Calls[k], j.Calls(k), "subset %05b: %v calls", i, k)
-		}
-	}
+	var j *faulty.Injector
+	devicetest.Faithful(t, func() *sim.Device { return newSim(t) },
+		func(d device.Device) device.Device {
+			j = faulty.New(d)
+			return j.Device()
+		},
+		func(i int, got devicetest.Result) {
+			assert.Empty(t, j.Fired())
+			for k := range device.NumCalls {
+				assert.Equal(t, got.Tally.Calls[k], j.Calls(k), "subset %05b: %v calls", i, k)
+			}
+		})
 }
 
 // TestCapabilities: the wrapped device offers exactly what the inner one
 // offers, both ways, and the allocator sees it so.
 func TestCapabilities(t *testing.T) {
-	for i, inner := range devicetest.Subsets(newSim(t)) {
-		d := faulty.New(inner).Device()
-		assert.Equal(t, devicetest.Offered(inner), devicetest.Offered(d), "subset %05b", i)
-	}
+	devicetest.SameCapabilities(t, func() device.Device { return newSim(t) },
+		func(d device.Device) device.Device { return faulty.New(d).Device() })
+	// An allocator sees the same: asking for expandable segments fails
+	// without virtual memory and works with it.
 	noVM := device.Compose(newSim(t), device.Capabilities{})
 	_, err := allocator.New(faulty.New(noVM).Device(), allocator.Config{ExpandableSegments: true})
 	require.ErrorIs(t, err, device.ErrNotSupported, "no virtual memory appears by wrapping")
