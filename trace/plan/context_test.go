@@ -11,10 +11,11 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/internal/ctxtest"
+	"github.com/gpumem/gpumem/trace/internal/tracetest"
 )
 
 func TestFitContextStops(t *testing.T) {
-	ops := load(t, "testdata/batches/bert_b2.trace.gz")
+	ops := tracetest.ReadFile(t, "testdata/batches/bert_b2.trace.gz")
 	want, err := Fit(ops, FitOptions{})
 	require.NoError(t, err)
 	require.Greater(t, len(want.Trials), 3)
@@ -28,7 +29,7 @@ func TestFitContextStops(t *testing.T) {
 }
 
 func TestTuneContextStops(t *testing.T) {
-	ops := load(t, smallTrace)
+	ops := tracetest.ReadFile(t, smallTrace)
 	cands := Sweep()[:4]
 	for _, jobs := range []int{1, 3} {
 		// Done after the first configuration: the others stop or are
@@ -51,8 +52,8 @@ func TestTuneContextStops(t *testing.T) {
 }
 
 func TestScaleContextStops(t *testing.T) {
-	b2 := load(t, "testdata/batches/bert_b2.trace.gz")
-	b4 := load(t, "testdata/batches/bert_b4.trace.gz")
+	b2 := tracetest.ReadFile(t, "testdata/batches/bert_b2.trace.gz")
+	b4 := tracetest.ReadFile(t, "testdata/batches/bert_b4.trace.gz")
 	m, err := NewModel(Probe{"bert_b2", 2, b2}, Probe{"bert_b4", 4, b4})
 	require.NoError(t, err)
 	_, err = m.PredictContext(ctxtest.NewCountdown(2), 16, allocator.Config{}, 0)
