@@ -219,23 +219,28 @@ func TestPolicyLendingKeepsRecordStream(t *testing.T) {
 	mustFree(t, a, x)
 }
 
-// withoutStreamWaiter returns dev with every capability but
-// device.StreamWaiter: the waits of a lend are made on the host.
-func withoutStreamWaiter(dev *sim.Device) device.Device {
+// lendableWithoutStreamWaiter returns a low-fragmentation allocator on a
+// device with every capability but device.StreamWaiter (the waits of a
+// lend are made on the host), the device, a second stream s, and an 8 MiB
+// block p freed on the default stream: the block s borrows next.
+func lendableWithoutStreamWaiter(t *testing.T) (*Allocator, *sim.Device, device.Stream, device.Ptr) {
+	t.Helper()
+	dev := mustSim(t, 0)
 	caps := device.CapabilitiesOf(dev)
 	caps.StreamWaiter = nil
-	return device.Compose(dev, caps)
+	a, err := New(device.Compose(dev, caps), lowFrag)
+	require.NoError(t, err)
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	p := mustAlloc(t, a, 8*mib, 0)
+	mustFree(t, a, p)
+	return a, dev, s, p
 }
 
 // TestPolicyLendingWaitsOnTheHostWithoutStreamWaiter: on a device without
 // the capability, the waits are made on the host.
 func TestPolicyLendingWaitsOnTheHostWithoutStreamWaiter(t *testing.T) {
-	inner := mustSim(t, 0)
-	a, err := New(withoutStreamWaiter(inner), lowFrag)
-	require.NoError(t, err)
-	s, _ := inner.NewStream()
-	p := mustAlloc(t, a, 8*mib, 0)
-	mustFree(t, a, p)
+	a, inner, s, p := lendableWithoutStreamWaiter(t)
 	q := mustAlloc(t, a, 8*mib, s)
 	assert.Equal(t, p, q)
 	mustFree(t, a, q)
@@ -250,12 +255,7 @@ func TestPolicyLendingWaitsOnTheHostWithoutStreamWaiter(t *testing.T) {
 // waits for the borrower on the host.
 func TestPolicyLendingSurvivesEventFailures(t *testing.T) {
 	// A lend needs a wait; on the host here, and it fails.
-	dev := mustSim(t, 0)
-	b, err := New(withoutStreamWaiter(dev), lowFrag)
-	require.NoError(t, err)
-	s, _ := dev.NewStream()
-	r := mustAlloc(t, b, 8*mib, 0)
-	mustFree(t, b, r)
+	b, dev, s, r := lendableWithoutStreamWaiter(t)
 	dev.FailEventQueries(errors.New("injected")) // SynchronizeEvent fails
 	x, err := b.Alloc(8*mib, s)
 	require.NoError(t, err)
