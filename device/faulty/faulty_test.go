@@ -92,6 +92,19 @@ func TestCapabilities(t *testing.T) {
 	assert.Nil(t, faulty.New(nil).Device())
 }
 
+// made returns n values that mk makes, in order, failing the test at the
+// first error.
+func made[T any](t *testing.T, n int, mk func() (T, error)) []T {
+	t.Helper()
+	out := make([]T, n)
+	for i := range out {
+		var err error
+		out[i], err = mk()
+		require.NoError(t, err)
+	}
+	return out
+}
+
 // callCase makes valid calls of one kind: prepare readies n of them on
 // the inner device, call makes the i-th (0-based) through d, which is the
 // injector's device or the inner one.
@@ -111,22 +124,12 @@ func callCases() map[device.Call]callCase {
 		st, err := s.NewStream()
 		require.NoError(t, err)
 		require.NoError(t, s.SetStreamBusy(st, true))
-		es := make([]device.Event, n)
-		for i := range es {
-			es[i], err = s.RecordEvent(st)
-			require.NoError(t, err)
-		}
-		return es
+		return made(t, n, func() (device.Event, error) { return s.RecordEvent(st) })
 	}
 	return map[device.Call]callCase{
 		device.CallMalloc: none(func(d device.Device, _ int) error { _, err := d.Malloc(mib); return err }),
 		device.CallFree: {func(t *testing.T, s *sim.Device, n int) func(device.Device, int) error {
-			ps := make([]device.Ptr, n)
-			for i := range ps {
-				var err error
-				ps[i], err = s.Malloc(mib)
-				require.NoError(t, err)
-			}
+			ps := made(t, n, func() (device.Ptr, error) { return s.Malloc(mib) })
 			return func(d device.Device, i int) error { return d.Free(ps[i]) }
 		}},
 		device.CallMemInfo:     none(func(d device.Device, _ int) error { _, _, err := d.MemInfo(); return err }),
@@ -162,12 +165,7 @@ func callCases() map[device.Call]callCase {
 			return func(d device.Device, i int) error { return vm(d).Unmap(r+device.Ptr(i*page), page) }
 		}},
 		device.CallRelease: {func(t *testing.T, s *sim.Device, n int) func(device.Device, int) error {
-			rs := make([]device.Ptr, n)
-			for i := range rs {
-				var err error
-				rs[i], err = s.Reserve(page)
-				require.NoError(t, err)
-			}
+			rs := made(t, n, func() (device.Ptr, error) { return s.Reserve(page) })
 			return func(d device.Device, i int) error { return vm(d).Release(rs[i]) }
 		}},
 		device.CallWaitEvent: {func(t *testing.T, s *sim.Device, n int) func(device.Device, int) error {
@@ -178,12 +176,7 @@ func callCases() map[device.Call]callCase {
 		}},
 		device.CallHostAlloc: none(func(d device.Device, _ int) error { _, err := host(d).HostAlloc(64); return err }),
 		device.CallHostFree: {func(t *testing.T, s *sim.Device, n int) func(device.Device, int) error {
-			bs := make([][]byte, n)
-			for i := range bs {
-				var err error
-				bs[i], err = s.HostAlloc(64)
-				require.NoError(t, err)
-			}
+			bs := made(t, n, func() ([]byte, error) { return s.HostAlloc(64) })
 			return func(d device.Device, i int) error { return host(d).HostFree(bs[i]) }
 		}},
 	}
