@@ -41,10 +41,14 @@ func mustAlloc(t testing.TB, a *Allocator, size uint64, s device.Stream) device.
 	return p
 }
 
-func mustFree(t testing.TB, a *Allocator, p device.Ptr) {
+// mustFree frees the blocks, in order, checking the invariants after
+// each.
+func mustFree(t testing.TB, a *Allocator, ps ...device.Ptr) {
 	t.Helper()
-	require.NoError(t, a.Free(p))
-	require.NoError(t, a.CheckInvariants())
+	for _, p := range ps {
+		require.NoError(t, a.Free(p))
+		require.NoError(t, a.CheckInvariants())
+	}
 }
 
 func get(t testing.TB, a *Allocator, key string) int64 {
@@ -80,9 +84,7 @@ func TestTwoMiBRequestsShareASmallSegment(t *testing.T) {
 	assert.EqualValues(t, 0, get(t, a, "inactive_split.all.current"))
 	p3 := mustAlloc(t, a, mib, 0)
 	assert.EqualValues(t, 2, dev.Counters().Mallocs, "a third needs a new segment")
-	mustFree(t, a, p1)
-	mustFree(t, a, p2)
-	mustFree(t, a, p3)
+	mustFree(t, a, p1, p2, p3)
 }
 
 func TestJustOverOneMiBReservesTwentyMiB(t *testing.T) {
@@ -156,9 +158,7 @@ func TestBestFitTakesSmallestThenLowestAddress(t *testing.T) {
 	x := mustAlloc(t, a, 12*mib, 0)
 	y := mustAlloc(t, a, 14*mib, 0)
 	z := mustAlloc(t, a, 12*mib, 0)
-	mustFree(t, a, z)
-	mustFree(t, a, y)
-	mustFree(t, a, x)
+	mustFree(t, a, z, y, x)
 	got := mustAlloc(t, a, 11*mib, 0)
 	assert.Equal(t, x, got, "12 MiB blocks fit best; the lower address wins the tie")
 	got2 := mustAlloc(t, a, 11*mib, 0)
@@ -395,15 +395,13 @@ func TestOutOfMemoryLadder(t *testing.T) {
 		_, err = a.Alloc(30*mib, 0)
 		require.Error(t, err)
 		assert.Len(t, seen, 1, "removed observers are not called")
-		mustFree(t, a, p)
-		mustFree(t, a, small)
+		mustFree(t, a, p, small)
 	})
 	t.Run("releases cached oversize blocks first", func(t *testing.T) {
 		a, dev := newTest(t, 300*mib, Config{MaxSplitSize: 64 * mib})
 		x := mustAlloc(t, a, 100*mib, 0)
 		y := mustAlloc(t, a, 90*mib, 0)
-		mustFree(t, a, x)
-		mustFree(t, a, y)
+		mustFree(t, a, x, y)
 		mustAlloc(t, a, 150*mib, 0) // 190 cached + 150 > 300: release the 100 MiB block only? needs 150: both
 		assert.EqualValues(t, 0, get(t, a, "num_alloc_retries"), "the oversize release was enough")
 		assert.EqualValues(t, 2, get(t, a, "num_device_free"))
@@ -414,9 +412,7 @@ func TestOutOfMemoryLadder(t *testing.T) {
 		x := mustAlloc(t, a, 100*mib, 0)
 		y := mustAlloc(t, a, 200*mib, 0)
 		z := mustAlloc(t, a, 90*mib, 0)
-		mustFree(t, a, x)
-		mustFree(t, a, y)
-		mustFree(t, a, z)
+		mustFree(t, a, x, y, z)
 		// 390 reserved, 10 free. No cached block serves 70 MiB (90 >= 70+20),
 		// so the device is asked and refuses; z (90 MiB) is the smallest
 		// cached oversize block of at least 70 MiB, and releasing it is enough.
@@ -465,8 +461,7 @@ func TestGarbageCollection(t *testing.T) {
 	require.NoError(t, a.SetMemoryFraction(0.999999))
 	x := mustAlloc(t, a, 30*mib, 0)
 	y := mustAlloc(t, a, 24*mib, 0)
-	mustFree(t, a, x)
-	mustFree(t, a, y)
+	mustFree(t, a, x, y)
 	// Reuse y a few times so that x is older.
 	for range 3 {
 		mustFree(t, a, mustAlloc(t, a, 24*mib, 0))
@@ -481,8 +476,7 @@ func TestGarbageCollection(t *testing.T) {
 	b, bdev := newTest(t, 100*mib, Config{GarbageCollectionThreshold: 0.5})
 	x = mustAlloc(t, b, 30*mib, 0)
 	y = mustAlloc(t, b, 24*mib, 0)
-	mustFree(t, b, x)
-	mustFree(t, b, y)
+	mustFree(t, b, x, y)
 	mustAlloc(t, b, 40*mib, 0)
 	assert.EqualValues(t, 0, get(t, b, "num_device_free"))
 	assert.EqualValues(t, 94*mib, bdev.BytesInUse())
@@ -496,8 +490,7 @@ func TestEmptyCacheKeepsSplitSegments(t *testing.T) {
 	mustFree(t, a, r)
 	require.NoError(t, a.EmptyCache())
 	assert.EqualValues(t, 22*mib, dev.BytesInUse(), "the small and the 20 MiB segments hold live blocks")
-	mustFree(t, a, p)
-	mustFree(t, a, q)
+	mustFree(t, a, p, q)
 	require.NoError(t, a.EmptyCache())
 	assert.EqualValues(t, 0, dev.BytesInUse())
 }

@@ -116,9 +116,7 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			a, dev, p := setup(t)
 			c.breakIt(a, dev, p)
-			err := a.CheckInvariants()
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), c.want)
+			require.ErrorContains(t, a.CheckInvariants(), c.want)
 		})
 	}
 }
@@ -234,9 +232,7 @@ func TestCheckInvariantsCatchesPolicyCorruption(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			a, p, q := setup(t)
 			c.breakIt(a, p, q)
-			err := a.CheckInvariants()
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), c.want)
+			require.ErrorContains(t, a.CheckInvariants(), c.want)
 		})
 	}
 }

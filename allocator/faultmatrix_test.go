@@ -51,43 +51,17 @@ type workloadOp struct {
 // the end: the matrix fails calls from then on, so that every call fails
 // while a block is lent.
 func lendingOps(n int) []workloadOp {
-	rng := rand.New(rand.NewPCG(3, 5))
 	const kept = 1 << 30 // the id of the block lent by the prelude, never freed by the ops
-	ops := []workloadOp{
+	prelude := []workloadOp{
 		{kind: 'a', id: kept - 1, size: 8 << 20, stream: 0},
 		{kind: 'f', id: kept - 1},
 		{kind: 'a', id: kept, size: 8 << 20, stream: 1}, // stream 1's cache is empty: stream 0 lends
 	}
-	var live []int
-	next := 0
-	for len(ops) < n {
-		switch k := rng.IntN(40); {
-		case k < 18 || len(live) == 0:
-			size := uint64(rng.IntN(2<<20) + 1)
-			if rng.IntN(4) == 0 {
-				size = uint64(rng.IntN(40<<20) + 1)
-			}
-			ops = append(ops, workloadOp{kind: 'a', id: next, size: size, stream: rng.IntN(4)})
-			live = append(live, next)
-			next++
-		case k < 34:
-			i := rng.IntN(len(live))
-			id := live[i]
-			if rng.IntN(4) == 0 {
-				ops = append(ops, workloadOp{kind: 'r', id: id, stream: 4})
-			}
-			ops = append(ops, workloadOp{kind: 'f', id: id})
-			live[i] = live[len(live)-1]
-			live = live[:len(live)-1]
-		case k < 37:
-			ops = append(ops, workloadOp{kind: 's', stream: rng.IntN(5)})
-		case k < 38:
-			ops = append(ops, workloadOp{kind: 'c'})
-		default: // more than the device has: the whole ladder, then out of memory
-			ops = append(ops, workloadOp{kind: 'a', id: -1, size: 1 << 40, stream: rng.IntN(4)})
-		}
-	}
-	return ops
+	return workloadMix{
+		seed: [2]uint64{3, 5}, draws: 40, alloc: 18, free: 34, sync: 37, flush: 38,
+		small: 2 << 20, large: 40 << 20, largeOneIn: 4,
+		recordOneIn: 4, recordStream: 4, syncStreams: 5,
+	}.ops(prelude, n)
 }
 
 // lendingPrelude is the number of operations that start lendingOps.
@@ -116,33 +90,64 @@ func randomMixedOps(t *testing.T, n int) []workloadOp {
 // fourStreamOps is a deterministic workload on four streams with
 // RecordStream, busy streams that complete later, and cache flushes.
 func fourStreamOps(n int) []workloadOp {
-	rng := rand.New(rand.NewPCG(7, 11))
-	var ops []workloadOp
+	return workloadMix{
+		seed: [2]uint64{7, 11}, draws: 20, alloc: 9, free: 16, sync: 18, flush: 20,
+		small: 3 << 20, large: 64 << 20, largeOneIn: 5,
+		recordOneIn: 3, recordStream: -1, syncStreams: 4,
+	}.ops(nil, n)
+}
+
+// workloadMix is the recipe of a deterministic random workload on four
+// streams: each step draws k in [0, draws); k below alloc allocates (or
+// any k while nothing is live), below free frees a live block, below sync
+// completes a stream's work, below flush empties the cache, and the rest
+// ask for more than the device has (the whole out-of-memory ladder).
+type workloadMix struct {
+	seed                     [2]uint64
+	draws                    int
+	alloc, free, sync, flush int
+	small, large             int // sizes in [1, small]; one in largeOneIn in [1, large]
+	largeOneIn               int
+	recordOneIn              int // one free in recordOneIn is preceded by a RecordStream
+	recordStream             int // on this stream; -1: on one of the four, drawn
+	syncStreams              int // the streams a completion draws from
+}
+
+// ops returns the prelude followed by the mix's operations, n in all.
+func (m workloadMix) ops(prelude []workloadOp, n int) []workloadOp {
+	rng := rand.New(rand.NewPCG(m.seed[0], m.seed[1]))
+	ops := prelude
 	var live []int
 	next := 0
 	for len(ops) < n {
-		switch k := rng.IntN(20); {
-		case k < 9 || len(live) == 0:
-			size := uint64(rng.IntN(3<<20) + 1)
-			if rng.IntN(5) == 0 {
-				size = uint64(rng.IntN(64<<20) + 1)
+		switch k := rng.IntN(m.draws); {
+		case k < m.alloc || len(live) == 0:
+			size := uint64(rng.IntN(m.small) + 1)
+			if rng.IntN(m.largeOneIn) == 0 {
+				size = uint64(rng.IntN(m.large) + 1)
 			}
 			ops = append(ops, workloadOp{kind: 'a', id: next, size: size, stream: rng.IntN(4)})
 			live = append(live, next)
 			next++
-		case k < 16:
+		case k < m.free:
 			i := rng.IntN(len(live))
 			id := live[i]
-			if rng.IntN(3) == 0 {
-				ops = append(ops, workloadOp{kind: 'r', id: id, stream: rng.IntN(4)})
+			if rng.IntN(m.recordOneIn) == 0 {
+				on := m.recordStream
+				if on < 0 {
+					on = rng.IntN(4)
+				}
+				ops = append(ops, workloadOp{kind: 'r', id: id, stream: on})
 			}
 			ops = append(ops, workloadOp{kind: 'f', id: id})
 			live[i] = live[len(live)-1]
 			live = live[:len(live)-1]
-		case k < 18:
-			ops = append(ops, workloadOp{kind: 's', stream: rng.IntN(4)})
-		default:
+		case k < m.sync:
+			ops = append(ops, workloadOp{kind: 's', stream: rng.IntN(m.syncStreams)})
+		case k < m.flush:
 			ops = append(ops, workloadOp{kind: 'c'})
+		default:
+			ops = append(ops, workloadOp{kind: 'a', id: -1, size: 1 << 40, stream: rng.IntN(4)})
 		}
 	}
 	return ops

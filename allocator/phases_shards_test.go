@@ -122,22 +122,8 @@ func TestPhasePeaksAcrossStreams(t *testing.T) {
 // before both: the phase's peak is that of the Alloc first, above the
 // total after both.
 func TestPhaseCutsOfTwoWaitingOperations(t *testing.T) {
-	a, dev := newTest(t, 0, Config{})
-	sB, _ := dev.NewStream()
-	a.SetPhase("forward")
-	// Stream B: [x][y][rest] in a small segment; freeing x leaves a free
-	// block in a split segment (inactive split rises).
-	const x = 4096
-	bx := mustAlloc(t, a, x, sB)
-	mustAlloc(t, a, x, sB)
-	// Stream A: [p][q free][r][rest] in a large segment; allocating q's
-	// size takes q whole.
-	const q = 3 * mib / 2
-	mustAlloc(t, a, 3*mib, device.DefaultStream)
-	bq := mustAlloc(t, a, q, device.DefaultStream)
-	mustAlloc(t, a, 2*mib, device.DefaultStream)
-	mustFree(t, a, bq)
-	a.ResetPeakStats() // every limit is the value now: any rise passes one
+	a, bx := twoWaitingOperations(t, "forward")
+	const x, q = waitX, waitQ
 	fwd := func() stats.PhaseStats {
 		for _, ps := range a.PhaseStats() {
 			if ps.Name == "forward" {

@@ -219,22 +219,31 @@ func TestPolicyLendingKeepsRecordStream(t *testing.T) {
 	mustFree(t, a, x)
 }
 
+// lendableWithoutStreamWaiter returns a low-fragmentation allocator on a
+// device with every capability but device.StreamWaiter (the waits of a
+// lend are made on the host), the device, a second stream s, and an 8 MiB
+// block p freed on the default stream: the block s borrows next.
+func lendableWithoutStreamWaiter(t *testing.T) (*Allocator, *sim.Device, device.Stream, device.Ptr) {
+	t.Helper()
+	dev := mustSim(t, 0)
+	caps := device.CapabilitiesOf(dev)
+	caps.StreamWaiter = nil
+	a, err := New(device.Compose(dev, caps), lowFrag)
+	require.NoError(t, err)
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	p := mustAlloc(t, a, 8*mib, 0)
+	mustFree(t, a, p)
+	return a, dev, s, p
+}
+
 // TestPolicyLendingWaitsOnTheHostWithoutStreamWaiter: on a device without
 // the capability, the waits are made on the host.
 func TestPolicyLendingWaitsOnTheHostWithoutStreamWaiter(t *testing.T) {
-	inner := mustSim(t, 0)
-	caps := device.CapabilitiesOf(inner)
-	caps.StreamWaiter = nil
-	a, err := New(device.Compose(inner, caps), lowFrag)
-	require.NoError(t, err)
-	s, _ := inner.NewStream()
-	p, err := a.Alloc(8*mib, 0)
-	require.NoError(t, err)
-	require.NoError(t, a.Free(p))
-	q, err := a.Alloc(8*mib, s)
-	require.NoError(t, err)
+	a, inner, s, p := lendableWithoutStreamWaiter(t)
+	q := mustAlloc(t, a, 8*mib, s)
 	assert.Equal(t, p, q)
-	require.NoError(t, a.Free(q))
+	mustFree(t, a, q)
 	c := inner.Counters()
 	assert.EqualValues(t, 2, c.EventSynchronizations, "lend and return each wait on the host")
 	assert.Zero(t, c.EventWaits)
@@ -246,15 +255,7 @@ func TestPolicyLendingWaitsOnTheHostWithoutStreamWaiter(t *testing.T) {
 // waits for the borrower on the host.
 func TestPolicyLendingSurvivesEventFailures(t *testing.T) {
 	// A lend needs a wait; on the host here, and it fails.
-	dev := mustSim(t, 0)
-	caps := device.CapabilitiesOf(dev)
-	caps.StreamWaiter = nil
-	b, err := New(device.Compose(dev, caps), lowFrag)
-	require.NoError(t, err)
-	s, _ := dev.NewStream()
-	r, err := b.Alloc(8*mib, 0)
-	require.NoError(t, err)
-	require.NoError(t, b.Free(r))
+	b, dev, s, r := lendableWithoutStreamWaiter(t)
 	dev.FailEventQueries(errors.New("injected")) // SynchronizeEvent fails
 	x, err := b.Alloc(8*mib, s)
 	require.NoError(t, err)
@@ -266,15 +267,14 @@ func TestPolicyLendingSurvivesEventFailures(t *testing.T) {
 	// The return: the lender cannot be made to wait, so the free waits
 	// for the borrower on the host.
 	dev = mustSim(t, 0)
-	caps = device.CapabilitiesOf(dev)
+	caps := device.CapabilitiesOf(dev)
 	caps.StreamWaiter = failingWaiter{caps.StreamWaiter}
 	a, err := New(device.Compose(dev, caps), lowFrag)
 	require.NoError(t, err)
 	s, _ = dev.NewStream()
 	require.NoError(t, dev.SetStreamBusy(s, true))
-	p, err := a.Alloc(8*mib, 0)
-	require.NoError(t, err)
-	require.NoError(t, a.Free(p))
+	p := mustAlloc(t, a, 8*mib, 0)
+	mustFree(t, a, p)
 	caps.StreamWaiter = okOnce(caps.StreamWaiter) // the lend's wait works, the return's fails
 	a.dev = device.Compose(dev, caps)
 	q, err := a.Alloc(8*mib, s)

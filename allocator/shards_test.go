@@ -271,21 +271,8 @@ func TestRoutesMatchModel(t *testing.T) {
 // of one order of the two (the order of the shards: the alloc, then the
 // free), not of their sum alone.
 func TestCutsOfTwoWaitingOperations(t *testing.T) {
-	a, dev := newTest(t, 0, Config{})
-	sB, _ := dev.NewStream()
-	// Stream B: [x][y][rest] in a small segment; freeing x leaves a free
-	// block in a split segment: inactive split +x, allocated -x.
-	const x = 4096
-	bx := mustAlloc(t, a, x, sB)
-	mustAlloc(t, a, x, sB)
-	// Stream A: [p][q free][r][rest] in a large segment; allocating q's
-	// size takes q whole: allocated +q, inactive split -q.
-	const q = 3 * mib / 2
-	mustAlloc(t, a, 3*mib, device.DefaultStream)
-	bq := mustAlloc(t, a, q, device.DefaultStream)
-	mustAlloc(t, a, 2*mib, device.DefaultStream)
-	mustFree(t, a, bq)
-	a.ResetPeakStats() // every limit is the value now: any rise passes one
+	a, bx := twoWaitingOperations(t, "")
+	const x, q = waitX, waitQ
 	allocated := get(t, a, "allocated_bytes.all.current")
 	split := get(t, a, "inactive_split_bytes.all.current")
 
@@ -296,6 +283,35 @@ func TestCutsOfTwoWaitingOperations(t *testing.T) {
 	assert.Equal(t, split, get(t, a, "inactive_split_bytes.all.peak"))
 	assert.Equal(t, allocated+q-x, get(t, a, "allocated_bytes.all.current"))
 	assert.Equal(t, split-q+x, get(t, a, "inactive_split_bytes.all.current"))
+}
+
+// The sizes of the cut tests: the block freed (x) and the one allocated
+// (q).
+const waitX, waitQ = 4096, 3 * mib / 2
+
+// twoWaitingOperations builds the state of the cut tests and returns the
+// allocator and the block bx to free. With x = waitX and q = waitQ,
+// stream B holds [x][y][rest] in a small segment: freeing bx
+// leaves a free block in a split segment (inactive split +x, allocated
+// -x). The default stream holds [p][q free][r][rest] in a large segment:
+// allocating q takes q whole (allocated +q, inactive split -q). A phase,
+// if named, is set before the first allocation; the peaks are reset last,
+// so that every limit is the value now and any rise passes one.
+func twoWaitingOperations(t *testing.T, phase string) (a *Allocator, bx device.Ptr) {
+	t.Helper()
+	a, dev := newTest(t, 0, Config{})
+	sB, _ := dev.NewStream()
+	if phase != "" {
+		a.SetPhase(phase)
+	}
+	bx = mustAlloc(t, a, waitX, sB)
+	mustAlloc(t, a, waitX, sB)
+	mustAlloc(t, a, 3*mib, device.DefaultStream)
+	bq := mustAlloc(t, a, waitQ, device.DefaultStream)
+	mustAlloc(t, a, 2*mib, device.DefaultStream)
+	mustFree(t, a, bq)
+	a.ResetPeakStats()
+	return a, bx
 }
 
 // allocAndFreeIntoOneCut runs Alloc(q) and Free(bx) on the default

@@ -77,6 +77,19 @@ type soakBlock struct {
 	stream device.Stream
 }
 
+// soakLength returns the length of a soak: full with -soak, short under
+// the self-checks (which check every structure at every operation), plain
+// otherwise.
+func soakLength(plain, full, selfChecked int) int {
+	switch {
+	case *soak:
+		return full
+	case selfChecks:
+		return selfChecked
+	}
+	return plain
+}
+
 // TestSoak runs random operations against one allocator on a 4 GiB
 // simulated device with four streams, two of them holding their work until
 // the run lets it finish: allocations of every size (out of memory is an
@@ -87,13 +100,7 @@ type soakBlock struct {
 // then the allocator must hold nothing and the device must have no memory
 // in use, no reservation and no event.
 func TestSoak(t *testing.T) {
-	ops := 100_000
-	switch {
-	case *soak:
-		ops = 10_000_000
-	case selfChecks:
-		ops = 5_000
-	}
+	ops := soakLength(100_000, 10_000_000, 5_000)
 	if *soakOps > 0 {
 		ops = *soakOps
 	}
@@ -212,13 +219,7 @@ func runSoak(t *testing.T, conf string, seed uint64, ops int) {
 // summary, empties the caches or checks an allocator's invariants. At the
 // end every block is freed and the caches emptied: nothing must be left.
 func TestSoakManager(t *testing.T) {
-	perWorker := 20_000
-	switch {
-	case *soak:
-		perWorker = 1_000_000
-	case selfChecks:
-		perWorker = 500
-	}
+	perWorker := soakLength(20_000, 1_000_000, 500)
 	const workers, devices, streamsPer = 8, 2, 4
 	devs := make([]*sim.Device, devices)
 	m, err := allocator.NewManager(func(o int) (device.Device, error) {

@@ -8,16 +8,33 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/device/sim"
 )
 
-func TestRecordStreamDefersReuseUntilWorkCompletes(t *testing.T) {
+// withBusyStream returns a new allocator, its device and a side stream
+// whose work stays pending until the test completes it.
+func withBusyStream(t *testing.T) (*Allocator, *sim.Device, device.Stream) {
+	t.Helper()
 	a, dev := newTest(t, 0, Config{})
 	side, err := dev.NewStream()
 	require.NoError(t, err)
 	require.NoError(t, dev.SetStreamBusy(side, true))
+	return a, dev, side
+}
 
-	p := mustAlloc(t, a, 3*mib, 0)
-	require.NoError(t, a.RecordStream(p, side))
+// recordedOn allocates size bytes on the default stream and records
+// their use on stream s.
+func recordedOn(t *testing.T, a *Allocator, size uint64, s device.Stream) device.Ptr {
+	t.Helper()
+	p := mustAlloc(t, a, size, 0)
+	require.NoError(t, a.RecordStream(p, s))
+	return p
+}
+
+func TestRecordStreamDefersReuseUntilWorkCompletes(t *testing.T) {
+	a, dev, side := withBusyStream(t)
+
+	p := recordedOn(t, a, 3*mib, side)
 	require.NoError(t, a.RecordStream(p, 0), "recording the block's own stream is a no-op")
 	mustFree(t, a, p)
 	assert.EqualValues(t, 0, get(t, a, "allocation.all.current"), "allocation falls at the free request")
@@ -44,13 +61,10 @@ func TestRecordStreamDefersReuseUntilWorkCompletes(t *testing.T) {
 }
 
 func TestPendingFreesAreProcessedOnNextAlloc(t *testing.T) {
-	a, dev := newTest(t, 0, Config{})
-	side, _ := dev.NewStream()
-	require.NoError(t, dev.SetStreamBusy(side, true))
+	a, dev, side := withBusyStream(t)
 	var ps []device.Ptr
 	for range 4 {
-		p := mustAlloc(t, a, 100*kib, 0)
-		require.NoError(t, a.RecordStream(p, side))
+		p := recordedOn(t, a, 100*kib, side)
 		ps = append(ps, p)
 	}
 	for _, p := range ps {
@@ -67,11 +81,8 @@ func TestPendingFreesAreProcessedOnNextAlloc(t *testing.T) {
 }
 
 func TestEmptyCacheSynchronizesPendingEvents(t *testing.T) {
-	a, dev := newTest(t, 0, Config{})
-	side, _ := dev.NewStream()
-	require.NoError(t, dev.SetStreamBusy(side, true))
-	p := mustAlloc(t, a, 30*mib, 0)
-	require.NoError(t, a.RecordStream(p, side))
+	a, dev, side := withBusyStream(t)
+	p := recordedOn(t, a, 30*mib, side)
 	mustFree(t, a, p)
 	require.NoError(t, a.EmptyCache())
 	require.NoError(t, a.CheckInvariants())
@@ -107,11 +118,8 @@ func TestStreamsDoNotShareCachedBlocks(t *testing.T) {
 }
 
 func TestRecordEventFailureFallsBackToSynchronize(t *testing.T) {
-	a, dev := newTest(t, 0, Config{})
-	side, _ := dev.NewStream()
-	require.NoError(t, dev.SetStreamBusy(side, true))
-	p := mustAlloc(t, a, 3*mib, 0)
-	require.NoError(t, a.RecordStream(p, side))
+	a, _, side := withBusyStream(t)
+	p := recordedOn(t, a, 3*mib, side)
 	// An unknown stream cannot be recorded: make the device refuse by
 	// recording a stream the device does not know.
 	a.mu.Lock()
@@ -128,11 +136,8 @@ func TestRecordEventFailureFallsBackToSynchronize(t *testing.T) {
 }
 
 func TestEventQueryFailureKeepsBlockPending(t *testing.T) {
-	a, dev := newTest(t, 0, Config{})
-	side, _ := dev.NewStream()
-	require.NoError(t, dev.SetStreamBusy(side, true))
-	p := mustAlloc(t, a, 3*mib, 0)
-	require.NoError(t, a.RecordStream(p, side))
+	a, dev, side := withBusyStream(t)
+	p := recordedOn(t, a, 3*mib, side)
 	mustFree(t, a, p)
 	require.NoError(t, dev.CompleteStream(side))
 	dev.FailEventQueries(errors.New("injected"))

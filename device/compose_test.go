@@ -59,6 +59,29 @@ func offered(d device.Device) [5]bool {
 	return [5]bool{vm, h, c, u, w}
 }
 
+// subset returns the capabilities of f that the low five bits of mask
+// pick, in offered's order, and which of them it picked.
+func subset(mask int, f *fake) (device.Capabilities, [5]bool) {
+	var caps device.Capabilities
+	want := [5]bool{mask&1 != 0, mask&2 != 0, mask&4 != 0, mask&8 != 0, mask&16 != 0}
+	if want[0] {
+		caps.VirtualMemory = f
+	}
+	if want[1] {
+		caps.HostMemory = f
+	}
+	if want[2] {
+		caps.StreamChecker = f
+	}
+	if want[3] {
+		caps.UsageReporter = f
+	}
+	if want[4] {
+		caps.StreamWaiter = f
+	}
+	return caps, want
+}
+
 func TestCapabilitiesOf(t *testing.T) {
 	f := &fake{}
 	c := device.CapabilitiesOf(f)
@@ -77,23 +100,7 @@ func TestCapabilitiesOf(t *testing.T) {
 func TestCompose(t *testing.T) {
 	for mask := range 32 {
 		base, parts := &fake{name: "base"}, &fake{name: "parts"}
-		var caps device.Capabilities
-		want := [5]bool{mask&1 != 0, mask&2 != 0, mask&4 != 0, mask&8 != 0, mask&16 != 0}
-		if want[0] {
-			caps.VirtualMemory = parts
-		}
-		if want[1] {
-			caps.HostMemory = parts
-		}
-		if want[2] {
-			caps.StreamChecker = parts
-		}
-		if want[3] {
-			caps.UsageReporter = parts
-		}
-		if want[4] {
-			caps.StreamWaiter = parts
-		}
+		caps, want := subset(mask, parts)
 		d := device.Compose(base, caps)
 		require.Equal(t, want, offered(d), "subset %05b", mask)
 		assert.Equal(t, "base", d.Name())
@@ -156,23 +163,7 @@ func TestWithCapabilitiesOf(t *testing.T) {
 	adaptor := &fake{name: "adaptor"}
 	for mask := range 32 {
 		inner := &fake{name: "inner"}
-		var caps device.Capabilities
-		want := [5]bool{mask&1 != 0, mask&2 != 0, mask&4 != 0, mask&8 != 0, mask&16 != 0}
-		if want[0] {
-			caps.VirtualMemory = inner
-		}
-		if want[1] {
-			caps.HostMemory = inner
-		}
-		if want[2] {
-			caps.StreamChecker = inner
-		}
-		if want[3] {
-			caps.UsageReporter = inner
-		}
-		if want[4] {
-			caps.StreamWaiter = inner
-		}
+		caps, want := subset(mask, inner)
 		d := device.WithCapabilitiesOf(adaptor, device.Compose(inner, caps))
 		require.Equal(t, want, offered(d), "inner subset %05b", mask)
 		assert.Equal(t, "adaptor", d.Name())

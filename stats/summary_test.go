@@ -118,40 +118,44 @@ func TestSummaryTitle(t *testing.T) {
 }
 
 func TestSummaryUnits(t *testing.T) {
-	for _, tc := range []struct {
+	type unitCase struct {
 		v, pref int64
 		want    string
-	}{
-		{0, 0, "     0 B  "},
-		{786431, 786431, "786431 B  "},
-		{786432, 786432, "   768 KiB"},
-		{5, 786432, "     0 KiB"},
-		{-1, 786432, "    -1 KiB"},
-		{-1025, 1 << 30, "    -1 MiB"},
-		{1 << 30, 1 << 30, "  1024 MiB"},
-		{768 << 30, 768 << 30, "   768 GiB"},
-		{768 << 40, 768 << 40, "   768 TiB"},
-		{768 << 50, 768 << 50, "   768 PiB"},
-		{768<<50 - 1, 768<<50 - 1, "   767 PiB"}, // the float test rounds up to 768 PiB
-		{1<<63 - 1, 1<<63 - 1, "  8191 PiB"},
-		{1 << 40, 0, "1099511627776 B  "},
-	} {
-		assert.Equal(t, tc.want, string(appendSummarySize(nil, tc.v, tc.pref)), "summarySize(%d, %d)", tc.v, tc.pref)
 	}
-	for _, tc := range []struct {
-		v, pref int64
-		want    string
+	for _, f := range []struct {
+		name   string
+		format func(b []byte, v, pref int64) []byte
+		cases  []unitCase
 	}{
-		{0, 0, "      0   "},
-		{749999, 749999, " 749999   "},
-		{750000, 750000, "    750 K "},
-		{749999999, 749999999, " 749999 K "},
-		{750000000, 750000000, "    750 M "},
-		{-1, 750000000, "     -1 M "},
-		{1<<63 - 1, 1<<63 - 1, "9223372036854 M "},
-		{9999999999999, 9999999999999, "9999999 M "},
+		{"summarySize", appendSummarySize, []unitCase{
+			{0, 0, "     0 B  "},
+			{786431, 786431, "786431 B  "},
+			{786432, 786432, "   768 KiB"},
+			{5, 786432, "     0 KiB"},
+			{-1, 786432, "    -1 KiB"},
+			{-1025, 1 << 30, "    -1 MiB"},
+			{1 << 30, 1 << 30, "  1024 MiB"},
+			{768 << 30, 768 << 30, "   768 GiB"},
+			{768 << 40, 768 << 40, "   768 TiB"},
+			{768 << 50, 768 << 50, "   768 PiB"},
+			{768<<50 - 1, 768<<50 - 1, "   767 PiB"}, // the float test rounds up to 768 PiB
+			{1<<63 - 1, 1<<63 - 1, "  8191 PiB"},
+			{1 << 40, 0, "1099511627776 B  "},
+		}},
+		{"summaryCount", appendSummaryCount, []unitCase{
+			{0, 0, "      0   "},
+			{749999, 749999, " 749999   "},
+			{750000, 750000, "    750 K "},
+			{749999999, 749999999, " 749999 K "},
+			{750000000, 750000000, "    750 M "},
+			{-1, 750000000, "     -1 M "},
+			{1<<63 - 1, 1<<63 - 1, "9223372036854 M "},
+			{9999999999999, 9999999999999, "9999999 M "},
+		}},
 	} {
-		assert.Equal(t, tc.want, string(appendSummaryCount(nil, tc.v, tc.pref)), "summaryCount(%d, %d)", tc.v, tc.pref)
+		for _, tc := range f.cases {
+			assert.Equal(t, tc.want, string(f.format(nil, tc.v, tc.pref)), "%s(%d, %d)", f.name, tc.v, tc.pref)
+		}
 	}
 }
 

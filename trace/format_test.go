@@ -3,7 +3,6 @@
 package trace
 
 import (
-	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -126,16 +125,10 @@ func TestFormatSpecExample(t *testing.T) {
 	rd, err := NewReader(strings.NewReader(example))
 	require.NoError(t, err)
 	assert.Equal(t, "memtrace v1 source=example", rd.Header()[0])
-	v := NewValidator()
+	ops, lines := readLines(t, rd)
+	v := validated(t, ops, lines)
 	var marks []string
-	for {
-		op, err := rd.Next()
-		if err == io.EOF {
-			break
-		}
-		require.NoError(t, err)
-		_, err = v.Check(op, rd.Line())
-		require.NoError(t, err)
+	for _, op := range ops {
 		if op.Kind == Mark {
 			marks = append(marks, op.Name)
 		}

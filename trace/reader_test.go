@@ -17,6 +17,33 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// readLines reads rd to io.EOF, failing the test at any other error, and
+// returns the ops with the line each was read from.
+func readLines(t *testing.T, rd *Reader) (ops []Op, lines []int) {
+	t.Helper()
+	for {
+		op, err := rd.Next()
+		if err == io.EOF {
+			return ops, lines
+		}
+		require.NoError(t, err)
+		ops = append(ops, op)
+		lines = append(lines, rd.Line())
+	}
+}
+
+// validated checks ops, read from the given lines, with a new Validator,
+// failing the test at the first it refuses, and returns the validator.
+func validated(t *testing.T, ops []Op, lines []int) *Validator {
+	t.Helper()
+	v := NewValidator()
+	for i, op := range ops {
+		_, err := v.Check(op, lines[i])
+		require.NoError(t, err)
+	}
+	return v
+}
+
 func readString(t *testing.T, s string) ([]Op, error) {
 	t.Helper()
 	return ReadAll(strings.NewReader(s))
@@ -107,17 +134,7 @@ func TestReaderHeaderCommentsBlanksCRLF(t *testing.T) {
 	rd, err := NewReader(strings.NewReader(in))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"memtrace v1 made by hand", "second", " third"}, rd.Header())
-	var ops []Op
-	var lines []int
-	for {
-		op, err := rd.Next()
-		if err == io.EOF {
-			break
-		}
-		require.NoError(t, err)
-		ops = append(ops, op)
-		lines = append(lines, rd.Line())
-	}
+	ops, lines := readLines(t, rd)
 	assert.Equal(t, []Op{
 		{Kind: Alloc, ID: 1, Size: 10},
 		{Kind: Tag, Tag: "fwd"},
@@ -215,22 +232,15 @@ func TestReaderTestdataTraces(t *testing.T) {
 			defer rd.Close()
 			assert.Contains(t, strings.Join(rd.Header(), "\n"), c.headerContains)
 			assert.True(t, strings.HasPrefix(rd.Header()[0], "memtrace v1"))
-			v := NewValidator()
-			n, allocs := 0, 0
-			for {
-				op, err := rd.Next()
-				if err == io.EOF {
-					break
-				}
-				require.NoError(t, err)
-				_, err = v.Check(op, rd.Line())
-				require.NoError(t, err)
-				n++
+			ops, lines := readLines(t, rd)
+			v := validated(t, ops, lines)
+			allocs := 0
+			for _, op := range ops {
 				if op.Kind == Alloc {
 					allocs++
 				}
 			}
-			assert.Equal(t, c.ops, n)
+			assert.Equal(t, c.ops, len(ops))
 			assert.Equal(t, c.allocs, allocs)
 			assert.Zero(t, v.Live(), "the trace frees every block")
 		})
@@ -245,14 +255,10 @@ func TestReaderMarks(t *testing.T) {
 	rd, err := NewReader(strings.NewReader(in))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"memtrace v1 marks"}, rd.Header())
+	ops, lines := readLines(t, rd)
 	var got []string
-	for {
-		op, err := rd.Next()
-		if err == io.EOF {
-			break
-		}
-		require.NoError(t, err)
-		got = append(got, fmt.Sprintf("%d:%v", rd.Line(), op))
+	for i, op := range ops {
+		got = append(got, fmt.Sprintf("%d:%v", lines[i], op))
 	}
 	assert.Equal(t, []string{"2:m setup", "3:a 0 10 0", "7:m step1", "8:f 0", "9:m step2"}, got)
 }
@@ -262,21 +268,17 @@ func TestReaderMarksInCapture(t *testing.T) {
 	rd, err := Open("testdata/bert_b2.trace.gz")
 	require.NoError(t, err)
 	defer rd.Close()
+	ops, lines := readLines(t, rd)
 	var marks []string
 	live := 0
-	for {
-		op, err := rd.Next()
-		if err == io.EOF {
-			break
-		}
-		require.NoError(t, err)
+	for i, op := range ops {
 		switch op.Kind {
 		case Alloc:
 			live++
 		case Free:
 			live--
 		case Mark:
-			marks = append(marks, fmt.Sprintf("%s@%d live=%d", op.Name, rd.Line(), live))
+			marks = append(marks, fmt.Sprintf("%s@%d live=%d", op.Name, lines[i], live))
 		}
 	}
 	assert.Equal(t, []string{"step0@155 live=153", "step1@2623 live=612", "step2@4632 live=612"}, marks)

@@ -101,6 +101,13 @@ func TestIDSetMatchesMap(t *testing.T) {
 			}
 			return rapid.Uint64Range(0, 200).Draw(t, "small")
 		})
+		// same fails unless an answer (marked, ok) about x is the map's.
+		same := func(op string, x uint64, marked, ok bool) {
+			want, had := ref[x]
+			if ok != had || marked != want {
+				t.Fatalf("%s(%d) = %v %v, want %v %v", op, x, marked, ok, want, had)
+			}
+		}
 		for range rapid.IntRange(0, 500).Draw(t, "ops") {
 			x := id.Draw(t, "id")
 			switch rapid.IntRange(0, 3).Draw(t, "op") {
@@ -114,10 +121,7 @@ func TestIDSetMatchesMap(t *testing.T) {
 				}
 			case 1:
 				marked, ok := s.remove(x)
-				want, had := ref[x]
-				if ok != had || marked != want {
-					t.Fatalf("remove(%d) = %v %v, want %v %v", x, marked, ok, want, had)
-				}
+				same("remove", x, marked, ok)
 				delete(ref, x)
 			case 2:
 				if _, had := ref[x]; had {
@@ -126,10 +130,7 @@ func TestIDSetMatchesMap(t *testing.T) {
 				}
 			case 3:
 				marked, ok := s.get(x)
-				want, had := ref[x]
-				if ok != had || marked != want {
-					t.Fatalf("get(%d) = %v %v, want %v %v", x, marked, ok, want, had)
-				}
+				same("get", x, marked, ok)
 			}
 			if s.n != len(ref) {
 				t.Fatalf("n %d, want %d", s.n, len(ref))

@@ -97,12 +97,20 @@ func byMsg(recs []map[string]any, msg string) []map[string]any {
 	return out
 }
 
+// report attaches a Reporter with the options to a, logging into a new
+// logBuffer, and closes it when the test ends.
+func report(t *testing.T, a *allocator.Allocator, opt Options) (*Reporter, *logBuffer) {
+	t.Helper()
+	lb := &logBuffer{}
+	rep, err := New(a, lb.logger(), opt)
+	require.NoError(t, err)
+	t.Cleanup(rep.Close)
+	return rep, lb
+}
+
 func TestLinesEveryNSteps(t *testing.T) {
 	a := newAllocator(t, 0, allocator.Config{})
-	var lb logBuffer
-	rep, err := New(a, lb.logger(), Options{Every: 2, NoPeaks: true})
-	require.NoError(t, err)
-	defer rep.Close()
+	rep, lb := report(t, a, Options{Every: 2, NoPeaks: true})
 
 	var kept []device.Ptr
 	for i := range 5 {
@@ -133,10 +141,7 @@ func TestLinesEveryNSteps(t *testing.T) {
 
 func TestLineSkippedWhenNotFlushed(t *testing.T) {
 	a := newAllocator(t, 0, allocator.Config{})
-	var lb logBuffer
-	rep, err := New(a, lb.logger(), Options{Every: 1, NoPeaks: true})
-	require.NoError(t, err)
-	defer rep.Close()
+	rep, lb := report(t, a, Options{Every: 1, NoPeaks: true})
 	for i := range 3 {
 		a.MarkStep(strconv.Itoa(i)) // the allocator's own: nothing logged yet
 	}
@@ -151,10 +156,7 @@ func TestLineSkippedWhenNotFlushed(t *testing.T) {
 
 func TestPeakPhaseAndStep(t *testing.T) {
 	a := newAllocator(t, 0, allocator.Config{})
-	var lb logBuffer
-	rep, err := New(a, lb.logger(), Options{Every: -1})
-	require.NoError(t, err)
-	defer rep.Close()
+	rep, lb := report(t, a, Options{Every: -1})
 
 	rep.Step("0")
 	assert.Empty(t, lb.records(t), "no memory yet, no peak")
@@ -189,10 +191,7 @@ func TestPeakPhaseAndStep(t *testing.T) {
 
 func TestPeakAtMostOncePerStep(t *testing.T) {
 	a := newAllocator(t, 0, allocator.Config{})
-	var lb logBuffer
-	rep, err := New(a, lb.logger(), Options{Every: -1, PeakGrowth: -1})
-	require.NoError(t, err)
-	defer rep.Close()
+	rep, lb := report(t, a, Options{Every: -1, PeakGrowth: -1})
 
 	rep.Step("0")
 	p1 := alloc(t, a, 30*mib)
@@ -225,10 +224,7 @@ func TestPeakAtMostOncePerStep(t *testing.T) {
 
 func TestPeakGrowth(t *testing.T) {
 	a := newAllocator(t, 0, allocator.Config{})
-	var lb logBuffer
-	rep, err := New(a, lb.logger(), Options{Every: -1, PeakGrowth: 0.10})
-	require.NoError(t, err)
-	defer rep.Close()
+	rep, lb := report(t, a, Options{Every: -1, PeakGrowth: 0.10})
 
 	base := alloc(t, a, 100*mib)
 	rep.Step("0")
@@ -296,10 +292,7 @@ func TestLevel(t *testing.T) {
 
 func TestOutOfMemory(t *testing.T) {
 	a := newAllocator(t, 64*mib, allocator.Config{})
-	var lb logBuffer
-	rep, err := New(a, lb.logger(), Options{Every: -1})
-	require.NoError(t, err)
-	defer rep.Close()
+	rep, lb := report(t, a, Options{Every: -1})
 
 	rep.Step("0")
 	a.SetPhase("load")
@@ -308,7 +301,7 @@ func TestOutOfMemory(t *testing.T) {
 	require.Len(t, lb.records(t), 2)
 	a.SetPhase("forward")
 	x := alloc(t, a, 10*mib) // a new peak, held back in this step
-	_, err = a.Alloc(30*mib, device.DefaultStream)
+	_, err := a.Alloc(30*mib, device.DefaultStream)
 	var oom *allocator.OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
 
@@ -353,10 +346,7 @@ func TestStartsFromStats(t *testing.T) {
 	kept := alloc(t, a, 10*mib)
 	a.SetPhase("serve")
 
-	var lb logBuffer
-	rep, err := New(a, lb.logger(), Options{Every: -1, PeakGrowth: -1})
-	require.NoError(t, err)
-	defer rep.Close()
+	rep, lb := report(t, a, Options{Every: -1, PeakGrowth: -1})
 	rep.Step("0")
 	assert.Empty(t, lb.records(t), "the 50 MiB peak was reached before the reporter started")
 
@@ -374,10 +364,7 @@ func TestStartsFromStats(t *testing.T) {
 // With expandable segments reserved memory grows by mapped pages.
 func TestExpandableReservedPeak(t *testing.T) {
 	a := newAllocator(t, 0, allocator.Config{ExpandableSegments: true})
-	var lb logBuffer
-	rep, err := New(a, lb.logger(), Options{Every: -1, PeakGrowth: -1})
-	require.NoError(t, err)
-	defer rep.Close()
+	rep, lb := report(t, a, Options{Every: -1, PeakGrowth: -1})
 	a.SetPhase("grow")
 	var ps []device.Ptr
 	for range 4 {

@@ -20,6 +20,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpumem/gpumem/internal/pickletest"
 )
 
 // catalogueCase is one line of CATALOGUE.txt.
@@ -104,15 +106,15 @@ var generated = map[string]func(w io.Writer) error{
 	},
 	// allocator_settings holds itself a million times (3 KB of gzip):
 	// its repr made a 325 MB note.
-	"settings-self-1m.pickle.gz": func(w io.Writer) error { return gzipOf(w, selfRefSettings(1_000_000)) },
+	"settings-self-1m.pickle.gz": func(w io.Writer) error { return gzipOf(w, pickletest.SelfRefSettings(1_000_000)) },
 	// Four million times (13 KB of gzip): the runtime died.
-	"settings-self-4m.pickle.gz": func(w io.Writer) error { return gzipOf(w, selfRefSettings(4_000_000)) },
+	"settings-self-4m.pickle.gz": func(w io.Writer) error { return gzipOf(w, pickletest.SelfRefSettings(4_000_000)) },
 	// device_traces names one alloc and one free dict 4 million times
 	// through the memo (13 KB of gzip): 4 million ops were built (16
 	// million took 2.1 GB); the import's budget refuses it.
-	"memo-traces-4m.pickle.gz": func(w io.Writer) error { return gzipOf(w, memoTraces(4_000_000)) },
+	"memo-traces-4m.pickle.gz": func(w io.Writer) error { return gzipOf(w, pickletest.MemoTraces(4_000_000)) },
 	// 250,000 times: imported, within the limit.
-	"memo-traces-250k.pickle.gz": func(w io.Writer) error { return gzipOf(w, memoTraces(250_000)) },
+	"memo-traces-250k.pickle.gz": func(w io.Writer) error { return gzipOf(w, pickletest.MemoTraces(250_000)) },
 	// A config whose _name_or_path is escape sequences and half a million
 	// line breaks.
 	"config-name-escapes.json": func(w io.Writer) error {
@@ -135,56 +137,6 @@ func gzipOf(w io.Writer, data []byte) error {
 		return err
 	}
 	return zw.Close()
-}
-
-// binUnicode is the pickle opcode BINUNICODE of s.
-func binUnicode(s string) []byte {
-	return append([]byte{'X', byte(len(s)), byte(len(s) >> 8), 0, 0}, s...)
-}
-
-// selfRefSettings returns a snapshot pickle whose allocator_settings is a
-// list that holds itself n times (a multiple of 1,000) through the memo.
-func selfRefSettings(n int) []byte {
-	p := []byte{0x80, 2, '}', '('}
-	p = append(p, binUnicode("device_traces")...)
-	p = append(p, "]]a"...)
-	p = append(p, binUnicode("allocator_settings")...)
-	p = append(p, "]q\x00"...)
-	chunk := append(append([]byte{'('}, bytes.Repeat([]byte("h\x00"), 1000)...), 'e')
-	for range n / 1000 {
-		p = append(p, chunk...)
-	}
-	return append(p, "u."...)
-}
-
-// memoTraces returns a snapshot pickle whose device_traces[0] holds n
-// entries (n even): one alloc dict and one free_completed dict named
-// again and again through the memo.
-func memoTraces(n int) []byte {
-	entry := func(action string) []byte {
-		d := []byte{'}', '('}
-		for _, kv := range [][2]string{{"action", action}} {
-			d = append(append(d, binUnicode(kv[0])...), binUnicode(kv[1])...)
-		}
-		d = append(append(d, binUnicode("addr")...), 'M', 0, 0x10)
-		d = append(append(d, binUnicode("size")...), 'M', 0, 2)
-		d = append(append(d, binUnicode("stream")...), 'K', 0, 'u')
-		return d
-	}
-	p := []byte{0x80, 2, '}', '('}
-	p = append(p, binUnicode("device_traces")...)
-	p = append(p, "]]"...)
-	p = append(append(p, entry("alloc")...), "q\x01a"...)
-	p = append(append(p, entry("free_completed")...), "q\x02a"...)
-	for left := n - 2; left > 0; {
-		k := min(left, 1000)
-		p = append(p, '(')
-		p = append(p, bytes.Repeat([]byte("h\x01h\x02"), k/2)...)
-		p = append(p, 'e')
-		left -= k
-	}
-	p = append(append(p, 'a'), binUnicode("segments")...)
-	return append(p, "]u."...)
 }
 
 func writeAll(w io.Writer, parts ...string) error {

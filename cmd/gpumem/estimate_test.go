@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,16 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// estimateJSONOf runs gpumem estimate --json with args and decodes it.
-func estimateJSONOf(t *testing.T, args ...string) map[string]any {
-	t.Helper()
-	out, errOut, code := runCmd(t, append([]string{"estimate", "--json"}, args...)...)
-	require.Equal(t, 0, code, errOut)
-	var res map[string]any
-	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
-	return res
-}
-
 func num(t *testing.T, res map[string]any, key string) float64 {
 	t.Helper()
 	v, ok := res[key].(float64)
@@ -31,7 +20,7 @@ func num(t *testing.T, res map[string]any, key string) float64 {
 }
 
 func TestEstimateJSONContract(t *testing.T) {
-	res := estimateJSONOf(t, "--model", "gpt2", "--batch", "2", "--seq", "256", "--card", "rtx4090-24g", "--max-batch", "--max-seq")
+	res := runJSON(t, "estimate", "--model", "gpt2", "--batch", "2", "--seq", "256", "--card", "rtx4090-24g", "--max-batch", "--max-seq")
 	for _, k := range []string{"parameters", "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
 		"kv_cache_bytes", "overhead_bytes", "total_bytes", "host_bytes", "peak_allocated_bytes", "peak_reserved_bytes",
 		"fits", "max_batch", "max_seq", "phases", "remedies", "need_bytes", "min_capacity_bytes", "fragmentation"} {
@@ -43,13 +32,13 @@ func TestEstimateJSONContract(t *testing.T) {
 	assert.EqualValues(t, 1024, res["max_seq"])
 	assert.EqualValues(t, 24<<30, res["capacity_bytes"])
 	assert.Greater(t, num(t, res, "peak_reserved_bytes"), num(t, res, "peak_allocated_bytes")*0.99)
-	res = estimateJSONOf(t, "--model", "gpt2")
+	res = runJSON(t, "estimate", "--model", "gpt2")
 	assert.NotContains(t, res, "max_batch", "only when asked")
 }
 
 // The guide's figures through the command line.
 func TestEstimateGuideFigures(t *testing.T) {
-	res := estimateJSONOf(t, "--params", "7B", "--mode", "full", "--precision", "amp-bf16", "--optimizer", "adamw")
+	res := runJSON(t, "estimate", "--params", "7B", "--mode", "full", "--precision", "amp-bf16", "--optimizer", "adamw")
 	state := num(t, res, "weights_bytes") + num(t, res, "gradients_bytes") + num(t, res, "optimizer_bytes")
 	assert.Equal(t, 112e9, state, "16 bytes per parameter")
 	assert.Equal(t, false, res["fits"], "112 GB does not fit 80 GiB")
@@ -60,11 +49,11 @@ func TestEstimateGuideFigures(t *testing.T) {
 		if prec != "" {
 			args = append(args, "--precision", prec)
 		}
-		w := num(t, estimateJSONOf(t, args...), "weights_bytes")
+		w := num(t, runJSON(t, "estimate", args...), "weights_bytes")
 		assert.True(t, w >= want[0] && w <= want[1], "7B %s: %g bytes of weights", prec, w)
 	}
 
-	res = estimateJSONOf(t, "--layers", "24", "--hidden", "2048", "--mode", "lora", "--lora-rank", "8", "--batch", "4",
+	res = runJSON(t, "estimate", "--layers", "24", "--hidden", "2048", "--mode", "lora", "--lora-rank", "8", "--batch", "4",
 		"--seq", "512", "--precision", "amp-fp16", "--card", "rtx3060-12g")
 	tot := num(t, res, "total_bytes")
 	assert.True(t, tot >= 6e9 && tot <= 9e9, "1.3B LoRA needs %g bytes", tot)
@@ -98,13 +87,13 @@ func TestEstimateText(t *testing.T) {
 // 130 GiB.
 func TestEstimateMinCapacity(t *testing.T) {
 	plan := []string{"--model", "llama-7b", "--precision", "amp-bf16", "--batch", "4"}
-	res := estimateJSONOf(t, append(plan, "--card", "a100-80g")...)
+	res := runJSON(t, "estimate", append(plan, "--card", "a100-80g")...)
 	minCap := num(t, res, "min_capacity_bytes")
 	assert.Equal(t, minCap, num(t, res, "need_bytes"))
 	assert.Equal(t, false, res["fits"])
 	assert.LessOrEqual(t, minCap, float64(130<<30))
 	for _, c := range []float64{minCap - 2<<20, minCap, minCap + 2<<20} {
-		at := estimateJSONOf(t, append(plan, "--capacity", strconv.FormatFloat(c, 'f', 0, 64))...)
+		at := runJSON(t, "estimate", append(plan, "--capacity", strconv.FormatFloat(c, 'f', 0, 64))...)
 		assert.Equal(t, minCap, num(t, at, "min_capacity_bytes"))
 		assert.Equal(t, c >= minCap, at["fits"], "on %.0f bytes", c)
 		assert.Equal(t, c < minCap, at["oom"], "on %.0f bytes", c)
@@ -119,7 +108,7 @@ func TestEstimateMinCapacity(t *testing.T) {
 		m := x.(map[string]any)
 		args := append(append([]string{}, plan...), "--card", "a100-80g")
 		args = append(args, strings.Fields(m["change"].(string))...)
-		got := estimateJSONOf(t, args...)
+		got := runJSON(t, "estimate", args...)
 		assert.Equal(t, true, got["fits"], "%v", m)
 		assert.Equal(t, m["need_bytes"], got["min_capacity_bytes"], "%v", m)
 		assert.NotContains(t, m, "fits")
@@ -134,7 +123,7 @@ func TestEstimateBeyondEveryDevice(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "needs more than the largest simulated device")
 	assert.Contains(t, out, "no remedy here makes it fit")
-	res := estimateJSONOf(t, plan...)
+	res := runJSON(t, "estimate", plan...)
 	assert.EqualValues(t, 0, res["min_capacity_bytes"])
 	assert.Equal(t, false, res["fits"])
 	assert.Empty(t, res["remedies"])
@@ -142,7 +131,7 @@ func TestEstimateBeyondEveryDevice(t *testing.T) {
 
 // A search in which everything is too big answers none, not an error.
 func TestEstimateSearchTooBig(t *testing.T) {
-	res := estimateJSONOf(t, "--model", "llama-70b", "--card", "rtx3060-12g", "--max-batch", "--max-seq")
+	res := runJSON(t, "estimate", "--model", "llama-70b", "--card", "rtx3060-12g", "--max-batch", "--max-seq")
 	assert.EqualValues(t, 0, res["max_batch"])
 	assert.EqualValues(t, 0, res["max_seq"])
 	assert.Equal(t, false, res["fits"])
@@ -155,11 +144,11 @@ func TestEstimateConfigFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.json")
 	require.NoError(t, os.WriteFile(path, []byte(`{"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
 		"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000}`), 0o644))
-	res := estimateJSONOf(t, "--config", path, "--mode", "qlora", "--batch", "2", "--seq", "1024", "--checkpointing")
+	res := runJSON(t, "estimate", "--config", path, "--mode", "qlora", "--batch", "2", "--seq", "1024", "--checkpointing")
 	assert.EqualValues(t, 7241732096, res["parameters"])
 	assert.Equal(t, "amp-bf16", res["precision"])
 	assert.EqualValues(t, 1, res["checkpointing"])
-	res = estimateJSONOf(t, "--config", path, "--layers", "2", "--checkpointing=2", "--gpus", "4", "--shard", "zero3", "--offload", "optimizer")
+	res = runJSON(t, "estimate", "--config", path, "--layers", "2", "--checkpointing=2", "--gpus", "4", "--shard", "zero3", "--offload", "optimizer")
 	assert.Less(t, num(t, res, "parameters"), 1e9, "--layers overrides the config")
 	assert.EqualValues(t, 2, res["checkpointing"])
 	assert.Greater(t, num(t, res, "host_bytes"), 0.0)

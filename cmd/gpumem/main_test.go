@@ -30,6 +30,17 @@ func runCmd(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return o.String(), e.String(), code
 }
 
+// runJSON runs gpumem COMMAND --json with args, requires the exit status
+// 0, and decodes its output (one JSON object).
+func runJSON(t *testing.T, command string, args ...string) map[string]any {
+	t.Helper()
+	out, errOut, code := runCmd(t, append([]string{command, "--json"}, args...)...)
+	require.Equal(t, 0, code, errOut)
+	var res map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	return res
+}
+
 func TestDemo(t *testing.T) {
 	out, errOut, code := runCmd(t, "demo", "--steps", "3", "--layers", "4")
 	require.Equal(t, 0, code, errOut)

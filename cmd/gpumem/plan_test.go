@@ -16,16 +16,6 @@ const (
 	snapshotGz = "../../trace/pytorch/testdata/cs336_MAGMA27_lm_fwdbwd.noframes.pickle.gz"
 )
 
-// replayJSONOut runs replay --json and decodes its one line.
-func replayJSONOut(t *testing.T, args ...string) map[string]any {
-	t.Helper()
-	out, errOut, code := runCmd(t, append([]string{"replay", "--json"}, args...)...)
-	require.Equal(t, 0, code, errOut)
-	var m map[string]any
-	require.NoError(t, json.Unmarshal([]byte(out), &m), out)
-	return m
-}
-
 func TestFitVerifiedByReplay(t *testing.T) {
 	out, errOut, code := runCmd(t, "fit", "--json", batches+"bert_b2.trace.gz")
 	require.Equal(t, 0, code, errOut)
@@ -49,9 +39,9 @@ func TestFitVerifiedByReplay(t *testing.T) {
 		assert.GreaterOrEqual(t, planned, bound)
 		assert.LessOrEqual(t, planned, bound*1.001)
 		assert.Greater(t, float64(minCap), planned, "no allocator beats the bound")
-		at := replayJSONOut(t, "--conf", conf, "--capacity", fmt.Sprint(minCap), batches+"bert_b2.trace.gz")
+		at := runJSON(t, "replay", "--conf", conf, "--capacity", fmt.Sprint(minCap), batches+"bert_b2.trace.gz")
 		assert.EqualValues(t, 0, at["ooms"], "no out of memory at the answer")
-		below := replayJSONOut(t, "--conf", conf, "--capacity", fmt.Sprint(minCap-2<<20), batches+"bert_b2.trace.gz")
+		below := runJSON(t, "replay", "--conf", conf, "--capacity", fmt.Sprint(minCap-2<<20), batches+"bert_b2.trace.gz")
 		assert.Positive(t, below["ooms"], "out of memory 2 MiB below")
 	}
 }
@@ -100,7 +90,7 @@ func TestScaleFromProbes(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	var s map[string]any
 	require.NoError(t, json.Unmarshal([]byte(out), &s), out)
-	real := replayJSONOut(t, batches+"bert_b8.trace.gz")
+	real := runJSON(t, "replay", batches+"bert_b8.trace.gz")
 	assert.Equal(t, real["peak_allocated_bytes"], s["predicted_peak_allocated_bytes"], "predicted against the real batch-8 trace")
 	assert.Equal(t, real["peak_reserved_bytes"], s["predicted_peak_reserved_bytes"])
 	assert.Equal(t, real["peak_requested_bytes"], s["predicted_peak_requested_bytes"])
@@ -111,7 +101,7 @@ func TestScaleFromProbes(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "b8.trace.gz")
 	_, errOut, code = runCmd(t, append(args, "--write", dst)...)
 	require.Equal(t, 0, code, errOut)
-	written := replayJSONOut(t, dst)
+	written := runJSON(t, "replay", dst)
 	assert.Equal(t, real["stats"], written["stats"])
 
 	// With a capacity: the largest batch, verified by replays.
@@ -199,7 +189,7 @@ func TestTune(t *testing.T) {
 			fit, _, code := runCmd(t, "fit", "--json", "--conf", res.Conf, path)
 			require.Equal(t, 0, code)
 			assert.Contains(t, fit, fmt.Sprintf(`"min_capacity_bytes":%d,`, res.MinCapacity))
-			at := replayJSONOut(t, "--conf", res.Conf, "--capacity", "1GiB", path)
+			at := runJSON(t, "replay", "--conf", res.Conf, "--capacity", "1GiB", path)
 			assert.EqualValues(t, res.PeakReserved, at["peak_reserved_bytes"])
 		}
 	}
@@ -238,7 +228,7 @@ func TestEveryCommandReadsEveryFormat(t *testing.T) {
 		}
 	}
 	// gpumem replay snapshot.pickle once failed with "control character in line".
-	r := replayJSONOut(t, snapshotGz)
+	r := runJSON(t, "replay", snapshotGz)
 	assert.EqualValues(t, 3900, r["ops"])
 }
 
@@ -293,10 +283,10 @@ func TestReplayFirstOOM(t *testing.T) {
 	_, _, code = runCmd(t, "replay", "--fail-on-oom", "testdata/small.trace.gz")
 	assert.Equal(t, 0, code, "no out of memory, status 0")
 
-	r := replayJSONOut(t, "--capacity", "4GiB", "testdata/small.trace.gz")
+	r := runJSON(t, "replay", "--capacity", "4GiB", "testdata/small.trace.gz")
 	assert.Contains(t, r["first_oom"], "gpumem: out of memory. Tried to allocate")
 	assert.Positive(t, r["first_oom_alloc"])
-	r = replayJSONOut(t, "testdata/small.trace.gz")
+	r = runJSON(t, "replay", "testdata/small.trace.gz")
 	assert.NotContains(t, r, "first_oom")
 }
 

@@ -104,7 +104,7 @@ func TestEstimateNameQuoted(t *testing.T) {
 	assert.True(t, strings.HasPrefix(first, `"evil\x1b]0;pwned\a\x1b[2J\n\n`), first)
 	assert.Less(t, len(first), 500, "the name is cut: %q", first)
 	assert.Less(t, strings.Count(out, "\n"), 60, "no line breaks from the name")
-	res := estimateJSONOf(t, "--config", path)
+	res := runJSON(t, "estimate", "--config", path)
 	assert.Equal(t, "evil\x1b]0;pwned\a\x1b[2J"+strings.Repeat("\n", 500_000), res["model"], "JSON keeps the name, escaped")
 }
 
@@ -113,14 +113,14 @@ func TestEstimateOverheadAbove1PiB(t *testing.T) {
 	_, errOut, code := runCmd(t, "estimate", "--model", "gpt2", "--overhead", "1025TiB")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, `--overhead must be at most 1PiB, got "1025TiB"`)
-	res := estimateJSONOf(t, "--model", "gpt2", "--overhead", "1024TiB")
+	res := runJSON(t, "estimate", "--model", "gpt2", "--overhead", "1024TiB")
 	assert.GreaterOrEqual(t, num(t, res, "overhead_bytes"), float64(1<<50), "1 PiB is counted")
 }
 
 // A bare parameter count of 100 trillion is answered quickly in bounded
 // memory (the runtime died past 2.6 GB).
 func TestEstimateHugeParamsBounded(t *testing.T) {
-	res := estimateJSONOf(t, "--params", "100T")
+	res := runJSON(t, "estimate", "--params", "100T")
 	assert.EqualValues(t, 1e14, res["parameters"])
 	assert.Equal(t, false, res["fits"])
 }

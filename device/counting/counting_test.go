@@ -26,30 +26,28 @@ func newSim(t *testing.T) *sim.Device {
 // same results, same errors, same device state and clock, and counts equal
 // to the script's own tally.
 func TestForwardsFaithfully(t *testing.T) {
-	bares, inners := newSim(t), newSim(t)
-	bareSubsets, innerSubsets := devicetest.Subsets(bares), devicetest.Subsets(inners)
-	for i := range bareSubsets {
-		want := devicetest.Run(bareSubsets[i])
-		c := counting.New(innerSubsets[i])
-		got := devicetest.Run(c.Device())
-		require.Equal(t, want.Lines, got.Lines, "subset %05b", i)
-		require.Equal(t, bares.Counters(), inners.Counters(), "subset %05b", i)
-		require.Equal(t, bares.Clock(), inners.Clock(), "subset %05b", i)
-		counts := c.Counts()
-		assert.Equal(t, got.Tally.Calls, counts.Calls, "subset %05b", i)
-		assert.Equal(t, got.Tally.Failed, counts.Failed, "subset %05b", i)
-		assert.Equal(t, got.Tally.Bytes, counts.Bytes, "subset %05b", i)
-	}
-	assert.Zero(t, inners.BytesInUse())
+	var c *counting.Counter
+	inner := devicetest.Faithful(t, func() *sim.Device { return newSim(t) },
+		func(d device.Device) device.Device {
+			c = counting.New(d)
+			return c.Device()
+		},
+		func(i int, got devicetest.Result) {
+			counts := c.Counts()
+			assert.Equal(t, got.Tally.Calls, counts.Calls, "subset %05b", i)
+			assert.Equal(t, got.Tally.Failed, counts.Failed, "subset %05b", i)
+			assert.Equal(t, got.Tally.Bytes, counts.Bytes, "subset %05b", i)
+		})
+	assert.Zero(t, inner.BytesInUse())
 }
 
 // TestCapabilities: the counted device offers exactly what the inner one
 // offers, both ways.
 func TestCapabilities(t *testing.T) {
-	for i, inner := range devicetest.Subsets(newSim(t)) {
-		d := counting.New(inner).Device()
-		assert.Equal(t, devicetest.Offered(inner), devicetest.Offered(d), "subset %05b", i)
-	}
+	devicetest.SameCapabilities(t, func() device.Device { return newSim(t) },
+		func(d device.Device) device.Device { return counting.New(d).Device() })
+	// An allocator sees the same: asking for expandable segments fails
+	// without virtual memory and works with it.
 	noVM := device.Compose(newSim(t), device.Capabilities{})
 	_, err := allocator.New(counting.New(noVM).Device(), allocator.Config{ExpandableSegments: true})
 	require.ErrorIs(t, err, device.ErrNotSupported, "no virtual memory appears by wrapping")

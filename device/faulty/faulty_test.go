@@ -63,35 +63,46 @@ func stateOf(t *testing.T, s *sim.Device) simState {
 // device and on one behind an injector without rules, for every subset of
 // the simulator's capabilities: same results, state and clock.
 func TestNoRulesForwardsFaithfully(t *testing.T) {
-	bares, inners := newSim(t), newSim(t)
-	bareSubsets, innerSubsets := devicetest.Subsets(bares), devicetest.Subsets(inners)
-	for i := range bareSubsets {
-		want := devicetest.Run(bareSubsets[i])
-		j := faulty.New(innerSubsets[i])
-		got := devicetest.Run(j.Device())
-		require.Equal(t, want.Lines, got.Lines, "subset %05b", i)
-		require.Equal(t, bares.Counters(), inners.Counters(), "subset %05b", i)
-		require.Equal(t, bares.Clock(), inners.Clock(), "subset %05b", i)
-		assert.Empty(t, j.Fired())
-		for k := range device.NumCalls {
-			assert.Equal(t, got.Tally.Calls[k], j.Calls(k), "subset %05b: %v calls", i, k)
-		}
-	}
+	var j *faulty.Injector
+	devicetest.Faithful(t, func() *sim.Device { return newSim(t) },
+		func(d device.Device) device.Device {
+			j = faulty.New(d)
+			return j.Device()
+		},
+		func(i int, got devicetest.Result) {
+			assert.Empty(t, j.Fired())
+			for k := range device.NumCalls {
+				assert.Equal(t, got.Tally.Calls[k], j.Calls(k), "subset %05b: %v calls", i, k)
+			}
+		})
 }
 
 // TestCapabilities: the wrapped device offers exactly what the inner one
 // offers, both ways, and the allocator sees it so.
 func TestCapabilities(t *testing.T) {
-	for i, inner := range devicetest.Subsets(newSim(t)) {
-		d := faulty.New(inner).Device()
-		assert.Equal(t, devicetest.Offered(inner), devicetest.Offered(d), "subset %05b", i)
-	}
+	devicetest.SameCapabilities(t, func() device.Device { return newSim(t) },
+		func(d device.Device) device.Device { return faulty.New(d).Device() })
+	// An allocator sees the same: asking for expandable segments fails
+	// without virtual memory and works with it.
 	noVM := device.Compose(newSim(t), device.Capabilities{})
 	_, err := allocator.New(faulty.New(noVM).Device(), allocator.Config{ExpandableSegments: true})
 	require.ErrorIs(t, err, device.ErrNotSupported, "no virtual memory appears by wrapping")
 	_, err = allocator.New(faulty.New(newSim(t)).Device(), allocator.Config{ExpandableSegments: true})
 	require.NoError(t, err, "none is lost either")
 	assert.Nil(t, faulty.New(nil).Device())
+}
+
+// made returns n values that mk makes, in order, failing the test at the
+// first error.
+func made[T any](t *testing.T, n int, mk func() (T, error)) []T {
+	t.Helper()
+	out := make([]T, n)
+	for i := range out {
+		var err error
+		out[i], err = mk()
+		require.NoError(t, err)
+	}
+	return out
 }
 
 // callCase makes valid calls of one kind: prepare readies n of them on
@@ -113,22 +124,12 @@ func callCases() map[device.Call]callCase {
 		st, err := s.NewStream()
 		require.NoError(t, err)
 		require.NoError(t, s.SetStreamBusy(st, true))
-		es := make([]device.Event, n)
-		for i := range es {
-			es[i], err = s.RecordEvent(st)
-			require.NoError(t, err)
-		}
-		return es
+		return made(t, n, func() (device.Event, error) { return s.RecordEvent(st) })
 	}
 	return map[device.Call]callCase{
 		device.CallMalloc: none(func(d device.Device, _ int) error { _, err := d.Malloc(mib); return err }),
 		device.CallFree: {func(t *testing.T, s *sim.Device, n int) func(device.Device, int) error {
-			ps := make([]device.Ptr, n)
-			for i := range ps {
-				var err error
-				ps[i], err = s.Malloc(mib)
-				require.NoError(t, err)
-			}
+			ps := made(t, n, func() (device.Ptr, error) { return s.Malloc(mib) })
 			return func(d device.Device, i int) error { return d.Free(ps[i]) }
 		}},
 		device.CallMemInfo:     none(func(d device.Device, _ int) error { _, _, err := d.MemInfo(); return err }),
@@ -164,12 +165,7 @@ func callCases() map[device.Call]callCase {
 			return func(d device.Device, i int) error { return vm(d).Unmap(r+device.Ptr(i*page), page) }
 		}},
 		device.CallRelease: {func(t *testing.T, s *sim.Device, n int) func(device.Device, int) error {
-			rs := make([]device.Ptr, n)
-			for i := range rs {
-				var err error
-				rs[i], err = s.Reserve(page)
-				require.NoError(t, err)
-			}
+			rs := made(t, n, func() (device.Ptr, error) { return s.Reserve(page) })
 			return func(d device.Device, i int) error { return vm(d).Release(rs[i]) }
 		}},
 		device.CallWaitEvent: {func(t *testing.T, s *sim.Device, n int) func(device.Device, int) error {
@@ -180,12 +176,7 @@ func callCases() map[device.Call]callCase {
 		}},
 		device.CallHostAlloc: none(func(d device.Device, _ int) error { _, err := host(d).HostAlloc(64); return err }),
 		device.CallHostFree: {func(t *testing.T, s *sim.Device, n int) func(device.Device, int) error {
-			bs := make([][]byte, n)
-			for i := range bs {
-				var err error
-				bs[i], err = s.HostAlloc(64)
-				require.NoError(t, err)
-			}
+			bs := made(t, n, func() ([]byte, error) { return s.HostAlloc(64) })
 			return func(d device.Device, i int) error { return host(d).HostFree(bs[i]) }
 		}},
 	}

@@ -121,19 +121,7 @@ func BenchmarkMallocFreeNoHoleFits(b *testing.B) {
 		b.Run(fmt.Sprintf("holes=%d", holes), func(b *testing.B) {
 			d := holey(b, holes)
 			want := d.MemoryBase() + device.Ptr(2*holes)*(64<<10)
-			b.ReportAllocs()
-			for b.Loop() {
-				p, err := d.Malloc(2 << 16)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if p != want {
-					b.Fatalf("malloc at %v, want %v above every hole", p, want)
-				}
-				if err := d.Free(p); err != nil {
-					b.Fatal(err)
-				}
-			}
+			mallocFreeAt(b, d, 2<<16, want, "above every hole")
 			b.ReportMetric(float64(holes), "holes")
 		})
 	}
@@ -156,19 +144,7 @@ func BenchmarkMallocFreeLastHoleFits(b *testing.B) {
 			if err := d.Free(big); err != nil {
 				b.Fatal(err)
 			}
-			b.ReportAllocs()
-			for b.Loop() {
-				p, err := d.Malloc(3 * page)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if p != big {
-					b.Fatalf("malloc at %v, want the large hole at %v", p, big)
-				}
-				if err := d.Free(p); err != nil {
-					b.Fatal(err)
-				}
-			}
+			mallocFreeAt(b, d, 3*page, big, "the large hole")
 		})
 	}
 }
@@ -272,4 +248,23 @@ func BenchmarkBusyStreamEvents(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(len(batch)), "events/op")
+}
+
+// mallocFreeAt times a Malloc of size bytes and its Free, failing the
+// benchmark unless each Malloc lands at want (where, in words).
+func mallocFreeAt(b *testing.B, d *Device, size uint64, want device.Ptr, where string) {
+	b.Helper()
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := d.Malloc(size)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if p != want {
+			b.Fatalf("malloc at %v, want %v (%s)", p, want, where)
+		}
+		if err := d.Free(p); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

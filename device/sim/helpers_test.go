@@ -55,6 +55,25 @@ func mustMalloc(t tb, d *Device, size uint64) device.Ptr {
 	return p
 }
 
+// mallocPages allocates one range a size, each given in pages of the
+// device, in order, and returns their addresses.
+func mallocPages(t tb, d *Device, pages ...uint64) []device.Ptr {
+	t.Helper()
+	ps := make([]device.Ptr, len(pages))
+	for i, n := range pages {
+		ps[i] = mustMalloc(t, d, n*d.PageSize())
+	}
+	return ps
+}
+
+// mustFree frees the ranges, in order.
+func mustFree(t tb, d *Device, ps ...device.Ptr) {
+	t.Helper()
+	for _, p := range ps {
+		require.NoError(t, d.Free(p))
+	}
+}
+
 // requireDeviceError checks that err is a *device.Error of operation op on
 // the given device, wrapping sentinel, with a message.
 func requireDeviceError(t tb, err error, op string, ordinal int, sentinel error) {

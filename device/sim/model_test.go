@@ -7,6 +7,7 @@ package sim
 
 import (
 	"errors"
+	"maps"
 	"math"
 	"slices"
 	"testing"
@@ -64,6 +65,42 @@ func (r *refSpace) give(start, size uint64) {
 }
 
 var errFault = errors.New("injected by the model test")
+
+// checkCall checks err against the device's rule for a call that can
+// fail: the sentinel invalid if the call is not valid (invalid nil: it
+// is), else the error fault if failing (out of memory, an injected
+// fault), counted in *failed, else no error. It reports whether the call
+// went through.
+func checkCall(t *rapid.T, err, invalid error, failing bool, fault error, failed *int64) bool {
+	switch {
+	case invalid != nil:
+		require.ErrorIs(t, err, invalid)
+	case failing:
+		*failed++
+		require.ErrorIs(t, err, fault)
+	default:
+		require.NoError(t, err)
+		return true
+	}
+	return false
+}
+
+// unless returns nil if ok, else the sentinel.
+func unless(ok bool, sentinel error) error {
+	if ok {
+		return nil
+	}
+	return sentinel
+}
+
+// faultIf returns errFault if on, else nil: the argument that turns a
+// fault of the device on or off.
+func faultIf(on bool) error {
+	if on {
+		return errFault
+	}
+	return nil
+}
 
 // modelStream is the model of one stream's queue.
 type modelStream struct {
@@ -203,6 +240,13 @@ func (m *model) fault(size uint64) bool {
 	return fail
 }
 
+// outOfMemory says whether an allocating call of size bytes, charging
+// charged bytes, fails for want of memory: a malloc fault fires (fault),
+// or the charge is more than is free.
+func (m *model) outOfMemory(size, charged uint64) bool {
+	return m.fault(size) || charged > m.capacity-m.used
+}
+
 func (m *model) malloc(t *rapid.T) {
 	free := m.capacity - m.used
 	size := rapid.OneOf(
@@ -220,34 +264,23 @@ func (m *model) malloc(t *rapid.T) {
 	} else {
 		m.pay(m.mallocCost(size))
 	}
-	switch {
-	case !valid:
-		m.c.FailedMallocs++
-		require.ErrorIs(t, err, device.ErrInvalidSize)
-	case m.fault(size), pages > m.capacity-m.used:
-		m.c.FailedMallocs++
-		require.ErrorIs(t, err, device.ErrOutOfMemory)
-	default:
-		require.NoError(t, err)
-		want, ok := m.mem.take(pages)
-		require.True(t, ok)
-		require.Equal(t, device.Ptr(want), p, "first fit at the lowest address")
-		m.live[p] = Range{Ptr: p, Size: size, Charged: pages}
-		m.charge(pages)
-		m.c.Mallocs++
+	if !valid {
+		m.c.FailedMallocs++ // an invalid size fails too
+	}
+	oom := valid && m.outOfMemory(size, pages)
+	if !checkCall(t, err, unless(valid, device.ErrInvalidSize), oom, device.ErrOutOfMemory, &m.c.FailedMallocs) {
+		require.Zero(t, p)
 		return
 	}
-	require.Zero(t, p)
+	want, ok := m.mem.take(pages)
+	require.True(t, ok)
+	require.Equal(t, device.Ptr(want), p, "first fit at the lowest address")
+	m.live[p] = Range{Ptr: p, Size: size, Charged: pages}
+	m.charge(pages)
+	m.c.Mallocs++
 }
 
-func (m *model) livePtrs() []device.Ptr {
-	ps := make([]device.Ptr, 0, len(m.live))
-	for p := range m.live {
-		ps = append(ps, p)
-	}
-	slices.Sort(ps)
-	return ps
-}
+func (m *model) livePtrs() []device.Ptr { return slices.Sorted(maps.Keys(m.live)) }
 
 func (m *model) free(t *rapid.T) {
 	candidates := []device.Ptr{0, m.d.MemoryBase() + device.Ptr(m.page)*1000}
@@ -260,33 +293,22 @@ func (m *model) free(t *rapid.T) {
 	err := m.d.Free(p)
 	m.pay(m.costs.Free)
 	r, ok := m.live[p]
-	switch {
-	case !ok:
-		m.c.FailedFrees++
-		require.ErrorIs(t, err, device.ErrInvalidPointer)
-	case m.failFrees:
-		m.c.FailedFrees++
-		require.ErrorIs(t, err, errFault)
-	default:
-		require.NoError(t, err)
-		delete(m.live, p)
-		m.freed = append(m.freed, p)
-		m.mem.give(uint64(p), r.Charged)
-		m.uncharge(r.Charged)
-		m.c.Frees++
-		m.c.Synchronizations++
-		m.pay(m.costs.Synchronize)
+	if !ok {
+		m.c.FailedFrees++ // a free of no allocation fails too
 	}
+	if !checkCall(t, err, unless(ok, device.ErrInvalidPointer), m.failFrees, errFault, &m.c.FailedFrees) {
+		return
+	}
+	delete(m.live, p)
+	m.freed = append(m.freed, p)
+	m.mem.give(uint64(p), r.Charged)
+	m.uncharge(r.Charged)
+	m.c.Frees++
+	m.c.Synchronizations++
+	m.pay(m.costs.Synchronize)
 }
 
-func (m *model) resvPtrs() []device.Ptr {
-	ps := make([]device.Ptr, 0, len(m.resv))
-	for p := range m.resv {
-		ps = append(ps, p)
-	}
-	slices.Sort(ps)
-	return ps
-}
+func (m *model) resvPtrs() []device.Ptr { return slices.Sorted(maps.Keys(m.resv)) }
 
 func (m *model) reserve(t *rapid.T) {
 	if len(m.resv) >= 4 {
@@ -339,69 +361,68 @@ func (m *model) release(t *rapid.T) {
 	m.c.Releases++
 }
 
-// pageRange draws a run of pages of a reservation.
-func (m *model) pageRange(t *rapid.T) (base device.Ptr, r *modelResv, first, n uint64) {
+// pageRange draws a run of pages of a reservation: the reservation's
+// model, the run's address and size, and its first page and page count.
+func (m *model) pageRange(t *rapid.T) (r *modelResv, p device.Ptr, size, first, n uint64) {
 	ptrs := m.resvPtrs()
 	if len(ptrs) == 0 {
 		t.Skip("no reservation")
 	}
-	base = rapid.SampledFrom(ptrs).Draw(t, "reservation")
+	base := rapid.SampledFrom(ptrs).Draw(t, "reservation")
 	r = m.resv[base]
 	first = rapid.Uint64Range(0, r.pages-1).Draw(t, "first page")
 	n = rapid.Uint64Range(1, r.pages-first).Draw(t, "pages")
-	return base, r, first, n
+	return r, base + device.Ptr(first*m.page), n * m.page, first, n
+}
+
+// mappedIn returns how many of the pages [first, first+n) are mapped.
+func (r *modelResv) mappedIn(first, n uint64) uint64 {
+	k := uint64(0)
+	for i := first; i < first+n; i++ {
+		if r.mapped[i] {
+			k++
+		}
+	}
+	return k
+}
+
+// setMapped marks the pages [first, first+n) mapped or not.
+func (r *modelResv) setMapped(first, n uint64, mapped bool) {
+	for i := first; i < first+n; i++ {
+		if mapped {
+			r.mapped[i] = true
+		} else {
+			delete(r.mapped, i)
+		}
+	}
 }
 
 func (m *model) mapPages(t *rapid.T) {
-	base, r, first, n := m.pageRange(t)
-	size := n * m.page
-	err := m.d.Map(base+device.Ptr(first*m.page), size)
+	r, p, size, first, n := m.pageRange(t)
+	err := m.d.Map(p, size)
 	m.pay(m.costs.Map * time.Duration(n))
-	overlap := false
-	for i := first; i < first+n; i++ {
-		overlap = overlap || r.mapped[i]
+	free := r.mappedIn(first, n) == 0
+	oom := free && m.outOfMemory(size, size)
+	if !checkCall(t, err, unless(free, device.ErrInvalidArgument), oom, device.ErrOutOfMemory, &m.c.FailedMaps) {
+		return
 	}
-	switch {
-	case overlap:
-		require.ErrorIs(t, err, device.ErrInvalidArgument)
-	case m.fault(size), size > m.capacity-m.used:
-		m.c.FailedMaps++
-		require.ErrorIs(t, err, device.ErrOutOfMemory)
-	default:
-		require.NoError(t, err)
-		for i := first; i < first+n; i++ {
-			r.mapped[i] = true
-		}
-		m.charge(size)
-		m.c.MappedBytes += size
-		m.c.Maps++
-	}
+	r.setMapped(first, n, true)
+	m.charge(size)
+	m.c.MappedBytes += size
+	m.c.Maps++
 }
 
 func (m *model) unmapPages(t *rapid.T) {
-	base, r, first, n := m.pageRange(t)
-	size := n * m.page
-	err := m.d.Unmap(base+device.Ptr(first*m.page), size)
+	r, p, size, first, n := m.pageRange(t)
+	err := m.d.Unmap(p, size)
 	m.pay(m.costs.Unmap * time.Duration(n))
-	all := true
-	for i := first; i < first+n; i++ {
-		all = all && r.mapped[i]
+	if !checkCall(t, err, unless(r.mappedIn(first, n) == n, device.ErrInvalidArgument), m.failFrees, errFault, &m.c.FailedUnmaps) {
+		return
 	}
-	switch {
-	case !all:
-		require.ErrorIs(t, err, device.ErrInvalidArgument)
-	case m.failFrees:
-		m.c.FailedUnmaps++
-		require.ErrorIs(t, err, errFault)
-	default:
-		require.NoError(t, err)
-		for i := first; i < first+n; i++ {
-			delete(r.mapped, i)
-		}
-		m.uncharge(size)
-		m.c.MappedBytes -= size
-		m.c.Unmaps++
-	}
+	r.setMapped(first, n, false)
+	m.uncharge(size)
+	m.c.MappedBytes -= size
+	m.c.Unmaps++
 }
 
 // handle is the documented handle of the stream with index i on a device
@@ -434,6 +455,19 @@ func (m *model) modelStream(s device.Stream) (int, *modelStream) {
 	return -1, nil
 }
 
+// streamCall checks the error of a call on stream s: ErrInvalidStream if
+// the device has no such stream (then st is nil), else none; it returns
+// the stream's index and model.
+func (m *model) streamCall(t *rapid.T, s device.Stream, err error) (int, *modelStream) {
+	i, st := m.modelStream(s)
+	if st == nil {
+		require.ErrorIs(t, err, device.ErrInvalidStream)
+		return -1, nil
+	}
+	require.NoError(t, err)
+	return i, st
+}
+
 // event draws a live event, or now and then a released or unknown one.
 func (m *model) event(t *rapid.T) device.Event {
 	candidates := []device.Event{0, m.nextEvent + 1}
@@ -443,6 +477,14 @@ func (m *model) event(t *rapid.T) device.Event {
 	}
 	slices.Sort(candidates)
 	return rapid.SampledFrom(candidates).Draw(t, "event")
+}
+
+// eventQuery checks the error of a query of event e (EventDone,
+// SynchronizeEvent) with checkCall; it returns the event and whether the
+// query went through.
+func (m *model) eventQuery(t *rapid.T, e device.Event, err error) (modelEvent, bool) {
+	ev, ok := m.events[e]
+	return ev, checkCall(t, err, unless(ok, device.ErrInvalidEvent), m.failEvents, errFault, &m.c.FailedEventQueries)
 }
 
 func (m *model) actions() map[string]func(*rapid.T) {
@@ -475,44 +517,29 @@ func (m *model) actions() map[string]func(*rapid.T) {
 		"SetStreamBusy": func(t *rapid.T) {
 			s := m.stream(t)
 			busy := rapid.Bool().Draw(t, "busy")
-			err := m.d.SetStreamBusy(s, busy)
-			_, st := m.modelStream(s)
+			i, st := m.streamCall(t, s, m.d.SetStreamBusy(s, busy))
 			if st == nil {
-				require.ErrorIs(t, err, device.ErrInvalidStream)
 				return
 			}
-			require.NoError(t, err)
 			st.busy = busy
 			if !busy {
-				i, _ := m.modelStream(s)
 				m.run(i, st.queued)
 			}
 		},
 		"CompleteStream": func(t *rapid.T) {
 			s := m.stream(t)
-			err := m.d.CompleteStream(s)
-			_, st := m.modelStream(s)
-			if st == nil {
-				require.ErrorIs(t, err, device.ErrInvalidStream)
-				return
+			if i, st := m.streamCall(t, s, m.d.CompleteStream(s)); st != nil {
+				m.run(i, st.queued)
 			}
-			require.NoError(t, err)
-			i, _ := m.modelStream(s)
-			m.run(i, st.queued)
 		},
 		"SynchronizeStream": func(t *rapid.T) {
 			s := m.stream(t)
 			err := m.d.SynchronizeStream(s)
 			m.pay(m.costs.StreamSynchronize)
-			_, st := m.modelStream(s)
-			if st == nil {
-				require.ErrorIs(t, err, device.ErrInvalidStream)
-				return
+			if i, st := m.streamCall(t, s, err); st != nil {
+				m.run(i, st.queued)
+				m.c.StreamSynchronizations++
 			}
-			require.NoError(t, err)
-			i, _ := m.modelStream(s)
-			m.run(i, st.queued)
-			m.c.StreamSynchronizations++
 		},
 		"Synchronize": func(t *rapid.T) {
 			require.NoError(t, m.d.Synchronize())
@@ -545,15 +572,7 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			e := m.event(t)
 			done, err := m.d.EventDone(e)
 			m.pay(m.costs.EventQuery)
-			ev, ok := m.events[e]
-			switch {
-			case !ok:
-				require.ErrorIs(t, err, device.ErrInvalidEvent)
-			case m.failEvents:
-				m.c.FailedEventQueries++
-				require.ErrorIs(t, err, errFault)
-			default:
-				require.NoError(t, err)
+			if ev, ok := m.eventQuery(t, e, err); ok {
 				m.c.EventQueries++
 				require.Equal(t, m.streams[ev.stream].completed >= ev.seq, done)
 				return
@@ -564,15 +583,7 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			e := m.event(t)
 			err := m.d.SynchronizeEvent(e)
 			m.pay(m.costs.EventSynchronize)
-			ev, ok := m.events[e]
-			switch {
-			case !ok:
-				require.ErrorIs(t, err, device.ErrInvalidEvent)
-			case m.failEvents:
-				m.c.FailedEventQueries++
-				require.ErrorIs(t, err, errFault)
-			default:
-				require.NoError(t, err)
+			if ev, ok := m.eventQuery(t, e, err); ok {
 				m.run(ev.stream, ev.seq)
 				m.c.EventSynchronizations++
 			}
@@ -631,19 +642,11 @@ func (m *model) actions() map[string]func(*rapid.T) {
 		},
 		"FailFrees": func(t *rapid.T) {
 			m.failFrees = rapid.Bool().Draw(t, "fail frees")
-			if m.failFrees {
-				m.d.FailFrees(errFault)
-			} else {
-				m.d.FailFrees(nil)
-			}
+			m.d.FailFrees(faultIf(m.failFrees))
 		},
 		"FailEventQueries": func(t *rapid.T) {
 			m.failEvents = rapid.Bool().Draw(t, "fail event queries")
-			if m.failEvents {
-				m.d.FailEventQueries(errFault)
-			} else {
-				m.d.FailEventQueries(nil)
-			}
+			m.d.FailEventQueries(faultIf(m.failEvents))
 		},
 		"": m.check,
 	}

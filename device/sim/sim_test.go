@@ -356,26 +356,16 @@ func TestAddressRule(t *testing.T) {
 
 	t.Run("first fit, not best fit", func(t *testing.T) {
 		d := small(t, 64)
-		ps := make([]device.Ptr, 6)
-		sizes := []uint64{3, 1, 1, 1, 1, 1}
-		for i := range ps {
-			ps[i] = mustMalloc(t, d, sizes[i]*page)
-		}
-		require.NoError(t, d.Free(ps[0])) // a three-page hole at the bottom
-		require.NoError(t, d.Free(ps[2])) // an exact one-page hole above it
+		ps := mallocPages(t, d, 3, 1, 1, 1, 1, 1)
+		mustFree(t, d, ps[0]) // a three-page hole at the bottom
+		mustFree(t, d, ps[2]) // an exact one-page hole above it
 		assert.Equal(t, ps[0], mustMalloc(t, d, page))
 	})
 
 	t.Run("lowest hole that fits, skipping smaller ones", func(t *testing.T) {
 		d := small(t, 64)
-		ps := make([]device.Ptr, 8)
-		sizes := []uint64{1, 1, 2, 1, 4, 1, 3, 1}
-		for i := range ps {
-			ps[i] = mustMalloc(t, d, sizes[i]*page)
-		}
-		for _, i := range []int{0, 2, 4, 6} { // holes of 1, 2, 4 and 3 pages
-			require.NoError(t, d.Free(ps[i]))
-		}
+		ps := mallocPages(t, d, 1, 1, 2, 1, 4, 1, 3, 1)
+		mustFree(t, d, ps[0], ps[2], ps[4], ps[6]) // holes of 1, 2, 4 and 3 pages
 		assert.Equal(t, ps[4], mustMalloc(t, d, 3*page), "the 4-page hole is the lowest that fits")
 		assert.Equal(t, ps[6], mustMalloc(t, d, 3*page), "then the 3-page one")
 		assert.Equal(t, ps[2], mustMalloc(t, d, 2*page))
@@ -386,13 +376,10 @@ func TestAddressRule(t *testing.T) {
 
 	t.Run("free middle then neighbours", func(t *testing.T) {
 		d := small(t, 64)
-		ps := make([]device.Ptr, 5)
-		for i := range ps {
-			ps[i] = mustMalloc(t, d, page)
-		}
-		require.NoError(t, d.Free(ps[2]))
-		require.NoError(t, d.Free(ps[1])) // merges with the hole above
-		require.NoError(t, d.Free(ps[3])) // merges with the hole below
+		ps := mallocPages(t, d, 1, 1, 1, 1, 1)
+		mustFree(t, d, ps[2])
+		mustFree(t, d, ps[1]) // merges with the hole above
+		mustFree(t, d, ps[3]) // merges with the hole below
 		// One hole of three pages: a three-page request fits there.
 		assert.Equal(t, ps[1], mustMalloc(t, d, 3*page))
 		assert.Equal(t, ps[4]+pg(1), mustMalloc(t, d, page))
@@ -400,13 +387,9 @@ func TestAddressRule(t *testing.T) {
 
 	t.Run("merge on both sides at once", func(t *testing.T) {
 		d := small(t, 64)
-		ps := make([]device.Ptr, 4)
-		for i := range ps {
-			ps[i] = mustMalloc(t, d, page)
-		}
-		require.NoError(t, d.Free(ps[0]))
-		require.NoError(t, d.Free(ps[2]))
-		require.NoError(t, d.Free(ps[1])) // joins [0] and [2]
+		ps := mallocPages(t, d, 1, 1, 1, 1)
+		mustFree(t, d, ps[0], ps[2])
+		mustFree(t, d, ps[1]) // joins [0] and [2]
 		assert.Equal(t, ps[0], mustMalloc(t, d, 3*page))
 	})
 

@@ -307,20 +307,16 @@ func TestWaitEvent(t *testing.T) {
 
 	// a's work runs: b's waiting work runs with it.
 	require.NoError(t, d.CompleteStream(a))
-	done, _ = d.EventDone(after)
-	assert.True(t, done)
+	assert.True(t, eventDone(t, d, after))
 
 	// Synchronizing the waiting stream runs the awaited work first.
 	ea2, _ := d.RecordEvent(a)
 	require.NoError(t, d.WaitEvent(b, ea2))
 	e3, _ := d.RecordEvent(b)
-	done, _ = d.EventDone(e3)
-	assert.False(t, done)
+	assert.False(t, eventDone(t, d, e3))
 	require.NoError(t, d.SynchronizeStream(b))
-	done, _ = d.EventDone(ea2)
-	assert.True(t, done, "a ran: b waited for it")
-	done, _ = d.EventDone(e3)
-	assert.True(t, done)
+	assert.True(t, eventDone(t, d, ea2), "a ran: b waited for it")
+	assert.True(t, eventDone(t, d, e3))
 
 	// Chains: c waits for b, which waits for a.
 	c, _ := d.NewStream()
@@ -329,12 +325,10 @@ func TestWaitEvent(t *testing.T) {
 	eb, _ := d.RecordEvent(b)
 	require.NoError(t, d.WaitEvent(c, eb))
 	ec, _ := d.RecordEvent(c)
-	done, _ = d.EventDone(ec)
-	assert.False(t, done)
+	assert.False(t, eventDone(t, d, ec))
 	require.NoError(t, d.SynchronizeEvent(ec))
 	for _, e := range []device.Event{ea3, eb, ec} {
-		done, _ = d.EventDone(e)
-		assert.True(t, done, "event %d", e)
+		assert.True(t, eventDone(t, d, e), "event %d", e)
 	}
 
 	// Nothing to wait for: done events, own events.
@@ -343,16 +337,14 @@ func TestWaitEvent(t *testing.T) {
 	require.NoError(t, d.SynchronizeEvent(ea4))
 	require.NoError(t, d.WaitEvent(b, ea4))
 	e5, _ := d.RecordEvent(b)
-	done, _ = d.EventDone(e5)
-	assert.True(t, done)
+	assert.True(t, eventDone(t, d, e5))
 
 	// A device-wide synchronization ends every wait.
 	ea5, _ := d.RecordEvent(a)
 	require.NoError(t, d.WaitEvent(b, ea5))
 	require.NoError(t, d.Synchronize())
 	e6, _ := d.RecordEvent(b)
-	done, _ = d.EventDone(e6)
-	assert.True(t, done)
+	assert.True(t, eventDone(t, d, e6))
 	assert.EqualValues(t, 7, d.Counters().EventWaits)
 
 	before2 := stateOf(d)

@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/trace/internal/tracetest"
 )
 
 // BenchmarkFitRandomMixed fits the full random_mixed trace (202,032 ops)
 // and reports the replays a fit takes and the time of each.
 func BenchmarkFitRandomMixed(b *testing.B) {
-	ops := load(b, "../replay/testdata/pytorch/random_mixed.trace.gz")
+	ops := tracetest.ReadFile(b, "../replay/testdata/pytorch/random_mixed.trace.gz")
 	for _, conf := range []string{"", "expandable_segments:True"} {
 		cfg, err := allocator.ParseConf(conf)
 		if err != nil {
@@ -36,7 +37,7 @@ func BenchmarkFitRandomMixed(b *testing.B) {
 // BenchmarkTuneJobs runs the default sweep over random_mixed's first 2,000
 // ops with 1, 2, 4, ... configurations at once, up to GOMAXPROCS.
 func BenchmarkTuneJobs(b *testing.B) {
-	ops := load(b, smallTrace)
+	ops := tracetest.ReadFile(b, smallTrace)
 	var serial time.Duration
 	for jobs := 1; jobs <= runtime.GOMAXPROCS(0); jobs *= 2 {
 		b.Run(fmt.Sprintf("jobs=%d", jobs), func(b *testing.B) {

@@ -4,51 +4,32 @@ package plan
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/internal/ctxtest"
+	"github.com/gpumem/gpumem/trace/internal/tracetest"
 )
 
-// countdown is a context that is done after its Err has been asked n
-// times: a Ctrl-C in the middle of the work.
-type countdown struct {
-	context.Context
-	n atomic.Int64
-}
-
-func (c *countdown) Err() error {
-	if c.n.Add(-1) < 0 {
-		return context.Canceled
-	}
-	return nil
-}
-
-func newCountdown(n int64) *countdown {
-	c := &countdown{Context: context.Background()}
-	c.n.Store(n)
-	return c
-}
-
 func TestFitContextStops(t *testing.T) {
-	ops := load(t, "testdata/batches/bert_b2.trace.gz")
+	ops := tracetest.ReadFile(t, "testdata/batches/bert_b2.trace.gz")
 	want, err := Fit(ops, FitOptions{})
 	require.NoError(t, err)
 	require.Greater(t, len(want.Trials), 3)
 	for _, n := range []int64{0, 1, 5, 20} {
-		ctx := newCountdown(n)
+		ctx := ctxtest.NewCountdown(n)
 		r, err := FitContext(ctx, ops, FitOptions{})
 		assert.Nil(t, r, "n=%d", n)
 		require.ErrorIs(t, err, context.Canceled, "n=%d", n)
-		assert.Equal(t, int64(-1), ctx.n.Load(), "n=%d: the search stops at the first check that sees the context done", n)
+		assert.Equal(t, int64(-1), ctx.Left(), "n=%d: the search stops at the first check that sees the context done", n)
 	}
 }
 
 func TestTuneContextStops(t *testing.T) {
-	ops := load(t, smallTrace)
+	ops := tracetest.ReadFile(t, smallTrace)
 	cands := Sweep()[:4]
 	for _, jobs := range []int{1, 3} {
 		// Done after the first configuration: the others stop or are
@@ -71,13 +52,13 @@ func TestTuneContextStops(t *testing.T) {
 }
 
 func TestScaleContextStops(t *testing.T) {
-	b2 := load(t, "testdata/batches/bert_b2.trace.gz")
-	b4 := load(t, "testdata/batches/bert_b4.trace.gz")
+	b2 := tracetest.ReadFile(t, "testdata/batches/bert_b2.trace.gz")
+	b4 := tracetest.ReadFile(t, "testdata/batches/bert_b4.trace.gz")
 	m, err := NewModel(Probe{"bert_b2", 2, b2}, Probe{"bert_b4", 4, b4})
 	require.NoError(t, err)
-	_, err = m.PredictContext(newCountdown(2), 16, allocator.Config{}, 0)
+	_, err = m.PredictContext(ctxtest.NewCountdown(2), 16, allocator.Config{}, 0)
 	require.ErrorIs(t, err, context.Canceled)
-	_, err = m.MaxBatchContext(newCountdown(5), allocator.Config{}, 4<<30)
+	_, err = m.MaxBatchContext(ctxtest.NewCountdown(5), allocator.Config{}, 4<<30)
 	require.ErrorIs(t, err, context.Canceled)
 	// Without a done context the answers are those of the plain calls.
 	a, err := m.MaxBatchContext(context.Background(), allocator.Config{}, 4<<30)

@@ -2,7 +2,6 @@ package plan
 
 import (
 	"errors"
-	"os"
 	"strings"
 	"testing"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/internal/tracetest"
 	"github.com/gpumem/gpumem/trace/replay"
 )
 
@@ -19,16 +19,6 @@ const (
 	smallTrace = "../replay/testdata/random_mixed_2000.trace.gz"
 	mib        = 1 << 20
 )
-
-func load(t testing.TB, path string) []trace.Op {
-	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	ops, err := trace.ReadAll(f)
-	require.NoError(t, err)
-	return ops
-}
 
 func parse(t testing.TB, text string) []trace.Op {
 	t.Helper()
@@ -56,7 +46,7 @@ func verifyFit(t *testing.T, ops []trace.Op, cfg allocator.Config, r *FitResult)
 
 func TestFitVerified(t *testing.T) {
 	for _, path := range []string{smallTrace, "testdata/batches/bert_b2.trace.gz"} {
-		ops := load(t, path)
+		ops := tracetest.ReadFile(t, path)
 		for _, conf := range []string{"", "expandable_segments:True", "max_split_size_mb:128"} {
 			cfg, err := allocator.ParseConf(conf)
 			require.NoError(t, err)
@@ -78,7 +68,7 @@ func TestFitVerified(t *testing.T) {
 func TestFitBelowUnconstrainedPeak(t *testing.T) {
 	// Under pressure the allocator releases its cache and retries, so a
 	// trace can run on less than the peak it reserves on a big device.
-	ops := load(t, smallTrace)
+	ops := tracetest.ReadFile(t, smallTrace)
 	free, err := Replay(ops, allocator.Config{}, 0)
 	require.NoError(t, err)
 	r, err := Fit(ops, FitOptions{})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/internal/tracetest"
 )
 
 // linearProgram is a random program whose allocation sizes are p + q ×
@@ -105,9 +106,9 @@ func TestModelLinear(t *testing.T) {
 }
 
 func TestModelBatchesRealTrace(t *testing.T) {
-	b2 := load(t, "testdata/batches/bert_b2.trace.gz")
-	b4 := load(t, "testdata/batches/bert_b4.trace.gz")
-	b8 := load(t, "testdata/batches/bert_b8.trace.gz")
+	b2 := tracetest.ReadFile(t, "testdata/batches/bert_b2.trace.gz")
+	b4 := tracetest.ReadFile(t, "testdata/batches/bert_b4.trace.gz")
+	b8 := tracetest.ReadFile(t, "testdata/batches/bert_b8.trace.gz")
 	m, err := NewModel(Probe{"bert_b2", 2, b2}, Probe{"bert_b4", 4, b4})
 	require.NoError(t, err)
 	assert.Positive(t, m.Varying())
@@ -133,8 +134,8 @@ func TestModelBatchesRealTrace(t *testing.T) {
 }
 
 func TestModelMaxBatch(t *testing.T) {
-	b2 := load(t, "testdata/batches/bert_b2.trace.gz")
-	b4 := load(t, "testdata/batches/bert_b4.trace.gz")
+	b2 := tracetest.ReadFile(t, "testdata/batches/bert_b2.trace.gz")
+	b4 := tracetest.ReadFile(t, "testdata/batches/bert_b4.trace.gz")
 	m, err := NewModel(Probe{"bert_b2", 2, b2}, Probe{"bert_b4", 4, b4})
 	require.NoError(t, err)
 	const capacity = 4 << 30

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/internal/tracetest"
 )
 
 func TestSweep(t *testing.T) {
@@ -34,8 +35,8 @@ func TestTune(t *testing.T) {
 		cands []Candidate
 	}{
 		{"nonMonotone", parse(t, nonMonotone), Sweep()},
-		{smallTrace, load(t, smallTrace), Sweep()[:8]},
-		{"bert_b2", load(t, "testdata/batches/bert_b2.trace.gz"), Sweep()[:4]},
+		{smallTrace, tracetest.ReadFile(t, smallTrace), Sweep()[:8]},
+		{"bert_b2", tracetest.ReadFile(t, "testdata/batches/bert_b2.trace.gz"), Sweep()[:4]},
 	} {
 		path, ops := c.path, c.ops
 		var calls []int
@@ -90,7 +91,7 @@ func TestTuneJobsAgree(t *testing.T) {
 	if selfChecks {
 		t.Skip("parallel sweeps against one: the untagged runs (and -race) check it; TestTune replays the same under the self-checks")
 	}
-	ops := load(t, smallTrace)
+	ops := tracetest.ReadFile(t, smallTrace)
 	cands := Sweep()[:6]
 	one, err := Tune(ops, TuneOptions{Jobs: 1, Candidates: cands, Capacity: 16 << 30})
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpumem/gpumem/internal/pickletest"
 	"github.com/gpumem/gpumem/trace"
 )
 
@@ -161,68 +162,12 @@ func TestPickleFloodsWithinLimits(t *testing.T) {
 	hostile(t, bytes.NewReader(bomb), small, "more than 16777216 bytes of memory", 40*mib)
 }
 
-// binUnicode is the pickle opcode BINUNICODE of s.
-func binUnicode(s string) []byte {
-	return append([]byte{'X', byte(len(s)), byte(len(s) >> 8), 0, 0}, s...)
-}
-
-// selfRefSettings returns a snapshot whose allocator_settings is a list
-// that holds itself n times (n a multiple of 1,000), through the memo:
-// two bytes an element.
-func selfRefSettings(n int) []byte {
-	p := []byte{0x80, 2, '}', '('}
-	p = append(p, binUnicode("device_traces")...)
-	p = append(p, "]]a"...)
-	p = append(p, binUnicode("allocator_settings")...)
-	p = append(p, "]q\x00"...)
-	chunk := append(append([]byte{'('}, bytes.Repeat([]byte("h\x00"), 1000)...), 'e')
-	for range n / 1000 {
-		p = append(p, chunk...)
-	}
-	return append(p, "u."...)
-}
-
-// memoTraces returns a snapshot whose device_traces[0] holds n entries
-// (n even): one alloc dict and one free_completed dict, named again and
-// again through the memo at two bytes an entry.
-func memoTraces(n int) []byte {
-	entry := func(action string) []byte {
-		d := []byte{'}', '('}
-		d = append(d, binUnicode("action")...)
-		d = append(d, binUnicode(action)...)
-		d = append(d, binUnicode("addr")...)
-		d = append(d, 'M', 0, 0x10)
-		d = append(d, binUnicode("size")...)
-		d = append(d, 'M', 0, 2)
-		d = append(d, binUnicode("stream")...)
-		d = append(d, 'K', 0, 'u')
-		return d
-	}
-	p := []byte{0x80, 2, '}', '('}
-	p = append(p, binUnicode("device_traces")...)
-	p = append(p, "]]"...)
-	p = append(p, entry("alloc")...)
-	p = append(p, "q\x01a"...)
-	p = append(p, entry("free_completed")...)
-	p = append(p, "q\x02a"...)
-	for left := n - 2; left > 0; {
-		k := min(left, 1000)
-		p = append(p, '(')
-		p = append(p, bytes.Repeat([]byte("h\x01h\x02"), k/2)...)
-		p = append(p, 'e')
-		left -= k
-	}
-	p = append(p, 'a')
-	p = append(p, binUnicode("segments")...)
-	return append(p, "]u."...)
-}
-
 // The repr of the settings checks its length before each element, not
 // only on entry: a list holding itself a million times (2 MB of pickle)
 // made a 325 MB note and 1.38 GB of memory; now the note stays within
 // the repr's limit and the import allocates about what the list takes.
 func TestPickleSelfReferentialSettings(t *testing.T) {
-	data := selfRefSettings(1_000_000)
+	data := pickletest.SelfRefSettings(1_000_000)
 	require.Less(t, len(data), 3*mib)
 	var im *trace.Import
 	var err error
@@ -246,10 +191,10 @@ func TestPickleSelfReferentialSettings(t *testing.T) {
 // counts what it will build against what decoding left of the limit,
 // before building it.
 func TestPickleMemoExpansionWithinLimit(t *testing.T) {
-	data := memoTraces(1_000_000)
+	data := pickletest.MemoTraces(1_000_000)
 	require.Less(t, len(data), 3*mib)
 	// The same file is a valid snapshot: under a roomy limit it imports.
-	im, err := ReadSnapshot(bytes.NewReader(memoTraces(1000)), SnapshotOptions{})
+	im, err := ReadSnapshot(bytes.NewReader(pickletest.MemoTraces(1000)), SnapshotOptions{})
 	require.NoError(t, err)
 	assert.Len(t, im.Ops, 1000)
 	hostile(t, bytes.NewReader(data), SnapshotOptions{MaxMemory: 64 * mib},

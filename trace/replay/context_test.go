@@ -4,30 +4,16 @@ package replay
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/internal/ctxtest"
 	"github.com/gpumem/gpumem/stats"
 	"github.com/gpumem/gpumem/trace"
 )
-
-// countdown is a context that is done after its Err has been asked n
-// times: it stands for a Ctrl-C at a known point of the work.
-type countdown struct {
-	context.Context
-	n atomic.Int64
-}
-
-func (c *countdown) Err() error {
-	if c.n.Add(-1) < 0 {
-		return context.Canceled
-	}
-	return nil
-}
 
 func TestRunContextStops(t *testing.T) {
 	ops, err := trace.ReadFile("testdata/bert_b2.trace.gz")
@@ -35,9 +21,8 @@ func TestRunContextStops(t *testing.T) {
 	require.Greater(t, len(ops), 4*replayBatch)
 
 	a, dev := newAllocator(t, 0, allocator.Config{})
-	ctx := &countdown{Context: context.Background()}
-	ctx.n.Store(3)
-	res, err := RunContext(ctx, trace.SliceReader(ops), a, dev, Options{})
+	// A Ctrl-C after the third check.
+	res, err := RunContext(ctxtest.NewCountdown(3), trace.SliceReader(ops), a, dev, Options{})
 	assert.Nil(t, res)
 	require.ErrorIs(t, err, context.Canceled)
 	assert.EqualError(t, err, "replay stopped after 3072 ops: context canceled", "three batches, then the check that stops")

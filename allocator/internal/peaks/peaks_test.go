@@ -39,6 +39,18 @@ func newTable(rows int) *Table {
 	return t
 }
 
+// twoParts returns a table of one row whose peak is peak, and two parts
+// of it: part 0 at v0, its limit at its value, and part 1 at v1 with the
+// limit lim1.
+func twoParts(v0, v1, lim1, peak int64) (*Table, grid) {
+	tab := newTable(1)
+	g := newGrid(2, 1)
+	g[0][0], g[1][0] = NewCount(v0), NewCount(v1)
+	g[1][0].SetLimit(lim1)
+	tab.peak[0] = peak
+	return tab, g
+}
+
 func TestBumpReportsPassingTheLimit(t *testing.T) {
 	c := NewCount(5)
 	if !c.Bump(1) || c.Value() != 6 {
@@ -60,11 +72,7 @@ func TestBumpReportsPassingTheLimit(t *testing.T) {
 // other's limit leaves room for: the peak rises to the total and the
 // other's limit shrinks to its value.
 func TestExceedShrinksTheOthers(t *testing.T) {
-	tab := newTable(1)
-	g := newGrid(2, 1)
-	g[0][0], g[1][0] = NewCount(5), NewCount(1)
-	g[1][0].SetLimit(5)
-	tab.peak[0] = 10
+	tab, g := twoParts(5, 1, 5, 10)
 	if !g[0][0].Bump(6) {
 		t.Fatal("11 did not pass the limit 5")
 	}
@@ -85,11 +93,7 @@ func TestExceedShrinksTheOthers(t *testing.T) {
 // TestExceedKeepsTheOthersWithRoom: the others' limits leave room: they
 // stay, and the part gets the rest of the peak.
 func TestExceedKeepsTheOthersWithRoom(t *testing.T) {
-	tab := newTable(1)
-	g := newGrid(2, 1)
-	g[0][0], g[1][0] = NewCount(0), NewCount(0)
-	g[1][0].SetLimit(3)
-	tab.peak[0] = 20
+	tab, g := twoParts(0, 0, 3, 20)
 	g[0][0].Bump(4)
 	tab.Exceed(g, 0, 0)
 	if tab.Peak(0) != 20 || g.Limit(0, 0) != 17 || g.Limit(1, 0) != 3 {

@@ -1,7 +1,11 @@
 // Package devicetest holds what the tests of the device adaptors share: a
 // fixed script of device calls, good and bad, whose transcript shows
 // whether a wrapped device behaves as the device it wraps, and a tally of
-// the calls it made by kind, to check an adaptor's counts against.
+// the calls it made by kind, to check an adaptor's counts against; and
+// the two checks every adaptor's tests make with them: Faithful (the
+// script's transcript, the simulator's counters and clock are those of
+// the bare device, for every capability subset) and SameCapabilities (an
+// adaptor offers what it wraps, no more and no less).
 package devicetest
 
 import (

@@ -1,7 +1,6 @@
 package offline
 
 import (
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,21 +10,12 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/internal/tracetest"
 )
 
 func parse(t testing.TB, text string) []trace.Op {
 	t.Helper()
 	ops, err := trace.ReadAll(strings.NewReader(text))
-	require.NoError(t, err)
-	return ops
-}
-
-func load(t testing.TB, path string) []trace.Op {
-	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	ops, err := trace.ReadAll(f)
 	require.NoError(t, err)
 	return ops
 }
@@ -264,7 +254,7 @@ func TestPackRealTraces(t *testing.T) {
 		"../../testdata/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz",
 		"../../replay/testdata/EoR_NN_cnn_counterfactuals.trace.gz",
 	} {
-		ops := load(t, path)
+		ops := tracetest.ReadFile(t, path)
 		p, err := Pack(ops)
 		require.NoError(t, err, path)
 		require.NoError(t, p.Check(), path)
@@ -279,7 +269,7 @@ func TestPackLargeTrace(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("packs 10^5 allocations")
 	}
-	ops := load(t, "../../replay/testdata/pytorch/random_mixed.trace.gz")
+	ops := tracetest.ReadFile(t, "../../replay/testdata/pytorch/random_mixed.trace.gz")
 	start := time.Now()
 	p, err := Pack(ops)
 	require.NoError(t, err)
@@ -304,7 +294,7 @@ func BenchmarkPack(b *testing.B) {
 		"../../replay/testdata/random_mixed_2000.trace.gz",
 		"../../replay/testdata/pytorch/random_mixed.trace.gz",
 	} {
-		ops := load(b, path)
+		ops := tracetest.ReadFile(b, path)
 		name := strings.TrimSuffix(path[strings.LastIndex(path, "/")+1:], ".trace.gz")
 		b.Run(name, func(b *testing.B) {
 			var p *Plan

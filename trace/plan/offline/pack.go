@@ -135,6 +135,9 @@ func packBlocks(ctx context.Context, blocks []Block, ops int, bound uint64) (uin
 		}
 		wg.Wait()
 	}
+	if ctx.Err() != nil {
+		return 0, orders[0].name // stopped: a pass may have placed nothing; the caller discards this
+	}
 	best := 0
 	for k := 1; k < n; k++ {
 		if fps[k] < fps[best] {
