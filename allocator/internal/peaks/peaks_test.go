@@ -82,6 +82,31 @@ func TestExceedShrinksTheOthers(t *testing.T) {
 	}
 }
 
+// TestExceedSharesTheRoom: below the peak, when the others' limits leave
+// too little room, the room below the peak is shared evenly: each other
+// part gets its value plus its share, the part that passed the rest, so
+// that the next part to rise need not pass its limit at once.
+func TestExceedSharesTheRoom(t *testing.T) {
+	tab := newTable(1)
+	g := newGrid(3, 1)
+	g[0][0], g[1][0], g[2][0] = NewCount(10), NewCount(5), NewCount(5)
+	g[1][0].SetLimit(10)
+	g[2][0].SetLimit(10)
+	tab.peak[0] = 30
+	g[0][0].Bump(2) // 12 passes 10; 12 + 10 + 10 > 30
+	tab.Exceed(g, 0, 0)
+	// Total 22, room 8, a share of 2 each: 7, 7 and 30 - 14.
+	if tab.Peak(0) != 30 || g.Limit(0, 0) != 16 || g.Limit(1, 0) != 7 || g.Limit(2, 0) != 7 {
+		t.Fatalf("peak %d, limits %d, %d and %d; want 30, 16, 7 and 7", tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0))
+	}
+	if s := broken(tab, g); s != "" {
+		t.Fatal(s)
+	}
+	if g[1][0].Bump(2) {
+		t.Fatal("a rise of another part within its share passed its limit")
+	}
+}
+
 // TestExceedKeepsTheOthersWithRoom: the others' limits leave room: they
 // stay, and the part gets the rest of the peak.
 func TestExceedKeepsTheOthersWithRoom(t *testing.T) {
