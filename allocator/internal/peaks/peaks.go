@@ -176,15 +176,22 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 	peak := max(t.peak[r], total)
 	t.peak[r] = peak
 	if others+v > peak {
-		// Share the room left below the peak evenly among the parts (p
-		// keeps what the division leaves), so that the next part to rise
-		// has room too: with the others' limits at their values, every
-		// rise of another part would pass its limit and need the world.
-		share := (peak - total) / int64(n)
+		// Share the room left below the peak evenly among the parts, the
+		// first others one more each while the division leaves some (p
+		// keeps the rest), so that the next part to rise has room too:
+		// with the others' limits at their values, every rise of another
+		// part would pass its limit and need the world. (The counts of
+		// blocks have little room: one each is what spares them a cut.)
+		room := peak - total
+		share, rest := room/int64(n), room%int64(n)
 		others = 0
 		for o := range n {
 			if o != p {
 				w := ps.Value(o, r) + share
+				if rest > 0 {
+					w++
+					rest--
+				}
 				ps.SetLimit(o, r, w)
 				others += w
 			}
