@@ -5,7 +5,6 @@ package allocator
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 
 	"github.com/gpumem/gpumem/allocator/internal/freeindex"
@@ -47,11 +46,11 @@ import (
 //     shard is one whose lock the world holds, and the cold shard is
 //     never fast;
 //     the block structs kept for the next split are unused;
-//   - routes: kept exactly when there are two shards or more; their owners
-//     are every chunk of every segment's memory (mapped pages for
-//     expandable segments) and nothing else; the lock-free table holds
-//     exactly those chunks, and a lookup finds each chunk's shard, or
-//     none for a chunk of several shards;
+//   - routes: kept exactly when there are two shards or more; the list of
+//     every region holds exactly the memory of the segments there (mapped
+//     pages for expandable segments), by shard, in sorted, disjoint,
+//     coalesced pieces within the region, and nothing else; a lookup of
+//     the first and last address of each piece finds its shard;
 //   - stats: every shard's current value of every stat equals a count
 //     over its blocks (allocation, active, segment, reserved bytes,
 //     inactive_split, their byte counterparts, requested bytes, oversize
@@ -430,8 +429,8 @@ func (a *Allocator) rowNameLocked(r int) string {
 }
 
 // checkShardsLocked checks the shards' bookkeeping: the lock-free copies of
-// the shard list, the routes from addresses to shards (every chunk of
-// every segment's memory, and nothing else), the cuts (settled in the
+// the shard list, the routes from addresses to shards (every segment's
+// memory, and nothing else), the cuts (settled in the
 // world), and the block structs kept for the next split.
 func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 	if single := a.single.Load(); (single != nil) != (len(a.shards) == 1) || single != nil && single != a.def {
@@ -468,47 +467,43 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 	if !a.routes.on {
 		return
 	}
-	want := routes{on: true, owners: map[uint64]chunkOwners{}}
+	var want routes // the routes the segments make, built afresh
+	want.on = true
 	for _, seg := range a.segments {
 		if !seg.Expandable() {
 			want.add(seg.Ptr, seg.Size, a.shardOf(seg.Free), +1)
 			continue
 		}
 		seg.MappedRuns(func(p device.Ptr, n uint64) {
-			for off := uint64(0); off < n; off += seg.Page {
-				want.add(p+device.Ptr(off), seg.Page, a.shardOf(seg.Free), +1)
-			}
+			want.add(p, n, a.shardOf(seg.Free), +1)
 		})
 	}
-	norm := func(o chunkOwners) chunkOwners { // the two entries in either order
-		if o.id[0] == 0 || o.id[1] != 0 && o.id[1] < o.id[0] {
-			o.id[0], o.id[1], o.n[0], o.n[1] = o.id[1], o.id[0], o.n[1], o.n[0]
+	got := map[uint64][]routePiece{}
+	a.routes.each(func(region uint64, ps []routePiece) { got[region] = ps })
+	regions := 0
+	want.each(func(region uint64, ps []routePiece) {
+		regions++
+		if g := got[region]; !slices.Equal(g, ps) {
+			bad("the routes of region %#x are %v, its segments say %v", region, g, ps)
 		}
-		return o
-	}
-	if !maps.EqualFunc(want.owners, a.routes.owners, func(x, y chunkOwners) bool { return norm(x) == norm(y) }) {
-		bad("the routes' owners of %d chunks are not the segments' (%d chunks)", len(a.routes.owners), len(want.owners))
-	}
-	t := a.routes.tab.Load()
-	entries := 0
-	for i := range t.slots {
-		w := t.slots[i].Load()
-		if w == 0 || w == routeNone {
-			continue
+		for _, x := range ps {
+			for _, p := range [2]uint64{x.start, x.end - 1} {
+				if id, ok := a.routes.lookup(device.Ptr(p)); !ok || id != x.id {
+					bad("address %#x: a lookup finds shard %d (%v), its segments say %d", p, id, ok, x.id)
+				}
+			}
 		}
-		entries++
-		chunk, v := w>>routeVal-1, uint32(w&(1<<routeVal-1))
-		if o, ok := want.owners[chunk]; !ok || o.value() != v {
-			bad("the route of chunk %#x says %d, its segments say otherwise", chunk, v)
-		}
+	})
+	if len(got) != regions {
+		bad("the routes of %d regions hold memory, the segments have %d", len(got), regions)
 	}
-	if entries != len(want.owners) {
-		bad("the route table holds %d chunks, the segments have %d", entries, len(want.owners))
-	}
-	for chunk, o := range want.owners {
-		id, ok := a.routes.lookup(device.Ptr(chunk << chunkShift))
-		if v := o.value(); ok != (v != routeAmbig) || ok && id+1 != v {
-			bad("chunk %#x: a lookup finds shard %d (%v), its segments say %d", chunk, id, ok, v)
+	for region, ps := range got {
+		for i, x := range ps {
+			if x.start >= x.end || x.start>>regionShift != region || (x.end-1)>>regionShift != region ||
+				i > 0 && (ps[i-1].end > x.start || ps[i-1].end == x.start && ps[i-1].id == x.id) {
+				bad("the routes of region %#x are not sorted, disjoint, coalesced pieces within it: %v", region, ps)
+				break
+			}
 		}
 	}
 }

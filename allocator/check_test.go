@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -79,22 +80,20 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			a.def.st[stats.Allocation].pool[qLarge].Carry(-1)
 			a.def.activeImplied = true
 		}},
-		{"a route naming the wrong shard", "the route of chunk", func(a *Allocator, dev *sim.Device, p device.Ptr) {
+		{"a route naming the wrong shard", "the routes of region", func(a *Allocator, dev *sim.Device, p device.Ptr) {
 			twoShards(a, dev)
-			t := a.routes.tab.Load()
-			for i := range t.slots {
-				if w := t.slots[i].Load(); w > routeNone {
-					t.slots[i].Store(w&^(1<<routeVal-1) | 7)
-					break
-				}
-			}
+			slot := a.routes.list(uint64(p), false)
+			ps := slices.Clone(*slot.Load())
+			ps[0].id = 7
+			slot.Store(&ps)
 		}},
-		{"a chunk missing from the routes", "owners", func(a *Allocator, dev *sim.Device, p device.Ptr) {
+		{"a segment's memory missing from the routes", "the routes of region", func(a *Allocator, dev *sim.Device, p device.Ptr) {
 			twoShards(a, dev)
-			for c := range a.routes.owners {
-				delete(a.routes.owners, c)
-				break
-			}
+			a.routes.list(uint64(p), false).Store(nil)
+		}},
+		{"routes of memory no segment holds", "hold memory, the segments have", func(a *Allocator, dev *sim.Device, p device.Ptr) {
+			twoShards(a, dev)
+			a.routes.add(p+1<<40, 2*mib, a.def, +1)
 		}},
 		{"a stale lock-free list of shards", "lock-free list", func(a *Allocator, dev *sim.Device, _ device.Ptr) {
 			twoShards(a, dev)

@@ -235,13 +235,12 @@ func (a *Allocator) releaseExpandableLocked(u *freeindex.Block) error {
 }
 
 // routePagesLocked registers (change +1) or unregisters (-1) the n bytes
-// of pages at ptr of the expandable segment seg in the routes, page by
-// page, so that a page is unregistered as it was registered.
+// of pages at ptr of the expandable segment seg in the routes, in one
+// range (routes coalesce the pages of one shard that touch, so pages
+// mapped apart may be unmapped together, and the other way round).
 func (a *Allocator) routePagesLocked(seg *freeindex.Segment, ptr device.Ptr, n uint64, change int32) {
 	if !a.routes.on {
 		return
 	}
-	for off := uint64(0); off < n; off += seg.Page {
-		a.routes.add(ptr+device.Ptr(off), seg.Page, a.shardOf(seg.Free), change)
-	}
+	a.routes.add(ptr, n, a.shardOf(seg.Free), change)
 }

@@ -6,189 +6,188 @@ package allocator
 import (
 	"sync/atomic"
 
-	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 )
 
-// routes maps each 2 MiB chunk of device addresses that holds memory of a
-// segment (a plain segment, or a mapped page of an expandable one) to the
-// shard of that segment's stream, so that Free can lock the one shard
-// that holds a block. It is kept only while the allocator has more than
-// one shard (with one, every block is the default stream's).
+// routes maps the device addresses that hold memory of a segment (a plain
+// segment, or the mapped pages of an expandable one) to the shard of that
+// segment's stream, so that Free can lock the one shard that holds a
+// block. It is kept only while the allocator has more than one shard
+// (with one, every block is the default stream's).
 //
-// A chunk can hold memory of two segments (they need not be 2 MiB
-// aligned); when those belong to different shards the chunk maps to
-// neither ("ambiguous") and Free takes every lock instead. A lookup that
-// finds nothing does the same, so routes is a map that may say "ask
-// everyone", never one that names the wrong shard: Free checks the
-// shard's address table anyway.
+// It is a radix tree of two levels over the addresses below 2^48: the
+// top (routeTop entries) names a leaf per 2^39 bytes, a leaf a list per
+// region of 1 GiB (regionShift). A region's list holds the pieces of
+// memory in that region, each a range of addresses clipped to the region
+// and the shard that owns it, sorted by address, disjoint, and
+// coalesced: two pieces that touch have different shards. A segment
+// costs one list per region it reaches into, however large it is (a
+// 4 GiB segment is 5 lists at most), and a lookup is a
+// binary search in one list. Memory at or above 2^48 is not kept: a
+// lookup there finds nothing. A lookup that finds nothing makes Free take
+// every lock, so routes may say "ask everyone", never name the wrong
+// shard; Free checks the shard's address table anyway.
 //
-// Writers hold every lock (Allocator.lockAll). Readers hold none: the
-// table's slots are atomic words, and a table that grows is replaced
-// whole (atomic pointer), the old one left to the readers that still use
-// it. A reader looks up the address of a block it allocated, whose chunk
-// was registered before that allocation, hence before the lookup: what
-// it reads is current for that chunk.
+// Writers hold every lock (Allocator.lockAll). Readers hold none: a list
+// is never changed once published; a writer makes a new one and stores
+// it whole (atomic pointer), the old one left to the readers that still
+// use it. A reader looks up the address of a block it allocated, whose
+// memory was registered before that allocation, hence before the lookup:
+// what it reads is current for that address.
 type routes struct {
-	on     bool                     // kept up to date (more than one shard)
-	tab    atomic.Pointer[routeTab] // the lock-free table
-	owners map[uint64]chunkOwners   // by chunk: the shards with memory there
+	on  bool                                // kept up to date (more than one shard)
+	top [routeTop]atomic.Pointer[routeLeaf] // by address>>routeLeafShift
 }
 
 const (
-	chunkShift   = 21        // a chunk is 2 MiB of addresses
-	routeVal     = 20        // bits of a slot's value: a shard's id + 1
-	routeNone    = 1         // the value of a deleted slot (its key is 0)
-	routeAmbig   = 1<<20 - 1 // the value of a chunk of two shards
-	routeMinSize = 64
+	regionShift    = 30 // a region is 1 GiB of addresses
+	routeLeafShift = 39 // a leaf covers 512 regions
+	routeTop       = 1 << (48 - routeLeafShift)
+	routeLeafSize  = 1 << (routeLeafShift - regionShift)
+	routeLimit     = 1 << 48 // addresses from here on are not kept
 )
 
-// chunkOwners counts the segments of at most two shards in one chunk (a
-// segment is at least 2 MiB, so at most two reach into a chunk).
-type chunkOwners struct {
-	id [2]uint32 // shard id + 1; 0: none
-	n  [2]int32  // segments (or mapped ranges) of that shard in the chunk
+// routeLeaf holds the lists of 512 regions; nil: no memory there.
+type routeLeaf [routeLeafSize]atomic.Pointer[[]routePiece]
+
+// routePiece is the memory [start, end) of shard id within one region.
+type routePiece struct {
+	start, end uint64
+	id         uint32
 }
 
-// routeTab is an open-addressing table of slots (chunk+1)<<routeVal |
-// value, with linear probing; a deleted slot keeps probe runs intact.
-type routeTab struct {
-	slots []atomic.Uint64
-	mask  uint64
-	shift uint8
-	used  int // slots not empty: entries and deleted slots
+// list returns the slot of the list of the region of address p, or nil
+// when its leaf does not exist (grow false) or p is not kept.
+func (r *routes) list(p uint64, grow bool) *atomic.Pointer[[]routePiece] {
+	if p >= routeLimit {
+		return nil
+	}
+	top := &r.top[p>>routeLeafShift]
+	leaf := top.Load()
+	if leaf == nil {
+		if !grow {
+			return nil
+		}
+		leaf = new(routeLeaf)
+		top.Store(leaf)
+	}
+	return &leaf[p>>regionShift&(routeLeafSize-1)]
 }
 
-func newRouteTab(size int) *routeTab {
-	t := &routeTab{slots: make([]atomic.Uint64, size), mask: uint64(size - 1)}
-	t.shift = freeindex.TableShift(size)
-	return t
-}
-
-func (t *routeTab) home(chunk uint64) uint64 { return freeindex.FibHash(chunk, t.shift) }
-
-// lookup returns the id of the shard that owns the chunk of p, and true;
-// false when no shard or two do.
+// lookup returns the id of the shard that owns the memory at p, and true;
+// false when no shard does (or p is not kept).
 func (r *routes) lookup(p device.Ptr) (uint32, bool) {
-	t := r.tab.Load()
-	if t == nil {
+	slot := r.list(uint64(p), false)
+	if slot == nil {
 		return 0, false
 	}
-	key := uint64(p)>>chunkShift + 1
-	for i := t.home(key); ; i = (i + 1) & t.mask {
-		w := t.slots[i].Load()
-		switch {
-		case w == 0:
-			return 0, false
-		case w>>routeVal == key:
-			v := uint32(w & (1<<routeVal - 1))
-			return v - 1, v != routeAmbig
+	lp := slot.Load()
+	if lp == nil {
+		return 0, false
+	}
+	ps := *lp
+	lo, hi := 0, len(ps)
+	for lo < hi { // the first piece that ends after p
+		m := int(uint(lo+hi) >> 1)
+		if ps[m].end <= uint64(p) {
+			lo = m + 1
+		} else {
+			hi = m
 		}
 	}
+	if lo < len(ps) && ps[lo].start <= uint64(p) {
+		return ps[lo].id, true
+	}
+	return 0, false
 }
 
-// set stores the value of chunk (0 deletes it), growing the table when
-// more than half of its slots are used.
-func (r *routes) set(chunk uint64, v uint32) {
-	t := r.tab.Load()
-	if t == nil || v != 0 && 2*(t.used+1) > len(t.slots) {
-		t = r.rebuild()
-	}
-	key := chunk + 1
-	free := -1
-	for i := t.home(key); ; i = (i + 1) & t.mask {
-		w := t.slots[i].Load()
-		if w>>routeVal == key {
-			if v == 0 {
-				t.slots[i].Store(routeNone)
-			} else {
-				t.slots[i].Store(key<<routeVal | uint64(v))
-			}
-			return
-		}
-		if w == routeNone && free < 0 {
-			free = int(i)
-		}
-		if w == 0 {
-			if v == 0 {
-				return
-			}
-			if free < 0 {
-				free = int(i)
-				t.used++
-			}
-			t.slots[free].Store(key<<routeVal | uint64(v))
-			return
-		}
-	}
-}
-
-// rebuild publishes a new table holding every chunk of owners, large
-// enough to stay at most half full, and returns it.
-func (r *routes) rebuild() *routeTab {
-	size := routeMinSize
-	for size < 4*(len(r.owners)+1) {
-		size *= 2
-	}
-	t := newRouteTab(size)
-	for chunk, o := range r.owners {
-		key := chunk + 1
-		i := t.home(key)
-		for t.slots[i].Load() != 0 {
-			i = (i + 1) & t.mask
-		}
-		t.slots[i].Store(key<<routeVal | uint64(o.value()))
-		t.used++
-	}
-	r.tab.Store(t)
-	return t
-}
-
-// value is the slot value of a chunk with these owners.
-func (o chunkOwners) value() uint32 {
-	switch {
-	case o.id[0] != 0 && o.id[1] != 0:
-		return routeAmbig
-	case o.id[0] != 0:
-		return o.id[0]
-	}
-	return o.id[1]
-}
-
-// add registers the n bytes at p, a unit of memory of shard sh (a plain
-// segment, or one page of an expandable segment), with change +1, or
-// unregisters them with change -1. A unit is unregistered as it was
-// registered, so that each chunk counts the units that reach into it.
+// add registers the n bytes at p, memory of shard sh (a plain segment, or
+// mapped pages of an expandable segment), with change +1, or unregisters
+// them with change -1. Memory is registered once and unregistered once,
+// in any units: pieces of one shard that touch are one piece, so a
+// range of pages mapped one by one may be unmapped together.
 func (r *routes) add(p device.Ptr, n uint64, sh *shard, change int32) {
 	if !r.on || n == 0 {
 		return
 	}
-	id := uint32(min(sh.id+1, routeAmbig)) // past routeMaxID shards, chunks are ambiguous
-	for c := uint64(p) >> chunkShift; c <= (uint64(p)+n-1)>>chunkShift; c++ {
-		o := r.owners[c]
-		j := 0
-		switch {
-		case o.id[0] == id:
-		case o.id[1] == id:
-			j = 1
-		case o.id[0] == 0:
-			o.id[0] = id
-		default:
-			// A unit is at least 2 MiB, so at most two units, and two
-			// shards, reach into a chunk.
-			j = 1
-			o.id[1] = id
+	id := uint32(sh.id)
+	end := min(uint64(p)+n, routeLimit)
+	for s := uint64(p); s < end; {
+		e := min(end, (s>>regionShift+1)<<regionShift) // the end of s's region
+		slot := r.list(s, true)
+		var old []routePiece
+		if lp := slot.Load(); lp != nil {
+			old = *lp
 		}
-		o.n[j] += change
-		if o.n[j] <= 0 {
-			o.id[j], o.n[j] = 0, 0
+		var ps []routePiece
+		if change > 0 {
+			ps = insertPiece(old, routePiece{s, e, id})
+		} else {
+			ps = removePiece(old, routePiece{s, e, id})
 		}
-		if o.id[0] == 0 && o.id[1] == 0 {
-			delete(r.owners, c)
-			r.set(c, 0)
+		if len(ps) == 0 {
+			slot.Store(nil)
+		} else {
+			slot.Store(&ps)
+		}
+		s = e
+	}
+}
+
+// insertPiece returns a new list: ps with x added, merged with the pieces
+// of its shard that touch it. x overlaps no piece of ps.
+func insertPiece(ps []routePiece, x routePiece) []routePiece {
+	i := 0
+	for i < len(ps) && ps[i].start < x.start {
+		i++
+	}
+	lo, hi := i, i
+	if i > 0 && ps[i-1].end == x.start && ps[i-1].id == x.id {
+		lo, x.start = i-1, ps[i-1].start
+	}
+	if i < len(ps) && ps[i].start == x.end && ps[i].id == x.id {
+		hi, x.end = i+1, ps[i].end
+	}
+	out := make([]routePiece, 0, len(ps)-(hi-lo)+1)
+	out = append(out, ps[:lo]...)
+	out = append(out, x)
+	return append(out, ps[hi:]...)
+}
+
+// removePiece returns a new list: ps without the memory of x, which lies
+// within one piece of x's shard; ps itself when it does not (the
+// invariant checker then finds the difference).
+func removePiece(ps []routePiece, x routePiece) []routePiece {
+	i := len(ps) - 1
+	for i >= 0 && ps[i].start > x.start {
+		i--
+	}
+	if i < 0 || ps[i].end < x.end || ps[i].id != x.id {
+		return ps
+	}
+	out := make([]routePiece, 0, len(ps)+1)
+	out = append(out, ps[:i]...)
+	if ps[i].start < x.start {
+		out = append(out, routePiece{ps[i].start, x.start, x.id})
+	}
+	if x.end < ps[i].end {
+		out = append(out, routePiece{x.end, ps[i].end, x.id})
+	}
+	return append(out, ps[i+1:]...)
+}
+
+// each calls f with every region that has memory, in address order, and
+// its pieces.
+func (r *routes) each(f func(region uint64, ps []routePiece)) {
+	for t := range r.top {
+		leaf := r.top[t].Load()
+		if leaf == nil {
 			continue
 		}
-		r.owners[c] = o
-		r.set(c, o.value())
+		for j := range leaf {
+			if lp := leaf[j].Load(); lp != nil {
+				f(uint64(t)<<(routeLeafShift-regionShift)|uint64(j), *lp)
+			}
+		}
 	}
 }

@@ -295,7 +295,6 @@ func streamList(shards []*shard) *[]streamShard {
 // shard's are the peaks, the new shard's are zero, as its counts are.)
 func (a *Allocator) startRoutesLocked() {
 	a.routes.on = true
-	a.routes.owners = make(map[uint64]chunkOwners)
 	for _, seg := range a.segments {
 		if !seg.Expandable() {
 			a.routes.add(seg.Ptr, seg.Size, a.shardOf(seg.Free), +1)
@@ -303,7 +302,6 @@ func (a *Allocator) startRoutesLocked() {
 		}
 		seg.MappedRuns(func(p device.Ptr, n uint64) { a.routePagesLocked(seg, p, n, +1) })
 	}
-	a.routes.rebuild()
 }
 
 // liveBlockLocked returns the allocated block at p and its shard, or nil;

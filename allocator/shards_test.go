@@ -170,9 +170,9 @@ func (d offsetDevice) Malloc(size uint64) (device.Ptr, error) {
 func (d offsetDevice) Free(p device.Ptr) error { return d.Device.Free(p - 512) }
 
 // TestRoutesShareChunks: on a device whose segments are not 2 MiB
-// aligned, segments of two streams share chunks of addresses; Free finds
-// their blocks all the same (taking every lock for a chunk of two
-// shards).
+// aligned, segments of two streams share 2 MiB chunks of addresses; the
+// routes still name each block's shard (they keep ranges, not chunks),
+// and Free finds every block.
 func TestRoutesShareChunks(t *testing.T) {
 	dev := offsetDevice{simtest.New(t)}
 	a, err := New(dev, Config{})
@@ -186,30 +186,48 @@ func TestRoutesShareChunks(t *testing.T) {
 		}
 		ps = append(ps, mustAlloc(t, a, uint64(i%4)*mib+1000, s))
 	}
-	ambiguous := 0
-	for _, o := range a.routes.owners {
-		if o.value() == routeAmbig {
-			ambiguous++
+	require.NoError(t, a.CheckInvariants())
+	for i, p := range ps {
+		id, ok := a.routes.lookup(p)
+		require.True(t, ok, "block %d at %#x has no route", i, p)
+		want := a.def
+		for _, sh := range a.shards {
+			if i%2 == 1 && sh.stream == s1 {
+				want = sh
+			}
+		}
+		assert.Equal(t, uint32(want.id), id, "block %d", i)
+	}
+	// Chunks that hold memory of both shards: what the test is about.
+	shared := 0
+	for _, seg := range a.segments {
+		if other, ok := a.routes.lookup(seg.Ptr - 1); ok && other != uint32(a.shardOf(seg.Free).id) && seg.Ptr>>chunkShift == (seg.Ptr-1)>>chunkShift {
+			shared++
 		}
 	}
-	assert.Positive(t, ambiguous, "some chunk holds segments of both streams")
+	assert.Positive(t, shared, "some chunk holds segments of both streams")
 	for _, p := range ps {
 		mustFree(t, a, p)
 	}
 	require.NoError(t, a.EmptyCache())
 	require.NoError(t, a.CheckInvariants())
-	assert.Empty(t, a.routes.owners)
+	a.routes.each(func(region uint64, ps []routePiece) { t.Errorf("region %#x keeps %v", region, ps) })
 }
 
-// TestRoutesMatchModel drives routes with random units of random shards,
-// registered and unregistered as the allocator does, against a count per
-// chunk and shard.
+// chunkShift is a 2 MiB chunk of addresses, the unit of the routes of
+// old, which could not tell two shards apart within one.
+const chunkShift = 21
+
+// TestRoutesMatchModel drives routes with random ranges of random shards,
+// some touching, some across regions, registered whole and unregistered
+// whole or in parts, against a model that keeps the shard of every range.
 func TestRoutesMatchModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		shards := []*shard{{id: 0}, {id: 1}, {id: 2}}
-		r := routes{on: true, owners: map[uint64]chunkOwners{}}
+		var r routes
+		r.on = true
 		type unit struct {
-			p  device.Ptr
+			p  uint64
 			n  uint64
 			sh *shard
 		}
@@ -218,48 +236,63 @@ func TestRoutesMatchModel(t *testing.T) {
 			if len(units) > 0 && rapid.Bool().Draw(t, "remove") {
 				i := rapid.IntRange(0, len(units)-1).Draw(t, "which")
 				u := units[i]
-				r.add(u.p, u.n, u.sh, -1)
-				units = append(units[:i], units[i+1:]...)
+				// Unregister the front part or all of it; keep the rest.
+				k := uint64(rapid.IntRange(1, int(u.n>>20)).Draw(t, "part")) << 20
+				r.add(device.Ptr(u.p), k, u.sh, -1)
+				if k == u.n {
+					units = append(units[:i], units[i+1:]...)
+				} else {
+					units[i].p, units[i].n = u.p+k, u.n-k
+				}
 			} else {
-				// Units of at least 2 MiB, anywhere: at most two reach into
-				// a chunk when they do not overlap, so place them apart.
-				base := device.Ptr(rapid.IntRange(0, 40).Draw(t, "slot")) * 8 << 20
-				u := unit{base + device.Ptr(rapid.IntRange(0, 4095).Draw(t, "off"))*512, uint64(rapid.IntRange(4, 12).Draw(t, "size")) << 19, shards[rapid.IntRange(0, 2).Draw(t, "shard")]}
+				// Ranges in MiB, near region boundaries, up to 3 GiB.
+				u := unit{
+					p:  uint64(rapid.IntRange(1, 6).Draw(t, "region"))<<regionShift + uint64(rapid.IntRange(-8, 8).Draw(t, "off")+64)<<20 - 64<<20,
+					n:  uint64(rapid.SampledFrom([]int{1, 2, 3, 20, 1024, 3072}).Draw(t, "mib")) << 20,
+					sh: shards[rapid.IntRange(0, 2).Draw(t, "shard")],
+				}
+				if rapid.Bool().Draw(t, "high") {
+					u.p += 1 << 45 // another leaf
+				}
 				clash := false
 				for _, v := range units {
-					if u.p < v.p+device.Ptr(v.n) && v.p < u.p+device.Ptr(u.n) {
+					if u.p < v.p+v.n && v.p < u.p+u.n {
 						clash = true
 					}
 				}
 				if clash {
 					continue
 				}
-				r.add(u.p, u.n, u.sh, +1)
+				r.add(device.Ptr(u.p), u.n, u.sh, +1)
 				units = append(units, u)
 			}
-			// Every chunk: the shards of the units that reach into it.
-			want := map[uint64]map[int]bool{}
+			owner := func(p uint64) (uint32, bool) {
+				for _, u := range units {
+					if u.p <= p && p < u.p+u.n {
+						return uint32(u.sh.id), true
+					}
+				}
+				return 0, false
+			}
+			var probes []uint64
 			for _, u := range units {
-				for c := uint64(u.p) >> chunkShift; c <= (uint64(u.p)+u.n-1)>>chunkShift; c++ {
-					if want[c] == nil {
-						want[c] = map[int]bool{}
-					}
-					want[c][u.sh.id] = true
+				probes = append(probes, u.p, u.p+u.n-1, u.p+u.n, u.p-1, u.p+u.n/2)
+			}
+			for _, p := range probes {
+				id, ok := r.lookup(device.Ptr(p))
+				wid, wok := owner(p)
+				if ok != wok || ok && id != wid {
+					t.Fatalf("%#x: shard %d (%v), want %d (%v)", p, id, ok, wid, wok)
 				}
 			}
-			if len(want) != len(r.owners) {
-				t.Fatalf("%d chunks, want %d", len(r.owners), len(want))
-			}
-			for c, ids := range want {
-				id, ok := r.lookup(device.Ptr(c<<chunkShift + 4096))
-				if len(ids) == 1 {
-					if !ok || !ids[int(id)] {
-						t.Fatalf("chunk %#x: shard %d (%v), want %v", c, id, ok, ids)
+			r.each(func(region uint64, ps []routePiece) {
+				for i, x := range ps {
+					if x.start >= x.end || x.start>>regionShift != region || (x.end-1)>>regionShift != region ||
+						i > 0 && (ps[i-1].end > x.start || ps[i-1].end == x.start && ps[i-1].id == x.id) {
+						t.Fatalf("region %#x: not sorted, disjoint, coalesced pieces: %v", region, ps)
 					}
-				} else if ok {
-					t.Fatalf("chunk %#x of %d shards: found shard %d", c, len(ids), id)
 				}
-			}
+			})
 		}
 	})
 }

@@ -8,9 +8,11 @@
 #   blocks counted by phase), mixed (the allocator alone on
 #   random_mixed), cs336 (the allocator alone on the cs336 step), replay
 #   (`gpumem replay` of plain random_mixed, parsing included), replay-cs336,
-#   libgpumem (the cached 1 MiB pair through the C library, side by side
-#   with the same pair through the Go API).
-#   Default: pair mixed cs336 replay.
+#   streams (the allocator alone on BenchmarkReplayStreams' trace: 10
+#   streams, GiB segments made and released as it runs), libgpumem (the
+#   cached 1 MiB pair through the C library, side by side with the same
+#   pair through the Go API).
+#   Default: pair mixed cs336 streams replay.
 #
 # Method: Go binaries built with CGO_ENABLED=0 and run with GOMAXPROCS=1
 # GODEBUG=asyncpreemptoff=1 GOGC=off (callgrind aborts on Go's preemption
@@ -29,7 +31,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=("$@")
-[ ${#what[@]} -eq 0 ] && what=(pair mixed cs336 replay)
+[ ${#what[@]} -eq 0 ] && what=(pair mixed cs336 streams replay)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export CGO_ENABLED=0 GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 GOGC=off
@@ -104,6 +106,8 @@ for w in "${what[@]}"; do
 	mixed) echo "allocator on random_mixed (BenchmarkReplayRandomMixed): $(bench BenchmarkReplayRandomMixed 1 3 "$(ops $mixed)") instructions per op" ;;
 	cs336) echo "allocator on cs336 (BenchmarkReplayTransformerStep): $(bench BenchmarkReplayTransformerStep 20 100 "$(ops $cs336)") instructions per op" ;;
 	replay) echo "gpumem replay of plain random_mixed: $(replay $mixed) instructions per op" ;;
+	# 20000: streamsOps in allocator/bench_live_test.go.
+	streams) echo "allocator on 10 streams, GiB segments (BenchmarkReplayStreams): $(bench BenchmarkReplayStreams 2 6 20000) instructions per op" ;;
 	libgpumem) libgpumem_pairs ;;
 	replay-cs336) echo "gpumem replay of plain cs336: $(replay $cs336) instructions per op" ;;
 	*) echo "unknown: $w" >&2; exit 2 ;;

@@ -35,7 +35,9 @@
 //   - Table.Exceed: part p passed its limit of row r. The row's total
 //     over every part raises the peak if it passes it, and p gets a new
 //     limit it is within again: the peak less the other parts' limits;
-//     when those leave too little room, they shrink to their values.
+//     when those leave too little room, the room below the peak (the
+//     peak less the total) is shared evenly: every other part's limit
+//     becomes its value plus its share, and p keeps the rest.
 //   - Table.Sole: Exceed with one part, whose limit is the peak: the peak
 //     becomes its value.
 //   - Table.Cut: operations that passed a limit while their parts ran
@@ -156,7 +158,8 @@ func (t *Table) Sole(r int, v int64) { t.peak[r] = v }
 // may have passed its limit. If it did, the row's total raises the peak
 // if it passes it, and p gets the limit peak less the other parts'
 // limits, which p's value is within; when the others' limits leave too
-// little room, each shrinks to its part's value first.
+// little room, each is set first to its part's value plus an even share
+// (one in n) of the room below the peak, p keeping the rest.
 func (t *Table) Exceed(ps Parts, p, r int) {
 	v := ps.Value(p, r)
 	if v <= ps.Limit(p, r) {
@@ -173,10 +176,22 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 	peak := max(t.peak[r], total)
 	t.peak[r] = peak
 	if others+v > peak {
+		// Share the room left below the peak evenly among the parts, the
+		// first others one more each while the division leaves some (p
+		// keeps the rest), so that the next part to rise has room too:
+		// with the others' limits at their values, every rise of another
+		// part would pass its limit and need the world. (The counts of
+		// blocks have little room: one each is what spares them a cut.)
+		room := peak - total
+		share, rest := room/int64(n), room%int64(n)
 		others = 0
 		for o := range n {
 			if o != p {
-				w := ps.Value(o, r)
+				w := ps.Value(o, r) + share
+				if rest > 0 {
+					w++
+					rest--
+				}
 				ps.SetLimit(o, r, w)
 				others += w
 			}
@@ -189,7 +204,8 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 // passed a limit while their parts ran alone, whose changes are already
 // in the parts' values. It counts them one after another in the order of
 // ops, from the state before any of them: after each, the total of every
-// row it increased raises the row's peak if it passes it. Then it runs
+// row it increased raises the row's peak if it passes it (only a row
+// that some operation's part is above its limit of can). Then it runs
 // Exceed for every row each operation changed.
 func (t *Table) Cut(ps Parts, ops []Op) {
 	n := ps.Len()
@@ -198,6 +214,12 @@ func (t *Table) Cut(ps Parts, ops []Op) {
 			r := c.Row
 			if mentions(ops[:i], ops[i].Changes[:j], r) {
 				continue // counted with the operation that names it first
+			}
+			if !over(ps, ops, r) {
+				// Every part is within its limit of r after its operation,
+				// as before it, so every total along the order is within
+				// the sum of the limits, at most the peak.
+				continue
 			}
 			var total int64
 			for p := range n {
@@ -222,6 +244,17 @@ func (t *Table) Cut(ps Parts, ops []Op) {
 			t.Exceed(ps, op.Part, c.Row)
 		}
 	}
+}
+
+// over reports whether the part of one of ops is above its limit of row
+// r (the parts of no operation are within their limits).
+func over(ps Parts, ops []Op, r int) bool {
+	for k := range ops {
+		if p := ops[k].Part; ps.Value(p, r) > ps.Limit(p, r) {
+			return true
+		}
+	}
+	return false
 }
 
 // delta returns op's change of row r.

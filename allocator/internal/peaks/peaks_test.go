@@ -90,6 +90,45 @@ func TestExceedShrinksTheOthers(t *testing.T) {
 	}
 }
 
+// TestExceedSharesTheRoom: below the peak, when the others' limits leave
+// too little room, the room below the peak is shared evenly: each other
+// part gets its value plus its share, the part that passed the rest, so
+// that the next part to rise need not pass its limit at once.
+func TestExceedSharesTheRoom(t *testing.T) {
+	tab := newTable(1)
+	g := newGrid(3, 1)
+	g[0][0], g[1][0], g[2][0] = NewCount(10), NewCount(5), NewCount(5)
+	g[1][0].SetLimit(10)
+	g[2][0].SetLimit(10)
+	tab.peak[0] = 30
+	g[0][0].Bump(2) // 12 passes 10; 12 + 10 + 10 > 30
+	tab.Exceed(g, 0, 0)
+	// Total 22, room 8: a share of 2 each, and the 2 the division
+	// leaves to the others, one each: 8, 8 and 30 - 16.
+	if tab.Peak(0) != 30 || g.Limit(0, 0) != 14 || g.Limit(1, 0) != 8 || g.Limit(2, 0) != 8 {
+		t.Fatalf("peak %d, limits %d, %d and %d; want 30, 14, 8 and 8", tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0))
+	}
+	if s := broken(tab, g); s != "" {
+		t.Fatal(s)
+	}
+	if g[1][0].Bump(3) {
+		t.Fatal("a rise of another part within its share passed its limit")
+	}
+	// Room 1 among 3 parts: the division gives none, the rest one to
+	// the first other part.
+	tab.peak[0] = 27
+	g[0][0], g[1][0], g[2][0] = NewCount(12), NewCount(8), NewCount(5)
+	g[0][0].SetLimit(14)
+	g[2][0].Bump(1) // 6 passes 5, and 14 + 8 + 6 > 27
+	tab.Exceed(g, 2, 0)
+	if tab.Peak(0) != 27 || g.Limit(0, 0) != 13 || g.Limit(1, 0) != 8 || g.Limit(2, 0) != 6 {
+		t.Fatalf("peak %d, limits %d, %d and %d; want 27, 13, 8 and 6", tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0))
+	}
+	if s := broken(tab, g); s != "" {
+		t.Fatal(s)
+	}
+}
+
 // TestExceedKeepsTheOthersWithRoom: the others' limits leave room: they
 // stay, and the part gets the rest of the peak.
 func TestExceedKeepsTheOthersWithRoom(t *testing.T) {
