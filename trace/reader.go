@@ -236,17 +236,7 @@ func ReadAll(r io.Reader) ([]Op, error) {
 		return nil, err
 	}
 	defer rd.Close()
-	var ops []Op
-	for {
-		op, err := rd.Next()
-		if err == io.EOF {
-			return ops, nil
-		}
-		if err != nil {
-			return ops, err
-		}
-		ops = append(ops, op)
-	}
+	return rd.rest()
 }
 
 // ReadFile reads every op of the memtrace file at path, plain or gzip
@@ -257,6 +247,12 @@ func ReadFile(path string) ([]Op, error) {
 		return nil, err
 	}
 	defer rd.Close()
+	return rd.rest()
+}
+
+// rest reads the ops left in rd, up to the end or the first error; with
+// an error, the ops before it.
+func (rd *Reader) rest() ([]Op, error) {
 	var ops []Op
 	for {
 		op, err := rd.Next()

@@ -169,11 +169,7 @@ func (l *Lib) Malloc(size int64, ordinal int, h uintptr) (_ uintptr, err error) 
 	if size < 0 {
 		return 0, fmt.Errorf("malloc of %d bytes: %w", size, device.ErrInvalidSize)
 	}
-	d, err := l.device(ordinal)
-	if err != nil {
-		return 0, err
-	}
-	s, err := d.stream(h)
+	d, s, err := l.deviceStream(ordinal, h)
 	if err != nil {
 		return 0, err
 	}
@@ -198,11 +194,7 @@ func (l *Lib) Free(p uintptr, size int64, ordinal int, h uintptr) (err error) {
 	if p == 0 {
 		return nil
 	}
-	d, err := l.device(ordinal)
-	if err != nil {
-		return err
-	}
-	s, err := d.stream(h)
+	d, s, err := l.deviceStream(ordinal, h)
 	if err != nil {
 		return err
 	}
@@ -236,15 +228,25 @@ func (d *dev) relive(p device.Ptr, s device.Stream) {
 // recordStream).
 func (l *Lib) RecordStream(p uintptr, ordinal int, h uintptr) (err error) {
 	defer catch(&err)
-	d, err := l.device(ordinal)
-	if err != nil {
-		return err
-	}
-	s, err := d.stream(h)
+	d, s, err := l.deviceStream(ordinal, h)
 	if err != nil {
 		return err
 	}
 	return d.a.RecordStream(device.Ptr(p), s)
+}
+
+// deviceStream returns the state of device ordinal and the stream of
+// driver handle h on it, adopted on first sight.
+func (l *Lib) deviceStream(ordinal int, h uintptr) (*dev, device.Stream, error) {
+	d, err := l.device(ordinal)
+	if err != nil {
+		return nil, 0, err
+	}
+	s, err := d.stream(h)
+	if err != nil {
+		return nil, 0, err
+	}
+	return d, s, nil
 }
 
 // EmptyCache releases the unused cached memory of device ordinal.
