@@ -557,38 +557,6 @@ func (a *Allocator) EmptyCache() error {
 	return err
 }
 
-// Stats returns a copy of the allocator's statistics.
-func (a *Allocator) Stats() stats.DeviceStats {
-	if !a.made() {
-		return stats.DeviceStats{}
-	}
-	a.lockAll()
-	defer a.unlockAll()
-	return a.statsLocked()
-}
-
-// ResetPeakStats makes every peak equal to its current value
-// (torch.cuda.reset_peak_memory_stats), the peaks of phases included.
-func (a *Allocator) ResetPeakStats() {
-	if !a.made() {
-		return
-	}
-	a.lockAll()
-	defer a.unlockAll()
-	a.peaksResetLocked()
-}
-
-// ResetAccumulatedStats zeroes the cumulative sums and counters
-// (torch.cuda.reset_accumulated_memory_stats), those of phases included.
-func (a *Allocator) ResetAccumulatedStats() {
-	if !a.made() {
-		return
-	}
-	a.lockAll()
-	defer a.unlockAll()
-	a.accumulatedResetLocked()
-}
-
 // LargestFreeBlock returns the size of the largest cached free block.
 func (a *Allocator) LargestFreeBlock() uint64 {
 	if !a.made() {

@@ -57,7 +57,7 @@ import (
 // expandable_segments_reserve value is an error (PyTorch warns and keeps
 // its default); and any error leaves nothing half applied. Unknown keys and
 // bad values are errors that say what is wrong, quoting at most
-// maxQuoted bytes of the text.
+// quote.Max (100) bytes of the text.
 func ParseConf(s string) (Config, error) {
 	p := confParser{toks: lexConf(s)}
 	var c Config

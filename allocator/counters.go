@@ -1,7 +1,8 @@
 // This file holds the allocator's own representation of its statistics,
 // laid out for the hot path: counts per stream shard and pool, and the
-// peaks of their totals, and reads them. The ledger (ledger.go) is the
-// only writer of their values, limits and peaks.
+// peaks of their totals; their reads; and the statistics' public methods
+// (Stats, ResetPeakStats, ResetAccumulatedStats). The ledger (ledger.go,
+// ledger_peaks.go) is the only writer of their values, limits and peaks.
 
 package allocator
 
@@ -263,4 +264,53 @@ func statPool(k int) stats.Pool {
 		return stats.SmallPool
 	}
 	return stats.LargePool
+}
+
+// reservedLocked returns the bytes obtained from the device: segments plus
+// mapped pages (PyTorch's total_allocated_memory).
+func (a *Allocator) reservedLocked() uint64 { return a.totalLocked(stats.ReservedBytes) }
+
+// allocatedLocked returns the bytes of allocated blocks.
+func (a *Allocator) allocatedLocked() uint64 { return a.totalLocked(stats.AllocatedBytes) }
+
+// totalLocked returns the current value of metric m over every shard and
+// pool.
+func (a *Allocator) totalLocked(m stats.Metric) uint64 {
+	var t int64
+	for _, sh := range a.shards {
+		t += sh.value(int(m), qAll)
+	}
+	return uint64(t)
+}
+
+// Stats returns a copy of the allocator's statistics.
+func (a *Allocator) Stats() stats.DeviceStats {
+	if !a.made() {
+		return stats.DeviceStats{}
+	}
+	a.lockAll()
+	defer a.unlockAll()
+	return a.statsLocked()
+}
+
+// ResetPeakStats makes every peak equal to its current value
+// (torch.cuda.reset_peak_memory_stats), the peaks of phases included.
+func (a *Allocator) ResetPeakStats() {
+	if !a.made() {
+		return
+	}
+	a.lockAll()
+	defer a.unlockAll()
+	a.peaksResetLocked()
+}
+
+// ResetAccumulatedStats zeroes the cumulative sums and counters
+// (torch.cuda.reset_accumulated_memory_stats), those of phases included.
+func (a *Allocator) ResetAccumulatedStats() {
+	if !a.made() {
+		return
+	}
+	a.lockAll()
+	defer a.unlockAll()
+	a.accumulatedResetLocked()
 }

@@ -10,9 +10,10 @@ import (
 )
 
 // TestOnlyTheLedgerWrites checks the ledger's promise (ledger.go) on the
-// package's source: outside ledger.go, no file calls a method of the peaks
-// package that changes a count's value or limit or a peak, nor assigns a
-// count's cumulative sums or the limit of an all column.
+// package's source: outside the ledger's files (ledger.go and
+// ledger_peaks.go), no file calls a method of the peaks package that
+// changes a count's value or limit or a peak, nor assigns a count's
+// cumulative sums or the limit of an all column.
 func TestOnlyTheLedgerWrites(t *testing.T) {
 	writers := map[string]bool{"Bump": true, "Drop": true, "Carry": true, "SetLimit": true, "AddRow": true, "Sole": true, "Exceed": true, "Cut": true, "ResetPeaks": true}
 	fields := map[string]bool{"allLim": true, "increases": true, "base": true}
@@ -24,7 +25,7 @@ func TestOnlyTheLedgerWrites(t *testing.T) {
 	files := 0
 	for _, e := range entries {
 		name := e.Name()
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || name == "ledger.go" {
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || name == "ledger.go" || name == "ledger_peaks.go" {
 			continue
 		}
 		f, err := parser.ParseFile(fset, name, nil, 0)

@@ -169,8 +169,8 @@ type policyState struct {
 	// hostWaited holds the streams RecordStream has named: never lent to
 	// or from (see policy_streams.go).
 	hostWaited map[device.Stream]struct{}
-	lending    bool          // takeLentLocked is handing out a block...
-	lendTo     device.Stream // ...to this stream
+	lending    bool          // allocWorld's takeLocked is handing out a block of another stream's cache...
+	lendTo     device.Stream // ...to this stream (lentLocked then records it as lent)
 
 	// candidates is reclaimLocked's list of blocks, kept for its next call.
 	candidates []candidate

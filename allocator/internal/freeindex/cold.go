@@ -14,11 +14,11 @@ import (
 // coldView indexes, for one pool, the free blocks of the cold shard's
 // streams, which may be many (a program with a stream per allocation), so
 // that a walk over every stream's cache costs the shards of their own (at
-// most the allocator's maxShards) and what it finds among the cold streams, not one visit
-// per cold stream. The cold shard is never fast: its free indexes, and
-// this view, change in the world only. The free indexes keep it (index.go:
-// add, drop, rekey, settle, list, unlist; the indexes with a tree alone
-// are exactly the cold shard's).
+// most the allocator's maxShards) and what it finds among the cold
+// streams, not one visit per cold stream. The cold shard is never fast:
+// its free indexes, and this view, change in the world only. The free
+// indexes keep it (index.go and walks.go: add, drop, rekey, settle, list,
+// unlist; the indexes with a tree alone are exactly the cold shard's).
 //
 // Under the low_fragmentation policy, lenders holds the blocks of free
 // that lending may take: those of the streams that RecordStream has not

@@ -46,9 +46,7 @@
 // (AppendWholes, EachWhole); Each; the count of segments (SegmentAdded,
 // SegmentRemoved); Flush; and its checks (Check, CheckSegments,
 // Pool.CheckOwners). PtrTable is the map from address to allocated block
-// that each shard keeps; Spares its recycled block structs; FibHash and
-// TableShift the hash of the open-addressing tables (the large buckets',
-// PtrTable's and the allocator's routes).
+// that each shard keeps; Spares its recycled block structs.
 //
 // # The pending split
 //
@@ -104,8 +102,9 @@
 //
 // # Files
 //
-// block.go: blocks, segments, pools, spare structs. index.go: Index and its
-// methods. index_check.go: its checks. buckets.go, large.go, tree.go and
-// tree_check.go: its structures. heap.go: the heap of a size class.
+// block.go: blocks, segments, pools, spare structs. index.go: Index, its
+// best fit, split, merge and filing. walks.go: its ordered walks and its
+// list of whole free segments. index_check.go: its checks. buckets.go,
+// large.go, tree.go and tree_check.go: its structures. heap.go: the heap of a size class.
 // hash.go: the hash. ptrtable.go: PtrTable. cold.go: the cold view.
 package freeindex

@@ -6,13 +6,13 @@ import (
 	"pgregory.net/rapid"
 )
 
-// TestFibHashFitsItsTable checks that TableShift gives a table of size
+// TestFibHashFitsItsTable checks that tableShift gives a table of size
 // slots exactly size slots (the top bits of a 64-bit product) and that
-// FibHash never names a slot past the table, for every table size the
+// fibHash never names a slot past the table, for every table size the
 // open-addressing tables use.
 func TestFibHashFitsItsTable(t *testing.T) {
 	for size := 1; size <= 1<<24; size *= 2 {
-		shift := TableShift(size)
+		shift := tableShift(size)
 		if got := uint64(1) << (64 - uint(shift)); got != uint64(size) {
 			t.Fatalf("tableShift(%d) = %d: a table of %d slots", size, shift, got)
 		}
@@ -20,7 +20,7 @@ func TestFibHashFitsItsTable(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		size := 1 << rapid.IntRange(4, 24).Draw(t, "log2size")
 		x := rapid.Uint64().Draw(t, "key")
-		if i := FibHash(x, TableShift(size)); i >= uint64(size) {
+		if i := fibHash(x, tableShift(size)); i >= uint64(size) {
 			t.Fatalf("fibHash(%d) = %d in a table of %d slots", x, i, size)
 		}
 	})

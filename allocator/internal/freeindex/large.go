@@ -114,7 +114,7 @@ func (s *largeBuckets) last() *Block {
 	return nil
 }
 
-func (s *largeBuckets) home(c int32) int { return int(FibHash(uint64(c), s.shift)) }
+func (s *largeBuckets) home(c int32) int { return int(fibHash(uint64(c), s.shift)) }
 
 // find returns the bucket of class c, which holds blocks.
 func (s *largeBuckets) find(c int) *bucket { return &s.tab[s.slot(c)] }
@@ -238,7 +238,7 @@ func (s *largeBuckets) grow() {
 	old := s.tab
 	size := max(2*len(old), 16)
 	s.tab = make([]bucket, size)
-	s.shift = TableShift(size)
+	s.shift = tableShift(size)
 	mask := size - 1
 	for _, bk := range old {
 		if bk.class != 0 {

@@ -26,14 +26,14 @@ const ptrTableMinSize = 64
 func (t *PtrTable) init(size int) {
 	t.slots = make([]*Block, size)
 	t.mask = uint64(size - 1)
-	t.shift = TableShift(size)
+	t.shift = tableShift(size)
 	t.n = 0
 	t.limit = size / 2
 }
 
 // home is the slot a pointer hashes to. Block addresses are multiples of
 // 512, so the low bits carry no information.
-func (t *PtrTable) home(p device.Ptr) uint64 { return FibHash(uint64(p)>>9, t.shift) }
+func (t *PtrTable) home(p device.Ptr) uint64 { return fibHash(uint64(p)>>9, t.shift) }
 
 // Get returns the block at p, or nil.
 func (t *PtrTable) Get(p device.Ptr) *Block {

@@ -1,0 +1,206 @@
+// This file holds the free index's walks: the ordered walks in (size,
+// address) order that the rule of expandable segments and the
+// low_fragmentation policy make, the largest block, every block, and the
+// list of wholly free segments that releasing the cache walks.
+
+package freeindex
+
+// Fit returns the free block of the lowest (size, address) with at least
+// size bytes, or nil, without the rule of expandable segments: where the
+// walks in (size, address) order start.
+func (x *Index) Fit(size uint64) *Block {
+	if x.pend != nil {
+		x.settle()
+	}
+	switch {
+	case x.Kind == KindSmall:
+		return x.buckets.fit(size)
+	case x.inLarge(size):
+		if b := x.large.fit(size); b != nil {
+			return b
+		}
+		return x.tree.min() // every block of the tree is larger
+	}
+	return x.tree.lowerBound(size)
+}
+
+// Largest returns a free block of the largest size, or nil.
+func (x *Index) Largest() *Block {
+	if x.pend != nil {
+		x.settle()
+	}
+	switch {
+	case x.Kind == KindSmall:
+		return x.buckets.last()
+	case x.Kind == KindLarge && x.tree.n == 0:
+		return x.large.last()
+	}
+	return x.tree.max()
+}
+
+// ascendFrom calls f on b, the lowest address of its size in x (a best
+// fit, as fit returns it), then on the blocks after it in (size, address)
+// order, until f returns false. Not for size buckets.
+func (x *Index) ascendFrom(b *Block, f func(*Block) bool) {
+	if x.pend != nil {
+		x.settle()
+	}
+	if x.inLarge(b.Size) {
+		if !x.large.ascendFrom(classOf(b.Size), f) {
+			return
+		}
+		x.tree.ascend(f)
+		return
+	}
+	l, i := x.tree.seek(KeyOf(b))
+	ascendFrom(l, i, f)
+}
+
+// AscendAtLeast calls f on the free blocks of at least size bytes in
+// (size, address) order until f returns false. Not for size buckets.
+func (x *Index) AscendAtLeast(size uint64, f func(*Block) bool) {
+	if b := x.Fit(size); b != nil {
+		x.ascendFrom(b, f)
+	}
+}
+
+// CloseFit returns the block of the lowest address among at most window
+// free blocks of x from b (a best fit) up in (size, address) order, none
+// larger than limit, whose size is below below; b if none is lower. Of
+// the blocks of one size only the first, the lowest address, can be
+// chosen; the others count in the window. Not for size buckets.
+func (x *Index) CloseFit(b *Block, limit, below uint64, window int) *Block {
+	if x.pend != nil {
+		x.settle()
+	}
+	best, n := b, 0
+	var l *treeLeaf
+	var i int
+	if x.inLarge(b.Size) {
+		var done bool
+		if best, n, done = x.large.closeFit(classOf(b.Size), limit, below, window, b); done {
+			return best
+		}
+		l = x.tree.first // then the blocks above 128 MiB
+	} else {
+		l, i = x.tree.seek(KeyOf(b))
+	}
+	ascendFrom(l, i, func(c *Block) bool {
+		if c.Size > limit {
+			return false
+		}
+		n++
+		if c.Size < below && c.Ptr < best.Ptr {
+			best = c
+		}
+		return n < window
+	})
+	return best
+}
+
+// Each calls f on every free block until f returns false, in no order
+// the caller may rely on (the block whose split is pending is where its
+// old key files it). It changes nothing, so that the checker may use it.
+func (x *Index) Each(f func(*Block) bool) {
+	switch x.Kind {
+	case KindSmall:
+		x.buckets.each(f)
+		return
+	case KindLarge:
+		stopped := false
+		x.large.each(func(b *Block) bool {
+			stopped = !f(b)
+			return !stopped
+		})
+		if stopped {
+			return
+		}
+	}
+	x.tree.ascend(f)
+}
+
+// DescendBelow calls f on the free blocks of less than size bytes, from
+// the largest (and, among equal sizes, the highest address) down, until f
+// returns false. Size buckets hold no block it is asked for (it serves
+// the release of oversize blocks, of more than 20 MiB): it calls f on
+// none of theirs.
+func (x *Index) DescendBelow(size uint64, f func(*Block) bool) {
+	if x.Kind == KindSmall {
+		return
+	}
+	if x.pend != nil {
+		x.settle()
+	}
+	stopped := false
+	x.tree.descendBelow(Key{size, 0}, func(b *Block) bool {
+		stopped = !f(b)
+		return !stopped
+	})
+	if stopped || x.Kind != KindLarge {
+		return
+	}
+	c := largeClasses // every class is below size
+	if size <= maxLargeSize {
+		c = classOf(size)
+	}
+	x.large.descendBelow(c, f)
+}
+
+// AppendWholes appends the free blocks that fill their plain segment to
+// list, in no particular order, and returns it.
+func (x *Index) AppendWholes(list []*Block) []*Block {
+	if x.pend != nil {
+		x.settle()
+	}
+	if x.Kind == KindSmall {
+		return append(list, x.buckets.class(numClasses-1)...)
+	}
+	for b := x.wholes; b != nil; b = b.nextWhole {
+		list = append(list, b)
+	}
+	return list
+}
+
+// EachWhole calls f on every free block that fills its plain segment, in
+// no particular order.
+func (x *Index) EachWhole(f func(*Block)) {
+	if x.pend != nil {
+		x.settle()
+	}
+	if x.Kind == KindSmall {
+		for _, b := range x.buckets.class(numClasses - 1) {
+			f(b)
+		}
+		return
+	}
+	for b := x.wholes; b != nil; b = b.nextWhole {
+		f(b)
+	}
+}
+
+// list and unlist put a block that fills its segment in the list of whole
+// free segments of an index that is not of size buckets, and take it out.
+func (x *Index) list(b *Block) {
+	b.listed, b.prevWhole, b.nextWhole = true, nil, x.wholes
+	if x.wholes != nil {
+		x.wholes.prevWhole = b
+	} else if x.Kind == KindTree { // a cold index
+		x.Pool.Cold.listed(x)
+	}
+	x.wholes = b
+}
+
+func (x *Index) unlist(b *Block) {
+	if b.prevWhole != nil {
+		b.prevWhole.nextWhole = b.nextWhole
+	} else {
+		x.wholes = b.nextWhole
+		if x.wholes == nil && x.Kind == KindTree { // a cold index
+			x.Pool.Cold.unlisted(x)
+		}
+	}
+	if b.nextWhole != nil {
+		b.nextWhole.prevWhole = b.prevWhole
+	}
+	b.listed, b.prevWhole, b.nextWhole = false, nil, nil
+}

@@ -1,0 +1,284 @@
+// This file holds the ledger's half that changes the counts, their
+// limits and the peaks (allocator/internal/peaks): the changes the
+// ledger's methods (ledger.go) make, the settling of cuts, the resets and
+// the rows of the phases. It is part of the ledger: TestOnlyTheLedgerWrites
+// lets the ledger's files, and no other, call the peaks' writers.
+
+package allocator
+
+import (
+	"math/bits"
+	"slices"
+
+	"github.com/gpumem/gpumem/allocator/internal/peaks"
+	"github.com/gpumem/gpumem/stats"
+)
+
+// The counts' changes. A change that may pass a limit (bump, move,
+// increase) reports it, and its caller runs exceedRows.
+
+// bump adds n > 0 to pool k and reports whether the pool's or the
+// total's limit is passed (then the caller runs exceedRows).
+func (s *shardCounts) bump(k int, n int64) bool {
+	c := &s.pool[k&1]
+	c.increases += n
+	return c.Bump(n) || s.pool[0].Value()+s.pool[1].Value() > s.allLim
+}
+
+// move adds n, which may be negative or zero, to pool k, and reports
+// whether a limit is passed, as bump.
+func (s *shardCounts) move(k int, n int64) bool {
+	if n > 0 {
+		return s.bump(k, n)
+	}
+	s.pool[k&1].Carry(n)
+	return false
+}
+
+// increase adds n > 0 to quantity row, pool k of shard sh.
+func (a *Allocator) increase(sh *shard, row, k int, n int64) {
+	if sh.st[row].bump(k, n) {
+		d := opDelta{k: k}
+		d.row[row] = n
+		a.exceedRows(sh, k, 1<<row, &d)
+	}
+}
+
+// decrease subtracts n > 0 from quantity row, pool k of shard sh.
+func (sh *shard) decrease(row, k int, n int64) { sh.st[row].pool[k&1].Drop(n) }
+
+// add counts a block of n bytes handed out and reports whether a limit is
+// passed.
+func (c *phaseCount) add(n int64) bool {
+	c.bytes.increases += n
+	c.blocks.increases++
+	over := c.bytes.Bump(n)
+	return c.blocks.Bump(1) || over
+}
+
+// exceedRows runs after an operation d, on pool k of shard sh, passed a
+// limit of one of the rows in the bit set rows. With one shard, whose
+// limits are the peaks, it raises each passed limit and peak to the value
+// (Sole); with several, it runs the peaks' Exceed for every quantity of
+// those rows, in the world, or leaves a cut waiting with d.
+//
+// With one shard the active limits stay at least the allocation limits
+// (active, allocation + pending, is never below allocation, and passing an
+// allocation limit with nothing pending passes the active limit too), so
+// activeImplied changes only with pending blocks.
+func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
+	if len(a.shards) == 1 {
+		if rows&phaseBit != 0 {
+			c := &sh.ph[d.phase]
+			for j := range 2 {
+				if n := c.of(j); n.Value() > n.Limit() {
+					n.SetLimit(n.Value())
+					a.peaks.Sole(phaseRow(d.phase, j), n.Value())
+				}
+			}
+			rows &^= phaseBit
+		}
+		k &= 1
+		for ; rows != 0; rows &= rows - 1 {
+			row := bits.TrailingZeros32(rows) % numRows
+			col := k
+			if row >= oversizeA {
+				col = qSmall // the oversize stats have one column
+			}
+			s := &sh.st[row]
+			v, all := s.pool[col].Value(), s.pool[0].Value()+s.pool[1].Value()
+			if d := derivedFrom[row]; d != 0 {
+				base := &sh.st[uint(d-1)%uint(numRows)]
+				v += base.pool[col].Value()
+				all += base.pool[0].Value() + base.pool[1].Value()
+			}
+			r := statRow(row, 0)
+			if v > s.pool[col].Limit() {
+				s.pool[col].SetLimit(v)
+				a.peaks.Sole(r+col, v)
+			}
+			if all > s.allLim {
+				s.allLim = all
+				a.peaks.Sole(r+qAll, all)
+			}
+		}
+		return
+	}
+	if !a.world {
+		// Under the shard's lock alone: the other shards' counts are out of
+		// reach, so the peaks wait for a cut in the world (cutsLocked).
+		sh.cut, sh.cutOp = true, *d // the fast path makes the shard slow as it leaves
+		return
+	}
+	ps := a.parts()
+	if rows&phaseBit != 0 {
+		for j := range 2 {
+			a.peaks.Exceed(ps, sh.id, phaseRow(d.phase, j))
+		}
+		rows &^= phaseBit
+	}
+	for ; rows != 0; rows &= rows - 1 {
+		row := bits.TrailingZeros32(rows)
+		for c := range numQ {
+			a.peaks.Exceed(ps, sh.id, statRow(row, c))
+		}
+	}
+	sh.refreshImplied()
+}
+
+// cutsLocked settles the peaks that shards left waiting (shards.go says
+// when and why): their operations, kept as the shards' cutOp, are counted
+// by the peaks' Cut in the order of the shards.
+func (a *Allocator) cutsLocked() {
+	if !slices.ContainsFunc(a.shards, func(sh *shard) bool { return sh.cut }) {
+		return
+	}
+	cs, ops := a.cutChanges[:0], a.cutOps[:0]
+	for _, sh := range a.shards {
+		if sh.cut {
+			n := len(cs)
+			cs = sh.cutOp.changes(cs)
+			ops = append(ops, peaks.Op{Part: sh.id, Changes: cs[n:]})
+		}
+	}
+	from := 0 // cs may have moved as it grew: each operation takes its part of the last
+	for i := range ops {
+		n := len(ops[i].Changes)
+		ops[i].Changes = cs[from : from+n]
+		from += n
+	}
+	a.peaks.Cut(a.parts(), ops)
+	for _, sh := range a.shards {
+		if sh.cut {
+			sh.cut = false
+			sh.refreshImplied()
+		}
+	}
+	clear(ops)
+	a.cutChanges, a.cutOps = cs[:0], ops[:0]
+}
+
+// peaksStarted gives the peaks their rows of stats, all zero (New).
+func (a *Allocator) peaksStarted() {
+	for range numStatRows {
+		a.peaks.AddRow(0)
+	}
+}
+
+// peaksResetLocked makes every peak equal to its current value, the
+// phases' included, and every shard's limits its values
+// (torch.cuda.reset_peak_memory_stats).
+func (a *Allocator) peaksResetLocked() {
+	a.peaks.ResetPeaks(a.parts())
+	for _, o := range a.shards {
+		o.refreshImplied()
+	}
+}
+
+// accumulatedResetLocked zeroes the cumulative sums and counters
+// (torch.cuda.reset_accumulated_memory_stats), those of phases included,
+// as the stats package's table says: it resets a DeviceStats and loads
+// back the counters; the cumulative sums all become zero.
+func (a *Allocator) accumulatedResetLocked() {
+	d := a.statsLocked()
+	d.ResetAccumulated()
+	for _, o := range a.shards {
+		for row := range o.st {
+			for k := range o.st[row].pool {
+				c := &o.st[row].pool[k]
+				c.increases, c.base = 0, o.value(row, k)
+			}
+		}
+		for i := range o.ph {
+			for _, c := range []*count{&o.ph[i].bytes, &o.ph[i].blocks} {
+				c.increases, c.base = 0, c.Value()
+			}
+		}
+	}
+	g := &a.gst
+	g.numAllocRetries, g.numOOMs, g.numSyncAllStreams = d.NumAllocRetries, d.NumOOMs, d.NumSyncAllStreams
+	g.numDeviceAlloc, g.numDeviceFree = d.NumDeviceAlloc, d.NumDeviceFree
+}
+
+// phasesStartedLocked starts counting by phase, when a second phase is
+// named: every block so far is of the first phase, whose counts on each
+// shard are its allocation and allocated_bytes counts, with limits at
+// their values, and whose peaks, the peaks' first phase rows, are theirs.
+func (a *Allocator) phasesStartedLocked() {
+	for _, sh := range a.shards {
+		c := sh.phaseCount(0)
+		for j, row := range [2]stats.Metric{stats.AllocatedBytes, stats.Allocation} {
+			var v, inc, base int64
+			for _, p := range sh.st[row].pool {
+				v += p.Value()
+				inc += p.increases
+				base += p.base
+			}
+			*c.of(j) = count{Count: peaks.NewCount(v), increases: inc, base: base}
+		}
+	}
+	a.peaks.AddRow(a.peaks.Peak(statRow(int(stats.AllocatedBytes), qAll)))
+	a.peaks.AddRow(a.peaks.Peak(statRow(int(stats.Allocation), qAll)))
+	a.phased = true
+}
+
+// phaseAddedLocked gives the phase just added, while blocks are counted
+// by phase, its rows of the peaks (phaseRow): zero, as its counts.
+func (a *Allocator) phaseAddedLocked() {
+	a.peaks.AddRow(0)
+	a.peaks.AddRow(0)
+}
+
+// shardParts is the shards as the parts of the peaks (peaks.Parts): part
+// p is the shard whose id is p (Allocator.byID); its value and limit of a
+// row are those of the quantity or phase count the row stands for. The
+// peaks' methods call it in the world only.
+type shardParts Allocator
+
+func (a *Allocator) parts() *shardParts { return (*shardParts)(a) }
+
+func (s *shardParts) Len() int { return len(*s.byID.Load()) }
+
+func (s *shardParts) Value(p, r int) int64 {
+	sh := (*s.byID.Load())[p]
+	if r < numStatRows {
+		return sh.value(r/numQ, r%numQ)
+	}
+	if c := sh.peekPhase(uint16((r - numStatRows) / 2)); c != nil {
+		return c.of((r - numStatRows) % 2).Value()
+	}
+	return 0
+}
+
+func (s *shardParts) Limit(p, r int) int64 {
+	sh := (*s.byID.Load())[p]
+	if r < numStatRows {
+		return sh.limit(r/numQ, r%numQ)
+	}
+	if c := sh.peekPhase(uint16((r - numStatRows) / 2)); c != nil {
+		return c.of((r - numStatRows) % 2).Limit()
+	}
+	return 0
+}
+
+// SetLimit sets a limit. A shard whose stat limits change may no longer
+// have its active limits at least its allocation limits: it checks them
+// (activeImplied false) until refreshImplied looks again.
+func (s *shardParts) SetLimit(p, r int, lim int64) {
+	sh := (*s.byID.Load())[p]
+	if r < numStatRows {
+		row, k := r/numQ, r%numQ
+		if k == qAll {
+			sh.st[row].allLim = lim
+		} else {
+			sh.st[row].pool[k].SetLimit(lim)
+		}
+		sh.activeImplied = false
+		return
+	}
+	id := uint16((r - numStatRows) / 2)
+	if lim == 0 && sh.peekPhase(id) == nil {
+		return // no counts of the phase: all zero already
+	}
+	sh.phaseCount(id).of((r - numStatRows) % 2).SetLimit(lim)
+}
