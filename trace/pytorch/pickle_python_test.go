@@ -44,14 +44,32 @@ for seed in range(6):
         f.write(repr(v))
 `
 
-func TestPickleMatchesPython(t *testing.T) {
+// runPython runs a Python script with the arguments and returns what it
+// printed, failing the test if it fails; it skips the test when python3
+// is not installed.
+func runPython(t *testing.T, script string, args ...string) string {
+	t.Helper()
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("python3 not installed")
 	}
-	dir := t.TempDir()
-	out, err := exec.Command(py, "-c", pythonPickles, dir).CombinedOutput()
+	out, err := exec.Command(py, append([]string{"-c", script}, args...)...).CombinedOutput()
 	require.NoError(t, err, string(out))
+	return string(out)
+}
+
+// runPythonOn writes data to a file and runs a Python script with its
+// path as the one argument (runPython).
+func runPythonOn(t *testing.T, script string, data []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "snapshot.pickle")
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+	return runPython(t, script, path)
+}
+
+func TestPickleMatchesPython(t *testing.T) {
+	dir := t.TempDir()
+	runPython(t, pythonPickles, dir)
 	files, err := filepath.Glob(filepath.Join(dir, "*.p?"))
 	require.NoError(t, err)
 	require.Len(t, files, 36)
