@@ -12,6 +12,45 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// An output path that is the same file as an input, spelled the same,
+// through a symbolic link, a hard link or another path, is refused before
+// anything is read, and the input is left as it was (it was replaced,
+// with exit status 0).
+func TestOutputIsNotAnInput(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "in.trace")
+	probe := filepath.Join(dir, "b4.trace")
+	content := "a 1 1024\na 2 4096\nf 1\nf 2\n"
+	writeFile(t, trace, content)
+	writeFile(t, probe, "a 1 2048\na 2 8192\nf 1\nf 2\n")
+	sym := filepath.Join(dir, "sym.trace")
+	require.NoError(t, os.Symlink("in.trace", sym))
+	hard := filepath.Join(dir, "hard.trace")
+	require.NoError(t, os.Link(trace, hard))
+	other := filepath.Join(dir, ".", "..", filepath.Base(dir), "in.trace")
+	for _, out := range []string{trace, sym, hard, other} {
+		for _, args := range [][]string{
+			{"convert", "-o", out, trace},
+			{"viz", "-o", out, trace},
+			{"replay", "--snapshot", out, trace},
+			{"scale", "--probe", trace + "@2", "--probe", probe + "@4", "--batch", "8", "--write", out},
+			{"scale", "--probe", probe + "@4", "--probe", trace + "@2", "--batch", "8", "--write", out},
+		} {
+			_, errOut, code := runCmd(t, args...)
+			assert.Equal(t, 2, code, "%q: %s", args, errOut)
+			assert.Regexp(t, "is (the input|the same file as the input)", errOut, "%q", args)
+			assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+			got, err := os.ReadFile(trace)
+			require.NoError(t, err)
+			require.Equal(t, content, string(got), "%q replaced its input", args)
+		}
+	}
+	// A different file is written as before.
+	out := filepath.Join(dir, "out.trace")
+	_, errOut, code := runCmd(t, "convert", "-o", out, trace)
+	require.Equal(t, 0, code, errOut)
+}
+
 func TestWriteOutputFailsMidway(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
