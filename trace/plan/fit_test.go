@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/internal/ctxtest"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/internal/tracetest"
 	"github.com/gpumem/gpumem/trace/replay"
@@ -216,4 +218,20 @@ func TestPeakRequested(t *testing.T) {
 	assert.Zero(t, PeakRequested(nil))
 	huge := []trace.Op{{Kind: trace.Alloc, ID: 1, Size: 1 << 63}, {Kind: trace.Alloc, ID: 2, Size: 1 << 63}}
 	assert.EqualValues(t, uint64(1<<64-1), PeakRequested(huge))
+}
+
+// A Fit stops at the first check of its context after the context is
+// done, and returns no result.
+func TestFitContextStops(t *testing.T) {
+	ops := tracetest.ReadFile(t, "testdata/batches/bert_b2.trace.gz")
+	want, err := Fit(ops, FitOptions{})
+	require.NoError(t, err)
+	require.Greater(t, len(want.Trials), 3)
+	for _, n := range []int64{0, 1, 5, 20} {
+		ctx := ctxtest.NewCountdown(n)
+		r, err := FitContext(ctx, ops, FitOptions{})
+		assert.Nil(t, r, "n=%d", n)
+		require.ErrorIs(t, err, context.Canceled, "n=%d", n)
+		assert.Equal(t, int64(-1), ctx.Left(), "n=%d: the search stops at the first check that sees the context done", n)
+	}
 }

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/internal/ctxtest"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/internal/tracetest"
 )
@@ -288,4 +290,23 @@ func FuzzNewModel(f *testing.F) {
 			t.Fatalf("PeakRequested(%d) = %d, of the ops %d", n, peak, PeakRequested(ops))
 		}
 	})
+}
+
+// A prediction and a search stop by their context, and give the plain
+// calls' answers without one.
+func TestScaleContextStops(t *testing.T) {
+	b2 := tracetest.ReadFile(t, "testdata/batches/bert_b2.trace.gz")
+	b4 := tracetest.ReadFile(t, "testdata/batches/bert_b4.trace.gz")
+	m, err := NewModel(Probe{"bert_b2", 2, b2}, Probe{"bert_b4", 4, b4})
+	require.NoError(t, err)
+	_, err = m.PredictContext(ctxtest.NewCountdown(2), 16, allocator.Config{}, 0)
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = m.MaxBatchContext(ctxtest.NewCountdown(5), allocator.Config{}, 4<<30)
+	require.ErrorIs(t, err, context.Canceled)
+	// Without a done context the answers are those of the plain calls.
+	a, err := m.MaxBatchContext(context.Background(), allocator.Config{}, 4<<30)
+	require.NoError(t, err)
+	b, err := m.MaxBatch(allocator.Config{}, 4<<30)
+	require.NoError(t, err)
+	assert.Equal(t, b.MaxBatch, a.MaxBatch)
 }

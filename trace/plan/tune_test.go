@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -156,4 +157,29 @@ func TestTuneRanksFailuresOnTheDeviceLast(t *testing.T) {
 	res, err = Tune(ops, TuneOptions{Candidates: cands})
 	require.NoError(t, err)
 	assert.Equal(t, "", res[0].Conf)
+}
+
+// A Tune stops the configurations not yet evaluated once its context is
+// done.
+func TestTuneContextStops(t *testing.T) {
+	ops := tracetest.ReadFile(t, smallTrace)
+	cands := Sweep()[:4]
+	for _, jobs := range []int{1, 3} {
+		// Done after the first configuration: the others stop or are
+		// skipped.
+		ctx, cancel := context.WithCancel(context.Background())
+		calls := 0
+		_, err := TuneContext(ctx, ops, TuneOptions{Candidates: cands, Jobs: jobs, Progress: func(int, int) {
+			calls++
+			cancel()
+		}})
+		require.ErrorIs(t, err, context.Canceled, "jobs=%d", jobs)
+		assert.Less(t, calls, len(cands), "jobs=%d", jobs)
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err = TuneContext(done, ops, TuneOptions{Candidates: cands, Jobs: jobs, Progress: func(int, int) {
+			t.Error("no configuration is evaluated after the context is done")
+		}})
+		require.ErrorIs(t, err, context.Canceled, "jobs=%d", jobs)
+	}
 }

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/gpumemtest"
+	"github.com/gpumem/gpumem/internal/ctxtest"
 	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/stats"
 	"github.com/gpumem/gpumem/trace"
@@ -299,4 +301,34 @@ func TestReplayMarks(t *testing.T) {
 	res2, err := Run(r2, a2, dev2, Options{})
 	require.NoError(t, err)
 	assert.Equal(t, res.Stats, res2.Stats)
+}
+
+// A replay stops by its context: after the check that sees it done, or
+// before the first op.
+
+func TestRunContextStops(t *testing.T) {
+	ops, err := trace.ReadFile("testdata/bert_b2.trace.gz")
+	require.NoError(t, err)
+	require.Greater(t, len(ops), 4*replayBatch)
+
+	a, dev := newAllocator(t, 0, allocator.Config{})
+	// A Ctrl-C after the third check.
+	res, err := RunContext(ctxtest.NewCountdown(3), trace.SliceReader(ops), a, dev, Options{})
+	assert.Nil(t, res)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.EqualError(t, err, "replay stopped after 3072 ops: context canceled", "three batches, then the check that stops")
+
+	// A context done before the start replays nothing.
+	a, dev = newAllocator(t, 0, allocator.Config{})
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = RunContext(done, trace.SliceReader(ops), a, dev, Options{})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Zero(t, a.Stats().AllocatedBytes[stats.All].Peak, "nothing replayed")
+
+	// Run is RunContext with a context never done.
+	a, dev = newAllocator(t, 0, allocator.Config{})
+	full, err := Run(trace.SliceReader(ops), a, dev, Options{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(len(ops)), full.Ops)
 }
