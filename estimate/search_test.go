@@ -67,7 +67,6 @@ func TestSearchTooBigIsZero(t *testing.T) {
 
 // The searches stop by their context (MaxBatch at the first check that
 // sees it done), and answer as the plain calls without one.
-
 func TestSearchContextStops(t *testing.T) {
 	m, err := Preset("gpt2")
 	require.NoError(t, err)

@@ -305,7 +305,6 @@ func TestReplayMarks(t *testing.T) {
 
 // A replay stops by its context: after the check that sees it done, or
 // before the first op.
-
 func TestRunContextStops(t *testing.T) {
 	ops, err := trace.ReadFile("testdata/bert_b2.trace.gz")
 	require.NoError(t, err)
