@@ -25,10 +25,7 @@ func openGPU(tb testing.TB) *Device {
 		_, err := DeviceCount()
 		tb.Skipf("no CUDA device: %v", err)
 	}
-	d, err := Open(0)
-	require.NoError(tb, err)
-	tb.Cleanup(func() { _ = d.Close() })
-	return d
+	return open0(tb)
 }
 
 func TestGPUMallocFreeMemInfo(t *testing.T) {

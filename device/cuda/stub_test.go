@@ -29,6 +29,32 @@ const mib = 1 << 20
 // stubMu serializes the tests that use the stub, whose state is global.
 var stubMu sync.Mutex
 
+// open0 opens device 0 and closes it when the test ends.
+func open0(tb testing.TB) *Device {
+	tb.Helper()
+	d, err := Open(0)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// mustRecord records an event on stream s, failing the test on an error.
+func mustRecord(t *testing.T, d *Device, s device.Stream) device.Event {
+	t.Helper()
+	e, err := d.RecordEvent(s)
+	require.NoError(t, err)
+	return e
+}
+
+// mustDone reports whether event e is done, failing the test on an
+// error.
+func mustDone(t *testing.T, d *Device, e device.Event) bool {
+	t.Helper()
+	done, err := d.EventDone(e)
+	require.NoError(t, err)
+	return done
+}
+
 // openStub resets the stub, lets setup configure it, and opens device 0.
 func openStub(t *testing.T, setup ...func()) *Device {
 	t.Helper()
@@ -41,10 +67,7 @@ func openStub(t *testing.T, setup ...func()) *Device {
 	for _, f := range setup {
 		f()
 	}
-	d, err := Open(0)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = d.Close() })
-	return d
+	return open0(t)
 }
 
 // requireDeviceError checks that err is a *device.Error of device 0 that
@@ -161,8 +184,7 @@ func TestStubErrorMapping(t *testing.T) {
 	record := func(t *testing.T, d *Device) error { _, err := d.RecordEvent(device.DefaultStream); return err }
 	withEvent := func(f func(d *Device, e device.Event) error) op {
 		return func(t *testing.T, d *Device) error {
-			e, err := d.RecordEvent(device.DefaultStream)
-			require.NoError(t, err)
+			e := mustRecord(t, d, device.DefaultStream)
 			return f(d, e)
 		}
 	}
@@ -266,10 +288,7 @@ func countCalls(t *testing.T, o func(*testing.T, *Device) error, fn string) int 
 func reopen(t *testing.T, d *Device) *Device {
 	t.Helper()
 	require.NoError(t, d.Close())
-	d, err := Open(0)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = d.Close() })
-	return d
+	return open0(t)
 }
 
 func TestStubFailedFreeKeepsPointer(t *testing.T) {
@@ -307,31 +326,23 @@ func TestStubStreamsAndEvents(t *testing.T) {
 	assert.Equal(t, before, cudastub.Calls("cuStreamSynchronize")+cudastub.Calls("cuEventCreate"))
 
 	cudastub.HoldEvents(true)
-	e1, err := d.RecordEvent(s1)
-	require.NoError(t, err)
+	e1 := mustRecord(t, d, s1)
 	assert.NotZero(t, e1)
-	done, err := d.EventDone(e1)
-	require.NoError(t, err)
+	done := mustDone(t, d, e1)
 	assert.False(t, done, "CUDA_ERROR_NOT_READY is not done")
 	require.NoError(t, d.SynchronizeEvent(e1))
-	done, err = d.EventDone(e1)
-	require.NoError(t, err)
+	done = mustDone(t, d, e1)
 	assert.True(t, done)
 
-	e2, err := d.RecordEvent(s2)
-	require.NoError(t, err)
-	e3, err := d.RecordEvent(s1)
-	require.NoError(t, err)
+	e2 := mustRecord(t, d, s2)
+	e3 := mustRecord(t, d, s1)
 	require.NoError(t, d.SynchronizeStream(s2))
-	done2, err := d.EventDone(e2)
-	require.NoError(t, err)
-	done3, err := d.EventDone(e3)
-	require.NoError(t, err)
+	done2 := mustDone(t, d, e2)
+	done3 := mustDone(t, d, e3)
 	assert.True(t, done2, "synchronizing the stream completes its events")
 	assert.False(t, done3, "but not other streams' events")
 	require.NoError(t, d.Synchronize())
-	done3, err = d.EventDone(e3)
-	require.NoError(t, err)
+	done3 = mustDone(t, d, e3)
 	assert.True(t, done3)
 
 	assert.Equal(t, 3, cudastub.Live("event"))
@@ -364,23 +375,18 @@ func TestStubWaitEvent(t *testing.T) {
 	require.NoError(t, err)
 
 	cudastub.HoldEvents(true)
-	ea, err := d.RecordEvent(a)
-	require.NoError(t, err)
+	ea := mustRecord(t, d, a)
 	require.NoError(t, w.WaitEvent(b, ea))
 	require.NoError(t, w.WaitEvent(device.DefaultStream, ea))
 	assert.EqualValues(t, 2, cudastub.Calls("cuStreamWaitEvent"))
 	assert.Equal(t, 2, cudastub.Live("wait"))
 	require.NoError(t, d.ReleaseEvent(ea), "the event may go; the wait stays")
-	eb, err := d.RecordEvent(b)
-	require.NoError(t, err)
-	ea2, err := d.RecordEvent(a)
-	require.NoError(t, err)
+	eb := mustRecord(t, d, b)
+	ea2 := mustRecord(t, d, a)
 	require.NoError(t, d.SynchronizeStream(b))
-	done, err := d.EventDone(ea2)
-	require.NoError(t, err)
+	done := mustDone(t, d, ea2)
 	assert.True(t, done, "b waited for a: synchronizing b ran a's work")
-	done, err = d.EventDone(eb)
-	require.NoError(t, err)
+	done = mustDone(t, d, eb)
 	assert.True(t, done)
 	assert.Equal(t, 1, cudastub.Live("wait"), "the default stream still waits")
 	require.NoError(t, d.Synchronize())
@@ -604,8 +610,7 @@ func TestStubClose(t *testing.T) {
 	require.NoError(t, err)
 	s, err := d.NewStream()
 	require.NoError(t, err)
-	_, err = d.RecordEvent(s)
-	require.NoError(t, err)
+	mustRecord(t, d, s)
 	_, err = d.HostAlloc(100)
 	require.NoError(t, err)
 	base, err := d.Reserve(4 * d.Granularity())
