@@ -177,3 +177,10 @@ func TestReplayPhasesInOrderOfFirstUse(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &j))
 	assert.Equal(t, []string{"zeta", "alpha", "middle"}, j.Order)
 }
+
+// --history without --snapshot is refused: it was silently ignored.
+func TestHistoryNeedsSnapshot(t *testing.T) {
+	_, errOut, code := runCmd(t, "replay", "--history", "5", "testdata/small.trace.gz")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "--history needs --snapshot")
+}

@@ -387,3 +387,48 @@ func TestCompareWithoutOfflineBest(t *testing.T) {
 	assert.NotContains(t, out, "bound_bytes")
 	assert.NotContains(t, out, "planned_bytes")
 }
+
+// An extrapolation whose peak overflows 64 bits is refused: it printed
+// a negative peak and the JSON a wrapped integer, with exit status 0.
+func TestScaleOverflowRefused(t *testing.T) {
+	dir := t.TempDir()
+	var b1, b2 strings.Builder
+	for i := 1; i <= 40; i++ {
+		fmt.Fprintf(&b1, "a %d %d\n", i, 4<<20)
+		fmt.Fprintf(&b2, "a %d %d\n", i, 8<<20)
+	}
+	for i := 1; i <= 40; i++ {
+		fmt.Fprintf(&b1, "f %d\n", i)
+		fmt.Fprintf(&b2, "f %d\n", i)
+	}
+	p1, p2 := filepath.Join(dir, "b1.trace"), filepath.Join(dir, "b2.trace")
+	writeFile(t, p1, b1.String())
+	writeFile(t, p2, b2.String())
+	for _, json := range []bool{false, true} {
+		args := []string{"scale", "--probe", p1 + "@1", "--probe", p2 + "@2", "--batch", "150000000000"}
+		if json {
+			args = append(args, "--json")
+		}
+		out, errOut, code := runCmd(t, args...)
+		assert.Equal(t, 1, code, out)
+		assert.Contains(t, errOut, "overflows")
+		assert.Empty(t, out)
+	}
+	// A batch whose peak fits in 63 bits is answered.
+	_, errOut, code := runCmd(t, "scale", "--probe", p1+"@1", "--probe", p2+"@2", "--batch", "1000")
+	assert.Equal(t, 0, code, errOut)
+}
+
+// fit on a trace that fits under no configuration names every
+// configuration's failure; it named only the last to end.
+func TestFitReportsEveryFailure(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "huge.trace")
+	writeFile(t, path, "a 1 1000000000000000000\nf 1\n")
+	_, errOut, code := runCmd(t, "fit", "--conf", "", "--conf", "expandable_segments:True", "--conf", "max_split_size_mb:128", path)
+	assert.Equal(t, 1, code)
+	for _, conf := range []string{"default", "expandable_segments:True", "max_split_size_mb:128"} {
+		assert.Contains(t, errOut, conf)
+	}
+	assert.Contains(t, errOut, "more than the largest simulated device")
+	assert.Equal(t, 1, strings.Count(dropConfLine(errOut), "\n"), "one line: %q", errOut)
+}
