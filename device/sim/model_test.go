@@ -542,7 +542,20 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			}
 		},
 		"Synchronize": func(t *rapid.T) {
+			pending := 0
+			for _, st := range m.streams {
+				if st.completed < st.queued {
+					pending++
+				}
+			}
+			before := m.d.Counters().StreamVisits
 			require.NoError(t, m.d.Synchronize())
+			// The streams it visits are not the model's to say, but they
+			// include every stream with work pending and no stream twice.
+			visits := m.d.Counters().StreamVisits - before
+			require.GreaterOrEqual(t, visits, int64(pending), "a stream with work pending is visited")
+			require.LessOrEqual(t, visits, int64(len(m.streams)), "no stream is visited twice")
+			m.c.StreamVisits += visits
 			for i := range m.streams {
 				m.streams[i].completed = m.streams[i].queued
 				m.streams[i].waits = nil

@@ -88,6 +88,13 @@ type Counters struct {
 	MappedBytes            uint64
 	HostAllocs, HostFrees  int64
 	HostBytesInUse         uint64
+	// StreamVisits counts the streams Synchronize visited to finish
+	// their work: those left with work pending since the last
+	// Synchronize, or every stream while a stream waits on another's
+	// event. It is the simulator's own work, not a call: a test bounds it
+	// to show that a synchronization costs no more with streams that hold
+	// nothing.
+	StreamVisits int64
 }
 
 // Range is one live Malloc allocation.

@@ -132,6 +132,7 @@ type eventState struct {
 func (d *Device) Synchronize() error {
 	d.mu.Lock()
 	if d.waits > 0 {
+		d.c.StreamVisits += int64(len(d.streams))
 		for i := range d.streams {
 			st := &d.streams[i]
 			if st.completed < st.queued {
@@ -141,6 +142,7 @@ func (d *Device) Synchronize() error {
 		}
 		d.waits = 0
 	} else {
+		d.c.StreamVisits += int64(len(d.unfinished))
 		for _, i := range d.unfinished {
 			if d.streams[i].completed < d.streams[i].queued {
 				d.progressedLocked(i)

@@ -393,3 +393,36 @@ func TestProgressed(t *testing.T) {
 	_, _, ok = collect(1 << 62)
 	assert.False(t, ok, "not a mark of this device")
 }
+
+// TestSynchronizeVisitsPendingStreams: a Synchronize visits the streams
+// left with work since the last one, not every stream the device made.
+// Each of n new streams gets one held event and a Synchronize: n visits in
+// all, where a walk of every stream would make n(n+1)/2 (the trace of a
+// stream per allocation was quadratic so). While a stream waits on
+// another's event, every stream is visited.
+func TestSynchronizeVisitsPendingStreams(t *testing.T) {
+	const n = 1000
+	d := newDev(t, Config{})
+	for range n {
+		s, err := d.NewStream()
+		require.NoError(t, err)
+		require.NoError(t, d.SetStreamBusy(s, true))
+		_, err = d.RecordEvent(s)
+		require.NoError(t, err)
+		require.NoError(t, d.SetStreamBusy(s, false))
+		require.NoError(t, d.Synchronize())
+	}
+	assert.EqualValues(t, n, d.Counters().StreamVisits, "one visit per stream with work")
+	require.NoError(t, d.Synchronize())
+	assert.EqualValues(t, n, d.Counters().StreamVisits, "nothing pending, nothing visited")
+
+	// A wait: every stream (n and the default one) is visited once.
+	a, err := d.NewStream()
+	require.NoError(t, err)
+	require.NoError(t, d.SetStreamBusy(a, true))
+	e, err := d.RecordEvent(a)
+	require.NoError(t, err)
+	require.NoError(t, d.WaitEvent(device.DefaultStream, e))
+	require.NoError(t, d.Synchronize())
+	assert.EqualValues(t, n+n+2, d.Counters().StreamVisits)
+}

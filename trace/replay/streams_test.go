@@ -3,12 +3,14 @@ package replay
 import (
 	"io"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/device/counting"
+	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/trace"
 )
 
@@ -40,11 +42,12 @@ func (g *streamPerAlloc) Line() int { return g.i }
 // on a new stream. Each op must cost the same however many streams came
 // before it: the allocator's set of known streams and the simulated
 // device's synchronization used to walk every stream, which made this
-// trace quadratic: 50 s for 300,000 streams, and 25 s or 12 s with either
-// walk alone, where it now takes about a second on a quiet machine, and
-// up to ten on a loaded one. The deadline is a minute, so that it trips
-// only on a return of a quadratic walk (minutes on a loaded machine), not
-// on a slow machine.
+// trace quadratic (50 s for 300,000 streams, against about a second
+// now). The work is counted, not timed: the device calls through
+// device/counting, a bounded number per op, and the streams the
+// simulated device's synchronizations visit (sim.Counters.StreamVisits),
+// at most one per allocation, where the walk of every stream made
+// n(n+1)/2 of them.
 func TestReplayStreamPerAllocation(t *testing.T) {
 	n := 300_000
 	switch {
@@ -53,27 +56,12 @@ func TestReplayStreamPerAllocation(t *testing.T) {
 	case raceDetector || testing.Short():
 		n = 30_000
 	}
-	a, dev := newAllocator(t, 0, allocator.Config{})
+	dev := simtest.New(t)
+	counted := counting.New(dev)
+	a, err := allocator.New(counted.Device(), allocator.Config{})
+	require.NoError(t, err)
 
-	done := make(chan struct{})
-	var res *Result
-	var err error
-	go func() {
-		defer close(done)
-		res, err = Run(&streamPerAlloc{n: n}, a, dev, Options{})
-	}()
-	// Under the self-checks every op walks every stream the allocator
-	// knows, so that the cost there grows with the streams by design: the
-	// deadline is for the plain build alone.
-	deadline := time.After(time.Minute)
-	if selfChecks {
-		deadline = nil
-	}
-	select {
-	case <-done:
-	case <-deadline:
-		t.Fatalf("replaying %d single-use streams takes over a minute: the cost per op grows with the streams", n)
-	}
+	res, err := Run(&streamPerAlloc{n: n}, a, counted.Device(), Options{})
 	require.NoError(t, err)
 	assert.EqualValues(t, 3*n, res.Ops)
 	assert.EqualValues(t, n, res.Alloc)
@@ -83,4 +71,15 @@ func TestReplayStreamPerAllocation(t *testing.T) {
 	assert.EqualValues(t, n, c.StreamsCreated, "one device stream per trace stream")
 	assert.EqualValues(t, n, dev.Streams()-1)
 	require.NoError(t, a.CheckInvariants())
+
+	// Each allocation takes a new segment (a block is cached for its own
+	// stream) and some are given back when the device fills: per
+	// allocation, at most one call of each kind, and a few more for the
+	// out-of-memory recoveries. A call made per known stream would make
+	// about n*n/2 of a kind.
+	calls := counted.Counts()
+	for k, m := range calls.Calls {
+		assert.LessOrEqual(t, m, int64(n+n/1000+8), "%v: at most one call per allocation", device.Call(k))
+	}
+	assert.LessOrEqual(t, c.StreamVisits, int64(n), "at most one stream visited per allocation")
 }
