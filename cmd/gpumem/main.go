@@ -62,6 +62,22 @@ func main() {
 // stop by itself before the signal ends the process.
 const interruptGrace = 2 * time.Second
 
+// interruptGraceSetting, when a build sets it to a duration
+// (go build -ldflags "-X main.interruptGraceSetting=1m"), replaces
+// interruptGrace. The signal tests build the command with a minute, so
+// that on a loaded machine a command that is stopping by itself is not
+// ended by the signal first: what they check is that it stops by itself,
+// not how fast.
+var interruptGraceSetting string
+
+// grace returns interruptGrace, or the duration the build set.
+func grace() time.Duration {
+	if d, err := time.ParseDuration(interruptGraceSetting); err == nil && d > 0 {
+		return d
+	}
+	return interruptGrace
+}
+
 // interrupted is the cause of the context of a command stopped by a
 // signal.
 type interrupted struct{ sig os.Signal }
@@ -93,8 +109,9 @@ func signalName(sig os.Signal) string {
 // tune, estimate's searches) checks it and returns, and run reports the
 // interruption in one line with the status 128 + the signal's number.
 // Work that cannot see the context (a read that waits on a pipe) is ended
-// by the signal itself after interruptGrace, and a second signal ends it
-// at once, as it would have ended without the handler.
+// by the signal itself after the grace (interruptGrace, or what the build
+// set), and a second signal ends it at once, as it would have ended
+// without the handler.
 func stopOnSignal() context.Context {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	ch := make(chan os.Signal, 2)
@@ -105,7 +122,7 @@ func stopOnSignal() context.Context {
 		cancel(interrupted{sig})
 		select {
 		case sig = <-ch:
-		case <-time.After(interruptGrace):
+		case <-time.After(grace()):
 		}
 		temps.removeTemps(true)
 		signal.Reset(sig)
