@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/cuda/internal/cudastub"
+	"github.com/gpumem/gpumem/device/internal/devicetest"
 )
 
 // openGPU opens device 0 of a real GPU or skips.
@@ -126,24 +127,9 @@ func BenchmarkGPUDeviceMallocFree(b *testing.B) {
 }
 
 // BenchmarkGPUEventRecordQuery measures recording an event, querying it and
-// releasing it, which the allocator does for blocks used across streams.
+// releasing it, which the allocator does for blocks used across streams
+// (device/sim's BenchmarkEventRecordQuery runs the same on the simulated
+// device).
 func BenchmarkGPUEventRecordQuery(b *testing.B) {
-	d := openGPU(b)
-	s, err := d.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		e, err := d.RecordEvent(s)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := d.EventDone(e); err != nil {
-			b.Fatal(err)
-		}
-		if err := d.ReleaseEvent(e); err != nil {
-			b.Fatal(err)
-		}
-	}
+	devicetest.BenchEventRecordQuery(b, openGPU(b))
 }

@@ -69,26 +69,6 @@ func BenchmarkMallocFreeManyLive(b *testing.B) {
 	}
 }
 
-// BenchmarkEventRecordQuery is the allocator's cross-stream free path: an
-// event recorded, queried and released.
-func BenchmarkEventRecordQuery(b *testing.B) {
-	d := newDev(b, Config{})
-	s, _ := d.NewStream()
-	b.ReportAllocs()
-	for b.Loop() {
-		e, err := d.RecordEvent(s)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := d.EventDone(e); err != nil {
-			b.Fatal(err)
-		}
-		if err := d.ReleaseEvent(e); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // holey returns a device whose memory region has holes one-page holes below
 // its highest allocation: the worst case for a first-fit search that scans
 // holes, since a two-page request fits none of them.
