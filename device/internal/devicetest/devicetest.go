@@ -5,7 +5,9 @@
 // the two checks every adaptor's tests make with them: Faithful (the
 // script's transcript, the simulator's counters and clock are those of
 // the bare device, for every capability subset) and SameCapabilities (an
-// adaptor offers what it wraps, no more and no less).
+// adaptor offers what it wraps, no more and no less). It also holds the
+// event benchmark that the simulated and the CUDA device both run
+// (BenchEventRecordQuery).
 package devicetest
 
 import (
