@@ -154,6 +154,7 @@ func (d *Device) Synchronize() error {
 	d.unfinished = d.unfinished[:0]
 	d.c.Synchronizations++
 	t := d.payLocked(d.costs.Synchronize)
+	t += d.settlePoolLocked()
 	d.mu.Unlock()
 	nap(t)
 	return nil
@@ -227,6 +228,7 @@ func (d *Device) SynchronizeStream(s device.Stream) error {
 	if err == nil {
 		d.runLocked(s, st.queued)
 		d.c.StreamSynchronizations++
+		t += d.settlePoolLocked()
 	}
 	d.mu.Unlock()
 	nap(t)
@@ -361,6 +363,7 @@ func (d *Device) SynchronizeEvent(e device.Event) error {
 		d.finishLocked(ev.stream, ev.seq)
 		d.settleLocked()
 		d.c.EventSynchronizations++
+		t += d.settlePoolLocked()
 	}
 	d.mu.Unlock()
 	nap(t)
