@@ -129,9 +129,10 @@
 // driver's default memory pool. The pool takes chunks of at least
 // PoolChunk bytes from the device's capacity (charged as Malloc's pages
 // are) and cuts blocks, rounded to PoolAlignment, from the lowest free
-// bytes the stream may use. A block freed on stream s is reusable at once
-// by s, and by other streams once s has finished the work (the events)
-// queued on it before the free. A synchronization (Synchronize,
+// bytes the stream may use. A free is queued on its stream as one unit of
+// work: the block is reusable at once by that stream, and by other
+// streams once the stream has run the free (after the events recorded on
+// it before, and the work it waits for with WaitEvent). A synchronization (Synchronize,
 // SynchronizeStream, SynchronizeEvent) returns idle chunks to the device
 // while the pool holds more than its release threshold (default 0);
 // TrimPool does the same down to a given size. A growth the device cannot

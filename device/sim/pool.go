@@ -24,10 +24,10 @@ const (
 // asyncPool is the stream-ordered pool. It holds chunks of device memory
 // charged against capacity like Malloc's pages; each chunk is cut into
 // fragments, live blocks and free ones, that cover it in address order.
-// A free fragment remembers the stream that freed it and how far that
-// stream's work had been queued: the same stream may reuse it at once,
-// others once the stream has finished that work (stream-ordered reuse,
-// as CUDA's pools allow by default). Guarded by Device.mu.
+// A free fragment remembers the stream that freed it and the free's
+// position in that stream's queue: the same stream may reuse it at once,
+// others once the stream has run the free (stream-ordered reuse, as
+// CUDA's pools allow by default). Guarded by Device.mu.
 //
 // Invariants (checked by checkPoolLocked in the tests): the fragments of
 // a chunk cover it without gap or overlap; used is the sum of live
@@ -46,16 +46,18 @@ type asyncPool struct {
 // poolChunk is one range the pool took from the device.
 type poolChunk struct {
 	base, size uint64
-	frags      []poolFrag // cover [base, base+size) in address order
+	free       uint64     // bytes in free fragments: a chunk with less than a request is skipped
+	pending    int        // free fragments still tagged with a stream (stream >= 0)
+	frags      []poolFrag // cover [base, base+size) in address order; no two neighbours free with the same tag
 }
 
 // poolFrag is part of a chunk: a live block or free bytes.
 type poolFrag struct {
 	addr, size uint64
 	live       bool
-	// For free bytes: the index of the stream that freed them and how many
-	// events that stream had queued then; stream -1 once every stream may
-	// reuse them.
+	// For free bytes: the index of the stream that freed them and the
+	// free's position in its queue; stream -1 once every stream may reuse
+	// them.
 	stream int
 	seq    uint64
 }
@@ -74,9 +76,15 @@ func (d *Device) readyLocked(f *poolFrag, i int) bool {
 
 // tidyLocked marks the free fragments whose freeing work is done as free
 // for every stream, and merges neighbouring free fragments that every
-// stream may reuse, or that one stream freed.
+// stream may reuse, or that one stream freed. A chunk without tagged
+// fragments is tidy already (frees merge with their neighbours as they
+// happen), so it costs nothing then.
 func (d *Device) tidyLocked(c *poolChunk) {
+	if c.pending == 0 {
+		return
+	}
 	out := c.frags[:0]
+	c.pending = 0
 	for _, f := range c.frags {
 		if !f.live && f.stream >= 0 && d.streams[f.stream].completed >= f.seq {
 			f.stream, f.seq = -1, 0
@@ -86,9 +94,34 @@ func (d *Device) tidyLocked(c *poolChunk) {
 			out[n-1].seq = max(out[n-1].seq, f.seq)
 			continue
 		}
+		if !f.live && f.stream >= 0 {
+			c.pending++
+		}
 		out = append(out, f)
 	}
 	c.frags = out
+}
+
+// mergeAtLocked merges the free fragment j of c with its free neighbours
+// of the same tag.
+func mergeAtLocked(c *poolChunk, j int) {
+	same := func(a, b *poolFrag) bool { return !a.live && !b.live && a.stream == b.stream }
+	if j+1 < len(c.frags) && same(&c.frags[j], &c.frags[j+1]) {
+		c.frags[j].size += c.frags[j+1].size
+		c.frags[j].seq = max(c.frags[j].seq, c.frags[j+1].seq)
+		if c.frags[j].stream >= 0 {
+			c.pending--
+		}
+		c.frags = slices.Delete(c.frags, j+1, j+2)
+	}
+	if j > 0 && same(&c.frags[j-1], &c.frags[j]) {
+		c.frags[j-1].size += c.frags[j].size
+		c.frags[j-1].seq = max(c.frags[j-1].seq, c.frags[j].seq)
+		if c.frags[j].stream >= 0 {
+			c.pending--
+		}
+		c.frags = slices.Delete(c.frags, j, j+1)
+	}
 }
 
 // idleLocked reports whether the chunk holds no block and every stream may
@@ -133,6 +166,9 @@ func (d *Device) mallocAsyncLocked(size uint64, s device.Stream, injected bool) 
 	}
 	pl := &d.pool
 	for _, c := range pl.chunks {
+		if c.free < rounded {
+			continue
+		}
 		if p, ok := d.carveLocked(c, rounded, i); ok {
 			d.c.AsyncMallocs++
 			return p, t, nil
@@ -160,7 +196,7 @@ func (d *Device) mallocAsyncLocked(size uint64, s device.Stream, injected bool) 
 		d.c.FailedAsyncMallocs++
 		return 0, t, d.fail(op, device.ErrOutOfMemory, "%s requested: the 8 TiB address region is too fragmented", formatBytes(size))
 	}
-	c := &poolChunk{base: a, size: chunk, frags: []poolFrag{{addr: a, size: chunk, stream: -1}}}
+	c := &poolChunk{base: a, size: chunk, free: chunk, frags: []poolFrag{{addr: a, size: chunk, stream: -1}}}
 	at, _ := slices.BinarySearchFunc(pl.chunks, a, func(c *poolChunk, a uint64) int { return cmp.Compare(c.base, a) })
 	pl.chunks = slices.Insert(pl.chunks, at, c)
 	d.chargeLocked(chunk)
@@ -191,9 +227,17 @@ func (d *Device) carveLocked(c *poolChunk, size uint64, i int) (device.Ptr, bool
 			}
 			start := c.frags[from].addr
 			last := c.frags[to]
+			for k := from; k <= to; k++ {
+				if c.frags[k].stream >= 0 {
+					c.pending--
+				}
+			}
 			repl := []poolFrag{{addr: start, size: size, live: true}}
 			if rest := run - size; rest > 0 {
 				repl = append(repl, poolFrag{addr: start + size, size: rest, stream: last.stream, seq: last.seq})
+				if last.stream >= 0 {
+					c.pending++
+				}
 			}
 			c.frags = slices.Replace(c.frags, from, to+1, repl...)
 			pl := &d.pool
@@ -201,6 +245,7 @@ func (d *Device) carveLocked(c *poolChunk, size uint64, i int) (device.Ptr, bool
 				pl.blocks = make(map[device.Ptr]*poolChunk)
 			}
 			pl.blocks[device.Ptr(start)] = c
+			c.free -= size
 			pl.used += size
 			pl.usedPeak = max(pl.usedPeak, pl.used)
 			return device.Ptr(start), true
@@ -242,8 +287,10 @@ func (d *Device) poolCoversLocked(lo, hi uint64) bool {
 
 // FreeAsync returns the block at p to the pool in stream s's order
 // (device.StreamOrderedMemory, cuMemFreeAsync): s may reuse it at once,
-// other streams once s has finished the work queued on it before the free
-// (the events recorded on it so far). Its contents are dropped. An address
+// other streams once s has run the free, which is queued on s as one unit
+// of work after what s holds (events recorded on it, and what it waits for
+// with WaitEvent): at once on a stream that is not busy and waits for
+// nothing, else when that work finishes. Its contents are dropped. An address
 // that is not a live block's start fails with device.ErrInvalidPointer, an
 // unknown stream with device.ErrInvalidStream, and changes nothing.
 // FailFrees applies.
@@ -265,20 +312,26 @@ func (d *Device) freeAsyncLocked(op string, p device.Ptr, s device.Stream) error
 	if !ok {
 		return d.fail(op, device.ErrInvalidPointer, "%v is not a block MallocAsync returned, or it was freed already", p)
 	}
-	st, err := d.streamLocked(op, s)
-	if err != nil {
+	if _, err := d.streamLocked(op, s); err != nil {
 		return err
 	}
 	if err := d.faults.freeErr; err != nil {
 		return d.fail(op, err, "%v: injected fault", p)
 	}
 	i, _ := d.streamIndex(s)
+	d.queueLocked(i) // the free is work on s, after what s holds
 	f := &c.frags[j]
-	f.live, f.stream, f.seq = false, i, st.queued
+	f.live, f.stream, f.seq = false, i, d.streams[i].queued
+	if d.streams[i].completed >= f.seq {
+		f.stream, f.seq = -1, 0 // run at once: free for every stream
+	} else {
+		c.pending++
+	}
 	delete(d.pool.blocks, p)
 	d.pool.used -= f.size
+	c.free += f.size
 	d.dropLocked(f.addr, f.addr+f.size)
-	d.tidyLocked(c)
+	mergeAtLocked(c, j)
 	d.c.AsyncFrees++
 	return nil
 }

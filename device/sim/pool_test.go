@@ -79,6 +79,28 @@ func TestPoolStreamOrderedReuse(t *testing.T) {
 	assert.Equal(t, a, mallocAsync(t, d, PoolChunk, other), "s's work before the free is done")
 }
 
+// TestPoolFreeAfterAWait: a free on a stream that waits for another
+// stream's work is reusable elsewhere only once that work is done (how
+// an allocator frees a block used on several streams: a stream waits for
+// each, then frees).
+func TestPoolFreeAfterAWait(t *testing.T) {
+	d := newDev(t, Config{Capacity: GiB})
+	busy, err := d.NewStream()
+	require.NoError(t, err)
+	unifier, err := d.NewStream()
+	require.NoError(t, err)
+	require.NoError(t, d.SetStreamBusy(busy, true))
+	a := mallocAsync(t, d, PoolChunk, device.DefaultStream)
+	e, err := d.RecordEvent(busy) // the block is in use on busy
+	require.NoError(t, err)
+	require.NoError(t, d.WaitEvent(unifier, e))
+	require.NoError(t, d.ReleaseEvent(e))
+	require.NoError(t, d.FreeAsync(a, unifier))
+	assert.NotEqual(t, a, mallocAsync(t, d, PoolChunk, device.DefaultStream), "busy's work is not done")
+	require.NoError(t, d.CompleteStream(busy))
+	assert.Equal(t, a, mallocAsync(t, d, PoolChunk, device.DefaultStream))
+}
+
 // TestPoolReleaseThreshold: a synchronization returns idle chunks above
 // the threshold to the device; 0 (the default) returns them all.
 func TestPoolReleaseThreshold(t *testing.T) {
@@ -242,6 +264,18 @@ type pendingFree struct {
 
 func (m *poolModel) done(f pendingFree) bool { return m.completed[f.stream] >= f.seq }
 
+// take drops the pending frees that a new block [lo, hi) overlaps (its
+// stream's own): the bytes are the new block's, ordered by its stream.
+func (m *poolModel) take(lo, hi uint64) {
+	out := m.pending[:0]
+	for _, f := range m.pending {
+		if !(lo < f.hi && f.lo < hi) {
+			out = append(out, f)
+		}
+	}
+	m.pending = out
+}
+
 func (m *poolModel) prune() {
 	out := m.pending[:0]
 	for _, f := range m.pending {
@@ -339,6 +373,7 @@ func TestPoolAgainstModel(t *testing.T) {
 						require.False(t, lo < f.hi && f.lo < hi, "stream %d got bytes stream %d freed before pending work", si, f.stream)
 					}
 				}
+				m.take(lo, hi)
 				m.live[p], m.liveOn[p] = rounded, si
 				check()
 			},
@@ -350,6 +385,10 @@ func TestPoolAgainstModel(t *testing.T) {
 				p := rapid.SampledFrom(ps).Draw(t, "block")
 				si := rapid.IntRange(0, 2).Draw(t, "stream")
 				require.NoError(t, d.FreeAsync(p, m.streams[si]))
+				m.queued[si]++ // the free is queued on the stream
+				if !m.busy[si] {
+					m.completed[si] = m.queued[si]
+				}
 				f := pendingFree{lo: uint64(p), hi: uint64(p) + m.live[p], stream: si, seq: m.queued[si]}
 				delete(m.live, p)
 				delete(m.liveOn, p)
@@ -361,6 +400,7 @@ func TestPoolAgainstModel(t *testing.T) {
 					before := usage(t, d).Reserved
 					q := mallocAsync(t, d, f.hi-f.lo, m.streams[si])
 					require.Equal(t, before, usage(t, d).Reserved, "a stream's own free serves it")
+					m.take(uint64(q), uint64(q)+f.hi-f.lo)
 					m.live[q], m.liveOn[q] = f.hi-f.lo, si
 				}
 				check()
@@ -433,7 +473,19 @@ func checkPoolLocked(t tb, d *Device) {
 		}
 		resv += c.size
 		at := c.base
-		for _, f := range c.frags {
+		var free uint64
+		pending := 0
+		for k, f := range c.frags {
+			if !f.live {
+				free += f.size
+				if f.stream >= 0 {
+					pending++
+				}
+			}
+			if k > 0 && !f.live {
+				prev := c.frags[k-1]
+				require.False(t, !prev.live && prev.stream == f.stream, "neighbours free with the same tag are merged")
+			}
 			require.Equal(t, at, f.addr, "fragments cover the chunk")
 			require.NotZero(t, f.size)
 			at += f.size
@@ -444,6 +496,8 @@ func checkPoolLocked(t tb, d *Device) {
 			}
 		}
 		require.Equal(t, c.base+c.size, at, "fragments cover the chunk")
+		require.Equal(t, free, c.free, "the chunk's free bytes")
+		require.Equal(t, pending, c.pending, "the chunk's tagged fragments")
 	}
 	require.Equal(t, resv, pl.reserved)
 	require.Equal(t, used, pl.used)
