@@ -246,3 +246,12 @@ func TestAsyncConcurrent(t *testing.T) {
 	require.NoError(t, a.EmptyCache())
 	assert.Zero(t, s.BytesInUse())
 }
+
+// The replay drives Async as it drives the caching allocator.
+var _ interface {
+	Alloc(uint64, device.Stream) (device.Ptr, error)
+	Free(device.Ptr) error
+	RecordStream(device.Ptr, device.Stream) error
+	EmptyCache() error
+	Stats() stats.DeviceStats
+} = (*allocator.Async)(nil)
