@@ -282,6 +282,13 @@ func (a *Async) ResetPeakStats() error {
 	return nil
 }
 
+// Summary returns PyTorch's memory_summary table of Stats: the rows
+// PyTorch's backend does not fill read 0.
+func (a *Async) Summary(abbreviated bool) string {
+	st := a.Stats()
+	return stats.Summary(&st, stats.SummaryOptions{Device: a.ordinal, Name: a.dev.Name(), Abbreviated: abbreviated})
+}
+
 // Allocated returns the bytes allocated through this allocator and not
 // freed (the sizes asked for), which the cap bounds.
 func (a *Async) Allocated() uint64 {
