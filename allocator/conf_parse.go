@@ -38,7 +38,7 @@ import (
 //	throw_on_cudamalloc_oom        True or False
 //	release_lock_on_cudamalloc     True or False (also release_lock_on_hipmalloc)
 //	graph_capture_record_stream_reuse  True or False
-//	backend                        native (cudaMallocAsync is refused: gpumem is the native allocator)
+//	backend                        native or cudaMallocAsync (also hipMallocAsync): see Config.Backend
 //	pinned_use_cuda_host_register  True or False (also pinned_use_hip_host_register)
 //	pinned_num_register_threads    a power of two up to 128
 //	pinned_reserve_segment_size_mb integer > 0
@@ -87,7 +87,7 @@ func ParseConf(s string) (Config, error) {
 			return Config{}, p.errorf("%s:%d is too small: it must be at least %d (the large segment size in MiB)", b.key, b.n, large)
 		}
 	}
-	if err := c.validate(); err != nil {
+	if err := c.validateKeys(); err != nil {
 		return Config{}, err
 	}
 	return c, nil
@@ -287,10 +287,11 @@ func (p *confParser) parseKey(c *Config, key string) error {
 		}
 		switch v {
 		case "native":
+			c.Backend = BackendNative
 		case "cudaMallocAsync", "hipMallocAsync":
-			return p.errorf("backend:%s is not supported: gpumem is the native caching allocator (backend:native)", v)
+			c.Backend = BackendCudaMallocAsync
 		default:
-			return p.errorf("backend:%s is not a backend: want native (or cudaMallocAsync, which gpumem does not offer)", quote.Quote(v))
+			return p.errorf("backend:%s is not a backend: want native or cudaMallocAsync", quote.Quote(v))
 		}
 	case "release_lock_on_cudamalloc", "release_lock_on_hipmalloc":
 		c.ReleaseLockOnMalloc, err = p.boolValue(key)

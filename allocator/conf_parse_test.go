@@ -47,6 +47,9 @@ func TestParseConfGoodValues(t *testing.T) {
 		{"release_lock_on_hipmalloc:True", Config{ReleaseLockOnMalloc: true}},
 		{"graph_capture_record_stream_reuse:True", Config{GraphCaptureRecordStreamReuse: true}},
 		{"backend:native", Config{}},
+		{"backend:cudaMallocAsync", Config{Backend: BackendCudaMallocAsync}},
+		{"backend:hipMallocAsync", Config{Backend: BackendCudaMallocAsync}},
+		{"backend:cudaMallocAsync,backend:native", Config{}},
 		{"pinned_use_cuda_host_register:True", Config{Pinned: PinnedConfig{UseHostRegister: true}}},
 		{"pinned_use_hip_host_register:True", Config{Pinned: PinnedConfig{UseHostRegister: true}}},
 		{"pinned_num_register_threads:1", Config{Pinned: PinnedConfig{NumRegisterThreads: 1}}},
@@ -145,9 +148,8 @@ func TestParseConfBadValues(t *testing.T) {
 		"per_process_memory_fraction:-0.1": "must be in [0, 1]",
 		"per_process_memory_fraction:half": "want a decimal number",
 		// backend
-		"backend:cudaMallocAsync": "backend:cudaMallocAsync is not supported: gpumem is the native caching allocator",
-		"backend:hipMallocAsync":  "is not supported",
-		"backend:Native":          `backend:"Native" is not a backend`,
+		"backend:Native":          `backend:"Native" is not a backend: want native or cudaMallocAsync`,
+		"backend:cudamallocasync": `backend:"cudamallocasync" is not a backend`,
 		// pinned
 		"pinned_num_register_threads:3":                "pinned_num_register_threads:3 must be a power of two up to 128",
 		"pinned_num_register_threads:0":                "must be a power of two up to 128",

@@ -158,6 +158,32 @@ type Config struct {
 	// LowFrag holds the knobs of PolicyLowFragmentation; zero fields take
 	// their defaults. gpumem's own: the gpumem_* keys of policy.go.
 	LowFrag LowFragConfig
+
+	// Backend selects the allocator PyTorch's backend key names:
+	// BackendNative (the zero value) is this package's caching allocator
+	// (New); BackendCudaMallocAsync is the device's stream-ordered pool
+	// (NewAsync, async.go), which New refuses. PyTorch: backend.
+	Backend Backend
+}
+
+// Backend is the allocator behind a configuration (PyTorch's backend key).
+type Backend uint8
+
+// The backends.
+const (
+	BackendNative          Backend = iota // the caching allocator: backend:native
+	BackendCudaMallocAsync                // the device's stream-ordered pool: backend:cudaMallocAsync
+)
+
+// String returns the backend's name in the configuration text.
+func (b Backend) String() string {
+	switch b {
+	case BackendNative:
+		return "native"
+	case BackendCudaMallocAsync:
+		return "cudaMallocAsync"
+	}
+	return fmt.Sprintf("Backend(%d)", uint8(b))
 }
 
 // PinnedConfig holds the configuration keys of PyTorch's pinned host
@@ -238,8 +264,21 @@ const (
 	maxRegisterThreads = 128 // PyTorch's pinned_max_register_threads
 )
 
-// validate checks a Config and returns an error naming the bad field.
+// validate checks a Config for the caching allocator and returns an error
+// naming the bad field; a backend other than native is refused.
 func (c *Config) validate() error {
+	if err := c.validateKeys(); err != nil {
+		return err
+	}
+	if c.Backend != BackendNative {
+		return fmt.Errorf("allocator: backend:%v is the device's stream-ordered pool, served by NewAsync, not by the caching allocator (New)", c.Backend)
+	}
+	return nil
+}
+
+// validateKeys checks every field's value, whatever the backend: what
+// ParseConf checks, and NewAsync.
+func (c *Config) validateKeys() error {
 	var errs []error
 	large := c.largeSegment()
 	if l := c.LargeSegmentSize; l != 0 && (l <= kMinLargeAlloc || l > maxConfBytes || l%kMinBlockSize != 0) {
@@ -281,6 +320,9 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("MemoryFraction %v must be in (0, 1]", f))
 	}
 	errs = append(errs, c.validatePolicy()...)
+	if c.Backend > BackendCudaMallocAsync {
+		errs = append(errs, fmt.Errorf("Backend %v is not a backend", c.Backend))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("allocator: invalid config: %w", errors.Join(errs...))
 	}
@@ -403,6 +445,9 @@ func (c Config) String() string {
 		parts = append(parts, fmt.Sprintf("pinned_reserve_segment_size_mb:%d", c.Pinned.ReserveSegmentSize/mib))
 	}
 	parts = append(parts, c.policyConf()...)
+	if c.Backend != BackendNative {
+		parts = append(parts, "backend:"+c.Backend.String())
+	}
 	return strings.Join(parts, ",")
 }
 

@@ -123,6 +123,7 @@ func TestConfigStringRoundTrip(t *testing.T) {
 		c.EarlyOOM = rapid.Bool().Draw(t, "early")
 		c.ReleaseLockOnMalloc = rapid.Bool().Draw(t, "lock")
 		c.GraphCaptureRecordStreamReuse = rapid.Bool().Draw(t, "graph")
+		c.Backend = rapid.SampledFrom([]Backend{BackendNative, BackendCudaMallocAsync}).Draw(t, "backend")
 		c.Pinned = PinnedConfig{
 			UseHostRegister:      rapid.Bool().Draw(t, "reg"),
 			NumRegisterThreads:   rapid.SampledFrom([]uint64{0, 1, 2, 8, 128}).Draw(t, "threads"),
@@ -147,6 +148,7 @@ func FuzzParseConf(f *testing.F) {
 		"", "max_split_size_mb:128", "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
 		"garbage_collection_threshold:0.6,per_process_memory_fraction:0.5", "expandable_segments:True",
 		"backend:native,pinned_num_register_threads:8", "max_split_size_mb:64:65", "roundup_power2_divisions:[",
+		"backend:cudaMallocAsync,per_process_memory_fraction:0.5",
 		"large_segment_size_mb:12,max_split_size_mb:12,max_non_split_rounding_mb:40",
 		"expandable_segments:True,expandable_segments_reserve:0.5,throw_on_cudamalloc_oom:True",
 		"expandable_segments_reserve:40G,expandable_segments_reserve_by_class:[prefill:40G,decode:0.25,]",

@@ -240,11 +240,15 @@ func (m *matrixRun) finish() {
 }
 
 // notCalled are the kinds of device call the allocator never makes (the
-// host allocator makes HostAlloc and HostFree; streams are the caller's):
+// host allocator makes HostAlloc and HostFree; streams are the caller's;
+// the copies and the stream-ordered pool belong to other allocators):
 // their faults never fire.
 var notCalled = map[device.Call]bool{
 	device.CallSynchronize: true, device.CallNewStream: true,
 	device.CallHostAlloc: true, device.CallHostFree: true,
+	device.CallCopyToHost: true, device.CallCopyFromHost: true,
+	device.CallMallocAsync: true, device.CallFreeAsync: true, device.CallSetReleaseThreshold: true,
+	device.CallTrimPool: true, device.CallPoolUsage: true, device.CallResetPoolPeaks: true,
 }
 
 // matrixConf is a configuration of the matrix: the allocator's, and

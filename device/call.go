@@ -18,23 +18,31 @@ type Call uint8
 // returns an error. (Ordinal, Name, Granularity, HasStream and BytesInUse
 // cannot fail and are not Calls.)
 const (
-	CallMalloc            Call = iota // Device.Malloc
-	CallFree                          // Device.Free
-	CallMemInfo                       // Device.MemInfo
-	CallSynchronize                   // Device.Synchronize
-	CallNewStream                     // Device.NewStream
-	CallSynchronizeStream             // Device.SynchronizeStream
-	CallRecordEvent                   // Device.RecordEvent
-	CallEventDone                     // Device.EventDone
-	CallSynchronizeEvent              // Device.SynchronizeEvent
-	CallReleaseEvent                  // Device.ReleaseEvent
-	CallReserve                       // VirtualMemory.Reserve
-	CallMap                           // VirtualMemory.Map
-	CallUnmap                         // VirtualMemory.Unmap
-	CallRelease                       // VirtualMemory.Release
-	CallHostAlloc                     // HostMemory.HostAlloc
-	CallHostFree                      // HostMemory.HostFree
-	CallWaitEvent                     // StreamWaiter.WaitEvent
+	CallMalloc              Call = iota // Device.Malloc
+	CallFree                            // Device.Free
+	CallMemInfo                         // Device.MemInfo
+	CallSynchronize                     // Device.Synchronize
+	CallNewStream                       // Device.NewStream
+	CallSynchronizeStream               // Device.SynchronizeStream
+	CallRecordEvent                     // Device.RecordEvent
+	CallEventDone                       // Device.EventDone
+	CallSynchronizeEvent                // Device.SynchronizeEvent
+	CallReleaseEvent                    // Device.ReleaseEvent
+	CallReserve                         // VirtualMemory.Reserve
+	CallMap                             // VirtualMemory.Map
+	CallUnmap                           // VirtualMemory.Unmap
+	CallRelease                         // VirtualMemory.Release
+	CallHostAlloc                       // HostMemory.HostAlloc
+	CallHostFree                        // HostMemory.HostFree
+	CallWaitEvent                       // StreamWaiter.WaitEvent
+	CallCopyToHost                      // Copier.CopyToHost
+	CallCopyFromHost                    // Copier.CopyFromHost
+	CallMallocAsync                     // StreamOrderedMemory.MallocAsync
+	CallFreeAsync                       // StreamOrderedMemory.FreeAsync
+	CallSetReleaseThreshold             // StreamOrderedMemory.SetReleaseThreshold
+	CallTrimPool                        // StreamOrderedMemory.TrimPool
+	CallPoolUsage                       // StreamOrderedMemory.PoolUsage
+	CallResetPoolPeaks                  // StreamOrderedMemory.ResetPoolPeaks
 
 	// NumCalls is the number of Calls: arrays indexed by Call have this
 	// length, and Calls run from 0 to NumCalls-1.
@@ -42,23 +50,31 @@ const (
 )
 
 var callNames = [NumCalls]string{
-	CallMalloc:            "malloc",
-	CallFree:              "free",
-	CallMemInfo:           "memory info",
-	CallSynchronize:       "synchronize",
-	CallNewStream:         "new stream",
-	CallSynchronizeStream: "synchronize stream",
-	CallRecordEvent:       "record event",
-	CallEventDone:         "query event",
-	CallSynchronizeEvent:  "synchronize event",
-	CallReleaseEvent:      "release event",
-	CallReserve:           "reserve",
-	CallMap:               "map",
-	CallUnmap:             "unmap",
-	CallRelease:           "release",
-	CallHostAlloc:         "host alloc",
-	CallHostFree:          "host free",
-	CallWaitEvent:         "wait event",
+	CallMalloc:              "malloc",
+	CallFree:                "free",
+	CallMemInfo:             "memory info",
+	CallSynchronize:         "synchronize",
+	CallNewStream:           "new stream",
+	CallSynchronizeStream:   "synchronize stream",
+	CallRecordEvent:         "record event",
+	CallEventDone:           "query event",
+	CallSynchronizeEvent:    "synchronize event",
+	CallReleaseEvent:        "release event",
+	CallReserve:             "reserve",
+	CallMap:                 "map",
+	CallUnmap:               "unmap",
+	CallRelease:             "release",
+	CallHostAlloc:           "host alloc",
+	CallHostFree:            "host free",
+	CallWaitEvent:           "wait event",
+	CallCopyToHost:          "copy to host",
+	CallCopyFromHost:        "copy from host",
+	CallMallocAsync:         "malloc async",
+	CallFreeAsync:           "free async",
+	CallSetReleaseThreshold: "set release threshold",
+	CallTrimPool:            "trim pool",
+	CallPoolUsage:           "pool usage",
+	CallResetPoolPeaks:      "reset pool peaks",
 }
 
 // String returns the operation's name, as in Error.Op ("malloc", "query

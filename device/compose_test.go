@@ -42,6 +42,18 @@ func (f *fake) HostFree([]byte) error                           { return f.note(
 func (f *fake) HasStream(device.Stream) bool                    { _ = f.note("HasStream"); return true }
 func (f *fake) BytesInUse() uint64                              { _ = f.note("BytesInUse"); return 7 }
 func (f *fake) WaitEvent(device.Stream, device.Event) error     { return f.note("WaitEvent") }
+func (f *fake) CopyToHost([]byte, device.Ptr) error             { return f.note("CopyToHost") }
+func (f *fake) CopyFromHost(device.Ptr, []byte) error           { return f.note("CopyFromHost") }
+func (f *fake) MallocAsync(uint64, device.Stream) (device.Ptr, error) {
+	return 0, f.note("MallocAsync")
+}
+func (f *fake) FreeAsync(device.Ptr, device.Stream) error { return f.note("FreeAsync") }
+func (f *fake) SetReleaseThreshold(uint64) error          { return f.note("SetReleaseThreshold") }
+func (f *fake) TrimPool(uint64) error                     { return f.note("TrimPool") }
+func (f *fake) PoolUsage() (device.PoolUsage, error) {
+	return device.PoolUsage{}, f.note("PoolUsage")
+}
+func (f *fake) ResetPoolPeaks() error { return f.note("ResetPoolPeaks") }
 
 // plain implements Device alone.
 type plain struct{ fake }
@@ -50,20 +62,29 @@ func (p *plain) Device() device.Device {
 	return struct{ device.Device }{&p.fake}
 }
 
-func offered(d device.Device) [5]bool {
+// numCaps is the number of optional capabilities; offered and subset
+// list them in the order of device.Capabilities' fields.
+const numCaps = 7
+
+func offered(d device.Device) [numCaps]bool {
 	_, vm := d.(device.VirtualMemory)
 	_, h := d.(device.HostMemory)
 	_, c := d.(device.StreamChecker)
 	_, u := d.(device.UsageReporter)
 	_, w := d.(device.StreamWaiter)
-	return [5]bool{vm, h, c, u, w}
+	_, cp := d.(device.Copier)
+	_, so := d.(device.StreamOrderedMemory)
+	return [numCaps]bool{vm, h, c, u, w, cp, so}
 }
 
-// subset returns the capabilities of f that the low five bits of mask
+// subset returns the capabilities of f that the low numCaps bits of mask
 // pick, in offered's order, and which of them it picked.
-func subset(mask int, f *fake) (device.Capabilities, [5]bool) {
+func subset(mask int, f *fake) (device.Capabilities, [numCaps]bool) {
 	var caps device.Capabilities
-	want := [5]bool{mask&1 != 0, mask&2 != 0, mask&4 != 0, mask&8 != 0, mask&16 != 0}
+	var want [numCaps]bool
+	for i := range want {
+		want[i] = mask&(1<<i) != 0
+	}
 	if want[0] {
 		caps.VirtualMemory = f
 	}
@@ -79,6 +100,12 @@ func subset(mask int, f *fake) (device.Capabilities, [5]bool) {
 	if want[4] {
 		caps.StreamWaiter = f
 	}
+	if want[5] {
+		caps.Copier = f
+	}
+	if want[6] {
+		caps.StreamOrderedMemory = f
+	}
 	return caps, want
 }
 
@@ -90,6 +117,8 @@ func TestCapabilitiesOf(t *testing.T) {
 	assert.Same(t, f, c.StreamChecker.(*fake))
 	assert.Same(t, f, c.UsageReporter.(*fake))
 	assert.Same(t, f, c.StreamWaiter.(*fake))
+	assert.Same(t, f, c.Copier.(*fake))
+	assert.Same(t, f, c.StreamOrderedMemory.(*fake))
 	assert.Equal(t, device.Capabilities{}, device.CapabilitiesOf((&plain{}).Device()))
 }
 
@@ -98,11 +127,11 @@ func TestCapabilitiesOf(t *testing.T) {
 // the type assertions of its subset, and each method reaches the fake it
 // was taken from.
 func TestCompose(t *testing.T) {
-	for mask := range 32 {
+	for mask := range 1 << numCaps {
 		base, parts := &fake{name: "base"}, &fake{name: "parts"}
 		caps, want := subset(mask, parts)
 		d := device.Compose(base, caps)
-		require.Equal(t, want, offered(d), "subset %05b", mask)
+		require.Equal(t, want, offered(d), "subset %07b", mask)
 		assert.Equal(t, "base", d.Name())
 
 		_, _ = d.Malloc(1)
@@ -144,28 +173,43 @@ func TestCompose(t *testing.T) {
 			_ = w.WaitEvent(0, 1)
 			wantParts = append(wantParts, "WaitEvent")
 		}
-		assert.Equal(t, wantParts, parts.calls, "subset %05b", mask)
-		assert.Len(t, base.calls, 10, "subset %05b: no capability call reached base", mask)
+		if cp, ok := d.(device.Copier); ok {
+			_ = cp.CopyToHost(nil, 0)
+			_ = cp.CopyFromHost(0, nil)
+			wantParts = append(wantParts, "CopyToHost", "CopyFromHost")
+		}
+		if so, ok := d.(device.StreamOrderedMemory); ok {
+			_, _ = so.MallocAsync(1, 0)
+			_ = so.FreeAsync(0, 0)
+			_ = so.SetReleaseThreshold(0)
+			_ = so.TrimPool(0)
+			_, _ = so.PoolUsage()
+			_ = so.ResetPoolPeaks()
+			wantParts = append(wantParts, "MallocAsync", "FreeAsync", "SetReleaseThreshold", "TrimPool",
+				"PoolUsage", "ResetPoolPeaks")
+		}
+		assert.Equal(t, wantParts, parts.calls, "subset %07b", mask)
+		assert.Len(t, base.calls, 10, "subset %07b: no capability call reached base", mask)
 	}
 }
 
 func TestComposeHidesTheBasesCapabilities(t *testing.T) {
 	f := &fake{}
 	d := device.Compose(f, device.Capabilities{HostMemory: f})
-	assert.Equal(t, [5]bool{false, true, false, false, false}, offered(d))
+	assert.Equal(t, [numCaps]bool{false, true}, offered(d))
 	assert.Nil(t, device.Compose(nil, device.CapabilitiesOf(f)))
 	// Composing again starts from the composed device's own offer.
-	assert.Equal(t, [5]bool{}, offered(device.Compose(d, device.Capabilities{})))
-	assert.Equal(t, [5]bool{false, true, false, false, false}, offered(device.Compose(d, device.CapabilitiesOf(d))))
+	assert.Equal(t, [numCaps]bool{}, offered(device.Compose(d, device.Capabilities{})))
+	assert.Equal(t, [numCaps]bool{false, true}, offered(device.Compose(d, device.CapabilitiesOf(d))))
 }
 
 func TestWithCapabilitiesOf(t *testing.T) {
 	adaptor := &fake{name: "adaptor"}
-	for mask := range 32 {
+	for mask := range 1 << numCaps {
 		inner := &fake{name: "inner"}
 		caps, want := subset(mask, inner)
 		d := device.WithCapabilitiesOf(adaptor, device.Compose(inner, caps))
-		require.Equal(t, want, offered(d), "inner subset %05b", mask)
+		require.Equal(t, want, offered(d), "inner subset %07b", mask)
 		assert.Equal(t, "adaptor", d.Name())
 		if vm, ok := d.(device.VirtualMemory); ok {
 			_ = vm.Map(0, 1)
@@ -175,7 +219,7 @@ func TestWithCapabilitiesOf(t *testing.T) {
 	// An adaptor that lacks a capability does not offer it, whatever inner
 	// offers.
 	p := &plain{}
-	assert.Equal(t, [5]bool{}, offered(device.WithCapabilitiesOf(p.Device(), adaptor)))
+	assert.Equal(t, [numCaps]bool{}, offered(device.WithCapabilitiesOf(p.Device(), adaptor)))
 	assert.Nil(t, device.WithCapabilitiesOf(nil, adaptor))
 	assert.Nil(t, device.WithCapabilitiesOf(adaptor, nil))
 }
@@ -191,12 +235,14 @@ func TestCall(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, c, got)
 	}
-	assert.Len(t, names, 17)
+	assert.Len(t, names, 25)
 	assert.Equal(t, "malloc", device.CallMalloc.String())
 	assert.Equal(t, "query event", device.CallEventDone.String())
 	assert.Equal(t, "host free", device.CallHostFree.String())
 	assert.Equal(t, "wait event", device.CallWaitEvent.String())
-	assert.Equal(t, "Call(17)", device.NumCalls.String())
+	assert.Equal(t, "copy to host", device.CallCopyToHost.String())
+	assert.Equal(t, "reset pool peaks", device.CallResetPoolPeaks.String())
+	assert.Equal(t, "Call(25)", device.NumCalls.String())
 	assert.Equal(t, "Call(255)", device.Call(255).String())
 	for _, bad := range []string{"", "Malloc", "mallocs", string(make([]byte, 1<<20))} {
 		_, err := device.ParseCall(bad)

@@ -40,6 +40,11 @@
 //   - ProgressReporter (which streams ran work since an earlier moment)
 //     lets the allocators poll the events of their deferred frees on the
 //     streams that ran, not on every stream with events pending.
+//   - Copier (copy bytes between device and host memory) lets a pool that
+//     is put to sleep keep its contents in host memory and restore them.
+//   - StreamOrderedMemory (the device's own stream-ordered pool,
+//     cuMemAllocFromPoolAsync / cuMemFreeAsync) backs the allocator's
+//     backend:cudaMallocAsync.
 //
 // Capabilities are what every consumer may rely on, whatever the backend.
 // What only one backend offers, such as the simulator's cost clock or its
@@ -245,6 +250,44 @@ type StreamWaiter interface {
 	// done. Waiting on an event of s itself, or on one already done,
 	// changes nothing.
 	WaitEvent(s Stream, e Event) error
+}
+
+// Copier is the optional capability to copy bytes between device memory
+// and host memory (cuMemcpyDtoH / cuMemcpyHtoD on CUDA). The range must lie
+// inside memory the device handed out and that is backed (mapped) now.
+type Copier interface {
+	// CopyToHost copies len(dst) bytes starting at device address src into dst.
+	CopyToHost(dst []byte, src Ptr) error
+	// CopyFromHost copies src to device memory starting at dst.
+	CopyFromHost(dst Ptr, src []byte) error
+}
+
+// StreamOrderedMemory is the optional capability of a stream-ordered
+// allocator: the device's own memory pool, cuMemAllocFromPoolAsync /
+// cuMemFreeAsync on CUDA.
+type StreamOrderedMemory interface {
+	// MallocAsync allocates size bytes for use on stream s, in s's order.
+	MallocAsync(size uint64, s Stream) (Ptr, error)
+	// FreeAsync returns p to the pool in s's order: work queued on s after
+	// the free may reuse it at once; other streams only once s's work queued
+	// before the free is done.
+	FreeAsync(p Ptr, s Stream) error
+	// SetReleaseThreshold sets how many reserved bytes the pool keeps when
+	// a synchronization lets it return memory to the device.
+	SetReleaseThreshold(bytes uint64) error
+	// TrimPool returns reserved memory the pool does not use to the device,
+	// keeping at least keep bytes reserved.
+	TrimPool(keep uint64) error
+	// PoolUsage reports the pool's reserved and used bytes, with their peaks.
+	PoolUsage() (PoolUsage, error)
+	// ResetPoolPeaks sets both peaks to the current values.
+	ResetPoolPeaks() error
+}
+
+// PoolUsage is what StreamOrderedMemory.PoolUsage reports.
+type PoolUsage struct {
+	Reserved, ReservedPeak uint64 // bytes the pool holds from the device
+	Used, UsedPeak         uint64 // bytes allocated from the pool and not yet freed
 }
 
 // Sentinel errors. Backends wrap them (fmt.Errorf("...: %w", ErrX)) and

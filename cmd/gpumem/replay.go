@@ -176,6 +176,11 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if (*phases || *leaks) && *baseline {
 		return usageError{"--phases and --leaks need the caching allocator, not --baseline"}
 	}
+	if cfg.Backend == allocator.BackendCudaMallocAsync && !*baseline && (*phases || *leaks || *snapshot != "") {
+		// As PyTorch's backend, which has no snapshot: the driver's pool
+		// keeps the blocks, and no phase or step is seen.
+		return usageError{"--phases, --leaks and --snapshot need the caching allocator, not backend:cudaMallocAsync"}
+	}
 	var summaryText string
 	if *summary && !*baseline {
 		// The summary comes from the allocator itself, so that it has the

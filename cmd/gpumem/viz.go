@@ -8,6 +8,7 @@ import (
 	"io"
 	"path/filepath"
 
+	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/trace/plan"
 	"github.com/gpumem/gpumem/trace/replay"
 	"github.com/gpumem/gpumem/trace/viz"
@@ -30,6 +31,9 @@ func runViz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg, _, err := resolveConf(fs, *conf)
 	if err != nil {
 		return err
+	}
+	if cfg.Backend == allocator.BackendCudaMallocAsync {
+		return usageError{"viz draws the caching allocator's segments: backend:cudaMallocAsync has none gpumem can see (the driver's pool keeps the blocks)"}
 	}
 	capacity, _, _, err := dev.resolve()
 	if err != nil {

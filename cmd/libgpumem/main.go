@@ -30,7 +30,9 @@
 //     PYTORCH_CUDA_ALLOC_CONF (PyTorch's syntax;
 //     gpumem's own keys too, such as gpumem_policy:low_fragmentation). A
 //     bad configuration makes every call fail with an error that names the
-//     variable.
+//     variable. With backend:cudaMallocAsync the allocator of each device
+//     is the driver's stream-ordered pool (allocator.Async: the device's
+//     default memory pool) instead of the caching allocator.
 //   - Streams are adopted on first sight and never destroyed.
 //   - gpumem_free on a stream other than the allocation's records the
 //     block on that stream first, so the block is reused only after the

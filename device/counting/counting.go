@@ -8,7 +8,8 @@
 // inner's place (hand it to allocator.New, replay, ...). Every fallible
 // call (each device.Call: malloc, free, memory info, device and stream
 // synchronization, event record / query / synchronize / release, reserve,
-// map, unmap, release, host alloc / free) is forwarded to inner and then
+// map, unmap, release, host alloc / free, wait event, copies to and from
+// the host, and the stream-ordered pool's calls) is forwarded to inner and then
 // counted: once in Calls whatever its outcome, once more in Failed when it
 // returned an error, and, for the calls that carry a size, its bytes in
 // Bytes when it succeeded. The infallible reads (Ordinal, Name,
@@ -44,10 +45,11 @@ type Counts struct {
 	// Failed counts the calls of each kind that returned an error.
 	Failed [device.NumCalls]int64
 	// Bytes adds up the sizes of the successful calls that carry one:
-	// Malloc, Reserve, Map, Unmap and HostAlloc sizes, and the lengths of
-	// the slices HostFree returned. Free and Release carry no size (the
-	// device knows it; the adaptor does not track it), so their Bytes stay
-	// 0.
+	// Malloc, Reserve, Map, Unmap, HostAlloc and MallocAsync sizes, the
+	// lengths of the slices HostFree returned and of the host buffers of
+	// copies. Free, FreeAsync and Release carry no size (the device knows
+	// it; the adaptor does not track it), nor do SetReleaseThreshold and
+	// TrimPool (their byte counts are limits), so their Bytes stay 0.
 	Bytes [device.NumCalls]uint64
 }
 

@@ -34,9 +34,9 @@ func TestForwardsFaithfully(t *testing.T) {
 		},
 		func(i int, got devicetest.Result) {
 			counts := c.Counts()
-			assert.Equal(t, got.Tally.Calls, counts.Calls, "subset %05b", i)
-			assert.Equal(t, got.Tally.Failed, counts.Failed, "subset %05b", i)
-			assert.Equal(t, got.Tally.Bytes, counts.Bytes, "subset %05b", i)
+			assert.Equal(t, got.Tally.Calls, counts.Calls, "subset %07b", i)
+			assert.Equal(t, got.Tally.Failed, counts.Failed, "subset %07b", i)
+			assert.Equal(t, got.Tally.Bytes, counts.Bytes, "subset %07b", i)
 		})
 	assert.Zero(t, inner.BytesInUse())
 }

@@ -20,8 +20,9 @@ import (
 
 // Device is one CUDA device, driven through one context: its primary
 // context (Open) or a context the caller made (OpenContext). It implements
-// device.Device, device.VirtualMemory and device.HostMemory and is safe for
-// concurrent use. Close it when done.
+// device.Device, device.VirtualMemory, device.HostMemory, device.Copier and
+// device.StreamOrderedMemory and is safe for concurrent use. Close it when
+// done.
 type Device struct {
 	ordinal int
 	dev     cu.Device
@@ -54,6 +55,11 @@ type Device struct {
 
 	hostMu sync.Mutex
 	hosts  map[unsafe.Pointer]uint64 // pinned host allocations and sizes; guarded by hostMu
+
+	pools   bool    // the device has memory pools (MEMORY_POOLS_SUPPORTED)
+	pool    uintptr // its default CUmemoryPool when pools
+	asyncMu sync.Mutex
+	async   map[device.Ptr]uint64 // live MallocAsync blocks and sizes; guarded by asyncMu
 }
 
 // Open opens device ordinal: it retains the device's primary context (the
@@ -90,6 +96,16 @@ func open(ordinal int, ctx *cu.CUContext) (*Device, error) {
 	if c != cudadrv.Success {
 		return nil, driverError("device attribute", ordinal, c, subjectNone)
 	}
+	pools, c := cudadrv.Attribute(int(dev), cudadrv.AttrMemoryPoolsSupported)
+	if c != cudadrv.Success {
+		return nil, driverError("device attribute", ordinal, c, subjectNone)
+	}
+	var pool uintptr
+	if pools != 0 {
+		if pool, c = cudadrv.DefaultMemPool(int(dev)); c != cudadrv.Success {
+			return nil, driverError("default memory pool", ordinal, c, subjectNone)
+		}
+	}
 	gran := uint64(2 << 20)
 	if vmm != 0 {
 		g, c := cudadrv.Granularity(int(dev), false)
@@ -122,6 +138,9 @@ func open(ordinal int, ctx *cu.CUContext) (*Device, error) {
 		adopted: make(map[uintptr]device.Stream),
 		events:  make(map[device.Event]cu.Event),
 		hosts:   make(map[unsafe.Pointer]uint64),
+		pools:   pools != 0,
+		pool:    pool,
+		async:   make(map[device.Ptr]uint64),
 	}, nil
 }
 
@@ -296,6 +315,10 @@ func (d *Device) Close() error {
 		for p := range d.mem {
 			note("free", codeOf(cu.MemFree(cu.DevicePtr(p))), subjectPointer)
 			delete(d.mem, p)
+		}
+		for p := range d.async {
+			note("free async", cudadrv.FreeAsync(uint64(p), 0), subjectPointer)
+			delete(d.async, p)
 		}
 		return cudadrv.Success
 	})

@@ -3,8 +3,10 @@
 // Package cuda is gpumem's CUDA backend: a device.Device on the CUDA driver
 // API through gorgonia.org/cu, with the virtual memory (device.VirtualMemory),
 // pinned host memory (device.HostMemory), stream checking
-// (device.StreamChecker) and stream-waits-for-event (device.StreamWaiter,
-// cuStreamWaitEvent) capabilities.
+// (device.StreamChecker), stream-waits-for-event (device.StreamWaiter,
+// cuStreamWaitEvent), copy (device.Copier, cuMemcpyDtoH / cuMemcpyHtoD) and
+// stream-ordered memory (device.StreamOrderedMemory, the device's default
+// memory pool) capabilities.
 //
 //	dev, err := cuda.Open(0)
 //	if err != nil { ... }
@@ -79,6 +81,21 @@
 // range; Unmap unmaps and releases page by page. Any page-aligned sub-range
 // can thus be unmapped, whatever ranges were mapped together, at the cost
 // of one driver call pair per page.
+//
+// Copies (CopyToHost, CopyFromHost) are synchronous cuMemcpyDtoH /
+// cuMemcpyHtoD with the device's context current; the range must lie in a
+// Malloc allocation, a pool block or mapped pages this Device handed out.
+//
+// Stream-ordered memory: when the device reports
+// CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, Open takes its default
+// memory pool (cuDeviceGetDefaultMemPool); MallocAsync and FreeAsync are
+// cuMemAllocFromPoolAsync and cuMemFreeAsync on the stream's driver
+// stream, SetReleaseThreshold sets CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+// TrimPool is cuMemPoolTrimTo, PoolUsage reads the RESERVED_MEM and
+// USED_MEM attributes (current and high) and ResetPoolPeaks sets the high
+// ones to 0. Like virtual memory, the methods exist whatever the device:
+// without pool support (MemoryPoolsSupported false) they fail with
+// device.ErrNotSupported and never reach the driver.
 //
 // # Errors
 //

@@ -27,6 +27,8 @@ var driverFuncs = []string{
 	"cuMemAddressFree", "cuMemAddressReserve", "cuMemAlloc", "cuMemCreate", "cuMemFree", "cuMemFreeHost",
 	"cuMemGetInfo", "cuMemHostAlloc", "cuMemMap", "cuMemRelease", "cuMemSetAccess", "cuMemUnmap",
 	"cuStreamCreate", "cuStreamDestroy", "cuStreamSynchronize",
+	"cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemAllocFromPoolAsync", "cuMemFreeAsync",
+	"cuMemPoolSetAttribute", "cuMemPoolGetAttribute", "cuMemPoolTrimTo",
 }
 
 // driverState is what the stub driver has seen and holds.
@@ -41,7 +43,7 @@ func stubState() driverState {
 	for _, f := range driverFuncs {
 		s.Calls[f] = cudastub.Calls(f)
 	}
-	for _, k := range []string{"mem", "stream", "event", "host", "reservation", "handle", "mapping"} {
+	for _, k := range []string{"mem", "stream", "event", "host", "reservation", "handle", "mapping", "async", "write"} {
 		s.Live[k] = cudastub.Live(k)
 	}
 	return s
@@ -59,10 +61,12 @@ func TestStubFaultyCapabilities(t *testing.T) {
 		{"stream checker", isChecker(d), isChecker(w)},
 		{"usage reporter", isUsage(d), isUsage(w)},
 		{"stream waiter", isWaiter(d), isWaiter(w)},
+		{"copier", isCopier(d), isCopier(w)},
+		{"stream-ordered memory", isPool(d), isPool(w)},
 	} {
 		assert.Equal(t, c.dev, c.wrap, c.name)
 	}
-	assert.True(t, isVM(w) && isHost(w) && isChecker(w) && isWaiter(w))
+	assert.True(t, isVM(w) && isHost(w) && isChecker(w) && isWaiter(w) && isCopier(w) && isPool(w))
 	assert.False(t, isUsage(w), "the CUDA backend reports no usage, and neither does its wrapper")
 	assert.Equal(t, d.Granularity(), w.(device.VirtualMemory).Granularity())
 }
@@ -86,6 +90,8 @@ func isHost(d device.Device) bool    { _, ok := d.(device.HostMemory); return ok
 func isChecker(d device.Device) bool { _, ok := d.(device.StreamChecker); return ok }
 func isUsage(d device.Device) bool   { _, ok := d.(device.UsageReporter); return ok }
 func isWaiter(d device.Device) bool  { _, ok := d.(device.StreamWaiter); return ok }
+func isCopier(d device.Device) bool  { _, ok := d.(device.Copier); return ok }
+func isPool(d device.Device) bool    { _, ok := d.(device.StreamOrderedMemory); return ok }
 
 // TestStubFaultyEveryCall fails the second call of each kind on the CUDA
 // backend: the failure wraps the rule's error, the driver is not called
@@ -95,6 +101,8 @@ func TestStubFaultyEveryCall(t *testing.T) {
 	const g = 2 * mib
 	vm := func(d device.Device) device.VirtualMemory { return d.(device.VirtualMemory) }
 	host := func(d device.Device) device.HostMemory { return d.(device.HostMemory) }
+	copier := func(d device.Device) device.Copier { return d.(device.Copier) }
+	pool := func(d device.Device) device.StreamOrderedMemory { return d.(device.StreamOrderedMemory) }
 	type call func(d device.Device, i int) error
 	// Each case readies three calls on the backend d.
 	cases := map[device.Call]func(t *testing.T, d *Device) call{
@@ -167,6 +175,41 @@ func TestStubFaultyEveryCall(t *testing.T) {
 				require.NoError(t, err)
 			}
 			return func(d device.Device, i int) error { return vm(d).Release(rs[i]) }
+		},
+		device.CallCopyToHost: func(t *testing.T, d *Device) call {
+			p, err := d.Malloc(mib)
+			require.NoError(t, err)
+			buf := make([]byte, 64)
+			return func(d device.Device, i int) error { return copier(d).CopyToHost(buf, p+device.Ptr(i*64)) }
+		},
+		device.CallCopyFromHost: func(t *testing.T, d *Device) call {
+			p, err := d.Malloc(mib)
+			require.NoError(t, err)
+			return func(d device.Device, i int) error { return copier(d).CopyFromHost(p+device.Ptr(i*64), []byte{1, 2, 3}) }
+		},
+		device.CallMallocAsync: func(*testing.T, *Device) call {
+			return func(d device.Device, _ int) error { _, err := pool(d).MallocAsync(mib, 0); return err }
+		},
+		device.CallFreeAsync: func(t *testing.T, d *Device) call {
+			ps := make([]device.Ptr, 3)
+			for i := range ps {
+				var err error
+				ps[i], err = d.MallocAsync(mib, 0)
+				require.NoError(t, err)
+			}
+			return func(d device.Device, i int) error { return pool(d).FreeAsync(ps[i], 0) }
+		},
+		device.CallSetReleaseThreshold: func(*testing.T, *Device) call {
+			return func(d device.Device, i int) error { return pool(d).SetReleaseThreshold(uint64(i) * mib) }
+		},
+		device.CallTrimPool: func(*testing.T, *Device) call {
+			return func(d device.Device, _ int) error { return pool(d).TrimPool(0) }
+		},
+		device.CallPoolUsage: func(*testing.T, *Device) call {
+			return func(d device.Device, _ int) error { _, err := pool(d).PoolUsage(); return err }
+		},
+		device.CallResetPoolPeaks: func(*testing.T, *Device) call {
+			return func(d device.Device, _ int) error { return pool(d).ResetPoolPeaks() }
 		},
 		device.CallHostAlloc: func(*testing.T, *Device) call {
 			return func(d device.Device, _ int) error { _, err := host(d).HostAlloc(4096); return err }

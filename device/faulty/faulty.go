@@ -9,7 +9,8 @@
 // inner's place. The injector numbers the calls of each kind (each
 // device.Call: malloc, free, memory info, device and stream
 // synchronization, event record / query / synchronize / release, reserve,
-// map, unmap, release, host alloc / free) from 1, in the order they reach
+// map, unmap, release, host alloc / free, wait event, copies to and from
+// the host, and the stream-ordered pool's calls) from 1, in the order they reach
 // it. A Rule fails a window of those calls: the Nth call of its kind after
 // the rule was added, and the Count-1 calls after it (Count Always: every
 // call from the Nth on). Rules combine: a call fails when any rule's window

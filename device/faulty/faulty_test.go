@@ -42,12 +42,18 @@ type simState struct {
 	Clock    time.Duration
 	Pending  []uint64
 	InUse    uint64
+	Pool     []sim.PoolChunkInfo
+	Usage    device.PoolUsage
+	Content  int
 }
 
 func stateOf(t *testing.T, s *sim.Device) simState {
 	t.Helper()
 	st := simState{Allocs: s.Allocations(), Resv: s.Reservations(), Mapped: map[device.Ptr][]sim.Range{},
-		Counters: s.Counters(), Clock: s.Clock(), InUse: s.BytesInUse()}
+		Counters: s.Counters(), Clock: s.Clock(), InUse: s.BytesInUse(), Pool: s.PoolChunks(), Content: s.ContentPages()}
+	var err error
+	st.Usage, err = s.PoolUsage()
+	require.NoError(t, err)
 	for _, r := range st.Resv {
 		st.Mapped[r.Ptr] = s.Mapped(r.Ptr)
 	}
@@ -72,7 +78,7 @@ func TestNoRulesForwardsFaithfully(t *testing.T) {
 		func(i int, got devicetest.Result) {
 			assert.Empty(t, j.Fired())
 			for k := range device.NumCalls {
-				assert.Equal(t, got.Tally.Calls[k], j.Calls(k), "subset %05b: %v calls", i, k)
+				assert.Equal(t, got.Tally.Calls[k], j.Calls(k), "subset %07b: %v calls", i, k)
 			}
 		})
 }
@@ -116,6 +122,8 @@ func callCases() map[device.Call]callCase {
 	const page = 2 * mib
 	vm := func(d device.Device) device.VirtualMemory { return d.(device.VirtualMemory) }
 	host := func(d device.Device) device.HostMemory { return d.(device.HostMemory) }
+	copier := func(d device.Device) device.Copier { return d.(device.Copier) }
+	pool := func(d device.Device) device.StreamOrderedMemory { return d.(device.StreamOrderedMemory) }
 	none := func(call func(d device.Device, i int) error) callCase {
 		return callCase{func(*testing.T, *sim.Device, int) func(device.Device, int) error { return call }}
 	}
@@ -174,7 +182,41 @@ func callCases() map[device.Call]callCase {
 			require.NoError(t, err)
 			return func(d device.Device, i int) error { return d.(device.StreamWaiter).WaitEvent(st, es[i]) }
 		}},
-		device.CallHostAlloc: none(func(d device.Device, _ int) error { _, err := host(d).HostAlloc(64); return err }),
+		device.CallCopyToHost: {func(t *testing.T, s *sim.Device, n int) func(device.Device, int) error {
+			p, err := s.Malloc(mib)
+			require.NoError(t, err)
+			buf := make([]byte, 64)
+			return func(d device.Device, i int) error { return copier(d).CopyToHost(buf, p+device.Ptr(i*64)) }
+		}},
+		device.CallCopyFromHost: {func(t *testing.T, s *sim.Device, n int) func(device.Device, int) error {
+			p, err := s.Malloc(mib)
+			require.NoError(t, err)
+			return func(d device.Device, i int) error { return copier(d).CopyFromHost(p+device.Ptr(i*64), []byte{1, 2, 3}) }
+		}},
+		device.CallMallocAsync: none(func(d device.Device, _ int) error { _, err := pool(d).MallocAsync(mib, 0); return err }),
+		device.CallFreeAsync: {func(t *testing.T, s *sim.Device, n int) func(device.Device, int) error {
+			ps := made(t, n, func() (device.Ptr, error) { return s.MallocAsync(mib, 0) })
+			return func(d device.Device, i int) error { return pool(d).FreeAsync(ps[i], 0) }
+		}},
+		device.CallSetReleaseThreshold: none(func(d device.Device, i int) error { return pool(d).SetReleaseThreshold(uint64(i)) }),
+		device.CallTrimPool: {func(t *testing.T, s *sim.Device, n int) func(device.Device, int) error {
+			// An idle chunk the threshold holds: the trims keep it (the
+			// device counts each), but the last one returns it.
+			require.NoError(t, s.SetReleaseThreshold(1<<62))
+			p, err := s.MallocAsync(mib, 0)
+			require.NoError(t, err)
+			require.NoError(t, s.FreeAsync(p, 0))
+			return func(d device.Device, i int) error {
+				keep := uint64(sim.PoolChunk)
+				if i == n-1 {
+					keep = 0
+				}
+				return pool(d).TrimPool(keep)
+			}
+		}},
+		device.CallPoolUsage:      none(func(d device.Device, _ int) error { _, err := pool(d).PoolUsage(); return err }),
+		device.CallResetPoolPeaks: none(func(d device.Device, _ int) error { return pool(d).ResetPoolPeaks() }),
+		device.CallHostAlloc:      none(func(d device.Device, _ int) error { _, err := host(d).HostAlloc(64); return err }),
 		device.CallHostFree: {func(t *testing.T, s *sim.Device, n int) func(device.Device, int) error {
 			bs := made(t, n, func() ([]byte, error) { return s.HostAlloc(64) })
 			return func(d device.Device, i int) error { return host(d).HostFree(bs[i]) }

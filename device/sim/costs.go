@@ -39,6 +39,12 @@ type Costs struct {
 	HostAlloc       time.Duration // fixed part of cudaHostAlloc
 	HostAllocPerGiB time.Duration // page pinning, per GiB (pro rata)
 	HostFree        time.Duration // cudaFreeHost
+
+	Copy       time.Duration // fixed part of cuMemcpyDtoH / cuMemcpyHtoD
+	CopyPerGiB time.Duration // transfer time per GiB (pro rata)
+
+	MallocAsync time.Duration // cuMemAllocFromPoolAsync (a growth of the pool adds Malloc's cost of the chunk)
+	FreeAsync   time.Duration // cuMemFreeAsync (each chunk returned to the device costs Free)
 }
 
 // DefaultCosts returns the default model, in the range a current data-centre
@@ -70,6 +76,12 @@ func DefaultCosts() Costs {
 		HostAlloc:       20 * time.Microsecond,
 		HostAllocPerGiB: 150 * time.Millisecond,
 		HostFree:        30 * time.Microsecond,
+
+		Copy:       10 * time.Microsecond,
+		CopyPerGiB: 40 * time.Millisecond, // about 25 GB/s over PCIe
+
+		MallocAsync: 1 * time.Microsecond,
+		FreeAsync:   1 * time.Microsecond,
 	}
 }
 
@@ -81,6 +93,7 @@ func NoCosts() Costs {
 		EventRecord: -1, EventQuery: -1, EventSynchronize: -1, EventRelease: -1, EventWait: -1,
 		Reserve: -1, Release: -1, Map: -1, Unmap: -1,
 		HostAlloc: -1, HostAllocPerGiB: -1, HostFree: -1,
+		Copy: -1, CopyPerGiB: -1, MallocAsync: -1, FreeAsync: -1,
 	}
 }
 
@@ -116,6 +129,10 @@ func (c Costs) resolve() Costs {
 		HostAlloc:         pick(c.HostAlloc, d.HostAlloc),
 		HostAllocPerGiB:   pick(c.HostAllocPerGiB, d.HostAllocPerGiB),
 		HostFree:          pick(c.HostFree, d.HostFree),
+		Copy:              pick(c.Copy, d.Copy),
+		CopyPerGiB:        pick(c.CopyPerGiB, d.CopyPerGiB),
+		MallocAsync:       pick(c.MallocAsync, d.MallocAsync),
+		FreeAsync:         pick(c.FreeAsync, d.FreeAsync),
 	}
 }
 
@@ -155,4 +172,8 @@ func (c *Costs) malloc(bytes uint64) time.Duration {
 
 func (c *Costs) hostAlloc(bytes uint64) time.Duration {
 	return plus(c.HostAlloc, perGiB(c.HostAllocPerGiB, bytes))
+}
+
+func (c *Costs) copy(bytes uint64) time.Duration {
+	return plus(c.Copy, perGiB(c.CopyPerGiB, bytes))
 }

@@ -34,6 +34,10 @@ func testCosts() Costs {
 		HostAlloc:         43,
 		HostAllocPerGiB:   2 << 20, // 2 ns per KiB
 		HostFree:          47,
+		Copy:              61,
+		CopyPerGiB:        3 << 20, // 3 ns per KiB
+		MallocAsync:       67,
+		FreeAsync:         71,
 	}
 }
 
@@ -72,6 +76,16 @@ func TestCosts(t *testing.T) {
 	step("release", 31, func() error { return d.Release(r) })
 	step("host alloc of 1 MiB", 43+2*1024, func() (err error) { h, err = d.HostAlloc(MiB); return })
 	step("host free", 47, func() error { return d.HostFree(h) })
+	step("malloc to copy into", 1000+64, func() (err error) { p, err = d.Malloc(page); return })
+	buf := make([]byte, 4*KiB)
+	step("copy of 4 KiB from host", 61+4*3, func() error { return d.CopyFromHost(p, buf) })
+	step("copy of 4 KiB to host", 61+4*3, func() error { return d.CopyToHost(buf, p) })
+	var a, b device.Ptr
+	step("malloc async that grows the pool by a page", 67+1000+64, func() (err error) { a, err = d.MallocAsync(1000, s); return })
+	step("malloc async from the pool", 67, func() (err error) { b, err = d.MallocAsync(1000, s); return })
+	step("free async", 71, func() error { return d.FreeAsync(a, s) })
+	step("free async", 71, func() error { return d.FreeAsync(b, s) })
+	step("trim returning one chunk", 3, func() error { return d.TrimPool(0) })
 
 	// Test controls and read-only methods cost nothing.
 	step("controls", 0, func() error {
@@ -79,10 +93,16 @@ func TestCosts(t *testing.T) {
 		_ = d.Allocations()
 		_ = d.BytesInUse()
 		_ = d.Reservations()
+		_ = d.PoolChunks()
+		_ = d.ContentPages()
+		_, err := d.PoolUsage()
+		require.NoError(t, err)
+		require.NoError(t, d.ResetPoolPeaks())
+		require.NoError(t, d.SetReleaseThreshold(1))
 		_ = d.HasStream(s)
 		_ = d.Streams()
 		_ = d.String()
-		_, err := d.PendingWork(s)
+		_, err = d.PendingWork(s)
 		require.NoError(t, err)
 		d.FailNthMalloc(0)
 		d.FailMallocAbove(0)

@@ -2,7 +2,8 @@
 // device on which the caching allocator, its tests, trace replays and
 // benchmarks run without a GPU. A *Device implements device.Device and
 // every optional capability: device.VirtualMemory, device.HostMemory,
-// device.StreamChecker, device.UsageReporter and device.StreamWaiter.
+// device.StreamChecker, device.UsageReporter, device.StreamWaiter,
+// device.ProgressReporter, device.Copier and device.StreamOrderedMemory.
 //
 // It is a model, not a mock: memory is charged in pages against a
 // capacity, addresses follow one fixed rule, streams hold work until the
@@ -111,6 +112,33 @@
 // Config.HostCapacity live at once; HostFree identifies the allocation by
 // its first byte, as cudaFreeHost does by pointer.
 //
+// # Contents and copies
+//
+// Addresses are fake, but the device keeps what is copied to it
+// (device.Copier), sparsely: only 4 KiB pages ever written hold bytes,
+// unwritten memory reads as zeros, and freeing, unmapping or returning
+// memory to the pool drops its bytes, so a 6 GiB device holding 6 GiB of
+// allocations costs host memory only for what was written. A copy must
+// lie inside one live Malloc allocation (its requested bytes), one mapped
+// range or one live pool block, else it fails with
+// device.ErrInvalidPointer. Copies cost Costs.Copy plus Costs.CopyPerGiB.
+//
+// # The stream-ordered pool
+//
+// MallocAsync and FreeAsync (device.StreamOrderedMemory) model the CUDA
+// driver's default memory pool. The pool takes chunks of at least
+// PoolChunk bytes from the device's capacity (charged as Malloc's pages
+// are) and cuts blocks, rounded to PoolAlignment, from the lowest free
+// bytes the stream may use. A free is queued on its stream as one unit of
+// work: the block is reusable at once by that stream, and by other
+// streams once the stream has run the free (after the events recorded on
+// it before, and the work it waits for with WaitEvent). A synchronization (Synchronize,
+// SynchronizeStream, SynchronizeEvent) returns idle chunks to the device
+// while the pool holds more than its release threshold (default 0);
+// TrimPool does the same down to a given size. A growth the device cannot
+// hold fails with device.ErrOutOfMemory; FailNthMalloc and the other
+// malloc faults apply to growths, FailFrees to FreeAsync.
+//
 // # Costs and the clock
 //
 // Every call adds its simulated cost (Costs; DefaultCosts are near a real
@@ -128,8 +156,8 @@
 // ones (FailedMallocs counts every Malloc that returned an error;
 // FailedFrees every Free; FailedMaps the Maps that ran out of memory;
 // FailedUnmaps and FailedEventQueries the injected failures), and bytes:
-// BytesInUse is what is charged against capacity (Malloc pages and mapped
-// pages), PeakBytesInUse its high-water mark.
+// BytesInUse is what is charged against capacity (Malloc pages, mapped
+// pages and pool chunks), PeakBytesInUse its high-water mark.
 //
 // # Faults
 //

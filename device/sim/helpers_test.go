@@ -23,6 +23,10 @@ var (
 	_ device.HostMemory    = (*Device)(nil)
 	_ device.StreamChecker = (*Device)(nil)
 	_ device.UsageReporter = (*Device)(nil)
+	_ device.StreamWaiter  = (*Device)(nil)
+	_ device.Copier        = (*Device)(nil)
+
+	_ device.StreamOrderedMemory = (*Device)(nil)
 )
 
 // tb is what both *testing.T and *rapid.T offer.
@@ -99,6 +103,9 @@ type state struct {
 	Streams  []streamState // queue positions and busy flags, per stream
 	Events   int
 	Host     int
+	Pool     []PoolChunkInfo
+	Usage    device.PoolUsage
+	Content  int
 }
 
 func stateOf(d *Device) state {
@@ -107,6 +114,9 @@ func stateOf(d *Device) state {
 		s.Mapped[r.Ptr] = d.Mapped(r.Ptr)
 	}
 	s.Counters = d.Counters()
+	s.Pool = d.PoolChunks()
+	s.Usage, _ = d.PoolUsage()
+	s.Content = d.ContentPages()
 	d.mu.Lock()
 	s.Streams = append([]streamState(nil), d.streams...)
 	s.Events = len(d.events)

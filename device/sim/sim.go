@@ -64,7 +64,8 @@ type Counters struct {
 	Mallocs, Frees             int64
 	FailedMallocs, FailedFrees int64
 	// BytesInUse is what is charged against capacity: Malloc ranges
-	// rounded up to whole pages plus mapped pages. PeakBytesInUse is its
+	// rounded up to whole pages, mapped pages and the stream-ordered
+	// pool's chunks. PeakBytesInUse is its
 	// highest value.
 	BytesInUse, PeakBytesInUse uint64
 	// Synchronizations counts device-wide synchronizations: Synchronize
@@ -95,6 +96,15 @@ type Counters struct {
 	// to show that a synchronization costs no more with streams that hold
 	// nothing.
 	StreamVisits int64
+
+	Copies, FailedCopies int64  // CopyToHost and CopyFromHost calls
+	CopiedBytes          uint64 // bytes the successful copies moved
+	// The stream-ordered pool: MallocAsync and FreeAsync calls, chunks it
+	// took from the device and gave back, and TrimPool calls.
+	AsyncMallocs, FailedAsyncMallocs int64
+	AsyncFrees, FailedAsyncFrees     int64
+	PoolGrowths, PoolReleases        int64
+	PoolTrims                        int64
 }
 
 // Range is one live Malloc allocation.
@@ -110,7 +120,8 @@ func (r Range) End() device.Ptr { return r.Ptr + device.Ptr(r.Charged) }
 // Device is a simulated GPU. It implements device.Device and every
 // optional capability (device.VirtualMemory, device.HostMemory,
 // device.StreamChecker, device.UsageReporter, device.StreamWaiter,
-// device.ProgressReporter), and is safe for concurrent use.
+// device.ProgressReporter, device.Copier, device.StreamOrderedMemory), and
+// is safe for concurrent use.
 type Device struct {
 	// Fixed at construction; read without the lock.
 	ordinal  int
@@ -142,6 +153,8 @@ type Device struct {
 	adopted   map[uintptr]int // adopted streams by external name (AdoptStreamHandle), to their index
 	nextEvent device.Event
 	faults    faults
+	content   contents  // bytes copied to the device (copy.go)
+	pool      asyncPool // the stream-ordered pool (pool.go)
 
 	// unfinished lists the streams that may hold unfinished work (see
 	// streamState.listed), so that Synchronize visits only those.
@@ -361,6 +374,7 @@ func (d *Device) freeLocked(p device.Ptr) (time.Duration, error) {
 		return t, d.fail(op, err, "%v: injected fault", p)
 	}
 	delete(d.live, p)
+	d.dropLocked(uint64(p), uint64(p)+r.Charged)
 	d.mem.give(uint64(p), r.Charged)
 	d.unchargeLocked(r.Charged)
 	d.c.Frees++
@@ -381,8 +395,8 @@ func (d *Device) MemInfo() (free, total uint64, err error) {
 	return free, total, nil
 }
 
-// BytesInUse returns the bytes charged against capacity (Malloc pages and
-// mapped pages): the device.UsageReporter capability. Unlike MemInfo it
+// BytesInUse returns the bytes charged against capacity (Malloc pages,
+// mapped pages and the stream-ordered pool's chunks): the device.UsageReporter capability. Unlike MemInfo it
 // costs nothing and counts nothing.
 func (d *Device) BytesInUse() uint64 {
 	d.mu.Lock()

@@ -156,6 +156,7 @@ func (d *Device) Synchronize() error {
 	d.unfinished = d.unfinished[:0]
 	d.c.Synchronizations++
 	t := d.payLocked(d.costs.Synchronize)
+	t += d.settlePoolLocked()
 	d.mu.Unlock()
 	nap(t)
 	return nil
@@ -229,6 +230,7 @@ func (d *Device) SynchronizeStream(s device.Stream) error {
 	if err == nil {
 		d.runLocked(s, st.queued)
 		d.c.StreamSynchronizations++
+		t += d.settlePoolLocked()
 	}
 	d.mu.Unlock()
 	nap(t)
@@ -300,20 +302,8 @@ func (d *Device) RecordEvent(s device.Stream) (device.Event, error) {
 		nap(t)
 		return 0, err
 	}
-	st.queued++
 	idx, _ := d.streamIndex(s)
-	if !st.busy {
-		if d.waits == 0 {
-			st.completed = st.queued
-			d.progressedLocked(idx)
-		} else {
-			d.settleLocked()
-		}
-	}
-	if st.completed < st.queued && !st.listed {
-		st.listed = true
-		d.unfinished = append(d.unfinished, idx)
-	}
+	d.queueLocked(idx)
 	d.nextEvent++
 	e := d.nextEvent
 	d.events[e] = eventState{stream: idx, seq: st.queued}
@@ -321,6 +311,26 @@ func (d *Device) RecordEvent(s device.Stream) (device.Event, error) {
 	d.mu.Unlock()
 	nap(t)
 	return e, nil
+}
+
+// queueLocked queues one unit of work on stream i (an event, or a free of
+// the stream-ordered pool): on a stream that is not busy it finishes at
+// once, unless the stream waits for other streams' work.
+func (d *Device) queueLocked(i int) {
+	st := &d.streams[i]
+	st.queued++
+	if !st.busy {
+		if d.waits == 0 {
+			st.completed = st.queued
+			d.progressedLocked(i)
+		} else {
+			d.settleLocked()
+		}
+	}
+	if st.completed < st.queued && !st.listed {
+		st.listed = true
+		d.unfinished = append(d.unfinished, i)
+	}
 }
 
 // eventLocked finds e, then applies FailEventQueries.
@@ -363,6 +373,7 @@ func (d *Device) SynchronizeEvent(e device.Event) error {
 		d.finishLocked(ev.stream, ev.seq)
 		d.settleLocked()
 		d.c.EventSynchronizations++
+		t += d.settlePoolLocked()
 	}
 	d.mu.Unlock()
 	nap(t)

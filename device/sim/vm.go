@@ -188,6 +188,7 @@ func (d *Device) unmapLocked(p device.Ptr, size uint64) (time.Duration, error) {
 		r.mapped = slices.Insert(r.mapped, i+1, [2]uint64{hi, m[1]})
 	}
 	r.bytes -= size
+	d.dropLocked(lo, hi)
 	d.unchargeLocked(size)
 	d.c.MappedBytes -= size
 	d.c.Unmaps++

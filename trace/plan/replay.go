@@ -41,16 +41,21 @@ type Machine struct {
 	// Device is the simulated device.
 	Device *sim.Device
 	// Allocator is the caching allocator; nil for the pass-through
-	// baseline.
+	// baseline and for backend:cudaMallocAsync (Async).
 	Allocator *allocator.Allocator
+	// Async is the allocator of backend:cudaMallocAsync, when the
+	// configuration names that backend; nil otherwise.
+	Async *allocator.Async
 
 	target oomCatcher
 	ran    bool
 }
 
 // NewMachine makes a simulated device of capacity bytes (DefaultCapacity if
-// 0) and, on it, the caching allocator with cfg, or the pass-through
-// baseline (no cache) if baseline is set.
+// 0) and, on it, the caching allocator with cfg, the device's
+// stream-ordered pool when cfg.Backend is backend:cudaMallocAsync
+// (allocator.NewAsync), or the pass-through baseline (no cache) if
+// baseline is set.
 func NewMachine(cfg allocator.Config, capacity uint64, baseline bool) (*Machine, error) {
 	if capacity == 0 {
 		capacity = DefaultCapacity
@@ -66,6 +71,15 @@ func NewMachine(cfg allocator.Config, capacity uint64, baseline bool) (*Machine,
 			return nil, err
 		}
 		m.target.Target = p
+		return m, nil
+	}
+	if cfg.Backend == allocator.BackendCudaMallocAsync {
+		a, err := allocator.NewAsync(dev, cfg)
+		if err != nil {
+			return nil, err
+		}
+		m.Async = a
+		m.target.Target = a
 		return m, nil
 	}
 	a, err := allocator.New(dev, cfg)

@@ -14,8 +14,8 @@ import (
 	"github.com/gpumem/gpumem/trace"
 )
 
-// Target is what Run drives. *allocator.Allocator and
-// *allocator.Passthrough implement it.
+// Target is what Run drives. *allocator.Allocator, *allocator.Passthrough
+// and *allocator.Async (backend:cudaMallocAsync) implement it.
 type Target interface {
 	Alloc(size uint64, s device.Stream) (device.Ptr, error)
 	Free(p device.Ptr) error

@@ -79,8 +79,7 @@ func (r *run) line(format string, args ...any) {
 func Run(d device.Device) Result {
 	r := &run{d: d}
 	caps := device.CapabilitiesOf(d)
-	r.line("ordinal %d, name %q, capabilities vm=%t host=%t streams=%t usage=%t wait=%t", d.Ordinal(), d.Name(),
-		caps.VirtualMemory != nil, caps.HostMemory != nil, caps.StreamChecker != nil, caps.UsageReporter != nil, caps.StreamWaiter != nil)
+	r.line("ordinal %d, name %q, capabilities %v", d.Ordinal(), d.Name(), Offered(d))
 
 	free, total, err := d.MemInfo()
 	r.note(device.CallMemInfo, 0, err, "%d of %d", free, total)
@@ -152,6 +151,12 @@ func Run(d device.Device) Result {
 	if h := caps.HostMemory; h != nil {
 		r.hostMemory(h)
 	}
+	if c := caps.Copier; c != nil {
+		r.copier(c)
+	}
+	if so := caps.StreamOrderedMemory; so != nil {
+		r.streamOrdered(so, s)
+	}
 	for _, p := range live {
 		err := d.Free(p)
 		r.note(device.CallFree, 0, err, "%v", p)
@@ -211,13 +216,79 @@ func (r *run) hostMemory(h device.HostMemory) {
 	}
 }
 
-// Subsets returns d composed with each of the 32 subsets of its
+// copier copies a pattern into a new allocation of 4096 bytes and back,
+// makes a copy past its end and one at the null pointer, and frees it.
+func (r *run) copier(c device.Copier) {
+	p, err := r.d.Malloc(4096)
+	r.note(device.CallMalloc, 4096, err, "4096 -> %v", p)
+	if err != nil {
+		return
+	}
+	defer func() {
+		err := r.d.Free(p)
+		r.note(device.CallFree, 0, err, "%v", p)
+	}()
+	src := []byte("gpumem")
+	err = c.CopyFromHost(p+1, src)
+	r.note(device.CallCopyFromHost, uint64(len(src)), err, "%v <- %q", p+1, src)
+	dst := make([]byte, 8)
+	err = c.CopyToHost(dst, p)
+	r.note(device.CallCopyToHost, uint64(len(dst)), err, "%v -> %q", p, dst)
+	err = c.CopyToHost(dst, 0)
+	r.note(device.CallCopyToHost, uint64(len(dst)), err, "null")
+	err = c.CopyFromHost(p+4094, src)
+	r.note(device.CallCopyFromHost, uint64(len(src)), err, "past the end")
+}
+
+// streamOrdered allocates from the pool on s and the default stream,
+// frees (once twice, once on an unknown stream), reads the usage, trims
+// and resets the peaks.
+func (r *run) streamOrdered(so device.StreamOrderedMemory, s device.Stream) {
+	var live []device.Ptr
+	for _, c := range []struct {
+		size uint64
+		s    device.Stream
+	}{{1 << 20, s}, {4096, device.DefaultStream}, {0, s}, {1, 12345}} {
+		p, err := so.MallocAsync(c.size, c.s)
+		r.note(device.CallMallocAsync, c.size, err, "%d on %d -> %v", c.size, c.s, p)
+		if err == nil {
+			live = append(live, p)
+		}
+	}
+	usage := func() {
+		u, err := so.PoolUsage()
+		r.note(device.CallPoolUsage, 0, err, "%+v", u)
+	}
+	usage()
+	err := so.SetReleaseThreshold(1 << 62)
+	r.note(device.CallSetReleaseThreshold, 0, err, "%d", uint64(1<<62))
+	if len(live) > 0 {
+		err := so.FreeAsync(live[0], 12345)
+		r.note(device.CallFreeAsync, 0, err, "%v on %d", live[0], 12345)
+	}
+	for i, p := range live {
+		for range 1 + i%2 { // the second block is freed twice
+			err := so.FreeAsync(p, s)
+			r.note(device.CallFreeAsync, 0, err, "%v on %d", p, s)
+		}
+	}
+	usage()
+	err = so.TrimPool(0)
+	r.note(device.CallTrimPool, 0, err, "0")
+	err = so.ResetPoolPeaks()
+	r.note(device.CallResetPoolPeaks, 0, err, "")
+	usage()
+	err = so.SetReleaseThreshold(0)
+	r.note(device.CallSetReleaseThreshold, 0, err, "0")
+}
+
+// Subsets returns d composed with each of the 128 subsets of its
 // capabilities (device.Compose), the one with none first; the capabilities
 // d lacks stay absent.
 func Subsets(d device.Device) []device.Device {
 	all := device.CapabilitiesOf(d)
-	out := make([]device.Device, 0, 32)
-	for mask := range 32 {
+	out := make([]device.Device, 0, 1<<NumCapabilities)
+	for mask := range 1 << NumCapabilities {
 		var c device.Capabilities
 		if mask&1 != 0 {
 			c.VirtualMemory = all.VirtualMemory
@@ -234,14 +305,24 @@ func Subsets(d device.Device) []device.Device {
 		if mask&16 != 0 {
 			c.StreamWaiter = all.StreamWaiter
 		}
+		if mask&32 != 0 {
+			c.Copier = all.Copier
+		}
+		if mask&64 != 0 {
+			c.StreamOrderedMemory = all.StreamOrderedMemory
+		}
 		out = append(out, device.Compose(d, c))
 	}
 	return out
 }
 
+// NumCapabilities is the number of fields of device.Capabilities.
+const NumCapabilities = 7
+
 // Offered reports which capabilities d offers, in the order of the fields
 // of device.Capabilities.
-func Offered(d device.Device) [5]bool {
+func Offered(d device.Device) [NumCapabilities]bool {
 	c := device.CapabilitiesOf(d)
-	return [5]bool{c.VirtualMemory != nil, c.HostMemory != nil, c.StreamChecker != nil, c.UsageReporter != nil, c.StreamWaiter != nil}
+	return [NumCapabilities]bool{c.VirtualMemory != nil, c.HostMemory != nil, c.StreamChecker != nil,
+		c.UsageReporter != nil, c.StreamWaiter != nil, c.Copier != nil, c.StreamOrderedMemory != nil}
 }

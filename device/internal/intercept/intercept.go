@@ -14,8 +14,11 @@ import "github.com/gpumem/gpumem/device"
 // Hooks observe and may refuse calls.
 type Hooks interface {
 	// Before runs before a call of kind c reaches the wrapped device; size
-	// is the byte count the call carries (Malloc, Reserve, Map, Unmap and
-	// HostAlloc sizes, HostFree's slice length; 0 for the others). A
+	// is the byte count the call carries (Malloc, Reserve, Map, Unmap,
+	// HostAlloc and MallocAsync sizes, HostFree's slice length, the length
+	// of a copy's host buffer; 0 for the others, including the byte counts
+	// SetReleaseThreshold and TrimPool take, which are limits, not bytes
+	// moved). A
 	// non-nil error fails the call with that error, and the wrapped device
 	// is not called.
 	Before(c device.Call, size uint64) error
@@ -203,6 +206,84 @@ func (w *wrapper) WaitEvent(s device.Stream, e device.Event) error {
 	}
 	err := w.caps.StreamWaiter.WaitEvent(s, e)
 	w.h.After(device.CallWaitEvent, 0, err)
+	return err
+}
+
+// device.Copier
+
+func (w *wrapper) CopyToHost(dst []byte, src device.Ptr) error {
+	size := uint64(len(dst))
+	if err := w.h.Before(device.CallCopyToHost, size); err != nil {
+		return err
+	}
+	err := w.caps.Copier.CopyToHost(dst, src)
+	w.h.After(device.CallCopyToHost, size, err)
+	return err
+}
+
+func (w *wrapper) CopyFromHost(dst device.Ptr, src []byte) error {
+	size := uint64(len(src))
+	if err := w.h.Before(device.CallCopyFromHost, size); err != nil {
+		return err
+	}
+	err := w.caps.Copier.CopyFromHost(dst, src)
+	w.h.After(device.CallCopyFromHost, size, err)
+	return err
+}
+
+// device.StreamOrderedMemory
+
+func (w *wrapper) MallocAsync(size uint64, s device.Stream) (device.Ptr, error) {
+	if err := w.h.Before(device.CallMallocAsync, size); err != nil {
+		return 0, err
+	}
+	p, err := w.caps.StreamOrderedMemory.MallocAsync(size, s)
+	w.h.After(device.CallMallocAsync, size, err)
+	return p, err
+}
+
+func (w *wrapper) FreeAsync(p device.Ptr, s device.Stream) error {
+	if err := w.h.Before(device.CallFreeAsync, 0); err != nil {
+		return err
+	}
+	err := w.caps.StreamOrderedMemory.FreeAsync(p, s)
+	w.h.After(device.CallFreeAsync, 0, err)
+	return err
+}
+
+func (w *wrapper) SetReleaseThreshold(bytes uint64) error {
+	if err := w.h.Before(device.CallSetReleaseThreshold, 0); err != nil {
+		return err
+	}
+	err := w.caps.StreamOrderedMemory.SetReleaseThreshold(bytes)
+	w.h.After(device.CallSetReleaseThreshold, 0, err)
+	return err
+}
+
+func (w *wrapper) TrimPool(keep uint64) error {
+	if err := w.h.Before(device.CallTrimPool, 0); err != nil {
+		return err
+	}
+	err := w.caps.StreamOrderedMemory.TrimPool(keep)
+	w.h.After(device.CallTrimPool, 0, err)
+	return err
+}
+
+func (w *wrapper) PoolUsage() (device.PoolUsage, error) {
+	if err := w.h.Before(device.CallPoolUsage, 0); err != nil {
+		return device.PoolUsage{}, err
+	}
+	u, err := w.caps.StreamOrderedMemory.PoolUsage()
+	w.h.After(device.CallPoolUsage, 0, err)
+	return u, err
+}
+
+func (w *wrapper) ResetPoolPeaks() error {
+	if err := w.h.Before(device.CallResetPoolPeaks, 0); err != nil {
+		return err
+	}
+	err := w.caps.StreamOrderedMemory.ResetPoolPeaks()
+	w.h.After(device.CallResetPoolPeaks, 0, err)
 	return err
 }
 

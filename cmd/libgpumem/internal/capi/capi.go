@@ -10,7 +10,8 @@
 // A Lib holds one caching allocator per device ordinal, made on the
 // ordinal's first use from a Device that Open returns, with the Config
 // given to New (the library reads it from the environment at load: see
-// ConfFromEnv). Streams arrive as raw driver handles (cudaStream_t) and are
+// ConfFromEnv); with backend:cudaMallocAsync in the Config, the allocator
+// is the device's stream-ordered pool (allocator.Async) instead. Streams arrive as raw driver handles (cudaStream_t) and are
 // adopted on first sight (AdoptStreamHandle), so the allocator orders each
 // block on the stream the caller launches on; 0 is the legacy default
 // stream. Adopted streams are never released: a C caller never says when
@@ -43,6 +44,7 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
+	memstats "github.com/gpumem/gpumem/stats"
 )
 
 // MaxDevices is the number of device ordinals a Lib serves (0 to
@@ -72,10 +74,22 @@ type Lib struct {
 	devs [MaxDevices]atomic.Pointer[dev]
 }
 
+// backend is what a Lib calls of a device's allocator: the caching
+// allocator (*allocator.Allocator) or, with backend:cudaMallocAsync, the
+// stream-ordered pool (*allocator.Async).
+type backend interface {
+	Alloc(size uint64, s device.Stream) (device.Ptr, error)
+	Free(p device.Ptr) error
+	RecordStream(p device.Ptr, s device.Stream) error
+	EmptyCache() error
+	Stats() memstats.DeviceStats
+	Summary(abbreviated bool) string
+}
+
 // dev is one device's state.
 type dev struct {
 	d Device
-	a *allocator.Allocator
+	a backend
 
 	// streams holds the adopted streams by handle. The map is never
 	// changed once published: adoption (under streamMu) publishes a copy
@@ -123,7 +137,12 @@ func (l *Lib) device(ordinal int) (*dev, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := allocator.New(dv, l.conf)
+	var a backend
+	if l.conf.Backend == allocator.BackendCudaMallocAsync {
+		a, err = allocator.NewAsync(dv, l.conf)
+	} else {
+		a, err = allocator.New(dv, l.conf)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -287,3 +287,48 @@ func TestPanicsBecomeErrors(t *testing.T) {
 	require.NoError(t, l.Free(p, mib, 0, 0), "the failed free changed nothing")
 	require.NoError(t, l.EmptyCache(0))
 }
+
+// TestAsyncBackend: with backend:cudaMallocAsync each device's allocator
+// is its stream-ordered pool: blocks come from it, a free on another stream
+// waits for that stream, the stats are the pool's and the summary is
+// PyTorch's table of them.
+func TestAsyncBackend(t *testing.T) {
+	conf, err := allocator.ParseConf("backend:cudaMallocAsync")
+	require.NoError(t, err)
+	l, devs := simLib(t, 1<<30, conf)
+	const s1, s2 = 0x1000, 0x2000
+	p, err := l.Malloc(3*mib, 0, s1)
+	require.NoError(t, err)
+	require.NotZero(t, p)
+	d := devs[0]
+	assert.Equal(t, int64(1), d.Counters().AsyncMallocs)
+	assert.Zero(t, d.Counters().Mallocs, "no device malloc: the pool serves it")
+	m := stats(t, l, 0)
+	assert.Equal(t, int64(3*mib), m["allocated_bytes.all.current"])
+	assert.Equal(t, int64(sim.PoolChunk), m["reserved_bytes.all.current"])
+	assert.Zero(t, m["num_device_alloc"])
+
+	// Freed on another stream: recorded there first, so the pool reuses
+	// the block only once that stream's work is done.
+	s2dev, err := d.AdoptStreamHandle(s2)
+	require.NoError(t, err)
+	require.NoError(t, d.SetStreamBusy(s2dev, true))
+	_, err = d.RecordEvent(s2dev)
+	require.NoError(t, err)
+	require.NoError(t, l.Free(p, 3*mib, 0, s2))
+	q, err := l.Malloc(3*mib, 0, s1)
+	require.NoError(t, err)
+	assert.NotEqual(t, p, q, "stream 2's work is not done")
+	require.NoError(t, d.CompleteStream(s2dev))
+	r, err := l.Malloc(3*mib, 0, s1)
+	require.NoError(t, err)
+	assert.Equal(t, p, r)
+
+	sum, err := l.Summary(0, true)
+	require.NoError(t, err)
+	assert.Contains(t, sum, "Allocated memory")
+	require.NoError(t, l.Free(q, 0, 0, s1))
+	require.NoError(t, l.Free(r, 0, 0, s1))
+	require.NoError(t, l.EmptyCache(0))
+	assert.Zero(t, d.BytesInUse())
+}

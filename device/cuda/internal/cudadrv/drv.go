@@ -2,7 +2,8 @@
 
 // drv.go: the cgo calls into the driver that gorgonia.org/cu lacks: the
 // probe's state, device attributes, virtual memory management, pinned host
-// memory and the driver's error texts.
+// memory, copies between host and device, the device's default memory pool
+// (stream-ordered allocation) and the driver's error texts.
 
 package cudadrv
 
@@ -87,6 +88,48 @@ static int gpumem_host_free(void *p) {
 	return cuMemFreeHost(p);
 }
 
+static int gpumem_memcpy_dtoh(void *dst, uint64_t src, uint64_t n) {
+	return cuMemcpyDtoH(dst, (CUdeviceptr)src, (size_t)n);
+}
+
+static int gpumem_memcpy_htod(uint64_t dst, const void *src, uint64_t n) {
+	return cuMemcpyHtoD((CUdeviceptr)dst, src, (size_t)n);
+}
+
+static int gpumem_default_mem_pool(int dev, uintptr_t *out) {
+	CUmemoryPool pool = 0;
+	CUresult r = cuDeviceGetDefaultMemPool(&pool, (CUdevice)dev);
+	*out = (uintptr_t)pool;
+	return r;
+}
+
+static int gpumem_alloc_async(uint64_t size, uintptr_t pool, uintptr_t stream, uint64_t *out) {
+	CUdeviceptr p = 0;
+	CUresult r = cuMemAllocFromPoolAsync(&p, (size_t)size, (CUmemoryPool)pool, (CUstream)stream);
+	*out = (uint64_t)p;
+	return r;
+}
+
+static int gpumem_free_async(uint64_t p, uintptr_t stream) {
+	return cuMemFreeAsync((CUdeviceptr)p, (CUstream)stream);
+}
+
+static int gpumem_pool_set(uintptr_t pool, int attr, uint64_t v) {
+	cuuint64_t x = (cuuint64_t)v;
+	return cuMemPoolSetAttribute((CUmemoryPool)pool, (CUmemPool_attribute)attr, &x);
+}
+
+static int gpumem_pool_get(uintptr_t pool, int attr, uint64_t *out) {
+	cuuint64_t x = 0;
+	CUresult r = cuMemPoolGetAttribute((CUmemoryPool)pool, (CUmemPool_attribute)attr, &x);
+	*out = (uint64_t)x;
+	return r;
+}
+
+static int gpumem_pool_trim(uintptr_t pool, uint64_t keep) {
+	return cuMemPoolTrimTo((CUmemoryPool)pool, (size_t)keep);
+}
+
 static const char *gpumem_error_name(int code) {
 	const char *s = 0;
 	if (cuGetErrorName((CUresult)code, &s) != CUDA_SUCCESS) return 0;
@@ -119,6 +162,18 @@ const (
 
 // AttrVirtualMemorySupported is CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED.
 const AttrVirtualMemorySupported = C.CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+
+// AttrMemoryPoolsSupported is CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED.
+const AttrMemoryPoolsSupported = C.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
+
+// Memory pool attributes (CUmemPool_attribute) that callers read or set.
+const (
+	PoolReleaseThreshold   = C.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+	PoolReservedMemCurrent = C.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT
+	PoolReservedMemHigh    = C.CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH
+	PoolUsedMemCurrent     = C.CU_MEMPOOL_ATTR_USED_MEM_CURRENT
+	PoolUsedMemHigh        = C.CU_MEMPOOL_ATTR_USED_MEM_HIGH
+)
 
 // InitResult reports what the driver answered to the first cuInit call of
 // the process: called is false if nothing has called cuInit yet, found is
@@ -225,4 +280,60 @@ func ErrorString(code int) string {
 		return C.GoString(s)
 	}
 	return ""
+}
+
+// MemcpyDtoH copies len(dst) bytes from device address src into dst
+// (cuMemcpyDtoH). dst holds no Go pointers.
+func MemcpyDtoH(dst []byte, src uint64) int {
+	if len(dst) == 0 {
+		return Success
+	}
+	return int(C.gpumem_memcpy_dtoh(unsafe.Pointer(&dst[0]), C.uint64_t(src), C.uint64_t(len(dst))))
+}
+
+// MemcpyHtoD copies src to device address dst (cuMemcpyHtoD).
+func MemcpyHtoD(dst uint64, src []byte) int {
+	if len(src) == 0 {
+		return Success
+	}
+	return int(C.gpumem_memcpy_htod(C.uint64_t(dst), unsafe.Pointer(&src[0]), C.uint64_t(len(src))))
+}
+
+// DefaultMemPool returns device dev's default memory pool, a CUmemoryPool
+// (cuDeviceGetDefaultMemPool).
+func DefaultMemPool(dev int) (uintptr, int) {
+	var p C.uintptr_t
+	r := C.gpumem_default_mem_pool(C.int(dev), &p)
+	return uintptr(p), int(r)
+}
+
+// AllocAsync allocates size bytes from pool in the order of stream, a
+// CUstream (cuMemAllocFromPoolAsync).
+func AllocAsync(size uint64, pool, stream uintptr) (uint64, int) {
+	var p C.uint64_t
+	r := C.gpumem_alloc_async(C.uint64_t(size), C.uintptr_t(pool), C.uintptr_t(stream), &p)
+	return uint64(p), int(r)
+}
+
+// FreeAsync frees p in the order of stream (cuMemFreeAsync).
+func FreeAsync(p uint64, stream uintptr) int {
+	return int(C.gpumem_free_async(C.uint64_t(p), C.uintptr_t(stream)))
+}
+
+// PoolSetAttribute sets a 64-bit attribute of pool (cuMemPoolSetAttribute).
+func PoolSetAttribute(pool uintptr, attr int, v uint64) int {
+	return int(C.gpumem_pool_set(C.uintptr_t(pool), C.int(attr), C.uint64_t(v)))
+}
+
+// PoolGetAttribute reads a 64-bit attribute of pool (cuMemPoolGetAttribute).
+func PoolGetAttribute(pool uintptr, attr int) (uint64, int) {
+	var v C.uint64_t
+	r := C.gpumem_pool_get(C.uintptr_t(pool), C.int(attr), &v)
+	return uint64(v), int(r)
+}
+
+// PoolTrimTo releases pool's unused memory down to keep bytes
+// (cuMemPoolTrimTo).
+func PoolTrimTo(pool uintptr, keep uint64) int {
+	return int(C.gpumem_pool_trim(C.uintptr_t(pool), C.uint64_t(keep)))
 }

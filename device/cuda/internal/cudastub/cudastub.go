@@ -56,7 +56,7 @@ var syms struct {
 	once                                                    sync.Once
 	reset, setCapacity, setDevices, setVMM, fail, calls     unsafe.Pointer
 	threads, invalidate, contextFailures, timedEvents, hold unsafe.Pointer
-	complete, live, used, unboundMalloc                     unsafe.Pointer
+	complete, live, used, unboundMalloc, setPools           unsafe.Pointer
 }
 
 func lookup(name string) unsafe.Pointer {
@@ -71,6 +71,7 @@ func load() {
 		syms.setCapacity = lookup("cudastub_set_capacity")
 		syms.setDevices = lookup("cudastub_set_devices")
 		syms.setVMM = lookup("cudastub_set_vmm")
+		syms.setPools = lookup("cudastub_set_pools")
 		syms.fail = lookup("cudastub_fail")
 		syms.calls = lookup("cudastub_calls")
 		syms.threads = lookup("cudastub_threads")
@@ -91,7 +92,7 @@ func Loaded() bool {
 	load()
 	for _, p := range []unsafe.Pointer{syms.reset, syms.setCapacity, syms.setDevices, syms.setVMM,
 		syms.fail, syms.calls, syms.threads, syms.invalidate, syms.contextFailures, syms.timedEvents,
-		syms.hold, syms.complete, syms.live, syms.used, syms.unboundMalloc} {
+		syms.hold, syms.complete, syms.live, syms.used, syms.unboundMalloc, syms.setPools} {
 		if p == nil {
 			return false
 		}
@@ -132,6 +133,19 @@ func SetVirtualMemory(supported bool) {
 			v = 1
 		}
 		C.call_vi(syms.setVMM, C.int(v))
+	}
+}
+
+// SetMemoryPools sets whether the devices report memory pool support
+// (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED); without it
+// cuDeviceGetDefaultMemPool fails with CUDA_ERROR_NOT_SUPPORTED.
+func SetMemoryPools(supported bool) {
+	if Loaded() {
+		v := 0
+		if supported {
+			v = 1
+		}
+		C.call_vi(syms.setPools, C.int(v))
 	}
 }
 

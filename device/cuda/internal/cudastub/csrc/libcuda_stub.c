@@ -23,7 +23,18 @@
 //     the waiting stream completes the awaited stream's events too;
 //   - the virtual memory calls (reserve, create, map, set access, unmap,
 //     release, free) with a 2 MiB granularity, sharing the capacity;
-//   - cuMemHostAlloc/cuMemFreeHost on real host memory (callers touch it).
+//   - cuMemHostAlloc/cuMemFreeHost on real host memory (callers touch it);
+//   - cuMemcpyDtoH/cuMemcpyHtoD on device memory the stub handed out
+//     (cuMemAlloc, mapped pages, pool blocks): it keeps each write's bytes,
+//     reads see the latest writes and zeros elsewhere, and a free or unmap
+//     drops the writes inside;
+//   - the device's default memory pool (cuDeviceGetDefaultMemPool,
+//     cuMemAllocFromPoolAsync, cuMemFreeAsync, cuMemPoolTrimTo and the
+//     release threshold, reserved and used attributes) as counts: the
+//     pool reserves in 2 MiB steps from the capacity, a synchronization
+//     releases what is above the threshold and not used, and it is
+//     reported only while memory pools are supported
+//     (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED; cudastub_set_pools).
 //
 // Control functions (prefix cudastub_) let tests reset the stub, set the
 // capacity and device count, inject error codes into the next calls of a
@@ -93,6 +104,7 @@ static uint64_t capacity = 8ull << 30;
 static uint64_t used;
 static int initialized;
 static int vmm_supported = 1;
+static int pools_supported = 1;
 static int hold_events;
 static unsigned generation = 1;
 static uint64_t next_addr = 0x7f0000000000ull;
@@ -110,6 +122,13 @@ static table reservations; // key base, size
 static table handles;      // key handle, size, aux = mapped count
 static table mappings;     // key addr, size, aux = handle
 static table waits;        // key waiting stream, size = awaited event's stream
+static table async_blocks; // key addr, size: live blocks of the default pool
+static table writes;       // key addr, size, aux = malloc'd copy of the bytes written
+
+// The default memory pool, as counts.
+static int pool_obj;
+#define DEFAULT_POOL ((CUmemoryPool)&pool_obj)
+static uint64_t pool_used, pool_used_high, pool_reserved, pool_reserved_high, pool_threshold;
 
 struct inj {
 	char name[64];
@@ -265,6 +284,7 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
 	if (!pi) RETURN(CUDA_ERROR_INVALID_VALUE);
 	*pi = 0;
 	if (attrib == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) *pi = vmm_supported;
+	if (attrib == CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) *pi = pools_supported;
 	RETURN(CUDA_SUCCESS);
 }
 
@@ -357,6 +377,35 @@ CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx) {
 	RETURN(CUDA_SUCCESS);
 }
 
+// pool_release_to lowers the pool's reservation to keep, or to what its
+// live blocks need (in 2 MiB steps) if that is more.
+static void pool_release_to(uint64_t keep) {
+	uint64_t need = (pool_used + GRANULARITY - 1) / GRANULARITY * GRANULARITY;
+	uint64_t target = keep > need ? keep : need;
+	if (pool_reserved > target) {
+		used -= pool_reserved - target;
+		pool_reserved = target;
+	}
+}
+
+// pool_synchronized is what a synchronization does to the pool.
+static void pool_synchronized(void) {
+	if (pool_reserved > pool_threshold) pool_release_to(pool_threshold);
+}
+
+// drop_writes forgets the bytes written inside [p, p+size).
+static void drop_writes(uint64_t p, uint64_t size) {
+	for (int i = 0; i < writes.n;)
+		if (writes.v[i].key >= p && writes.v[i].key + writes.v[i].size <= p + size) {
+			free((void *)(uintptr_t)writes.v[i].aux);
+			// Later writes win over earlier ones: keep the order.
+			memmove(&writes.v[i], &writes.v[i + 1], sizeof(entry) * (writes.n - i - 1));
+			writes.n--;
+		} else {
+			i++;
+		}
+}
+
 static void complete_events(CUstream s, int all) {
 	for (int i = 0; i < events.n; i++)
 		if (all || events.v[i].aux == (uint64_t)(uintptr_t)s) events.v[i].size = 0;
@@ -367,6 +416,7 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
 	NEED_CTX();
 	complete_events(NULL, 1);
 	waits.n = 0;
+	pool_synchronized();
 	RETURN(CUDA_SUCCESS);
 }
 
@@ -391,6 +441,7 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
 	int i = tfind(&mem, dptr);
 	if (i < 0) RETURN(CUDA_ERROR_INVALID_VALUE);
 	used -= mem.v[i].size;
+	drop_writes(dptr, mem.v[i].size);
 	tdel(&mem, i);
 	RETURN(CUDA_SUCCESS);
 }
@@ -466,6 +517,7 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream s) {
 			i++;
 		}
 	complete_events(s, 0);
+	pool_synchronized();
 	RETURN(CUDA_SUCCESS);
 }
 
@@ -524,6 +576,7 @@ CUresult CUDAAPI cuEventSynchronize(CUevent e) {
 	int i = tfind(&events, (uint64_t)(uintptr_t)e);
 	if (i < 0) RETURN(CUDA_ERROR_INVALID_HANDLE);
 	events.v[i].size = 0;
+	pool_synchronized();
 	RETURN(CUDA_SUCCESS);
 }
 
@@ -658,6 +711,7 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
 		else if (a < ptr + size && ptr < b) RETURN(CUDA_ERROR_INVALID_VALUE);
 	}
 	if (size == 0 || covered != size) RETURN(CUDA_ERROR_INVALID_VALUE);
+	drop_writes(ptr, size);
 	for (int i = 0; i < mappings.n;) {
 		uint64_t a = mappings.v[i].key;
 		if (a >= ptr && a < ptr + size) {
@@ -670,6 +724,135 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
 			continue;
 		}
 		i++;
+	}
+	RETURN(CUDA_SUCCESS);
+}
+
+// ---- copies ----
+
+// handed_out: [p, p+n) lies in one cuMemAlloc range, one pool block, or
+// mapped pages throughout.
+static int handed_out(uint64_t p, uint64_t n) {
+	if (n == 0 || p + n < p) return 0;
+	for (int i = 0; i < mem.n; i++)
+		if (p >= mem.v[i].key && p + n <= mem.v[i].key + mem.v[i].size) return 1;
+	for (int i = 0; i < async_blocks.n; i++)
+		if (p >= async_blocks.v[i].key && p + n <= async_blocks.v[i].key + async_blocks.v[i].size) return 1;
+	uint64_t covered = 0;
+	for (int i = 0; i < mappings.n; i++) {
+		uint64_t a = mappings.v[i].key, b = a + mappings.v[i].size;
+		uint64_t lo = a > p ? a : p, hi = b < p + n ? b : p + n;
+		if (lo < hi) covered += hi - lo;
+	}
+	return covered == n;
+}
+
+CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n) {
+	ENTER("cuMemcpyHtoD");
+	NEED_CTX();
+	if (!src || !handed_out(dst, n)) RETURN(CUDA_ERROR_INVALID_VALUE);
+	void *copy = malloc(n);
+	if (!copy) RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+	memcpy(copy, src, n);
+	tadd(&writes, dst, n, (uint64_t)(uintptr_t)copy);
+	RETURN(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n) {
+	ENTER("cuMemcpyDtoH");
+	NEED_CTX();
+	if (!dst || !handed_out(src, n)) RETURN(CUDA_ERROR_INVALID_VALUE);
+	memset(dst, 0, n);
+	for (int i = 0; i < writes.n; i++) {
+		uint64_t a = writes.v[i].key, b = a + writes.v[i].size;
+		uint64_t lo = a > src ? a : src, hi = b < src + n ? b : src + n;
+		if (lo < hi)
+			memcpy((char *)dst + (lo - src), (char *)(uintptr_t)writes.v[i].aux + (lo - a), hi - lo);
+	}
+	RETURN(CUDA_SUCCESS);
+}
+
+// ---- the default memory pool ----
+
+CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev) {
+	ENTER("cuDeviceGetDefaultMemPool");
+	if (dev < 0 || dev >= ndevices) RETURN(CUDA_ERROR_INVALID_DEVICE);
+	if (!pool) RETURN(CUDA_ERROR_INVALID_VALUE);
+	if (!pools_supported) RETURN(CUDA_ERROR_NOT_SUPPORTED);
+	*pool = DEFAULT_POOL;
+	RETURN(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s) {
+	ENTER("cuMemAllocFromPoolAsync");
+	NEED_CTX();
+	if (!dptr || bytesize == 0 || pool != DEFAULT_POOL) RETURN(CUDA_ERROR_INVALID_VALUE);
+	if (!valid_stream(s)) RETURN(CUDA_ERROR_INVALID_HANDLE);
+	if (pool_used + bytesize > pool_reserved) {
+		uint64_t grow = (pool_used + bytesize - pool_reserved + GRANULARITY - 1) / GRANULARITY * GRANULARITY;
+		if (grow > capacity - used) RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+		used += grow;
+		pool_reserved += grow;
+		if (pool_reserved > pool_reserved_high) pool_reserved_high = pool_reserved;
+	}
+	uint64_t a = next_addr;
+	next_addr += (bytesize + 511) & ~511ull;
+	pool_used += bytesize;
+	if (pool_used > pool_used_high) pool_used_high = pool_used;
+	tadd(&async_blocks, a, bytesize, 0);
+	*dptr = (CUdeviceptr)a;
+	RETURN(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
+	ENTER("cuMemFreeAsync");
+	NEED_CTX();
+	if (!valid_stream(s)) RETURN(CUDA_ERROR_INVALID_HANDLE);
+	int i = tfind(&async_blocks, dptr);
+	if (i < 0) RETURN(CUDA_ERROR_INVALID_VALUE);
+	pool_used -= async_blocks.v[i].size;
+	drop_writes(dptr, async_blocks.v[i].size);
+	tdel(&async_blocks, i);
+	RETURN(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+	ENTER("cuMemPoolTrimTo");
+	if (pool != DEFAULT_POOL) RETURN(CUDA_ERROR_INVALID_VALUE);
+	pool_release_to(keep);
+	RETURN(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
+	ENTER("cuMemPoolSetAttribute");
+	if (pool != DEFAULT_POOL || !value) RETURN(CUDA_ERROR_INVALID_VALUE);
+	cuuint64_t v = *(cuuint64_t *)value;
+	switch (attr) {
+	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: pool_threshold = v; break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+		if (v != 0) RETURN(CUDA_ERROR_INVALID_VALUE);
+		pool_reserved_high = pool_reserved;
+		break;
+	case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+		if (v != 0) RETURN(CUDA_ERROR_INVALID_VALUE);
+		pool_used_high = pool_used;
+		break;
+	default: RETURN(CUDA_ERROR_INVALID_VALUE);
+	}
+	RETURN(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
+	ENTER("cuMemPoolGetAttribute");
+	if (pool != DEFAULT_POOL || !value) RETURN(CUDA_ERROR_INVALID_VALUE);
+	cuuint64_t *v = (cuuint64_t *)value;
+	switch (attr) {
+	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *v = pool_threshold; break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *v = pool_reserved; break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *v = pool_reserved_high; break;
+	case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *v = pool_used; break;
+	case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *v = pool_used_high; break;
+	default: RETURN(CUDA_ERROR_INVALID_VALUE);
 	}
 	RETURN(CUDA_SUCCESS);
 }
@@ -721,11 +904,16 @@ CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pstr) {
 
 // cudastub_reset forgets every allocation, stream, event, mapping, injected
 // error and counter, and restores the defaults: one device, 8 GiB, virtual
-// memory supported, events complete at once.
+// memory and memory pools supported, events complete at once, an empty
+// default pool with release threshold 0.
 void cudastub_reset(void) {
 	pthread_mutex_lock(&mu);
 	for (int i = 0; i < hosts.n; i++) free((void *)(uintptr_t)hosts.v[i].key);
+	for (int i = 0; i < writes.n; i++) free((void *)(uintptr_t)writes.v[i].aux);
 	mem.n = streams.n = events.n = hosts.n = reservations.n = handles.n = mappings.n = waits.n = 0;
+	async_blocks.n = writes.n = 0;
+	pool_used = pool_used_high = pool_reserved = pool_reserved_high = pool_threshold = 0;
+	pools_supported = 1;
 	memset(inj, 0, sizeof inj);
 	memset(calls, 0, sizeof calls);
 	memset(created, 0, sizeof created);
@@ -749,6 +937,12 @@ void cudastub_set_capacity(uint64_t bytes) {
 void cudastub_set_devices(int n) {
 	pthread_mutex_lock(&mu);
 	ndevices = n < 0 ? 0 : n > MAXDEV ? MAXDEV : n;
+	pthread_mutex_unlock(&mu);
+}
+
+void cudastub_set_pools(int supported) {
+	pthread_mutex_lock(&mu);
+	pools_supported = supported;
 	pthread_mutex_unlock(&mu);
 }
 
@@ -833,8 +1027,9 @@ void cudastub_complete_events(void) {
 
 // cudastub_live counts the live objects of a kind: "mem", "stream",
 // "event", "host", "reservation", "handle", "mapping", "wait" (waits on
-// held events not yet passed) or "context" (contexts of cuCtxCreate not
-// destroyed); -1 for others.
+// held events not yet passed), "async" (blocks of the default pool),
+// "write" (copies to the device whose bytes are kept) or "context"
+// (contexts of cuCtxCreate not destroyed); -1 for others.
 long cudastub_live(const char *kind) {
 	long n = -1;
 	pthread_mutex_lock(&mu);
@@ -846,6 +1041,8 @@ long cudastub_live(const char *kind) {
 	else if (!strcmp(kind, "handle")) n = handles.n;
 	else if (!strcmp(kind, "mapping")) n = mappings.n;
 	else if (!strcmp(kind, "wait")) n = waits.n;
+	else if (!strcmp(kind, "async")) n = async_blocks.n;
+	else if (!strcmp(kind, "write")) n = writes.n;
 	else if (!strcmp(kind, "context")) {
 		n = 0;
 		for (int i = 0; i < MAXCREATED; i++) n += created[i].refs > 0;
