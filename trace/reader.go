@@ -202,6 +202,117 @@ func (r *Reader) Next() (Op, error) {
 	}
 }
 
+// NextBatch reads up to len(ops) ops into ops, and the line number of
+// ops[i] into lines[i] (lines must be at least as long as ops), as that
+// many calls of Next would, and returns how many it read. It stops early
+// after a Mark op, so that a caller can act at the step boundary, and at
+// the end of the trace or an error, which it returns with the ops read
+// before it (io.EOF at the end; errors are final, as with Next). With ops
+// not empty, it reads at least one op or returns an error. Line then
+// says, as after Next, the line of the last op read, or of the error.
+//
+// The a and f lines that make up nearly every trace are parsed straight
+// from the read buffer, without a call per line; every other line is read
+// by Next, with its messages.
+func (r *Reader) NextBatch(ops []Op, lines []int) (int, error) {
+	lines = lines[:len(ops)]
+	n := 0
+	for n < len(ops) {
+		if r.err == nil && !r.pending {
+			if buf, _ := r.br.Peek(r.br.Buffered()); len(buf) > 0 {
+				k, used := scanFast(buf, ops[n:], lines[n:], r.line)
+				r.br.Discard(used)
+				r.line += k
+				if n += k; n == len(ops) {
+					break
+				}
+			}
+		}
+		op, err := r.Next()
+		if err != nil {
+			return n, err
+		}
+		ops[n], lines[n] = op, r.line
+		n++
+		if op.Kind == Mark {
+			break
+		}
+	}
+	return n, nil
+}
+
+// scanFast parses, from the start of buf, the complete lines (each ended
+// by "\n") that parseFast takes, into ops and, numbered from line+1,
+// lines, until ops is full or a line is not one of them (or not complete
+// in buf). It returns the number of ops and of bytes it took. A line it
+// takes is one that Next would read to the same op: no "\r", no more or
+// fewer fields, and it is shorter than the buffer.
+func scanFast(buf []byte, ops []Op, lines []int, line int) (n, used int) {
+	lines = lines[:len(ops)]
+	for n < len(ops) {
+		op := &ops[n]
+		if op.Tag != "" || op.Name != "" {
+			*op = Op{} // scanLine sets the other fields
+		}
+		next := scanLine(buf, used, op)
+		if next < 0 {
+			break
+		}
+		line++
+		lines[n] = line
+		n++
+		used = next
+	}
+	return n, used
+}
+
+// scanLine parses the line at buf[i:] as parseFast does, requiring its
+// "\n" in buf, into op, whose Tag and Name must be empty, and returns the
+// index after the "\n", or -1 (op's other fields then undefined) for a
+// line that parseFast does not take or that is not complete.
+func scanLine(buf []byte, i int, op *Op) int {
+	if i+3 >= len(buf) || buf[i+1] != ' ' {
+		return -1
+	}
+	kind := buf[i]
+	id, j := decimal(buf, i+2)
+	if j < 0 || j >= len(buf) {
+		return -1
+	}
+	op.ID, op.Size, op.Stream = id, 0, 0
+	switch kind {
+	case 'f':
+		op.Kind = Free
+		if buf[j] != '\n' {
+			return -1
+		}
+		return j + 1
+	case 'a':
+		op.Kind = Alloc
+		if buf[j] != ' ' {
+			return -1
+		}
+		size, k := decimal(buf, j+1)
+		if k < 0 || k >= len(buf) {
+			return -1
+		}
+		op.Size = size
+		if buf[k] == '\n' {
+			return k + 1
+		}
+		if buf[k] != ' ' {
+			return -1
+		}
+		stream, m := decimal(buf, k+1)
+		if m < 0 || m >= len(buf) || buf[m] != '\n' {
+			return -1
+		}
+		op.Stream = stream
+		return m + 1
+	}
+	return -1
+}
+
 // readLine returns the next line without its "\n" (or "\r\n"). The slice
 // is valid until the next read.
 func (r *Reader) readLine() ([]byte, error) {

@@ -85,6 +85,34 @@ func (v *Validator) Check(op Op, line int) (skip bool, err error) {
 	return false, nil
 }
 
+// CheckBatch applies ops, read from lines (lines[i] is the line of
+// ops[i]), in order, as Check does one op at a time, and stops at the
+// first broken rule: it returns the number of ops applied and, if it
+// stopped early, Check's error for the next one, which changes nothing.
+// It reports no skips: a caller that calls MarkFailed uses Check.
+func (v *Validator) CheckBatch(ops []Op, lines []int) (int, error) {
+	lines = lines[:len(ops)]
+	for i := range ops {
+		op := &ops[i]
+		// Check's first two cases, without copying the op; a broken rule
+		// changes nothing, so Check finds it again below.
+		switch {
+		case op.Kind == Alloc && op.Tag == "" && op.Name == "":
+			if v.live.add(op.ID) {
+				continue
+			}
+		case op.Kind == Free && op.Size == 0 && op.Stream == 0 && op.Tag == "" && op.Name == "":
+			if _, ok := v.live.remove(op.ID); ok {
+				continue
+			}
+		}
+		if _, err := v.Check(*op, lines[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(ops), nil
+}
+
 // reused is the error for an a of a live ID.
 func (v *Validator) reused(op Op, line int) error {
 	msg := fmt.Sprintf("ID %d is already live", op.ID)

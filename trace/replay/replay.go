@@ -167,9 +167,26 @@ const replayBatch = 1024
 // map.
 const denseIDs = 1 << 22
 
-type pendingOp struct {
-	op   trace.Op
-	line int
+// batchReader is an OpReader that reads many ops in one call, as
+// *trace.Reader does (see its NextBatch).
+type batchReader interface {
+	NextBatch(ops []trace.Op, lines []int) (int, error)
+}
+
+// nextBatch reads ops from r as (*trace.Reader).NextBatch does, one Next
+// at a time.
+func nextBatch(r trace.OpReader, ops []trace.Op, lines []int) (int, error) {
+	for n := range ops {
+		op, err := r.Next()
+		if err != nil {
+			return n, err
+		}
+		ops[n], lines[n] = op, r.Line()
+		if op.Kind == trace.Mark {
+			return n + 1, nil
+		}
+	}
+	return len(ops), nil
 }
 
 // Run reads every op of r and applies it to t, whose memory comes from
@@ -203,45 +220,57 @@ func RunContext(ctx context.Context, r trace.OpReader, t Target, dev device.Devi
 	if size <= 0 {
 		size = replayBatch
 	}
-	batch := make([]pendingOp, 0, size)
+	ops := make([]trace.Op, size)
+	lines := make([]int, size)
+	br, _ := r.(batchReader)
 	var elapsed time.Duration
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("replay stopped after %d ops: %w", res.Ops, err)
 		}
-		batch = batch[:0]
+		want := size
+		if opt.StopAfter > 0 {
+			want = int(min(int64(size), max(opt.StopAfter-res.Ops, 0)))
+		}
+		// Fill the batch: up to want ops, ended early by a read error, a
+		// broken rule (the ops before it are replayed, then it is
+		// returned) or, with opt.Mark, a step mark.
+		n := 0
 		var readErr error
-		for len(batch) < size {
-			if opt.StopAfter > 0 && res.Ops+int64(len(batch)) >= opt.StopAfter {
-				readErr = io.EOF // stop here, as at the end of the trace
-				break
+		if want == 0 {
+			readErr = io.EOF // stop here, as at the end of the trace
+		}
+		for n < want && readErr == nil {
+			var k int
+			if br != nil {
+				k, readErr = br.NextBatch(ops[n:want], lines[n:want])
+			} else {
+				k, readErr = nextBatch(r, ops[n:want], lines[n:want])
 			}
-			op, err := r.Next()
+			c, err := v.CheckBatch(ops[n:n+k], lines[n:n+k])
+			n += c
 			if err != nil {
 				readErr = err
-				break
 			}
-			line := r.Line()
-			if _, err := v.Check(op, line); err != nil {
-				readErr = err
-				break
-			}
-			batch = append(batch, pendingOp{op, line})
-			if op.Kind == trace.Mark && opt.Mark != nil {
+			if n > 0 && ops[n-1].Kind == trace.Mark && opt.Mark != nil {
 				break
 			}
 		}
+		if readErr == nil && opt.StopAfter > 0 && res.Ops+int64(n) >= opt.StopAfter {
+			readErr = io.EOF
+		}
+		batch := ops[:n]
 		start := time.Now()
-		err := rp.run(batch)
+		err := rp.run(batch, lines[:n])
 		elapsed += time.Since(start)
 		if err != nil {
 			return nil, err
 		}
-		res.Ops += int64(len(batch))
-		if n := len(batch); n > 0 && batch[n-1].op.Kind == trace.Mark && opt.Mark != nil {
-			opt.Mark(batch[n-1].op.Name)
+		res.Ops += int64(n)
+		if n > 0 && batch[n-1].Kind == trace.Mark && opt.Mark != nil {
+			opt.Mark(batch[n-1].Name)
 		}
-		if opt.Progress != nil && len(batch) > 0 {
+		if opt.Progress != nil && n > 0 {
 			opt.Progress(res.Ops)
 		}
 		if readErr == io.EOF {
@@ -299,17 +328,20 @@ type replayer struct {
 	streams   map[uint64]device.Stream
 }
 
-func (rp *replayer) run(batch []pendingOp) error {
-	for i := range batch {
-		if err := rp.apply(&batch[i].op); err != nil {
-			return fmt.Errorf("memtrace line %d: %s: %w", batch[i].line, trace.Quote(batch[i].op.String()), err)
+// run applies ops, read from lines, in order.
+func (rp *replayer) run(ops []trace.Op, lines []int) error {
+	lines = lines[:len(ops)]
+	for i := range ops {
+		op := &ops[i]
+		if err := rp.apply(op); err != nil {
+			return fmt.Errorf("memtrace line %d: %s: %w", lines[i], trace.Quote(op.String()), err)
 		}
-		if rp.peak && batch[i].op.Kind == trace.Alloc {
+		if rp.peak && op.Kind == trace.Alloc {
 			// Allocated bytes grow only when a block is handed out.
 			if cur := rp.t.Stats().AllocatedBytes[stats.All].Current; cur > rp.peakBytes {
 				rp.peakBytes = cur
 				rp.res.PeakOp = rp.res.Ops + int64(i) + 1
-				rp.res.PeakLine = batch[i].line
+				rp.res.PeakLine = lines[i]
 			}
 		}
 	}
