@@ -14,9 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// readEach reads data with Next to the first error and returns the ops,
-// their lines and the error.
-func readEach(t testing.TB, data []byte) (ops []Op, lines []int, err error) {
+// readEach reads data with Next to the first error, checking each op
+// with v's Check when v is not nil, and returns the ops, their lines and
+// the error.
+func readEach(t testing.TB, data []byte, v *Validator) (ops []Op, lines []int, err error) {
 	rd, err := NewReader(bytes.NewReader(data))
 	if err != nil {
 		return nil, nil, err
@@ -26,16 +27,22 @@ func readEach(t testing.TB, data []byte) (ops []Op, lines []int, err error) {
 		if err != nil {
 			return ops, lines, err
 		}
+		if v != nil {
+			if _, err := v.Check(op, rd.Line()); err != nil {
+				return ops, lines, err
+			}
+		}
 		ops = append(ops, op)
 		lines = append(lines, rd.Line())
 	}
 }
 
-// readBatches reads r with NextBatch, in batches of the sizes in sizes
-// (in turn), to the first error, and checks what each call returns: at
-// least one op or an error, a batch cut short only after a mark or by an
-// error, Line the line of the last op when there is no error.
-func readBatches(t testing.TB, r io.Reader, sizes []int) (ops []Op, lines []int, err error) {
+// readBatches reads r with NextBatch (or, with v, v.ReadBatch), in
+// batches of the sizes in sizes (in turn), to the first error, and checks
+// what each call returns: at least one op or an error, a batch cut short
+// only after a mark or by an error, Line the line of the last op when
+// there is no error.
+func readBatches(t testing.TB, r io.Reader, sizes []int, v *Validator) (ops []Op, lines []int, err error) {
 	rd, err := NewReader(r)
 	if err != nil {
 		return nil, nil, err
@@ -48,7 +55,12 @@ func readBatches(t testing.TB, r io.Reader, sizes []int) (ops []Op, lines []int,
 			bo[i] = Op{Kind: Tag, Tag: "old", Name: "old", ID: 9, Size: 9, Stream: 9}
 		}
 		bl := make([]int, size)
-		n, err := rd.NextBatch(bo, bl)
+		var n int
+		if v != nil {
+			n, err = v.ReadBatch(rd, bo, bl)
+		} else {
+			n, err = rd.NextBatch(bo, bl)
+		}
 		require.LessOrEqual(t, n, size)
 		if err == nil {
 			require.Positive(t, n, "no op and no error")
@@ -67,18 +79,33 @@ func readBatches(t testing.TB, r io.Reader, sizes []int) (ops []Op, lines []int,
 	}
 }
 
-// sameAsNext requires that reading data in batches of every size in
+// sameAsNext requires that reading data in batches of the sizes in
 // sizes gives what Next gives, through a reader that returns all it can
-// and through one that returns one byte at a time.
+// and through one that returns one byte at a time; and that reading it
+// with a Validator's ReadBatch gives what Next and Check give, the live
+// IDs at the end included.
 func sameAsNext(t testing.TB, data []byte, sizes ...int) {
-	wantOps, wantLines, wantErr := readEach(t, data)
-	for _, r := range []io.Reader{bytes.NewReader(data), iotest.OneByteReader(bytes.NewReader(data))} {
-		ops, lines, err := readBatches(t, r, sizes)
-		require.Equal(t, wantErr, err)
-		require.Equal(t, len(wantOps), len(ops))
-		if len(ops) > 0 {
-			require.Equal(t, wantOps, ops)
-			require.Equal(t, wantLines, lines)
+	for _, check := range []bool{false, true} {
+		var want *Validator
+		if check {
+			want = NewValidator()
+		}
+		wantOps, wantLines, wantErr := readEach(t, data, want)
+		for _, r := range []io.Reader{bytes.NewReader(data), iotest.OneByteReader(bytes.NewReader(data))} {
+			var v *Validator
+			if check {
+				v = NewValidator()
+			}
+			ops, lines, err := readBatches(t, r, sizes, v)
+			require.Equal(t, wantErr, err, "checked %v", check)
+			require.Equal(t, len(wantOps), len(ops))
+			if len(ops) > 0 {
+				require.Equal(t, wantOps, ops)
+				require.Equal(t, wantLines, lines)
+			}
+			if check {
+				require.Equal(t, want.LiveIDs(), v.LiveIDs(), "a broken rule changes nothing")
+			}
 		}
 	}
 }

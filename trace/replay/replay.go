@@ -3,6 +3,7 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -167,12 +168,6 @@ const replayBatch = 1024
 // map.
 const denseIDs = 1 << 22
 
-// batchReader is an OpReader that reads many ops in one call, as
-// *trace.Reader does (see its NextBatch).
-type batchReader interface {
-	NextBatch(ops []trace.Op, lines []int) (int, error)
-}
-
 // nextBatch reads ops from r as (*trace.Reader).NextBatch does, one Next
 // at a time.
 func nextBatch(r trace.OpReader, ops []trace.Op, lines []int) (int, error) {
@@ -222,7 +217,7 @@ func RunContext(ctx context.Context, r trace.OpReader, t Target, dev device.Devi
 	}
 	ops := make([]trace.Op, size)
 	lines := make([]int, size)
-	br, _ := r.(batchReader)
+	rd, _ := r.(*trace.Reader) // read and checked a batch at a time
 	var elapsed time.Duration
 	for {
 		if err := ctx.Err(); err != nil {
@@ -241,16 +236,15 @@ func RunContext(ctx context.Context, r trace.OpReader, t Target, dev device.Devi
 			readErr = io.EOF // stop here, as at the end of the trace
 		}
 		for n < want && readErr == nil {
-			var k int
-			if br != nil {
-				k, readErr = br.NextBatch(ops[n:want], lines[n:want])
+			if rd != nil {
+				var k int
+				k, readErr = v.ReadBatch(rd, ops[n:want], lines[n:want])
+				n += k
 			} else {
-				k, readErr = nextBatch(r, ops[n:want], lines[n:want])
-			}
-			c, err := v.CheckBatch(ops[n:n+k], lines[n:n+k])
-			n += c
-			if err != nil {
-				readErr = err
+				k, err := nextBatch(r, ops[n:want], lines[n:want])
+				c, cerr := v.CheckBatch(ops[n:n+k], lines[n:n+k])
+				n += c
+				readErr = cmp.Or(cerr, err)
 			}
 			if n > 0 && ops[n-1].Kind == trace.Mark && opt.Mark != nil {
 				break
@@ -283,6 +277,7 @@ func RunContext(ctx context.Context, r trace.OpReader, t Target, dev device.Devi
 	if w, ok := r.(interface{ Warnings() []string }); ok {
 		res.Warnings = w.Warnings()
 	}
+	res.Alloc, res.Frees = rp.allocs, rp.frees
 	res.ReplaySeconds = elapsed.Seconds()
 	if res.Ops > 0 {
 		res.NsPerOp = float64(elapsed.Nanoseconds()) / float64(res.Ops)
@@ -326,6 +321,8 @@ type replayer struct {
 	dense     []device.Ptr // ptr by ID for small IDs; 0: not live or failed
 	sparse    map[uint64]device.Ptr
 	streams   map[uint64]device.Stream
+
+	allocs, frees int64 // Result.Alloc and Result.Frees, filled in at the end
 }
 
 // run applies ops, read from lines, in order.
@@ -333,7 +330,21 @@ func (rp *replayer) run(ops []trace.Op, lines []int) error {
 	lines = lines[:len(ops)]
 	for i := range ops {
 		op := &ops[i]
-		if err := rp.apply(op); err != nil {
+		var err error
+		switch {
+		case op.Kind == trace.Alloc && op.Stream == 0:
+			err = rp.alloc(op, device.DefaultStream)
+		case op.Kind == trace.Free && op.ID < uint64(len(rp.dense)):
+			// apply's Free, for the blocks of the dense table.
+			if p := rp.dense[op.ID]; p != 0 {
+				rp.dense[op.ID] = 0
+				rp.frees++
+				err = rp.t.Free(p)
+			}
+		default:
+			err = rp.apply(op)
+		}
+		if err != nil {
 			return fmt.Errorf("memtrace line %d: %s: %w", lines[i], trace.Quote(op.String()), err)
 		}
 		if rp.peak && op.Kind == trace.Alloc {
@@ -351,27 +362,18 @@ func (rp *replayer) run(ops []trace.Op, lines []int) error {
 func (rp *replayer) apply(op *trace.Op) error {
 	switch op.Kind {
 	case trace.Alloc:
-		rp.res.Alloc++
 		s, err := rp.stream(op.Stream)
 		if err != nil {
 			return err
 		}
-		p, err := rp.t.Alloc(op.Size, s)
-		if err != nil {
-			if !errors.Is(err, device.ErrOutOfMemory) {
-				return err
-			}
-			rp.res.OOMs++
-			p = 0 // a failed block: its f and r are skipped
-		}
-		rp.set(op.ID, p)
+		return rp.alloc(op, s)
 	case trace.Free:
 		p := rp.get(op.ID)
 		rp.set(op.ID, 0)
 		if p == 0 {
 			return nil // failed allocation, or a 0-byte one
 		}
-		rp.res.Frees++
+		rp.frees++
 		return rp.t.Free(p)
 	case trace.RecordStream:
 		p := rp.get(op.ID)
@@ -402,6 +404,25 @@ func (rp *replayer) apply(op *trace.Op) error {
 			rp.stepper.MarkStep(op.Name)
 		}
 	}
+	return nil
+}
+
+// alloc applies the a line op on the device stream s.
+func (rp *replayer) alloc(op *trace.Op, s device.Stream) error {
+	rp.allocs++
+	p, err := rp.t.Alloc(op.Size, s)
+	if err != nil {
+		if !errors.Is(err, device.ErrOutOfMemory) {
+			return err
+		}
+		rp.res.OOMs++
+		p = 0 // a failed block: its f and r are skipped
+	}
+	if op.ID < uint64(len(rp.dense)) {
+		rp.dense[op.ID] = p
+		return nil
+	}
+	rp.set(op.ID, p)
 	return nil
 }
 
