@@ -261,6 +261,45 @@ func (s *shardParts) Limit(p, r int) int64 {
 	return 0
 }
 
+// Row reads row r of every shard, as Value and Limit do one shard at a
+// time.
+func (s *shardParts) Row(r int, vals, lims []int64) {
+	shards := *s.byID.Load()
+	vals, lims = vals[:len(shards)], lims[:len(shards)]
+	if r >= numStatRows {
+		for p := range shards {
+			vals[p], lims[p] = s.Value(p, r), s.Limit(p, r)
+		}
+		return
+	}
+	row, k := r/numQ, r%numQ
+	for p, sh := range shards {
+		vals[p], lims[p] = sh.value(row, k), sh.limit(row, k)
+	}
+}
+
+// SetLimits sets row r's limit of every shard, as SetLimit does one at a
+// time.
+func (s *shardParts) SetLimits(r int, lims []int64) {
+	shards := *s.byID.Load()
+	lims = lims[:len(shards)]
+	if r >= numStatRows {
+		for p := range shards {
+			s.SetLimit(p, r, lims[p])
+		}
+		return
+	}
+	row, k := r/numQ, r%numQ
+	for p, sh := range shards {
+		if k == qAll {
+			sh.st[row].allLim = lims[p]
+		} else {
+			sh.st[row].pool[k].SetLimit(lims[p])
+		}
+		sh.activeImplied = false
+	}
+}
+
 // SetLimit sets a limit. A shard whose stat limits change may no longer
 // have its active limits at least its allocation limits: it checks them
 // (activeImplied false) until refreshImplied looks again.

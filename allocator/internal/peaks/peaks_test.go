@@ -24,6 +24,18 @@ func (g grid) Value(p, r int) int64         { return g[p][r].Value() }
 func (g grid) Limit(p, r int) int64         { return g[p][r].Limit() }
 func (g grid) SetLimit(p, r int, lim int64) { g[p][r].SetLimit(lim) }
 
+func (g grid) Row(r int, vals, lims []int64) {
+	for p := range g {
+		vals[p], lims[p] = g[p][r].Value(), g[p][r].Limit()
+	}
+}
+
+func (g grid) SetLimits(r int, lims []int64) {
+	for p := range g {
+		g[p][r].SetLimit(lims[p])
+	}
+}
+
 // broken returns what Check reports, one line per break.
 func broken(t *Table, ps Parts) string {
 	var out []string
