@@ -272,9 +272,24 @@ func (s *shardParts) Row(r int, vals, lims []int64) {
 		}
 		return
 	}
+	// shard.value and shard.limit, with the row's shape found once.
 	row, k := r/numQ, r%numQ
+	base := derivedFrom[row] - 1 // -1: no base row
 	for p, sh := range shards {
-		vals[p], lims[p] = sh.value(row, k), sh.limit(row, k)
+		s := &sh.st[row]
+		var v int64
+		if k == qAll {
+			v, lims[p] = s.pool[0].Value()+s.pool[1].Value(), s.allLim
+			if base >= 0 {
+				v += sh.st[base].pool[0].Value() + sh.st[base].pool[1].Value()
+			}
+		} else {
+			v, lims[p] = s.pool[k].Value(), s.pool[k].Limit()
+			if base >= 0 {
+				v += sh.st[base].pool[k].Value()
+			}
+		}
+		vals[p] = v
 	}
 }
 
