@@ -12,9 +12,10 @@ package trace
 // not empty, it reads at least one op or returns an error. Line then
 // says, as after Next, the line of the last op read, or of the error.
 //
-// The a and f lines that make up nearly every trace are parsed straight
-// from the read buffer, without a call per line; every other line is read
-// by Next, with its messages.
+// The a, f, r and s lines that make up nearly every trace are parsed
+// straight from the read buffer, without a call per line; every other
+// line (and any line of those kinds that is not plain decimals separated
+// by single spaces) is read by Next, with its messages.
 func (r *Reader) NextBatch(ops []Op, lines []int) (int, error) {
 	return r.nextBatch(nil, ops, lines)
 }
@@ -64,7 +65,8 @@ func (r *Reader) nextBatch(v *Validator, ops []Op, lines []int) (int, error) {
 }
 
 // scanFast parses, from the start of buf, the complete lines (each ended
-// by "\n") that parseFast takes, into ops and, numbered from line+1,
+// by "\n") that parseFast takes, and the r and s lines of the same form
+// ("r ID STREAM", "s STREAM"), into ops and, numbered from line+1,
 // lines, until ops is full or a line is not one of them (or not complete
 // in buf, or, with v, breaks a rule of v). It returns the number of ops
 // and of bytes it took. A line it takes is one that Next would read to
@@ -78,7 +80,8 @@ func scanFast(buf []byte, ops []Op, lines []int, line int, v *Validator) (n, use
 		if len(op.Tag)|len(op.Name) != 0 {
 			*op = Op{} // the fields below are set
 		}
-		// The line at buf[used:], as parseFast reads it, with its "\n".
+		// The line at buf[used:], as parseFast reads it (an r or s line as
+		// parseFields would), with its "\n".
 		i := used
 		if i+3 >= len(buf) || buf[i+1] != ' ' {
 			break
@@ -122,6 +125,28 @@ func scanFast(buf []byte, ops []Op, lines []int, line int, v *Validator) (n, use
 			}
 			op.Kind = Alloc
 			used = k + 1
+		case 'r':
+			if buf[j] != ' ' {
+				return n, used
+			}
+			var k int
+			if stream, k = decimal(buf, j+1); k < 0 || k >= len(buf) || buf[k] != '\n' {
+				return n, used
+			}
+			if v != nil {
+				if _, ok := v.live.get(id); !ok {
+					return n, used
+				}
+			}
+			op.Kind = RecordStream
+			used = k + 1
+		case 's':
+			if buf[j] != '\n' {
+				return n, used
+			}
+			op.Kind = SyncStream
+			id, stream = 0, id
+			used = j + 1
 		default:
 			return n, used
 		}

@@ -129,6 +129,18 @@ func TestNextBatchSameAsNext(t *testing.T) {
 		"control":           "a 0 1\nf 0\x00\n",
 		"long line":         "a 0 1\nt " + strings.Repeat("x", MaxLineLength) + "\na 1 2\n",
 		"bom":               "\xef\xbb\xbfa 0 1\nf 0\n",
+		"reused ID":         "a 0 1\na 1 1\na 0 2\nf 0\n",
+		"free not live":     "a 0 1\nf 0\nf 2\na 3 3\n",
+		"free twice":        "a 0 1\na 1 1\nf 0\nf 0\n",
+		"record not live":   "a 0 1\nr 1 1\n",
+		"reused big ID":     "a 18446744073709551615 1\na 18446744073709551615 1\n",
+		"bad after broken":  "a 0 1\na 0 1\nx\n",
+		"r and s":           "a 0 1 0\nr 0 1\ns 1\nr 0 18446744073709551615\ns 0\nf 0\ns 12345678901\n",
+		"r and s bad":       "a 0 1\nr 0 01\ns 1\n",
+		"s with two":        "s 1\ns 1 2\n",
+		"r with one":        "a 0 1\nr 0\n",
+		"r with three":      "a 0 1\nr 0 1 2\n",
+		"s leading zero":    "s 0\ns 00\n",
 	}
 	for name, in := range cases {
 		t.Run(name, func(t *testing.T) {
