@@ -320,7 +320,11 @@ type replayer struct {
 	res       *Result
 	dense     []device.Ptr // ptr by ID for small IDs; 0: not live or failed
 	sparse    map[uint64]device.Ptr
-	streams   map[uint64]device.Stream
+	streams   map[uint64]device.Stream // trace streams from len(small) up
+	small     [64]struct {             // trace streams below 64, the ones of nearly every trace
+		s  device.Stream
+		ok bool // s was made
+	}
 
 	allocs, frees int64 // Result.Alloc and Result.Frees, filled in at the end
 }
@@ -464,6 +468,9 @@ func (rp *replayer) stream(n uint64) (device.Stream, error) {
 	if n == 0 {
 		return device.DefaultStream, nil
 	}
+	if n < uint64(len(rp.small)) && rp.small[n].ok {
+		return rp.small[n].s, nil
+	}
 	if s, ok := rp.streams[n]; ok {
 		return s, nil
 	}
@@ -476,6 +483,10 @@ func (rp *replayer) stream(n uint64) (device.Stream, error) {
 			return 0, err
 		}
 	}
-	rp.streams[n] = s
+	if n < uint64(len(rp.small)) {
+		rp.small[n].s, rp.small[n].ok = s, true
+	} else {
+		rp.streams[n] = s
+	}
 	return s, nil
 }
