@@ -85,9 +85,8 @@
 // # Memory and concurrency
 //
 // Reader, Writer and Validator use memory bounded by a line, a buffer and
-// the live blocks respectively (the Validator, and a replay, keep a
-// table by ID too for the IDs below 2^22: a byte each, up to the largest
-// seen). An Import holds the whole converted trace
+// the live blocks respectively (the Validator keeps a table of one byte
+// per ID below 2^22 too, up to the largest seen). An Import holds the whole converted trace
 // (about 64 bytes an op) because blocks from before the window can only be
 // known at its end. None of these types is safe for concurrent use: use
 // one per goroutine.
