@@ -3,14 +3,14 @@
 
 package trace
 
-// NextBatch reads up to len(ops) ops into ops, and the line number of
-// ops[i] into lines[i] (lines must be at least as long as ops), as that
-// many calls of Next would, and returns how many it read. It stops early
-// after a Mark op, so that a caller can act at the step boundary, and at
-// the end of the trace or an error, which it returns with the ops read
-// before it (io.EOF at the end; errors are final, as with Next). With ops
-// not empty, it reads at least one op or returns an error. Line then
-// says, as after Next, the line of the last op read, or of the error.
+// NextBatch reads up to n ops into ops, n the shorter of len(ops) and
+// len(lines), and the line number of ops[i] into lines[i], as that many
+// calls of Next would, and returns how many it read. It stops early after
+// a Mark op, so that a caller can act at the step boundary, and at the
+// end of the trace or an error, which it returns with the ops read before
+// it (io.EOF at the end; errors are final, as with Next). With n > 0, it
+// reads at least one op or returns an error. Line then says, as after
+// Next, the line of the last op read, or of the error.
 //
 // The a, f, r and s lines that make up nearly every trace are parsed
 // straight from the read buffer, without a call per line; every other
@@ -31,7 +31,8 @@ func (v *Validator) ReadBatch(r *Reader, ops []Op, lines []int) (int, error) {
 
 // nextBatch is NextBatch, with the ops checked by v when v is not nil.
 func (r *Reader) nextBatch(v *Validator, ops []Op, lines []int) (int, error) {
-	lines = lines[:len(ops)]
+	m := min(len(ops), len(lines))
+	ops, lines = ops[:m], lines[:m]
 	n := 0
 	for n < len(ops) {
 		if r.err == nil && !r.pending {
@@ -74,7 +75,7 @@ func (r *Reader) nextBatch(v *Validator, ops []Op, lines []int) (int, error) {
 // the buffer. With v, it applies each op to v's live IDs as Check would;
 // an op that breaks a rule changes nothing and is not taken.
 func scanFast(buf []byte, ops []Op, lines []int, line int, v *Validator) (n, used int) {
-	lines = lines[:len(ops)]
+	lines = lines[:len(ops)] // as long as ops (nextBatch): no bounds checks below
 	for ; n < len(ops); n++ {
 		op := &ops[n]
 		if len(op.Tag)|len(op.Name) != 0 {

@@ -179,3 +179,20 @@ func FuzzNextBatch(f *testing.F) {
 		sameAsNext(t, data, int(size%16)+1)
 	})
 }
+
+// TestBatchShorterLines: the batch is as long as the shorter of ops and
+// lines, and nothing panics.
+func TestBatchShorterLines(t *testing.T) {
+	rd, err := NewReader(strings.NewReader("a 0 1\na 1 1\nf 0\n"))
+	require.NoError(t, err)
+	ops := make([]Op, 8)
+	n, err := rd.NextBatch(ops, make([]int, 2))
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	n, err = rd.NextBatch(ops, nil)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	n, err = NewValidator().CheckBatch(ops[:2], make([]int, 1))
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+}

@@ -88,11 +88,13 @@ func (v *Validator) Check(op Op, line int) (skip bool, err error) {
 }
 
 // CheckBatch applies ops, read from lines (lines[i] is the line of
-// ops[i]), in order, as Check does one op at a time, and stops at the
-// first broken rule: it returns the number of ops applied and, if it
-// stopped early, Check's error for the next one, which changes nothing.
-// It reports no skips: a caller that calls MarkFailed uses Check.
+// ops[i]; the ops past the end of lines are left out), in order, as
+// Check does one op at a time, and stops at the first broken rule: it
+// returns the number of ops applied and, if it stopped early, Check's
+// error for the next one, which changes nothing. It reports no skips: a
+// caller that calls MarkFailed uses Check.
 func (v *Validator) CheckBatch(ops []Op, lines []int) (int, error) {
+	ops = ops[:min(len(ops), len(lines))]
 	lines = lines[:len(ops)]
 	for i := range ops {
 		op := &ops[i]
