@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/stats"
 )
 
 // TestShardPartsRowsAreTheParts: the shards' Row reads every shard's value
@@ -71,4 +72,53 @@ func TestShardPartsRowsAreTheParts(t *testing.T) {
 			sh.refreshImplied()
 		}
 	}
+}
+
+// impliedByRows is impliedNow as it was written before impliedRow: every
+// pool and the all column of both derived rows, through value and limit.
+func impliedByRows(sh *shard) bool {
+	for _, row := range [2]int{int(stats.Active), int(stats.ActiveBytes)} {
+		base := derivedFrom[row] - 1
+		for k := range numQ {
+			if k < qAll && sh.st[row].pool[k].Value() != 0 || sh.limit(row, k) < sh.limit(base, k) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// TestImpliedNowByRows: impliedNow answers as the row-by-row reference on
+// random pending counts and limits of the active and allocation rows.
+func TestImpliedNowByRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	var seen [2]int
+	for range 20000 {
+		var sh shard
+		for _, row := range []stats.Metric{stats.Active, stats.ActiveBytes, stats.Allocation, stats.AllocatedBytes} {
+			s := &sh.st[row]
+			for k := range s.pool {
+				// Pending counts are mostly zero; limits close together.
+				v := int64(0)
+				if rng.IntN(8) == 0 {
+					v = int64(rng.IntN(3))
+				}
+				s.pool[k].Carry(v)
+				s.pool[k].SetLimit(int64(rng.IntN(4)))
+			}
+			s.allLim = int64(rng.IntN(6))
+		}
+		got := sh.impliedNow()
+		require.Equal(t, impliedByRows(&sh), got)
+		seen[btoi(got)]++
+	}
+	require.Positive(t, seen[0])
+	require.Positive(t, seen[1])
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
