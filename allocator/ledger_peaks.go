@@ -239,36 +239,26 @@ func (a *Allocator) parts() *shardParts { return (*shardParts)(a) }
 
 func (s *shardParts) Len() int { return len(*s.byID.Load()) }
 
-func (s *shardParts) Value(p, r int) int64 {
+func (s *shardParts) Part(p, r int) (value, limit int64) {
 	sh := (*s.byID.Load())[p]
 	if r < numStatRows {
-		return sh.value(r/numQ, r%numQ)
+		row, k := r/numQ, r%numQ
+		return sh.value(row, k), sh.limit(row, k)
 	}
 	if c := sh.peekPhase(uint16((r - numStatRows) / 2)); c != nil {
-		return c.of((r - numStatRows) % 2).Value()
+		n := c.of((r - numStatRows) % 2)
+		return n.Value(), n.Limit()
 	}
-	return 0
+	return 0, 0
 }
 
-func (s *shardParts) Limit(p, r int) int64 {
-	sh := (*s.byID.Load())[p]
-	if r < numStatRows {
-		return sh.limit(r/numQ, r%numQ)
-	}
-	if c := sh.peekPhase(uint16((r - numStatRows) / 2)); c != nil {
-		return c.of((r - numStatRows) % 2).Limit()
-	}
-	return 0
-}
-
-// Row reads row r of every shard, as Value and Limit do one shard at a
-// time.
+// Row reads row r of every shard, as Part does one shard at a time.
 func (s *shardParts) Row(r int, vals, lims []int64) {
 	shards := *s.byID.Load()
 	vals, lims = vals[:len(shards)], lims[:len(shards)]
 	if r >= numStatRows {
 		for p := range shards {
-			vals[p], lims[p] = s.Value(p, r), s.Limit(p, r)
+			vals[p], lims[p] = s.Part(p, r)
 		}
 		return
 	}

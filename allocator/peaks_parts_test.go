@@ -11,7 +11,7 @@ import (
 )
 
 // TestShardPartsRowsAreTheParts: the shards' Row reads every shard's value
-// and limit of a row as Value and Limit do one at a time, and SetLimits
+// and limit of a row as Part does one at a time, and SetLimits
 // sets what SetLimit sets (the activeImplied it clears included), for the
 // rows of the stats and of the phases, on four streams with blocks of
 // several phases live.
@@ -47,8 +47,9 @@ func TestShardPartsRowsAreTheParts(t *testing.T) {
 	for r := range a.peaks.Rows() {
 		ps.Row(r, vals, lims)
 		for p := range n {
-			require.Equal(t, ps.Value(p, r), vals[p], "row %d, part %d: value", r, p)
-			require.Equal(t, ps.Limit(p, r), lims[p], "row %d, part %d: limit", r, p)
+			v, lim := ps.Part(p, r)
+			require.Equal(t, v, vals[p], "row %d, part %d: value", r, p)
+			require.Equal(t, lim, lims[p], "row %d, part %d: limit", r, p)
 		}
 	}
 	// Raise every limit by one and back, through SetLimits, and compare
@@ -62,7 +63,8 @@ func TestShardPartsRowsAreTheParts(t *testing.T) {
 		}
 		ps.SetLimits(r, lims)
 		for p := range n {
-			require.Equal(t, lims[p], ps.Limit(p, r), "row %d, part %d: limit set", r, p)
+			_, lim := ps.Part(p, r)
+			require.Equal(t, lims[p], lim, "row %d, part %d: limit set", r, p)
 			if r < numStatRows {
 				require.False(t, shards[p].activeImplied, "row %d, part %d", r, p)
 			}

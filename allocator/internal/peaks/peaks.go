@@ -112,13 +112,13 @@ func (c *Count) SetLimit(lim int64) { c.lim = lim }
 // a part keeps its counts, and how a row's value is computed from them,
 // is the caller's.
 //
-// Row and SetLimits are Value, Limit and SetLimit for every part of a row
-// at once: the Table reads and sets whole rows through them, so that a
+// Row and SetLimits are Part and SetLimit for every part of a row at
+// once: the Table reads and sets whole rows through them, so that a
 // row of many parts costs one call.
 type Parts interface {
 	Len() int
-	Value(p, r int) int64
-	Limit(p, r int) int64
+	// Part returns part p's value and limit of row r.
+	Part(p, r int) (value, limit int64)
 	SetLimit(p, r int, lim int64)
 	// Row sets vals[p] and lims[p] to part p's value and limit of row r,
 	// for every part; vals and lims have Len() elements.
@@ -184,8 +184,8 @@ func (t *Table) Sole(r int, v int64) { t.peak[r] = v }
 // little room, each is set first to its part's value plus an even share
 // (one in n) of the room below the peak, p keeping the rest.
 func (t *Table) Exceed(ps Parts, p, r int) {
-	v := ps.Value(p, r)
-	if v <= ps.Limit(p, r) {
+	v, lim := ps.Part(p, r)
+	if v <= lim {
 		return
 	}
 	n := ps.Len()
@@ -278,7 +278,7 @@ func (t *Table) Cut(ps Parts, ops []Op) {
 // r (the parts of no operation are within their limits).
 func over(ps Parts, ops []Op, r int) bool {
 	for k := range ops {
-		if p := ops[k].Part; ps.Value(p, r) > ps.Limit(p, r) {
+		if v, lim := ps.Part(ops[k].Part, r); v > lim {
 			return true
 		}
 	}
@@ -320,7 +320,7 @@ func (t *Table) ResetPeaks(ps Parts) {
 	for r := range t.peak {
 		var total int64
 		for p := range n {
-			v := ps.Value(p, r)
+			v, _ := ps.Part(p, r)
 			ps.SetLimit(p, r, v)
 			total += v
 		}
@@ -336,7 +336,7 @@ func (t *Table) Check(ps Parts, bad func(r, p int, msg string)) {
 	for r := range t.peak {
 		var total, lims int64
 		for p := range n {
-			v, lim := ps.Value(p, r), ps.Limit(p, r)
+			v, lim := ps.Part(p, r)
 			if v > lim {
 				bad(r, p, fmt.Sprintf("%d is above its limit %d", v, lim))
 			}
