@@ -120,15 +120,16 @@ func (sh *shard) refreshImplied() { sh.activeImplied = sh.impliedNow() }
 // impliedNow reports whether the shard has nothing pending and its active
 // limits are at least its allocation limits.
 func (sh *shard) impliedNow() bool {
-	for _, row := range [2]int{int(stats.Active), int(stats.ActiveBytes)} {
-		base := derivedFrom[row] - 1
-		for k := range numQ {
-			if k < qAll && sh.st[row].pool[k].Value() != 0 || sh.limit(row, k) < sh.limit(base, k) {
-				return false
-			}
-		}
-	}
-	return true
+	return sh.impliedRow(int(stats.Active)) && sh.impliedRow(int(stats.ActiveBytes))
+}
+
+// impliedRow reports whether the derived row (active or active_bytes)
+// holds nothing pending and its limits are at least those of the row it
+// derives from, in each pool and in all.
+func (sh *shard) impliedRow(row int) bool {
+	d, b := &sh.st[row], &sh.st[derivedFrom[row]-1]
+	return d.pool[0].Value()|d.pool[1].Value() == 0 &&
+		d.pool[0].Limit() >= b.pool[0].Limit() && d.pool[1].Limit() >= b.pool[1].Limit() && d.allLim >= b.allLim
 }
 
 // opDelta is what one operation changed in one shard's counts: by row, in

@@ -239,26 +239,70 @@ func (a *Allocator) parts() *shardParts { return (*shardParts)(a) }
 
 func (s *shardParts) Len() int { return len(*s.byID.Load()) }
 
-func (s *shardParts) Value(p, r int) int64 {
+func (s *shardParts) Part(p, r int) (value, limit int64) {
 	sh := (*s.byID.Load())[p]
 	if r < numStatRows {
-		return sh.value(r/numQ, r%numQ)
+		row, k := r/numQ, r%numQ
+		return sh.value(row, k), sh.limit(row, k)
 	}
 	if c := sh.peekPhase(uint16((r - numStatRows) / 2)); c != nil {
-		return c.of((r - numStatRows) % 2).Value()
+		n := c.of((r - numStatRows) % 2)
+		return n.Value(), n.Limit()
 	}
-	return 0
+	return 0, 0
 }
 
-func (s *shardParts) Limit(p, r int) int64 {
-	sh := (*s.byID.Load())[p]
-	if r < numStatRows {
-		return sh.limit(r/numQ, r%numQ)
+// Row reads row r of every shard, as Part does one shard at a time.
+func (s *shardParts) Row(r int, vals, lims []int64) {
+	shards := *s.byID.Load()
+	vals, lims = vals[:len(shards)], lims[:len(shards)]
+	if r >= numStatRows {
+		for p := range shards {
+			vals[p], lims[p] = s.Part(p, r)
+		}
+		return
 	}
-	if c := sh.peekPhase(uint16((r - numStatRows) / 2)); c != nil {
-		return c.of((r - numStatRows) % 2).Limit()
+	// shard.value and shard.limit, with the row's shape found once.
+	row, k := r/numQ, r%numQ
+	base := derivedFrom[row] - 1 // -1: no base row
+	for p, sh := range shards {
+		s := &sh.st[row]
+		var v int64
+		if k == qAll {
+			v, lims[p] = s.pool[0].Value()+s.pool[1].Value(), s.allLim
+			if base >= 0 {
+				v += sh.st[base].pool[0].Value() + sh.st[base].pool[1].Value()
+			}
+		} else {
+			v, lims[p] = s.pool[k].Value(), s.pool[k].Limit()
+			if base >= 0 {
+				v += sh.st[base].pool[k].Value()
+			}
+		}
+		vals[p] = v
 	}
-	return 0
+}
+
+// SetLimits sets row r's limit of every shard, as SetLimit does one at a
+// time.
+func (s *shardParts) SetLimits(r int, lims []int64) {
+	shards := *s.byID.Load()
+	lims = lims[:len(shards)]
+	if r >= numStatRows {
+		for p := range shards {
+			s.SetLimit(p, r, lims[p])
+		}
+		return
+	}
+	row, k := r/numQ, r%numQ
+	for p, sh := range shards {
+		if k == qAll {
+			sh.st[row].allLim = lims[p]
+		} else {
+			sh.st[row].pool[k].SetLimit(lims[p])
+		}
+		sh.activeImplied = false
+	}
 }
 
 // SetLimit sets a limit. A shard whose stat limits change may no longer

@@ -9,10 +9,13 @@
 #   random_mixed), cs336 (the allocator alone on the cs336 step), replay
 #   (`gpumem replay` of plain random_mixed, parsing included), replay-cs336,
 #   streams (the allocator alone on BenchmarkReplayStreams' trace: 10
-#   streams, GiB segments made and released as it runs), libgpumem (the
+#   streams, GiB segments made and released as it runs), offload
+#   (`gpumem replay` of trace/replay/testdata/offload10.trace.gz, parsing
+#   included: 10 streams, frees across streams, GiB KV blocks; see
+#   offloadTrace in trace/replay/offload_test.go), libgpumem (the
 #   cached 1 MiB pair through the C library, side by side with the same
 #   pair through the Go API).
-#   Default: pair mixed cs336 streams replay.
+#   Default: pair mixed cs336 streams replay offload.
 #
 # Method: Go binaries built with CGO_ENABLED=0 and run with GOMAXPROCS=1
 # GODEBUG=asyncpreemptoff=1 GOGC=off (callgrind aborts on Go's preemption
@@ -31,7 +34,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=("$@")
-[ ${#what[@]} -eq 0 ] && what=(pair mixed cs336 streams replay)
+[ ${#what[@]} -eq 0 ] && what=(pair mixed cs336 streams replay offload)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export CGO_ENABLED=0 GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 GOGC=off
@@ -99,6 +102,7 @@ libgpumem_pairs() {
 
 mixed=trace/replay/testdata/pytorch/random_mixed.trace.gz
 cs336=trace/replay/testdata/pytorch/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz
+offload=trace/replay/testdata/offload10.trace.gz
 for w in "${what[@]}"; do
 	case $w in
 	pair) echo "cached alloc+free pair (BenchmarkAllocFreeCached): $(bench BenchmarkAllocFreeCached 100000 500000 1) instructions per pair" ;;
@@ -110,6 +114,7 @@ for w in "${what[@]}"; do
 	streams) echo "allocator on 10 streams, GiB segments (BenchmarkReplayStreams): $(bench BenchmarkReplayStreams 2 6 20000) instructions per op" ;;
 	libgpumem) libgpumem_pairs ;;
 	replay-cs336) echo "gpumem replay of plain cs336: $(replay $cs336) instructions per op" ;;
+	offload) echo "gpumem replay of the 10-stream offload trace: $(replay $offload) instructions per op" ;;
 	*) echo "unknown: $w" >&2; exit 2 ;;
 	esac
 done

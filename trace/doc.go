@@ -41,7 +41,8 @@
 // line number and the line, and ends the reading. Reader detects gzip by
 // its magic bytes. The leading comment block is available as Header.
 // What consumes ops takes an OpReader: a *Reader, or SliceReader of ops
-// held in memory.
+// held in memory. NextBatch reads many ops in one call, the plain a, f, r
+// and s lines straight from the read buffer, as many Next calls would.
 //
 // Writer writes ops, plain (NewWriter) or gzip (NewGzipWriter, or Create
 // with a ".gz" name), after a header comment block that starts with
@@ -51,7 +52,8 @@
 // The reader checks each line alone. The rules that need state, that an f
 // or r names a live ID and that an a does not reuse one, belong to whoever
 // consumes the ops; Validator tracks the live IDs and reports a broken rule
-// as a *StateError with the line number. It also carries the one exception
+// as a *StateError with the line number (ReadBatch checks a batch as it
+// reads it from a Reader). It also carries the one exception
 // the format makes: after an allocation that failed with out of memory in
 // a replay (MarkFailed), the later f of that ID is to be skipped.
 //
@@ -83,7 +85,8 @@
 // # Memory and concurrency
 //
 // Reader, Writer and Validator use memory bounded by a line, a buffer and
-// the live blocks respectively. An Import holds the whole converted trace
+// the live blocks respectively (the Validator keeps a table of one byte
+// per ID below 2^22 too, up to the largest seen). An Import holds the whole converted trace
 // (about 64 bytes an op) because blocks from before the window can only be
 // known at its end. None of these types is safe for concurrent use: use
 // one per goroutine.

@@ -15,7 +15,9 @@ import (
 // a calls MarkFailed; the later f (or r) of that ID is then accepted and
 // reported as one to skip, as the format asks.
 //
-// Its memory grows with the number of live blocks, not with the trace.
+// Its memory grows with the number of live blocks, not with the trace,
+// but for one byte per ID below 2^22 up to the largest used (see idSet).
+//
 // A Validator is not safe for concurrent use.
 type Validator struct {
 	live idSet // live IDs, marked when the allocation failed
@@ -85,6 +87,36 @@ func (v *Validator) Check(op Op, line int) (skip bool, err error) {
 	return false, nil
 }
 
+// CheckBatch applies ops, read from lines (lines[i] is the line of
+// ops[i]; the ops past the end of lines are left out), in order, as
+// Check does one op at a time, and stops at the first broken rule: it
+// returns the number of ops applied and, if it stopped early, Check's
+// error for the next one, which changes nothing. It reports no skips: a
+// caller that calls MarkFailed uses Check.
+func (v *Validator) CheckBatch(ops []Op, lines []int) (int, error) {
+	ops = ops[:min(len(ops), len(lines))]
+	lines = lines[:len(ops)]
+	for i := range ops {
+		op := &ops[i]
+		// Check's first two cases, without copying the op; a broken rule
+		// changes nothing, so Check finds it again below.
+		switch {
+		case op.Kind == Alloc && op.Tag == "" && op.Name == "":
+			if v.live.add(op.ID) {
+				continue
+			}
+		case op.Kind == Free && op.Size == 0 && op.Stream == 0 && op.Tag == "" && op.Name == "":
+			if _, ok := v.live.remove(op.ID); ok {
+				continue
+			}
+		}
+		if _, err := v.Check(*op, lines[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(ops), nil
+}
+
 // reused is the error for an a of a live ID.
 func (v *Validator) reused(op Op, line int) error {
 	msg := fmt.Sprintf("ID %d is already live", op.ID)
@@ -120,6 +152,11 @@ func (v *Validator) Live() int { return v.live.n }
 // the blocks it never freed.
 func (v *Validator) LiveIDs() []uint64 {
 	ids := make([]uint64, 0, v.live.n)
+	for id, st := range v.live.dense {
+		if st != 0 {
+			ids = append(ids, uint64(id))
+		}
+	}
 	for i, used := range v.live.used {
 		if used != 0 {
 			ids = append(ids, v.live.ids[i])
@@ -129,23 +166,34 @@ func (v *Validator) LiveIDs() []uint64 {
 	return ids
 }
 
-// idSet is a set of IDs, each with a mark (a failed allocation): an
-// open-addressing hash table with linear probing and backward-shift
-// deletion, kept at most half full, so that its memory follows the number
-// of live IDs and an add or a remove costs a hash and a probe or two,
-// without the hashing and bookkeeping of a Go map.
+// maxDenseID bounds the IDs that idSet keeps in its dense table.
+const maxDenseID = 1 << 22
+
+// idSet is a set of IDs, each with a mark (a failed allocation). IDs below
+// maxDenseID, those of nearly every trace (which numbers its blocks from
+// 0), index a table of one byte each, grown to the largest such ID seen
+// (at most 4 MiB); the others are kept in an open-addressing hash table
+// with linear probing and backward-shift deletion, kept at most half
+// full, so that its memory follows the number of live IDs and an add or
+// a remove costs a hash and a probe or two, without the hashing and
+// bookkeeping of a Go map.
 type idSet struct {
-	ids   []uint64
-	used  []uint8 // 0: empty slot; 1: live; 2: live and marked
-	shift uint8
-	n     int
+	dense []uint8 // by ID below maxDenseID: 0 absent; 1 live; 2 live and marked
+
+	ids    []uint64 // the hash table of the IDs from maxDenseID up
+	used   []uint8  // 0: empty slot; 1: live; 2: live and marked
+	shift  uint8
+	hashed int // IDs in the hash table
+
+	n int // IDs in the set
 }
 
 func (s *idSet) home(id uint64) int { return int((id * 0x9E3779B97F4A7C15) >> s.shift) }
 
-// find returns the slot of id, or -1.
+// find returns the slot of id (at least maxDenseID) in the hash table, or
+// -1.
 func (s *idSet) find(id uint64) int {
-	if s.n == 0 {
+	if s.hashed == 0 {
 		return -1
 	}
 	mask := len(s.ids) - 1
@@ -161,6 +209,12 @@ func (s *idSet) find(id uint64) int {
 
 // get reports whether id is in the set, and its mark.
 func (s *idSet) get(id uint64) (marked, ok bool) {
+	if id < maxDenseID {
+		if id < uint64(len(s.dense)) {
+			return s.dense[id] == 2, s.dense[id] != 0
+		}
+		return false, false
+	}
 	i := s.find(id)
 	if i < 0 {
 		return false, false
@@ -170,7 +224,19 @@ func (s *idSet) get(id uint64) (marked, ok bool) {
 
 // add puts id in the set, unmarked, and reports whether it was absent.
 func (s *idSet) add(id uint64) bool {
-	if 2*(s.n+1) > len(s.ids) {
+	if id < maxDenseID {
+		if id >= uint64(len(s.dense)) {
+			n := min(max(2*len(s.dense), int(id)+1, 1024), maxDenseID)
+			s.dense = append(s.dense, make([]uint8, n-len(s.dense))...)
+		}
+		if s.dense[id] != 0 {
+			return false
+		}
+		s.dense[id] = 1
+		s.n++
+		return true
+	}
+	if 2*(s.hashed+1) > len(s.ids) {
 		s.grow()
 	}
 	mask := len(s.ids) - 1
@@ -181,16 +247,32 @@ func (s *idSet) add(id uint64) bool {
 		}
 	}
 	s.ids[i], s.used[i] = id, 1
+	s.hashed++
 	s.n++
 	return true
 }
 
 // mark marks id, which is in the set.
-func (s *idSet) mark(id uint64) { s.used[s.find(id)] = 2 }
+func (s *idSet) mark(id uint64) {
+	if id < maxDenseID {
+		s.dense[id] = 2
+		return
+	}
+	s.used[s.find(id)] = 2
+}
 
 // remove takes id out of the set and returns its mark; ok is false when
 // it was absent.
 func (s *idSet) remove(id uint64) (marked, ok bool) {
+	if id < maxDenseID {
+		if id >= uint64(len(s.dense)) || s.dense[id] == 0 {
+			return false, false
+		}
+		marked = s.dense[id] == 2
+		s.dense[id] = 0
+		s.n--
+		return marked, true
+	}
 	i := s.find(id)
 	if i < 0 {
 		return false, false
@@ -205,16 +287,19 @@ func (s *idSet) remove(id uint64) (marked, ok bool) {
 		}
 	}
 	s.used[hole] = 0
+	s.hashed--
 	s.n--
 	return marked, true
 }
 
+// grow doubles the hash table.
 func (s *idSet) grow() {
 	ids, used := s.ids, s.used
 	size := max(2*len(ids), 64)
 	s.ids, s.used = make([]uint64, size), make([]uint8, size)
 	s.shift = uint8(64 - bits.Len(uint(size-1)))
-	s.n = 0
+	s.n -= s.hashed
+	s.hashed = 0
 	for i, u := range used {
 		if u != 0 {
 			s.add(ids[i])

@@ -3,6 +3,8 @@
 package trace
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,18 +81,19 @@ func TestValidatorFailedAllocations(t *testing.T) {
 
 func TestValidatorLiveIDs(t *testing.T) {
 	v := NewValidator()
-	for _, id := range []uint64{9, 2, 7} {
+	for _, id := range []uint64{9, 1 << 40, 2, 7} {
 		_, err := v.Check(Op{Kind: Alloc, ID: id}, 0)
 		require.NoError(t, err)
 	}
-	assert.Equal(t, []uint64{2, 7, 9}, v.LiveIDs())
+	assert.Equal(t, []uint64{2, 7, 9, 1 << 40}, v.LiveIDs())
 	_, err := v.Check(Op{Kind: Free, ID: 3}, 0)
 	assert.EqualError(t, err, `memtrace: "f 3": ID 3 is not live`)
 }
 
 // TestIDSetMatchesMap drives idSet and a Go map with the same random
-// operations, with IDs drawn so that probe runs collide and wrap, and
-// requires identical answers.
+// operations, with IDs drawn so that probe runs collide and wrap, and on
+// both sides of maxDenseID (the dense table and the hash table), and
+// requires identical answers, and the same live IDs at the end.
 func TestIDSetMatchesMap(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var s idSet
@@ -99,7 +102,10 @@ func TestIDSetMatchesMap(t *testing.T) {
 			if rapid.Bool().Draw(t, "wide") {
 				return rapid.Uint64().Draw(t, "any")
 			}
-			return rapid.Uint64Range(0, 200).Draw(t, "small")
+			if rapid.Bool().Draw(t, "dense") {
+				return rapid.Uint64Range(0, 200).Draw(t, "small")
+			}
+			return rapid.Uint64Range(maxDenseID-100, maxDenseID+100).Draw(t, "edge")
 		})
 		// same fails unless an answer (marked, ok) about x is the map's.
 		same := func(op string, x uint64, marked, ok bool) {
@@ -135,6 +141,10 @@ func TestIDSetMatchesMap(t *testing.T) {
 			if s.n != len(ref) {
 				t.Fatalf("n %d, want %d", s.n, len(ref))
 			}
+		}
+		want := slices.Sorted(maps.Keys(ref))
+		if got := (&Validator{live: s}).LiveIDs(); !slices.Equal(got, want) && len(got)+len(want) > 0 {
+			t.Fatalf("live IDs %v, want %v", got, want)
 		}
 	})
 }

@@ -3,6 +3,7 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -167,9 +168,20 @@ const replayBatch = 1024
 // map.
 const denseIDs = 1 << 22
 
-type pendingOp struct {
-	op   trace.Op
-	line int
+// nextBatch reads ops from r as (*trace.Reader).NextBatch does, one Next
+// at a time.
+func nextBatch(r trace.OpReader, ops []trace.Op, lines []int) (int, error) {
+	for n := range ops {
+		op, err := r.Next()
+		if err != nil {
+			return n, err
+		}
+		ops[n], lines[n] = op, r.Line()
+		if op.Kind == trace.Mark {
+			return n + 1, nil
+		}
+	}
+	return len(ops), nil
 }
 
 // Run reads every op of r and applies it to t, whose memory comes from
@@ -203,45 +215,56 @@ func RunContext(ctx context.Context, r trace.OpReader, t Target, dev device.Devi
 	if size <= 0 {
 		size = replayBatch
 	}
-	batch := make([]pendingOp, 0, size)
+	ops := make([]trace.Op, size)
+	lines := make([]int, size)
+	rd, _ := r.(*trace.Reader) // read and checked a batch at a time
 	var elapsed time.Duration
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("replay stopped after %d ops: %w", res.Ops, err)
 		}
-		batch = batch[:0]
+		want := size
+		if opt.StopAfter > 0 {
+			want = int(min(int64(size), max(opt.StopAfter-res.Ops, 0)))
+		}
+		// Fill the batch: up to want ops, ended early by a read error, a
+		// broken rule (the ops before it are replayed, then it is
+		// returned) or, with opt.Mark, a step mark.
+		n := 0
 		var readErr error
-		for len(batch) < size {
-			if opt.StopAfter > 0 && res.Ops+int64(len(batch)) >= opt.StopAfter {
-				readErr = io.EOF // stop here, as at the end of the trace
-				break
+		if want == 0 {
+			readErr = io.EOF // stop here, as at the end of the trace
+		}
+		for n < want && readErr == nil {
+			if rd != nil {
+				var k int
+				k, readErr = v.ReadBatch(rd, ops[n:want], lines[n:want])
+				n += k
+			} else {
+				k, err := nextBatch(r, ops[n:want], lines[n:want])
+				c, cerr := v.CheckBatch(ops[n:n+k], lines[n:n+k])
+				n += c
+				readErr = cmp.Or(cerr, err)
 			}
-			op, err := r.Next()
-			if err != nil {
-				readErr = err
-				break
-			}
-			line := r.Line()
-			if _, err := v.Check(op, line); err != nil {
-				readErr = err
-				break
-			}
-			batch = append(batch, pendingOp{op, line})
-			if op.Kind == trace.Mark && opt.Mark != nil {
+			if n > 0 && ops[n-1].Kind == trace.Mark && opt.Mark != nil {
 				break
 			}
 		}
+		if readErr == nil && opt.StopAfter > 0 && res.Ops+int64(n) >= opt.StopAfter {
+			readErr = io.EOF
+		}
+		batch := ops[:n]
 		start := time.Now()
-		err := rp.run(batch)
+		err := rp.run(batch, lines[:n])
 		elapsed += time.Since(start)
 		if err != nil {
 			return nil, err
 		}
-		res.Ops += int64(len(batch))
-		if n := len(batch); n > 0 && batch[n-1].op.Kind == trace.Mark && opt.Mark != nil {
-			opt.Mark(batch[n-1].op.Name)
+		res.Ops += int64(n)
+		if n > 0 && batch[n-1].Kind == trace.Mark && opt.Mark != nil {
+			opt.Mark(batch[n-1].Name)
 		}
-		if opt.Progress != nil && len(batch) > 0 {
+		if opt.Progress != nil && n > 0 {
 			opt.Progress(res.Ops)
 		}
 		if readErr == io.EOF {
@@ -254,6 +277,7 @@ func RunContext(ctx context.Context, r trace.OpReader, t Target, dev device.Devi
 	if w, ok := r.(interface{ Warnings() []string }); ok {
 		res.Warnings = w.Warnings()
 	}
+	res.Alloc, res.Frees = rp.allocs, rp.frees
 	res.ReplaySeconds = elapsed.Seconds()
 	if res.Ops > 0 {
 		res.NsPerOp = float64(elapsed.Nanoseconds()) / float64(res.Ops)
@@ -296,20 +320,43 @@ type replayer struct {
 	res       *Result
 	dense     []device.Ptr // ptr by ID for small IDs; 0: not live or failed
 	sparse    map[uint64]device.Ptr
-	streams   map[uint64]device.Stream
+	streams   map[uint64]device.Stream // trace streams from len(small) up
+	small     [64]struct {             // trace streams below 64, the ones of nearly every trace
+		s  device.Stream
+		ok bool // s was made
+	}
+
+	allocs, frees int64 // Result.Alloc and Result.Frees, filled in at the end
 }
 
-func (rp *replayer) run(batch []pendingOp) error {
-	for i := range batch {
-		if err := rp.apply(&batch[i].op); err != nil {
-			return fmt.Errorf("memtrace line %d: %s: %w", batch[i].line, trace.Quote(batch[i].op.String()), err)
+// run applies ops, read from lines, in order.
+func (rp *replayer) run(ops []trace.Op, lines []int) error {
+	lines = lines[:len(ops)]
+	for i := range ops {
+		op := &ops[i]
+		var err error
+		switch {
+		case op.Kind == trace.Alloc && op.Stream == 0:
+			err = rp.alloc(op, device.DefaultStream)
+		case op.Kind == trace.Free && op.ID < uint64(len(rp.dense)):
+			// apply's Free, for the blocks of the dense table.
+			if p := rp.dense[op.ID]; p != 0 {
+				rp.dense[op.ID] = 0
+				rp.frees++
+				err = rp.t.Free(p)
+			}
+		default:
+			err = rp.apply(op)
 		}
-		if rp.peak && batch[i].op.Kind == trace.Alloc {
+		if err != nil {
+			return fmt.Errorf("memtrace line %d: %s: %w", lines[i], trace.Quote(op.String()), err)
+		}
+		if rp.peak && op.Kind == trace.Alloc {
 			// Allocated bytes grow only when a block is handed out.
 			if cur := rp.t.Stats().AllocatedBytes[stats.All].Current; cur > rp.peakBytes {
 				rp.peakBytes = cur
 				rp.res.PeakOp = rp.res.Ops + int64(i) + 1
-				rp.res.PeakLine = batch[i].line
+				rp.res.PeakLine = lines[i]
 			}
 		}
 	}
@@ -319,27 +366,18 @@ func (rp *replayer) run(batch []pendingOp) error {
 func (rp *replayer) apply(op *trace.Op) error {
 	switch op.Kind {
 	case trace.Alloc:
-		rp.res.Alloc++
 		s, err := rp.stream(op.Stream)
 		if err != nil {
 			return err
 		}
-		p, err := rp.t.Alloc(op.Size, s)
-		if err != nil {
-			if !errors.Is(err, device.ErrOutOfMemory) {
-				return err
-			}
-			rp.res.OOMs++
-			p = 0 // a failed block: its f and r are skipped
-		}
-		rp.set(op.ID, p)
+		return rp.alloc(op, s)
 	case trace.Free:
 		p := rp.get(op.ID)
 		rp.set(op.ID, 0)
 		if p == 0 {
 			return nil // failed allocation, or a 0-byte one
 		}
-		rp.res.Frees++
+		rp.frees++
 		return rp.t.Free(p)
 	case trace.RecordStream:
 		p := rp.get(op.ID)
@@ -370,6 +408,25 @@ func (rp *replayer) apply(op *trace.Op) error {
 			rp.stepper.MarkStep(op.Name)
 		}
 	}
+	return nil
+}
+
+// alloc applies the a line op on the device stream s.
+func (rp *replayer) alloc(op *trace.Op, s device.Stream) error {
+	rp.allocs++
+	p, err := rp.t.Alloc(op.Size, s)
+	if err != nil {
+		if !errors.Is(err, device.ErrOutOfMemory) {
+			return err
+		}
+		rp.res.OOMs++
+		p = 0 // a failed block: its f and r are skipped
+	}
+	if op.ID < uint64(len(rp.dense)) {
+		rp.dense[op.ID] = p
+		return nil
+	}
+	rp.set(op.ID, p)
 	return nil
 }
 
@@ -411,6 +468,9 @@ func (rp *replayer) stream(n uint64) (device.Stream, error) {
 	if n == 0 {
 		return device.DefaultStream, nil
 	}
+	if n < uint64(len(rp.small)) && rp.small[n].ok {
+		return rp.small[n].s, nil
+	}
 	if s, ok := rp.streams[n]; ok {
 		return s, nil
 	}
@@ -423,6 +483,10 @@ func (rp *replayer) stream(n uint64) (device.Stream, error) {
 			return 0, err
 		}
 	}
-	rp.streams[n] = s
+	if n < uint64(len(rp.small)) {
+		rp.small[n].s, rp.small[n].ok = s, true
+	} else {
+		rp.streams[n] = s
+	}
 	return s, nil
 }

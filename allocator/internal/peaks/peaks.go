@@ -111,16 +111,39 @@ func (c *Count) SetLimit(lim int64) { c.lim = lim }
 // held: parts 0 to Len()-1, each with a value and a limit per row. Where
 // a part keeps its counts, and how a row's value is computed from them,
 // is the caller's.
+//
+// Row and SetLimits are Part and SetLimit for every part of a row at
+// once: the Table reads and sets whole rows through them, so that a
+// row of many parts costs one call.
 type Parts interface {
 	Len() int
-	Value(p, r int) int64
-	Limit(p, r int) int64
+	// Part returns part p's value and limit of row r.
+	Part(p, r int) (value, limit int64)
 	SetLimit(p, r int, lim int64)
+	// Row sets vals[p] and lims[p] to part p's value and limit of row r,
+	// for every part; vals and lims have Len() elements.
+	Row(r int, vals, lims []int64)
+	// SetLimits sets part p's limit of row r to lims[p], for every part;
+	// lims has Len() elements.
+	SetLimits(r int, lims []int64)
 }
 
 // Table holds the peaks of its rows. The zero Table has no rows.
 type Table struct {
 	peak []int64
+
+	vals, lims []int64 // a row of the parts (row), reused
+}
+
+// row returns the values and limits of row r of the n parts of ps, in
+// the Table's buffers, valid until the next call.
+func (t *Table) row(ps Parts, r, n int) (vals, lims []int64) {
+	if cap(t.vals) < n {
+		t.vals, t.lims = make([]int64, n), make([]int64, n)
+	}
+	vals, lims = t.vals[:n], t.lims[:n]
+	ps.Row(r, vals, lims)
+	return vals, lims
 }
 
 // Change is what one operation changed in one row.
@@ -161,43 +184,47 @@ func (t *Table) Sole(r int, v int64) { t.peak[r] = v }
 // little room, each is set first to its part's value plus an even share
 // (one in n) of the room below the peak, p keeping the rest.
 func (t *Table) Exceed(ps Parts, p, r int) {
-	v := ps.Value(p, r)
-	if v <= ps.Limit(p, r) {
+	v, lim := ps.Part(p, r)
+	if v <= lim {
 		return
 	}
 	n := ps.Len()
+	vals, lims := t.row(ps, r, n)
 	var total, others int64
 	for o := range n {
-		total += ps.Value(o, r)
+		total += vals[o]
 		if o != p {
-			others += ps.Limit(o, r)
+			others += lims[o]
 		}
 	}
 	peak := max(t.peak[r], total)
 	t.peak[r] = peak
-	if others+v > peak {
-		// Share the room left below the peak evenly among the parts, the
-		// first others one more each while the division leaves some (p
-		// keeps the rest), so that the next part to rise has room too:
-		// with the others' limits at their values, every rise of another
-		// part would pass its limit and need the world. (The counts of
-		// blocks have little room: one each is what spares them a cut.)
-		room := peak - total
-		share, rest := room/int64(n), room%int64(n)
-		others = 0
-		for o := range n {
-			if o != p {
-				w := ps.Value(o, r) + share
-				if rest > 0 {
-					w++
-					rest--
-				}
-				ps.SetLimit(o, r, w)
-				others += w
+	if others+v <= peak {
+		ps.SetLimit(p, r, peak-others)
+		return
+	}
+	// Share the room left below the peak evenly among the parts, the first
+	// others one more each while the division leaves some (p keeps the
+	// rest), so that the next part to rise has room too: with the others'
+	// limits at their values, every rise of another part would pass its
+	// limit and need the world. (The counts of blocks have little room:
+	// one each is what spares them a cut.)
+	room := peak - total
+	share, rest := room/int64(n), room%int64(n)
+	others = 0
+	for o := range n {
+		if o != p {
+			w := vals[o] + share
+			if rest > 0 {
+				w++
+				rest--
 			}
+			lims[o] = w
+			others += w
 		}
 	}
-	ps.SetLimit(p, r, peak-others)
+	lims[p] = peak - others
+	ps.SetLimits(r, lims)
 }
 
 // Cut settles ops, with every part's lock held: the operations that
@@ -222,8 +249,9 @@ func (t *Table) Cut(ps Parts, ops []Op) {
 				continue
 			}
 			var total int64
-			for p := range n {
-				total += ps.Value(p, r)
+			vals, _ := t.row(ps, r, n)
+			for _, v := range vals {
+				total += v
 			}
 			for k := range ops {
 				total -= ops[k].delta(r) // the state before the operations
@@ -250,7 +278,7 @@ func (t *Table) Cut(ps Parts, ops []Op) {
 // r (the parts of no operation are within their limits).
 func over(ps Parts, ops []Op, r int) bool {
 	for k := range ops {
-		if p := ops[k].Part; ps.Value(p, r) > ps.Limit(p, r) {
+		if v, lim := ps.Part(ops[k].Part, r); v > lim {
 			return true
 		}
 	}
@@ -292,7 +320,7 @@ func (t *Table) ResetPeaks(ps Parts) {
 	for r := range t.peak {
 		var total int64
 		for p := range n {
-			v := ps.Value(p, r)
+			v, _ := ps.Part(p, r)
 			ps.SetLimit(p, r, v)
 			total += v
 		}
@@ -308,7 +336,7 @@ func (t *Table) Check(ps Parts, bad func(r, p int, msg string)) {
 	for r := range t.peak {
 		var total, lims int64
 		for p := range n {
-			v, lim := ps.Value(p, r), ps.Limit(p, r)
+			v, lim := ps.Part(p, r)
 			if v > lim {
 				bad(r, p, fmt.Sprintf("%d is above its limit %d", v, lim))
 			}

@@ -20,9 +20,24 @@ func newGrid(parts, rows int) grid {
 }
 
 func (g grid) Len() int                     { return len(g) }
+func (g grid) Part(p, r int) (v, lim int64) { return g[p][r].Value(), g[p][r].Limit() }
+
+// Value and Limit are the tests' own reads of one count.
 func (g grid) Value(p, r int) int64         { return g[p][r].Value() }
 func (g grid) Limit(p, r int) int64         { return g[p][r].Limit() }
 func (g grid) SetLimit(p, r int, lim int64) { g[p][r].SetLimit(lim) }
+
+func (g grid) Row(r int, vals, lims []int64) {
+	for p := range g {
+		vals[p], lims[p] = g[p][r].Value(), g[p][r].Limit()
+	}
+}
+
+func (g grid) SetLimits(r int, lims []int64) {
+	for p := range g {
+		g[p][r].SetLimit(lims[p])
+	}
+}
 
 // broken returns what Check reports, one line per break.
 func broken(t *Table, ps Parts) string {
@@ -286,7 +301,7 @@ func TestPeaksAreThoseOfASerialOrder(t *testing.T) {
 			for r := range nRows {
 				var sum int64
 				for p := range nParts {
-					sum += g.Value(p, r)
+					sum += g[p][r].Value()
 				}
 				if sum != totals[r] || tab.Peak(r) != peaks[r] {
 					t.Fatalf("row %d: total %d, peak %d; the serial order's are %d and %d", r, sum, tab.Peak(r), totals[r], peaks[r])

@@ -1,0 +1,126 @@
+package allocator
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/stats"
+)
+
+// TestShardPartsRowsAreTheParts: the shards' Row reads every shard's value
+// and limit of a row as Part does one at a time, and SetLimits
+// sets what SetLimit sets (the activeImplied it clears included), for the
+// rows of the stats and of the phases, on four streams with blocks of
+// several phases live.
+func TestShardPartsRowsAreTheParts(t *testing.T) {
+	a, dev := newTest(t, 0, Config{})
+	streams := []device.Stream{device.DefaultStream}
+	for range 3 {
+		s, err := dev.NewStream()
+		require.NoError(t, err)
+		streams = append(streams, s)
+	}
+	rng := rand.New(rand.NewPCG(3, 5))
+	var ptrs []device.Ptr
+	for i := range 400 {
+		if i%100 == 0 {
+			a.SetPhase([]string{"fwd", "bwd"}[i/100%2])
+		}
+		if len(ptrs) > 0 && rng.IntN(3) == 0 {
+			j := rng.IntN(len(ptrs))
+			mustFree(t, a, ptrs[j])
+			ptrs = append(ptrs[:j], ptrs[j+1:]...)
+			continue
+		}
+		ptrs = append(ptrs, mustAlloc(t, a, uint64(512+rng.IntN(3*mib)), streams[rng.IntN(len(streams))]))
+	}
+
+	a.lockAll()
+	defer a.unlockAll()
+	ps := a.parts()
+	n := ps.Len()
+	require.GreaterOrEqual(t, n, 4)
+	vals, lims := make([]int64, n), make([]int64, n)
+	for r := range a.peaks.Rows() {
+		ps.Row(r, vals, lims)
+		for p := range n {
+			v, lim := ps.Part(p, r)
+			require.Equal(t, v, vals[p], "row %d, part %d: value", r, p)
+			require.Equal(t, lim, lims[p], "row %d, part %d: limit", r, p)
+		}
+	}
+	// Raise every limit by one and back, through SetLimits, and compare
+	// with SetLimit's; each set clears activeImplied.
+	shards := *a.byID.Load()
+	for r := range a.peaks.Rows() {
+		ps.Row(r, vals, lims)
+		for p := range n {
+			lims[p]++
+			shards[p].activeImplied = true
+		}
+		ps.SetLimits(r, lims)
+		for p := range n {
+			_, lim := ps.Part(p, r)
+			require.Equal(t, lims[p], lim, "row %d, part %d: limit set", r, p)
+			if r < numStatRows {
+				require.False(t, shards[p].activeImplied, "row %d, part %d", r, p)
+			}
+			ps.SetLimit(p, r, lims[p]-1)
+		}
+		for _, sh := range shards {
+			sh.refreshImplied()
+		}
+	}
+}
+
+// impliedByRows is impliedNow as it was written before impliedRow: every
+// pool and the all column of both derived rows, through value and limit.
+func impliedByRows(sh *shard) bool {
+	for _, row := range [2]int{int(stats.Active), int(stats.ActiveBytes)} {
+		base := derivedFrom[row] - 1
+		for k := range numQ {
+			if k < qAll && sh.st[row].pool[k].Value() != 0 || sh.limit(row, k) < sh.limit(base, k) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// TestImpliedNowByRows: impliedNow answers as the row-by-row reference on
+// random pending counts and limits of the active and allocation rows.
+func TestImpliedNowByRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	var seen [2]int
+	for range 20000 {
+		var sh shard
+		for _, row := range []stats.Metric{stats.Active, stats.ActiveBytes, stats.Allocation, stats.AllocatedBytes} {
+			s := &sh.st[row]
+			for k := range s.pool {
+				// Pending counts are mostly zero; limits close together.
+				v := int64(0)
+				if rng.IntN(8) == 0 {
+					v = int64(rng.IntN(3))
+				}
+				s.pool[k].Carry(v)
+				s.pool[k].SetLimit(int64(rng.IntN(4)))
+			}
+			s.allLim = int64(rng.IntN(6))
+		}
+		got := sh.impliedNow()
+		require.Equal(t, impliedByRows(&sh), got)
+		seen[btoi(got)]++
+	}
+	require.Positive(t, seen[0])
+	require.Positive(t, seen[1])
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
