@@ -123,7 +123,7 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 		} else if l := cfg.largeSegment(); l%g != 0 {
 			return nil, fmt.Errorf("allocator: expandable_segments pages the large pool by the large segment size, %d bytes, which is not a multiple of the device's mapping granularity %d: %w", l, g, device.ErrNotSupported)
 		}
-	} else if cfg.Policy == PolicyLowFragmentation {
+	} else if cfg.Policy != PolicyFaithful {
 		vm = policyVM(dev) // policy: expandable segments when the device can
 	}
 	a := &Allocator{
@@ -351,7 +351,18 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 	if a.events.Len() > 0 {
 		a.pollEventsLocked()
 	}
-	x, rounded, b := a.fitLocked(xs, size)
+	var x *freeindex.Index
+	var rounded uint64
+	var b *freeindex.Block
+	arena := false // b is carved out of the planned policy's arena
+	if a.pol.planningLocked() {
+		rounded = a.round(size)
+		x, b = a.planAllocLocked(xs, rounded, s) // planned policy: the block planned for it
+		arena = b != nil
+	}
+	if b == nil {
+		x, rounded, b = a.fitLocked(xs, size)
+	}
 	from := x // the free index b is in
 	if b == nil && a.pol != nil {
 		from, b = a.lendLocked(x, rounded) // policy: a block cached on another stream
@@ -370,6 +381,12 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 	b = a.takeLocked(a.shardOf(from), from, b, rounded, size)
 	if lent {
 		a.lentLocked(b, s)
+	}
+	if a.pol.planningLocked() {
+		if arena {
+			a.planHandedLocked(x.PoolIdx, b)
+		}
+		a.planAllocatedLocked(b, rounded, s)
 	}
 	ptr := b.Ptr
 	if selfCheck {
@@ -464,6 +481,9 @@ func (a *Allocator) freeWorld(p device.Ptr) error {
 	a.lockAll()
 	defer a.unlockAll()
 	b, sh := a.liveBlockLocked(p)
+	if b != nil && a.pol.planningLocked() {
+		a.planFreedLocked(p)
+	}
 	var err error
 	switch {
 	case b == nil:

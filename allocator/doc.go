@@ -95,6 +95,15 @@
 // POLICY.md measures each part. Under the policy with several streams,
 // every operation takes every lock.
 //
+// Config.Policy = PolicyPlanned (gpumem_policy:planned) is that policy
+// until a whole step has been seen (MarkStep): it then packs the step's
+// allocations offline into an arena of free memory and serves the steps
+// that repeat it (same order, same sizes) from there, with no fit and no
+// device call; a request that departs is served by the policy, and the
+// step is planned anew. Memory kept across steps stays out of the plan.
+// Once a step is marked, every Alloc and Free takes every lock (each is
+// logged for the next plan).
+//
 // # Design
 //
 // DESIGN.md, beside this file, describes how the allocator works inside:

@@ -1,6 +1,7 @@
 // The measurements behind POLICY.md: every trace replayed under PyTorch's
-// default, expandable segments and the low_fragmentation policy, with the
-// lower bound beside them, and the synthetic workloads that stand in for
+// default, expandable segments, the low_fragmentation policy and the
+// planned policy, with the offline best (trace/plan/offline's packing)
+// and the lower bound beside them, and the synthetic workloads that stand in for
 // traces the project does not hold.
 //
 //	go test ./allocator -run PolicyTable -policy.table -v        # the table
@@ -26,6 +27,7 @@ import (
 	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/plan/offline"
 	"github.com/gpumem/gpumem/trace/replay"
 )
 
@@ -75,6 +77,7 @@ var policyModes = []struct{ name, conf string }{
 	{"faithful default", ""},
 	{"faithful expandable", "expandable_segments:True"},
 	{"low_fragmentation", "gpumem_policy:low_fragmentation"},
+	{"planned", "gpumem_policy:planned"},
 }
 
 // measure is what one replay gives.
@@ -192,6 +195,11 @@ func TestPolicyTable(t *testing.T) {
 				float64(card)/float64(got.peakRequested), got.calls, median(ns), got.events, got.deviceTime.Round(time.Millisecond))
 		}
 		const page = 2 << 20
+		if plan, err := offline.Pack(ops); err == nil {
+			fp := int64(plan.Footprint)
+			fmt.Fprintf(&b, "| %s | offline best | %.3f | %.3f | | | | |\n", tr.name, float64(fp)/float64(requested),
+				float64((fp+page-1)/page*page)/float64(requested))
+		}
 		fmt.Fprintf(&b, "| %s | bound | %.3f | %.3f | | | | |\n", tr.name, float64(bound)/float64(requested),
 			float64((bound+page-1)/page*page)/float64(requested))
 	}
