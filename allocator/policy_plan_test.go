@@ -12,6 +12,11 @@ import (
 	"github.com/gpumem/gpumem/trace/replay"
 )
 
+// TestPlannedServesRepeatedSteps replays the BERT training trace (three
+// steps; the first also makes the optimizer state) under the planned
+// policy: the first step departs from its own plan where the second
+// differs; the third repeats the second and is served from the arena
+// whole.
 func TestPlannedServesRepeatedSteps(t *testing.T) {
 	ops := fileOps("../trace/replay/testdata/bert_b2.trace.gz")(t)
 	a := gpumemtest.New(t, gpumemtest.WithCapacity(80<<30), gpumemtest.WithConfig(allocator.Config{Policy: allocator.PolicyPlanned}), gpumemtest.AllowLeaks())
@@ -21,4 +26,8 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 	require.NoError(t, a.CheckInvariants())
 	plans, served, dep := a.PlanCounts()
 	t.Logf("plans %d served %d departures %d; peak reserved %d requested %d calls %d", plans, served, dep, res.PeakReserved, res.PeakRequested, res.DeviceAllocs+res.DeviceFrees)
+	require.Zero(t, res.OOMs)
+	require.EqualValues(t, 2, plans, "the first step, then the second, which departs from it")
+	require.EqualValues(t, 1, dep)
+	require.GreaterOrEqual(t, served, int64(1004), "the third step's 1004 requests are served from the arena")
 }
