@@ -88,8 +88,13 @@ func (a *Allocator) policyGrowLocked(x *freeindex.Index, size uint64) (*freeinde
 	if r := a.reservedLocked(); pol.reclaim && r+pl.n > limit {
 		a.reclaimLocked(x, r+pl.n-limit, pl.u, true)
 	}
+	need := pl
 	a.mapAheadLocked(&pl, limit)
 	m, err := a.mapRangeLocked(pl.u, pl.off, pl.n)
+	if refused(err) && pl.n > need.n {
+		pl = need // the device has not the pages mapped ahead: map what the request needs
+		m, err = a.mapRangeLocked(pl.u, pl.off, pl.n)
+	}
 	if refused(err) && a.reclaimLocked(x, pl.n, pl.u, false) > 0 {
 		m, err = a.mapRangeLocked(pl.u, pl.off, pl.n)
 	}
