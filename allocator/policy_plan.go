@@ -5,7 +5,9 @@
 package allocator
 
 import (
+	"cmp"
 	"context"
+	"slices"
 
 	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
@@ -253,7 +255,17 @@ func (a *Allocator) buildPlanLocked() {
 		if len(items[q]) == 0 {
 			continue
 		}
-		offsets, fp, _ := pack.Best(context.Background(), items[q], len(p.rec), bound[q], false)
+		// The classic greedy by size alone: the other passes gain little
+		// on a step and cost as much each (the arena is whole pages).
+		idx := make([]int32, len(items[q]))
+		for i := range idx {
+			idx[i] = int32(i)
+		}
+		slices.SortFunc(idx, func(x, y int32) int {
+			return cmp.Or(pack.Orders[0].Less(&items[q][x], &items[q][y]), cmp.Compare(x, y))
+		})
+		offsets := make([]uint64, len(idx))
+		fp := pack.Greedy(context.Background(), items[q], len(p.rec), idx, offsets)
 		for i, k := range which[q] {
 			reqs[k].off = offsets[i]
 		}
