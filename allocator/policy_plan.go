@@ -79,13 +79,13 @@ type planState struct {
 	// The plan, nil when there is none.
 	reqs   []planReq
 	stream device.Stream
-	foot   [2]uint64             // by pool, the arena's bytes (whole pages)
-	base   [2]device.Ptr         // by pool, the arena's address
-	seg    [2]*freeindex.Segment // by pool, the arena's segment
-	cursor [2]*freeindex.Block   // by pool, the block last handed out of the arena, where the walk to the next starts
-	handed [2]device.Ptr         // cursor's address, to tell whether it is still that block
-	follow bool                  // the current step follows the plan so far
-	pos    int                   // the next allocation's position in the current step
+	foot   [2]uint64                       // by pool, the arena's bytes (whole pages)
+	base   [2]device.Ptr                   // by pool, the arena's address
+	seg    [2]*freeindex.Segment           // by pool, the arena's segment
+	recent [2][planRecent]*freeindex.Block // by pool, the blocks last handed out of the arena (a ring), where walks start
+	next   [2]int                          // by pool, the ring's next slot
+	follow bool                            // the current step follows the plan so far
+	pos    int                             // the next allocation's position in the current step
 
 	// Counts for tests and measurements.
 	plans, served, departures int64
@@ -119,7 +119,7 @@ func (a *Allocator) planAllocLocked(xs *[2]freeindex.Index, rounded uint64, s de
 	}
 	x := &xs[r.q]
 	ptr := p.base[r.q] + device.Ptr(r.off)
-	b := freeindex.Containing(a.arenaStartLocked(r.q), ptr)
+	b := freeindex.Containing(a.arenaStartLocked(r.q, ptr), ptr)
 	if b == nil || !b.IsFree() || b.Ptr+device.Ptr(b.Size) < ptr+device.Ptr(rounded) || b.Seg.Free != x {
 		p.follow = false
 		p.departures++
@@ -129,22 +129,39 @@ func (a *Allocator) planAllocLocked(xs *[2]freeindex.Index, rounded uint64, s de
 	return x, x.Carve(b, ptr, rounded)
 }
 
+// planRecent is how many of the blocks last handed out of an arena the
+// planned policy keeps as starts of its walks.
+const planRecent = 16
+
 // arenaStartLocked returns a block of pool q's arena segment to start a
-// walk from: the block last handed out of the arena while it is still
-// allocated, else the segment's first block.
-func (a *Allocator) arenaStartLocked(q int) *freeindex.Block {
+// walk to ptr from: of the structs of the blocks last handed out of the
+// arena that are still blocks of the segment (freed, a struct usually
+// stays as the merged free block), the nearest to ptr; else the
+// segment's first block.
+func (a *Allocator) arenaStartLocked(q int, ptr device.Ptr) *freeindex.Block {
 	p := a.pol.plan
-	if c := p.cursor[q]; c != nil && c.Allocated && c.Ptr == p.handed[q] && c.Seg == p.seg[q] {
-		return c
+	best, dist := p.seg[q].Head, uint64(ptr-p.seg[q].Head.Ptr)
+	for _, c := range &p.recent[q] {
+		if !freeindex.InSegment(c, p.seg[q]) {
+			continue
+		}
+		d := uint64(ptr - c.Ptr)
+		if c.Ptr > ptr {
+			d = uint64(c.Ptr - ptr)
+		}
+		if d < dist {
+			best, dist = c, d
+		}
 	}
-	return p.seg[q].Head
+	return best
 }
 
-// planHandedLocked notes b, just handed out of pool q's arena, as where
-// the next walk starts.
+// planHandedLocked notes b, just handed out of pool q's arena, as a start
+// of the next walks.
 func (a *Allocator) planHandedLocked(q int, b *freeindex.Block) {
 	p := a.pol.plan
-	p.cursor[q], p.handed[q] = b, b.Ptr
+	p.recent[q][p.next[q]] = b
+	p.next[q] = (p.next[q] + 1) % planRecent
 }
 
 // planAllocatedLocked logs the allocation of b, of rounded bytes on
@@ -295,7 +312,6 @@ func (a *Allocator) arenasLocked() bool {
 		}
 		if seg := p.seg[q]; seg != nil && a.segments[seg.Ptr] == seg {
 			if b := freeindex.Containing(seg.Head, p.base[q]); b != nil && b.IsFree() && b.Ptr+device.Ptr(b.Size) >= p.base[q]+device.Ptr(f) {
-				p.cursor[q] = nil
 				continue // the arena is still whole
 			}
 		}
@@ -321,7 +337,8 @@ func (a *Allocator) arenasLocked() bool {
 		if b == nil {
 			return false
 		}
-		p.base[q], p.seg[q], p.cursor[q] = b.Ptr, b.Seg, nil
+		p.base[q], p.seg[q] = b.Ptr, b.Seg
+		p.recent[q] = [planRecent]*freeindex.Block{}
 	}
 	return true
 }

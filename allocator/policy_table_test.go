@@ -63,6 +63,8 @@ func policyTraces() []policyTrace {
 		{"bert_b4", "real: the same at batch 4", false, fileOps(td + "bert_b4.trace.gz")},
 		{"bert_b8", "real: the same at batch 8", false, fileOps(td + "bert_b8.trace.gz")},
 		{"eor_cnn", "real: CNN with Adam, many tiny blocks (EoR_NN snapshot, converted)", false, fileOps(td + "EoR_NN_cnn_counterfactuals.trace.gz")},
+		{"bert_b2_x20", "real steps: bert_b2 with its last step repeated to 20 steps", true,
+			func(t testing.TB) []trace.Op { return repeatLastStep(fileOps(td+"bert_b2.trace.gz")(t), 20) }},
 		{"offload", "synthetic: LLaMA-7B-shaped fp16 inference, per-layer weights prefetched on 9 copy streams, compute on stream 0", true,
 			func(testing.TB) []trace.Op { return offloadOps(4, 32, 512, 4) }},
 		{"kv_legacy", "synthetic: GPT-2-small generation, batch 8, 128 + 384 tokens; the old past_key_values freed after each step", true,

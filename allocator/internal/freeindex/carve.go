@@ -39,6 +39,24 @@ func (x *Index) Carve(b *Block, ptr device.Ptr, size uint64) *Block {
 	return b
 }
 
+// InSegment reports whether the struct b is a block of seg now: linked
+// among its blocks, not a spare (zeroed) nor reused elsewhere. A caller
+// that kept b across operations that merge blocks (which give the
+// absorbed structs back as spares) asks before it walks from b.
+func InSegment(b *Block, seg *Segment) bool {
+	if b == nil || b.Seg != seg {
+		return false
+	}
+	if b.Prev == nil {
+		if seg.Head != b {
+			return false
+		}
+	} else if b.Prev.Next != b {
+		return false
+	}
+	return b.Next == nil || b.Next.Prev == b
+}
+
 // Containing returns the block of from's segment that holds the address
 // ptr, walking the segment's blocks from from toward it, or nil when ptr
 // is outside the segment.
