@@ -384,7 +384,7 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 	}
 	if a.pol.planningLocked() {
 		if arena {
-			a.planHandedLocked(x.PoolIdx, b)
+			a.planHandedLocked(b)
 		}
 		a.planAllocatedLocked(b, rounded, s)
 	}

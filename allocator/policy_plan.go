@@ -20,18 +20,24 @@ import (
 //   - Recording: from the first step boundary on, every Alloc and Free of
 //     the step is logged (its position among the step's allocations, its
 //     rounded size, its stream).
-//   - Planning: at the next boundary, if the step's allocations were all
-//     on one stream, the blocks allocated and freed within the step are
+//   - Planning: at a boundary, if the step just seen repeats the step
+//     before it (the same rounded sizes in the same order, all on one
+//     stream), the blocks allocated and freed within the step are
 //     packed offline (internal/pack, the greedy packing trace/plan uses)
-//     into one arena per pool: an offset for each. Blocks that outlive
+//     into one arena, in the large pool: an offset for each. Blocks of
+//     both pools share it (a small block carved from the large pool is a
+//     large-pool block in the stats), since the pools' peaks come at
+//     different times: BERT's step peaks at 1,313 MB, its small blocks
+//     alone at 80 MB, and two arenas would take their sum. Blocks that outlive
 //     the step (weights, optimizer state, anything kept for the next
 //     step) and blocks allocated before it stay out of the plan and are
 //     served online.
-//   - Arena: an address range of free, mapped memory of the pool and
-//     stream, as long as the packing's footprint (whole pages): the range
+//   - Arena: an address range of free, mapped memory of the large pool
+//     and the stream, as long as the packing's footprint (whole pages): the range
 //     it had, if still wholly free; else the best-fitting free block;
 //     else the pool's free pages are unmapped and the policy's growth
-//     maps the footprint. The arena is ordinary cached memory: reserved
+//     maps the footprint. When it cannot (the device is short), the step
+//     runs online and the next boundary tries again. The arena is ordinary cached memory: reserved
 //     bytes (segments' pages), free blocks in the free index; nothing is
 //     held aside, so the stats keep their meaning.
 //   - Serving: while the step follows the plan (the n-th allocation has
@@ -43,9 +49,10 @@ import (
 //     end, or one whose range in the arena is not wholly free (a block of
 //     the previous step still live, pages reclaimed, an online block that
 //     landed there) ends the plan for the rest of the step: it and the
-//     requests after it are served online, without error. At the next
-//     boundary the step just seen is planned anew; a step that followed
-//     the plan to its end keeps it.
+//     requests after it are served online, without error. A step with the
+//     plan's pattern (rounded sizes, order, stream) keeps the plan, served
+//     or not; at the end of any other the plan ends, and that step is
+//     planned once the next repeats it.
 //
 // Every Alloc and Free of an allocator with the planned policy runs in the
 // world once a step has been marked, as they are logged.
@@ -60,8 +67,7 @@ type planOp struct {
 // planReq is the plan for the step's pos-th allocation.
 type planReq struct {
 	size  uint64 // rounded
-	off   uint64 // offset in its pool's arena, when arena
-	q     int    // its pool: qSmall or qLarge
+	off   uint64 // offset in the arena, when arena
 	arena bool   // allocated and freed within the planned step: served from the arena
 }
 
@@ -76,16 +82,21 @@ type planState struct {
 	recStream device.Stream
 	recMixed  bool // allocations on more than one stream: not planned
 
+	// The last step recorded with an allocation, by position, the
+	// rounded size, and its stream: a step is planned when it repeats it.
+	prevSize   []uint64
+	prevStream device.Stream
+
 	// The plan, nil when there is none.
 	reqs   []planReq
 	stream device.Stream
-	foot   [2]uint64                       // by pool, the arena's bytes (whole pages)
-	base   [2]device.Ptr                   // by pool, the arena's address
-	seg    [2]*freeindex.Segment           // by pool, the arena's segment
-	recent [2][planRecent]*freeindex.Block // by pool, the blocks last handed out of the arena (a ring), where walks start
-	next   [2]int                          // by pool, the ring's next slot
-	follow bool                            // the current step follows the plan so far
-	pos    int                             // the next allocation's position in the current step
+	foot   uint64                       // the arena's bytes (whole pages of the large pool)
+	addr   device.Ptr                   // the arena's address
+	seg    *freeindex.Segment           // the arena's segment
+	recent [planRecent]*freeindex.Block // the blocks last handed out of the arena (a ring), where walks start
+	next   int                          // the ring's next slot
+	follow bool                         // the current step follows the plan so far
+	pos    int                          // the next allocation's position in the current step
 
 	// Counts for tests and measurements.
 	plans, served, departures int64
@@ -117,9 +128,9 @@ func (a *Allocator) planAllocLocked(xs *[2]freeindex.Index, rounded uint64, s de
 	if !r.arena {
 		return nil, nil
 	}
-	x := &xs[r.q]
-	ptr := p.base[r.q] + device.Ptr(r.off)
-	b := freeindex.Containing(a.arenaStartLocked(r.q, ptr), ptr)
+	x := &xs[qLarge]
+	ptr := p.addr + device.Ptr(r.off)
+	b := freeindex.Containing(a.arenaStartLocked(ptr), ptr)
 	if b == nil || !b.IsFree() || b.Ptr+device.Ptr(b.Size) < ptr+device.Ptr(rounded) || b.Seg.Free != x {
 		p.follow = false
 		p.departures++
@@ -133,16 +144,16 @@ func (a *Allocator) planAllocLocked(xs *[2]freeindex.Index, rounded uint64, s de
 // planned policy keeps as starts of its walks.
 const planRecent = 16
 
-// arenaStartLocked returns a block of pool q's arena segment to start a
+// arenaStartLocked returns a block of the arena's segment to start a
 // walk to ptr from: of the structs of the blocks last handed out of the
 // arena that are still blocks of the segment (freed, a struct usually
 // stays as the merged free block), the nearest to ptr; else the
 // segment's first block.
-func (a *Allocator) arenaStartLocked(q int, ptr device.Ptr) *freeindex.Block {
+func (a *Allocator) arenaStartLocked(ptr device.Ptr) *freeindex.Block {
 	p := a.pol.plan
-	best, dist := p.seg[q].Head, uint64(ptr-p.seg[q].Head.Ptr)
-	for _, c := range &p.recent[q] {
-		if !freeindex.InSegment(c, p.seg[q]) {
+	best, dist := p.seg.Head, uint64(ptr-p.seg.Head.Ptr)
+	for _, c := range &p.recent {
+		if !freeindex.InSegment(c, p.seg) {
 			continue
 		}
 		d := uint64(ptr - c.Ptr)
@@ -156,12 +167,12 @@ func (a *Allocator) arenaStartLocked(q int, ptr device.Ptr) *freeindex.Block {
 	return best
 }
 
-// planHandedLocked notes b, just handed out of pool q's arena, as a start
-// of the next walks.
-func (a *Allocator) planHandedLocked(q int, b *freeindex.Block) {
+// planHandedLocked notes b, just handed out of the arena, as a start of
+// the next walks.
+func (a *Allocator) planHandedLocked(b *freeindex.Block) {
 	p := a.pol.plan
-	p.recent[q][p.next[q]] = b
-	p.next[q] = (p.next[q] + 1) % planRecent
+	p.recent[p.next] = b
+	p.next = (p.next + 1) % planRecent
 }
 
 // planAllocatedLocked logs the allocation of b, of rounded bytes on
@@ -196,20 +207,37 @@ func (a *Allocator) planFreedLocked(ptr device.Ptr) {
 }
 
 // planStepLocked runs at a step boundary under the planned policy: a step
-// that followed the plan to its end, or allocated nothing, keeps it;
-// otherwise the step just recorded is planned. The arena is then found for the next step, and
-// recording starts again.
+// with the plan's pattern (served from the arena or not), or one that
+// allocated nothing, keeps it; a step that repeats the one before it (the
+// same rounded sizes in the same order, on the same stream) is planned;
+// any other ends the plan, and is the pattern the next step is compared
+// with. Planning costs about the pairs of blocks live at once (some 2 ms
+// for BERT's 1,000-block step), so a step is planned only once its
+// pattern has repeated: the first step of a training loop, which also
+// makes the optimizer's state, is seldom the one that repeats. The arena
+// is then found for the next step, and recording starts again.
 func (a *Allocator) planStepLocked() {
 	p := a.pol.plan
-	kept := p.reqs != nil && p.follow && p.pos == len(p.reqs)
+	kept := p.reqs != nil && len(p.recSize) == len(p.reqs) && !p.recMixed && p.recStream == p.stream
+	for k := 0; kept && k < len(p.reqs); k++ {
+		kept = p.reqs[k].size == p.recSize[k]
+	}
 	if p.recording && !kept && len(p.recSize) > 0 {
-		a.buildPlanLocked()
+		if !p.recMixed && p.recStream == p.prevStream && slices.Equal(p.recSize, p.prevSize) {
+			a.buildPlanLocked() // the pattern repeats
+		} else {
+			p.reqs = nil // a new pattern: planned once it repeats
+		}
+	}
+	if len(p.recSize) > 0 {
+		p.prevSize, p.recSize = p.recSize, p.prevSize
+		p.prevStream = p.recStream
 	}
 	p.rec, p.recSize = p.rec[:0], p.recSize[:0]
 	clear(p.recLive)
 	p.recMixed, p.recording = false, true
 	p.pos = 0
-	p.follow = p.reqs != nil && a.arenasLocked()
+	p.follow = p.reqs != nil && a.arenaLocked()
 }
 
 // buildPlanLocked plans the recorded step: the blocks it allocated and
@@ -237,115 +265,89 @@ func (a *Allocator) buildPlanLocked() {
 		}
 	}
 	reqs := make([]planReq, n)
-	var items [2][]pack.Item
-	var which [2][]int32
-	var live, bound [2]uint64
-	for _, op := range p.rec { // the peak of live bytes per pool: the bound
-		k := op.pos
-		q := qLarge
-		if isSmall(p.recSize[k]) {
-			q = qSmall
-		}
-		if end[k] < 0 {
-			continue
-		}
-		if op.free {
-			live[q] -= p.recSize[k]
-			continue
-		}
-		live[q] += p.recSize[k]
-		bound[q] = max(bound[q], live[q])
-	}
+	var items []pack.Item
+	var which []int32
 	for k, size := range p.recSize {
-		q := qLarge
-		if isSmall(size) {
-			q = qSmall
-		}
-		reqs[k] = planReq{size: size, q: q, arena: end[k] >= 0}
+		reqs[k] = planReq{size: size, arena: end[k] >= 0}
 		if end[k] >= 0 {
-			items[q] = append(items[q], pack.Item{Start: start[k], End: end[k], Bytes: size})
-			which[q] = append(which[q], int32(k))
+			items = append(items, pack.Item{Start: start[k], End: end[k], Bytes: size})
+			which = append(which, int32(k))
 		}
 	}
-	for q := range 2 {
-		p.foot[q] = 0
-		if len(items[q]) == 0 {
-			continue
-		}
+	p.foot = 0
+	if len(items) > 0 {
 		// The classic greedy by size alone: the other passes gain little
 		// on a step and cost as much each (the arena is whole pages).
-		idx := make([]int32, len(items[q]))
+		idx := make([]int32, len(items))
 		for i := range idx {
 			idx[i] = int32(i)
 		}
 		slices.SortFunc(idx, func(x, y int32) int {
-			return cmp.Or(pack.Orders[0].Less(&items[q][x], &items[q][y]), cmp.Compare(x, y))
+			return cmp.Or(pack.Orders[0].Less(&items[x], &items[y]), cmp.Compare(x, y))
 		})
 		offsets := make([]uint64, len(idx))
-		fp := pack.Greedy(context.Background(), items[q], len(p.rec), idx, offsets)
-		for i, k := range which[q] {
+		fp := pack.Greedy(context.Background(), items, len(p.rec), idx, offsets)
+		for i, k := range which {
 			reqs[k].off = offsets[i]
 		}
-		page := a.pol.largePage
-		if q == qSmall {
-			page = kSmallBuffer
-		}
-		p.foot[q] = pagesFor(fp, page)
+		p.foot = pagesFor(fp, a.pol.largePage)
 	}
 	p.reqs, p.stream = reqs, p.recStream
 	p.plans++
 }
 
-// arenasLocked finds each pool's arena for the plan: an address range of
-// p.foot bytes wholly free and mapped. It reports false when a pool has
-// none and cannot get one (the step then runs online).
-func (a *Allocator) arenasLocked() bool {
+// arenaLocked finds the plan's arena: an address range of p.foot bytes
+// of the large pool, wholly free and mapped. It reports false when there
+// is none and none can be mapped (the step then runs online).
+func (a *Allocator) arenaLocked() bool {
 	p := a.pol.plan
 	xs := a.indexesLocked(p.stream)
 	if xs == nil {
 		return false
 	}
-	for q := range 2 {
-		f := p.foot[q]
-		if f == 0 {
-			continue
-		}
-		if seg := p.seg[q]; seg != nil && a.segments[seg.Ptr] == seg {
-			if b := freeindex.Containing(seg.Head, p.base[q]); b != nil && b.IsFree() && b.Ptr+device.Ptr(b.Size) >= p.base[q]+device.Ptr(f) {
-				continue // the arena is still whole
-			}
-		}
-		x := &xs[q]
-		b := x.Fit(f)
-		if b == nil {
-			// The step's blocks are free again: give back their pages
-			// and map the arena in one range.
-			a.collected = a.collected[:0]
-			x.AscendAtLeast(kSmallBuffer, func(b *freeindex.Block) bool {
-				a.collected = append(a.collected, b)
-				return true
-			})
-			for _, c := range a.collected {
-				if wholePages(c) > 0 {
-					_ = a.unmapLocked(c) // a refusal leaves it mapped
-				}
-			}
-			clear(a.collected)
-			a.collected = a.collected[:0]
-			b, _ = a.policyGrowLocked(x, f)
-		}
-		if b == nil {
-			return false
-		}
-		p.base[q], p.seg[q] = b.Ptr, b.Seg
-		p.recent[q] = [planRecent]*freeindex.Block{}
+	f := p.foot
+	if f == 0 {
+		return true
 	}
+	if seg := p.seg; seg != nil && a.segments[seg.Ptr] == seg {
+		if b := freeindex.Containing(seg.Head, p.addr); b != nil && b.IsFree() && b.Ptr+device.Ptr(b.Size) >= p.addr+device.Ptr(f) {
+			return true // the arena is still whole
+		}
+	}
+	x := &xs[qLarge]
+	b := x.Fit(f)
+	if b == nil {
+		// The step's blocks are free again: give back their pages and
+		// map the arena in one range.
+		a.collected = a.collected[:0]
+		for q := range xs {
+			if xs[q].Kind != freeindex.KindSmall {
+				xs[q].AscendAtLeast(kSmallBuffer, func(b *freeindex.Block) bool {
+					a.collected = append(a.collected, b)
+					return true
+				})
+			}
+		}
+		for _, c := range a.collected {
+			if c.Seg.Expandable() && wholePages(c) > 0 {
+				_ = a.unmapLocked(c) // a refusal leaves it mapped
+			}
+		}
+		clear(a.collected)
+		a.collected = a.collected[:0]
+		b, _ = a.policyGrowLocked(x, f)
+	}
+	if b == nil {
+		return false
+	}
+	p.addr, p.seg = b.Ptr, b.Seg
+	p.recent = [planRecent]*freeindex.Block{}
 	return true
 }
 
 // checkPlanLocked adds the planned policy's invariants to
-// CheckInvariants: every planned block of the arena lies within its
-// pool's arena, and the arena within its segment.
+// CheckInvariants: every planned block lies within the arena, and the
+// arena within a segment of the large pool.
 func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	p := a.pol.plan
 	if p.recording && len(p.rec) < len(p.recSize) {
@@ -355,16 +357,14 @@ func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 		return
 	}
 	for k, r := range p.reqs {
-		if r.arena && r.off+r.size > p.foot[r.q] {
-			bad("the plan's allocation %d ends at %d, past its arena's %d bytes", k, r.off+r.size, p.foot[r.q])
+		if r.arena && r.off+r.size > p.foot {
+			bad("the plan's allocation %d ends at %d, past its arena's %d bytes", k, r.off+r.size, p.foot)
 		}
 	}
-	if !p.follow {
+	if !p.follow || p.foot == 0 {
 		return
 	}
-	for q := range 2 {
-		if seg := p.seg[q]; p.foot[q] > 0 && (seg == nil || p.base[q] < seg.Ptr || uint64(p.base[q]-seg.Ptr)+p.foot[q] > seg.Size) {
-			bad("the arena of pool %d at %v (%d bytes) is outside its segment", q, p.base[q], p.foot[q])
-		}
+	if seg := p.seg; seg == nil || seg.Pool.Small || p.addr < seg.Ptr || uint64(p.addr-seg.Ptr)+p.foot > seg.Size {
+		bad("the arena at %v (%d bytes) is outside a segment of the large pool", p.addr, p.foot)
 	}
 }

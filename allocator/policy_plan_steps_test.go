@@ -55,11 +55,14 @@ func TestPlannedServesARepeatedStep(t *testing.T) {
 	a, dev := newOn(t, Config{Policy: PolicyPlanned})
 	weights := mustAlloc(t, a, 30<<20, 0)
 	runStep(t, a, stepSizes) // recorded
-	_, served, _ := planCounts(a)
-	require.Zero(t, served, "nothing is served before a step was seen")
+	runStep(t, a, stepSizes) // repeats it
+	plans, served, _ := planCounts(a)
+	require.Zero(t, plans)
+	require.Zero(t, served, "nothing is served before a step repeats")
 
 	first, _ := runStep(t, a, stepSizes) // planned at its mark, served from the arena
-	plans, served, dep := planCounts(a)
+	var dep int64
+	plans, served, dep = planCounts(a)
 	assert.EqualValues(t, 1, plans)
 	assert.EqualValues(t, len(stepSizes), served, "every request of the repeated step is served from the arena")
 	assert.Zero(t, dep)
@@ -85,6 +88,7 @@ func TestPlannedDepartsAndReplans(t *testing.T) {
 	a, _ := newOn(t, Config{Policy: PolicyPlanned})
 	runStep(t, a, stepSizes)
 	runStep(t, a, stepSizes)
+	runStep(t, a, stepSizes) // served from the arena
 	other := append([]uint64(nil), stepSizes...)
 	other[2] /= 2 // a smaller last batch: the third request departs
 	runStep(t, a, other)
@@ -92,8 +96,12 @@ func TestPlannedDepartsAndReplans(t *testing.T) {
 	assert.EqualValues(t, len(stepSizes)+2, served, "the two requests before the departure are served from the arena")
 	assert.EqualValues(t, 1, dep)
 
-	runStep(t, a, other) // the new pattern repeats: planned anew
+	runStep(t, a, other) // the plan has ended: online
 	plans, served2, dep2 := planCounts(a)
+	assert.EqualValues(t, 1, plans)
+	assert.Equal(t, served, served2)
+	runStep(t, a, other) // the new pattern repeats: planned anew
+	plans, served2, dep2 = planCounts(a)
 	assert.EqualValues(t, 2, plans)
 	assert.EqualValues(t, served+int64(len(other)), served2)
 	assert.EqualValues(t, dep, dep2)
@@ -110,7 +118,8 @@ func TestPlannedDepartsAndReplans(t *testing.T) {
 
 func TestPlannedLeavesKeptBlocksOutOfThePlan(t *testing.T) {
 	a, _ := newOn(t, Config{Policy: PolicyPlanned})
-	_, kept := runStep(t, a, stepSizes, 4) // the 12 MiB block outlives its step
+	_, kept0 := runStep(t, a, stepSizes, 4) // the 12 MiB block outlives its step
+	_, kept := runStep(t, a, stepSizes, 4)
 	plans, _, _ := planCounts(a)
 	require.Zero(t, plans)
 	a.MarkStep("step") // plans the step
@@ -124,7 +133,7 @@ func TestPlannedLeavesKeptBlocksOutOfThePlan(t *testing.T) {
 	assert.GreaterOrEqual(t, served, int64(4), "the requests before the kept one are served from the arena")
 	assert.NotEqual(t, kept[0], kept2[0])
 	assert.NotContains(t, ptrs, kept[0])
-	mustFree(t, a, kept[0], kept2[0])
+	mustFree(t, a, kept0[0], kept[0], kept2[0])
 }
 
 func TestPlannedArenaMovesPastAKeptBlock(t *testing.T) {
@@ -152,6 +161,7 @@ func TestPlannedDepartsWhenItsPlaceIsTaken(t *testing.T) {
 	a, _ := newOn(t, Config{Policy: PolicyPlanned})
 	three := []uint64{8 << 20, 8 << 20, 8 << 20}
 	runStep(t, a, three)
+	runStep(t, a, three)
 	a.MarkStep("step")
 	p := a.pol.plan
 	require.Equal(t, p.reqs[0].off, p.reqs[2].off, "the plan reuses the first block's place")
@@ -173,9 +183,9 @@ func TestPlannedWithoutVirtualMemory(t *testing.T) {
 	require.Nil(t, a.vm)
 	big := mustAlloc(t, a, 200<<20, 0)
 	mustFree(t, a, big) // a free segment that holds the arena
-	runStep(t, a, stepSizes)
-	runStep(t, a, stepSizes)
-	runStep(t, a, stepSizes)
+	for range 4 {
+		runStep(t, a, stepSizes)
+	}
 	plans, served, _ := planCounts(a)
 	assert.Zero(t, plans, "without virtual memory nothing is planned")
 	assert.Zero(t, served)

@@ -12,22 +12,38 @@ import (
 	"github.com/gpumem/gpumem/trace/replay"
 )
 
-// TestPlannedServesRepeatedSteps replays the BERT training trace (three
-// steps; the first also makes the optimizer state) under the planned
-// policy: the first step departs from its own plan where the second
-// differs; the third repeats the second and is served from the arena
-// whole.
+// TestPlannedServesRepeatedSteps replays the BERT training trace under
+// the planned policy. Its three steps are all different to the policy:
+// the first makes the optimizer's state, and the third has no step after
+// it, so nothing is planned. With the last step repeated to five steps,
+// the third repeats the second and is planned at the fourth's mark: the
+// fourth and fifth are served from the arena whole, and so are the
+// sixth to eighth with three more repeats, with no device call.
 func TestPlannedServesRepeatedSteps(t *testing.T) {
 	ops := fileOps("../trace/replay/testdata/bert_b2.trace.gz")(t)
-	a := gpumemtest.New(t, gpumemtest.WithCapacity(80<<30), gpumemtest.WithConfig(allocator.Config{Policy: allocator.PolicyPlanned}), gpumemtest.AllowLeaks())
-	dev := a.Device().(*sim.Device)
-	res, err := replay.Run(trace.SliceReader(ops), a, dev, replay.Options{})
-	require.NoError(t, err)
-	require.NoError(t, a.CheckInvariants())
-	plans, served, dep := a.PlanCounts()
-	t.Logf("plans %d served %d departures %d; peak reserved %d requested %d calls %d", plans, served, dep, res.PeakReserved, res.PeakRequested, res.DeviceAllocs+res.DeviceFrees)
-	require.Zero(t, res.OOMs)
-	require.EqualValues(t, 2, plans, "the first step, then the second, which departs from it")
-	require.EqualValues(t, 1, dep)
-	require.GreaterOrEqual(t, served, int64(1004), "the third step's 1004 requests are served from the arena")
+	cfg := allocator.Config{Policy: allocator.PolicyPlanned}
+	capacity := uint64(80 << 30)
+	run := func(ops []trace.Op) (replay.Result, [3]int64) {
+		a := gpumemtest.New(t, gpumemtest.WithCapacity(capacity), gpumemtest.WithConfig(cfg), gpumemtest.AllowLeaks())
+		dev := a.Device().(*sim.Device)
+		res, err := replay.Run(trace.SliceReader(ops), a, dev, replay.Options{})
+		require.NoError(t, err)
+		require.NoError(t, a.CheckInvariants())
+		require.Zero(t, res.OOMs)
+		var c [3]int64
+		c[0], c[1], c[2] = a.PlanCounts()
+		return *res, c
+	}
+	res3, c := run(ops)
+	require.Equal(t, [3]int64{0, 0, 0}, c, "plans, served, departures")
+	res5, c := run(repeatLastStep(ops, 5))
+	require.Equal(t, [3]int64{1, 2 * 1004, 0}, c, "plans, served, departures")
+	res8, c := run(repeatLastStep(ops, 8))
+	require.Equal(t, [3]int64{1, 5 * 1004, 0}, c, "plans, served, departures")
+	require.Equal(t, res5.DeviceAllocs+res5.DeviceFrees, res8.DeviceAllocs+res8.DeviceFrees, "the steps served from the arena make no device call")
+
+	// On the smallest device the three steps fit, the arena fits too.
+	capacity = smallestCard(t, ops, cfg, uint64(res3.PeakRequested), uint64(res3.PeakReserved))
+	_, c = run(repeatLastStep(ops, 8))
+	require.Equal(t, [3]int64{1, 5 * 1004, 0}, c, "plans, served, departures on %d bytes", capacity)
 }
