@@ -197,7 +197,7 @@ func newPolicyState(cfg *Config) *policyState {
 	l := &cfg.LowFrag
 	var plan *planState
 	if cfg.Policy == PolicyPlanned {
-		plan = &planState{recLive: make(map[device.Ptr]int32)}
+		plan = &planState{}
 	}
 	return &policyState{
 		plan:       plan,

@@ -58,10 +58,13 @@ import (
 // world once a step has been marked, as they are logged.
 
 // planOp is one operation of the recorded step: the allocation of the
-// step's pos-th block, or its free.
+// step's pos-th block at ptr, or (pos -1) the free of the block at ptr,
+// which the step may not have allocated. The log is appended to, and
+// the frees matched with their allocations only when a step is planned,
+// so that logging costs an Alloc or a Free no map.
 type planOp struct {
-	pos  int32
-	free bool
+	ptr device.Ptr
+	pos int32
 }
 
 // planReq is the plan for the step's pos-th allocation.
@@ -77,8 +80,7 @@ type planState struct {
 	// The step being recorded since the last boundary.
 	recording bool
 	rec       []planOp
-	recSize   []uint64             // by position, the rounded size
-	recLive   map[device.Ptr]int32 // the live blocks allocated in the step, by address: their position
+	recSize   []uint64 // by position, the rounded size
 	recStream device.Stream
 	recMixed  bool // allocations on more than one stream: not planned
 
@@ -189,20 +191,15 @@ func (a *Allocator) planAllocatedLocked(b *freeindex.Block, rounded uint64, s de
 	}
 	pos := int32(len(p.recSize))
 	p.recSize = append(p.recSize, rounded)
-	p.rec = append(p.rec, planOp{pos: pos})
-	p.recLive[b.Ptr] = pos
+	p.rec = append(p.rec, planOp{ptr: b.Ptr, pos: pos})
 }
 
 // planFreedLocked logs the free of the block at ptr in the step being
-// recorded, if the step allocated it.
+// recorded.
 func (a *Allocator) planFreedLocked(ptr device.Ptr) {
 	p := a.pol.plan
-	if !p.recording {
-		return
-	}
-	if pos, ok := p.recLive[ptr]; ok {
-		delete(p.recLive, ptr)
-		p.rec = append(p.rec, planOp{pos: pos, free: true})
+	if p.recording {
+		p.rec = append(p.rec, planOp{ptr: ptr, pos: -1})
 	}
 }
 
@@ -234,7 +231,6 @@ func (a *Allocator) planStepLocked() {
 		p.prevStream = p.recStream
 	}
 	p.rec, p.recSize = p.rec[:0], p.recSize[:0]
-	clear(p.recLive)
 	p.recMixed, p.recording = false, true
 	p.pos = 0
 	p.follow = p.reqs != nil && a.arenaLocked()
@@ -257,11 +253,14 @@ func (a *Allocator) buildPlanLocked() {
 	for k := range end {
 		end[k] = -1
 	}
+	live := make(map[device.Ptr]int32, n)
 	for t, op := range p.rec {
-		if op.free {
-			end[op.pos] = t
-		} else {
+		if op.pos >= 0 {
 			start[op.pos] = t
+			live[op.ptr] = op.pos
+		} else if k, ok := live[op.ptr]; ok { // a block the step allocated
+			end[k] = t
+			delete(live, op.ptr)
 		}
 	}
 	reqs := make([]planReq, n)
