@@ -131,6 +131,13 @@ func (a *Allocator) planAllocLocked(xs *[2]freeindex.Index, rounded uint64, s de
 		return nil, nil
 	}
 	x := &xs[qLarge]
+	if h := p.seg.Head; h == nil || h.Seg != p.seg {
+		// The arena's segment was released (EmptyCache): its head
+		// went back to the spares.
+		p.follow = false
+		p.departures++
+		return nil, nil
+	}
 	ptr := p.addr + device.Ptr(r.off)
 	b := freeindex.Containing(a.arenaStartLocked(ptr), ptr)
 	if b == nil || !b.IsFree() || b.Ptr+device.Ptr(b.Size) < ptr+device.Ptr(rounded) || b.Seg.Free != x {

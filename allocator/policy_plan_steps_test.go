@@ -190,3 +190,30 @@ func TestPlannedWithoutVirtualMemory(t *testing.T) {
 	assert.Zero(t, plans, "without virtual memory nothing is planned")
 	assert.Zero(t, served)
 }
+
+func TestPlannedArenaReleasedMidStep(t *testing.T) {
+	// EmptyCache in a step gives the arena's pages back and releases its
+	// segment: the next planned request finds its place unmapped and
+	// departs; at the next boundary a new arena is mapped.
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	for range 3 {
+		runStep(t, a, stepSizes)
+	}
+	_, served, _ := planCounts(a)
+	require.EqualValues(t, len(stepSizes), served)
+	a.MarkStep("step")
+	p := mustAlloc(t, a, stepSizes[0], 0)
+	mustFree(t, a, p)
+	require.NoError(t, a.EmptyCache())
+	seg := a.pol.plan.seg
+	require.NotSame(t, seg, a.segments[seg.Ptr], "the arena's segment is released")
+	for _, size := range stepSizes[1:] {
+		mustFree(t, a, mustAlloc(t, a, size, 0))
+	}
+	_, served2, dep := planCounts(a)
+	assert.EqualValues(t, served+1, served2)
+	assert.EqualValues(t, 1, dep)
+	runStep(t, a, stepSizes)
+	_, served3, _ := planCounts(a)
+	assert.EqualValues(t, served2+int64(len(stepSizes)), served3, "the step after it is served from a new arena")
+}
