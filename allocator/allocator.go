@@ -295,9 +295,10 @@ func (a *Allocator) round(size uint64) uint64 {
 }
 
 // indexFor is step 3: the free index, among a stream's xs, of the pool of
-// a block of rounded bytes.
+// a block of rounded bytes (the large pool's for every size under the
+// planned policy, which merges the small one into it).
 func indexFor(xs *[2]freeindex.Index, rounded uint64) *freeindex.Index {
-	if isSmall(rounded) {
+	if isSmall(rounded) && !xs[qSmall].Merged {
 		return &xs[qSmall]
 	}
 	return &xs[qLarge]

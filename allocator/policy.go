@@ -27,7 +27,8 @@ const (
 	// before the reserved high-water mark rises, and free blocks lent
 	// across streams. Configuration: gpumem_policy:low_fragmentation.
 	PolicyLowFragmentation
-	// PolicyPlanned is PolicyLowFragmentation that, once a step (MarkStep)
+	// PolicyPlanned is PolicyLowFragmentation with one pool (every request
+	// from the large pool's pages) that, once a step (MarkStep)
 	// repeats the one before it, plans the step's allocations offline into an
 	// arena and serves the steps that repeat it from there, without a fit
 	// or a device call (policy_plan.go). Configuration:

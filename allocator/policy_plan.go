@@ -15,7 +15,9 @@ import (
 )
 
 // The planned policy (PolicyPlanned, gpumem_policy:planned) runs as the
-// low_fragmentation policy and watches the steps MarkStep delimits:
+// low_fragmentation policy with one pool (with virtual memory, every
+// request goes to the large pool's 2 MiB pages: onePoolLocked) and
+// watches the steps MarkStep delimits:
 //
 //   - Recording: from the first step boundary on, every Alloc and Free of
 //     the step is logged (its position among the step's allocations, its
@@ -102,6 +104,17 @@ type planState struct {
 
 	// Counts for tests and measurements.
 	plans, served, departures int64
+}
+
+// onePoolLocked reports whether every request goes to the large pool
+// (Index.Merged): under the planned policy with virtual memory, where both
+// pools are made of 2 MiB pages. One pool wastes less than two, whose
+// pages each hold the rest of the other's, and maps fewer pages: on
+// eor_cnn's many tiny blocks the smallest fitting device falls from 1.046
+// to 1.007 times the peak requested, on bert_b2 the device calls from 278
+// to 106. The arena of a plan holds blocks of every size, too.
+func (a *Allocator) onePoolLocked() bool {
+	return a.pol != nil && a.pol.plan != nil && a.vm != nil
 }
 
 // planningLocked reports whether Alloc and Free must run in the world to
