@@ -365,10 +365,26 @@ func (a *Allocator) arenaLocked() bool {
 }
 
 // checkPlanLocked adds the planned policy's invariants to
-// CheckInvariants: every planned block lies within the arena, and the
-// arena within a segment of the large pool.
+// CheckInvariants: with virtual memory every stream's small-pool index is
+// merged into the large pool's and holds no segment (without, none is
+// merged); every planned block lies within the arena, and the arena
+// within a segment of the large pool.
 func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	p := a.pol.plan
+	one := a.onePoolLocked()
+	merged := func(xs *[2]freeindex.Index) {
+		if xs[qSmall].Merged != one || one && xs[qSmall].NSeg != 0 {
+			bad("stream %d's small-pool index: merged %v with %d segments; one pool: %v", xs[qSmall].Stream, xs[qSmall].Merged, xs[qSmall].NSeg, one)
+		}
+	}
+	for _, sh := range a.shards {
+		if !sh.cold {
+			merged(&sh.free)
+		}
+	}
+	for _, xs := range a.coldIdx {
+		merged(xs)
+	}
 	if p.recording && len(p.rec) < len(p.recSize) {
 		bad("the planned policy logged %d operations for %d allocations", len(p.rec), len(p.recSize))
 	}

@@ -217,3 +217,35 @@ func TestPlannedArenaReleasedMidStep(t *testing.T) {
 	_, served3, _ := planCounts(a)
 	assert.EqualValues(t, served2+int64(len(stepSizes)), served3, "the step after it is served from a new arena")
 }
+
+// TestCheckInvariantsCatchesPlanCorruption breaks the planned policy's
+// state in each way the checker promises to notice.
+func TestCheckInvariantsCatchesPlanCorruption(t *testing.T) {
+	setup := func(t *testing.T) *Allocator {
+		a, _ := newOn(t, Config{Policy: PolicyPlanned})
+		for range 3 {
+			runStep(t, a, stepSizes)
+		}
+		a.MarkStep("step") // the plan followed, its arena found
+		require.True(t, a.pol.plan.follow)
+		require.NoError(t, a.CheckInvariants())
+		return a
+	}
+	for _, c := range []struct {
+		name, want string
+		breakIt    func(a *Allocator)
+	}{
+		{"a small-pool index not merged", "small-pool index", func(a *Allocator) { a.def.free[qSmall].Merged = false }},
+		{"a planned block past the arena", "past its arena", func(a *Allocator) { a.pol.plan.reqs[0].off = a.pol.plan.foot }},
+		{"an arena outside its segment", "outside a segment", func(a *Allocator) { a.pol.plan.addr = a.pol.plan.seg.Ptr + device.Ptr(a.pol.plan.seg.Size) }},
+		{"a log that lost its operations", "logged", func(a *Allocator) {
+			a.pol.plan.recSize = append(a.pol.plan.recSize, 512)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := setup(t)
+			c.breakIt(a)
+			require.ErrorContains(t, a.CheckInvariants(), c.want)
+		})
+	}
+}
