@@ -356,7 +356,7 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 	var rounded uint64
 	var b *freeindex.Block
 	arena := false // b is carved out of the planned policy's arena
-	if a.pol.planningLocked() {
+	if a.pol.followingLocked() {
 		rounded = a.round(size)
 		x, b = a.planAllocLocked(xs, rounded, s) // planned policy: the block planned for it
 		arena = b != nil
@@ -383,11 +383,8 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 	if lent {
 		a.lentLocked(b, s)
 	}
-	if a.pol.planningLocked() {
-		if arena {
-			a.planHandedLocked(b)
-		}
-		a.planAllocatedLocked(b, rounded, s)
+	if arena {
+		a.planHandedLocked(b)
 	}
 	ptr := b.Ptr
 	if selfCheck {
@@ -482,9 +479,6 @@ func (a *Allocator) freeWorld(p device.Ptr) error {
 	a.lockAll()
 	defer a.unlockAll()
 	b, sh := a.liveBlockLocked(p)
-	if b != nil && a.pol.planningLocked() {
-		a.planFreedLocked(p)
-	}
 	var err error
 	switch {
 	case b == nil:

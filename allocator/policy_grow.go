@@ -44,7 +44,7 @@ func (a *Allocator) policyFitLocked(x *freeindex.Index, size uint64) *freeindex.
 	if b == nil {
 		return nil
 	}
-	if window := a.pol.fitWindow; window > 1 && !x.Pool.Small {
+	if window := a.pol.fitWindow; window > 1 && !isSmall(size) {
 		b = x.CloseFit(b, b.Size+b.Size/8, a.rule.servesBelow(size), window)
 	}
 	if b.Seg.Expandable() {

@@ -56,8 +56,9 @@ import (
 //     or not; at the end of any other the plan ends, and that step is
 //     planned once the next repeats it.
 //
-// Every Alloc and Free of an allocator with the planned policy runs in the
-// world once a step has been marked, as they are logged.
+// While a step follows the plan, every Alloc runs in the world (it may be
+// served from the arena); otherwise the policy's fast paths run as under
+// low_fragmentation, and the ledger logs for the plan (followingLocked).
 
 // planOp is one operation of the recorded step: the allocation of the
 // step's pos-th block at ptr, or (pos -1) the free of the block at ptr,
@@ -117,10 +118,15 @@ func (a *Allocator) onePoolLocked() bool {
 	return a.pol != nil && a.pol.plan != nil && a.vm != nil
 }
 
-// planningLocked reports whether Alloc and Free must run in the world to
-// be logged: the planned policy after the first step boundary.
-func (p *policyState) planningLocked() bool {
-	return p != nil && p.plan != nil && p.plan.recording
+// followingLocked reports whether Alloc must run in the world to be
+// served from the plan: the planned policy while the step follows it.
+// Otherwise the policy's fast path serves the one shard (DESIGN.md), and
+// the ledger logs each block handed out and each free requested for the
+// plan, as it does for the step counts, under the shard's lock (the plan's
+// log, like the rest of the policy's state, is the default shard's while
+// that shard is the only one, and the world's after).
+func (p *policyState) followingLocked() bool {
+	return p != nil && p.plan != nil && p.plan.follow
 }
 
 // planAllocLocked is step 4 of the allocation ladder under the planned
@@ -337,7 +343,11 @@ func (a *Allocator) arenaLocked() bool {
 	b := x.Fit(f)
 	if b == nil {
 		// The step's blocks are free again: give back their pages and
-		// map the arena in one range.
+		// map the arena in one range; unless the device's memory, with
+		// those pages, is short of the arena (memory the free blocks'
+		// neighbours pin stays): the step then runs online, in the
+		// memory as the last step left it (unmapping everything first
+		// would leave the next step to map it again, elsewhere).
 		a.collected = a.collected[:0]
 		for q := range xs {
 			if xs[q].Kind != freeindex.KindSmall {
@@ -347,14 +357,24 @@ func (a *Allocator) arenaLocked() bool {
 				})
 			}
 		}
+		var whole uint64
 		for _, c := range a.collected {
-			if c.Seg.Expandable() && wholePages(c) > 0 {
-				_ = a.unmapLocked(c) // a refusal leaves it mapped
+			if c.Seg.Expandable() {
+				whole += wholePages(c)
 			}
+		}
+		if room := a.total - min(a.total, a.reservedLocked()) + whole; room >= f && (a.allowed == 0 || a.allowed-min(a.allowed, a.reservedLocked())+whole >= f) {
+			for _, c := range a.collected {
+				if c.Seg.Expandable() && wholePages(c) > 0 {
+					_ = a.unmapLocked(c) // a refusal leaves it mapped
+				}
+			}
+			clear(a.collected)
+			a.collected = a.collected[:0]
+			b, _ = a.policyGrowLocked(x, f)
 		}
 		clear(a.collected)
 		a.collected = a.collected[:0]
-		b, _ = a.policyGrowLocked(x, f)
 	}
 	if b == nil {
 		return false

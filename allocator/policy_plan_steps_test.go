@@ -249,3 +249,72 @@ func TestCheckInvariantsCatchesPlanCorruption(t *testing.T) {
 		})
 	}
 }
+
+// TestPlannedConcurrent runs steps on the default stream from one
+// goroutine while others allocate and free on it and on a second stream,
+// and marks steps from another: the plan's log is written under the
+// default shard's lock by the fast paths and read by the world (run with
+// -race).
+func TestPlannedConcurrent(t *testing.T) {
+	a, dev := newOn(t, Config{Policy: PolicyPlanned})
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	work := func(stream device.Stream, n int) {
+		for i := range n {
+			p, err := a.Alloc(uint64(1+i%7)<<20, stream)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if err := a.Free(p); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				a.MarkStep("step")
+			}
+		}
+	}()
+	go work(0, 2000)
+	go work(0, 2000)
+	go func() {
+		for range 50 {
+			var prev device.Ptr
+			for _, size := range stepSizes {
+				p, err := a.Alloc(size, 0)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if prev != 0 {
+					if err := a.Free(prev); err != nil {
+						errs <- err
+						return
+					}
+				}
+				prev = p
+			}
+			if err := a.Free(prev); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	go work(s, 2000)
+	for range 4 {
+		require.NoError(t, <-errs)
+	}
+	close(done)
+	require.NoError(t, a.CheckInvariants())
+}
