@@ -100,6 +100,7 @@ func TestPlannedDepartsAndReplans(t *testing.T) {
 	plans, served2, dep2 := planCounts(a)
 	assert.EqualValues(t, 1, plans)
 	assert.Equal(t, served, served2)
+	assert.Equal(t, dep, dep2, "a step without a plan does not depart")
 	runStep(t, a, other) // the new pattern repeats: planned anew
 	plans, served2, dep2 = planCounts(a)
 	assert.EqualValues(t, 2, plans)
