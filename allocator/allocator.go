@@ -258,8 +258,10 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 			}
 			if a.pol != nil {
 				// The policy with one shard (nothing to lend): the world
-				// searches again, and counts that search.
+				// searches again, and counts that search (and asks the
+				// plan again).
 				x.Pool.GCCalls--
+				a.pol.unplanLocked()
 			}
 		}
 		sh.mu.Unlock()
@@ -352,18 +354,7 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 	if a.events.Len() > 0 {
 		a.pollEventsLocked()
 	}
-	var x *freeindex.Index
-	var rounded uint64
-	var b *freeindex.Block
-	arena := false // b is carved out of the planned policy's arena
-	if a.pol.followingLocked() {
-		rounded = a.round(size)
-		x, b = a.planAllocLocked(xs, rounded, s) // planned policy: the block planned for it
-		arena = b != nil
-	}
-	if b == nil {
-		x, rounded, b = a.fitLocked(xs, size)
-	}
+	x, rounded, b := a.fitLocked(xs, size)
 	from := x // the free index b is in
 	if b == nil && a.pol != nil {
 		from, b = a.lendLocked(x, rounded) // policy: a block cached on another stream
@@ -382,9 +373,6 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 	b = a.takeLocked(a.shardOf(from), from, b, rounded, size)
 	if lent {
 		a.lentLocked(b, s)
-	}
-	if arena {
-		a.planHandedLocked(b)
 	}
 	ptr := b.Ptr
 	if selfCheck {

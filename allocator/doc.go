@@ -103,7 +103,6 @@
 // that repeat it (same order, same sizes) from there, with no fit and no
 // device call; a request that departs is served by the policy, and the
 // step is planned anew. Memory kept across steps stays out of the plan.
-// While a step follows the plan, every Alloc and Free takes every lock.
 //
 // # Design
 //

@@ -39,6 +39,11 @@ func policyVM(dev device.Device) device.VirtualMemory {
 // walks on from there, a size at a time (freeindex.Index.CloseFit). The
 // caller checks that the block may serve the request.
 func (a *Allocator) policyFitLocked(x *freeindex.Index, size uint64) *freeindex.Block {
+	if p := a.pol.plan; p != nil && p.follow {
+		if b := a.planFitLocked(x, size); b != nil {
+			return b // planned policy: the block planned for it
+		}
+	}
 	x.Pool.GCCalls++
 	b := x.Fit(size)
 	if b == nil {

@@ -56,9 +56,12 @@ import (
 //     or not; at the end of any other the plan ends, and that step is
 //     planned once the next repeats it.
 //
-// While a step follows the plan, every Alloc runs in the world (it may be
-// served from the arena); otherwise the policy's fast paths run as under
-// low_fragmentation, and the ledger logs for the plan (followingLocked).
+// The policy's fast paths run as under low_fragmentation: the plan is
+// asked first by its fit (policyFitLocked, planFitLocked), and the ledger
+// logs each block handed out and each free requested for the plan, as it
+// does for the step counts, under the shard's lock (the plan, like the
+// rest of the policy's state, is the default shard's while that shard is
+// the only one, and the world's after).
 
 // planOp is one operation of the recorded step: the allocation of the
 // step's pos-th block at ptr, or (pos -1) the free of the block at ptr,
@@ -102,6 +105,7 @@ type planState struct {
 	next   int                          // the ring's next slot
 	follow bool                         // the current step follows the plan so far
 	pos    int                          // the next allocation's position in the current step
+	asked  bool                         // the last position taken is served online: a fast path that misses gives it back
 
 	// Counts for tests and measurements.
 	plans, served, departures int64
@@ -118,54 +122,58 @@ func (a *Allocator) onePoolLocked() bool {
 	return a.pol != nil && a.pol.plan != nil && a.vm != nil
 }
 
-// followingLocked reports whether Alloc must run in the world to be
-// served from the plan: the planned policy while the step follows it.
-// Otherwise the policy's fast path serves the one shard (DESIGN.md), and
-// the ledger logs each block handed out and each free requested for the
-// plan, as it does for the step counts, under the shard's lock (the plan's
-// log, like the rest of the policy's state, is the default shard's while
-// that shard is the only one, and the world's after).
-func (p *policyState) followingLocked() bool {
-	return p != nil && p.plan != nil && p.plan.follow
-}
-
-// planAllocLocked is step 4 of the allocation ladder under the planned
-// policy, before the fit: the block planned for the request, carved out
-// of its arena, with the free index it is in; nil when the step does not
-// follow the plan or the request's position is served online.
-func (a *Allocator) planAllocLocked(xs *[2]freeindex.Index, rounded uint64, s device.Stream) (*freeindex.Index, *freeindex.Block) {
+// planFitLocked is step 4 of the allocation ladder under the planned
+// policy, before the fit (policyFitLocked, on the fast path too): the
+// block planned for a request of rounded bytes whose fit would search x,
+// carved out of the arena, in no index and exactly rounded bytes, which
+// takeLocked hands out without a split; nil when the step stops
+// following the plan here, or when the request's position is served
+// online (a fast path that then misses gives the position back,
+// unplanLocked, as the world asks again).
+func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex.Block {
 	p := a.pol.plan
-	if !p.follow {
-		return nil, nil
-	}
 	k := p.pos
 	p.pos++
-	if k >= len(p.reqs) || s != p.stream || p.reqs[k].size != rounded {
+	p.asked = false
+	if k >= len(p.reqs) || x.Stream != p.stream || x.PoolIdx != qLarge || p.reqs[k].size != rounded {
 		p.follow = false
 		p.departures++
-		return nil, nil
+		return nil
 	}
 	r := &p.reqs[k]
 	if !r.arena {
-		return nil, nil
+		p.asked = true
+		return nil
 	}
-	x := &xs[qLarge]
 	if h := p.seg.Head; h == nil || h.Seg != p.seg {
 		// The arena's segment was released (EmptyCache): its head
 		// went back to the spares.
 		p.follow = false
 		p.departures++
-		return nil, nil
+		return nil
 	}
 	ptr := p.addr + device.Ptr(r.off)
 	b := freeindex.Containing(a.arenaStartLocked(ptr), ptr)
 	if b == nil || !b.IsFree() || b.Ptr+device.Ptr(b.Size) < ptr+device.Ptr(rounded) || b.Seg.Free != x {
 		p.follow = false
 		p.departures++
-		return nil, nil
+		return nil
 	}
 	p.served++
-	return x, x.Carve(b, ptr, rounded)
+	b = x.Carve(b, ptr, rounded)
+	p.recent[p.next] = b // where the next walks start
+	p.next = (p.next + 1) % planRecent
+	return b
+}
+
+// unplanLocked gives back the position that the last planFitLocked took
+// for a request served online, when the fast path that asked misses and
+// the world asks again.
+func (p *policyState) unplanLocked() {
+	if p.plan != nil && p.plan.asked {
+		p.plan.pos--
+		p.plan.asked = false
+	}
 }
 
 // planRecent is how many of the blocks last handed out of an arena the
@@ -193,14 +201,6 @@ func (a *Allocator) arenaStartLocked(ptr device.Ptr) *freeindex.Block {
 		}
 	}
 	return best
-}
-
-// planHandedLocked notes b, just handed out of the arena, as a start of
-// the next walks.
-func (a *Allocator) planHandedLocked(b *freeindex.Block) {
-	p := a.pol.plan
-	p.recent[p.next] = b
-	p.next = (p.next + 1) % planRecent
 }
 
 // planAllocatedLocked logs the allocation of b, of rounded bytes on

@@ -101,7 +101,7 @@ func (a *Allocator) newShard(s device.Stream) *shard {
 // stream's shard is the only one (a hit then touches that shard and its
 // pools' clocks alone, and a miss takes the world anyway).
 func (a *Allocator) fastLocked() bool {
-	return !a.gcActive && (a.pol == nil || len(a.shards) == 1 && !a.pol.followingLocked()) && a.events.Len() == 0 && len(a.observers) == 0
+	return !a.gcActive && (a.pol == nil || len(a.shards) == 1) && a.events.Len() == 0 && len(a.observers) == 0
 }
 
 // lockAll takes the world: the allocator's own lock (Allocator.mu), then
