@@ -445,6 +445,9 @@ func TestAllocatorStateMachine(t *testing.T) {
 func FuzzAllocator(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 10, 0, 0, 2, 200, 1, 0, 0, 0, 2, 1, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0})
 	f.Add([]byte{0, 1, 3, 255, 3, 1, 0, 0, 0, 2, 3, 7, 1, 0, 0, 0, 5, 1, 0, 0})
+	// The planned policy (27 bytes): two allocations, then the step they
+	// make repeated four times, served from the arena from the third.
+	f.Add([]byte{0, 0, 3, 10, 0, 0, 2, 5, 8, 0, 0, 0, 8, 0, 0, 0, 8, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dev := simtest.New(t, simtest.Capacity(256*mib))
 		cfg := Config{MaxSplitSize: 64 * mib}
