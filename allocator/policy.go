@@ -149,7 +149,9 @@ func (c *LowFragConfig) validate() []error {
 // policyState is the low_fragmentation policy's state; nil in an
 // allocator with the faithful policy. It changes in the world only, which
 // guards it (the policy's fit, which may run under the one shard's lock,
-// reads only its knobs; shards.go).
+// reads only its knobs; shards.go), but for the planned policy's plan,
+// which the fast paths of the one shard change too while it is the only
+// shard (policy_plan.go).
 type policyState struct {
 	// The knobs, defaults applied; read-only after New.
 	largePage uint64

@@ -1,6 +1,6 @@
-// This file holds the planned policy: the low_fragmentation policy that,
-// once it has seen a whole step, serves the steps that repeat it from an
-// arena laid out for that step in advance.
+// This file holds the planned policy: the low_fragmentation policy with
+// one pool that, once a step repeats the one before it, serves the steps
+// that repeat it from an arena laid out for that step in advance.
 
 package allocator
 
@@ -19,29 +19,29 @@ import (
 // request goes to the large pool's 2 MiB pages: onePoolLocked) and
 // watches the steps MarkStep delimits:
 //
-//   - Recording: from the first step boundary on, every Alloc and Free of
-//     the step is logged (its position among the step's allocations, its
-//     rounded size, its stream).
+//   - Recording: from the first step boundary on, every block handed out
+//     and every free of the step is logged (its position among the step's
+//     allocations, its address, its rounded size, its stream).
 //   - Planning: at a boundary, if the step just seen repeats the step
 //     before it (the same rounded sizes in the same order, all on one
 //     stream), the blocks allocated and freed within the step are
 //     packed offline (internal/pack, the greedy packing trace/plan uses)
 //     into one arena, in the large pool: an offset for each. Blocks of
-//     both pools share it (a small block carved from the large pool is a
-//     large-pool block in the stats), since the pools' peaks come at
-//     different times: BERT's step peaks at 1,313 MB, its small blocks
-//     alone at 80 MB, and two arenas would take their sum. Blocks that outlive
-//     the step (weights, optimizer state, anything kept for the next
-//     step) and blocks allocated before it stay out of the plan and are
-//     served online.
+//     every size share it (the one pool), since small and large blocks
+//     peak at different times: BERT's step peaks at 1,313 MB, its small
+//     blocks alone at 80 MB, and two arenas would take their sum. Blocks
+//     that outlive the step (weights, optimizer state, anything kept for
+//     the next step) and blocks allocated before it stay out of the plan
+//     and are served online.
 //   - Arena: an address range of free, mapped memory of the large pool
-//     and the stream, as long as the packing's footprint (whole pages): the range
-//     it had, if still wholly free; else the best-fitting free block;
-//     else the pool's free pages are unmapped and the policy's growth
-//     maps the footprint. When it cannot (the device is short), the step
-//     runs online and the next boundary tries again. The arena is ordinary cached memory: reserved
-//     bytes (segments' pages), free blocks in the free index; nothing is
-//     held aside, so the stats keep their meaning.
+//     and the stream, as long as the packing's footprint (whole pages):
+//     the range it had, if still wholly free; else the best-fitting free
+//     block; else the stream's free pages are unmapped and the policy's
+//     growth maps the footprint, if the device's memory holds it. When it
+//     cannot, the step runs online and the next boundary tries again.
+//     The arena is ordinary cached memory: reserved bytes (segments'
+//     pages), free blocks in the free index; nothing is held aside, so
+//     the stats keep their meaning.
 //   - Serving: while the step follows the plan (the n-th allocation has
 //     the plan's rounded size and stream), a planned request is handed the
 //     block at its offset in the arena, carved out of the free block that
@@ -81,7 +81,8 @@ type planReq struct {
 }
 
 // planState is the planned policy's state (policyState.plan), changed in
-// the world only.
+// the world, or by the fast paths of the default stream's shard while it
+// is the only one (whose lock the world holds too).
 type planState struct {
 	// The step being recorded since the last boundary.
 	recording bool
