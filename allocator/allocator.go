@@ -123,7 +123,7 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 		} else if l := cfg.largeSegment(); l%g != 0 {
 			return nil, fmt.Errorf("allocator: expandable_segments pages the large pool by the large segment size, %d bytes, which is not a multiple of the device's mapping granularity %d: %w", l, g, device.ErrNotSupported)
 		}
-	} else if cfg.Policy == PolicyLowFragmentation {
+	} else if cfg.Policy != PolicyFaithful {
 		vm = policyVM(dev) // policy: expandable segments when the device can
 	}
 	a := &Allocator{
@@ -258,8 +258,10 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 			}
 			if a.pol != nil {
 				// The policy with one shard (nothing to lend): the world
-				// searches again, and counts that search.
+				// searches again, and counts that search (and asks the
+				// plan again).
 				x.Pool.GCCalls--
+				a.pol.unplanLocked()
 			}
 		}
 		sh.mu.Unlock()
@@ -295,9 +297,10 @@ func (a *Allocator) round(size uint64) uint64 {
 }
 
 // indexFor is step 3: the free index, among a stream's xs, of the pool of
-// a block of rounded bytes.
+// a block of rounded bytes (the large pool's for every size under the
+// planned policy, which merges the small one into it).
 func indexFor(xs *[2]freeindex.Index, rounded uint64) *freeindex.Index {
-	if isSmall(rounded) {
+	if isSmall(rounded) && !xs[qSmall].Merged {
 		return &xs[qSmall]
 	}
 	return &xs[qLarge]

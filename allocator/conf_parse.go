@@ -45,8 +45,8 @@ import (
 //	pinned_use_background_threads  True or False
 //	pinned_free_catch_all          True or False
 //
-// and gpumem's own memory_limit_bytes and policy keys (gpumem_policy and
-// the knobs of LowFragConfig). Booleans are exactly True or False, as in
+// and gpumem's own memory_limit_bytes and policy keys (gpumem_policy:
+// faithful, low_fragmentation or planned, and the knobs of LowFragConfig). Booleans are exactly True or False, as in
 // PyTorch. A key given twice takes its last value, except that a second
 // roundup_power2_divisions list edits the table the first one left, as in
 // PyTorch. The size limits a key's value may reach are those of the field

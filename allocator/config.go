@@ -152,10 +152,12 @@ type Config struct {
 
 	// Policy selects how the allocator decides: PolicyFaithful (the zero
 	// value) makes PyTorch 2.6's decisions, PolicyLowFragmentation wastes
-	// less (see policy.go). gpumem's own: gpumem_policy.
+	// less, PolicyPlanned also serves repeated steps from a plan (see
+	// policy.go and policy_plan.go). gpumem's own: gpumem_policy.
 	Policy Policy
 
-	// LowFrag holds the knobs of PolicyLowFragmentation; zero fields take
+	// LowFrag holds the knobs of PolicyLowFragmentation (and of
+	// PolicyPlanned, which builds on it); zero fields take
 	// their defaults. gpumem's own: the gpumem_* keys of policy.go.
 	LowFrag LowFragConfig
 

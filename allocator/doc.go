@@ -95,6 +95,15 @@
 // POLICY.md measures each part. Under the policy with several streams,
 // every operation takes every lock.
 //
+// Config.Policy = PolicyPlanned (gpumem_policy:planned) is that policy
+// with one pool (every request from the large pool's 2 MiB pages, so
+// small blocks count in large_pool stats) until a step (MarkStep)
+// repeats the one before it: it then packs the step's
+// allocations offline into an arena of free memory and serves the steps
+// that repeat it (same order, same sizes) from there, with no fit and no
+// device call; a request that departs is served by the policy, and the
+// step is planned anew. Memory kept across steps stays out of the plan.
+//
 // # Design
 //
 // DESIGN.md, beside this file, describes how the allocator works inside:

@@ -27,3 +27,12 @@ func (a *Allocator) Lent() int {
 	}
 	return len(a.pol.borrowed)
 }
+
+// PlanCounts returns the planned policy's counts: steps planned, requests
+// served from an arena, departures from the plan.
+func (a *Allocator) PlanCounts() (plans, served, departures int64) {
+	a.lockAll()
+	defer a.unlockAll()
+	p := a.pol.plan
+	return p.plans, p.served, p.departures
+}

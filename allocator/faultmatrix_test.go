@@ -1,8 +1,9 @@
 // The fault matrix: every kind of device call, failed at a spread of
 // points, under the default configuration, expandable segments and the
-// low_fragmentation policy, over two workloads; and under the policy, with
-// and without virtual memory, over a third that lends blocks across
-// streams. After every failure the invariants hold; at the end, with
+// low_fragmentation and planned policies, over two workloads; under the
+// policies, with and without virtual memory, over a third that lends
+// blocks across streams; and under the planned policy, with and without
+// virtual memory, over a fourth of repeated steps (stepOps). After every failure the invariants hold; at the end, with
 // everything freed and the cache emptied, the device holds nothing: no
 // memory, no reservation, no event, and every current stat is zero.
 //
@@ -34,7 +35,7 @@ var matrixFull = flag.Bool("faultmatrix.full", false, "run the fault matrix at e
 
 // workloadOp is one step of a matrix workload.
 type workloadOp struct {
-	kind   byte // 'a' alloc, 'f' free, 'r' record stream, 'c' empty cache, 's' complete a stream
+	kind   byte // 'a' alloc, 'f' free, 'r' record stream, 'c' empty cache, 's' complete a stream, 'm' mark a step
 	id     int
 	size   uint64
 	stream int // index into the workload's streams
@@ -66,6 +67,44 @@ func lendingOps(n int) []workloadOp {
 
 // lendingPrelude is the number of operations that start lendingOps.
 const lendingPrelude = 3
+
+// stepOps is a training loop for the planned policy: weights kept across
+// steps, then steps (each begins with a step boundary) that allocate and
+// free the same blocks in the same order, but every fifth, whose
+// activations are smaller (a last batch), and every seventh, which
+// flushes the cache midway; n operations in all, on stream 0.
+func stepOps(n int) []workloadOp {
+	sizes := []uint64{3 << 20, 512, 25 << 20, 70 << 10, 12 << 20, 1 << 20, 40 << 20, 4096, 6 << 20}
+	ops := []workloadOp{{kind: 'a', id: 1 << 30, size: 30 << 20}, {kind: 'a', id: 1<<30 + 1, size: 100 << 10}}
+	next := 0
+	for step := 0; len(ops) < n; step++ {
+		ops = append(ops, workloadOp{kind: 'm'})
+		first := next
+		for i, size := range sizes {
+			if step%5 == 4 && size > mib {
+				size /= 2
+			}
+			ops = append(ops, workloadOp{kind: 'a', id: next, size: size})
+			next++
+			if i%3 == 2 { // the block before last goes
+				ops = append(ops, workloadOp{kind: 'f', id: next - 2})
+			}
+			if step%7 == 6 && i == 4 {
+				ops = append(ops, workloadOp{kind: 'c'})
+			}
+		}
+		for id := first; id < next; id++ {
+			if (id-first)%3 != 1 {
+				ops = append(ops, workloadOp{kind: 'f', id: id})
+			}
+		}
+		if step%4 == 3 { // a block kept into the next step
+			ops = append(ops, workloadOp{kind: 'a', id: next, size: 2 << 20})
+			next++
+		}
+	}
+	return ops[:n]
+}
 
 // randomMixedOps returns the first n allocations and frees of the shared
 // random_mixed trace.
@@ -202,6 +241,8 @@ func (m *matrixRun) apply(op workloadOp) {
 		_ = m.inner.CompleteStream(m.streams[op.stream])
 	case 'c':
 		err = m.a.EmptyCache()
+	case 'm':
+		m.a.MarkStep("step")
 	}
 	if err != nil {
 		m.failed++
@@ -276,12 +317,14 @@ func TestFaultMatrix(t *testing.T) {
 		"random_mixed": randomMixedOps(t, 1500),
 		"four_streams": fourStreamOps(1500),
 		"lending":      lendingOps(1500),
+		"steps":        stepOps(1500),
 	}
-	plain := []matrixConf{{conf: ""}, {conf: "expandable_segments:True"}, {conf: "gpumem_policy:low_fragmentation"}}
+	plain := []matrixConf{{conf: ""}, {conf: "expandable_segments:True"}, {conf: "gpumem_policy:low_fragmentation"}, {conf: "gpumem_policy:planned"}}
 	confs := map[string][]matrixConf{
 		"random_mixed": plain,
 		"four_streams": plain,
-		"lending":      {{conf: "gpumem_policy:low_fragmentation"}, {conf: "gpumem_policy:low_fragmentation", noVM: true}},
+		"lending":      {{conf: "gpumem_policy:low_fragmentation"}, {conf: "gpumem_policy:low_fragmentation", noVM: true}, {conf: "gpumem_policy:planned"}},
+		"steps":        {{conf: "gpumem_policy:planned"}, {conf: "gpumem_policy:planned", noVM: true}},
 	}
 	ns := []int64{1, 2, 3, 5, 8, 13, 21, 34, 55, 89}
 	if allocator.SelfCheck {
@@ -294,7 +337,7 @@ func TestFaultMatrix(t *testing.T) {
 		}
 	}
 	var runs, fired, lendingFired [device.NumCalls]int
-	for _, name := range []string{"random_mixed", "four_streams", "lending"} {
+	for _, name := range []string{"random_mixed", "four_streams", "lending", "steps"} {
 		ops := workloads[name]
 		for _, mc := range confs[name] {
 			cfg, err := allocator.ParseConf(mc.conf)

@@ -144,6 +144,9 @@ func (a *Allocator) takeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block
 	if a.listening {
 		if a.stepping {
 			sh.steps.note(b, +1)
+			if a.pol != nil && a.pol.plan != nil {
+				a.planAllocatedLocked(b, size, a.userStreamLocked(b))
+			}
 		}
 		if len(a.observers) > 0 {
 			a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.Ptr, Size: b.Size, Requested: b.Requested, Stream: a.userStreamLocked(b), Phase: a.phases[b.Phase].name})
@@ -175,6 +178,9 @@ func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) 
 	if a.listening {
 		if a.stepping {
 			sh.steps.note(b, -1)
+			if a.pol != nil && a.pol.plan != nil {
+				a.planFreedLocked(b.Ptr)
+			}
 		}
 		if len(a.observers) > 0 {
 			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.Ptr, Size: b.Size, Requested: b.Requested, Stream: b.Stream, Phase: a.phases[b.Phase].name})
@@ -258,6 +264,9 @@ func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bo
 	if a.listening {
 		if requested && a.stepping {
 			sh.steps.note(b, -1)
+			if a.pol != nil && a.pol.plan != nil {
+				a.planFreedLocked(b.Ptr)
+			}
 		}
 		if len(a.observers) > 0 {
 			ph := a.phases[b.Phase].name

@@ -205,6 +205,9 @@ func (a *Allocator) MarkStep(name string) {
 	a.lockAll()
 	defer a.unlockAll()
 	a.steps.Record(a.markStepLocked())
+	if a.pol != nil && a.pol.plan != nil {
+		a.planStepLocked() // planned policy: plan the step just seen
+	}
 	a.stepMarkedLocked(name)
 }
 

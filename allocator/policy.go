@@ -27,11 +27,19 @@ const (
 	// before the reserved high-water mark rises, and free blocks lent
 	// across streams. Configuration: gpumem_policy:low_fragmentation.
 	PolicyLowFragmentation
+	// PolicyPlanned is PolicyLowFragmentation with one pool (every request
+	// from the large pool's pages) that, once a step (MarkStep)
+	// repeats the one before it, plans the step's allocations offline into an
+	// arena and serves the steps that repeat it from there, without a fit
+	// or a device call (policy_plan.go). Configuration:
+	// gpumem_policy:planned.
+	PolicyPlanned
 )
 
 var policyNames = [...]string{
 	PolicyFaithful:         "faithful",
 	PolicyLowFragmentation: "low_fragmentation",
+	PolicyPlanned:          "planned",
 }
 
 // String returns the policy's name in the configuration syntax.
@@ -141,7 +149,9 @@ func (c *LowFragConfig) validate() []error {
 // policyState is the low_fragmentation policy's state; nil in an
 // allocator with the faithful policy. It changes in the world only, which
 // guards it (the policy's fit, which may run under the one shard's lock,
-// reads only its knobs; shards.go).
+// reads only its knobs; shards.go), but for the planned policy's plan,
+// which the fast paths of the one shard change too while it is the only
+// shard (policy_plan.go).
 type policyState struct {
 	// The knobs, defaults applied; read-only after New.
 	largePage uint64
@@ -178,14 +188,22 @@ type policyState struct {
 	// lent counts blocks lent, reclaimed the free blocks unmapped by
 	// reclaim: for tests and measurements.
 	lent, reclaimed int64
+
+	// plan is the planned policy's state; nil under low_fragmentation.
+	plan *planState
 }
 
 func newPolicyState(cfg *Config) *policyState {
-	if cfg.Policy != PolicyLowFragmentation {
+	if cfg.Policy == PolicyFaithful {
 		return nil
 	}
 	l := &cfg.LowFrag
+	var plan *planState
+	if cfg.Policy == PolicyPlanned {
+		plan = &planState{}
+	}
 	return &policyState{
+		plan:       plan,
 		largePage:  orDefault(l.LargePage, defaultLargePage),
 		mapAhead:   orDefault(l.MapAhead, defaultMapAhead),
 		slack:      orDefault(l.Slack, defaultSlack),
@@ -217,7 +235,7 @@ func (a *Allocator) userStreamLocked(b *freeindex.Block) device.Stream {
 // validatePolicy checks Policy and LowFrag.
 func (c *Config) validatePolicy() []error {
 	var errs []error
-	if c.Policy > PolicyLowFragmentation {
+	if c.Policy > PolicyPlanned {
 		errs = append(errs, fmt.Errorf("Policy %d is not a policy", c.Policy))
 	}
 	return append(errs, c.LowFrag.validate()...)
@@ -261,7 +279,7 @@ func (c *Config) policyConf() []string {
 // parsePolicyKey reads the value of one of the policy keys into c; ok is
 // false when key is not one of them.
 //
-//	gpumem_policy           faithful or low_fragmentation
+//	gpumem_policy           faithful, low_fragmentation or planned
 //	gpumem_large_page_mb    LowFragConfig.LargePage in MiB: 2, 4, 6, ... 1024
 //	gpumem_map_ahead_mb     LowFragConfig.MapAhead in MiB: 1 to 2^20
 //	gpumem_reclaim_slack    LowFragConfig.Slack, in (0, 1]
@@ -272,7 +290,7 @@ func (c *Config) policyConf() []string {
 //	gpumem_cross_stream     True or False (LowFragConfig.NoCrossStream)
 //
 // The knobs are read whatever the policy, and act only under
-// low_fragmentation.
+// low_fragmentation and planned.
 func (p *confParser) parsePolicyKey(c *Config, key string) (ok bool, err error) {
 	l := &c.LowFrag
 	count := func(dst *int) {
@@ -297,7 +315,7 @@ func (p *confParser) parsePolicyKey(c *Config, key string) (ok bool, err error) 
 				return true, nil
 			}
 		}
-		return true, p.errorf("gpumem_policy:%s is not a policy: want faithful or low_fragmentation", quote.Quote(v))
+		return true, p.errorf("gpumem_policy:%s is not a policy: want faithful, low_fragmentation or planned", quote.Quote(v))
 	case "gpumem_large_page_mb":
 		var n uint64
 		if n, err = p.uintValue(key); err == nil {
@@ -364,6 +382,9 @@ func (a *Allocator) checkPolicyLocked(bad func(format string, args ...any)) {
 	}
 	if p.lending {
 		bad("a block is being lent outside Alloc")
+	}
+	if p.plan != nil {
+		a.checkPlanLocked(bad)
 	}
 	if a.vm == nil {
 		return

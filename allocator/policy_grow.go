@@ -39,12 +39,17 @@ func policyVM(dev device.Device) device.VirtualMemory {
 // walks on from there, a size at a time (freeindex.Index.CloseFit). The
 // caller checks that the block may serve the request.
 func (a *Allocator) policyFitLocked(x *freeindex.Index, size uint64) *freeindex.Block {
+	if p := a.pol.plan; p != nil && p.follow {
+		if b := a.planFitLocked(x, size); b != nil {
+			return b // planned policy: the block planned for it
+		}
+	}
 	x.Pool.GCCalls++
 	b := x.Fit(size)
 	if b == nil {
 		return nil
 	}
-	if window := a.pol.fitWindow; window > 1 && !x.Pool.Small {
+	if window := a.pol.fitWindow; window > 1 && !isSmall(size) {
 		b = x.CloseFit(b, b.Size+b.Size/8, a.rule.servesBelow(size), window)
 	}
 	if b.Seg.Expandable() {
@@ -88,8 +93,13 @@ func (a *Allocator) policyGrowLocked(x *freeindex.Index, size uint64) (*freeinde
 	if r := a.reservedLocked(); pol.reclaim && r+pl.n > limit {
 		a.reclaimLocked(x, r+pl.n-limit, pl.u, true)
 	}
+	need := pl
 	a.mapAheadLocked(&pl, limit)
 	m, err := a.mapRangeLocked(pl.u, pl.off, pl.n)
+	if refused(err) && pl.n > need.n {
+		pl = need // the device has not the pages mapped ahead: map what the request needs
+		m, err = a.mapRangeLocked(pl.u, pl.off, pl.n)
+	}
 	if refused(err) && a.reclaimLocked(x, pl.n, pl.u, false) > 0 {
 		m, err = a.mapRangeLocked(pl.u, pl.off, pl.n)
 	}

@@ -208,3 +208,42 @@ func kvCacheOps(batch, prompt, gen int, dynamic bool) []trace.Op {
 	}
 	return w.ops
 }
+
+// repeatLastStep returns ops with its last step (from its last step mark)
+// repeated until the trace has steps steps after its first mark: the
+// blocks the step allocates and frees are allocated and freed again,
+// in the same order, after a mark of their own; the ops that free what
+// was allocated before the step come once, at the end. A training loop
+// runs thousands of steps; the shared traces hold three.
+func repeatLastStep(ops []trace.Op, steps int) []trace.Op {
+	last, marks := -1, 0
+	for i, op := range ops {
+		if op.Kind == trace.Mark {
+			last = i
+			marks++
+		}
+	}
+	if last < 0 {
+		return ops
+	}
+	mine := map[uint64]bool{}
+	var body, tail []trace.Op
+	for _, op := range ops[last+1:] {
+		switch {
+		case op.Kind == trace.Alloc:
+			mine[op.ID] = true
+			body = append(body, op)
+		case op.Kind == trace.Free && !mine[op.ID]:
+			tail = append(tail, op)
+		default:
+			body = append(body, op)
+		}
+	}
+	out := append([]trace.Op(nil), ops[:last+1]...)
+	out = append(out, body...)
+	for range steps - marks {
+		out = append(out, ops[last])
+		out = append(out, body...)
+	}
+	return append(out, tail...)
+}

@@ -54,6 +54,9 @@ type machine struct {
 	ops      int
 	freed    []freedSpan
 	lastWait map[[2]device.Stream]int
+
+	// pattern is the sizes of the step that Step repeats, drawn once.
+	pattern []uint64
 }
 
 type freedSpan struct {
@@ -88,8 +91,11 @@ func newMachine(t *rapid.T) *machine {
 			cfg.RoundupPower2Divisions[i] = 4
 		}
 	}
-	if rapid.Bool().Draw(t, "low_fragmentation") {
+	if pol := rapid.IntRange(0, 2).Draw(t, "policy"); pol > 0 {
 		cfg.Policy = PolicyLowFragmentation
+		if pol == 2 {
+			cfg.Policy = PolicyPlanned
+		}
 		cfg.LowFrag = LowFragConfig{
 			LargePage:     rapid.SampledFrom([]uint64{0, 4 * mib, 20 * mib}).Draw(t, "large page"),
 			MapAhead:      rapid.SampledFrom([]uint64{0, mib, 64 * mib}).Draw(t, "map ahead"),
@@ -137,7 +143,13 @@ func (m *machine) size(t *rapid.T) uint64 {
 func (m *machine) Alloc(t *rapid.T) {
 	size := m.size(t)
 	s := rapid.SampledFrom(m.streams).Draw(t, "stream")
-	fail := rapid.IntRange(0, 9).Draw(t, "fail") == 0
+	m.alloc(t, size, s, rapid.IntRange(0, 9).Draw(t, "fail") == 0)
+}
+
+// alloc allocates size bytes on stream s, the device failing its next
+// malloc when fail is set, checks the model's properties and returns
+// the address (0 when the allocator is out of memory).
+func (m *machine) alloc(t *rapid.T, size uint64, s device.Stream, fail bool) device.Ptr {
 	if fail {
 		m.dev.FailNthMalloc(1)
 	}
@@ -156,13 +168,13 @@ func (m *machine) Alloc(t *rapid.T) {
 			t.Fatalf("Alloc(%d): unexpected error %v", size, err)
 		}
 		m.nOOMs++
-		return
+		return 0
 	}
 	if size == 0 {
 		if p != 0 {
 			t.Fatalf("Alloc(0) = %v", p)
 		}
-		return
+		return 0
 	}
 	if _, dup := m.live[p]; dup {
 		t.Fatalf("Alloc returned live address %v", p)
@@ -183,7 +195,7 @@ func (m *machine) Alloc(t *rapid.T) {
 	m.live[p] = liveBlock{size: size, stream: s}
 	m.ops++
 	if seg := m.segmentOf(p); seg.Stream != s {
-		if m.a.Config().Policy != PolicyLowFragmentation {
+		if m.a.Config().Policy == PolicyFaithful {
 			t.Fatalf("block %v for stream %d lies in a segment of stream %d", p, s, seg.Stream)
 		}
 		key := [2]device.Stream{s, seg.Stream}
@@ -202,6 +214,30 @@ func (m *machine) Alloc(t *rapid.T) {
 	}
 	m.nAllocs++
 	m.peakLive = max(m.peakLive, int64(len(m.live)))
+	return p
+}
+
+// Step marks a step boundary and runs the machine's step: its pattern of
+// sizes allocated on the default stream, each freed once the next is
+// allocated. Under the planned policy, steps that repeat the one before
+// are served from its arena; Alloc and Free between two Steps make the
+// next one depart from the plan, or give a step of their own to plan.
+func (m *machine) Step(t *rapid.T) {
+	if m.pattern == nil {
+		m.pattern = rapid.SliceOfN(rapid.SampledFrom([]uint64{512, 3000, 300 << 10, 3 * mib, 9 * mib, 21 * mib}), 1, 8).Draw(t, "step")
+	}
+	m.a.MarkStep("step")
+	var prev device.Ptr
+	for _, size := range m.pattern {
+		p := m.alloc(t, size, device.DefaultStream, false)
+		if prev != 0 {
+			m.free(t, prev)
+		}
+		prev = p
+	}
+	if prev != 0 {
+		m.free(t, prev)
+	}
 }
 
 // segmentOf returns the segment holding p.
@@ -231,6 +267,11 @@ func (m *machine) Free(t *rapid.T) {
 	if !ok {
 		t.Skip("nothing live")
 	}
+	m.free(t, p)
+}
+
+// free frees the live block at p and checks the model's properties.
+func (m *machine) free(t *rapid.T, p device.Ptr) {
 	b := m.live[p]
 	lent := m.segmentOf(p).Stream != b.stream
 	waits, active := m.dev.Counters().EventWaits, m.a.Stats().Active[stats.All].Current
@@ -354,7 +395,7 @@ func (m *machine) Check(t *rapid.T) {
 	for _, seg := range m.a.Snapshot() {
 		for _, b := range seg.Blocks {
 			if lb, ok := m.live[b.Ptr]; ok {
-				lent := lb.stream != seg.Stream && m.a.Config().Policy == PolicyLowFragmentation
+				lent := lb.stream != seg.Stream && m.a.Config().Policy != PolicyFaithful
 				if b.State != BlockAllocated || lb.stream != seg.Stream && !lent || b.Size < lb.size {
 					t.Fatalf("live block %v: state %v, size %d for %d, segment stream %d for %d",
 						b.Ptr, b.State, b.Size, lb.size, seg.Stream, lb.stream)
@@ -396,11 +437,17 @@ func TestAllocatorStateMachine(t *testing.T) {
 // FuzzAllocator drives the allocator from bytes: each op is 4 bytes (kind,
 // stream, size class, size), with the invariant checker after every op.
 // The length of the input picks the configuration: PyTorch's default,
-// expandable segments, or the low_fragmentation policy (with tight knobs,
-// or with its defaults).
+// expandable segments, the low_fragmentation policy (with tight knobs,
+// or with its defaults) or the planned policy. Op 7 marks a step; op 8
+// repeats the allocations and frees since the last mark, as a training
+// loop's next step would (the planned policy then serves them from its
+// arena).
 func FuzzAllocator(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 10, 0, 0, 2, 200, 1, 0, 0, 0, 2, 1, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0})
 	f.Add([]byte{0, 1, 3, 255, 3, 1, 0, 0, 0, 2, 3, 7, 1, 0, 0, 0, 5, 1, 0, 0})
+	// The planned policy (27 bytes): two allocations, then the step they
+	// make repeated four times, served from the arena from the third.
+	f.Add([]byte{0, 0, 3, 10, 0, 0, 2, 5, 8, 0, 0, 0, 8, 0, 0, 0, 8, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dev := simtest.New(t, simtest.Capacity(256*mib))
 		cfg := Config{MaxSplitSize: 64 * mib}
@@ -411,8 +458,11 @@ func FuzzAllocator(f *testing.F) {
 			cfg.Policy = PolicyLowFragmentation
 			cfg.LowFrag = LowFragConfig{Victims: 1, MinAge: 1, Slack: 0.001, MapAhead: mib}
 		}
-		if len(data)%8 == 7 {
+		switch len(data) % 8 {
+		case 7:
 			cfg.Policy = PolicyLowFragmentation // with the defaults
+		case 3:
+			cfg.ExpandableSegments, cfg.Policy = false, PolicyPlanned
 		}
 		a, err := New(dev, cfg)
 		if err != nil {
@@ -424,11 +474,12 @@ func FuzzAllocator(f *testing.F) {
 			streams = append(streams, s)
 		}
 		var live []device.Ptr
+		var stepSizes []uint64 // the sizes allocated since the last mark
 		for len(data) >= 4 {
 			op, sb, class, n := data[0], data[1], data[2], data[3]
 			data = data[4:]
 			s := streams[int(sb)%len(streams)]
-			switch op % 7 {
+			switch op % 9 {
 			case 0:
 				size := uint64(n) * []uint64{1, 512, 64 << 10, mib}[class%4]
 				p, err := a.Alloc(size, s)
@@ -464,9 +515,40 @@ func FuzzAllocator(f *testing.F) {
 				if err := a.Free(device.Ptr(n)<<20 + 1); err == nil {
 					t.Fatal("Free of a made-up pointer succeeded")
 				}
+			case 7:
+				a.MarkStep("step")
+				stepSizes = stepSizes[:0]
+			case 8:
+				// The step again: its sizes allocated on stream 0, each
+				// freed after the next, the last at the end.
+				a.MarkStep("step")
+				var prev device.Ptr
+				for _, size := range stepSizes {
+					p, err := a.Alloc(size, 0)
+					if err != nil && !errors.Is(err, device.ErrOutOfMemory) {
+						t.Fatalf("Alloc(%d): %v", size, err)
+					}
+					if prev != 0 {
+						if err := a.Free(prev); err != nil {
+							t.Fatalf("Free: %v", err)
+						}
+					}
+					prev = p
+					if err := a.CheckInvariants(); err != nil {
+						t.Fatal(fmt.Errorf("in a repeated step: %w", err))
+					}
+				}
+				if prev != 0 {
+					if err := a.Free(prev); err != nil {
+						t.Fatalf("Free: %v", err)
+					}
+				}
+			}
+			if op%9 == 0 && len(stepSizes) < 64 {
+				stepSizes = append(stepSizes, uint64(n)*[]uint64{1, 512, 64 << 10, mib}[class%4])
 			}
 			if err := a.CheckInvariants(); err != nil {
-				t.Fatal(fmt.Errorf("after op %d: %w", op%7, err))
+				t.Fatal(fmt.Errorf("after op %d: %w", op%9, err))
 			}
 		}
 	})

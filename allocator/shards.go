@@ -88,6 +88,7 @@ func (a *Allocator) newShard(s device.Stream) *shard {
 	}
 	sh.free[0].Init(sh.id, &sh.spare, s, a.small, small)
 	sh.free[1].Init(sh.id, &sh.spare, s, a.large, freeindex.KindLarge)
+	sh.free[0].Merged = a.onePoolLocked()
 	sh.activeImplied = true
 	return sh
 }
@@ -247,6 +248,7 @@ func (a *Allocator) indexesLocked(s device.Stream) *[2]freeindex.Index {
 	xs := new([2]freeindex.Index)
 	xs[0].Init(a.cold.id, &a.cold.spare, s, a.small, freeindex.KindTree)
 	xs[1].Init(a.cold.id, &a.cold.spare, s, a.large, freeindex.KindTree)
+	xs[0].Merged = a.onePoolLocked()
 	a.coldIdx[s] = xs
 	return xs
 }

@@ -107,4 +107,6 @@
 // list of whole free segments. index_check.go: its checks. buckets.go,
 // large.go, tree.go and tree_check.go: its structures. heap.go: the heap of a size class.
 // hash.go: the hash. ptrtable.go: PtrTable. cold.go: the cold view.
+// carve.go: Carve and Containing, for a block handed out at an address
+// planned in advance (the allocator's planned policy).
 package freeindex

@@ -16,6 +16,10 @@ type Index struct {
 	Pool    *Pool
 	Stream  device.Stream
 	Kind    Kind
+	// Merged marks a small-pool index whose requests the allocator sends
+	// to the large pool's index of the stream instead (its planned
+	// policy): it stays empty.
+	Merged  bool
 	buckets *sizeBuckets  // KindSmall
 	large   *largeBuckets // KindLarge: blocks up to 128 MiB
 	tree    freeTree      // KindLarge: larger blocks; KindTree: every block

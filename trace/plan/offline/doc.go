@@ -78,5 +78,7 @@
 // each starts below the other's end. Plan.Check also verifies the
 // footprint and that the bound is no more than it.
 //
-// The package prints nothing; of gpumem it imports only the trace format.
+// The greedy passes are internal/pack's, which the allocator's planned
+// policy shares. The package prints nothing; of gpumem it imports only the
+// trace format and internal/pack.
 package offline

@@ -1,0 +1,72 @@
+// This file holds Carve and Containing, the free index's part in the
+// allocator's planned policy: handing out a block at an address chosen in
+// advance rather than by a fit.
+
+package freeindex
+
+import "github.com/gpumem/gpumem/device"
+
+// Carve takes out of x the free block b, which holds [ptr, ptr+size), and
+// returns a block of exactly that range, in no index, for the caller to
+// hand out at once (Take without a split): the bytes of b before ptr and
+// after ptr+size stay free blocks of their own, filed in x. Until the
+// returned block is handed out it is a free neighbour of those, which
+// the invariants forbid; the caller hands it out in the same operation.
+// b must be free, filed in x, and hold the range; size is a positive
+// multiple of 512 and ptr is 512-aligned.
+func (x *Index) Carve(b *Block, ptr device.Ptr, size uint64) *Block {
+	if x.pend != nil {
+		x.settle()
+	}
+	x.unfile(b)
+	if ptr > b.Ptr {
+		m := x.Spares.Get()
+		m.Stream, m.Pool, m.Seg = b.Stream, b.Pool, b.Seg
+		m.Ptr, m.Size = ptr, b.Size-uint64(ptr-b.Ptr)
+		b.LinkAfter(m)
+		b.Size = uint64(ptr - b.Ptr)
+		x.add(b)
+		b = m
+	}
+	if b.Size > size {
+		r := x.Spares.Get()
+		r.Stream, r.Pool, r.Seg = b.Stream, b.Pool, b.Seg
+		r.Ptr, r.Size = b.Ptr+device.Ptr(size), b.Size-size
+		b.LinkAfter(r)
+		b.Size = size
+		x.add(r)
+	}
+	return b
+}
+
+// InSegment reports whether the struct b is a block of seg now: linked
+// among its blocks, not a spare (zeroed) nor reused elsewhere. A caller
+// that kept b across operations that merge blocks (which give the
+// absorbed structs back as spares) asks before it walks from b.
+func InSegment(b *Block, seg *Segment) bool {
+	if b == nil || b.Seg != seg {
+		return false
+	}
+	if b.Prev == nil {
+		if seg.Head != b {
+			return false
+		}
+	} else if b.Prev.Next != b {
+		return false
+	}
+	return b.Next == nil || b.Next.Prev == b
+}
+
+// Containing returns the block of from's segment that holds the address
+// ptr, walking the segment's blocks from from toward it, or nil when ptr
+// is outside the segment.
+func Containing(from *Block, ptr device.Ptr) *Block {
+	b := from
+	for b != nil && ptr < b.Ptr {
+		b = b.Prev
+	}
+	for b != nil && ptr >= b.Ptr+device.Ptr(b.Size) {
+		b = b.Next
+	}
+	return b
+}

@@ -1,0 +1,426 @@
+// This file holds the planned policy: the low_fragmentation policy with
+// one pool that, once a step repeats the one before it, serves the steps
+// that repeat it from an arena laid out for that step in advance.
+
+package allocator
+
+import (
+	"cmp"
+	"context"
+	"slices"
+
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
+	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/internal/pack"
+)
+
+// The planned policy (PolicyPlanned, gpumem_policy:planned) runs as the
+// low_fragmentation policy with one pool (with virtual memory, every
+// request goes to the large pool's 2 MiB pages: onePoolLocked) and
+// watches the steps MarkStep delimits:
+//
+//   - Recording: from the first step boundary on, every block handed out
+//     and every free of the step is logged (its position among the step's
+//     allocations, its address, its rounded size, its stream).
+//   - Planning: at a boundary, if the step just seen repeats the step
+//     before it (the same rounded sizes in the same order, all on one
+//     stream), the blocks allocated and freed within the step are
+//     packed offline (internal/pack, the greedy packing trace/plan uses)
+//     into one arena, in the large pool: an offset for each. Blocks of
+//     every size share it (the one pool), since small and large blocks
+//     peak at different times: BERT's step peaks at 1,313 MB, its small
+//     blocks alone at 80 MB, and two arenas would take their sum. Blocks
+//     that outlive the step (weights, optimizer state, anything kept for
+//     the next step) and blocks allocated before it stay out of the plan
+//     and are served online.
+//   - Arena: an address range of free, mapped memory of the large pool
+//     and the stream, as long as the packing's footprint (whole pages):
+//     the range it had, if still wholly free; else the best-fitting free
+//     block; else the stream's free pages are unmapped and the policy's
+//     growth maps the footprint, if the device's memory holds it. When it
+//     cannot, the step runs online and the next boundary tries again.
+//     The arena is ordinary cached memory: reserved bytes (segments'
+//     pages), free blocks in the free index; nothing is held aside, so
+//     the stats keep their meaning.
+//   - Serving: while the step follows the plan (the n-th allocation has
+//     the plan's rounded size and stream), a planned request is handed the
+//     block at its offset in the arena, carved out of the free block that
+//     holds it (freeindex.Index.Carve): no fit, no device call. A request
+//     of a position the plan leaves out is served online.
+//   - Departure: a request of another size or stream, one past the plan's
+//     end, or one whose range in the arena is not wholly free (a block of
+//     the previous step still live, pages reclaimed, an online block that
+//     landed there) ends the plan for the rest of the step: it and the
+//     requests after it are served online, without error. A step with the
+//     plan's pattern (rounded sizes, order, stream) keeps the plan, served
+//     or not; at the end of any other the plan ends, and that step is
+//     planned once the next repeats it.
+//
+// The policy's fast paths run as under low_fragmentation: the plan is
+// asked first by its fit (policyFitLocked, planFitLocked), and the ledger
+// logs each block handed out and each free requested for the plan, as it
+// does for the step counts, under the shard's lock (the plan, like the
+// rest of the policy's state, is the default shard's while that shard is
+// the only one, and the world's after).
+
+// planOp is one operation of the recorded step: the allocation of the
+// step's pos-th block at ptr, or (pos -1) the free of the block at ptr,
+// which the step may not have allocated. The log is appended to, and
+// the frees matched with their allocations only when a step is planned,
+// so that logging costs an Alloc or a Free no map.
+type planOp struct {
+	ptr device.Ptr
+	pos int32
+}
+
+// planReq is the plan for the step's pos-th allocation.
+type planReq struct {
+	size  uint64 // rounded
+	off   uint64 // offset in the arena, when arena
+	arena bool   // allocated and freed within the planned step: served from the arena
+}
+
+// planState is the planned policy's state (policyState.plan), changed in
+// the world, or by the fast paths of the default stream's shard while it
+// is the only one (whose lock the world holds too).
+type planState struct {
+	// The step being recorded since the last boundary.
+	recording bool
+	rec       []planOp
+	recSize   []uint64 // by position, the rounded size
+	recStream device.Stream
+	recMixed  bool // allocations on more than one stream: not planned
+
+	// The last step recorded with an allocation, by position, the
+	// rounded size, and its stream: a step is planned when it repeats it.
+	prevSize   []uint64
+	prevStream device.Stream
+
+	// The plan, nil when there is none.
+	reqs   []planReq
+	stream device.Stream
+	foot   uint64                       // the arena's bytes (whole pages of the large pool)
+	addr   device.Ptr                   // the arena's address
+	seg    *freeindex.Segment           // the arena's segment
+	recent [planRecent]*freeindex.Block // the blocks last handed out of the arena (a ring), where walks start
+	next   int                          // the ring's next slot
+	follow bool                         // the current step follows the plan so far
+	pos    int                          // the next allocation's position in the current step
+	asked  bool                         // the last position taken is served online: a fast path that misses gives it back
+
+	// Counts for tests and measurements.
+	plans, served, departures int64
+}
+
+// onePoolLocked reports whether every request goes to the large pool
+// (Index.Merged): under the planned policy with virtual memory, where both
+// pools are made of 2 MiB pages. One pool wastes less than two, whose
+// pages each hold the rest of the other's, and maps fewer pages: on
+// eor_cnn's many tiny blocks the smallest fitting device falls from 1.046
+// to 1.007 times the peak requested, on bert_b2 the device calls from 278
+// to 106. The arena of a plan holds blocks of every size, too.
+func (a *Allocator) onePoolLocked() bool {
+	return a.pol != nil && a.pol.plan != nil && a.vm != nil
+}
+
+// planFitLocked is step 4 of the allocation ladder under the planned
+// policy, before the fit (policyFitLocked, on the fast path too): the
+// block planned for a request of rounded bytes whose fit would search x,
+// carved out of the arena, in no index and exactly rounded bytes, which
+// takeLocked hands out without a split; nil when the step stops
+// following the plan here, or when the request's position is served
+// online (a fast path that then misses gives the position back,
+// unplanLocked, as the world asks again).
+func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex.Block {
+	p := a.pol.plan
+	k := p.pos
+	p.pos++
+	p.asked = false
+	if k >= len(p.reqs) || x.Stream != p.stream || x.PoolIdx != qLarge || p.reqs[k].size != rounded {
+		p.follow = false
+		p.departures++
+		return nil
+	}
+	r := &p.reqs[k]
+	if !r.arena {
+		p.asked = true
+		return nil
+	}
+	if h := p.seg.Head; h == nil || h.Seg != p.seg {
+		// The arena's segment was released (EmptyCache): its head
+		// went back to the spares.
+		p.follow = false
+		p.departures++
+		return nil
+	}
+	ptr := p.addr + device.Ptr(r.off)
+	b := freeindex.Containing(a.arenaStartLocked(ptr), ptr)
+	if b == nil || !b.IsFree() || b.Ptr+device.Ptr(b.Size) < ptr+device.Ptr(rounded) || b.Seg.Free != x {
+		p.follow = false
+		p.departures++
+		return nil
+	}
+	p.served++
+	b = x.Carve(b, ptr, rounded)
+	p.recent[p.next] = b // where the next walks start
+	p.next = (p.next + 1) % planRecent
+	return b
+}
+
+// unplanLocked gives back the position that the last planFitLocked took
+// for a request served online, when the fast path that asked misses and
+// the world asks again.
+func (p *policyState) unplanLocked() {
+	if p.plan != nil && p.plan.asked {
+		p.plan.pos--
+		p.plan.asked = false
+	}
+}
+
+// planRecent is how many of the blocks last handed out of an arena the
+// planned policy keeps as starts of its walks.
+const planRecent = 16
+
+// arenaStartLocked returns a block of the arena's segment to start a
+// walk to ptr from: of the structs of the blocks last handed out of the
+// arena that are still blocks of the segment (freed, a struct usually
+// stays as the merged free block), the nearest to ptr; else the
+// segment's first block.
+func (a *Allocator) arenaStartLocked(ptr device.Ptr) *freeindex.Block {
+	p := a.pol.plan
+	best, dist := p.seg.Head, uint64(ptr-p.seg.Head.Ptr)
+	for _, c := range &p.recent {
+		if !freeindex.InSegment(c, p.seg) {
+			continue
+		}
+		d := uint64(ptr - c.Ptr)
+		if c.Ptr > ptr {
+			d = uint64(c.Ptr - ptr)
+		}
+		if d < dist {
+			best, dist = c, d
+		}
+	}
+	return best
+}
+
+// planAllocatedLocked logs the allocation of b, of rounded bytes on
+// stream s, in the step being recorded.
+func (a *Allocator) planAllocatedLocked(b *freeindex.Block, rounded uint64, s device.Stream) {
+	p := a.pol.plan
+	if !p.recording {
+		return
+	}
+	if len(p.recSize) == 0 {
+		p.recStream = s
+	} else if s != p.recStream {
+		p.recMixed = true
+	}
+	pos := int32(len(p.recSize))
+	p.recSize = append(p.recSize, rounded)
+	p.rec = append(p.rec, planOp{ptr: b.Ptr, pos: pos})
+}
+
+// planFreedLocked logs the free of the block at ptr in the step being
+// recorded.
+func (a *Allocator) planFreedLocked(ptr device.Ptr) {
+	p := a.pol.plan
+	if p.recording {
+		p.rec = append(p.rec, planOp{ptr: ptr, pos: -1})
+	}
+}
+
+// planStepLocked runs at a step boundary under the planned policy: a step
+// with the plan's pattern (served from the arena or not), or one that
+// allocated nothing, keeps it; a step that repeats the one before it (the
+// same rounded sizes in the same order, on the same stream) is planned;
+// any other ends the plan, and is the pattern the next step is compared
+// with. Planning costs about the pairs of blocks live at once (some 2 ms
+// for BERT's 1,000-block step), so a step is planned only once its
+// pattern has repeated: the first step of a training loop, which also
+// makes the optimizer's state, is seldom the one that repeats. The arena
+// is then found for the next step, and recording starts again.
+func (a *Allocator) planStepLocked() {
+	p := a.pol.plan
+	kept := p.reqs != nil && len(p.recSize) == len(p.reqs) && !p.recMixed && p.recStream == p.stream
+	for k := 0; kept && k < len(p.reqs); k++ {
+		kept = p.reqs[k].size == p.recSize[k]
+	}
+	if p.recording && !kept && len(p.recSize) > 0 {
+		if !p.recMixed && p.recStream == p.prevStream && slices.Equal(p.recSize, p.prevSize) {
+			a.buildPlanLocked() // the pattern repeats
+		} else {
+			p.reqs = nil // a new pattern: planned once it repeats
+		}
+	}
+	if len(p.recSize) > 0 {
+		p.prevSize, p.recSize = p.recSize, p.prevSize
+		p.prevStream = p.recStream
+	}
+	p.rec, p.recSize = p.rec[:0], p.recSize[:0]
+	p.recMixed, p.recording = false, true
+	p.pos = 0
+	p.follow = p.reqs != nil && a.arenaLocked()
+}
+
+// buildPlanLocked plans the recorded step: the blocks it allocated and
+// freed get offsets in their pool's arena; the others are served online.
+// A step with no allocation, or with allocations on several streams,
+// leaves no plan; so does any step on a device without virtual memory,
+// whose plain segments count their split blocks (inactive_split), which
+// a carve would change.
+func (a *Allocator) buildPlanLocked() {
+	p := a.pol.plan
+	p.reqs = nil
+	n := len(p.recSize)
+	if n == 0 || p.recMixed || a.vm == nil {
+		return
+	}
+	start, end := make([]int, n), make([]int, n)
+	for k := range end {
+		end[k] = -1
+	}
+	live := make(map[device.Ptr]int32, n)
+	for t, op := range p.rec {
+		if op.pos >= 0 {
+			start[op.pos] = t
+			live[op.ptr] = op.pos
+		} else if k, ok := live[op.ptr]; ok { // a block the step allocated
+			end[k] = t
+			delete(live, op.ptr)
+		}
+	}
+	reqs := make([]planReq, n)
+	var items []pack.Item
+	var which []int32
+	for k, size := range p.recSize {
+		reqs[k] = planReq{size: size, arena: end[k] >= 0}
+		if end[k] >= 0 {
+			items = append(items, pack.Item{Start: start[k], End: end[k], Bytes: size})
+			which = append(which, int32(k))
+		}
+	}
+	p.foot = 0
+	if len(items) > 0 {
+		// The classic greedy by size alone: the other passes gain little
+		// on a step and cost as much each (the arena is whole pages).
+		idx := make([]int32, len(items))
+		for i := range idx {
+			idx[i] = int32(i)
+		}
+		slices.SortFunc(idx, func(x, y int32) int {
+			return cmp.Or(pack.Orders[0].Less(&items[x], &items[y]), cmp.Compare(x, y))
+		})
+		offsets := make([]uint64, len(idx))
+		fp := pack.Greedy(context.Background(), items, len(p.rec), idx, offsets)
+		for i, k := range which {
+			reqs[k].off = offsets[i]
+		}
+		p.foot = pagesFor(fp, a.pol.largePage)
+	}
+	p.reqs, p.stream = reqs, p.recStream
+	p.plans++
+}
+
+// arenaLocked finds the plan's arena: an address range of p.foot bytes
+// of the large pool, wholly free and mapped. It reports false when there
+// is none and none can be mapped (the step then runs online).
+func (a *Allocator) arenaLocked() bool {
+	p := a.pol.plan
+	xs := a.indexesLocked(p.stream)
+	if xs == nil {
+		return false
+	}
+	f := p.foot
+	if f == 0 {
+		return true
+	}
+	if seg := p.seg; seg != nil && a.segments[seg.Ptr] == seg {
+		if b := freeindex.Containing(seg.Head, p.addr); b != nil && b.IsFree() && b.Ptr+device.Ptr(b.Size) >= p.addr+device.Ptr(f) {
+			return true // the arena is still whole
+		}
+	}
+	x := &xs[qLarge]
+	b := x.Fit(f)
+	if b == nil {
+		// The step's blocks are free again: give back their pages and
+		// map the arena in one range; unless the device's memory, with
+		// those pages, is short of the arena (memory the free blocks'
+		// neighbours pin stays): the step then runs online, in the
+		// memory as the last step left it (unmapping everything first
+		// would leave the next step to map it again, elsewhere).
+		a.collected = a.collected[:0]
+		for q := range xs {
+			if xs[q].Kind != freeindex.KindSmall {
+				xs[q].AscendAtLeast(kSmallBuffer, func(b *freeindex.Block) bool {
+					a.collected = append(a.collected, b)
+					return true
+				})
+			}
+		}
+		var whole uint64
+		for _, c := range a.collected {
+			if c.Seg.Expandable() {
+				whole += wholePages(c)
+			}
+		}
+		if room := a.total - min(a.total, a.reservedLocked()) + whole; room >= f && (a.allowed == 0 || a.allowed-min(a.allowed, a.reservedLocked())+whole >= f) {
+			for _, c := range a.collected {
+				if c.Seg.Expandable() && wholePages(c) > 0 {
+					_ = a.unmapLocked(c) // a refusal leaves it mapped
+				}
+			}
+			clear(a.collected)
+			a.collected = a.collected[:0]
+			b, _ = a.policyGrowLocked(x, f)
+		}
+		clear(a.collected)
+		a.collected = a.collected[:0]
+	}
+	if b == nil {
+		return false
+	}
+	p.addr, p.seg = b.Ptr, b.Seg
+	p.recent = [planRecent]*freeindex.Block{}
+	return true
+}
+
+// checkPlanLocked adds the planned policy's invariants to
+// CheckInvariants: with virtual memory every stream's small-pool index is
+// merged into the large pool's and holds no segment (without, none is
+// merged); every planned block lies within the arena, and the arena
+// within a segment of the large pool.
+func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
+	p := a.pol.plan
+	one := a.onePoolLocked()
+	merged := func(xs *[2]freeindex.Index) {
+		if xs[qSmall].Merged != one || one && xs[qSmall].NSeg != 0 {
+			bad("stream %d's small-pool index: merged %v with %d segments; one pool: %v", xs[qSmall].Stream, xs[qSmall].Merged, xs[qSmall].NSeg, one)
+		}
+	}
+	for _, sh := range a.shards {
+		if !sh.cold {
+			merged(&sh.free)
+		}
+	}
+	for _, xs := range a.coldIdx {
+		merged(xs)
+	}
+	if p.recording && len(p.rec) < len(p.recSize) {
+		bad("the planned policy logged %d operations for %d allocations", len(p.rec), len(p.recSize))
+	}
+	if p.reqs == nil {
+		return
+	}
+	for k, r := range p.reqs {
+		if r.arena && r.off+r.size > p.foot {
+			bad("the plan's allocation %d ends at %d, past its arena's %d bytes", k, r.off+r.size, p.foot)
+		}
+	}
+	if !p.follow || p.foot == 0 {
+		return
+	}
+	if seg := p.seg; seg == nil || seg.Pool.Small || p.addr < seg.Ptr || uint64(p.addr-seg.Ptr)+p.foot > seg.Size {
+		bad("the arena at %v (%d bytes) is outside a segment of the large pool", p.addr, p.foot)
+	}
+}

@@ -1,0 +1,321 @@
+// Tests of the planned policy on hand-made steps: what it serves from its
+// arena, when it departs, what it leaves out of the plan.
+
+package allocator
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/internal/simtest"
+)
+
+// runStep marks a step and allocates sizes on the default stream in
+// order, each freed once the next is allocated, the last at the end,
+// but the blocks at the positions in keep, which stay live. It returns
+// the addresses handed out and the kept blocks.
+func runStep(t *testing.T, a *Allocator, sizes []uint64, keep ...int) (ptrs, kept []device.Ptr) {
+	t.Helper()
+	a.MarkStep("step")
+	var prev device.Ptr
+	for i, size := range sizes {
+		p := mustAlloc(t, a, size, 0)
+		ptrs = append(ptrs, p)
+		if prev != 0 {
+			mustFree(t, a, prev)
+		}
+		prev = p
+		for _, k := range keep {
+			if k == i {
+				kept, prev = append(kept, p), 0
+			}
+		}
+	}
+	if prev != 0 {
+		mustFree(t, a, prev)
+	}
+	return ptrs, kept
+}
+
+func planCounts(a *Allocator) (plans, served, departures int64) {
+	p := a.pol.plan
+	return p.plans, p.served, p.departures
+}
+
+func deviceCalls(t *testing.T, a *Allocator) int64 {
+	return get(t, a, "num_device_alloc") + get(t, a, "num_device_free")
+}
+
+var stepSizes = []uint64{3 << 20, 512, 25 << 20, 70 << 10, 12 << 20, 1 << 20, 40 << 20, 4096, 6 << 20}
+
+func TestPlannedServesARepeatedStep(t *testing.T) {
+	a, dev := newOn(t, Config{Policy: PolicyPlanned})
+	weights := mustAlloc(t, a, 30<<20, 0)
+	runStep(t, a, stepSizes) // recorded
+	runStep(t, a, stepSizes) // repeats it
+	plans, served, _ := planCounts(a)
+	require.Zero(t, plans)
+	require.Zero(t, served, "nothing is served before a step repeats")
+
+	first, _ := runStep(t, a, stepSizes) // planned at its mark, served from the arena
+	var dep int64
+	plans, served, dep = planCounts(a)
+	assert.EqualValues(t, 1, plans)
+	assert.EqualValues(t, len(stepSizes), served, "every request of the repeated step is served from the arena")
+	assert.Zero(t, dep)
+
+	calls := deviceCalls(t, a)
+	second, _ := runStep(t, a, stepSizes)
+	assert.Equal(t, first, second, "a step that follows the plan gets the plan's addresses")
+	assert.Equal(t, calls, deviceCalls(t, a), "a step served from the arena makes no device call")
+	plans, served, _ = planCounts(a)
+	assert.EqualValues(t, 1, plans, "a step that followed the plan keeps it")
+	assert.EqualValues(t, 2*len(stepSizes), served)
+
+	// Stats keep their meaning: allocated is what the caller holds,
+	// reserved what the device gave.
+	assert.EqualValues(t, 30<<20, get(t, a, "allocated_bytes.all.current"))
+	assert.EqualValues(t, dev.BytesInUse(), get(t, a, "reserved_bytes.all.current"))
+	mustFree(t, a, weights)
+	require.NoError(t, a.EmptyCache())
+	assert.Zero(t, dev.BytesInUse())
+}
+
+func TestPlannedDepartsAndReplans(t *testing.T) {
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	runStep(t, a, stepSizes)
+	runStep(t, a, stepSizes)
+	runStep(t, a, stepSizes) // served from the arena
+	other := append([]uint64(nil), stepSizes...)
+	other[2] /= 2 // a smaller last batch: the third request departs
+	runStep(t, a, other)
+	_, served, dep := planCounts(a)
+	assert.EqualValues(t, len(stepSizes)+2, served, "the two requests before the departure are served from the arena")
+	assert.EqualValues(t, 1, dep)
+
+	runStep(t, a, other) // the plan has ended: online
+	plans, served2, dep2 := planCounts(a)
+	assert.EqualValues(t, 1, plans)
+	assert.Equal(t, served, served2)
+	assert.Equal(t, dep, dep2, "a step without a plan does not depart")
+	runStep(t, a, other) // the new pattern repeats: planned anew
+	plans, served2, dep2 = planCounts(a)
+	assert.EqualValues(t, 2, plans)
+	assert.EqualValues(t, served+int64(len(other)), served2)
+	assert.EqualValues(t, dep, dep2)
+
+	// A request on another stream departs too, without error.
+	s, err := a.dev.NewStream()
+	require.NoError(t, err)
+	a.MarkStep("step")
+	p := mustAlloc(t, a, stepSizes[0], s)
+	mustFree(t, a, p)
+	_, _, dep3 := planCounts(a)
+	assert.EqualValues(t, dep2+1, dep3)
+}
+
+func TestPlannedLeavesKeptBlocksOutOfThePlan(t *testing.T) {
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	_, kept0 := runStep(t, a, stepSizes, 4) // the 12 MiB block outlives its step
+	_, kept := runStep(t, a, stepSizes, 4)
+	plans, _, _ := planCounts(a)
+	require.Zero(t, plans)
+	a.MarkStep("step") // plans the step
+	p := a.pol.plan
+	require.Len(t, p.reqs, len(stepSizes))
+	for k, r := range p.reqs {
+		assert.Equal(t, k != 4, r.arena, "position %d: only the block kept across the step is left out", k)
+	}
+	ptrs, kept2 := runStep(t, a, stepSizes, 4)
+	_, served, _ := planCounts(a)
+	assert.GreaterOrEqual(t, served, int64(4), "the requests before the kept one are served from the arena")
+	assert.NotEqual(t, kept[0], kept2[0])
+	assert.NotContains(t, ptrs, kept[0])
+	mustFree(t, a, kept0[0], kept[0], kept2[0])
+}
+
+func TestPlannedArenaMovesPastAKeptBlock(t *testing.T) {
+	// A block of the arena kept past its step: at the next boundary the
+	// arena is no longer whole, and moves to free memory.
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	runStep(t, a, stepSizes)
+	runStep(t, a, stepSizes)
+	_, kept := runStep(t, a, stepSizes, len(stepSizes)-1) // the last block stays
+	_, served, _ := planCounts(a)
+	ptrs, _ := runStep(t, a, stepSizes)
+	_, served2, dep := planCounts(a)
+	assert.Zero(t, dep)
+	assert.EqualValues(t, len(stepSizes), served2-served)
+	for i, p := range ptrs {
+		assert.False(t, p < kept[0]+device.Ptr(stepSizes[len(stepSizes)-1]) && kept[0] < p+device.Ptr(stepSizes[i]), "block %d overlaps the kept block", i)
+	}
+	mustFree(t, a, kept...)
+}
+
+func TestPlannedDepartsWhenItsPlaceIsTaken(t *testing.T) {
+	// Three blocks, each freed after the next: the plan puts the third
+	// where the first was. A step that keeps the first live longer makes
+	// the third depart rather than overlap it.
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	three := []uint64{8 << 20, 8 << 20, 8 << 20}
+	runStep(t, a, three)
+	runStep(t, a, three)
+	a.MarkStep("step")
+	p := a.pol.plan
+	require.Equal(t, p.reqs[0].off, p.reqs[2].off, "the plan reuses the first block's place")
+	p0, p1 := mustAlloc(t, a, three[0], 0), mustAlloc(t, a, three[1], 0)
+	p2 := mustAlloc(t, a, three[2], 0) // the first is still live
+	_, served, dep := planCounts(a)
+	assert.EqualValues(t, 2, served)
+	assert.EqualValues(t, 1, dep)
+	assert.NotEqual(t, p0, p2)
+	mustFree(t, a, p0, p1, p2)
+}
+
+func TestPlannedWithoutVirtualMemory(t *testing.T) {
+	// Plain segments: the policy runs as low_fragmentation (carving a
+	// block out of a plain segment would change its split counts).
+	sd := simtest.New(t)
+	a, err := New(device.Compose(sd, device.Capabilities{StreamChecker: sd, UsageReporter: sd}), Config{Policy: PolicyPlanned})
+	require.NoError(t, err)
+	require.Nil(t, a.vm)
+	big := mustAlloc(t, a, 200<<20, 0)
+	mustFree(t, a, big) // a free segment that holds the arena
+	for range 4 {
+		runStep(t, a, stepSizes)
+	}
+	plans, served, _ := planCounts(a)
+	assert.Zero(t, plans, "without virtual memory nothing is planned")
+	assert.Zero(t, served)
+}
+
+func TestPlannedArenaReleasedMidStep(t *testing.T) {
+	// EmptyCache in a step gives the arena's pages back and releases its
+	// segment: the next planned request finds its place unmapped and
+	// departs; at the next boundary a new arena is mapped.
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	for range 3 {
+		runStep(t, a, stepSizes)
+	}
+	_, served, _ := planCounts(a)
+	require.EqualValues(t, len(stepSizes), served)
+	a.MarkStep("step")
+	p := mustAlloc(t, a, stepSizes[0], 0)
+	mustFree(t, a, p)
+	require.NoError(t, a.EmptyCache())
+	seg := a.pol.plan.seg
+	require.NotSame(t, seg, a.segments[seg.Ptr], "the arena's segment is released")
+	for _, size := range stepSizes[1:] {
+		mustFree(t, a, mustAlloc(t, a, size, 0))
+	}
+	_, served2, dep := planCounts(a)
+	assert.EqualValues(t, served+1, served2)
+	assert.EqualValues(t, 1, dep)
+	runStep(t, a, stepSizes)
+	_, served3, _ := planCounts(a)
+	assert.EqualValues(t, served2+int64(len(stepSizes)), served3, "the step after it is served from a new arena")
+}
+
+// TestCheckInvariantsCatchesPlanCorruption breaks the planned policy's
+// state in each way the checker promises to notice.
+func TestCheckInvariantsCatchesPlanCorruption(t *testing.T) {
+	setup := func(t *testing.T) *Allocator {
+		a, _ := newOn(t, Config{Policy: PolicyPlanned})
+		for range 3 {
+			runStep(t, a, stepSizes)
+		}
+		a.MarkStep("step") // the plan followed, its arena found
+		require.True(t, a.pol.plan.follow)
+		require.NoError(t, a.CheckInvariants())
+		return a
+	}
+	for _, c := range []struct {
+		name, want string
+		breakIt    func(a *Allocator)
+	}{
+		{"a small-pool index not merged", "small-pool index", func(a *Allocator) { a.def.free[qSmall].Merged = false }},
+		{"a planned block past the arena", "past its arena", func(a *Allocator) { a.pol.plan.reqs[0].off = a.pol.plan.foot }},
+		{"an arena outside its segment", "outside a segment", func(a *Allocator) { a.pol.plan.addr = a.pol.plan.seg.Ptr + device.Ptr(a.pol.plan.seg.Size) }},
+		{"a log that lost its operations", "logged", func(a *Allocator) {
+			a.pol.plan.recSize = append(a.pol.plan.recSize, 512)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := setup(t)
+			c.breakIt(a)
+			require.ErrorContains(t, a.CheckInvariants(), c.want)
+		})
+	}
+}
+
+// TestPlannedConcurrent runs steps on the default stream from one
+// goroutine while others allocate and free on it and on a second stream,
+// and marks steps from another: the plan's log is written under the
+// default shard's lock by the fast paths and read by the world (run with
+// -race).
+func TestPlannedConcurrent(t *testing.T) {
+	a, dev := newOn(t, Config{Policy: PolicyPlanned})
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	work := func(stream device.Stream, n int) {
+		for i := range n {
+			p, err := a.Alloc(uint64(1+i%7)<<20, stream)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if err := a.Free(p); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				a.MarkStep("step")
+			}
+		}
+	}()
+	go work(0, 2000)
+	go work(0, 2000)
+	go func() {
+		for range 50 {
+			var prev device.Ptr
+			for _, size := range stepSizes {
+				p, err := a.Alloc(size, 0)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if prev != 0 {
+					if err := a.Free(prev); err != nil {
+						errs <- err
+						return
+					}
+				}
+				prev = p
+			}
+			if err := a.Free(prev); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	go work(s, 2000)
+	for range 4 {
+		require.NoError(t, <-errs)
+	}
+	close(done)
+	require.NoError(t, a.CheckInvariants())
+}

@@ -1,0 +1,58 @@
+package allocator_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
+	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/replay"
+)
+
+// TestPlannedServesRepeatedSteps replays the BERT training trace under
+// the planned policy. Its three steps are all different to the policy:
+// the first makes the optimizer's state, and the third has no step after
+// it, so nothing is planned. With the last step repeated to five steps,
+// the third repeats the second and is planned at the fourth's mark: the
+// fourth and fifth are served from the arena whole, and so are the
+// sixth to eighth with three more repeats, with no device call.
+func TestPlannedServesRepeatedSteps(t *testing.T) {
+	ops := fileOps("../trace/replay/testdata/bert_b2.trace.gz")(t)
+	cfg := allocator.Config{Policy: allocator.PolicyPlanned}
+	capacity := uint64(80 << 30)
+	run := func(ops []trace.Op) (replay.Result, [3]int64) {
+		a := gpumemtest.New(t, gpumemtest.WithCapacity(capacity), gpumemtest.WithConfig(cfg), gpumemtest.AllowLeaks())
+		dev := a.Device().(*sim.Device)
+		res, err := replay.Run(trace.SliceReader(ops), a, dev, replay.Options{})
+		require.NoError(t, err)
+		require.NoError(t, a.CheckInvariants())
+		require.Zero(t, res.OOMs)
+		var c [3]int64
+		c[0], c[1], c[2] = a.PlanCounts()
+		return *res, c
+	}
+	res3, c := run(ops)
+	require.Equal(t, [3]int64{0, 0, 0}, c, "plans, served, departures")
+	res5, c := run(repeatLastStep(ops, 5))
+	require.Equal(t, [3]int64{1, 2 * 1004, 0}, c, "plans, served, departures")
+	res8, c := run(repeatLastStep(ops, 8))
+	require.Equal(t, [3]int64{1, 5 * 1004, 0}, c, "plans, served, departures")
+	require.Equal(t, res5.DeviceAllocs+res5.DeviceFrees, res8.DeviceAllocs+res8.DeviceFrees, "the steps served from the arena make no device call")
+
+	// On the smallest device the three steps fit (1.003 x their peak
+	// requested), the repeats fit too (run checks that no request ran out
+	// of memory), online: the arena, contiguous, cannot use the free pages
+	// that the blocks kept across steps pin, and is not tried. On a device
+	// of 1.005 x the peak requested, they are served from the arena.
+	card := smallestCard(t, ops, cfg, uint64(res3.PeakRequested), uint64(res3.PeakReserved))
+	capacity = card
+	_, c = run(repeatLastStep(ops, 8))
+	require.Equal(t, [3]int64{1, 0, 0}, c, "plans, served, departures on %d bytes", capacity)
+	const page = 2 << 20
+	capacity = (uint64(1.005*float64(res3.PeakRequested)) + page - 1) / page * page
+	_, c = run(repeatLastStep(ops, 8))
+	require.Equal(t, [3]int64{1, 5 * 1004, 0}, c, "plans, served, departures on %d bytes", capacity)
+}

@@ -1,0 +1,65 @@
+package pack
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/gpumem/gpumem/trace"
+)
+
+// stepItems returns the blocks that the second step of the BERT training
+// trace allocates and frees within the step, as the allocator's planned
+// policy packs them, and the step's number of operations.
+func stepItems(tb testing.TB) ([]Item, int) {
+	ops, err := trace.ReadFile("../../trace/testdata/bert_b2.trace.gz")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	marks := 0
+	start := map[uint64]int{}
+	size := map[uint64]uint64{}
+	var items []Item
+	t := 0
+	for _, op := range ops {
+		if op.Kind == trace.Mark {
+			marks++
+			continue
+		}
+		if marks != 2 {
+			continue
+		}
+		switch op.Kind {
+		case trace.Alloc:
+			start[op.ID], size[op.ID] = t, op.Size
+		case trace.Free:
+			if s, ok := start[op.ID]; ok {
+				items = append(items, Item{Start: s, End: t, Bytes: (size[op.ID] + 511) / 512 * 512})
+			}
+		}
+		t++
+	}
+	if len(items) == 0 {
+		tb.Fatal("no step")
+	}
+	return items, t
+}
+
+// BenchmarkGreedyStep packs BERT's step by size, as the allocator does
+// at a step boundary.
+func BenchmarkGreedyStep(b *testing.B) {
+	items, ops := stepItems(b)
+	idx := make([]int32, len(items))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	slices.SortFunc(idx, func(x, y int32) int { return cmp.Or(Orders[0].Less(&items[x], &items[y]), cmp.Compare(x, y)) })
+	offsets := make([]uint64, len(items))
+	var fp uint64
+	for b.Loop() {
+		fp = Greedy(context.Background(), items, ops, idx, offsets)
+	}
+	b.ReportMetric(float64(len(items)), "items")
+	b.ReportMetric(float64(fp), "footprint")
+}

@@ -1,0 +1,232 @@
+// Package pack assigns offsets to blocks whose lifetimes are known in
+// advance, so that no two blocks in use at the same time share a byte:
+// the greedy packing shared by the offline planner (trace/plan/offline)
+// and the allocator's planned policy.
+//
+// # Model
+//
+// An Item is in use during [Start, End) (op indices, half open: an item
+// ending at op i and one starting at op i may share memory) and occupies
+// Bytes. Greedy places items one by one in a given order, each at the
+// best-fitting gap: the smallest hole between the already placed items
+// that overlap it in time that holds it, or else above them all ("greedy
+// by size", Pisarchyk and Lee, 2020). The placed items that overlap an
+// item in time are found through buckets of time, each holding the
+// placed items that touch it in address order, so a pass costs about the
+// number of pairs of items in use at the same time rather than n^2.
+//
+// Orders lists the passes tried: greedy by size first; sizes grouped in
+// classes (powers of 4 by start, powers of 2 by lifetime) and lifetime
+// first pack items of random sizes and lifetimes tighter. Best runs the
+// first order and, unless it meets a lower bound no packing can beat,
+// the others, and keeps the smallest footprint (the earliest order on a
+// tie, so the answer does not depend on the schedule).
+//
+// The package prints nothing and starts goroutines only when Best is
+// asked to run the passes in parallel.
+package pack
+
+import (
+	"cmp"
+	"context"
+	"math"
+	"math/bits"
+	"runtime"
+	"slices"
+	"sync"
+)
+
+// An Item is one block to place: in use during [Start, End), Bytes long.
+// Items with Bytes 0 or Start >= End take no memory and get offset 0.
+type Item struct {
+	Start, End int
+	Bytes      uint64
+}
+
+// An Order is one greedy pass: Less sorts items into the order they are
+// placed in (negative when a goes first).
+type Order struct {
+	Name string
+	Less func(a, b *Item) int
+}
+
+// Orders are the passes Best tries, the classic greedy by size first.
+var Orders = []Order{
+	{"size", func(a, b *Item) int {
+		return cmp.Or(cmp.Compare(b.Bytes, a.Bytes), cmp.Compare(b.End-b.Start, a.End-a.Start), cmp.Compare(a.Start, b.Start))
+	}},
+	{"size class x4, start", func(a, b *Item) int {
+		return cmp.Or(cmp.Compare(bits.Len64(b.Bytes)/2, bits.Len64(a.Bytes)/2), cmp.Compare(a.Start, b.Start), cmp.Compare(b.Bytes, a.Bytes))
+	}},
+	{"size class x2, lifetime", func(a, b *Item) int {
+		return cmp.Or(cmp.Compare(bits.Len64(b.Bytes), bits.Len64(a.Bytes)), cmp.Compare(b.End-b.Start, a.End-a.Start), cmp.Compare(a.Start, b.Start))
+	}},
+	{"lifetime", func(a, b *Item) int {
+		return cmp.Or(cmp.Compare(b.End-b.Start, a.End-a.Start), cmp.Compare(b.Bytes, a.Bytes), cmp.Compare(a.Start, b.Start))
+	}},
+}
+
+// Best packs items, whose Start and End are in [0, ops] and whose Bytes
+// sum to at most 2^64 - 1 (so that no offset overflows): it runs the
+// first of Orders; unless that footprint is at most bound, it runs the
+// others (at once on the available CPUs when parallel is set) and keeps
+// the smallest footprint. It returns an offset per item, the footprint
+// (the highest end of an item) and the index in Orders of the pass that
+// gave it. A done ctx stops every pass early (checked every 1024 items
+// placed); the result is then meaningless and the caller discards it.
+func Best(ctx context.Context, items []Item, ops int, bound uint64, parallel bool) (offsets []uint64, footprint uint64, order int) {
+	if len(items) == 0 {
+		return nil, 0, 0
+	}
+	fps := make([]uint64, len(Orders))
+	offs := make([][]uint64, len(Orders))
+	pass := func(k int) {
+		if ctx.Err() != nil {
+			return
+		}
+		idx := make([]int32, len(items))
+		for i := range idx {
+			idx[i] = int32(i)
+		}
+		slices.SortFunc(idx, func(x, y int32) int {
+			return cmp.Or(Orders[k].Less(&items[x], &items[y]), cmp.Compare(x, y))
+		})
+		offs[k] = make([]uint64, len(items))
+		fps[k] = Greedy(ctx, items, ops, idx, offs[k])
+	}
+	pass(0)
+	n := 1
+	if fps[0] > bound && ctx.Err() == nil {
+		n = len(Orders)
+		if parallel {
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+			for k := 1; k < n; k++ {
+				wg.Go(func() {
+					sem <- struct{}{}
+					defer func() { <-sem }()
+					pass(k)
+				})
+			}
+			wg.Wait()
+		} else {
+			for k := 1; k < n; k++ {
+				pass(k)
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return offs[0], 0, 0
+	}
+	best := 0
+	for k := 1; k < n; k++ {
+		if fps[k] < fps[best] {
+			best = k
+		}
+	}
+	return offs[best], fps[best], best
+}
+
+// Greedy places the items in the order idx (a permutation of their
+// indices), each at the best-fitting gap among the placed items that
+// overlap it in time, writes their offsets in offsets (it reads the items
+// only) and returns the footprint.
+//
+// The placed items are found through buckets of time: bucket k holds, in
+// address order, every placed item in use at some op in [k*w, (k+1)*w),
+// with its lifetime and place, so that a search reads memory in order. An
+// item is looked up in the buckets its lifetime touches; one found in
+// several of them is taken from the first only (the bucket of the later
+// of the two starts). w is the mean lifetime, so that an item touches
+// about two buckets and a bucket holds about the items live at once. The
+// items found in each bucket are in address order, and are merged into
+// those of the buckets before it.
+//
+// It stops early, leaving the rest unplaced, once ctx is done (checked
+// every 1024 items).
+func Greedy(ctx context.Context, items []Item, ops int, idx []int32, offsets []uint64) uint64 {
+	type entry struct {
+		start, end int32
+		off, top   uint64
+	}
+	if len(items) == 0 {
+		return 0
+	}
+	var sum int
+	for i := range items {
+		sum += max(0, items[i].End-items[i].Start)
+	}
+	w := max(1, sum/len(items))
+	buckets := make([][]entry, ops/w+1)
+	bucketOf := func(t int) int { return min(t/w, len(buckets)-1) }
+	type used struct{ off, top uint64 }
+	var cand, merged []used
+	var footprint uint64
+	for n, x := range idx {
+		if n&1023 == 1023 && ctx.Err() != nil {
+			break
+		}
+		b := &items[x]
+		offsets[x] = 0
+		if b.Bytes == 0 || b.Start >= b.End {
+			continue
+		}
+		start, end := int32(b.Start), int32(b.End)
+		first, last := bucketOf(b.Start), bucketOf(b.End-1)
+		// Each bucket's items, in address order, merged into cand.
+		cand = cand[:0]
+		for k := first; k <= last; k++ {
+			n := len(cand)
+			from := int32(k * w) // an item starting before is taken from an earlier bucket
+			if k == first {
+				from = math.MinInt32
+			}
+			for _, c := range buckets[k] {
+				if start < c.end && c.start < end && c.start >= from {
+					cand = append(cand, used{c.off, c.top})
+				}
+			}
+			if n == 0 || n == len(cand) {
+				continue
+			}
+			merged = merged[:0]
+			i, j := 0, n
+			for i < n && j < len(cand) {
+				if cand[i].off <= cand[j].off {
+					merged = append(merged, cand[i])
+					i++
+				} else {
+					merged = append(merged, cand[j])
+					j++
+				}
+			}
+			merged = append(append(merged, cand[i:n]...), cand[j:]...)
+			cand, merged = merged, cand
+		}
+		// The best fit: the smallest gap that holds the item, else the
+		// top.
+		var top uint64
+		bestGap, at := uint64(math.MaxUint64), uint64(0)
+		found := false
+		for _, c := range cand {
+			if c.off > top {
+				if gap := c.off - top; gap >= b.Bytes && gap < bestGap {
+					bestGap, at, found = gap, top, true
+				}
+			}
+			top = max(top, c.top)
+		}
+		if !found {
+			at = top
+		}
+		offsets[x] = at
+		footprint = max(footprint, at+b.Bytes)
+		e := entry{start, end, at, at + b.Bytes}
+		for k := first; k <= last; k++ {
+			list := buckets[k]
+			i, _ := slices.BinarySearchFunc(list, at, func(c entry, at uint64) int { return cmp.Compare(c.off, at) })
+			buckets[k] = slices.Insert(list, i, e)
+		}
+	}
+	return footprint
+}
