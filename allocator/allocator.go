@@ -86,6 +86,16 @@ type Allocator struct {
 	examined  int                // blocks looked at by release passes, for the tests of their cost
 	visited   int                // free indexes visited by walks over every stream's cache, for the tests of their cost
 
+	// Named pools (pools.go): the pools not yet gone, by id; the routes
+	// of streams to them; how many released pools still hold memory; the
+	// shards of pools gone, for the next; how many shards pools have made.
+	pools      []*Pool
+	nextPool   uint64
+	route      map[device.Stream]route
+	releasing  int
+	idle       []*shard
+	poolShards int
+
 	observers    []observerEntry // copy on write: notified in the world
 	oomObservers []oomObserver   // copy on write: called after the world is left
 	nextID       uint64
@@ -343,7 +353,7 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 		return 0, errNotMade
 	}
 	a.lockAll()
-	xs := a.indexesLocked(s)
+	xs, pool := a.routedIndexesLocked(s)
 	if xs == nil {
 		a.unlockAll()
 		return 0, fmt.Errorf("allocator: stream %d is not a stream of device %d: %w", s, a.ordinal, device.ErrInvalidStream)
@@ -359,13 +369,19 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 	if b == nil {
 		var err error
 		from = x
-		if b, err = a.allocSlowLocked(x, rounded, size); err != nil {
+		if from, b, err = a.allocSlowLocked(x, rounded, size); err != nil {
 			return 0, a.allocFailedLocked(err)
 		}
+		if from != x {
+			pool = a.shardOf(from).pool // use_on_oom: a pool's free block
+		}
 	}
-	lent := from != x
+	lent := from != x && a.pol != nil
 	if lent {
 		a.pol.lending, a.pol.lendTo = true, s
+	}
+	if pool != nil && pool.opts.NoSplit {
+		rounded = b.Size // no_split: the whole block, which then has no rest to split off
 	}
 	b = a.takeLocked(a.shardOf(from), from, b, rounded, size)
 	if lent {
@@ -475,6 +491,11 @@ func (a *Allocator) freeWorld(p device.Ptr) error {
 		sh.live.Remove(p)
 		b.Allocated = false
 		a.finishFreeLocked(a.shardOf(b.Seg.Free), b, true)
+	}
+	if a.releasing > 0 && err == nil {
+		// A released pool's memory goes with its last busy block; a device
+		// error leaves it cached for EmptyCache, and the free stands.
+		_ = a.dropReleasedLocked()
 	}
 	if selfCheck {
 		a.selfCheckLocked("Free")

@@ -30,6 +30,9 @@ func (a *Allocator) segmentAllocatedLocked(seg *freeindex.Segment) {
 	if a.rule.oversize(seg.Size) {
 		a.increase(sh, oversizeS, qSmall, 1)
 	}
+	if sh.pool != nil {
+		a.poolGrewLocked(sh.pool)
+	}
 	a.gst.numDeviceAlloc++
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionSegmentAlloc, Ptr: seg.Ptr, Size: seg.Size, Stream: seg.Stream})
@@ -51,11 +54,21 @@ func (a *Allocator) segmentFreedLocked(seg *freeindex.Segment) {
 	}
 }
 
+// poolGrewLocked raises the peak of named pool p's reserved bytes to
+// their value, after p's memory grew.
+func (a *Allocator) poolGrewLocked(p *Pool) {
+	p.peakRes = max(p.peakRes, a.poolReservedLocked(p))
+}
+
 // pagesMappedLocked records n bytes of pages mapped at ptr into the
 // expandable segment seg (segment_map). Mapping counts as a device
 // allocation and adds to reserved bytes, but not to the segment count.
 func (a *Allocator) pagesMappedLocked(seg *freeindex.Segment, ptr device.Ptr, n uint64) {
-	a.increase(a.shardOf(seg.Free), int(stats.ReservedBytes), seg.Pool.Idx, int64(n))
+	sh := a.shardOf(seg.Free)
+	a.increase(sh, int(stats.ReservedBytes), seg.Pool.Idx, int64(n))
+	if sh.pool != nil {
+		a.poolGrewLocked(sh.pool)
+	}
 	a.gst.numDeviceAlloc++
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionSegmentMap, Ptr: ptr, Size: n, Stream: seg.Stream})
