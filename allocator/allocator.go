@@ -96,6 +96,13 @@ type Allocator struct {
 	idle       []*shard
 	poolShards int
 
+	// Graph capture (capture.go): the captures underway, the frees that
+	// wait for their end, and the streams blocks were recorded on during
+	// a capture.
+	captures    int
+	deferred    []deferredFree
+	captureUses map[*freeindex.Block][]device.Stream
+
 	observers    []observerEntry // copy on write: notified in the world
 	oomObservers []oomObserver   // copy on write: called after the world is left
 	nextID       uint64
@@ -358,8 +365,8 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 		a.unlockAll()
 		return 0, fmt.Errorf("allocator: stream %d is not a stream of device %d: %w", s, a.ordinal, device.ErrInvalidStream)
 	}
-	if a.events.Len() > 0 {
-		a.pollEventsLocked()
+	if a.events.Len() > 0 || len(a.deferred) > 0 {
+		a.processEventsLocked()
 	}
 	x, rounded, b := a.fitLocked(xs, size)
 	from := x // the free index b is in
@@ -569,6 +576,9 @@ func (a *Allocator) EmptyCache() error {
 	}
 	a.lockAll()
 	defer a.unlockAll()
+	if a.captures > 0 {
+		return errCapturing
+	}
 	a.cacheEmptiedLocked()
 	a.settleAllLocked()
 	err := a.releaseCachedLocked()

@@ -157,6 +157,7 @@ func (a *Allocator) checkLocked() error {
 		queued[b]++
 		pending++
 	}
+	a.checkCaptureLocked(queued, bad)
 	seenFree, seenLive, seenUnmapped := 0, 0, 0
 	for base, s := range a.segments {
 		if base != s.Ptr {
@@ -260,7 +261,7 @@ func (a *Allocator) checkLocked() error {
 					want.OversizeAllocations.Increase(1)
 				}
 			case !b.IsFree():
-				if b.EventCount <= 0 || queued[b] != b.EventCount {
+				if !a.isDeferred(b) && (b.EventCount <= 0 || queued[b] != b.EventCount) {
 					bad("pending block %v has event count %d but %d queued events", b.Ptr, b.EventCount, queued[b])
 				}
 				if inIndex[b] || sh.live.Get(b.Ptr) == b {

@@ -270,7 +270,10 @@ func (a *Allocator) ReleasePool(p *Pool) error {
 	}
 	p.released = true
 	a.releasing++
-	err := a.dropPoolLocked(p)
+	var err error
+	if a.captures == 0 { // else at the first free or EmptyCache after the captures
+		err = a.dropPoolLocked(p)
+	}
 	if selfCheck {
 		a.selfCheckLocked("ReleasePool")
 	}
@@ -302,6 +305,9 @@ func (a *Allocator) dropPoolLocked(p *Pool) error {
 
 // dropReleasedLocked drops the released pools whose memory may go now.
 func (a *Allocator) dropReleasedLocked() error {
+	if a.captures > 0 {
+		return nil // no device free while a capture is underway
+	}
 	var errs []error
 	for _, p := range slices.Clone(a.pools) {
 		if p.released && !p.gone {

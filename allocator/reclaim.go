@@ -30,8 +30,9 @@ func refused(err error) bool { return err != nil && errors.Is(err, device.ErrOut
 // returns a free block of at least size bytes and the free index it is in
 // (x, or a pool's), or an *OutOfMemoryError, or another device error.
 func (a *Allocator) allocSlowLocked(x *freeindex.Index, size, requested uint64) (*freeindex.Index, *freeindex.Block, error) {
-	a.settleAllLocked() // the ladder below walks and changes every index
-	if a.gcActive {
+	a.settleAllLocked()         // the ladder below walks and changes every index
+	capturing := a.captures > 0 // no device free, no event wait: the ladder only grows
+	if a.gcActive && !capturing {
 		a.garbageCollectLocked()
 	}
 	segSize := a.rule.segmentSize(size)
@@ -39,10 +40,10 @@ func (a *Allocator) allocSlowLocked(x *freeindex.Index, size, requested uint64) 
 		return a.lastResortLocked(x, size, requested, segSize, nil)
 	}
 	b, err := a.growLocked(x, size, segSize)
-	if refused(err) && a.releaseOversizeLocked(x, size) {
+	if refused(err) && !capturing && a.releaseOversizeLocked(x, size) {
 		b, err = a.growLocked(x, size, segSize)
 	}
-	if refused(err) {
+	if refused(err) && !capturing {
 		_ = a.releaseCachedLocked() // a failed release leaves those blocks cached; the retry decides
 		a.retriedLocked()
 		b, err = a.growLocked(x, size, segSize)
