@@ -131,3 +131,30 @@ func TestPickleEncoderIntegers(t *testing.T) {
 	_, err := encodePickle(struct{}{})
 	assert.Error(t, err)
 }
+
+func TestHistorySnapshotCarriesPoolIDs(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	a := gpumemtest.New(t, gpumemtest.AllowLeaks())
+	p, err := a.NewPool("kv", allocator.PoolOptions{})
+	require.NoError(t, err)
+	_, err = a.Alloc(4096, 0)
+	require.NoError(t, err)
+	require.NoError(t, a.UsePool(p, 0))
+	_, err = a.Alloc(30<<20, 0)
+	require.NoError(t, err)
+	require.NoError(t, a.UseDefaultPool(0))
+	var buf bytes.Buffer
+	require.NoError(t, NewHistory(0).WriteSnapshot(&buf, a))
+	path := filepath.Join(t.TempDir(), "snapshot.pickle")
+	require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o644))
+	out, err := exec.Command(py, "-c", `
+import pickle, sys
+d = pickle.load(open(sys.argv[1], "rb"))
+print(sorted((s["total_size"], s["segment_pool_id"]) for s in d["segments"]))
+`, path).CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.Equal(t, "[(2097152, (0, 0)), (31457280, (0, 1))]\n", string(out))
+}
