@@ -95,6 +95,7 @@ type Allocator struct {
 	releasing  int
 	idle       []*shard
 	poolShards int
+	strayHost  [][]byte // host copies of paused pools a failed HostFree left (pause.go)
 
 	// Graph capture (capture.go): the captures underway, the frees that
 	// wait for their end, and the streams blocks were recorded on during
@@ -491,6 +492,8 @@ func (a *Allocator) freeWorld(p device.Ptr) error {
 	switch {
 	case b == nil:
 		err = a.invalidPointerLocked("free", p)
+	case sh.pool != nil && sh.pool.paused:
+		err = fmt.Errorf("allocator: free %v on device %d: its pool %q is paused; resume it first", p, a.ordinal, sh.pool.name)
 	case b.Recorded:
 		sh.live.Remove(p)
 		err = a.freeRecordedLocked(sh, b)
@@ -581,7 +584,7 @@ func (a *Allocator) EmptyCache() error {
 	}
 	a.cacheEmptiedLocked()
 	a.settleAllLocked()
-	err := a.releaseCachedLocked()
+	err := errors.Join(a.releaseCachedLocked(), a.freeStrayHostLocked())
 	if selfCheck {
 		a.selfCheckLocked("EmptyCache")
 	}

@@ -330,6 +330,14 @@ func (a *Allocator) checkLocked() error {
 				} else if k == qLarge {
 					w = stats.Stat{}
 				}
+				if p := sh.pool; p != nil && p.paused {
+					// A paused pool counts nothing; what it parked is what
+					// its blocks say.
+					if v, pv := sh.value(row, k), a.parkedLocked(sh, row, k); v != 0 || pv != w.Current {
+						bad("stat %s of stream %d in paused pool %q, %s: current is %d, parked %d, blocks say %d", rowName(row), sh.stream, p.name, statPool(k), v, pv, w.Current)
+					}
+					continue
+				}
 				if v := sh.value(row, k); v != w.Current || sh.st[row].pool[k].Value() < 0 {
 					bad("stat %s of stream %d, %s: current is %d, blocks say %d", rowName(row), sh.stream, statPool(k), v, w.Current)
 				}
@@ -515,6 +523,9 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 		if !seg.Expandable() {
 			want.add(seg.Ptr, seg.Size, a.shardOf(seg.Free), +1)
 			continue
+		}
+		if p := a.shardOf(seg.Free).pool; p != nil && p.paused {
+			continue // its pages are unmapped
 		}
 		seg.MappedRuns(func(p device.Ptr, n uint64) {
 			want.add(p, n, a.shardOf(seg.Free), +1)

@@ -48,6 +48,15 @@ type Pool struct {
 	released bool     // ReleasePool was called: its memory goes once no block is busy
 	gone     bool     // released and its memory returned: the handle is dead
 	peakRes  int64    // the peak of its reserved bytes (the ledger writes it)
+
+	// Sleep and wake (pause.go): paused by PausePool; the runs of pages it
+	// unmapped; its live blocks' bytes, with a backup; its shards' counts
+	// while paused (by shard, row and pool column), which the stats leave
+	// out until ResumePool.
+	paused bool
+	runs   []pageRun
+	saved  []savedBlock
+	parked [][numRows][2]int64
 }
 
 // Name returns the pool's name.
@@ -69,6 +78,7 @@ type PoolStats struct {
 	PeakReservedBytes uint64 // the peak of ReservedBytes since the pool was made
 	Segments          int    // the pool's segments
 	Released          bool   // ReleasePool was called; its memory goes once no block is busy
+	Paused            bool   // PausePool: its pages are unmapped; the other figures are those it will have when resumed
 }
 
 // a route says where the allocations of a stream go instead of the default
@@ -166,6 +176,8 @@ func (a *Allocator) checkPoolLocked(op string, p *Pool) error {
 		return fmt.Errorf("allocator: %s: pool %q belongs to another allocator", op, p.name)
 	case p.released:
 		return fmt.Errorf("allocator: %s: pool %q (id %d) is released", op, p.name, p.id)
+	case p.paused && op != "resume pool":
+		return fmt.Errorf("allocator: %s: pool %q (id %d) is paused; resume it first", op, p.name, p.id)
 	}
 	return nil
 }
@@ -370,7 +382,7 @@ func (a *Allocator) routedIndexesLocked(s device.Stream) (*[2]freeindex.Index, *
 // pools were made. It returns the index and the block, or nils.
 func (a *Allocator) oomPoolFitLocked(s device.Stream, rounded uint64) (*freeindex.Index, *freeindex.Block) {
 	for _, p := range a.pools {
-		if !p.opts.UseOnOOM || p.released {
+		if !p.opts.UseOnOOM || p.released || p.paused {
 			continue
 		}
 		for _, sh := range p.shards {
@@ -405,13 +417,35 @@ func (a *Allocator) PoolStats(p *Pool) (PoolStats, error) {
 
 // poolStatsLocked adds up p's figures over its shards.
 func (a *Allocator) poolStatsLocked(p *Pool) PoolStats {
-	ps := PoolStats{Name: p.name, ID: p.id, PeakReservedBytes: uint64(p.peakRes), Released: p.released}
-	for _, sh := range p.shards {
+	ps := PoolStats{Name: p.name, ID: p.id, PeakReservedBytes: uint64(p.peakRes), Released: p.released, Paused: p.paused}
+	for i, sh := range p.shards {
+		if p.paused {
+			ps.AllocatedBytes += uint64(p.parked[i][stats.AllocatedBytes][0] + p.parked[i][stats.AllocatedBytes][1])
+			ps.ReservedBytes += uint64(p.parked[i][stats.ReservedBytes][0] + p.parked[i][stats.ReservedBytes][1])
+		}
 		ps.AllocatedBytes += uint64(sh.value(int(stats.AllocatedBytes), qAll))
 		ps.ReservedBytes += uint64(sh.value(int(stats.ReservedBytes), qAll))
 		ps.Segments += sh.free[0].NSeg + sh.free[1].NSeg
 	}
 	return ps
+}
+
+// parkedLocked returns the parked value of quantity row, pool column k, of
+// sh, a shard of a paused pool (derived rows as shard.value derives them).
+func (a *Allocator) parkedLocked(sh *shard, row, k int) int64 {
+	p := sh.pool
+	i := slices.Index(p.shards, sh)
+	if i < 0 || i >= len(p.parked) {
+		return -1
+	}
+	if k == qAll {
+		return a.parkedLocked(sh, row, qSmall) + a.parkedLocked(sh, row, qLarge)
+	}
+	v := p.parked[i][row][k]
+	if d := derivedFrom[row]; d != 0 {
+		v += p.parked[i][d-1][k]
+	}
+	return v
 }
 
 // poolReservedLocked returns the bytes pool p holds from the device now.
@@ -457,6 +491,9 @@ func (a *Allocator) checkPoolsLocked(bad func(string, ...any)) {
 		}
 		if r := a.poolReservedLocked(p); r > p.peakRes {
 			bad("pool %q reserves %d bytes, above its peak %d", p.name, r, p.peakRes)
+		}
+		if p.paused != (p.parked != nil) || !p.paused && (p.runs != nil || p.saved != nil) || p.paused && (p.routed > 0 || len(p.parked) != len(p.shards)) {
+			bad("pool %q: paused %v, with %d parked shards of %d, %d runs, %d saved blocks, %d routes", p.name, p.paused, len(p.parked), len(p.shards), len(p.runs), len(p.saved), p.routed)
 		}
 		seen := map[device.Stream]bool{}
 		for _, sh := range p.shards {

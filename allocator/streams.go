@@ -50,9 +50,12 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 	}
 	a.lockAll()
 	defer a.unlockAll()
-	b, _ := a.liveBlockLocked(p)
+	b, sh := a.liveBlockLocked(p)
 	if b == nil {
 		return a.invalidPointerLocked("record stream for", p)
+	}
+	if sh.pool != nil && sh.pool.paused {
+		return fmt.Errorf("allocator: record stream for %v on device %d: its pool %q is paused; resume it first", p, a.ordinal, sh.pool.name)
 	}
 	if !a.knownStreamLocked(s) {
 		return fmt.Errorf("allocator: record stream for %v: stream %d is not a stream of device %d: %w", p, s, a.ordinal, device.ErrInvalidStream)

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/trace"
 )
@@ -75,7 +77,8 @@ func TestReplayPoolLineErrors(t *testing.T) {
 		{"P kv\nd kv\nd kv\n", "no pool named \"kv\""},
 		{"e 1\n", "not capturing"},
 		{"P kv\ng kv 1\nd kv\n", "in use"},
-		{"P kv\nz kv\n", "cannot pause and resume pools"},
+		{"P kv\nz kv\n", "expandable segments"},
+		{"P kv\nw kv\n", "not paused"},
 		{"u - 1\n", "not routed"},
 	}
 	for _, c := range cases {
@@ -94,4 +97,47 @@ func TestReplayPoolsOnPassthrough(t *testing.T) {
 	require.NoError(t, err)
 	_, err = Run(rd, p, dev, Options{})
 	require.ErrorContains(t, err, `memtrace line 2: "P kv": the replayed allocator (*allocator.Passthrough) keeps no pools`)
+}
+
+// TestReplaySleepAndWake: on an 8 GiB device, 6 GiB live in a paused pool
+// leave room for 6 GiB elsewhere; after that is freed, the pool resumes
+// with the same addresses.
+func TestReplaySleepAndWake(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("# memtrace v1 source=test\nP model\nu model 0\n")
+	for i := range 6 {
+		fmt.Fprintf(&b, "a %d %d 0\n", i, 1<<30)
+	}
+	b.WriteString("u - 0\nm asleep\nz model\na 6 6442450944 0\nm awake\nf 6\nw model\nm resumed\n")
+	a, dev := newAllocator(t, 8<<30, allocator.Config{ExpandableSegments: true})
+	live := func() []device.Ptr {
+		var ps []device.Ptr
+		for _, s := range a.Snapshot() {
+			for _, bl := range s.Blocks {
+				if s.PoolID == 1 && bl.State == allocator.BlockAllocated {
+					ps = append(ps, bl.Ptr)
+				}
+			}
+		}
+		return ps
+	}
+	seen := map[string][]device.Ptr{}
+	var paused []bool
+	rd, err := trace.NewReader(strings.NewReader(b.String()))
+	require.NoError(t, err)
+	res, err := Run(rd, a, dev, Options{Mark: func(name string) {
+		seen[name] = live()
+		paused = append(paused, a.PoolNamed("model").Paused())
+	}})
+	require.NoError(t, err)
+	assert.Zero(t, res.OOMs, "the 6 GiB fit while the pool slept")
+	require.Len(t, seen["asleep"], 6)
+	assert.Equal(t, seen["asleep"], seen["resumed"], "the same addresses after the resume")
+	assert.Equal(t, []bool{false, true, false}, paused)
+	pr := res.Pools["model"]
+	assert.Equal(t, uint64(6<<30), pr.Allocated)
+	assert.Equal(t, uint64(6<<30+16<<20), pr.Reserved, "6 GiB in 20 MiB pages")
+	assert.Equal(t, pr.Reserved, pr.PeakReserved)
+	assert.False(t, pr.Paused)
+	assert.Less(t, res.PeakReserved, int64(7<<30), "the pool's 6 GiB and the default pool's were never reserved at once")
 }

@@ -492,7 +492,7 @@ func (rp *replayer) applyPool(op *trace.Op) error {
 		return fmt.Errorf("the replayed allocator (%T) cannot pause and resume pools", rp.t)
 	}
 	if op.Kind == trace.PausePool {
-		err = ps.PausePool(p, true)
+		err = ps.PausePool(p, false) // a trace carries no bytes to back up
 	} else {
 		err = ps.ResumePool(p)
 	}
