@@ -332,8 +332,11 @@ func (a *Allocator) mapRunsLocked(p *Pool, total uint64) error {
 	return nil
 }
 
-// Paused reports whether pool p is paused.
+// Paused reports whether pool p is paused (false for a nil Pool).
 func (p *Pool) Paused() bool {
+	if p == nil || p.a == nil {
+		return false
+	}
 	p.a.lockAll()
 	defer p.a.unlockAll()
 	return p.paused

@@ -59,15 +59,31 @@ type Pool struct {
 	parked [][numRows][2]int64
 }
 
-// Name returns the pool's name.
-func (p *Pool) Name() string { return p.name }
+// Name returns the pool's name ("" for a nil Pool).
+func (p *Pool) Name() string {
+	if p == nil {
+		return ""
+	}
+	return p.name
+}
 
 // ID returns the pool's id: 1 and up, in the order the allocator made its
-// pools (0 is the default pool's, the id snapshots give its segments).
-func (p *Pool) ID() uint64 { return p.id }
+// pools (0 is the default pool's, the id snapshots give its segments; and
+// a nil Pool's).
+func (p *Pool) ID() uint64 {
+	if p == nil {
+		return 0
+	}
+	return p.id
+}
 
 // Options returns the options the pool was made with.
-func (p *Pool) Options() PoolOptions { return p.opts }
+func (p *Pool) Options() PoolOptions {
+	if p == nil {
+		return PoolOptions{}
+	}
+	return p.opts
+}
 
 // PoolStats are a named pool's figures.
 type PoolStats struct {

@@ -233,3 +233,18 @@ func TestPoolsOnManyStreams(t *testing.T) {
 		require.Equal(t, int64(0), get(t, a, "reserved_bytes.all.current"))
 	}
 }
+
+func TestNilPoolIsSafe(t *testing.T) {
+	var p *Pool
+	require.Equal(t, "", p.Name())
+	require.Zero(t, p.ID())
+	require.Equal(t, PoolOptions{}, p.Options())
+	require.False(t, p.Paused())
+	var zero Pool
+	require.False(t, zero.Paused())
+	a, _ := newTest(t, 1<<30, Config{})
+	require.ErrorContains(t, a.PausePool(nil, false), "nil pool")
+	require.ErrorContains(t, a.ResumePool(nil), "nil pool")
+	require.ErrorContains(t, a.ReleasePool(&zero), "another allocator")
+	require.ErrorContains(t, a.BeginCapture(nil, 0), "nil pool")
+}

@@ -64,7 +64,9 @@ type SegmentInfo struct {
 }
 
 // Snapshot returns every segment the allocator holds, in address order,
-// with its blocks (PyTorch's memory_snapshot). It holds the allocator's
+// with its blocks (PyTorch's memory_snapshot). A paused pool's segments
+// (PausePool) are listed as they are when it is resumed: their pages are
+// unmapped, their blocks keep their states. It holds the allocator's
 // lock while it copies, which takes time proportional to the number of
 // blocks.
 func (a *Allocator) Snapshot() []SegmentInfo {

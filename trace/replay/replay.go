@@ -319,7 +319,7 @@ func RunContext(ctx context.Context, r trace.OpReader, t Target, dev device.Devi
 			if err != nil {
 				return nil, fmt.Errorf("pool %s: %w", trace.Quote(name), err)
 			}
-			res.Pools[name] = PoolResult{Allocated: ps.AllocatedBytes, Reserved: ps.ReservedBytes, PeakReserved: ps.PeakReservedBytes, Paused: rp.paused[name]}
+			res.Pools[name] = PoolResult{Allocated: ps.AllocatedBytes, Reserved: ps.ReservedBytes, PeakReserved: ps.PeakReservedBytes, Paused: ps.Paused}
 		}
 	}
 	if opt.Leaks && rp.stepper != nil {
@@ -429,7 +429,7 @@ func (rp *replayer) apply(op *trace.Op) error {
 // a Pauser for z and w).
 func (rp *replayer) applyPool(op *trace.Op) error {
 	if rp.pooler == nil {
-		return fmt.Errorf("the replayed allocator (%T) keeps no pools", rp.t)
+		return errors.New("the replayed allocator keeps no pools (the pass-through baseline has no cache to divide)")
 	}
 	pool := func() (*allocator.Pool, error) {
 		p := rp.pools[op.Name]
@@ -489,7 +489,7 @@ func (rp *replayer) applyPool(op *trace.Op) error {
 	}
 	ps, ok := rp.pooler.(Pauser)
 	if !ok {
-		return fmt.Errorf("the replayed allocator (%T) cannot pause and resume pools", rp.t)
+		return errors.New("the replayed allocator cannot pause and resume pools")
 	}
 	if op.Kind == trace.PausePool {
 		err = ps.PausePool(p, false) // a trace carries no bytes to back up
