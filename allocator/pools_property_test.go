@@ -35,7 +35,7 @@ type poolMachine struct {
 	vm      bool
 	streams []device.Stream
 	busy    map[device.Stream]bool
-	pools   []*Pool                // made, in order; released ones stay
+	pools   []*Pool                 // made, in order; released ones stay
 	route   map[device.Stream]*Pool // the model's routes
 	capture map[device.Stream]bool
 	paused  map[*Pool]bool
