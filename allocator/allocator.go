@@ -64,7 +64,7 @@ type Allocator struct {
 	// events queue (pending, once per outstanding event), the free index
 	// of its pool and stream (free), its pool's unmapped index (unmapped).
 	small, large *freeindex.Pool
-	shards       []*shard                              // the shards of their own by stream (def included), then the cold shard: the order of lockAll
+	shards       []*shard                              // the shards of their own by stream (def included), then the cold shard, then the named pools' (pools.go): the order of lockAll
 	cold         *shard                                // the shard that the streams past maxShards share; nil until one comes
 	coldIdx      map[device.Stream]*[2]freeindex.Index // the free indexes of the cold shard's streams
 	segments     map[device.Ptr]*freeindex.Segment     // every segment by base address

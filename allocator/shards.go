@@ -114,8 +114,8 @@ func (a *Allocator) fastLocked() bool {
 }
 
 // lockAll takes the world: the allocator's own lock (Allocator.mu), then
-// the lock of every shard that is fast, in the order of a.shards (by stream, the cold shard
-// last). Every method but the fast paths of Alloc and Free runs in the
+// the lock of every shard that is fast, in the order of a.shards (by stream, then
+// the cold shard, then the named pools' shards, which are never fast). Every method but the fast paths of Alloc and Free runs in the
 // world. On the way in it settles the cuts that shards left waiting.
 //
 // A shard that is not fast needs no lock: no fast path runs on it (a
