@@ -242,8 +242,9 @@ func (a *Allocator) restoreLocked(saved []savedBlock, cp copier) error {
 // counts the pool in the stats again. When the device is full (or the
 // memory cap is reached) it runs the out-of-memory ladder as Alloc does:
 // it waits for the stream events and releases the default pool's cached
-// memory (and released pools'), and tries again; if that fails too it
-// returns an *OutOfMemoryError (counted in num_ooms, and told to the
+// memory (and released pools'), and tries again (but while a graph
+// capture is underway, when it may neither wait nor free); if that fails
+// too it returns an *OutOfMemoryError (counted in num_ooms, and told to the
 // OnOutOfMemory observers). Any error leaves the pool paused as it was,
 // with its backup. A pool that is not paused is an error.
 func (a *Allocator) ResumePool(p *Pool) error {
@@ -266,7 +267,7 @@ func (a *Allocator) ResumePool(p *Pool) error {
 		total += r.n
 	}
 	err := a.mapRunsLocked(p, total)
-	if refused(err) {
+	if refused(err) && a.captures == 0 { // no device free while a capture is underway
 		_ = a.releaseCachedLocked() // a failed release leaves those blocks cached; the retry decides
 		a.retriedLocked()
 		err = a.mapRunsLocked(p, total)

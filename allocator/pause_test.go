@@ -304,6 +304,18 @@ func TestPauseFreesRoomAndResumeRunsTheLadder(t *testing.T) {
 	require.True(t, p.Paused())
 	require.NoError(t, a.CheckInvariants())
 	require.NoError(t, a.Free(other)) // cached: the resume's ladder releases it
+	// But not while a capture is underway.
+	g, err := a.NewPool("graph", allocator.PoolOptions{})
+	require.NoError(t, err)
+	side, err := inner.NewStream()
+	require.NoError(t, err)
+	require.NoError(t, a.BeginCapture(g, side))
+	frees := statOf(t, a, "num_device_free")
+	require.ErrorIs(t, a.ResumePool(p), device.ErrOutOfMemory)
+	require.Equal(t, frees, statOf(t, a, "num_device_free"))
+	require.True(t, p.Paused())
+	require.NoError(t, a.EndCapture(side))
+	require.NoError(t, a.ReleasePool(g))
 	require.NoError(t, a.ResumePool(p))
 	require.NoError(t, a.CheckInvariants())
 	for _, q := range ptrs {
