@@ -30,6 +30,9 @@ func (a *Allocator) segmentAllocatedLocked(seg *freeindex.Segment) {
 	if a.rule.oversize(seg.Size) {
 		a.increase(sh, oversizeS, qSmall, 1)
 	}
+	if sh.pool != nil {
+		a.poolGrewLocked(sh.pool)
+	}
 	a.gst.numDeviceAlloc++
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionSegmentAlloc, Ptr: seg.Ptr, Size: seg.Size, Stream: seg.Stream})
@@ -51,11 +54,89 @@ func (a *Allocator) segmentFreedLocked(seg *freeindex.Segment) {
 	}
 }
 
+// poolGrewLocked raises the peak of named pool p's reserved bytes to
+// their value, after p's memory grew.
+func (a *Allocator) poolGrewLocked(p *Pool) {
+	p.peakRes = max(p.peakRes, a.poolReservedLocked(p))
+}
+
+// poolPausedLocked records the pause of pool p, whose pages in runs were
+// unmapped (segment_unmap for each run): every count of its shards is
+// parked in p.parked and leaves the stats until poolResumedLocked.
+func (a *Allocator) poolPausedLocked(p *Pool, runs []pageRun) {
+	p.parked = make([][numRows][2]int64, len(p.shards))
+	for i, sh := range p.shards {
+		for row := range numRows {
+			for k := range 2 {
+				if v := sh.st[row].pool[k].Value(); v > 0 {
+					p.parked[i][row][k] = v
+					sh.decrease(row, k, v)
+				}
+			}
+		}
+	}
+	a.runsNotedLocked(runs, ActionSegmentUnmap)
+}
+
+// poolResumedLocked records the resume of pool p, whose pages in runs were
+// mapped again (segment_map for each run): its parked counts come back.
+func (a *Allocator) poolResumedLocked(p *Pool, runs []pageRun) {
+	for i, sh := range p.shards {
+		for k := range 2 {
+			// One change per pool column, as takeLocked makes one: active
+			// follows allocation, so its limits rise with it.
+			d := opDelta{k: k}
+			var rows uint32
+			for row := range numRows {
+				v := p.parked[i][row][k]
+				if v <= 0 {
+					continue
+				}
+				d.row[row] = v
+				if sh.st[row].bump(k, v) {
+					rows |= 1 << row
+					if row == int(stats.Allocation) || row == int(stats.AllocatedBytes) {
+						rows |= activeRows
+					}
+				}
+			}
+			if !sh.activeImplied && sh.activeOver(k) {
+				rows |= activeRows
+			}
+			if rows != 0 {
+				a.exceedRows(sh, k, rows, &d)
+			}
+		}
+	}
+	p.parked = nil
+	a.poolGrewLocked(p)
+	a.runsNotedLocked(runs, ActionSegmentMap)
+}
+
+// runsNotedLocked counts a device call for each run of pages mapped or
+// unmapped (kind) and tells the observers.
+func (a *Allocator) runsNotedLocked(runs []pageRun, kind ActionKind) {
+	for _, r := range runs {
+		if kind == ActionSegmentMap {
+			a.gst.numDeviceAlloc++
+		} else {
+			a.gst.numDeviceFree++
+		}
+		if len(a.observers) > 0 {
+			a.notifyLocked(Action{Kind: kind, Ptr: r.ptr, Size: r.n, Stream: r.seg.Stream})
+		}
+	}
+}
+
 // pagesMappedLocked records n bytes of pages mapped at ptr into the
 // expandable segment seg (segment_map). Mapping counts as a device
 // allocation and adds to reserved bytes, but not to the segment count.
 func (a *Allocator) pagesMappedLocked(seg *freeindex.Segment, ptr device.Ptr, n uint64) {
-	a.increase(a.shardOf(seg.Free), int(stats.ReservedBytes), seg.Pool.Idx, int64(n))
+	sh := a.shardOf(seg.Free)
+	a.increase(sh, int(stats.ReservedBytes), seg.Pool.Idx, int64(n))
+	if sh.pool != nil {
+		a.poolGrewLocked(sh.pool)
+	}
 	a.gst.numDeviceAlloc++
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionSegmentMap, Ptr: ptr, Size: n, Stream: seg.Stream})

@@ -25,22 +25,25 @@ func refused(err error) bool { return err != nil && errors.Is(err, device.ErrOut
 // allocSlowLocked runs the ladder after a cache miss for a request of size
 // (rounded) bytes, requested as asked: garbage collection, a device
 // allocation, then releasing cached oversize blocks and retrying, then
-// releasing the whole cache and retrying. It returns a free block of at
-// least size bytes, or an *OutOfMemoryError, or another device error.
-func (a *Allocator) allocSlowLocked(x *freeindex.Index, size, requested uint64) (*freeindex.Block, error) {
-	a.settleAllLocked() // the ladder below walks and changes every index
-	if a.gcActive {
+// releasing the whole cache and retrying; for a request of the default
+// pool, last, a free block of a pool made with UseOnOOM (pools.go). It
+// returns a free block of at least size bytes and the free index it is in
+// (x, or a pool's), or an *OutOfMemoryError, or another device error.
+func (a *Allocator) allocSlowLocked(x *freeindex.Index, size, requested uint64) (*freeindex.Index, *freeindex.Block, error) {
+	a.settleAllLocked()         // the ladder below walks and changes every index
+	capturing := a.captures > 0 // no device free, no event wait: the ladder only grows
+	if a.gcActive && !capturing {
 		a.garbageCollectLocked()
 	}
 	segSize := a.rule.segmentSize(size)
 	if a.refusesEarlyLocked(segSize) {
-		return nil, a.outOfMemoryLocked(requested, segSize, x.Stream, nil)
+		return a.lastResortLocked(x, size, requested, segSize, nil)
 	}
 	b, err := a.growLocked(x, size, segSize)
-	if refused(err) && a.releaseOversizeLocked(x, size) {
+	if refused(err) && !capturing && a.releaseOversizeLocked(x, size) {
 		b, err = a.growLocked(x, size, segSize)
 	}
-	if refused(err) {
+	if refused(err) && !capturing {
 		_ = a.releaseCachedLocked() // a failed release leaves those blocks cached; the retry decides
 		a.retriedLocked()
 		b, err = a.growLocked(x, size, segSize)
@@ -49,9 +52,21 @@ func (a *Allocator) allocSlowLocked(x *freeindex.Index, size, requested uint64) 
 		if err == errOverCap {
 			err = nil // the cap refused without asking the device
 		}
-		return nil, a.outOfMemoryLocked(requested, segSize, x.Stream, err)
+		return a.lastResortLocked(x, size, requested, segSize, err)
 	}
-	return b, err
+	return x, b, err
+}
+
+// lastResortLocked ends a request the device could not serve: a free block
+// of a pool made with UseOnOOM, for a request of the default pool, else
+// the out-of-memory error (with the device's error, devErr, if any).
+func (a *Allocator) lastResortLocked(x *freeindex.Index, size, requested, segSize uint64, devErr error) (*freeindex.Index, *freeindex.Block, error) {
+	if len(a.pools) > 0 && a.shardOf(x).pool == nil {
+		if y, b := a.oomPoolFitLocked(x.Stream, size); b != nil {
+			return y, b, nil
+		}
+	}
+	return x, nil, a.outOfMemoryLocked(requested, segSize, x.Stream, devErr)
 }
 
 // growLocked obtains memory for a request of size (rounded) bytes in x
@@ -117,7 +132,11 @@ func (a *Allocator) releaseCachedLocked() error {
 	err := a.drainEventsLocked()
 	err2 := a.releasePoolLocked(a.large)
 	err3 := a.releasePoolLocked(a.small)
-	return errors.Join(err, err2, err3)
+	var err4 error
+	if a.releasing > 0 {
+		err4 = a.dropReleasedLocked() // released pools' cached memory too, as PyTorch's freeable pools
+	}
+	return errors.Join(err, err2, err3, err4)
 }
 
 // releasePoolLocked releases every free block of p that fills its plain

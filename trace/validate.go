@@ -49,12 +49,12 @@ func (e *StateError) Error() string {
 func (v *Validator) Check(op Op, line int) (skip bool, err error) {
 	// The two ops of nearly every line, when Op.Check has nothing to say.
 	switch {
-	case op.Kind == Alloc && op.Tag == "" && op.Name == "":
+	case op.Kind == Alloc && op.Tag == "" && op.Name == "" && op.Flags == 0:
 		if !v.live.add(op.ID) {
 			return false, v.reused(op, line)
 		}
 		return false, nil
-	case op.Kind == Free && op.Size == 0 && op.Stream == 0 && op.Tag == "" && op.Name == "":
+	case op.Kind == Free && op.Size == 0 && op.Stream == 0 && op.Tag == "" && op.Name == "" && op.Flags == 0:
 		failed, ok := v.live.remove(op.ID)
 		if !ok {
 			return false, notLive(op, line)

@@ -1,0 +1,514 @@
+package allocator_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/device/faulty"
+	"github.com/gpumem/gpumem/device/sim"
+)
+
+// contentDev is a device that keeps the bytes written to its memory, for
+// the tests of a paused pool's backup: it copies to and from the host
+// (CopyToHost, CopyFromHost, the allocator's copier), only within pages
+// mapped through its virtual memory, and forgets a page's bytes when the
+// page is unmapped. It wraps any device with virtual memory and pinned
+// host memory (the simulated one, or the fault injector around it); its
+// copies fail on the Nth call when failCopy is set.
+type contentDev struct {
+	device.Device
+	vm     device.VirtualMemory
+	hm     device.HostMemory
+	page   uint64
+	mapped map[device.Ptr]bool         // by page
+	mem    map[device.Ptr]*[chunk]byte // by chunk: those written with bytes not zero
+
+	failCopy, copies int // fail the failCopy-th copy (1-based; 0: none)
+	copyFired        bool
+	quiet            bool // the test's own copies (read, write): neither counted nor failed
+}
+
+func newContentDev(d device.Device) *contentDev {
+	vm := d.(device.VirtualMemory)
+	return &contentDev{Device: d, vm: vm, hm: d.(device.HostMemory), page: vm.Granularity(),
+		mapped: map[device.Ptr]bool{}, mem: map[device.Ptr]*[chunk]byte{}}
+}
+
+// chunk is the unit of contentDev's model of the bytes.
+const chunk = 4096
+
+func (d *contentDev) Granularity() uint64                  { return d.page }
+func (d *contentDev) Reserve(n uint64) (device.Ptr, error) { return d.vm.Reserve(n) }
+func (d *contentDev) Release(p device.Ptr) error           { return d.vm.Release(p) }
+func (d *contentDev) HostAlloc(n uint64) ([]byte, error)   { return d.hm.HostAlloc(n) }
+func (d *contentDev) HostFree(b []byte) error              { return d.hm.HostFree(b) }
+func (d *contentDev) HasStream(s device.Stream) bool {
+	return d.Device.(device.StreamChecker).HasStream(s)
+}
+func (d *contentDev) SetStreamBusy(s device.Stream, b bool) error {
+	return d.Device.(interface {
+		SetStreamBusy(device.Stream, bool) error
+	}).SetStreamBusy(s, b)
+}
+
+func (d *contentDev) Map(p device.Ptr, n uint64) error {
+	if err := d.vm.Map(p, n); err != nil {
+		return err
+	}
+	for q := p; q < p+device.Ptr(n); q += device.Ptr(d.page) {
+		d.mapped[q] = true
+	}
+	return nil
+}
+
+func (d *contentDev) Unmap(p device.Ptr, n uint64) error {
+	if err := d.vm.Unmap(p, n); err != nil {
+		return err
+	}
+	for q := p; q < p+device.Ptr(n); q += device.Ptr(d.page) {
+		delete(d.mapped, q)
+	}
+	for q := range d.mem {
+		if q >= p && q < p+device.Ptr(n) {
+			delete(d.mem, q)
+		}
+	}
+	return nil
+}
+
+// backed returns an error unless [p, p+n) lies in mapped pages.
+func (d *contentDev) backed(p device.Ptr, n int) error {
+	if !d.quiet {
+		d.copies++
+	}
+	if !d.quiet && d.copies == d.failCopy {
+		d.copyFired = true
+		return errors.New("contentDev: injected copy fault")
+	}
+	for q := p &^ device.Ptr(d.page-1); q < p+device.Ptr(n); q += device.Ptr(d.page) {
+		if !d.mapped[q] {
+			return fmt.Errorf("contentDev: copy at %v: page %v is not mapped", p, q)
+		}
+	}
+	return nil
+}
+
+// chunks calls f for each chunk that [p, p+n) overlaps, with the
+// chunk's base, and the offsets in the chunk and in the range.
+func chunks(p device.Ptr, n int, f func(base device.Ptr, in, at, k int)) {
+	for at := 0; at < n; {
+		q := p + device.Ptr(at)
+		base := q &^ (chunk - 1)
+		in := int(q - base)
+		k := min(chunk-in, n-at)
+		f(base, in, at, k)
+		at += k
+	}
+}
+
+func (d *contentDev) CopyToHost(dst []byte, src device.Ptr) error {
+	if err := d.backed(src, len(dst)); err != nil {
+		return err
+	}
+	chunks(src, len(dst), func(base device.Ptr, in, at, k int) {
+		if c := d.mem[base]; c != nil {
+			copy(dst[at:at+k], c[in:in+k])
+		} else {
+			clear(dst[at : at+k])
+		}
+	})
+	return nil
+}
+
+func (d *contentDev) CopyFromHost(dst device.Ptr, src []byte) error {
+	if err := d.backed(dst, len(src)); err != nil {
+		return err
+	}
+	chunks(dst, len(src), func(base device.Ptr, in, at, k int) {
+		c := d.mem[base]
+		if c == nil {
+			if bytes.Count(src[at:at+k], []byte{0}) == k {
+				return // zeros where nothing was written
+			}
+			c = new([chunk]byte)
+			d.mem[base] = c
+		}
+		copy(c[in:in+k], src[at:at+k])
+	})
+	return nil
+}
+
+// write fills the first n bytes at p with a pattern made of seed.
+func (d *contentDev) write(t testing.TB, p device.Ptr, n int, seed byte) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i%251) | 1
+	}
+	d.quiet = true
+	defer func() { d.quiet = false }()
+	require.NoError(t, d.CopyFromHost(p, b))
+	return b
+}
+
+// read returns the n bytes at p.
+func (d *contentDev) read(t testing.TB, p device.Ptr, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	d.quiet = true
+	defer func() { d.quiet = false }()
+	require.NoError(t, d.CopyToHost(b, p))
+	return b
+}
+
+// pausable returns an allocator with expandable segments on a content
+// device over a simulated one of capacity bytes.
+func pausable(t *testing.T, capacity uint64) (*allocator.Allocator, *contentDev, *sim.Device) {
+	t.Helper()
+	inner, err := sim.New(sim.Config{Capacity: capacity})
+	require.NoError(t, err)
+	dev := newContentDev(inner)
+	a, err := allocator.New(dev, allocator.Config{ExpandableSegments: true})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if err := a.CheckInvariants(); err != nil {
+			t.Errorf("invariants at the end: %v", err)
+		}
+	})
+	return a, dev, inner
+}
+
+func allocStat(t testing.TB, a *allocator.Allocator, key string) int64 {
+	t.Helper()
+	v, ok := a.Stats().Get(key)
+	require.True(t, ok, key)
+	return v
+}
+
+func TestPauseResumeKeepsAddressesAndBytes(t *testing.T) {
+	a, dev, inner := pausable(t, 1<<30)
+	side, err := inner.NewStream()
+	require.NoError(t, err)
+	p, err := a.NewPool("weights", allocator.PoolOptions{})
+	require.NoError(t, err)
+	require.NoError(t, a.UsePool(p, side))
+	sizes := []uint64{3 << 20, 512, 50 << 20}
+	var ptrs []device.Ptr
+	var want [][]byte
+	for i, n := range sizes {
+		q, err := a.Alloc(n, side)
+		require.NoError(t, err)
+		ptrs = append(ptrs, q)
+		want = append(want, dev.write(t, q, int(min(n, 4096)), byte(i*40)))
+	}
+	gone, err := a.Alloc(1<<20, side) // freed before the pause: its pages go
+	require.NoError(t, err)
+	require.NoError(t, a.Free(gone))
+	require.NoError(t, a.UseDefaultPool(side))
+	d, err := a.Alloc(8<<20, 0)
+	require.NoError(t, err)
+	require.NoError(t, a.CheckInvariants())
+	before, err := a.PoolStats(p)
+	require.NoError(t, err)
+	defReserved := allocStat(t, a, "reserved_bytes.all.current") - int64(before.ReservedBytes)
+
+	require.NoError(t, a.PausePool(p, true))
+	require.NoError(t, a.CheckInvariants())
+	require.True(t, p.Paused())
+	// The pool counts in no stat; the device holds only the default pool's
+	// pages.
+	require.Equal(t, defReserved, allocStat(t, a, "reserved_bytes.all.current"))
+	require.Equal(t, int64(8<<20), allocStat(t, a, "allocated_bytes.all.current"))
+	require.Equal(t, uint64(defReserved), inner.BytesInUse())
+	ps, err := a.PoolStats(p)
+	require.NoError(t, err)
+	require.True(t, ps.Paused)
+	// A paused pool's blocks stay live but cannot be freed, and the pool
+	// cannot be routed to, released or paused again.
+	require.ErrorContains(t, a.Free(ptrs[0]), "paused")
+	require.ErrorContains(t, a.RecordStream(ptrs[0], 0), "paused")
+	require.ErrorContains(t, a.UsePool(p, side), "paused")
+	require.ErrorContains(t, a.ReleasePool(p), "paused")
+	require.ErrorContains(t, a.PausePool(p, false), "paused")
+	require.NoError(t, a.CheckInvariants())
+
+	require.NoError(t, a.ResumePool(p))
+	require.NoError(t, a.CheckInvariants())
+	require.False(t, p.Paused())
+	after, err := a.PoolStats(p)
+	require.NoError(t, err)
+	require.Equal(t, before.AllocatedBytes, after.AllocatedBytes)
+	require.Equal(t, uint64(defReserved)+after.ReservedBytes, uint64(allocStat(t, a, "reserved_bytes.all.current")))
+	for i, q := range ptrs {
+		require.Equal(t, want[i], dev.read(t, q, len(want[i])), "block %d's bytes", i)
+	}
+	require.ErrorContains(t, a.ResumePool(p), "not paused")
+	for _, q := range append(ptrs, d) {
+		require.NoError(t, a.Free(q))
+	}
+	require.NoError(t, a.ReleasePool(p))
+	require.NoError(t, a.EmptyCache())
+	require.Zero(t, inner.BytesInUse())
+	c := inner.Counters()
+	require.Equal(t, c.HostAllocs, c.HostFrees, "host copies freed")
+}
+
+func TestPauseWithoutBackupLosesTheBytes(t *testing.T) {
+	a, dev, _ := pausable(t, 1<<30)
+	p, err := a.NewPool("kv", allocator.PoolOptions{})
+	require.NoError(t, err)
+	require.NoError(t, a.UsePool(p, 0))
+	q, err := a.Alloc(4<<20, 0)
+	require.NoError(t, err)
+	require.NoError(t, a.UseDefaultPool(0))
+	dev.write(t, q, 64, 7)
+	require.NoError(t, a.PausePool(p, false))
+	require.NoError(t, a.ResumePool(p))
+	require.Equal(t, make([]byte, 64), dev.read(t, q, 64), "fresh pages")
+	require.NoError(t, a.Free(q))
+}
+
+// TestPauseFreesRoomAndResumeRunsTheLadder: 6 GiB live in a paused pool
+// leave room for 6 GiB elsewhere on an 8 GiB device; resuming while they
+// are live fails with an out-of-memory error and leaves the pool paused;
+// once they are freed (and cached) the resume releases the cache and
+// maps the pool at the same addresses.
+func TestPauseFreesRoomAndResumeRunsTheLadder(t *testing.T) {
+	a, _, inner := pausable(t, 8<<30)
+	p, err := a.NewPool("model", allocator.PoolOptions{})
+	require.NoError(t, err)
+	require.NoError(t, a.UsePool(p, 0))
+	var ptrs []device.Ptr
+	for range 6 {
+		q, err := a.Alloc(1<<30, 0)
+		require.NoError(t, err)
+		ptrs = append(ptrs, q)
+	}
+	require.NoError(t, a.UseDefaultPool(0))
+	_, err = a.Alloc(6<<30, 0)
+	require.ErrorIs(t, err, device.ErrOutOfMemory)
+	require.NoError(t, a.PausePool(p, false))
+	other, err := a.Alloc(6<<30, 0)
+	require.NoError(t, err)
+	ooms := allocStat(t, a, "num_ooms")
+	err = a.ResumePool(p)
+	var oom *allocator.OutOfMemoryError
+	require.ErrorAs(t, err, &oom)
+	require.Equal(t, ooms+1, allocStat(t, a, "num_ooms"))
+	require.True(t, p.Paused())
+	require.NoError(t, a.CheckInvariants())
+	require.NoError(t, a.Free(other)) // cached: the resume's ladder releases it
+	// But not while a capture is underway.
+	g, err := a.NewPool("graph", allocator.PoolOptions{})
+	require.NoError(t, err)
+	side, err := inner.NewStream()
+	require.NoError(t, err)
+	require.NoError(t, a.BeginCapture(g, side))
+	frees := allocStat(t, a, "num_device_free")
+	require.ErrorIs(t, a.ResumePool(p), device.ErrOutOfMemory)
+	require.Equal(t, frees, allocStat(t, a, "num_device_free"))
+	require.True(t, p.Paused())
+	require.NoError(t, a.EndCapture(side))
+	require.NoError(t, a.ReleasePool(g))
+	require.NoError(t, a.ResumePool(p))
+	require.NoError(t, a.CheckInvariants())
+	for _, q := range ptrs {
+		require.NoError(t, a.Free(q), "the same addresses are live")
+	}
+	require.NoError(t, a.ReleasePool(p))
+	require.NoError(t, a.EmptyCache())
+	require.Zero(t, inner.BytesInUse())
+}
+
+func TestPauseBadInputChangesNothing(t *testing.T) {
+	// Plain segments: no pages to unmap.
+	inner, err := sim.New(sim.Config{Capacity: 1 << 30})
+	require.NoError(t, err)
+	a, err := allocator.New(inner, allocator.Config{})
+	require.NoError(t, err)
+	p, err := a.NewPool("p", allocator.PoolOptions{})
+	require.NoError(t, err)
+	require.ErrorIs(t, a.PausePool(p, false), device.ErrNotSupported)
+	require.ErrorContains(t, a.PausePool(p, false), "expandable segments")
+
+	// Backup without a device that copies.
+	noCopy := device.Compose(inner, device.Capabilities{VirtualMemory: inner, HostMemory: inner, StreamChecker: inner})
+	b, err := allocator.New(noCopy, allocator.Config{ExpandableSegments: true})
+	require.NoError(t, err)
+	q, err := b.NewPool("q", allocator.PoolOptions{})
+	require.NoError(t, err)
+	require.ErrorIs(t, b.PausePool(q, true), device.ErrNotSupported)
+	require.NoError(t, b.UsePool(q, 0))
+	require.ErrorContains(t, b.PausePool(q, false), "in use")
+	require.NoError(t, b.UseDefaultPool(0))
+	require.ErrorContains(t, b.ResumePool(q), "not paused")
+	require.NoError(t, b.CheckInvariants())
+	require.False(t, q.Paused())
+
+	// Blocks whose free waits for stream events.
+	c, dev, inner2 := pausable(t, 1<<30)
+	side, err := inner2.NewStream()
+	require.NoError(t, err)
+	require.NoError(t, dev.SetStreamBusy(side, true))
+	r, err := c.NewPool("r", allocator.PoolOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.UsePool(r, 0))
+	x, err := c.Alloc(1<<20, 0)
+	require.NoError(t, err)
+	require.NoError(t, c.UseDefaultPool(0))
+	require.NoError(t, c.RecordStream(x, side))
+	require.NoError(t, c.Free(x))
+	require.ErrorContains(t, c.PausePool(r, true), "wait for stream events")
+	require.NoError(t, c.CheckInvariants())
+	g, err := c.NewPool("g", allocator.PoolOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.BeginCapture(g, side))
+	require.ErrorContains(t, c.PausePool(r, false), "capture is underway")
+	require.NoError(t, c.EndCapture(side))
+	require.NoError(t, inner2.SynchronizeStream(side))
+	require.NoError(t, c.EmptyCache())
+	require.NoError(t, c.PausePool(r, true))
+	require.NoError(t, c.ResumePool(r))
+}
+
+// pauseCalls are the device calls pausing and resuming make, each failed
+// at every point of the matrix; copy faults are the content device's own.
+var pauseCalls = []device.Call{
+	device.CallSynchronizeStream, device.CallMap, device.CallUnmap, device.CallReserve,
+	device.CallRelease, device.CallHostAlloc, device.CallHostFree, device.CallMemInfo,
+	device.CallRecordEvent, device.CallEventDone, device.CallReleaseEvent,
+}
+
+// TestFaultMatrixPauseResume fails each device call pausing and resuming
+// make, at a spread of points, over a workload that pauses (with a backup)
+// and resumes a pool three times with the default pool allocating in
+// between; and fails the copies to and from the host too. After every
+// failure the invariants hold and the pool is paused or not as a whole
+// (its blocks' bytes, when not paused, are those written); at the end,
+// with everything freed, the pool released and the cache emptied, the
+// device holds nothing: no memory, no reservation, no host memory.
+func TestFaultMatrixPauseResume(t *testing.T) {
+	fired := map[string]int{}
+	type point struct {
+		call device.Call // the call to fail, or NumCalls for a copy
+		n    int
+	}
+	var points []point
+	for _, c := range pauseCalls {
+		for _, n := range []int{1, 2, 3, 5, 8, 13} {
+			points = append(points, point{c, n})
+		}
+	}
+	for _, n := range []int{1, 2, 3, 5, 8, 13, 21} {
+		points = append(points, point{device.NumCalls, n})
+	}
+	for _, pt := range points {
+		name := "copy"
+		if pt.call < device.NumCalls {
+			name = pt.call.String()
+		}
+		t.Run(fmt.Sprintf("%s/%d", name, pt.n), func(t *testing.T) {
+			inner, err := sim.New(sim.Config{Capacity: 1 << 30})
+			require.NoError(t, err)
+			j := faulty.New(inner)
+			dev := newContentDev(j.Device())
+			a, err := allocator.New(dev, allocator.Config{ExpandableSegments: true})
+			require.NoError(t, err)
+			side, err := inner.NewStream()
+			require.NoError(t, err)
+			require.NoError(t, inner.SetStreamBusy(side, true))
+			p, err := a.NewPool("p", allocator.PoolOptions{})
+			require.NoError(t, err)
+			require.NoError(t, a.UsePool(p, 0))
+			var ptrs []device.Ptr
+			var want [][]byte
+			for i, n := range []uint64{30 << 20, 5 << 20, 4096, 10 << 20} {
+				q, err := a.Alloc(n, 0)
+				require.NoError(t, err)
+				ptrs = append(ptrs, q)
+				want = append(want, dev.write(t, q, 256, byte(i*50)))
+			}
+			tmp, err := a.Alloc(40<<20, 0)
+			require.NoError(t, err)
+			require.NoError(t, a.Free(tmp))
+			require.NoError(t, a.UseDefaultPool(0))
+			if pt.call < device.NumCalls {
+				_, err = j.Add(faulty.Rule{Call: pt.call, Nth: int64(pt.n), Err: []error{device.ErrOutOfMemory, nil}[pt.n%2]})
+				require.NoError(t, err)
+			} else {
+				dev.failCopy = dev.copies + pt.n
+			}
+			check := func(what string) {
+				t.Helper()
+				require.NoError(t, a.CheckInvariants(), what)
+				if !p.Paused() {
+					for i, q := range ptrs {
+						require.Equal(t, want[i], dev.read(t, q, 256), "%s: block %d's bytes", what, i)
+					}
+				}
+			}
+			var others []device.Ptr
+			for round := range 3 {
+				if err := a.PausePool(p, true); err != nil {
+					check(fmt.Sprintf("round %d: a failed pause (%v)", round, err))
+				}
+				if o, err := a.Alloc(uint64(20+round*10)<<20, 0); err == nil {
+					others = append(others, o)
+					d, err := a.Alloc(1<<20, 0)
+					if err == nil {
+						require.NoError(t, a.RecordStream(d, side))
+						_ = a.Free(d)
+					}
+				}
+				if len(others) > 1 {
+					_ = a.Free(others[0])
+					others = others[1:]
+				}
+				require.NoError(t, inner.SynchronizeStream(side))
+				require.NoError(t, inner.SetStreamBusy(side, true))
+				for range 3 { // the one fault may fire in a resume
+					if !p.Paused() {
+						break
+					}
+					if err := a.ResumePool(p); err != nil {
+						check(fmt.Sprintf("round %d: a failed resume (%v)", round, err))
+					}
+				}
+				require.False(t, p.Paused())
+				check(fmt.Sprintf("round %d", round))
+			}
+			for _, q := range append(ptrs, others...) {
+				require.NoError(t, a.Free(q))
+			}
+			require.NoError(t, inner.Synchronize())
+			if err := a.ReleasePool(p); err != nil { // the fault fired there: EmptyCache returns the rest
+				require.NoError(t, a.CheckInvariants(), "a failed release (%v)", err)
+			}
+			for range 3 {
+				if err = a.EmptyCache(); err == nil {
+					break
+				}
+			}
+			require.NoError(t, err)
+			require.NoError(t, a.CheckInvariants())
+			require.Zero(t, inner.BytesInUse(), "device memory left")
+			require.Empty(t, inner.Reservations(), "reservations left")
+			c := inner.Counters()
+			require.Equal(t, c.HostAllocs, c.HostFrees, "host memory left")
+			require.Zero(t, c.HostBytesInUse)
+			if len(j.Fired()) > 0 || dev.copyFired {
+				fired[name]++
+			}
+		})
+	}
+	for _, c := range []string{"map", "unmap", "synchronize stream", "host alloc", "host free", "copy"} {
+		require.Positive(t, fired[c], "no %s fault fired: the matrix does not reach it", c)
+	}
+	t.Logf("faults fired: %v", fired)
+}
