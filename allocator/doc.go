@@ -98,7 +98,7 @@
 // PausePool puts a pool to sleep: its physical memory goes back to the
 // device while its address reservations stay, so that its live blocks
 // keep their addresses, and by choice their bytes are backed up to pinned
-// host memory (on a device with CopyToHost and CopyFromHost methods). ResumePool
+// host memory (on a device that is a device.Copier and has HostMemory). ResumePool
 // maps fresh pages at the same addresses, running the out-of-memory ladder
 // when the device is full, and restores the bytes. A paused pool counts
 // in no stat. Pausing needs expandable segments.

@@ -15,14 +15,6 @@ import (
 	"github.com/gpumem/gpumem/stats"
 )
 
-// copier is the capability to copy between device and host memory that a
-// backup needs: the method set of device.Copier, found on the device by
-// type assertion.
-type copier interface {
-	CopyToHost(dst []byte, src device.Ptr) error
-	CopyFromHost(dst device.Ptr, src []byte) error
-}
-
 // pageRun is a run of mapped pages of an expandable segment.
 type pageRun struct {
 	seg *freeindex.Segment
@@ -67,11 +59,11 @@ func (a *Allocator) PausePool(p *Pool, backup bool) error {
 	if err := a.pausableLocked(p); err != nil {
 		return err
 	}
-	var cp copier
+	var cp device.Copier
 	var hm device.HostMemory
 	if backup {
 		var ok1, ok2 bool
-		cp, ok1 = a.dev.(copier)
+		cp, ok1 = a.dev.(device.Copier)
 		hm, ok2 = a.dev.(device.HostMemory)
 		if !ok1 || !ok2 {
 			return fmt.Errorf("allocator: pause pool %q with a backup: device %s cannot copy to and from pinned host memory: %w", p.name, a.dev.Name(), device.ErrNotSupported)
@@ -154,7 +146,7 @@ func (a *Allocator) poolRunsLocked(p *Pool) []pageRun {
 
 // backupLocked copies the bytes of pool p's live blocks to pinned host
 // memory. On an error it frees what it took and returns the error.
-func (a *Allocator) backupLocked(p *Pool, cp copier, hm device.HostMemory) ([]savedBlock, error) {
+func (a *Allocator) backupLocked(p *Pool, cp device.Copier, hm device.HostMemory) ([]savedBlock, error) {
 	var saved []savedBlock
 	for _, sh := range p.shards {
 		var err error
@@ -213,7 +205,7 @@ func (a *Allocator) freeStrayHostLocked() error {
 // remapLocked maps the runs again, after a failed pause, and restores the
 // saved bytes that lie in them. It maps every run it can and returns the
 // errors.
-func (a *Allocator) remapLocked(runs []pageRun, saved []savedBlock, cp copier) error {
+func (a *Allocator) remapLocked(runs []pageRun, saved []savedBlock, cp device.Copier) error {
 	var errs []error
 	for _, r := range runs {
 		if err := a.vm.Map(r.ptr, r.n); err != nil {
@@ -227,7 +219,7 @@ func (a *Allocator) remapLocked(runs []pageRun, saved []savedBlock, cp copier) e
 }
 
 // restoreLocked copies the saved bytes back to their blocks.
-func (a *Allocator) restoreLocked(saved []savedBlock, cp copier) error {
+func (a *Allocator) restoreLocked(saved []savedBlock, cp device.Copier) error {
 	for _, s := range saved {
 		if err := cp.CopyFromHost(s.ptr, s.buf); err != nil {
 			return fmt.Errorf("copying the bytes of %v back from the host: %w", s.ptr, err)
@@ -260,7 +252,7 @@ func (a *Allocator) ResumePool(p *Pool) error {
 		a.unlockAll()
 		return fmt.Errorf("allocator: resume pool %q: it is not paused", p.name)
 	}
-	cp, _ := a.dev.(copier)
+	cp, _ := a.dev.(device.Copier)
 	hm, _ := a.dev.(device.HostMemory)
 	var total uint64
 	for _, r := range p.runs {

@@ -1,8 +1,6 @@
 package allocator_test
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"testing"
 
@@ -10,170 +8,41 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/device/counting"
 	"github.com/gpumem/gpumem/device/faulty"
 	"github.com/gpumem/gpumem/device/sim"
 )
 
-// contentDev is a device that keeps the bytes written to its memory, for
-// the tests of a paused pool's backup: it copies to and from the host
-// (CopyToHost, CopyFromHost, the allocator's copier), only within pages
-// mapped through its virtual memory, and forgets a page's bytes when the
-// page is unmapped. It wraps any device with virtual memory and pinned
-// host memory (the simulated one, or the fault injector around it); its
-// copies fail on the Nth call when failCopy is set.
-type contentDev struct {
-	device.Device
-	vm     device.VirtualMemory
-	hm     device.HostMemory
-	page   uint64
-	mapped map[device.Ptr]bool         // by page
-	mem    map[device.Ptr]*[chunk]byte // by chunk: those written with bytes not zero
-
-	failCopy, copies int // fail the failCopy-th copy (1-based; 0: none)
-	copyFired        bool
-	quiet            bool // the test's own copies (read, write): neither counted nor failed
-}
-
-func newContentDev(d device.Device) *contentDev {
-	vm := d.(device.VirtualMemory)
-	return &contentDev{Device: d, vm: vm, hm: d.(device.HostMemory), page: vm.Granularity(),
-		mapped: map[device.Ptr]bool{}, mem: map[device.Ptr]*[chunk]byte{}}
-}
-
-// chunk is the unit of contentDev's model of the bytes.
-const chunk = 4096
-
-func (d *contentDev) Granularity() uint64                  { return d.page }
-func (d *contentDev) Reserve(n uint64) (device.Ptr, error) { return d.vm.Reserve(n) }
-func (d *contentDev) Release(p device.Ptr) error           { return d.vm.Release(p) }
-func (d *contentDev) HostAlloc(n uint64) ([]byte, error)   { return d.hm.HostAlloc(n) }
-func (d *contentDev) HostFree(b []byte) error              { return d.hm.HostFree(b) }
-func (d *contentDev) HasStream(s device.Stream) bool {
-	return d.Device.(device.StreamChecker).HasStream(s)
-}
-func (d *contentDev) SetStreamBusy(s device.Stream, b bool) error {
-	return d.Device.(interface {
-		SetStreamBusy(device.Stream, bool) error
-	}).SetStreamBusy(s, b)
-}
-
-func (d *contentDev) Map(p device.Ptr, n uint64) error {
-	if err := d.vm.Map(p, n); err != nil {
-		return err
-	}
-	for q := p; q < p+device.Ptr(n); q += device.Ptr(d.page) {
-		d.mapped[q] = true
-	}
-	return nil
-}
-
-func (d *contentDev) Unmap(p device.Ptr, n uint64) error {
-	if err := d.vm.Unmap(p, n); err != nil {
-		return err
-	}
-	for q := p; q < p+device.Ptr(n); q += device.Ptr(d.page) {
-		delete(d.mapped, q)
-	}
-	for q := range d.mem {
-		if q >= p && q < p+device.Ptr(n) {
-			delete(d.mem, q)
-		}
-	}
-	return nil
-}
-
-// backed returns an error unless [p, p+n) lies in mapped pages.
-func (d *contentDev) backed(p device.Ptr, n int) error {
-	if !d.quiet {
-		d.copies++
-	}
-	if !d.quiet && d.copies == d.failCopy {
-		d.copyFired = true
-		return errors.New("contentDev: injected copy fault")
-	}
-	for q := p &^ device.Ptr(d.page-1); q < p+device.Ptr(n); q += device.Ptr(d.page) {
-		if !d.mapped[q] {
-			return fmt.Errorf("contentDev: copy at %v: page %v is not mapped", p, q)
-		}
-	}
-	return nil
-}
-
-// chunks calls f for each chunk that [p, p+n) overlaps, with the
-// chunk's base, and the offsets in the chunk and in the range.
-func chunks(p device.Ptr, n int, f func(base device.Ptr, in, at, k int)) {
-	for at := 0; at < n; {
-		q := p + device.Ptr(at)
-		base := q &^ (chunk - 1)
-		in := int(q - base)
-		k := min(chunk-in, n-at)
-		f(base, in, at, k)
-		at += k
-	}
-}
-
-func (d *contentDev) CopyToHost(dst []byte, src device.Ptr) error {
-	if err := d.backed(src, len(dst)); err != nil {
-		return err
-	}
-	chunks(src, len(dst), func(base device.Ptr, in, at, k int) {
-		if c := d.mem[base]; c != nil {
-			copy(dst[at:at+k], c[in:in+k])
-		} else {
-			clear(dst[at : at+k])
-		}
-	})
-	return nil
-}
-
-func (d *contentDev) CopyFromHost(dst device.Ptr, src []byte) error {
-	if err := d.backed(dst, len(src)); err != nil {
-		return err
-	}
-	chunks(dst, len(src), func(base device.Ptr, in, at, k int) {
-		c := d.mem[base]
-		if c == nil {
-			if bytes.Count(src[at:at+k], []byte{0}) == k {
-				return // zeros where nothing was written
-			}
-			c = new([chunk]byte)
-			d.mem[base] = c
-		}
-		copy(c[in:in+k], src[at:at+k])
-	})
-	return nil
-}
-
-// write fills the first n bytes at p with a pattern made of seed.
-func (d *contentDev) write(t testing.TB, p device.Ptr, n int, seed byte) []byte {
+// writeBytes fills the first n bytes at p with a pattern made of seed,
+// through the device's own copies (not counted or failed by a wrapper).
+func writeBytes(t testing.TB, d device.Copier, p device.Ptr, n int, seed byte) []byte {
 	t.Helper()
 	b := make([]byte, n)
 	for i := range b {
 		b[i] = seed + byte(i%251) | 1
 	}
-	d.quiet = true
-	defer func() { d.quiet = false }()
 	require.NoError(t, d.CopyFromHost(p, b))
 	return b
 }
 
-// read returns the n bytes at p.
-func (d *contentDev) read(t testing.TB, p device.Ptr, n int) []byte {
+// readBytes returns the n bytes at p.
+func readBytes(t testing.TB, d device.Copier, p device.Ptr, n int) []byte {
 	t.Helper()
 	b := make([]byte, n)
-	d.quiet = true
-	defer func() { d.quiet = false }()
 	require.NoError(t, d.CopyToHost(b, p))
 	return b
 }
 
-// pausable returns an allocator with expandable segments on a content
-// device over a simulated one of capacity bytes.
-func pausable(t *testing.T, capacity uint64) (*allocator.Allocator, *contentDev, *sim.Device) {
+// pausable returns an allocator with expandable segments on a simulated
+// device of capacity bytes, seen through wrap (nil: the device itself).
+func pausable(t *testing.T, capacity uint64, wrap func(device.Device) device.Device) (*allocator.Allocator, *sim.Device) {
 	t.Helper()
 	inner, err := sim.New(sim.Config{Capacity: capacity})
 	require.NoError(t, err)
-	dev := newContentDev(inner)
+	var dev device.Device = inner
+	if wrap != nil {
+		dev = wrap(inner)
+	}
 	a, err := allocator.New(dev, allocator.Config{ExpandableSegments: true})
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -181,7 +50,7 @@ func pausable(t *testing.T, capacity uint64) (*allocator.Allocator, *contentDev,
 			t.Errorf("invariants at the end: %v", err)
 		}
 	})
-	return a, dev, inner
+	return a, inner
 }
 
 func allocStat(t testing.TB, a *allocator.Allocator, key string) int64 {
@@ -191,8 +60,27 @@ func allocStat(t testing.TB, a *allocator.Allocator, key string) int64 {
 	return v
 }
 
+// TestPauseResumeKeepsAddressesAndBytes pauses a pool with a backup on
+// the simulated device, and on it through the fault injector and the call
+// counter (adaptors that offer the copies when the device does): the
+// blocks' bytes read back equal after the resume, at the same addresses,
+// and while paused the device holds only the default pool's pages (the
+// pool's are unmapped: a copy from them fails, their contents are gone).
 func TestPauseResumeKeepsAddressesAndBytes(t *testing.T) {
-	a, dev, inner := pausable(t, 1<<30)
+	for _, w := range []struct {
+		name string
+		wrap func(device.Device) device.Device
+	}{
+		{"sim", nil},
+		{"faulty", func(d device.Device) device.Device { return faulty.New(d).Device() }},
+		{"counting", func(d device.Device) device.Device { return counting.New(d).Device() }},
+	} {
+		t.Run(w.name, func(t *testing.T) { testPauseResumeKeepsAddressesAndBytes(t, w.wrap) })
+	}
+}
+
+func testPauseResumeKeepsAddressesAndBytes(t *testing.T, wrap func(device.Device) device.Device) {
+	a, inner := pausable(t, 1<<30, wrap)
 	side, err := inner.NewStream()
 	require.NoError(t, err)
 	p, err := a.NewPool("weights", allocator.PoolOptions{})
@@ -205,7 +93,7 @@ func TestPauseResumeKeepsAddressesAndBytes(t *testing.T) {
 		q, err := a.Alloc(n, side)
 		require.NoError(t, err)
 		ptrs = append(ptrs, q)
-		want = append(want, dev.write(t, q, int(min(n, 4096)), byte(i*40)))
+		want = append(want, writeBytes(t, inner, q, int(min(n, 4096)), byte(i*40)))
 	}
 	gone, err := a.Alloc(1<<20, side) // freed before the pause: its pages go
 	require.NoError(t, err)
@@ -226,6 +114,13 @@ func TestPauseResumeKeepsAddressesAndBytes(t *testing.T) {
 	require.Equal(t, defReserved, allocStat(t, a, "reserved_bytes.all.current"))
 	require.Equal(t, int64(8<<20), allocStat(t, a, "allocated_bytes.all.current"))
 	require.Equal(t, uint64(defReserved), inner.BytesInUse())
+	require.Equal(t, uint64(defReserved), inner.Counters().MappedBytes, "only the default pool's pages are mapped")
+	for _, q := range ptrs {
+		require.ErrorIs(t, inner.CopyToHost(make([]byte, 1), q), device.ErrInvalidPointer, "the page under %v is unmapped", q)
+	}
+	require.Zero(t, inner.ContentPages(), "the pool's bytes are in host memory only")
+	c := inner.Counters()
+	require.Equal(t, int64(len(ptrs)), c.HostAllocs-c.HostFrees, "one host copy per live block")
 	ps, err := a.PoolStats(p)
 	require.NoError(t, err)
 	require.True(t, ps.Paused)
@@ -246,7 +141,7 @@ func TestPauseResumeKeepsAddressesAndBytes(t *testing.T) {
 	require.Equal(t, before.AllocatedBytes, after.AllocatedBytes)
 	require.Equal(t, uint64(defReserved)+after.ReservedBytes, uint64(allocStat(t, a, "reserved_bytes.all.current")))
 	for i, q := range ptrs {
-		require.Equal(t, want[i], dev.read(t, q, len(want[i])), "block %d's bytes", i)
+		require.Equal(t, want[i], readBytes(t, inner, q, len(want[i])), "block %d's bytes", i)
 	}
 	require.ErrorContains(t, a.ResumePool(p), "not paused")
 	for _, q := range append(ptrs, d) {
@@ -255,22 +150,22 @@ func TestPauseResumeKeepsAddressesAndBytes(t *testing.T) {
 	require.NoError(t, a.ReleasePool(p))
 	require.NoError(t, a.EmptyCache())
 	require.Zero(t, inner.BytesInUse())
-	c := inner.Counters()
+	c = inner.Counters()
 	require.Equal(t, c.HostAllocs, c.HostFrees, "host copies freed")
 }
 
 func TestPauseWithoutBackupLosesTheBytes(t *testing.T) {
-	a, dev, _ := pausable(t, 1<<30)
+	a, inner := pausable(t, 1<<30, nil)
 	p, err := a.NewPool("kv", allocator.PoolOptions{})
 	require.NoError(t, err)
 	require.NoError(t, a.UsePool(p, 0))
 	q, err := a.Alloc(4<<20, 0)
 	require.NoError(t, err)
 	require.NoError(t, a.UseDefaultPool(0))
-	dev.write(t, q, 64, 7)
+	writeBytes(t, inner, q, 64, 7)
 	require.NoError(t, a.PausePool(p, false))
 	require.NoError(t, a.ResumePool(p))
-	require.Equal(t, make([]byte, 64), dev.read(t, q, 64), "fresh pages")
+	require.Equal(t, make([]byte, 64), readBytes(t, inner, q, 64), "fresh pages")
 	require.NoError(t, a.Free(q))
 }
 
@@ -280,7 +175,7 @@ func TestPauseWithoutBackupLosesTheBytes(t *testing.T) {
 // once they are freed (and cached) the resume releases the cache and
 // maps the pool at the same addresses.
 func TestPauseFreesRoomAndResumeRunsTheLadder(t *testing.T) {
-	a, _, inner := pausable(t, 8<<30)
+	a, inner := pausable(t, 8<<30, nil)
 	p, err := a.NewPool("model", allocator.PoolOptions{})
 	require.NoError(t, err)
 	require.NoError(t, a.UsePool(p, 0))
@@ -352,10 +247,10 @@ func TestPauseBadInputChangesNothing(t *testing.T) {
 	require.False(t, q.Paused())
 
 	// Blocks whose free waits for stream events.
-	c, dev, inner2 := pausable(t, 1<<30)
+	c, inner2 := pausable(t, 1<<30, nil)
 	side, err := inner2.NewStream()
 	require.NoError(t, err)
-	require.NoError(t, dev.SetStreamBusy(side, true))
+	require.NoError(t, inner2.SetStreamBusy(side, true))
 	r, err := c.NewPool("r", allocator.PoolOptions{})
 	require.NoError(t, err)
 	require.NoError(t, c.UsePool(r, 0))
@@ -378,11 +273,12 @@ func TestPauseBadInputChangesNothing(t *testing.T) {
 }
 
 // pauseCalls are the device calls pausing and resuming make, each failed
-// at every point of the matrix; copy faults are the content device's own.
+// at every point of the matrix.
 var pauseCalls = []device.Call{
 	device.CallSynchronizeStream, device.CallMap, device.CallUnmap, device.CallReserve,
 	device.CallRelease, device.CallHostAlloc, device.CallHostFree, device.CallMemInfo,
 	device.CallRecordEvent, device.CallEventDone, device.CallReleaseEvent,
+	device.CallCopyToHost, device.CallCopyFromHost,
 }
 
 // TestFaultMatrixPauseResume fails each device call pausing and resuming
@@ -396,7 +292,7 @@ var pauseCalls = []device.Call{
 func TestFaultMatrixPauseResume(t *testing.T) {
 	fired := map[string]int{}
 	type point struct {
-		call device.Call // the call to fail, or NumCalls for a copy
+		call device.Call
 		n    int
 	}
 	var points []point
@@ -405,20 +301,13 @@ func TestFaultMatrixPauseResume(t *testing.T) {
 			points = append(points, point{c, n})
 		}
 	}
-	for _, n := range []int{1, 2, 3, 5, 8, 13, 21} {
-		points = append(points, point{device.NumCalls, n})
-	}
 	for _, pt := range points {
-		name := "copy"
-		if pt.call < device.NumCalls {
-			name = pt.call.String()
-		}
+		name := pt.call.String()
 		t.Run(fmt.Sprintf("%s/%d", name, pt.n), func(t *testing.T) {
 			inner, err := sim.New(sim.Config{Capacity: 1 << 30})
 			require.NoError(t, err)
 			j := faulty.New(inner)
-			dev := newContentDev(j.Device())
-			a, err := allocator.New(dev, allocator.Config{ExpandableSegments: true})
+			a, err := allocator.New(j.Device(), allocator.Config{ExpandableSegments: true})
 			require.NoError(t, err)
 			side, err := inner.NewStream()
 			require.NoError(t, err)
@@ -432,24 +321,20 @@ func TestFaultMatrixPauseResume(t *testing.T) {
 				q, err := a.Alloc(n, 0)
 				require.NoError(t, err)
 				ptrs = append(ptrs, q)
-				want = append(want, dev.write(t, q, 256, byte(i*50)))
+				want = append(want, writeBytes(t, inner, q, 256, byte(i*50)))
 			}
 			tmp, err := a.Alloc(40<<20, 0)
 			require.NoError(t, err)
 			require.NoError(t, a.Free(tmp))
 			require.NoError(t, a.UseDefaultPool(0))
-			if pt.call < device.NumCalls {
-				_, err = j.Add(faulty.Rule{Call: pt.call, Nth: int64(pt.n), Err: []error{device.ErrOutOfMemory, nil}[pt.n%2]})
-				require.NoError(t, err)
-			} else {
-				dev.failCopy = dev.copies + pt.n
-			}
+			_, err = j.Add(faulty.Rule{Call: pt.call, Nth: int64(pt.n), Err: []error{device.ErrOutOfMemory, nil}[pt.n%2]})
+			require.NoError(t, err)
 			check := func(what string) {
 				t.Helper()
 				require.NoError(t, a.CheckInvariants(), what)
 				if !p.Paused() {
 					for i, q := range ptrs {
-						require.Equal(t, want[i], dev.read(t, q, 256), "%s: block %d's bytes", what, i)
+						require.Equal(t, want[i], readBytes(t, inner, q, 256), "%s: block %d's bytes", what, i)
 					}
 				}
 			}
@@ -502,12 +387,12 @@ func TestFaultMatrixPauseResume(t *testing.T) {
 			c := inner.Counters()
 			require.Equal(t, c.HostAllocs, c.HostFrees, "host memory left")
 			require.Zero(t, c.HostBytesInUse)
-			if len(j.Fired()) > 0 || dev.copyFired {
+			if len(j.Fired()) > 0 {
 				fired[name]++
 			}
 		})
 	}
-	for _, c := range []string{"map", "unmap", "synchronize stream", "host alloc", "host free", "copy"} {
+	for _, c := range []string{"map", "unmap", "synchronize stream", "host alloc", "host free", "copy to host", "copy from host"} {
 		require.Positive(t, fired[c], "no %s fault fired: the matrix does not reach it", c)
 	}
 	t.Logf("faults fired: %v", fired)
