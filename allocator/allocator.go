@@ -26,6 +26,7 @@ type Allocator struct {
 	// Read-only after New.
 	dev       device.Device
 	vm        device.VirtualMemory // set when expandable segments are on
+	pvm       device.VirtualMemory // the device's virtual memory, when it can page segments: named pools' segments are mapped with it (pool_mapped.go)
 	ordinal   int
 	total     uint64                       // device memory, from MemInfo at New
 	rule      splitRule                    // max_split_size and the split rules
@@ -95,7 +96,9 @@ type Allocator struct {
 	releasing  int
 	idle       []*shard
 	poolShards int
-	strayHost  [][]byte // host copies of paused pools a failed HostFree left (pause.go)
+	strayHost  [][]byte                    // host copies of paused pools a failed HostFree left (pause.go)
+	mappedSegs map[*freeindex.Segment]bool // named pools' plain segments reserved and mapped with pvm, not allocated (pool_mapped.go)
+	strayRes   []device.Ptr                // reservations of such segments a failed Release left
 
 	// Graph capture (capture.go): the captures underway, the frees that
 	// wait for their end, and the streams blocks were recorded on during
@@ -147,6 +150,7 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 	a := &Allocator{
 		dev:     dev,
 		vm:      vm,
+		pvm:     pagingVM(dev),
 		cfg:     cfg,
 		ordinal: dev.Ordinal(),
 		total:   total,
@@ -584,7 +588,7 @@ func (a *Allocator) EmptyCache() error {
 	}
 	a.cacheEmptiedLocked()
 	a.settleAllLocked()
-	err := errors.Join(a.releaseCachedLocked(), a.freeStrayHostLocked())
+	err := errors.Join(a.releaseCachedLocked(), a.freeStrayHostLocked(), a.releaseStrayLocked())
 	if selfCheck {
 		a.selfCheckLocked("EmptyCache")
 	}

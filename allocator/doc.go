@@ -101,7 +101,9 @@
 // host memory (on a device that is a device.Copier and has HostMemory). ResumePool
 // maps fresh pages at the same addresses, running the out-of-memory ladder
 // when the device is full, and restores the bytes. A paused pool counts
-// in no stat. Pausing needs expandable segments.
+// in no stat. Pausing needs a device with virtual memory: without
+// expandable segments, a named pool's segments are then reserved and
+// mapped whole rather than allocated, so that their pages can go.
 //
 // # Expandable segments
 //

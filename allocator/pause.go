@@ -15,7 +15,8 @@ import (
 	"github.com/gpumem/gpumem/stats"
 )
 
-// pageRun is a run of mapped pages of an expandable segment.
+// pageRun is a run of mapped pages of an expandable segment, or the whole
+// of a mapped segment.
 type pageRun struct {
 	seg *freeindex.Segment
 	ptr device.Ptr
@@ -41,8 +42,9 @@ type savedBlock struct {
 // pinned host memory first and restored by ResumePool; without it their
 // contents are lost.
 //
-// Pausing needs the pool's segments mapped page by page: expandable
-// segments (expandable_segments:True) on a device with virtual memory;
+// Pausing needs a device with virtual memory: the pool's segments are
+// then expandable ones (expandable_segments:True), or plain segments
+// reserved and mapped whole rather than allocated (pool_mapped.go);
 // backup needs a device that copies to and from the host and has pinned
 // host memory. Otherwise, and for a pool routed to a stream, a capture
 // underway, a pool already paused, or blocks of the pool whose free waits
@@ -88,7 +90,7 @@ func (a *Allocator) PausePool(p *Pool, backup bool) error {
 		}
 	}
 	for i, r := range runs {
-		if err := a.vm.Unmap(r.ptr, r.n); err != nil {
+		if err := a.pvm.Unmap(r.ptr, r.n); err != nil {
 			err = fmt.Errorf("allocator: pause pool %q: unmapping %d bytes at %v: %w", p.name, r.n, r.ptr, err)
 			if rerr := a.remapLocked(runs[:i], saved, cp); rerr != nil {
 				err = fmt.Errorf("%w; mapping the pages back failed too, the pool is partly mapped: %w", err, rerr)
@@ -119,8 +121,13 @@ func (a *Allocator) pausableLocked(p *Pool) error {
 		return fmt.Errorf("allocator: pause pool %q: it is in use on %d stream(s); route them back (UseDefaultPool, EndCapture) first", p.name, p.routed)
 	case a.captures > 0:
 		return fmt.Errorf("allocator: pause pool %q: a graph capture is underway (no page may be unmapped during one)", p.name)
-	case a.vm == nil:
-		return fmt.Errorf("allocator: pause pool %q: pausing unmaps the pool's pages, which needs expandable segments (expandable_segments:True on a device with virtual memory); the pool's segments are plain device allocations: %w", p.name, device.ErrNotSupported)
+	case a.pvm == nil:
+		return fmt.Errorf("allocator: pause pool %q: pausing unmaps the pool's pages, which needs a device with virtual memory (paged at a granularity dividing 2 MiB); %s has none: %w", p.name, a.dev.Name(), device.ErrNotSupported)
+	}
+	for _, seg := range a.segments {
+		if a.shardOf(seg.Free).pool == p && !a.pageable(seg) {
+			return fmt.Errorf("allocator: pause pool %q: its segment %v of %d bytes is not a multiple of the device's mapping granularity, %d bytes, so it was allocated, not mapped, and cannot be unmapped (expandable_segments:True pages every segment): %w", p.name, seg.Ptr, seg.Size, a.pvm.Granularity(), device.ErrNotSupported)
+		}
 	}
 	for _, sh := range p.shards {
 		for k := range sh.st[0].pool {
@@ -137,6 +144,10 @@ func (a *Allocator) poolRunsLocked(p *Pool) []pageRun {
 	var runs []pageRun
 	for _, seg := range a.segments {
 		if a.shardOf(seg.Free).pool != p {
+			continue
+		}
+		if !seg.Expandable() { // a mapped segment: one run
+			runs = append(runs, pageRun{seg, seg.Ptr, seg.Size})
 			continue
 		}
 		seg.MappedRuns(func(ptr device.Ptr, n uint64) { runs = append(runs, pageRun{seg, ptr, n}) })
@@ -208,7 +219,7 @@ func (a *Allocator) freeStrayHostLocked() error {
 func (a *Allocator) remapLocked(runs []pageRun, saved []savedBlock, cp device.Copier) error {
 	var errs []error
 	for _, r := range runs {
-		if err := a.vm.Map(r.ptr, r.n); err != nil {
+		if err := a.pvm.Map(r.ptr, r.n); err != nil {
 			errs = append(errs, fmt.Errorf("mapping %d bytes at %v: %w", r.n, r.ptr, err))
 		}
 	}
@@ -278,7 +289,7 @@ func (a *Allocator) ResumePool(p *Pool) error {
 		if err = a.restoreLocked(p.saved, cp); err != nil {
 			err = fmt.Errorf("allocator: resume pool %q: %w", p.name, err)
 			for _, r := range p.runs {
-				if uerr := a.vm.Unmap(r.ptr, r.n); uerr != nil {
+				if uerr := a.pvm.Unmap(r.ptr, r.n); uerr != nil {
 					err = fmt.Errorf("%w; unmapping the pages again failed too, the pool is partly mapped: %w", err, uerr)
 				}
 			}
@@ -310,12 +321,12 @@ func (a *Allocator) mapRunsLocked(p *Pool, total uint64) error {
 		return errOverCap
 	}
 	for i, r := range p.runs {
-		if err := a.vm.Map(r.ptr, r.n); err != nil {
+		if err := a.pvm.Map(r.ptr, r.n); err != nil {
 			if !refused(err) {
 				err = fmt.Errorf("allocator: resume pool %q: mapping %d bytes at %v: %w", p.name, r.n, r.ptr, err)
 			}
 			for _, m := range p.runs[:i] {
-				if uerr := a.vm.Unmap(m.ptr, m.n); uerr != nil {
+				if uerr := a.pvm.Unmap(m.ptr, m.n); uerr != nil {
 					err = fmt.Errorf("%w; unmapping the pages mapped before failed too, the pool is partly mapped: %w", err, uerr)
 				}
 			}

@@ -222,15 +222,22 @@ func TestPauseFreesRoomAndResumeRunsTheLadder(t *testing.T) {
 }
 
 func TestPauseBadInputChangesNothing(t *testing.T) {
-	// Plain segments: no pages to unmap.
+	// A device without virtual memory: no pages to unmap.
 	inner, err := sim.New(sim.Config{Capacity: 1 << 30})
 	require.NoError(t, err)
-	a, err := allocator.New(inner, allocator.Config{})
+	noVM := device.Compose(inner, device.Capabilities{HostMemory: inner, StreamChecker: inner, Copier: inner})
+	a, err := allocator.New(noVM, allocator.Config{})
 	require.NoError(t, err)
 	p, err := a.NewPool("p", allocator.PoolOptions{})
 	require.NoError(t, err)
+	require.NoError(t, a.UsePool(p, 0))
+	live, err := a.Alloc(1<<20, 0)
+	require.NoError(t, err)
+	require.NoError(t, a.UseDefaultPool(0))
 	require.ErrorIs(t, a.PausePool(p, false), device.ErrNotSupported)
-	require.ErrorContains(t, a.PausePool(p, false), "expandable segments")
+	require.ErrorContains(t, a.PausePool(p, false), "needs a device with virtual memory")
+	require.False(t, p.Paused())
+	require.NoError(t, a.Free(live))
 
 	// Backup without a device that copies.
 	noCopy := device.Compose(inner, device.Capabilities{VirtualMemory: inner, HostMemory: inner, StreamChecker: inner})
@@ -278,13 +285,15 @@ var pauseCalls = []device.Call{
 	device.CallSynchronizeStream, device.CallMap, device.CallUnmap, device.CallReserve,
 	device.CallRelease, device.CallHostAlloc, device.CallHostFree, device.CallMemInfo,
 	device.CallRecordEvent, device.CallEventDone, device.CallReleaseEvent,
-	device.CallCopyToHost, device.CallCopyFromHost,
+	device.CallCopyToHost, device.CallCopyFromHost, device.CallMalloc, device.CallFree,
 }
 
 // TestFaultMatrixPauseResume fails each device call pausing and resuming
 // make, at a spread of points, over a workload that pauses (with a backup)
 // and resumes a pool three times with the default pool allocating in
-// between; and fails the copies to and from the host too. After every
+// between, with expandable segments and with plain ones (a named pool's
+// then reserved and mapped whole); and fails the copies to and from the
+// host too. After every
 // failure the invariants hold and the pool is paused or not as a whole
 // (its blocks' bytes, when not paused, are those written); at the end,
 // with everything freed, the pool released and the cache emptied, the
@@ -302,98 +311,165 @@ func TestFaultMatrixPauseResume(t *testing.T) {
 		}
 	}
 	for _, pt := range points {
-		name := pt.call.String()
-		t.Run(fmt.Sprintf("%s/%d", name, pt.n), func(t *testing.T) {
-			inner, err := sim.New(sim.Config{Capacity: 1 << 30})
-			require.NoError(t, err)
-			j := faulty.New(inner)
-			a, err := allocator.New(j.Device(), allocator.Config{ExpandableSegments: true})
-			require.NoError(t, err)
-			side, err := inner.NewStream()
-			require.NoError(t, err)
-			require.NoError(t, inner.SetStreamBusy(side, true))
-			p, err := a.NewPool("p", allocator.PoolOptions{})
-			require.NoError(t, err)
-			require.NoError(t, a.UsePool(p, 0))
-			var ptrs []device.Ptr
-			var want [][]byte
-			for i, n := range []uint64{30 << 20, 5 << 20, 4096, 10 << 20} {
-				q, err := a.Alloc(n, 0)
+		for _, expandable := range []bool{true, false} {
+			name := pt.call.String()
+			t.Run(fmt.Sprintf("%s/%d/expandable=%v", name, pt.n, expandable), func(t *testing.T) {
+				inner, err := sim.New(sim.Config{Capacity: 1 << 30})
 				require.NoError(t, err)
-				ptrs = append(ptrs, q)
-				want = append(want, writeBytes(t, inner, q, 256, byte(i*50)))
-			}
-			tmp, err := a.Alloc(40<<20, 0)
-			require.NoError(t, err)
-			require.NoError(t, a.Free(tmp))
-			require.NoError(t, a.UseDefaultPool(0))
-			_, err = j.Add(faulty.Rule{Call: pt.call, Nth: int64(pt.n), Err: []error{device.ErrOutOfMemory, nil}[pt.n%2]})
-			require.NoError(t, err)
-			check := func(what string) {
-				t.Helper()
-				require.NoError(t, a.CheckInvariants(), what)
-				if !p.Paused() {
-					for i, q := range ptrs {
-						require.Equal(t, want[i], readBytes(t, inner, q, 256), "%s: block %d's bytes", what, i)
-					}
-				}
-			}
-			var others []device.Ptr
-			for round := range 3 {
-				if err := a.PausePool(p, true); err != nil {
-					check(fmt.Sprintf("round %d: a failed pause (%v)", round, err))
-				}
-				if o, err := a.Alloc(uint64(20+round*10)<<20, 0); err == nil {
-					others = append(others, o)
-					d, err := a.Alloc(1<<20, 0)
-					if err == nil {
-						require.NoError(t, a.RecordStream(d, side))
-						_ = a.Free(d)
-					}
-				}
-				if len(others) > 1 {
-					_ = a.Free(others[0])
-					others = others[1:]
-				}
-				require.NoError(t, inner.SynchronizeStream(side))
+				j := faulty.New(inner)
+				a, err := allocator.New(j.Device(), allocator.Config{ExpandableSegments: expandable})
+				require.NoError(t, err)
+				side, err := inner.NewStream()
+				require.NoError(t, err)
 				require.NoError(t, inner.SetStreamBusy(side, true))
-				for range 3 { // the one fault may fire in a resume
+				p, err := a.NewPool("p", allocator.PoolOptions{})
+				require.NoError(t, err)
+				require.NoError(t, a.UsePool(p, 0))
+				var ptrs []device.Ptr
+				var want [][]byte
+				for i, n := range []uint64{30 << 20, 5 << 20, 4096, 10 << 20} {
+					q, err := a.Alloc(n, 0)
+					require.NoError(t, err)
+					ptrs = append(ptrs, q)
+					want = append(want, writeBytes(t, inner, q, 256, byte(i*50)))
+				}
+				tmp, err := a.Alloc(40<<20, 0)
+				require.NoError(t, err)
+				require.NoError(t, a.Free(tmp))
+				require.NoError(t, a.UseDefaultPool(0))
+				_, err = j.Add(faulty.Rule{Call: pt.call, Nth: int64(pt.n), Err: []error{device.ErrOutOfMemory, nil}[pt.n%2]})
+				require.NoError(t, err)
+				check := func(what string) {
+					t.Helper()
+					require.NoError(t, a.CheckInvariants(), what)
 					if !p.Paused() {
+						for i, q := range ptrs {
+							require.Equal(t, want[i], readBytes(t, inner, q, 256), "%s: block %d's bytes", what, i)
+						}
+					}
+				}
+				var others []device.Ptr
+				for round := range 3 {
+					if err := a.PausePool(p, true); err != nil {
+						check(fmt.Sprintf("round %d: a failed pause (%v)", round, err))
+					}
+					if o, err := a.Alloc(uint64(20+round*10)<<20, 0); err == nil {
+						others = append(others, o)
+						d, err := a.Alloc(1<<20, 0)
+						if err == nil {
+							require.NoError(t, a.RecordStream(d, side))
+							_ = a.Free(d)
+						}
+					}
+					if len(others) > 1 {
+						_ = a.Free(others[0])
+						others = others[1:]
+					}
+					require.NoError(t, inner.SynchronizeStream(side))
+					require.NoError(t, inner.SetStreamBusy(side, true))
+					for range 3 { // the one fault may fire in a resume
+						if !p.Paused() {
+							break
+						}
+						if err := a.ResumePool(p); err != nil {
+							check(fmt.Sprintf("round %d: a failed resume (%v)", round, err))
+						}
+					}
+					require.False(t, p.Paused())
+					check(fmt.Sprintf("round %d", round))
+				}
+				for _, q := range append(ptrs, others...) {
+					require.NoError(t, a.Free(q))
+				}
+				require.NoError(t, inner.Synchronize())
+				if err := a.ReleasePool(p); err != nil { // the fault fired there: EmptyCache returns the rest
+					require.NoError(t, a.CheckInvariants(), "a failed release (%v)", err)
+				}
+				for range 3 {
+					if err = a.EmptyCache(); err == nil {
 						break
 					}
-					if err := a.ResumePool(p); err != nil {
-						check(fmt.Sprintf("round %d: a failed resume (%v)", round, err))
-					}
 				}
-				require.False(t, p.Paused())
-				check(fmt.Sprintf("round %d", round))
-			}
-			for _, q := range append(ptrs, others...) {
-				require.NoError(t, a.Free(q))
-			}
-			require.NoError(t, inner.Synchronize())
-			if err := a.ReleasePool(p); err != nil { // the fault fired there: EmptyCache returns the rest
-				require.NoError(t, a.CheckInvariants(), "a failed release (%v)", err)
-			}
-			for range 3 {
-				if err = a.EmptyCache(); err == nil {
-					break
+				require.NoError(t, err)
+				require.NoError(t, a.CheckInvariants())
+				require.Zero(t, inner.BytesInUse(), "device memory left")
+				require.Empty(t, inner.Reservations(), "reservations left")
+				c := inner.Counters()
+				require.Equal(t, c.HostAllocs, c.HostFrees, "host memory left")
+				require.Zero(t, c.HostBytesInUse)
+				if len(j.Fired()) > 0 {
+					fired[name]++
 				}
-			}
-			require.NoError(t, err)
-			require.NoError(t, a.CheckInvariants())
-			require.Zero(t, inner.BytesInUse(), "device memory left")
-			require.Empty(t, inner.Reservations(), "reservations left")
-			c := inner.Counters()
-			require.Equal(t, c.HostAllocs, c.HostFrees, "host memory left")
-			require.Zero(t, c.HostBytesInUse)
-			if len(j.Fired()) > 0 {
-				fired[name]++
-			}
-		})
+			})
+		}
 	}
 	for _, c := range []string{"map", "unmap", "synchronize stream", "host alloc", "host free", "copy to host", "copy from host"} {
 		require.Positive(t, fired[c], "no %s fault fired: the matrix does not reach it", c)
 	}
 	t.Logf("faults fired: %v", fired)
+}
+
+// TestPausePoolWithoutExpandableSegments pauses, with a backup, a pool of
+// an allocator with plain segments on a device with virtual memory: the
+// pool's segments are reserved and mapped whole (the default pool's are
+// allocated, as PyTorch's), and have a plain segment's sizes and counts;
+// the pause returns their pages, the resume maps them at the same
+// addresses with the bytes of before.
+func TestPausePoolWithoutExpandableSegments(t *testing.T) {
+	inner, err := sim.New(sim.Config{Capacity: 1 << 30})
+	require.NoError(t, err)
+	a, err := allocator.New(inner, allocator.Config{})
+	require.NoError(t, err)
+	d, err := a.Alloc(8<<20, 0)
+	require.NoError(t, err)
+	c := inner.Counters()
+	require.Equal(t, int64(1), c.Mallocs, "the default pool allocates")
+	require.Zero(t, c.Reserves)
+
+	p, err := a.NewPool("weights", allocator.PoolOptions{})
+	require.NoError(t, err)
+	require.NoError(t, a.UsePool(p, 0))
+	var ptrs []device.Ptr
+	var want [][]byte
+	for i, n := range []uint64{512, 3 << 20, 50 << 20} {
+		q, err := a.Alloc(n, 0)
+		require.NoError(t, err)
+		ptrs = append(ptrs, q)
+		want = append(want, writeBytes(t, inner, q, int(min(n, 4096)), byte(i*30)))
+	}
+	require.NoError(t, a.UseDefaultPool(0))
+	c = inner.Counters()
+	require.Equal(t, int64(1), c.Mallocs, "the pool maps")
+	require.Equal(t, int64(3), c.Reserves)
+	require.Equal(t, uint64(2<<20+20<<20+50<<20), c.MappedBytes, "a plain segment's sizes: 2 MiB, 20 MiB, 50 MiB")
+	before, err := a.PoolStats(p)
+	require.NoError(t, err)
+	require.Equal(t, c.MappedBytes, before.ReservedBytes)
+	require.Equal(t, int64(4), allocStat(t, a, "num_device_alloc"))
+	require.Equal(t, int64(4), allocStat(t, a, "segment.all.current"))
+	require.NoError(t, a.CheckInvariants())
+
+	require.NoError(t, a.PausePool(p, true))
+	require.NoError(t, a.CheckInvariants())
+	require.Equal(t, uint64(20<<20), inner.BytesInUse(), "only the default pool's segment")
+	require.Zero(t, inner.Counters().MappedBytes)
+	require.Len(t, inner.Reservations(), 3, "the addresses are kept")
+	require.NoError(t, a.ResumePool(p))
+	require.NoError(t, a.CheckInvariants())
+	for i, q := range ptrs {
+		require.Equal(t, want[i], readBytes(t, inner, q, len(want[i])), "block %d's bytes", i)
+	}
+	after, err := a.PoolStats(p)
+	require.NoError(t, err)
+	require.Equal(t, before.ReservedBytes, after.ReservedBytes)
+	require.Equal(t, before.AllocatedBytes, after.AllocatedBytes)
+
+	for _, q := range append(ptrs, d) {
+		require.NoError(t, a.Free(q))
+	}
+	require.NoError(t, a.ReleasePool(p))
+	require.NoError(t, a.EmptyCache())
+	require.NoError(t, a.CheckInvariants())
+	require.Zero(t, inner.BytesInUse())
+	require.Empty(t, inner.Reservations(), "the mapped segments' ranges are released")
 }

@@ -487,6 +487,11 @@ func (a *Allocator) poolIDOf(x *freeindex.Index) uint64 {
 // live pools, and each pool counts its routes; idle shards hold nothing;
 // the released pools still kept are counted.
 func (a *Allocator) checkPoolsLocked(bad func(string, ...any)) {
+	for seg := range a.mappedSegs {
+		if a.segments[seg.Ptr] != seg || seg.Expandable() || a.shardOf(seg.Free).pool == nil {
+			bad("mapped segment %v is not a plain segment of a named pool the allocator keeps", seg.Ptr)
+		}
+	}
 	routed := map[*Pool]int{}
 	for s, r := range a.route {
 		routed[r.pool]++

@@ -32,7 +32,7 @@ import (
 type poolMachine struct {
 	a       *Allocator
 	dev     *sim.Device
-	vm      bool
+	vm      bool // the device has virtual memory
 	streams []device.Stream
 	busy    map[device.Stream]bool
 	pools   []*Pool                 // made, in order; released ones stay
@@ -49,8 +49,14 @@ type poolBlock struct {
 
 func newPoolMachine(t *rapid.T) *poolMachine {
 	dev := simtest.New(t, simtest.Capacity(rapid.SampledFrom([]uint64{128 * mib, gib}).Draw(t, "capacity")))
-	vm := rapid.Bool().Draw(t, "expandable")
-	a, err := New(dev, Config{ExpandableSegments: vm})
+	// Pausing needs virtual memory, with or without expandable segments.
+	vm := rapid.Bool().Draw(t, "virtual memory")
+	expandable := vm && rapid.Bool().Draw(t, "expandable")
+	var d device.Device = dev
+	if !vm {
+		d = device.Compose(dev, device.Capabilities{HostMemory: dev, StreamChecker: dev, UsageReporter: dev, StreamWaiter: dev, Copier: dev})
+	}
+	a, err := New(d, Config{ExpandableSegments: expandable})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +257,7 @@ func (m *poolMachine) Pause(t *rapid.T) {
 		return
 	}
 	if !m.vm || !m.usable(p) {
-		t.Fatalf("pause %q succeeded (expandable %v, backup %v, usable %v)", p.name, m.vm, backup, m.usable(p))
+		t.Fatalf("pause %q succeeded (virtual memory %v, backup %v, usable %v)", p.name, m.vm, backup, m.usable(p))
 	}
 	m.paused[p] = true
 	if after := m.blocksOf(p); !slices.Equal(before, after) {

@@ -91,7 +91,7 @@ func (a *Allocator) growLocked(x *freeindex.Index, size, segSize uint64) (*freei
 // newSegmentLocked asks the device for a segment of size bytes and returns
 // its one block, free and in no index.
 func (a *Allocator) newSegmentLocked(x *freeindex.Index, size uint64) (*freeindex.Block, error) {
-	ptr, err := a.dev.Malloc(size)
+	ptr, mapped, err := a.segmentMemoryLocked(x, size)
 	if err != nil {
 		if refused(err) {
 			return nil, err
@@ -100,6 +100,9 @@ func (a *Allocator) newSegmentLocked(x *freeindex.Index, size uint64) (*freeinde
 	}
 	p, s := x.Pool, x.Stream
 	seg := &freeindex.Segment{Ptr: ptr, Size: size, Stream: s, Pool: p, Free: x}
+	if mapped {
+		a.mappedSegs[seg] = true
+	}
 	b := x.Spares.Get()
 	b.Ptr, b.Size, b.Stream, b.Pool, b.Seg = ptr, size, s, p, seg
 	seg.Head = b
@@ -113,7 +116,11 @@ func (a *Allocator) newSegmentLocked(x *freeindex.Index, size uint64) (*freeinde
 // the device. On a device error nothing changes.
 func (a *Allocator) releaseSegmentLocked(b *freeindex.Block) error {
 	seg := b.Seg
-	if err := a.dev.Free(seg.Ptr); err != nil {
+	if a.mappedSegs[seg] {
+		if err := a.unmapSegmentLocked(seg); err != nil {
+			return err
+		}
+	} else if err := a.dev.Free(seg.Ptr); err != nil {
 		return fmt.Errorf("allocator: device %d: releasing segment %v: %w", a.ordinal, seg.Ptr, err)
 	}
 	seg.Free.Remove(b)
