@@ -61,16 +61,39 @@ func (a *Allocator) poolGrewLocked(p *Pool) {
 }
 
 // poolPausedLocked records the pause of pool p, whose pages in runs were
-// unmapped (segment_unmap for each run): every count of its shards is
-// parked in p.parked and leaves the stats until poolResumedLocked.
+// unmapped (segment_unmap for each run): every count of its shards, and
+// its shards' phase counts, is parked in p.parked (p.parkedPh) and leaves
+// the stats until poolResumedLocked. A pause frees nothing: each parked
+// value goes into its count's base too (and into the base of the row
+// derived from it, active from allocation), so the sums of decreases
+// (.freed) stay as they were.
 func (a *Allocator) poolPausedLocked(p *Pool, runs []pageRun) {
 	p.parked = make([][numRows][2]int64, len(p.shards))
+	p.parkedPh = make([][][2]int64, len(p.shards))
 	for i, sh := range p.shards {
 		for row := range numRows {
 			for k := range 2 {
 				if v := sh.st[row].pool[k].Value(); v > 0 {
 					p.parked[i][row][k] = v
 					sh.decrease(row, k, v)
+					sh.st[row].pool[k].base -= v
+				}
+			}
+		}
+		for row, d := range derivedFrom {
+			if d != 0 {
+				for k := range 2 {
+					sh.st[row].pool[k].base -= p.parked[i][d-1][k]
+				}
+			}
+		}
+		p.parkedPh[i] = make([][2]int64, len(sh.ph))
+		for id := range sh.ph {
+			for j := range 2 {
+				if c := sh.ph[id].of(j); c.Value() > 0 {
+					p.parkedPh[i][id][j] = c.Value()
+					c.base -= c.Value()
+					c.Drop(c.Value())
 				}
 			}
 		}
@@ -79,7 +102,9 @@ func (a *Allocator) poolPausedLocked(p *Pool, runs []pageRun) {
 }
 
 // poolResumedLocked records the resume of pool p, whose pages in runs were
-// mapped again (segment_map for each run): its parked counts come back.
+// mapped again (segment_map for each run): its parked counts come back,
+// raising the limits and peaks as a hand-out would, but not the sums of
+// increases (.allocated): a resume allocates nothing.
 func (a *Allocator) poolResumedLocked(p *Pool, runs []pageRun) {
 	for i, sh := range p.shards {
 		for k := range 2 {
@@ -89,11 +114,18 @@ func (a *Allocator) poolResumedLocked(p *Pool, runs []pageRun) {
 			var rows uint32
 			for row := range numRows {
 				v := p.parked[i][row][k]
+				if dr := derivedFrom[row]; dr != 0 {
+					sh.st[row].pool[k].base += p.parked[i][dr-1][k]
+				}
 				if v <= 0 {
 					continue
 				}
 				d.row[row] = v
-				if sh.st[row].bump(k, v) {
+				c := &sh.st[row].pool[k]
+				over := sh.st[row].bump(k, v)
+				c.increases -= v
+				c.base += v
+				if over {
 					rows |= 1 << row
 					if row == int(stats.Allocation) || row == int(stats.AllocatedBytes) {
 						rows |= activeRows
@@ -107,8 +139,21 @@ func (a *Allocator) poolResumedLocked(p *Pool, runs []pageRun) {
 				a.exceedRows(sh, k, rows, &d)
 			}
 		}
+		for id, v := range p.parkedPh[i] {
+			over := false
+			for j := range 2 {
+				if v[j] > 0 {
+					c := sh.ph[id].of(j)
+					c.base += v[j]
+					over = c.Bump(v[j]) || over
+				}
+			}
+			if over {
+				a.exceedRows(sh, 0, phaseBit, &opDelta{phased: true, phase: uint16(id), ph: v})
+			}
+		}
 	}
-	p.parked = nil
+	p.parked, p.parkedPh = nil, nil
 	a.poolGrewLocked(p)
 	a.runsNotedLocked(runs, ActionSegmentMap)
 }

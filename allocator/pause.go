@@ -36,8 +36,11 @@ type savedBlock struct {
 // device can lend the memory elsewhere. The live blocks stay live, at the
 // same addresses, but cannot be freed or recorded on a stream until
 // ResumePool; the pool counts in no stat while paused (its counts are
-// parked, and come back on resume; the cumulative figures count the pause
-// as freeing them and the resume as allocating them), and it cannot be
+// parked, and come back on resume with the peaks they raise; the
+// cumulative figures, .allocated and .freed, count the pause as no free
+// and the resume as no allocation; its blocks leave their phases'
+// current counts likewise, as PhaseStats shows; num_device_free and
+// num_device_alloc count the unmaps and maps made), and it cannot be
 // routed to or released. With backup, the live blocks' bytes are copied to
 // pinned host memory first and restored by ResumePool; without it their
 // contents are lost.

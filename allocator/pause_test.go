@@ -2,6 +2,7 @@ package allocator_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -472,4 +473,80 @@ func TestPausePoolWithoutExpandableSegments(t *testing.T) {
 	require.NoError(t, a.CheckInvariants())
 	require.Zero(t, inner.BytesInUse())
 	require.Empty(t, inner.Reservations(), "the mapped segments' ranges are released")
+}
+
+// cumulative returns the stats' cumulative figures (the keys ending in
+// .allocated or .freed).
+func cumulative(a *allocator.Allocator) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range a.Stats().Entries() {
+		if strings.HasSuffix(k, ".allocated") || strings.HasSuffix(k, ".freed") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// TestPauseIsNeitherFreeingNorAllocating: the cumulative figures
+// (allocation and free counts and bytes, segments, reserved bytes) count a
+// pause as no free and a resume as no allocation, while the current
+// allocated and reserved bytes drop while paused and come back; so do the
+// phase counts of the pool's blocks, which leave the phase while paused.
+// The device calls of the pause and resume count in num_device_free and
+// num_device_alloc, as they are made.
+func TestPauseIsNeitherFreeingNorAllocating(t *testing.T) {
+	for _, expandable := range []bool{true, false} {
+		t.Run(fmt.Sprintf("expandable=%v", expandable), func(t *testing.T) {
+			inner, err := sim.New(sim.Config{Capacity: 1 << 30})
+			require.NoError(t, err)
+			a, err := allocator.New(inner, allocator.Config{ExpandableSegments: expandable})
+			require.NoError(t, err)
+			a.SetPhase("load")
+			d, err := a.Alloc(4<<20, 0)
+			require.NoError(t, err)
+			p, err := a.NewPool("weights", allocator.PoolOptions{})
+			require.NoError(t, err)
+			require.NoError(t, a.UsePool(p, 0))
+			var ptrs []device.Ptr
+			for _, n := range []uint64{512, 3 << 20, 30 << 20} {
+				q, err := a.Alloc(n, 0)
+				require.NoError(t, err)
+				ptrs = append(ptrs, q)
+			}
+			require.NoError(t, a.UseDefaultPool(0))
+			a.SetPhase("serve")
+			before := cumulative(a)
+			phases := a.PhaseStats()
+			cur := a.Stats()
+			devFrees := allocStat(t, a, "num_device_free")
+
+			require.NoError(t, a.PausePool(p, false))
+			require.Equal(t, before, cumulative(a), "a pause frees nothing")
+			require.Equal(t, int64(4<<20), a.Stats().AllocatedBytes[0].Current)
+			require.Less(t, a.Stats().ReservedBytes[0].Current, cur.ReservedBytes[0].Current)
+			require.Greater(t, allocStat(t, a, "num_device_free"), devFrees, "the unmaps are device frees")
+			ph := a.PhaseStats()
+			require.Len(t, ph, 1)
+			require.Equal(t, "load", ph[0].Name)
+			require.Equal(t, int64(4<<20), ph[0].AllocatedBytes.Current, "the paused blocks leave their phase")
+			require.Equal(t, phases[0].AllocatedBytes.Allocated, ph[0].AllocatedBytes.Allocated)
+			require.Equal(t, phases[0].AllocatedBytes.Freed, ph[0].AllocatedBytes.Freed)
+			require.Equal(t, phases[0].Allocations.Freed, ph[0].Allocations.Freed)
+			require.NoError(t, a.CheckInvariants())
+
+			require.NoError(t, a.ResumePool(p))
+			require.Equal(t, before, cumulative(a), "a resume allocates nothing")
+			require.Equal(t, cur.AllocatedBytes, a.Stats().AllocatedBytes)
+			require.Equal(t, cur.ReservedBytes, a.Stats().ReservedBytes)
+			require.Equal(t, phases, a.PhaseStats())
+			require.NoError(t, a.CheckInvariants())
+
+			for _, q := range append(ptrs, d) {
+				require.NoError(t, a.Free(q))
+			}
+			after := cumulative(a)
+			require.Equal(t, after["allocation.all.allocated"], after["allocation.all.freed"])
+			require.Equal(t, after["allocated_bytes.all.allocated"], after["allocated_bytes.all.freed"])
+		})
+	}
 }

@@ -57,6 +57,9 @@ type Pool struct {
 	runs   []pageRun
 	saved  []savedBlock
 	parked [][numRows][2]int64
+	// parkedPh is the phase counts of the shards while paused: by shard,
+	// by phase id, bytes and blocks.
+	parkedPh [][][2]int64
 }
 
 // Name returns the pool's name ("" for a nil Pool).
@@ -446,6 +449,20 @@ func (a *Allocator) poolStatsLocked(p *Pool) PoolStats {
 	return ps
 }
 
+// parkedPhaseLocked returns the parked count j (bytes, blocks) of phase
+// id of shard sh, and whether sh is a paused pool's.
+func (a *Allocator) parkedPhaseLocked(sh *shard, id, j int) (int64, bool) {
+	p := sh.pool
+	if p == nil || !p.paused {
+		return 0, false
+	}
+	i := slices.Index(p.shards, sh)
+	if i < 0 || i >= len(p.parkedPh) || id >= len(p.parkedPh[i]) {
+		return 0, true
+	}
+	return p.parkedPh[i][id][j], true
+}
+
 // parkedLocked returns the parked value of quantity row, pool column k, of
 // sh, a shard of a paused pool (derived rows as shard.value derives them).
 func (a *Allocator) parkedLocked(sh *shard, row, k int) int64 {
@@ -513,7 +530,7 @@ func (a *Allocator) checkPoolsLocked(bad func(string, ...any)) {
 		if r := a.poolReservedLocked(p); r > p.peakRes {
 			bad("pool %q reserves %d bytes, above its peak %d", p.name, r, p.peakRes)
 		}
-		if p.paused != (p.parked != nil) || !p.paused && (p.runs != nil || p.saved != nil) || p.paused && (p.routed > 0 || len(p.parked) != len(p.shards)) {
+		if p.paused != (p.parked != nil) || p.paused != (p.parkedPh != nil) || !p.paused && (p.runs != nil || p.saved != nil) || p.paused && (p.routed > 0 || len(p.parked) != len(p.shards)) {
 			bad("pool %q: paused %v, with %d parked shards of %d, %d runs, %d saved blocks, %d routes", p.name, p.paused, len(p.parked), len(p.shards), len(p.runs), len(p.saved), p.routed)
 		}
 		seen := map[device.Stream]bool{}
