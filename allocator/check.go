@@ -520,12 +520,12 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 	var want routes // the routes the segments make, built afresh
 	want.on = true
 	for _, seg := range a.segments {
+		if p := a.shardOf(seg.Free).pool; p != nil && p.paused {
+			continue // its pages are unmapped
+		}
 		if !seg.Expandable() {
 			want.add(seg.Ptr, seg.Size, a.shardOf(seg.Free), +1)
 			continue
-		}
-		if p := a.shardOf(seg.Free).pool; p != nil && p.paused {
-			continue // its pages are unmapped
 		}
 		seg.MappedRuns(func(p device.Ptr, n uint64) {
 			want.add(p, n, a.shardOf(seg.Free), +1)

@@ -427,18 +427,20 @@ func TestPausePoolWithoutExpandableSegments(t *testing.T) {
 	require.Equal(t, int64(1), c.Mallocs, "the default pool allocates")
 	require.Zero(t, c.Reserves)
 
+	side, err := inner.NewStream()
+	require.NoError(t, err)
 	p, err := a.NewPool("weights", allocator.PoolOptions{})
 	require.NoError(t, err)
-	require.NoError(t, a.UsePool(p, 0))
+	require.NoError(t, a.UsePool(p, side))
 	var ptrs []device.Ptr
 	var want [][]byte
 	for i, n := range []uint64{512, 3 << 20, 50 << 20} {
-		q, err := a.Alloc(n, 0)
+		q, err := a.Alloc(n, side)
 		require.NoError(t, err)
 		ptrs = append(ptrs, q)
 		want = append(want, writeBytes(t, inner, q, int(min(n, 4096)), byte(i*30)))
 	}
-	require.NoError(t, a.UseDefaultPool(0))
+	require.NoError(t, a.UseDefaultPool(side))
 	c = inner.Counters()
 	require.Equal(t, int64(1), c.Mallocs, "the pool maps")
 	require.Equal(t, int64(3), c.Reserves)
