@@ -77,7 +77,7 @@ func TestReplayPoolLineErrors(t *testing.T) {
 		{"P kv\nd kv\nd kv\n", "no pool named \"kv\""},
 		{"e 1\n", "not capturing"},
 		{"P kv\ng kv 1\nd kv\n", "in use"},
-		{"P kv\nz kv\nz kv\n", `memtrace line 3: "z kv": allocator: pause pool: pool "kv" (id 1) is paused`},
+		{"P kv\nz kv\nz kv\n", `memtrace line 3: "z kv": pool "kv" is paused already`},
 		{"P kv\nw kv\n", "not paused"},
 		{"u - 1\n", "not routed"},
 	}
