@@ -84,3 +84,29 @@ func ExampleAllocator_PausePool() {
 	// while asleep: <nil>
 	// resumed: <nil> ; the block is live at the same address: true
 }
+
+// With a backup, a paused pool's blocks get their bytes back on resume.
+// The allocator here has plain segments: on a device with virtual memory
+// a named pool's segments are reserved and mapped, so they can be paused
+// without expandable segments.
+func ExampleAllocator_PausePool_backup() {
+	dev, _ := sim.New(sim.Config{Capacity: 1 << 30})
+	a, _ := allocator.New(dev, allocator.Config{})
+	kv, _ := a.NewPool("kv", allocator.PoolOptions{})
+
+	_ = a.UsePool(kv, device.DefaultStream)
+	p, _ := a.Alloc(4096, device.DefaultStream)
+	_ = a.UseDefaultPool(device.DefaultStream)
+	_ = dev.CopyFromHost(p, []byte("the cache's keys"))
+
+	_ = a.PausePool(kv, true) // the block's bytes go to pinned host memory
+	fmt.Println("device bytes in use while paused:", dev.BytesInUse())
+	_ = a.ResumePool(kv)
+	got := make([]byte, 16)
+	_ = dev.CopyToHost(got, p)
+	fmt.Printf("resumed: %q\n", got)
+	_ = a.Free(p)
+	// Output:
+	// device bytes in use while paused: 0
+	// resumed: "the cache's keys"
+}
