@@ -26,6 +26,7 @@ type Allocator struct {
 	// Read-only after New.
 	dev       device.Device
 	vm        device.VirtualMemory // set when expandable segments are on
+	pvm       device.VirtualMemory // the device's virtual memory, when it can page segments: named pools' segments are mapped with it (pool_mapped.go)
 	ordinal   int
 	total     uint64                       // device memory, from MemInfo at New
 	rule      splitRule                    // max_split_size and the split rules
@@ -64,7 +65,7 @@ type Allocator struct {
 	// events queue (pending, once per outstanding event), the free index
 	// of its pool and stream (free), its pool's unmapped index (unmapped).
 	small, large *freeindex.Pool
-	shards       []*shard                              // the shards of their own by stream (def included), then the cold shard: the order of lockAll
+	shards       []*shard                              // the shards of their own by stream (def included), then the cold shard, then the named pools' (pools.go): the order of lockAll
 	cold         *shard                                // the shard that the streams past maxShards share; nil until one comes
 	coldIdx      map[device.Stream]*[2]freeindex.Index // the free indexes of the cold shard's streams
 	segments     map[device.Ptr]*freeindex.Segment     // every segment by base address
@@ -85,6 +86,26 @@ type Allocator struct {
 	collected []*freeindex.Block // scratch list for release passes
 	examined  int                // blocks looked at by release passes, for the tests of their cost
 	visited   int                // free indexes visited by walks over every stream's cache, for the tests of their cost
+
+	// Named pools (pools.go): the pools not yet gone, by id; the routes
+	// of streams to them; how many released pools still hold memory; the
+	// shards of pools gone, for the next; how many shards pools have made.
+	pools      []*Pool
+	nextPool   uint64
+	route      map[device.Stream]route
+	releasing  int
+	idle       []*shard
+	poolShards int
+	strayHost  [][]byte                    // host copies of paused pools a failed HostFree left (pause.go)
+	mappedSegs map[*freeindex.Segment]bool // named pools' plain segments reserved and mapped with pvm, not allocated (pool_mapped.go)
+	strayRes   []device.Ptr                // reservations of such segments a failed Release left
+
+	// Graph capture (capture.go): the captures underway, the frees that
+	// wait for their end, and the streams blocks were recorded on during
+	// a capture.
+	captures    int
+	deferred    []deferredFree
+	captureUses map[*freeindex.Block][]device.Stream
 
 	observers    []observerEntry // copy on write: notified in the world
 	oomObservers []oomObserver   // copy on write: called after the world is left
@@ -129,6 +150,7 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 	a := &Allocator{
 		dev:     dev,
 		vm:      vm,
+		pvm:     pagingVM(dev),
 		cfg:     cfg,
 		ordinal: dev.Ordinal(),
 		total:   total,
@@ -346,13 +368,13 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 		return 0, errNotMade
 	}
 	a.lockAll()
-	xs := a.indexesLocked(s)
+	xs, pool := a.routedIndexesLocked(s)
 	if xs == nil {
 		a.unlockAll()
 		return 0, fmt.Errorf("allocator: stream %d is not a stream of device %d: %w", s, a.ordinal, device.ErrInvalidStream)
 	}
-	if a.events.Len() > 0 {
-		a.pollEventsLocked()
+	if a.events.Len() > 0 || len(a.deferred) > 0 {
+		a.processEventsLocked()
 	}
 	x, rounded, b := a.fitLocked(xs, size)
 	from := x // the free index b is in
@@ -362,13 +384,19 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 	if b == nil {
 		var err error
 		from = x
-		if b, err = a.allocSlowLocked(x, rounded, size); err != nil {
+		if from, b, err = a.allocSlowLocked(x, rounded, size); err != nil {
 			return 0, a.allocFailedLocked(err)
 		}
+		if from != x {
+			pool = a.shardOf(from).pool // use_on_oom: a pool's free block
+		}
 	}
-	lent := from != x
+	lent := from != x && a.pol != nil
 	if lent {
 		a.pol.lending, a.pol.lendTo = true, s
+	}
+	if pool != nil && pool.opts.NoSplit {
+		rounded = b.Size // no_split: the whole block, which then has no rest to split off
 	}
 	b = a.takeLocked(a.shardOf(from), from, b, rounded, size)
 	if lent {
@@ -471,6 +499,8 @@ func (a *Allocator) freeWorld(p device.Ptr) error {
 	switch {
 	case b == nil:
 		err = a.invalidPointerLocked("free", p)
+	case sh.pool != nil && sh.pool.paused:
+		err = fmt.Errorf("allocator: free %v on device %d: its pool %q is paused; resume it first", p, a.ordinal, sh.pool.name)
 	case b.Recorded:
 		sh.live.Remove(p)
 		err = a.freeRecordedLocked(sh, b)
@@ -478,6 +508,11 @@ func (a *Allocator) freeWorld(p device.Ptr) error {
 		sh.live.Remove(p)
 		b.Allocated = false
 		a.finishFreeLocked(a.shardOf(b.Seg.Free), b, true)
+	}
+	if a.releasing > 0 && err == nil {
+		// A released pool's memory goes with its last busy block; a device
+		// error leaves it cached for EmptyCache, and the free stands.
+		_ = a.dropReleasedLocked()
 	}
 	if selfCheck {
 		a.selfCheckLocked("Free")
@@ -551,9 +586,12 @@ func (a *Allocator) EmptyCache() error {
 	}
 	a.lockAll()
 	defer a.unlockAll()
+	if a.captures > 0 {
+		return errCapturing
+	}
 	a.cacheEmptiedLocked()
 	a.settleAllLocked()
-	err := a.releaseCachedLocked()
+	err := errors.Join(a.releaseCachedLocked(), a.freeStrayHostLocked(), a.releaseStrayLocked())
 	if selfCheck {
 		a.selfCheckLocked("EmptyCache")
 	}

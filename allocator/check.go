@@ -105,10 +105,21 @@ func (a *Allocator) checkLocked() error {
 	inIndex := map[*freeindex.Block]bool{}
 	shardOf := map[device.Stream]*shard{}
 	nseg := map[*freeindex.Index]int{}
+	own := a.ownShardsLocked()
 	for i, sh := range a.shards {
+		if (i >= own+boolInt(a.cold != nil)) != (sh.pool != nil || sh.idle) {
+			bad("the shards of named pools are not the last shards")
+		}
+		if sh.pool != nil || sh.idle {
+			for j := range sh.free {
+				a.checkIndexLocked(&sh.free[j], sh.stream, j, inIndex, bad)
+				nseg[&sh.free[j]] = 0
+			}
+			continue
+		}
 		if sh.cold {
-			if sh != a.cold || i != len(a.shards)-1 {
-				bad("the cold shard is not the last shard")
+			if sh != a.cold || i != own {
+				bad("the cold shard is not the last shard of the default pool")
 			}
 			continue
 		}
@@ -133,7 +144,8 @@ func (a *Allocator) checkLocked() error {
 	a.checkColdLocked(a.small, bad)
 	a.checkColdLocked(a.large, bad)
 	a.checkStepsLocked(bad)
-	if len(a.shards) > maxShards+1 || (a.cold == nil) != (a.coldIdx == nil) {
+	a.checkPoolsLocked(bad)
+	if own > maxShards || (a.cold == nil) != (a.coldIdx == nil) {
 		bad("%d shards (cold shard: %v), at most %d of their own", len(a.shards), a.cold != nil, maxShards)
 	}
 	if shardOf[device.DefaultStream] != a.def || a.def == nil {
@@ -145,6 +157,7 @@ func (a *Allocator) checkLocked() error {
 		queued[b]++
 		pending++
 	}
+	a.checkCaptureLocked(queued, bad)
 	seenFree, seenLive, seenUnmapped := 0, 0, 0
 	for base, s := range a.segments {
 		if base != s.Ptr {
@@ -158,6 +171,14 @@ func (a *Allocator) checkLocked() error {
 		xs := a.streamIndexesLocked(s.Stream)
 		if s.Stream == device.DefaultStream {
 			xs = &a.def.free
+		}
+		if p := a.shardOf(s.Free).pool; p != nil {
+			xs = nil
+			for _, sh := range p.shards {
+				if sh.stream == s.Stream {
+					xs = &sh.free
+				}
+			}
 		}
 		if xs == nil || s.Free != &xs[s.Pool.Idx] {
 			bad("segment %v does not point to the free index of its stream and pool", s.Ptr)
@@ -240,7 +261,7 @@ func (a *Allocator) checkLocked() error {
 					want.OversizeAllocations.Increase(1)
 				}
 			case !b.IsFree():
-				if b.EventCount <= 0 || queued[b] != b.EventCount {
+				if !a.isDeferred(b) && (b.EventCount <= 0 || queued[b] != b.EventCount) {
 					bad("pending block %v has event count %d but %d queued events", b.Ptr, b.EventCount, queued[b])
 				}
 				if inIndex[b] || sh.live.Get(b.Ptr) == b {
@@ -269,14 +290,14 @@ func (a *Allocator) checkLocked() error {
 			bad("segment %v: blocks cover %d bytes of %d", s.Ptr, next-s.Ptr, s.Size)
 		}
 	}
-	for _, p := range [2]*freeindex.Pool{a.small, a.large} {
+	for _, p := range a.freePoolsLocked() {
 		p.CheckOwners(bad)
 	}
 	for x, n := range nseg {
 		x.CheckSegments(n, bad)
 	}
 	unmappedIndexed := 0
-	for _, p := range [2]*freeindex.Pool{a.small, a.large} {
+	for _, p := range a.freePoolsLocked() {
 		if p.Unmapped != nil {
 			unmappedIndexed += p.Unmapped.Len()
 		}
@@ -309,6 +330,14 @@ func (a *Allocator) checkLocked() error {
 				} else if k == qLarge {
 					w = stats.Stat{}
 				}
+				if p := sh.pool; p != nil && p.paused {
+					// A paused pool counts nothing; what it parked is what
+					// its blocks say.
+					if v, pv := sh.value(row, k), a.parkedLocked(sh, row, k); v != 0 || pv != w.Current {
+						bad("stat %s of stream %d in paused pool %q, %s: current is %d, parked %d, blocks say %d", rowName(row), sh.stream, p.name, statPool(k), v, pv, w.Current)
+					}
+					continue
+				}
 				if v := sh.value(row, k); v != w.Current || sh.st[row].pool[k].Value() < 0 {
 					bad("stat %s of stream %d, %s: current is %d, blocks say %d", rowName(row), sh.stream, statPool(k), v, w.Current)
 				}
@@ -337,13 +366,34 @@ func (a *Allocator) checkLocked() error {
 	return errors.Join(errs...)
 }
 
+// freePoolsLocked returns the freeindex pools: the default pool's two,
+// then each named pool's.
+func (a *Allocator) freePoolsLocked() []*freeindex.Pool {
+	ps := []*freeindex.Pool{a.small, a.large}
+	for _, p := range a.pools {
+		ps = append(ps, p.small, p.large)
+	}
+	return ps
+}
+
+// boolInt is 1 for true, 0 for false.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // checkIndexLocked checks the free index x of stream s and pool j: its
 // structure, and that every block in it is a free block of its stream and
 // pool, filed once, where a lookup finds it. It marks the blocks in
 // inIndex.
 func (a *Allocator) checkIndexLocked(x *freeindex.Index, s device.Stream, j int, inIndex map[*freeindex.Block]bool, bad func(string, ...any)) {
 	p := [2]*freeindex.Pool{a.small, a.large}[j]
-	if x.Pool != p || x.Stream != s || a.shardOf(x).cold != (a.shardOf(x) == a.cold) || !a.shardOf(x).cold && a.shardOf(x).stream != s {
+	if q := a.shardOf(x).pool; q != nil {
+		p = [2]*freeindex.Pool{q.small, q.large}[j]
+	}
+	if x.Pool != p && !a.shardOf(x).idle || x.Stream != s || a.shardOf(x).cold != (a.shardOf(x) == a.cold) || !a.shardOf(x).cold && a.shardOf(x).stream != s {
 		bad("the free index of stream %d, pool %d, belongs to another", s, j)
 		return
 	}
@@ -470,6 +520,9 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 	var want routes // the routes the segments make, built afresh
 	want.on = true
 	for _, seg := range a.segments {
+		if p := a.shardOf(seg.Free).pool; p != nil && p.paused {
+			continue // its pages are unmapped
+		}
 		if !seg.Expandable() {
 			want.add(seg.Ptr, seg.Size, a.shardOf(seg.Free), +1)
 			continue

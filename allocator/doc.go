@@ -65,12 +65,45 @@
 //
 // gpumem follows 2.6 where later PyTorch differs (later versions add a
 // registration counter to the best-fit order, and a 20 MiB
-// large_segment_size option). CUDA graphs and private pools are not
-// implemented. Errors are returned, never thrown: a failed device free
+// large_segment_size option); named pools take MemPool's no_split and
+// use_on_oom from later versions, and pausing pools is gpumem's (as
+// torch_memory_saver and vLLM's sleep mode do it outside PyTorch).
+// During a graph capture gpumem releases no cached memory (PyTorch
+// would, and then fail an internal assertion). Errors are returned, never thrown: a failed device free
 // leaves its block cached; an event that cannot be recorded is replaced by
 // synchronizing its stream. An expandable segment reserved for an
 // allocation that fails is released at once, and a reservation the device
 // refuses to release is released by a later flush.
+//
+// # Pools, graph capture, sleep and wake
+//
+// NewPool makes a named pool (PyTorch's MemPool): a cache of its own, with
+// its own segments and figures (PoolStats). UsePool routes a stream's
+// allocations to it until UseDefaultPool (PyTorch's beginAllocateToPool
+// with a stream filter, which use_mem_pool uses); a pool's blocks serve
+// only the allocations routed to it, and Free returns a block to the pool
+// it came from. PoolOptions.NoSplit hands out whole blocks;
+// PoolOptions.UseOnOOM lets the default pool take the pool's free blocks
+// before it reports out of memory. EmptyCache leaves a pool's segments
+// alone until ReleasePool, which returns them now, and those holding live
+// blocks once the last is freed. Snapshots give each segment its pool's
+// id (SegmentInfo.PoolID; the pickle's segment_pool_id).
+//
+// BeginCapture and EndCapture bracket a CUDA graph capture on a stream
+// into a pool, with PyTorch 2.6's rules: the capturing stream allocates in
+// the pool; no event is queried while a capture is underway, and the free
+// of a block used on other streams waits until none is; the pool outlives
+// the capture until it is released.
+//
+// PausePool puts a pool to sleep: its physical memory goes back to the
+// device while its address reservations stay, so that its live blocks
+// keep their addresses, and by choice their bytes are backed up to pinned
+// host memory (on a device that is a device.Copier and has HostMemory). ResumePool
+// maps fresh pages at the same addresses, running the out-of-memory ladder
+// when the device is full, and restores the bytes. A paused pool counts
+// in no stat. Pausing needs a device with virtual memory: without
+// expandable segments, a named pool's segments are then reserved and
+// mapped whole rather than allocated, so that their pages can go.
 //
 // # Expandable segments
 //

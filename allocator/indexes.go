@@ -86,11 +86,12 @@ func (a *Allocator) segmentRemovedLocked(seg *freeindex.Segment) {
 }
 
 // hotIndexesLocked calls f on the free index of pool p of every shard of
-// its own that has segments in p: with the cold view, every stream's
+// its own that has segments in p (a named pool's freeindex pools are its
+// own, so a walk of the default pool's passes its shards over): with the cold view, every stream's
 // cache, at a cost of at most maxShards visits.
 func (a *Allocator) hotIndexesLocked(p *freeindex.Pool, f func(*freeindex.Index)) {
 	for _, sh := range a.shards {
-		if x := &sh.free[p.Idx]; !sh.cold && x.NSeg > 0 {
+		if x := &sh.free[p.Idx]; !sh.cold && x.NSeg > 0 && x.Pool == p {
 			a.visited++
 			f(x)
 		}

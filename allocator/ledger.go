@@ -30,6 +30,9 @@ func (a *Allocator) segmentAllocatedLocked(seg *freeindex.Segment) {
 	if a.rule.oversize(seg.Size) {
 		a.increase(sh, oversizeS, qSmall, 1)
 	}
+	if sh.pool != nil {
+		a.poolGrewLocked(sh.pool)
+	}
 	a.gst.numDeviceAlloc++
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionSegmentAlloc, Ptr: seg.Ptr, Size: seg.Size, Stream: seg.Stream})
@@ -51,11 +54,134 @@ func (a *Allocator) segmentFreedLocked(seg *freeindex.Segment) {
 	}
 }
 
+// poolGrewLocked raises the peak of named pool p's reserved bytes to
+// their value, after p's memory grew.
+func (a *Allocator) poolGrewLocked(p *Pool) {
+	p.peakRes = max(p.peakRes, a.poolReservedLocked(p))
+}
+
+// poolPausedLocked records the pause of pool p, whose pages in runs were
+// unmapped (segment_unmap for each run): every count of its shards, and
+// its shards' phase counts, is parked in p.parked (p.parkedPh) and leaves
+// the stats until poolResumedLocked. A pause frees nothing: each parked
+// value goes into its count's base too (and into the base of the row
+// derived from it, active from allocation), so the sums of decreases
+// (.freed) stay as they were.
+func (a *Allocator) poolPausedLocked(p *Pool, runs []pageRun) {
+	p.parked = make([][numRows][2]int64, len(p.shards))
+	p.parkedPh = make([][][2]int64, len(p.shards))
+	for i, sh := range p.shards {
+		for row := range numRows {
+			for k := range 2 {
+				if v := sh.st[row].pool[k].Value(); v > 0 {
+					p.parked[i][row][k] = v
+					sh.decrease(row, k, v)
+					sh.st[row].pool[k].base -= v
+				}
+			}
+		}
+		for row, d := range derivedFrom {
+			if d != 0 {
+				for k := range 2 {
+					sh.st[row].pool[k].base -= p.parked[i][d-1][k]
+				}
+			}
+		}
+		p.parkedPh[i] = make([][2]int64, len(sh.ph))
+		for id := range sh.ph {
+			for j := range 2 {
+				if c := sh.ph[id].of(j); c.Value() > 0 {
+					p.parkedPh[i][id][j] = c.Value()
+					c.base -= c.Value()
+					c.Drop(c.Value())
+				}
+			}
+		}
+	}
+	a.runsNotedLocked(runs, ActionSegmentUnmap)
+}
+
+// poolResumedLocked records the resume of pool p, whose pages in runs were
+// mapped again (segment_map for each run): its parked counts come back,
+// raising the limits and peaks as a hand-out would, but not the sums of
+// increases (.allocated): a resume allocates nothing.
+func (a *Allocator) poolResumedLocked(p *Pool, runs []pageRun) {
+	for i, sh := range p.shards {
+		for k := range 2 {
+			// One change per pool column, as takeLocked makes one: active
+			// follows allocation, so its limits rise with it.
+			d := opDelta{k: k}
+			var rows uint32
+			for row := range numRows {
+				v := p.parked[i][row][k]
+				if dr := derivedFrom[row]; dr != 0 {
+					sh.st[row].pool[k].base += p.parked[i][dr-1][k]
+				}
+				if v <= 0 {
+					continue
+				}
+				d.row[row] = v
+				c := &sh.st[row].pool[k]
+				over := sh.st[row].bump(k, v)
+				c.increases -= v
+				c.base += v
+				if over {
+					rows |= 1 << row
+					if row == int(stats.Allocation) || row == int(stats.AllocatedBytes) {
+						rows |= activeRows
+					}
+				}
+			}
+			if !sh.activeImplied && sh.activeOver(k) {
+				rows |= activeRows
+			}
+			if rows != 0 {
+				a.exceedRows(sh, k, rows, &d)
+			}
+		}
+		for id, v := range p.parkedPh[i] {
+			over := false
+			for j := range 2 {
+				if v[j] > 0 {
+					c := sh.ph[id].of(j)
+					c.base += v[j]
+					over = c.Bump(v[j]) || over
+				}
+			}
+			if over {
+				a.exceedRows(sh, 0, phaseBit, &opDelta{phased: true, phase: uint16(id), ph: v})
+			}
+		}
+	}
+	p.parked, p.parkedPh = nil, nil
+	a.poolGrewLocked(p)
+	a.runsNotedLocked(runs, ActionSegmentMap)
+}
+
+// runsNotedLocked counts a device call for each run of pages mapped or
+// unmapped (kind) and tells the observers.
+func (a *Allocator) runsNotedLocked(runs []pageRun, kind ActionKind) {
+	for _, r := range runs {
+		if kind == ActionSegmentMap {
+			a.gst.numDeviceAlloc++
+		} else {
+			a.gst.numDeviceFree++
+		}
+		if len(a.observers) > 0 {
+			a.notifyLocked(Action{Kind: kind, Ptr: r.ptr, Size: r.n, Stream: r.seg.Stream})
+		}
+	}
+}
+
 // pagesMappedLocked records n bytes of pages mapped at ptr into the
 // expandable segment seg (segment_map). Mapping counts as a device
 // allocation and adds to reserved bytes, but not to the segment count.
 func (a *Allocator) pagesMappedLocked(seg *freeindex.Segment, ptr device.Ptr, n uint64) {
-	a.increase(a.shardOf(seg.Free), int(stats.ReservedBytes), seg.Pool.Idx, int64(n))
+	sh := a.shardOf(seg.Free)
+	a.increase(sh, int(stats.ReservedBytes), seg.Pool.Idx, int64(n))
+	if sh.pool != nil {
+		a.poolGrewLocked(sh.pool)
+	}
 	a.gst.numDeviceAlloc++
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionSegmentMap, Ptr: ptr, Size: n, Stream: seg.Stream})

@@ -310,7 +310,13 @@ func (a *Allocator) checkPhasesLocked(bad func(format string, args ...any)) {
 				if ws := want[sh]; id < len(ws) {
 					w = ws[id][j]
 				}
-				if v != w {
+				if pv, paused := a.parkedPhaseLocked(sh, id, j); paused {
+					// A paused pool's blocks leave their phases; what it
+					// parked is what they say.
+					if v != 0 || pv != w {
+						bad("phase %q of stream %d in a paused pool: count %d is %d, parked %d, blocks say %d", a.phases[id].name, sh.stream, j, v, pv, w)
+					}
+				} else if v != w {
 					bad("phase %q of stream %d: count %d is %d, blocks say %d", a.phases[id].name, sh.stream, j, v, w)
 				}
 			}

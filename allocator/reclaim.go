@@ -25,22 +25,25 @@ func refused(err error) bool { return err != nil && errors.Is(err, device.ErrOut
 // allocSlowLocked runs the ladder after a cache miss for a request of size
 // (rounded) bytes, requested as asked: garbage collection, a device
 // allocation, then releasing cached oversize blocks and retrying, then
-// releasing the whole cache and retrying. It returns a free block of at
-// least size bytes, or an *OutOfMemoryError, or another device error.
-func (a *Allocator) allocSlowLocked(x *freeindex.Index, size, requested uint64) (*freeindex.Block, error) {
-	a.settleAllLocked() // the ladder below walks and changes every index
-	if a.gcActive {
+// releasing the whole cache and retrying; for a request of the default
+// pool, last, a free block of a pool made with UseOnOOM (pools.go). It
+// returns a free block of at least size bytes and the free index it is in
+// (x, or a pool's), or an *OutOfMemoryError, or another device error.
+func (a *Allocator) allocSlowLocked(x *freeindex.Index, size, requested uint64) (*freeindex.Index, *freeindex.Block, error) {
+	a.settleAllLocked()         // the ladder below walks and changes every index
+	capturing := a.captures > 0 // no device free, no event wait: the ladder only grows
+	if a.gcActive && !capturing {
 		a.garbageCollectLocked()
 	}
 	segSize := a.rule.segmentSize(size)
 	if a.refusesEarlyLocked(segSize) {
-		return nil, a.outOfMemoryLocked(requested, segSize, x.Stream, nil)
+		return a.lastResortLocked(x, size, requested, segSize, nil)
 	}
 	b, err := a.growLocked(x, size, segSize)
-	if refused(err) && a.releaseOversizeLocked(x, size) {
+	if refused(err) && !capturing && a.releaseOversizeLocked(x, size) {
 		b, err = a.growLocked(x, size, segSize)
 	}
-	if refused(err) {
+	if refused(err) && !capturing {
 		_ = a.releaseCachedLocked() // a failed release leaves those blocks cached; the retry decides
 		a.retriedLocked()
 		b, err = a.growLocked(x, size, segSize)
@@ -49,9 +52,21 @@ func (a *Allocator) allocSlowLocked(x *freeindex.Index, size, requested uint64) 
 		if err == errOverCap {
 			err = nil // the cap refused without asking the device
 		}
-		return nil, a.outOfMemoryLocked(requested, segSize, x.Stream, err)
+		return a.lastResortLocked(x, size, requested, segSize, err)
 	}
-	return b, err
+	return x, b, err
+}
+
+// lastResortLocked ends a request the device could not serve: a free block
+// of a pool made with UseOnOOM, for a request of the default pool, else
+// the out-of-memory error (with the device's error, devErr, if any).
+func (a *Allocator) lastResortLocked(x *freeindex.Index, size, requested, segSize uint64, devErr error) (*freeindex.Index, *freeindex.Block, error) {
+	if len(a.pools) > 0 && a.shardOf(x).pool == nil {
+		if y, b := a.oomPoolFitLocked(x.Stream, size); b != nil {
+			return y, b, nil
+		}
+	}
+	return x, nil, a.outOfMemoryLocked(requested, segSize, x.Stream, devErr)
 }
 
 // growLocked obtains memory for a request of size (rounded) bytes in x
@@ -76,7 +91,7 @@ func (a *Allocator) growLocked(x *freeindex.Index, size, segSize uint64) (*freei
 // newSegmentLocked asks the device for a segment of size bytes and returns
 // its one block, free and in no index.
 func (a *Allocator) newSegmentLocked(x *freeindex.Index, size uint64) (*freeindex.Block, error) {
-	ptr, err := a.dev.Malloc(size)
+	ptr, mapped, err := a.segmentMemoryLocked(x, size)
 	if err != nil {
 		if refused(err) {
 			return nil, err
@@ -85,6 +100,9 @@ func (a *Allocator) newSegmentLocked(x *freeindex.Index, size uint64) (*freeinde
 	}
 	p, s := x.Pool, x.Stream
 	seg := &freeindex.Segment{Ptr: ptr, Size: size, Stream: s, Pool: p, Free: x}
+	if mapped {
+		a.mappedSegs[seg] = true
+	}
 	b := x.Spares.Get()
 	b.Ptr, b.Size, b.Stream, b.Pool, b.Seg = ptr, size, s, p, seg
 	seg.Head = b
@@ -98,7 +116,11 @@ func (a *Allocator) newSegmentLocked(x *freeindex.Index, size uint64) (*freeinde
 // the device. On a device error nothing changes.
 func (a *Allocator) releaseSegmentLocked(b *freeindex.Block) error {
 	seg := b.Seg
-	if err := a.dev.Free(seg.Ptr); err != nil {
+	if a.mappedSegs[seg] {
+		if err := a.unmapSegmentLocked(seg); err != nil {
+			return err
+		}
+	} else if err := a.dev.Free(seg.Ptr); err != nil {
 		return fmt.Errorf("allocator: device %d: releasing segment %v: %w", a.ordinal, seg.Ptr, err)
 	}
 	seg.Free.Remove(b)
@@ -117,7 +139,11 @@ func (a *Allocator) releaseCachedLocked() error {
 	err := a.drainEventsLocked()
 	err2 := a.releasePoolLocked(a.large)
 	err3 := a.releasePoolLocked(a.small)
-	return errors.Join(err, err2, err3)
+	var err4 error
+	if a.releasing > 0 {
+		err4 = a.dropReleasedLocked() // released pools' cached memory too, as PyTorch's freeable pools
+	}
+	return errors.Join(err, err2, err3, err4)
 }
 
 // releasePoolLocked releases every free block of p that fills its plain

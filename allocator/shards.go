@@ -65,6 +65,16 @@ type shard struct {
 	cut   bool
 	cutOp opDelta
 
+	// Named pools (pools.go), changed in the world: pool is the named
+	// pool whose blocks the shard keeps (nil for the default pool's
+	// shards); idle marks a shard of a pool gone, kept for the next pool
+	// shard; slow keeps the shard from running alone: every shard of a
+	// pool, idle ones too, and the default pool's shard of a stream routed
+	// to a pool (see Allocator.routesChangedLocked).
+	pool *Pool
+	idle bool
+	slow bool
+
 	_ [64]byte // keeps the next object's hot fields off the last cache line
 }
 
@@ -105,8 +115,8 @@ func (a *Allocator) fastLocked() bool {
 }
 
 // lockAll takes the world: the allocator's own lock (Allocator.mu), then
-// the lock of every shard that is fast, in the order of a.shards (by stream, the cold shard
-// last). Every method but the fast paths of Alloc and Free runs in the
+// the lock of every shard that is fast, in the order of a.shards (by stream, then
+// the cold shard, then the named pools' shards, which are never fast). Every method but the fast paths of Alloc and Free runs in the
 // world. On the way in it settles the cuts that shards left waiting.
 //
 // A shard that is not fast needs no lock: no fast path runs on it (a
@@ -141,7 +151,7 @@ func (a *Allocator) unlockAll() {
 	fast := a.fastLocked()
 	a.world = false
 	for _, sh := range a.shards {
-		want := fast && !sh.cut && !sh.cold
+		want := fast && !sh.cut && !sh.cold && !sh.slow
 		if want && !sh.activeImplied {
 			sh.refreshImplied() // a limit set by the peaks may have cleared it (shardParts.SetLimit)
 		}
@@ -235,13 +245,13 @@ func (a *Allocator) indexesLocked(s device.Stream) *[2]freeindex.Index {
 		return nil
 	}
 	delete(a.streams, s) // known by its indexes from now on
-	if a.cold == nil && len(a.shards) < maxShards {
+	if a.cold == nil && a.ownShardsLocked() < maxShards {
 		return &a.addShardLocked(s).free
 	}
 	if a.cold == nil {
 		a.cold = &shard{id: len(*a.byID.Load()), cold: true, activeImplied: true}
 		a.coldIdx = make(map[device.Stream]*[2]freeindex.Index)
-		a.shards = append(slices.Clip(a.shards), a.cold)
+		a.shards = slices.Insert(slices.Clip(a.shards), len(a.shards)-a.poolShards, a.cold)
 		ids := append(slices.Clip(*a.byID.Load()), a.cold)
 		a.byID.Store(&ids)
 	}
@@ -265,7 +275,7 @@ func (a *Allocator) streamIndexesLocked(s device.Stream) *[2]freeindex.Index {
 // addShardLocked makes a shard of its own for stream s and files it.
 func (a *Allocator) addShardLocked(s device.Stream) *shard {
 	sh := a.newShard(s)
-	i, _ := slices.BinarySearchFunc(a.shards, s, func(x *shard, s device.Stream) int {
+	i, _ := slices.BinarySearchFunc(a.shards[:a.ownShardsLocked()], s, func(x *shard, s device.Stream) int {
 		return cmp.Compare(x.stream, s)
 	})
 	a.shards = slices.Insert(slices.Clip(a.shards), i, sh)
@@ -277,7 +287,21 @@ func (a *Allocator) addShardLocked(s device.Stream) *shard {
 		a.single.Store(nil)
 		a.startRoutesLocked()
 	}
+	if len(a.route) > 0 {
+		a.routesChangedLocked()
+	}
 	return sh
+}
+
+// ownShardsLocked returns how many of a.shards are the default pool's
+// shards of their own: they come first, by stream; then the cold shard,
+// if any; then the named pools' shards (pools.go), in the order they came.
+func (a *Allocator) ownShardsLocked() int {
+	n := len(a.shards) - a.poolShards
+	if a.cold != nil {
+		n--
+	}
+	return n
 }
 
 // streamList returns the lock-free list of the shards of their own, by
@@ -285,7 +309,7 @@ func (a *Allocator) addShardLocked(s device.Stream) *shard {
 func streamList(shards []*shard) *[]streamShard {
 	list := make([]streamShard, 0, len(shards))
 	for _, sh := range shards {
-		if !sh.cold {
+		if !sh.cold && sh.pool == nil && !sh.idle {
 			list = append(list, streamShard{sh.stream, sh})
 		}
 	}
@@ -298,6 +322,9 @@ func streamList(shards []*shard) *[]streamShard {
 func (a *Allocator) startRoutesLocked() {
 	a.routes.on = true
 	for _, seg := range a.segments {
+		if p := a.shardOf(seg.Free).pool; p != nil && p.paused {
+			continue // its pages are unmapped (pause.go)
+		}
 		if !seg.Expandable() {
 			a.routes.add(seg.Ptr, seg.Size, a.shardOf(seg.Free), +1)
 			continue

@@ -54,6 +54,9 @@ type SegmentInfo struct {
 	Requested uint64        // bytes asked for, over active blocks
 	Stream    device.Stream // the stream the segment was allocated for
 	Pool      stats.Pool    // stats.SmallPool or stats.LargePool
+	// PoolID is the id of the named pool that holds the segment
+	// (Pool.ID), 0 for the default pool: PyTorch's segment_pool_id.
+	PoolID uint64
 	// Expandable marks a mapped range of an expandable segment; each
 	// contiguous mapped range is reported as a segment of its own.
 	Expandable bool
@@ -61,7 +64,9 @@ type SegmentInfo struct {
 }
 
 // Snapshot returns every segment the allocator holds, in address order,
-// with its blocks (PyTorch's memory_snapshot). It holds the allocator's
+// with its blocks (PyTorch's memory_snapshot). A paused pool's segments
+// (PausePool) are listed as they are when it is resumed: their pages are
+// unmapped, their blocks keep their states. It holds the allocator's
 // lock while it copies, which takes time proportional to the number of
 // blocks.
 func (a *Allocator) Snapshot() []SegmentInfo {
@@ -81,7 +86,7 @@ func (a *Allocator) Snapshot() []SegmentInfo {
 				continue
 			}
 			if info == nil {
-				segs = append(segs, SegmentInfo{Ptr: b.Ptr, Stream: s.Stream, Pool: s.Pool.Stat, Expandable: s.Expandable()})
+				segs = append(segs, SegmentInfo{Ptr: b.Ptr, Stream: s.Stream, Pool: s.Pool.Stat, PoolID: a.poolIDOf(s.Free), Expandable: s.Expandable()})
 				info = &segs[len(segs)-1]
 			}
 			bi := BlockInfo{Ptr: b.Ptr, Size: b.Size, Requested: b.Requested}

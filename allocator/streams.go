@@ -50,9 +50,12 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 	}
 	a.lockAll()
 	defer a.unlockAll()
-	b, _ := a.liveBlockLocked(p)
+	b, sh := a.liveBlockLocked(p)
 	if b == nil {
 		return a.invalidPointerLocked("record stream for", p)
+	}
+	if sh.pool != nil && sh.pool.paused {
+		return fmt.Errorf("allocator: record stream for %v on device %d: its pool %q is paused; resume it first", p, a.ordinal, sh.pool.name)
 	}
 	if !a.knownStreamLocked(s) {
 		return fmt.Errorf("allocator: record stream for %v: stream %d is not a stream of device %d: %w", p, s, a.ordinal, device.ErrInvalidStream)
@@ -67,6 +70,16 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 		a.uses[b] = append(u, s)
 	}
 	b.Recorded = true
+	if a.captures > 0 {
+		// Its work is ordered by the capture's end: a free that waits for
+		// that records no event on s (capture.go).
+		if a.captureUses == nil {
+			a.captureUses = make(map[*freeindex.Block][]device.Stream)
+		}
+		if cu := a.captureUses[b]; !slices.Contains(cu, s) {
+			a.captureUses[b] = append(cu, s)
+		}
+	}
 	if a.pol != nil {
 		a.noteRecordedLocked(s) // policy: no lending to or from s
 	}
@@ -82,11 +95,15 @@ func (a *Allocator) deferFreeLocked(b *freeindex.Block) (int, error) {
 	if !b.Recorded {
 		return 0, nil
 	}
+	if a.captures > 0 {
+		return a.deferUntilNoCaptureLocked(b), nil
+	}
 	n, err := a.events.Record(b, a.uses[b])
 	if err != nil {
 		return 0, fmt.Errorf("allocator: free %v on device %d: %w", b.Ptr, a.ordinal, err)
 	}
 	delete(a.uses, b)
+	delete(a.captureUses, b)
 	b.Recorded = false
 	return n, nil
 }
@@ -98,6 +115,18 @@ func (a *Allocator) eventDoneLocked(b *freeindex.Block) {
 	if b.EventCount == 0 {
 		a.finishFreeLocked(a.shardOf(b.Seg.Free), b, false)
 	}
+}
+
+// processEventsLocked is step 1 of the allocation ladder (PyTorch's
+// process_events), but while a capture is underway, when no event may be
+// queried: it records the events of the frees that waited for the end of
+// the captures, then completes the deferred frees whose events are done.
+func (a *Allocator) processEventsLocked() {
+	if a.captures > 0 {
+		return
+	}
+	_ = a.insertDeferredLocked() // an error leaves them waiting for the next try
+	a.pollEventsLocked()
 }
 
 // pollEventsLocked completes the deferred frees whose events are done

@@ -23,7 +23,30 @@ const (
 	EmptyCache   Kind = 'c' // c: empty the allocator's cache
 	Tag          Kind = 't' // t [TAG]: allocations that follow belong to TAG; t alone clears it
 	Mark         Kind = 'm' // m NAME: a step boundary named NAME (also written "# mark NAME")
+	MakePool     Kind = 'P' // P NAME [no_split] [use_on_oom]: make the memory pool NAME
+	UsePool      Kind = 'u' // u NAME STREAM: STREAM allocates in pool NAME; u - STREAM: in the default pool again
+	BeginCapture Kind = 'g' // g NAME STREAM: begin a graph capture on STREAM into pool NAME
+	EndCapture   Kind = 'e' // e STREAM: end the capture on STREAM
+	PausePool    Kind = 'z' // z NAME: pause pool NAME (its physical memory goes, its addresses stay)
+	ResumePool   Kind = 'w' // w NAME: resume pool NAME at the same addresses
+	DropPool     Kind = 'd' // d NAME: release pool NAME
 )
+
+// DefaultPool is the NAME of a u line that routes a stream back to the
+// default pool: "u - STREAM".
+const DefaultPool = "-"
+
+// PoolFlags are the options of a P line.
+type PoolFlags uint8
+
+// The options of a P line, written after its NAME in this order.
+const (
+	NoSplit  PoolFlags = 1 << iota // no_split: the pool's blocks are never split
+	UseOnOOM                       // use_on_oom: the default pool may take the pool's free blocks before out of memory
+)
+
+// poolFlagNames are the words of the options, in the order of their bits.
+var poolFlagNames = [...]string{"no_split", "use_on_oom"}
 
 // String names the kind in words ("alloc", "free", ...), for messages.
 func (k Kind) String() string {
@@ -44,6 +67,20 @@ func (k Kind) String() string {
 		return "tag"
 	case Mark:
 		return "mark"
+	case MakePool:
+		return "make-pool"
+	case UsePool:
+		return "use-pool"
+	case BeginCapture:
+		return "begin-capture"
+	case EndCapture:
+		return "end-capture"
+	case PausePool:
+		return "pause-pool"
+	case ResumePool:
+		return "resume-pool"
+	case DropPool:
+		return "drop-pool"
 	}
 	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -51,7 +88,8 @@ func (k Kind) String() string {
 // Valid reports whether k is one of the kinds above.
 func (k Kind) Valid() bool {
 	switch k {
-	case Alloc, Free, RecordStream, SyncStream, SyncDevice, EmptyCache, Tag, Mark:
+	case Alloc, Free, RecordStream, SyncStream, SyncDevice, EmptyCache, Tag, Mark,
+		MakePool, UsePool, BeginCapture, EndCapture, PausePool, ResumePool, DropPool:
 		return true
 	}
 	return false
@@ -59,7 +97,9 @@ func (k Kind) Valid() bool {
 
 // Op is one operation of a trace: one memtrace line. Fields a kind does not
 // use are zero: ID for Alloc, Free and RecordStream; Size for Alloc; Stream
-// for Alloc, RecordStream and SyncStream; Tag for Tag; Name for Mark.
+// for Alloc, RecordStream, SyncStream, UsePool, BeginCapture and
+// EndCapture; Tag for Tag; Name for Mark and the pool lines but EndCapture
+// (a pool's name; DefaultPool in a UsePool); Flags for MakePool.
 type Op struct {
 	Kind   Kind
 	ID     uint64
@@ -67,6 +107,7 @@ type Op struct {
 	Stream uint64
 	Tag    string
 	Name   string
+	Flags  PoolFlags
 }
 
 // String returns the op's memtrace line without the newline. An op that
@@ -75,8 +116,8 @@ type Op struct {
 func (op Op) String() string {
 	b, err := op.AppendText(nil)
 	if err != nil {
-		return fmt.Sprintf("trace.Op{Kind:%q, ID:%d, Size:%d, Stream:%d, Tag:%q, Name:%q}",
-			byte(op.Kind), op.ID, op.Size, op.Stream, op.Tag, op.Name)
+		return fmt.Sprintf("trace.Op{Kind:%q, ID:%d, Size:%d, Stream:%d, Tag:%q, Name:%q, Flags:%d}",
+			byte(op.Kind), op.ID, op.Size, op.Stream, op.Tag, op.Name, op.Flags)
 	}
 	return string(b)
 }
@@ -113,9 +154,26 @@ func (op Op) AppendText(b []byte) ([]byte, error) {
 			b = append(b, ' ')
 			b = append(b, op.Tag...)
 		}
-	case Mark:
+	case Mark, PausePool, ResumePool, DropPool:
 		b = append(b, ' ')
 		b = append(b, op.Name...)
+	case MakePool:
+		b = append(b, ' ')
+		b = append(b, op.Name...)
+		for i, w := range poolFlagNames {
+			if op.Flags&(1<<i) != 0 {
+				b = append(b, ' ')
+				b = append(b, w...)
+			}
+		}
+	case UsePool, BeginCapture:
+		b = append(b, ' ')
+		b = append(b, op.Name...)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, op.Stream, 10)
+	case EndCapture:
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, op.Stream, 10)
 	}
 	return b, nil
 }
@@ -129,7 +187,9 @@ func (op Op) Check() error {
 		return fmt.Errorf("memtrace: unknown op kind %q", byte(op.Kind))
 	}
 	usesID := op.Kind == Alloc || op.Kind == Free || op.Kind == RecordStream
-	usesStream := op.Kind == Alloc || op.Kind == RecordStream || op.Kind == SyncStream
+	usesStream := op.Kind == Alloc || op.Kind == RecordStream || op.Kind == SyncStream ||
+		op.Kind == UsePool || op.Kind == BeginCapture || op.Kind == EndCapture
+	usesName := op.Kind == Mark || poolKind(op.Kind) && op.Kind != EndCapture
 	switch {
 	case !usesID && op.ID != 0:
 		return fmt.Errorf("memtrace: %s op has an ID (%d)", op.Kind, op.ID)
@@ -139,8 +199,12 @@ func (op Op) Check() error {
 		return fmt.Errorf("memtrace: %s op has a stream (%d)", op.Kind, op.Stream)
 	case op.Kind != Tag && op.Tag != "":
 		return fmt.Errorf("memtrace: %s op has a tag (%s)", op.Kind, Quote(op.Tag))
-	case op.Kind != Mark && op.Name != "":
+	case !usesName && op.Name != "":
 		return fmt.Errorf("memtrace: %s op has a name (%s)", op.Kind, Quote(op.Name))
+	case op.Kind != MakePool && op.Flags != 0:
+		return fmt.Errorf("memtrace: %s op has pool options (%d)", op.Kind, op.Flags)
+	case op.Flags >= 1<<len(poolFlagNames):
+		return fmt.Errorf("memtrace: unknown pool options (%d)", op.Flags)
 	}
 	switch op.Kind {
 	case Tag:
@@ -154,8 +218,34 @@ func (op Op) Check() error {
 		if msg := checkTag(op.Name); msg != "" {
 			return fmt.Errorf("memtrace: mark %s: %s", Quote(op.Name), msg)
 		}
+	case MakePool, UsePool, BeginCapture, PausePool, ResumePool, DropPool:
+		if msg := checkPoolName(op.Name, op.Kind == UsePool); msg != "" {
+			return fmt.Errorf("memtrace: %s: pool %s: %s", op.Kind, Quote(op.Name), msg)
+		}
 	}
 	return nil
+}
+
+// poolKind reports whether k is one of the pool lines.
+func poolKind(k Kind) bool {
+	switch k {
+	case MakePool, UsePool, BeginCapture, EndCapture, PausePool, ResumePool, DropPool:
+		return true
+	}
+	return false
+}
+
+// checkPoolName returns why name cannot name a pool in a pool line, or "":
+// it is one field as a mark's name is, and "-" (DefaultPool) only where
+// the default pool may be named (a u line).
+func checkPoolName[T string | []byte](name T, defaultOK bool) string {
+	switch {
+	case len(name) == 0:
+		return "a pool needs a name"
+	case string(name) == DefaultPool && !defaultOK:
+		return `"-" is the default pool, which only a u line names`
+	}
+	return checkTag(name)
 }
 
 // checkTag returns why tag (a tag or a mark's name) cannot be a memtrace
@@ -174,6 +264,9 @@ func checkTag[T string | []byte](tag T) string {
 	}
 	return ""
 }
+
+// opLetters lists the op letters, for messages.
+const opLetters = "a f r s S c t m P u g e z w d"
 
 // markPrefix opens a comment line that is a step mark: "# mark NAME".
 const markPrefix = "# mark "
@@ -298,7 +391,7 @@ func (p *parser) parseFields(line []byte) (Op, string) {
 		start = i + 1
 	}
 	if len(fields[0]) != 1 {
-		return Op{}, fmt.Sprintf("unknown op %s (want one of a f r s S c t m)", Quote(fields[0]))
+		return Op{}, fmt.Sprintf("unknown op %s (want one of %s)", Quote(fields[0]), opLetters)
 	}
 	op := Op{Kind: Kind(fields[0][0])}
 	args := fields[1:n]
@@ -366,8 +459,54 @@ func (p *parser) parseFields(line []byte) (Op, string) {
 			return Op{}, msg
 		}
 		op.Name = p.intern(args[0])
+	case MakePool:
+		if len(args) < 1 || len(args) > 3 {
+			return Op{}, fieldCount("P NAME [no_split] [use_on_oom]", len(args))
+		}
+		if msg := checkPoolName(args[0], false); msg != "" {
+			return Op{}, msg
+		}
+		op.Name = p.intern(args[0])
+		next := 0 // the options come in their order, each once
+		for _, w := range args[1:] {
+			i := next
+			for i < len(poolFlagNames) && string(w) != poolFlagNames[i] {
+				i++
+			}
+			if i == len(poolFlagNames) {
+				return Op{}, fmt.Sprintf("unknown or repeated pool option %s (want no_split, then use_on_oom, each at most once)", Quote(w))
+			}
+			op.Flags |= 1 << i
+			next = i + 1
+		}
+	case UsePool, BeginCapture:
+		if len(args) != 2 {
+			return Op{}, fieldCount(string(rune(op.Kind))+" NAME STREAM", len(args))
+		}
+		if msg := checkPoolName(args[0], op.Kind == UsePool); msg != "" {
+			return Op{}, msg
+		}
+		op.Name = p.intern(args[0])
+		if op.Stream, msg = parseUint(args[1], "stream"); msg != "" {
+			return Op{}, msg
+		}
+	case EndCapture:
+		if len(args) != 1 {
+			return Op{}, fieldCount("e STREAM", len(args))
+		}
+		if op.Stream, msg = parseUint(args[0], "stream"); msg != "" {
+			return Op{}, msg
+		}
+	case PausePool, ResumePool, DropPool:
+		if len(args) != 1 {
+			return Op{}, fieldCount(string(rune(op.Kind))+" NAME", len(args))
+		}
+		if msg := checkPoolName(args[0], false); msg != "" {
+			return Op{}, msg
+		}
+		op.Name = p.intern(args[0])
 	default:
-		return Op{}, fmt.Sprintf("unknown op %q (want one of a f r s S c t m)", fields[0])
+		return Op{}, fmt.Sprintf("unknown op %q (want one of %s)", fields[0], opLetters)
 	}
 	return op, ""
 }

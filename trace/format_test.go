@@ -27,6 +27,17 @@ func TestOpString(t *testing.T) {
 		{Op{Kind: Tag, Tag: "forward"}, "t forward"},
 		{Op{Kind: Tag}, "t"},
 		{Op{Kind: Mark, Name: "step3"}, "m step3"},
+		{Op{Kind: MakePool, Name: "kv"}, "P kv"},
+		{Op{Kind: MakePool, Name: "kv", Flags: NoSplit}, "P kv no_split"},
+		{Op{Kind: MakePool, Name: "kv", Flags: UseOnOOM}, "P kv use_on_oom"},
+		{Op{Kind: MakePool, Name: "kv", Flags: NoSplit | UseOnOOM}, "P kv no_split use_on_oom"},
+		{Op{Kind: UsePool, Name: "kv", Stream: 3}, "u kv 3"},
+		{Op{Kind: UsePool, Name: DefaultPool, Stream: 3}, "u - 3"},
+		{Op{Kind: BeginCapture, Name: "graph0", Stream: 1}, "g graph0 1"},
+		{Op{Kind: EndCapture, Stream: 1}, "e 1"},
+		{Op{Kind: PausePool, Name: "kv"}, "z kv"},
+		{Op{Kind: ResumePool, Name: "kv"}, "w kv"},
+		{Op{Kind: DropPool, Name: "kv"}, "d kv"},
 	}
 	for _, c := range cases {
 		assert.Equal(t, c.want, c.op.String())
@@ -55,6 +66,20 @@ func TestOpCheck(t *testing.T) {
 		{Kind: Mark, Name: "x", Tag: "y"},
 		{Kind: Tag, Name: "x"},
 		{Kind: Alloc, Name: "x"},
+		{Kind: MakePool},
+		{Kind: MakePool, Name: "-"},
+		{Kind: MakePool, Name: "a b"},
+		{Kind: MakePool, Name: "p", Flags: 4},
+		{Kind: MakePool, Name: "p", Stream: 1},
+		{Kind: UsePool, Stream: 1},
+		{Kind: BeginCapture, Name: "-", Stream: 1},
+		{Kind: EndCapture, Name: "p", Stream: 1},
+		{Kind: EndCapture, Stream: 1, Flags: NoSplit},
+		{Kind: PausePool, Name: "-"},
+		{Kind: ResumePool, Name: "p", ID: 1},
+		{Kind: DropPool},
+		{Kind: Alloc, ID: 1, Size: 1, Flags: NoSplit},
+		{Kind: Mark, Name: "x", Flags: UseOnOOM},
 	}
 	for _, op := range bad {
 		assert.Error(t, op.Check(), "%#v", op)

@@ -86,6 +86,25 @@ func TestReaderMalformedLines(t *testing.T) {
 		{"A 1 2", "unknown op"},
 		{"   ", "empty field"},
 		{"a 1\r2", "control character"},
+		{"P", "wrong number of fields (want P NAME [no_split] [use_on_oom]"},
+		{"P - no_split", "default pool"},
+		{"P kv no_split no_split", "unknown or repeated pool option"},
+		{"P kv use_on_oom no_split", "unknown or repeated pool option"},
+		{"P kv big", "unknown or repeated pool option"},
+		{"P kv no_split use_on_oom x", "wrong number of fields"},
+		{"P kv\x01", "control character"},
+		{"u kv", "wrong number of fields (want u NAME STREAM"},
+		{"u kv x", "stream is not a non-negative integer"},
+		{"u kv 1 2", "wrong number of fields"},
+		{"g - 1", "default pool"},
+		{"g kv", "wrong number of fields (want g NAME STREAM"},
+		{"e", "wrong number of fields (want e STREAM"},
+		{"e kv", "stream is not a non-negative integer"},
+		{"z", "wrong number of fields (want z NAME"},
+		{"w -", "default pool"},
+		{"d a b", "wrong number of fields"},
+		{"d \xff", "valid UTF-8"},
+		{"p kv", "unknown op"},
 	}
 	for _, c := range cases {
 		t.Run(c.line, func(t *testing.T) {
@@ -299,6 +318,7 @@ func FuzzReader(f *testing.F) {
 	f.Add([]byte("t \xc3\xbc\n"))
 	f.Add([]byte("# mark s0\na 0 1\nm s1\n#mark x\n# mark a b\nf 0\n"))
 	f.Add(gzipBytes(f, "a 0 1\nf 0\n"))
+	f.Add([]byte("P kv no_split use_on_oom\nu kv 1\na 0 512 1\nu - 1\ng kv 2\ne 2\nz kv\nw kv\nf 0\nd kv\nP - x\nu -\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		rd, err := NewReader(bytes.NewReader(data))
 		if err != nil {

@@ -1,5 +1,6 @@
 // This file holds Validator, the checker of memtrace's stateful rules
-// (which IDs are live), shared by replay and the converters.
+// (which IDs are live, which pools exist, are paused, and which streams
+// are routed or capture), shared by replay and the converters.
 
 package trace
 
@@ -10,7 +11,13 @@ import (
 )
 
 // Validator checks the rules of memtrace that a single line cannot show:
-// an f or r must name a live ID, and an a must not reuse one. Feed it every
+// an f or r must name a live ID, and an a must not reuse one; a pool line
+// must name a pool made by a P line and not dropped since, and a P line
+// must not name one; a stream is routed (u) or captures (g) into one pool
+// at a time, u - ends a route and e a capture, each of a stream that has
+// one; a pool is dropped (d) only while no stream uses it and it is not
+// paused; z pauses a pool that is not paused, w resumes a paused one,
+// and a paused pool is not routed to or captured into. Feed it every
 // op in order with Check. A replay that meets an out-of-memory error on an
 // a calls MarkFailed; the later f (or r) of that ID is then accepted and
 // reported as one to skip, as the format asks.
@@ -21,6 +28,21 @@ import (
 // A Validator is not safe for concurrent use.
 type Validator struct {
 	live idSet // live IDs, marked when the allocation failed
+
+	pools  map[string]*poolState // made and not dropped, by name
+	routes map[uint64]route      // streams routed to a pool or capturing into one
+}
+
+// poolState is what the Validator knows of a pool.
+type poolState struct {
+	paused bool
+	users  int // streams routed to it or capturing into it
+}
+
+// route is a stream's pool: by u (capture false) or g (capture true).
+type route struct {
+	pool    string
+	capture bool
 }
 
 // NewValidator returns a Validator with no live blocks.
@@ -51,12 +73,12 @@ func (e *StateError) Error() string {
 func (v *Validator) Check(op Op, line int) (skip bool, err error) {
 	// The two ops of nearly every line, when Op.Check has nothing to say.
 	switch {
-	case op.Kind == Alloc && op.Tag == "" && op.Name == "":
+	case op.Kind == Alloc && op.Tag == "" && op.Name == "" && op.Flags == 0:
 		if !v.live.add(op.ID) {
 			return false, v.reused(op, line)
 		}
 		return false, nil
-	case op.Kind == Free && op.Size == 0 && op.Stream == 0 && op.Tag == "" && op.Name == "":
+	case op.Kind == Free && op.Size == 0 && op.Stream == 0 && op.Tag == "" && op.Name == "" && op.Flags == 0:
 		failed, ok := v.live.remove(op.ID)
 		if !ok {
 			return false, notLive(op, line)
@@ -83,6 +105,10 @@ func (v *Validator) Check(op Op, line int) (skip bool, err error) {
 			return false, notLive(op, line)
 		}
 		return failed, nil
+	case MakePool, UsePool, BeginCapture, EndCapture, PausePool, ResumePool, DropPool:
+		if msg := v.pool(op); msg != "" {
+			return false, &StateError{Line: line, Text: Excerpt(op.String()), Msg: msg}
+		}
 	}
 	return false, nil
 }
@@ -115,6 +141,79 @@ func (v *Validator) CheckBatch(ops []Op, lines []int) (int, error) {
 		}
 	}
 	return len(ops), nil
+}
+
+// pool applies the pool line op (valid on its own) to the pools and
+// routes, or returns the rule it breaks and changes nothing.
+func (v *Validator) pool(op Op) string {
+	if v.pools == nil {
+		v.pools, v.routes = map[string]*poolState{}, map[uint64]route{}
+	}
+	r, routed := v.routes[op.Stream]
+	switch op.Kind {
+	case EndCapture:
+		if !routed || !r.capture {
+			return fmt.Sprintf("stream %d is not capturing (no g line began a capture on it)", op.Stream)
+		}
+		v.pools[r.pool].users--
+		delete(v.routes, op.Stream)
+		return ""
+	case UsePool, BeginCapture:
+		if op.Kind == UsePool && op.Name == DefaultPool {
+			switch {
+			case !routed:
+				return fmt.Sprintf("stream %d is not routed to a pool", op.Stream)
+			case r.capture:
+				return fmt.Sprintf("stream %d captures into pool %s; an e line ends the capture", op.Stream, Quote(r.pool))
+			}
+			v.pools[r.pool].users--
+			delete(v.routes, op.Stream)
+			return ""
+		}
+	}
+	p := v.pools[op.Name]
+	if op.Kind == MakePool {
+		if p != nil {
+			return fmt.Sprintf("pool %s exists (drop it with a d line first)", Quote(op.Name))
+		}
+		v.pools[op.Name] = &poolState{}
+		return ""
+	}
+	if p == nil {
+		return fmt.Sprintf("no pool named %s (make it with a P line; a d line drops it)", Quote(op.Name))
+	}
+	switch op.Kind {
+	case UsePool, BeginCapture:
+		switch {
+		case routed && r.capture:
+			return fmt.Sprintf("stream %d captures into pool %s already", op.Stream, Quote(r.pool))
+		case routed:
+			return fmt.Sprintf("stream %d is already routed to pool %s (u - %d routes it back)", op.Stream, Quote(r.pool), op.Stream)
+		case p.paused:
+			return fmt.Sprintf("pool %s is paused (a w line resumes it)", Quote(op.Name))
+		}
+		p.users++
+		v.routes[op.Stream] = route{op.Name, op.Kind == BeginCapture}
+	case PausePool:
+		if p.paused {
+			return fmt.Sprintf("pool %s is paused already", Quote(op.Name))
+		}
+		p.paused = true
+	case ResumePool:
+		if !p.paused {
+			return fmt.Sprintf("pool %s is not paused", Quote(op.Name))
+		}
+		p.paused = false
+	case DropPool:
+		switch {
+		case p.users > 0:
+			return fmt.Sprintf("pool %s is in use on %d stream(s) (u - or e lines end that)", Quote(op.Name), p.users)
+		case p.paused:
+			return fmt.Sprintf("pool %s is paused (a w line resumes it before its d)", Quote(op.Name))
+		}
+		delete(v.pools, op.Name)
+	}
+	return ""
 }
 
 // reused is the error for an a of a live ID.

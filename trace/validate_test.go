@@ -3,6 +3,7 @@
 package trace
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -147,4 +148,87 @@ func TestIDSetMatchesMap(t *testing.T) {
 			t.Fatalf("live IDs %v, want %v", got, want)
 		}
 	})
+}
+
+func TestValidatorPoolRules(t *testing.T) {
+	cases := []struct {
+		trace string // lines; the last one breaks a rule, unless msg is ""
+		msg   string
+	}{
+		{"P kv\nu kv 1\nu - 1\ng kv 2\ne 2\nz kv\nw kv\nd kv\nP kv", ""},
+		{"P kv\nu kv 1\na 1 10 1\nf 1\nu - 1\nd kv\nP kv no_split\nz kv\nw kv\nu kv 0\nu - 0", ""},
+		{"u kv 1", `no pool named "kv" (make it with a P line; a d line drops it)`},
+		{"P kv\nP kv", `pool "kv" exists (drop it with a d line first)`},
+		{"P kv\nP kv use_on_oom", `pool "kv" exists`},
+		{"P kv\nd kv\nu kv 1", `no pool named "kv"`},
+		{"P kv\nd kv\ng kv 1", `no pool named "kv"`},
+		{"P kv\nd kv\nd kv", `no pool named "kv"`},
+		{"z kv", `no pool named "kv"`},
+		{"w kv", `no pool named "kv"`},
+		{"e 1", "stream 1 is not capturing (no g line began a capture on it)"},
+		{"P kv\nu kv 1\ne 1", "stream 1 is not capturing"},
+		{"P kv\ng kv 1\ne 1\ne 1", "stream 1 is not capturing"},
+		{"u - 1", "stream 1 is not routed to a pool"},
+		{"P kv\ng kv 1\nu - 1", `stream 1 captures into pool "kv"; an e line ends the capture`},
+		{"P kv\nu kv 1\nu kv 1", `stream 1 is already routed to pool "kv" (u - 1 routes it back)`},
+		{"P kv\nP g\nu kv 1\ng g 1", `stream 1 is already routed to pool "kv"`},
+		{"P kv\nP g\ng g 1\nu kv 1", `stream 1 captures into pool "g" already`},
+		{"P kv\nu kv 1\nd kv", `pool "kv" is in use on 1 stream(s) (u - or e lines end that)`},
+		{"P kv\ng kv 1\nd kv", `pool "kv" is in use on 1 stream(s)`},
+		{"P kv\nz kv\nz kv", `pool "kv" is paused already`},
+		{"P kv\nw kv", `pool "kv" is not paused`},
+		{"P kv\nz kv\nw kv\nw kv", `pool "kv" is not paused`},
+		{"P kv\nz kv\nu kv 1", `pool "kv" is paused (a w line resumes it)`},
+		{"P kv\nz kv\ng kv 1", `pool "kv" is paused`},
+		{"P kv\nz kv\nd kv", `pool "kv" is paused (a w line resumes it before its d)`},
+	}
+	for _, c := range cases {
+		t.Run(c.trace, func(t *testing.T) {
+			v := NewValidator()
+			lines := strings.Split(c.trace, "\n")
+			for i, l := range lines {
+				op, err := ParseOp(l)
+				require.NoError(t, err, l)
+				_, err = v.Check(op, i+1)
+				if i < len(lines)-1 || c.msg == "" {
+					require.NoError(t, err, l)
+					continue
+				}
+				var se *StateError
+				require.ErrorAs(t, err, &se)
+				require.Equal(t, i+1, se.Line)
+				require.Equal(t, l, se.Text)
+				require.ErrorContains(t, err, fmt.Sprintf("memtrace line %d: %q: %s", i+1, l, c.msg))
+			}
+		})
+	}
+}
+
+// TestValidatorPoolErrorChangesNothing: a pool line that breaks a rule
+// leaves the pools and routes as they were, so the lines valid before it
+// stay valid after.
+func TestValidatorPoolErrorChangesNothing(t *testing.T) {
+	v := NewValidator()
+	check := func(l string) error {
+		op, err := ParseOp(l)
+		require.NoError(t, err)
+		_, err = v.Check(op, 1)
+		return err
+	}
+	require.NoError(t, check("P kv"))
+	require.NoError(t, check("u kv 1"))
+	require.Error(t, check("d kv"))     // in use
+	require.Error(t, check("u kv 1"))   // routed already
+	require.Error(t, check("g kv 1"))   // routed already
+	require.Error(t, check("e 1"))      // not capturing
+	require.NoError(t, check("u - 1"))  // the route held
+	require.Error(t, check("u - 1"))    // and is gone
+	require.NoError(t, check("z kv"))   // no user left
+	require.Error(t, check("z kv"))     // paused already
+	require.Error(t, check("u kv 2"))   // paused
+	require.NoError(t, check("w kv"))   // still paused before
+	require.NoError(t, check("g kv 2")) // the failed u routed nothing
+	require.NoError(t, check("e 2"))
+	require.NoError(t, check("d kv"))
+	require.NoError(t, check("P kv"))
 }

@@ -105,7 +105,14 @@ func (m *Machine) RunContext(ctx context.Context, r trace.OpReader, opt replay.O
 	m.ran = true
 	clock := m.Device.Clock()
 	var t replay.Target = &m.target
-	if ps, ok := m.target.Target.(phasesAndSteps); ok {
+	if ca, ok := m.target.Target.(caching); ok {
+		// Keep the caching allocator's phases, steps and pools visible to
+		// Run.
+		t = struct {
+			*oomCatcher
+			caching
+		}{&m.target, ca}
+	} else if ps, ok := m.target.Target.(phasesAndSteps); ok {
 		// Keep the caching allocator's phases and steps visible to Run.
 		t = struct {
 			*oomCatcher
@@ -140,6 +147,14 @@ func ReplayContext(ctx context.Context, ops []trace.Op, cfg allocator.Config, ca
 type phasesAndSteps interface {
 	replay.Phaser
 	replay.Stepper
+}
+
+// caching is a target that counts phases, watches steps and keeps pools
+// it can pause, as the caching allocator does.
+type caching interface {
+	phasesAndSteps
+	replay.Pooler
+	replay.Pauser
 }
 
 // oomCatcher passes every call to the target and keeps the first

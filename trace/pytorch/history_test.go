@@ -397,3 +397,23 @@ func TestHistoryConcurrentSnapshots(t *testing.T) {
 	}
 	assert.Equal(t, 500, h.Entries())
 }
+
+func TestHistorySnapshotCarriesPoolIDs(t *testing.T) {
+	a := gpumemtest.New(t, gpumemtest.AllowLeaks())
+	p, err := a.NewPool("kv", allocator.PoolOptions{})
+	require.NoError(t, err)
+	_, err = a.Alloc(4096, 0)
+	require.NoError(t, err)
+	require.NoError(t, a.UsePool(p, 0))
+	_, err = a.Alloc(30<<20, 0)
+	require.NoError(t, err)
+	require.NoError(t, a.UseDefaultPool(0))
+	var buf bytes.Buffer
+	require.NoError(t, NewHistory(0).WriteSnapshot(&buf, a))
+	out := runPythonOn(t, `
+import pickle, sys
+d = pickle.load(open(sys.argv[1], "rb"))
+print(sorted((s["total_size"], s["segment_pool_id"]) for s in d["segments"]))
+`, buf.Bytes())
+	assert.Equal(t, "[(2097152, (0, 0)), (31457280, (0, 1))]\n", out)
+}

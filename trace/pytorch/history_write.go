@@ -75,7 +75,7 @@ func (h *History) WriteSnapshot(w io.Writer, a *allocator.Allocator) error {
 		segs = append(segs, pdict{
 			{"device", ordinal}, {"address", uint64(s.Ptr)}, {"total_size", s.Size},
 			{"allocated_size", s.Allocated}, {"active_size", s.Active}, {"requested_size", s.Requested},
-			{"stream", uint64(s.Stream)}, {"segment_type", kind}, {"segment_pool_id", ptuple{0, 0}},
+			{"stream", uint64(s.Stream)}, {"segment_type", kind}, {"segment_pool_id", ptuple{0, s.PoolID}},
 			{"is_expandable", s.Expandable}, {"frames", st.frames(segStacks[s.Ptr])}, {"blocks", blocks},
 		})
 	}

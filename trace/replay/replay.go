@@ -10,6 +10,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/stats"
 	"github.com/gpumem/gpumem/trace"
@@ -53,6 +54,28 @@ type Phaser interface {
 type Stepper interface {
 	MarkStep(name string)
 	Leaks() []stats.Leak
+}
+
+// Pooler is a Target that keeps named pools, as *allocator.Allocator
+// does: Run applies the pool lines (P, u, g, e, d) to it. On any other
+// Target (the Passthrough baseline) a pool line stops the replay with an
+// error that names the line. The z and w lines need a Pooler that is also
+// a Pauser.
+type Pooler interface {
+	NewPool(name string, o allocator.PoolOptions) (*allocator.Pool, error)
+	UsePool(p *allocator.Pool, s device.Stream) error
+	UseDefaultPool(s device.Stream) error
+	BeginCapture(p *allocator.Pool, s device.Stream) error
+	EndCapture(s device.Stream) error
+	ReleasePool(p *allocator.Pool) error
+	PoolStats(p *allocator.Pool) (allocator.PoolStats, error)
+}
+
+// Pauser is a Pooler that can pause and resume its pools (the z and w
+// lines).
+type Pauser interface {
+	PausePool(p *allocator.Pool, backup bool) error
+	ResumePool(p *allocator.Pool) error
 }
 
 // Options configures Run.
@@ -140,10 +163,23 @@ type Result struct {
 	// step boundaries or more; Count is the number alive at the last one.
 	Leaks []LeakResult `json:"leaks,omitempty"`
 
+	// Pools holds the figures of the pools the trace made and did not
+	// drop (P lines without a later d), by name, at the end of the
+	// replay; absent when the trace made none.
+	Pools map[string]PoolResult `json:"pools,omitempty"`
+
 	// Warnings are what the trace's reader accepted but reported (a
 	// trace.Reader: garbage after the gzip data, see Reader.Warnings), for
 	// the caller to show.
 	Warnings []string `json:"warnings,omitempty"`
+}
+
+// PoolResult is one pool's figures in a Result.
+type PoolResult struct {
+	Allocated    uint64 `json:"allocated_bytes"`
+	Reserved     uint64 `json:"reserved_bytes"`
+	PeakReserved uint64 `json:"peak_reserved_bytes"`
+	Paused       bool   `json:"paused"`
 }
 
 // PhaseResult is one phase's figures in a Result.
@@ -209,6 +245,7 @@ func RunContext(ctx context.Context, r trace.OpReader, t Target, dev device.Devi
 		rp.peakBytes = t.Stats().AllocatedBytes[stats.All].Current
 	}
 	rp.phaser, _ = t.(Phaser)
+	rp.pooler, _ = t.(Pooler)
 	rp.stepper, _ = t.(Stepper)
 	v := trace.NewValidator()
 	size := opt.Batch
@@ -299,6 +336,16 @@ func RunContext(ctx context.Context, r trace.OpReader, t Target, dev device.Devi
 			res.PhaseOrder = append(res.PhaseOrder, ph.Name)
 		}
 	}
+	if len(rp.pools) > 0 {
+		res.Pools = make(map[string]PoolResult, len(rp.pools))
+		for name, p := range rp.pools {
+			ps, err := rp.pooler.PoolStats(p)
+			if err != nil {
+				return nil, fmt.Errorf("pool %s: %w", trace.Quote(name), err)
+			}
+			res.Pools[name] = PoolResult{Allocated: ps.AllocatedBytes, Reserved: ps.ReservedBytes, PeakReserved: ps.PeakReservedBytes, Paused: ps.Paused}
+		}
+	}
 	if opt.Leaks && rp.stepper != nil {
 		res.Leaks = []LeakResult{}
 		for _, l := range rp.stepper.Leaks() {
@@ -312,10 +359,13 @@ func RunContext(ctx context.Context, r trace.OpReader, t Target, dev device.Devi
 // the peak search.
 type replayer struct {
 	t         Target
-	peak      bool    // look for the peak of allocated bytes
-	peakBytes int64   // the highest allocated bytes seen
-	phaser    Phaser  // t, if it is one
-	stepper   Stepper // t, if it is one
+	peak      bool                       // look for the peak of allocated bytes
+	peakBytes int64                      // the highest allocated bytes seen
+	phaser    Phaser                     // t, if it is one
+	stepper   Stepper                    // t, if it is one
+	pooler    Pooler                     // t, if it is one
+	pools     map[string]*allocator.Pool // the pools made and not dropped, by trace name
+	paused    map[string]bool            // the pools paused (z) and not resumed (w)
 	dev       device.Device
 	res       *Result
 	dense     []device.Ptr // ptr by ID for small IDs; 0: not live or failed
@@ -407,6 +457,8 @@ func (rp *replayer) apply(op *trace.Op) error {
 		if rp.stepper != nil {
 			rp.stepper.MarkStep(op.Name)
 		}
+	case trace.MakePool, trace.UsePool, trace.BeginCapture, trace.EndCapture, trace.PausePool, trace.ResumePool, trace.DropPool:
+		return rp.applyPool(op)
 	}
 	return nil
 }
@@ -428,6 +480,86 @@ func (rp *replayer) alloc(op *trace.Op, s device.Stream) error {
 	}
 	rp.set(op.ID, p)
 	return nil
+}
+
+// applyPool applies a pool line to the Target, which must be a Pooler (and
+// a Pauser for z and w).
+func (rp *replayer) applyPool(op *trace.Op) error {
+	if rp.pooler == nil {
+		return errors.New("the replayed allocator keeps no pools (the pass-through baseline has no cache to divide)")
+	}
+	pool := func() (*allocator.Pool, error) {
+		p := rp.pools[op.Name]
+		if p == nil {
+			return nil, fmt.Errorf("no pool named %s (make it with a P line; a d line drops it)", trace.Quote(op.Name))
+		}
+		return p, nil
+	}
+	switch op.Kind {
+	case trace.MakePool:
+		if rp.pools[op.Name] != nil {
+			return fmt.Errorf("pool %s exists (drop it with a d line first)", trace.Quote(op.Name))
+		}
+		p, err := rp.pooler.NewPool(op.Name, allocator.PoolOptions{NoSplit: op.Flags&trace.NoSplit != 0, UseOnOOM: op.Flags&trace.UseOnOOM != 0})
+		if err != nil {
+			return err
+		}
+		if rp.pools == nil {
+			rp.pools = make(map[string]*allocator.Pool)
+		}
+		rp.pools[op.Name] = p
+		return nil
+	case trace.EndCapture:
+		s, err := rp.stream(op.Stream)
+		if err != nil {
+			return err
+		}
+		return rp.pooler.EndCapture(s)
+	case trace.UsePool, trace.BeginCapture:
+		s, err := rp.stream(op.Stream)
+		if err != nil {
+			return err
+		}
+		if op.Name == trace.DefaultPool {
+			return rp.pooler.UseDefaultPool(s)
+		}
+		p, err := pool()
+		if err != nil {
+			return err
+		}
+		if op.Kind == trace.UsePool {
+			return rp.pooler.UsePool(p, s)
+		}
+		return rp.pooler.BeginCapture(p, s)
+	}
+	p, err := pool()
+	if err != nil {
+		return err
+	}
+	if op.Kind == trace.DropPool {
+		if err := rp.pooler.ReleasePool(p); err != nil {
+			return err
+		}
+		delete(rp.pools, op.Name)
+		delete(rp.paused, op.Name)
+		return nil
+	}
+	ps, ok := rp.pooler.(Pauser)
+	if !ok {
+		return errors.New("the replayed allocator cannot pause and resume pools")
+	}
+	if op.Kind == trace.PausePool {
+		err = ps.PausePool(p, false) // a trace carries no bytes to back up
+	} else {
+		err = ps.ResumePool(p)
+	}
+	if err == nil {
+		if rp.paused == nil {
+			rp.paused = make(map[string]bool)
+		}
+		rp.paused[op.Name] = op.Kind == trace.PausePool
+	}
+	return err
 }
 
 func (rp *replayer) get(id uint64) device.Ptr {

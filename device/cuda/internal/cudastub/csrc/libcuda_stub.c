@@ -27,7 +27,8 @@
 //   - cuMemcpyDtoH/cuMemcpyHtoD on device memory the stub handed out
 //     (cuMemAlloc, mapped pages, pool blocks): it keeps each write's bytes,
 //     reads see the latest writes and zeros elsewhere, and a free or unmap
-//     drops the writes inside;
+//     drops the bytes written in its range (a write that overlaps the
+//     range in part keeps its bytes outside it);
 //   - the device's default memory pool (cuDeviceGetDefaultMemPool,
 //     cuMemAllocFromPoolAsync, cuMemFreeAsync, cuMemPoolTrimTo and the
 //     release threshold, reserved and used attributes) as counts: the
@@ -393,17 +394,40 @@ static void pool_synchronized(void) {
 	if (pool_reserved > pool_threshold) pool_release_to(pool_threshold);
 }
 
-// drop_writes forgets the bytes written inside [p, p+size).
+// drop_writes forgets the bytes written inside [p, p+size); a write that
+// overlaps the range in part keeps its bytes outside it.
 static void drop_writes(uint64_t p, uint64_t size) {
-	for (int i = 0; i < writes.n;)
-		if (writes.v[i].key >= p && writes.v[i].key + writes.v[i].size <= p + size) {
-			free((void *)(uintptr_t)writes.v[i].aux);
+	uint64_t q = p + size;
+	for (int i = 0; i < writes.n;) {
+		uint64_t a = writes.v[i].key, b = a + writes.v[i].size;
+		char *bytes = (char *)(uintptr_t)writes.v[i].aux;
+		if (b <= p || a >= q) {
+			i++;
+		} else if (a >= p && b <= q) {
+			free(bytes);
 			// Later writes win over earlier ones: keep the order.
 			memmove(&writes.v[i], &writes.v[i + 1], sizeof(entry) * (writes.n - i - 1));
 			writes.n--;
+		} else if (a < p && b > q) {
+			// Split in two, the right part just after the left one.
+			char *right = malloc(b - q);
+			memcpy(right, bytes + (q - a), b - q);
+			writes.v[i].size = p - a;
+			tadd(&writes, 0, 0, 0);
+			memmove(&writes.v[i + 2], &writes.v[i + 1], sizeof(entry) * (writes.n - i - 2));
+			writes.v[i + 1] = (entry){.key = q, .size = b - q, .aux = (uint64_t)(uintptr_t)right};
+			i += 2;
+		} else if (a < p) {
+			writes.v[i].size = p - a;
+			i++;
 		} else {
+			char *right = malloc(b - q);
+			memcpy(right, bytes + (q - a), b - q);
+			free(bytes);
+			writes.v[i] = (entry){.key = q, .size = b - q, .aux = (uint64_t)(uintptr_t)right};
 			i++;
 		}
+	}
 }
 
 static void complete_events(CUstream s, int all) {
