@@ -432,3 +432,16 @@ func TestFitReportsEveryFailure(t *testing.T) {
 	assert.Contains(t, errOut, "more than the largest simulated device")
 	assert.Equal(t, 1, strings.Count(dropConfLine(errOut), "\n"), "one line: %q", errOut)
 }
+
+// The time columns of compare's table keep their widths however slow the
+// run was, so that a loaded machine cannot push a row past 100 columns.
+func TestCompareTimeColumnsKeepTheirWidth(t *testing.T) {
+	for _, ns := range []float64{0, 12.4, 99999.4, 99999.5, 123456, 1e9, 99999e3, 99999.6e3, 1e15} {
+		assert.LessOrEqual(t, len(shortNs(ns)), len("ns/op"), "%v", ns)
+	}
+	assert.Equal(t, "99999", shortNs(99999.4))
+	assert.Equal(t, "123k", shortNs(123456))
+	for _, s := range []float64{0, 1e-7, 0.000999999, 0.0123456, 0.999999, 1.5, 59.99, 3600} {
+		assert.LessOrEqual(t, len([]rune(shortDuration(s))), len("device time"), "%v", s)
+	}
+}

@@ -479,9 +479,9 @@ func printComparison(w io.Writer, path, capLabel string, setups []replaySetup, r
 	fmt.Fprintln(tw, "#\tOOMs\tpeak alloc\tpeak reserved\tvs offline\tfrag\tmallocs\tfrees\tretries\tdevice time\tns/op\t")
 	for i, o := range results {
 		r := &o.Result
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%.3f\t%d\t%d\t%d\t%s\t%.0f\t\n", i+1, r.OOMs,
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%.3f\t%d\t%d\t%d\t%s\t%s\t\n", i+1, r.OOMs,
 			stats.FormatSize(uint64(max(r.PeakAllocated, 0))), stats.FormatSize(uint64(max(r.PeakReserved, 0))), best.times(r.PeakReserved), r.Fragmentation,
-			r.DeviceAllocs, r.DeviceFrees, r.Stats["num_alloc_retries"], shortDuration(r.DeviceSeconds), r.NsPerOp)
+			r.DeviceAllocs, r.DeviceFrees, r.Stats["num_alloc_retries"], shortDuration(r.DeviceSeconds), shortNs(r.NsPerOp))
 	}
 	tw.Flush()
 	for i, o := range results {
@@ -490,6 +490,21 @@ func printComparison(w io.Writer, path, capLabel string, setups []replaySetup, r
 			fmt.Fprintf(w, "\n%s\n", strings.Join(wrapWords(text, 100), "\n   "))
 		}
 	}
+}
+
+// shortNs formats a time per op in nanoseconds in at most 5 characters,
+// the width of its column's heading, so that a slow run (a loaded
+// machine, a tiny trace whose fixed costs dominate) cannot widen the
+// table: whole nanoseconds below 100,000, thousands of them ("1234k")
+// below 10 million, millions ("1234M") above.
+func shortNs(ns float64) string {
+	switch {
+	case ns < 99999.5:
+		return fmt.Sprintf("%.0f", ns)
+	case ns < 9999.5e3:
+		return fmt.Sprintf("%.0fk", ns/1e3)
+	}
+	return fmt.Sprintf("%.0fM", min(ns/1e6, 9999))
 }
 
 // wrapWords breaks text into lines of at most width bytes, the lines
