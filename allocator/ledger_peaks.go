@@ -117,11 +117,20 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 		}
 		rows &^= phaseBit
 	}
+	// An operation changes its pool's column of a row and all (the
+	// oversize rows: column qSmall and all), as opDelta.of says; the other
+	// pool's value stays, and so within its limit (no limit falls below its
+	// value), so only the two changed quantities may have passed a limit,
+	// as in Cut, which runs Exceed for the changes alone.
+	k &= 1
 	for ; rows != 0; rows &= rows - 1 {
 		row := bits.TrailingZeros32(rows)
-		for c := range numQ {
-			a.peaks.Exceed(ps, sh.id, statRow(row, c))
+		col := k
+		if row >= oversizeA {
+			col = qSmall
 		}
+		a.peaks.Exceed(ps, sh.id, statRow(row, col))
+		a.peaks.Exceed(ps, sh.id, statRow(row, qAll))
 	}
 	sh.refreshImplied()
 }
@@ -262,24 +271,34 @@ func (s *shardParts) Row(r int, vals, lims []int64) {
 		}
 		return
 	}
-	// shard.value and shard.limit, with the row's shape found once.
+	// shard.value and shard.limit, with the row's shape found once and a
+	// loop for each shape.
 	row, k := r/numQ, r%numQ
 	base := derivedFrom[row] - 1 // -1: no base row
-	for p, sh := range shards {
-		s := &sh.st[row]
-		var v int64
-		if k == qAll {
-			v, lims[p] = s.pool[0].Value()+s.pool[1].Value(), s.allLim
-			if base >= 0 {
-				v += sh.st[base].pool[0].Value() + sh.st[base].pool[1].Value()
-			}
-		} else {
-			v, lims[p] = s.pool[k].Value(), s.pool[k].Limit()
-			if base >= 0 {
-				v += sh.st[base].pool[k].Value()
-			}
+	switch {
+	case k == qAll && base >= 0:
+		for p, sh := range shards {
+			s, b := &sh.st[row], &sh.st[base]
+			vals[p] = s.pool[0].Value() + s.pool[1].Value() + b.pool[0].Value() + b.pool[1].Value()
+			lims[p] = s.allLim
 		}
-		vals[p] = v
+	case k == qAll:
+		for p, sh := range shards {
+			s := &sh.st[row]
+			vals[p], lims[p] = s.pool[0].Value()+s.pool[1].Value(), s.allLim
+		}
+	case base >= 0:
+		k &= 1
+		for p, sh := range shards {
+			c := &sh.st[row].pool[k]
+			vals[p], lims[p] = c.Value()+sh.st[base].pool[k].Value(), c.Limit()
+		}
+	default:
+		k &= 1
+		for p, sh := range shards {
+			c := &sh.st[row].pool[k]
+			vals[p], lims[p] = c.Value(), c.Limit()
+		}
 	}
 }
 
@@ -295,12 +314,16 @@ func (s *shardParts) SetLimits(r int, lims []int64) {
 		return
 	}
 	row, k := r/numQ, r%numQ
-	for p, sh := range shards {
-		if k == qAll {
+	if k == qAll {
+		for p, sh := range shards {
 			sh.st[row].allLim = lims[p]
-		} else {
-			sh.st[row].pool[k].SetLimit(lims[p])
+			sh.activeImplied = false
 		}
+		return
+	}
+	k &= 1
+	for p, sh := range shards {
+		sh.st[row].pool[k].SetLimit(lims[p])
 		sh.activeImplied = false
 	}
 }
