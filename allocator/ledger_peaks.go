@@ -275,6 +275,9 @@ func (s *shardParts) Row(r int, vals, lims []int64) {
 	// loop for each shape.
 	row, k := r/numQ, r%numQ
 	base := derivedFrom[row] - 1 // -1: no base row
+	if row >= numRows || base >= numRows {
+		return // never: it lets the compiler drop the loops' bounds checks
+	}
 	switch {
 	case k == qAll && base >= 0:
 		for p, sh := range shards {
@@ -314,6 +317,9 @@ func (s *shardParts) SetLimits(r int, lims []int64) {
 		return
 	}
 	row, k := r/numQ, r%numQ
+	if row >= numRows {
+		return // never: it lets the compiler drop the loop's bounds checks
+	}
 	if k == qAll {
 		for p, sh := range shards {
 			sh.st[row].allLim = lims[p]

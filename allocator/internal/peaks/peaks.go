@@ -190,13 +190,13 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 	}
 	n := ps.Len()
 	vals, lims := t.row(ps, r, n)
+	lims = lims[:len(vals)]
 	var total, others int64
-	for o := range n {
-		total += vals[o]
-		if o != p {
-			others += lims[o]
-		}
+	for o, pv := range vals {
+		total += pv
+		others += lims[o]
 	}
+	others -= lims[p]
 	peak := max(t.peak[r], total)
 	t.peak[r] = peak
 	if others+v <= peak {
@@ -208,22 +208,22 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 	// rest), so that the next part to rise has room too: with the others'
 	// limits at their values, every rise of another part would pass its
 	// limit and need the world. (The counts of blocks have little room:
-	// one each is what spares them a cut.)
+	// one each is what spares them a cut.) The limits add up to the peak:
+	// p's is its value plus the share, as the others' are, and the rest
+	// (less than n) is one each for the first rest others.
 	room := peak - total
-	share, rest := room/int64(n), room%int64(n)
-	others = 0
-	for o := range n {
-		if o != p {
-			w := vals[o] + share
-			if rest > 0 {
-				w++
-				rest--
-			}
-			lims[o] = w
-			others += w
+	share, rest := room/int64(n), int(room%int64(n))
+	for o, pv := range vals {
+		lims[o] = pv + share
+	}
+	for o := range lims[:min(rest, p)] {
+		lims[o]++
+	}
+	if rest > p {
+		for o := range lims[p+1 : rest+1] {
+			lims[p+1+o]++
 		}
 	}
-	lims[p] = peak - others
 	ps.SetLimits(r, lims)
 }
 
