@@ -251,8 +251,26 @@ func (s *shardParts) Len() int { return len(*s.byID.Load()) }
 func (s *shardParts) Part(p, r int) (value, limit int64) {
 	sh := (*s.byID.Load())[p]
 	if r < numStatRows {
+		// shard.value and shard.limit, written out: the peaks call Part
+		// for every Exceed and for every operation of a Cut.
 		row, k := r/numQ, r%numQ
-		return sh.value(row, k), sh.limit(row, k)
+		if row < 0 {
+			return 0, 0 // never: it lets the compiler drop bounds checks
+		}
+		c, base := &sh.st[row], derivedFrom[row]-1 // -1: no base row
+		if k == qAll {
+			value, limit = c.pool[0].Value()+c.pool[1].Value(), c.allLim
+			if base >= 0 {
+				value += sh.st[base].pool[0].Value() + sh.st[base].pool[1].Value()
+			}
+			return value, limit
+		}
+		k &= 1
+		value, limit = c.pool[k].Value(), c.pool[k].Limit()
+		if base >= 0 {
+			value += sh.st[base].pool[k].Value()
+		}
+		return value, limit
 	}
 	if c := sh.peekPhase(uint16((r - numStatRows) / 2)); c != nil {
 		n := c.of((r - numStatRows) % 2)

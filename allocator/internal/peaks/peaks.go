@@ -233,8 +233,25 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 // ops, from the state before any of them: after each, the total of every
 // row it increased raises the row's peak if it passes it (only a row
 // that some operation's part is above its limit of can). Then it runs
-// Exceed for every row each operation changed.
+// Exceed for every row each operation changed. (With one operation, the
+// count in order is Exceed's own: the operation's part is above its
+// limit of a row only if it increased the row, and Exceed raises the peak
+// to the row's total then.)
 func (t *Table) Cut(ps Parts, ops []Op) {
+	if len(ops) > 1 {
+		t.countInOrder(ps, ops)
+	}
+	for _, op := range ops {
+		for _, c := range op.Changes {
+			t.Exceed(ps, op.Part, c.Row)
+		}
+	}
+}
+
+// countInOrder is Cut's count of ops one after another: it raises the
+// peak of every row an operation increased to the total after it, where
+// that passes the peak.
+func (t *Table) countInOrder(ps Parts, ops []Op) {
 	n := ps.Len()
 	for i := range ops {
 		for j, c := range ops[i].Changes {
@@ -265,11 +282,6 @@ func (t *Table) Cut(ps Parts, ops []Op) {
 				}
 			}
 			t.peak[r] = peak
-		}
-	}
-	for _, op := range ops {
-		for _, c := range op.Changes {
-			t.Exceed(ps, op.Part, c.Row)
 		}
 	}
 }
