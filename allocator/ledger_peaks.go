@@ -293,7 +293,7 @@ func (s *shardParts) Row(r int, vals, lims []int64) {
 	// loop for each shape.
 	row, k := r/numQ, r%numQ
 	base := derivedFrom[row] - 1 // -1: no base row
-	if row >= numRows || base >= numRows {
+	if uint(row) >= uint(numRows) || base >= numRows {
 		return // never: it lets the compiler drop the loops' bounds checks
 	}
 	switch {
@@ -335,7 +335,7 @@ func (s *shardParts) SetLimits(r int, lims []int64) {
 		return
 	}
 	row, k := r/numQ, r%numQ
-	if row >= numRows {
+	if uint(row) >= uint(numRows) {
 		return // never: it lets the compiler drop the loop's bounds checks
 	}
 	if k == qAll {
