@@ -165,12 +165,24 @@ func (d *opDelta) of(row, col int) int64 {
 }
 
 // changes appends the operation's changes to the peaks' rows to cs.
+// In the order of the rows, a row's columns in order: its pool column (of
+// returns the same change there as in all, and zero in the other pool's).
 func (d *opDelta) changes(cs []peaks.Change) []peaks.Change {
 	for row := range numRows {
-		for k := range numQ {
-			if v := d.of(row, k); v != 0 {
-				cs = append(cs, peaks.Change{Row: statRow(row, k), Delta: v})
-			}
+		v := d.row[row]
+		if dr := derivedFrom[row]; dr != 0 {
+			v += d.row[dr-1]
+		}
+		if v == 0 {
+			continue
+		}
+		c := d.k
+		if row >= oversizeA {
+			c = qSmall
+		}
+		cs = append(cs, peaks.Change{Row: statRow(row, c), Delta: v})
+		if c != qAll {
+			cs = append(cs, peaks.Change{Row: statRow(row, qAll), Delta: v})
 		}
 	}
 	if d.phased {

@@ -212,23 +212,25 @@ func (a *Allocator) pagesUnmappedLocked(seg *freeindex.Segment, ptr device.Ptr, 
 // expandable segment) or a new segment's block, in no index yet; sh is
 // x's shard.
 func (a *Allocator) takeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block, size, requested uint64) *freeindex.Block {
-	wasSplit := b.IsSplit()
-	split := a.rule.shouldSplit(x.PoolIdx == qSmall, b.Size, size)
-	f := x.Take(b, size, split) // with split, b is the rest
+	// The counts first, from what the hand-out will be, so that little
+	// lives across the calls below.
+	k := x.PoolIdx
+	split := a.rule.shouldSplit(k == qSmall, b.Size, size)
+	n := int64(b.Size) // the bytes handed out
 	var splitBlocks, splitBytes int64
-	switch {
-	case b.Seg.Expandable():
-	case split && wasSplit:
-		splitBytes = -int64(size)
-	case split:
-		splitBlocks, splitBytes = 1, int64(b.Size)
-	case wasSplit:
-		splitBlocks, splitBytes = -1, -int64(b.Size)
+	if split {
+		n = int64(size)
 	}
-	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
-	sh.live.Put(f)
-	b = f
-	k, n := x.PoolIdx, int64(b.Size)
+	if !b.Seg.Expandable() {
+		switch wasSplit := b.IsSplit(); {
+		case split && wasSplit:
+			splitBytes = -n
+		case split:
+			splitBlocks, splitBytes = 1, int64(b.Size-size) // the rest
+		case wasSplit:
+			splitBlocks, splitBytes = -1, -n
+		}
+	}
 	st := &sh.st
 	var rows uint32 // the rows past a limit
 	if st[stats.Allocation].bump(k, 1) {
@@ -237,13 +239,14 @@ func (a *Allocator) takeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block
 	if st[stats.AllocatedBytes].bump(k, n) {
 		rows |= 1<<stats.AllocatedBytes | activeRows
 	}
-	if st[stats.RequestedBytes].bump(k, int64(b.Requested)) {
+	if st[stats.RequestedBytes].bump(k, int64(requested)) {
 		rows |= 1 << stats.RequestedBytes
 	}
 	if !sh.activeImplied && sh.activeOver(k) { // active = allocation + pending rises too
 		rows |= activeRows
 	}
-	if b.Size >= a.rule.maxSplit && st[oversizeA].bump(qSmall, 1) {
+	oversize := uint64(n) >= a.rule.maxSplit
+	if oversize && st[oversizeA].bump(qSmall, 1) {
 		rows |= 1 << oversizeA
 	}
 	if st[stats.InactiveSplit].move(k, splitBlocks) {
@@ -252,33 +255,47 @@ func (a *Allocator) takeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block
 	if st[stats.InactiveSplitBytes].move(k, splitBytes) {
 		rows |= 1 << stats.InactiveSplitBytes
 	}
-	if a.phased && sh.phaseCount(b.Phase).add(n) {
+	if a.phased && sh.phaseCount(a.phase).add(n) {
 		rows |= phaseBit
 	}
 	if rows != 0 {
-		d := opDelta{k: k}
-		d.row[stats.Allocation], d.row[stats.AllocatedBytes], d.row[stats.RequestedBytes] = 1, n, int64(b.Requested)
-		d.row[stats.InactiveSplit], d.row[stats.InactiveSplitBytes] = splitBlocks, splitBytes
-		if b.Size >= a.rule.maxSplit {
-			d.row[oversizeA] = 1
-		}
-		if a.phased {
-			d.phased, d.phase, d.ph = true, b.Phase, [2]int64{n, 1}
-		}
-		a.exceedRows(sh, k, rows, &d)
+		a.takeExceeded(sh, k, rows, n, int64(requested), splitBlocks, splitBytes, oversize)
+	}
+	f := x.Take(b, size, split) // with split, b is the rest
+	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
+	if !sh.live.PutHome(f) {
+		sh.live.Put(f)
 	}
 	if a.listening {
 		if a.stepping {
-			sh.steps.note(b, +1)
+			sh.steps.note(f, +1)
 			if a.pol != nil && a.pol.plan != nil {
-				a.planAllocatedLocked(b, size, a.userStreamLocked(b))
+				a.planAllocatedLocked(f, size, a.userStreamLocked(f))
 			}
 		}
 		if len(a.observers) > 0 {
-			a.notifyLocked(Action{Kind: ActionAlloc, Ptr: b.Ptr, Size: b.Size, Requested: b.Requested, Stream: a.userStreamLocked(b), Phase: a.phases[b.Phase].name})
+			a.notifyLocked(Action{Kind: ActionAlloc, Ptr: f.Ptr, Size: f.Size, Requested: f.Requested, Stream: a.userStreamLocked(f), Phase: a.phases[f.Phase].name})
 		}
 	}
-	return b
+	return f
+}
+
+// takeExceeded runs exceedRows for a hand-out of n bytes (requested as
+// asked) in pool k of shard sh that passed a limit of the rows in rows; it
+// is apart from takeLocked so that the cached path's frame stays small.
+//
+//go:noinline
+func (a *Allocator) takeExceeded(sh *shard, k int, rows uint32, n, requested, splitBlocks, splitBytes int64, oversize bool) {
+	d := opDelta{k: k}
+	d.row[stats.Allocation], d.row[stats.AllocatedBytes], d.row[stats.RequestedBytes] = 1, n, requested
+	d.row[stats.InactiveSplit], d.row[stats.InactiveSplitBytes] = splitBlocks, splitBytes
+	if oversize {
+		d.row[oversizeA] = 1
+	}
+	if a.phased {
+		d.phased, d.phase, d.ph = true, a.phase, [2]int64{n, 1}
+	}
+	a.exceedRows(sh, k, rows, &d)
 }
 
 // freeRequestedLocked records the caller's free of b, of free index x

@@ -117,11 +117,20 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 		}
 		rows &^= phaseBit
 	}
+	// An operation changes its pool's column of a row and all (the
+	// oversize rows: column qSmall and all), as opDelta.of says; the other
+	// pool's value stays, and so within its limit (no limit falls below its
+	// value), so only the two changed quantities may have passed a limit,
+	// as in Cut, which runs Exceed for the changes alone.
+	k &= 1
 	for ; rows != 0; rows &= rows - 1 {
 		row := bits.TrailingZeros32(rows)
-		for c := range numQ {
-			a.peaks.Exceed(ps, sh.id, statRow(row, c))
+		col := k
+		if row >= oversizeA {
+			col = qSmall
 		}
+		a.peaks.Exceed(ps, sh.id, statRow(row, col))
+		a.peaks.Exceed(ps, sh.id, statRow(row, qAll))
 	}
 	sh.refreshImplied()
 }
@@ -242,8 +251,26 @@ func (s *shardParts) Len() int { return len(*s.byID.Load()) }
 func (s *shardParts) Part(p, r int) (value, limit int64) {
 	sh := (*s.byID.Load())[p]
 	if r < numStatRows {
+		// shard.value and shard.limit, written out: the peaks call Part
+		// for every Exceed and for every operation of a Cut.
 		row, k := r/numQ, r%numQ
-		return sh.value(row, k), sh.limit(row, k)
+		if row < 0 {
+			return 0, 0 // never: it lets the compiler drop bounds checks
+		}
+		c, base := &sh.st[row], derivedFrom[row]-1 // -1: no base row
+		if k == qAll {
+			value, limit = c.pool[0].Value()+c.pool[1].Value(), c.allLim
+			if base >= 0 {
+				value += sh.st[base].pool[0].Value() + sh.st[base].pool[1].Value()
+			}
+			return value, limit
+		}
+		k &= 1
+		value, limit = c.pool[k].Value(), c.pool[k].Limit()
+		if base >= 0 {
+			value += sh.st[base].pool[k].Value()
+		}
+		return value, limit
 	}
 	if c := sh.peekPhase(uint16((r - numStatRows) / 2)); c != nil {
 		n := c.of((r - numStatRows) % 2)
@@ -262,24 +289,37 @@ func (s *shardParts) Row(r int, vals, lims []int64) {
 		}
 		return
 	}
-	// shard.value and shard.limit, with the row's shape found once.
+	// shard.value and shard.limit, with the row's shape found once and a
+	// loop for each shape.
 	row, k := r/numQ, r%numQ
 	base := derivedFrom[row] - 1 // -1: no base row
-	for p, sh := range shards {
-		s := &sh.st[row]
-		var v int64
-		if k == qAll {
-			v, lims[p] = s.pool[0].Value()+s.pool[1].Value(), s.allLim
-			if base >= 0 {
-				v += sh.st[base].pool[0].Value() + sh.st[base].pool[1].Value()
-			}
-		} else {
-			v, lims[p] = s.pool[k].Value(), s.pool[k].Limit()
-			if base >= 0 {
-				v += sh.st[base].pool[k].Value()
-			}
+	if uint(row) >= uint(numRows) || base >= numRows {
+		return // never: it lets the compiler drop the loops' bounds checks
+	}
+	switch {
+	case k == qAll && base >= 0:
+		for p, sh := range shards {
+			s, b := &sh.st[row], &sh.st[base]
+			vals[p] = s.pool[0].Value() + s.pool[1].Value() + b.pool[0].Value() + b.pool[1].Value()
+			lims[p] = s.allLim
 		}
-		vals[p] = v
+	case k == qAll:
+		for p, sh := range shards {
+			s := &sh.st[row]
+			vals[p], lims[p] = s.pool[0].Value()+s.pool[1].Value(), s.allLim
+		}
+	case base >= 0:
+		k &= 1
+		for p, sh := range shards {
+			c := &sh.st[row].pool[k]
+			vals[p], lims[p] = c.Value()+sh.st[base].pool[k].Value(), c.Limit()
+		}
+	default:
+		k &= 1
+		for p, sh := range shards {
+			c := &sh.st[row].pool[k]
+			vals[p], lims[p] = c.Value(), c.Limit()
+		}
 	}
 }
 
@@ -295,12 +335,19 @@ func (s *shardParts) SetLimits(r int, lims []int64) {
 		return
 	}
 	row, k := r/numQ, r%numQ
-	for p, sh := range shards {
-		if k == qAll {
+	if uint(row) >= uint(numRows) {
+		return // never: it lets the compiler drop the loop's bounds checks
+	}
+	if k == qAll {
+		for p, sh := range shards {
 			sh.st[row].allLim = lims[p]
-		} else {
-			sh.st[row].pool[k].SetLimit(lims[p])
+			sh.activeImplied = false
 		}
+		return
+	}
+	k &= 1
+	for p, sh := range shards {
+		sh.st[row].pool[k].SetLimit(lims[p])
 		sh.activeImplied = false
 	}
 }

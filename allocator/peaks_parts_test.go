@@ -50,6 +50,11 @@ func TestShardPartsRowsAreTheParts(t *testing.T) {
 			v, lim := ps.Part(p, r)
 			require.Equal(t, v, vals[p], "row %d, part %d: value", r, p)
 			require.Equal(t, lim, lims[p], "row %d, part %d: limit", r, p)
+			if r < numStatRows { // and the shard's own reads of its counts
+				sh := (*a.byID.Load())[p]
+				require.Equal(t, sh.value(r/numQ, r%numQ), v, "row %d, part %d: shard's value", r, p)
+				require.Equal(t, sh.limit(r/numQ, r%numQ), lim, "row %d, part %d: shard's limit", r, p)
+			}
 		}
 	}
 	// Raise every limit by one and back, through SetLimits, and compare

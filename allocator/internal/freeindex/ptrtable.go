@@ -62,6 +62,19 @@ func (t *PtrTable) Put(b *Block) {
 	t.n++
 }
 
+// PutHome adds b, whose address is not in the table, when its home slot
+// is empty and the table need not grow, and reports whether it did; Put
+// does the rest. It is small enough to be inlined into the hot path.
+func (t *PtrTable) PutHome(b *Block) bool {
+	i := t.home(b.Ptr)
+	if t.n >= t.limit || t.slots[i] != nil {
+		return false
+	}
+	t.slots[i] = b
+	t.n++
+	return true
+}
+
 // Remove deletes the entry at p and returns its block, or nil. It shifts
 // later entries of the probe run back so that no tombstones accumulate.
 func (t *PtrTable) Remove(p device.Ptr) *Block {

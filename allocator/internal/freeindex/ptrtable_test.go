@@ -26,8 +26,19 @@ func TestPtrTableMatchesMap(t *testing.T) {
 					break // put takes addresses that are not in the table
 				}
 				b := &Block{Ptr: p}
-				tab.Put(b)
+				// PutHome first, as the hot path does, or Put alone.
+				if n := tab.Len(); !rapid.Bool().Draw(t, "home") || !tab.PutHome(b) {
+					if tab.Len() != n {
+						t.Fatalf("PutHome(%v) refused but changed the table", p)
+					}
+					tab.Put(b)
+				} else if tab.slots[tab.home(p)] != b {
+					t.Fatalf("PutHome(%v) did not file the block in its home slot", p)
+				}
 				ref[p] = b
+				if tab.n > tab.limit {
+					t.Fatalf("%d entries, more than the table's limit %d", tab.n, tab.limit)
+				}
 			case 1:
 				if got, want := tab.Remove(p), ref[p]; got != want {
 					t.Fatalf("remove(%v) = %p, want %p", p, got, want)

@@ -190,13 +190,13 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 	}
 	n := ps.Len()
 	vals, lims := t.row(ps, r, n)
+	lims = lims[:len(vals)]
 	var total, others int64
-	for o := range n {
-		total += vals[o]
-		if o != p {
-			others += lims[o]
-		}
+	for o, pv := range vals {
+		total += pv
+		others += lims[o]
 	}
+	others -= lims[p]
 	peak := max(t.peak[r], total)
 	t.peak[r] = peak
 	if others+v <= peak {
@@ -208,22 +208,22 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 	// rest), so that the next part to rise has room too: with the others'
 	// limits at their values, every rise of another part would pass its
 	// limit and need the world. (The counts of blocks have little room:
-	// one each is what spares them a cut.)
+	// one each is what spares them a cut.) The limits add up to the peak:
+	// p's is its value plus the share, as the others' are, and the rest
+	// (less than n) is one each for the first rest others.
 	room := peak - total
-	share, rest := room/int64(n), room%int64(n)
-	others = 0
-	for o := range n {
-		if o != p {
-			w := vals[o] + share
-			if rest > 0 {
-				w++
-				rest--
-			}
-			lims[o] = w
-			others += w
+	share, rest := room/int64(n), int(room%int64(n))
+	for o, pv := range vals {
+		lims[o] = pv + share
+	}
+	for o := range lims[:min(rest, p)] {
+		lims[o]++
+	}
+	if rest > p {
+		for o := range lims[p+1 : rest+1] {
+			lims[p+1+o]++
 		}
 	}
-	lims[p] = peak - others
 	ps.SetLimits(r, lims)
 }
 
@@ -233,8 +233,25 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 // ops, from the state before any of them: after each, the total of every
 // row it increased raises the row's peak if it passes it (only a row
 // that some operation's part is above its limit of can). Then it runs
-// Exceed for every row each operation changed.
+// Exceed for every row each operation changed. (With one operation, the
+// count in order is Exceed's own: the operation's part is above its
+// limit of a row only if it increased the row, and Exceed raises the peak
+// to the row's total then.)
 func (t *Table) Cut(ps Parts, ops []Op) {
+	if len(ops) > 1 {
+		t.countInOrder(ps, ops)
+	}
+	for _, op := range ops {
+		for _, c := range op.Changes {
+			t.Exceed(ps, op.Part, c.Row)
+		}
+	}
+}
+
+// countInOrder is Cut's count of ops one after another: it raises the
+// peak of every row an operation increased to the total after it, where
+// that passes the peak.
+func (t *Table) countInOrder(ps Parts, ops []Op) {
 	n := ps.Len()
 	for i := range ops {
 		for j, c := range ops[i].Changes {
@@ -265,11 +282,6 @@ func (t *Table) Cut(ps Parts, ops []Op) {
 				}
 			}
 			t.peak[r] = peak
-		}
-	}
-	for _, op := range ops {
-		for _, c := range op.Changes {
-			t.Exceed(ps, op.Part, c.Row)
 		}
 	}
 }

@@ -357,3 +357,75 @@ func TestPeaksAreThoseOfASerialOrder(t *testing.T) {
 		world()
 	})
 }
+
+// shareRef is Exceed's sharing of the room as a loop over the parts: the
+// others, in order, get their value plus the share and one more each while
+// the division's rest lasts; p gets the peak less theirs.
+func shareRef(vals []int64, p int, peak int64) []int64 {
+	n := int64(len(vals))
+	var total int64
+	for _, v := range vals {
+		total += v
+	}
+	room := peak - total
+	share, rest := room/n, room%n
+	lims := make([]int64, len(vals))
+	var others int64
+	for o := range vals {
+		if o != p {
+			w := vals[o] + share
+			if rest > 0 {
+				w++
+				rest--
+			}
+			lims[o] = w
+			others += w
+		}
+	}
+	lims[p] = peak - others
+	return lims
+}
+
+// TestExceedSharesAsTheLoop: on random rows, Exceed's limits are those of
+// shareRef whenever it shares the room, and the table's invariants hold.
+func TestExceedSharesAsTheLoop(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 12).Draw(t, "parts")
+		g := newGrid(n, 1)
+		var sum int64
+		for o := range g {
+			v := rapid.Int64Range(0, 40).Draw(t, "value")
+			g[o][0] = NewCount(v)
+			g[o][0].SetLimit(v + rapid.Int64Range(0, 10).Draw(t, "slack"))
+			sum += g[o][0].Limit()
+		}
+		tab := newTable(1)
+		tab.peak[0] = sum + rapid.Int64Range(0, 30).Draw(t, "spare")
+		p := rapid.IntRange(0, n-1).Draw(t, "part")
+		g[p][0].Bump(rapid.Int64Range(1, 60).Draw(t, "rise"))
+		vals := make([]int64, n)
+		var total, others int64
+		for o := range g {
+			vals[o] = g.Value(o, 0)
+			total += vals[o]
+			if o != p {
+				others += g.Limit(o, 0)
+			}
+		}
+		v := g.Value(p, 0)
+		sharing := v > g.Limit(p, 0) && others+v > max(tab.Peak(0), total)
+		tab.Exceed(g, p, 0)
+		if s := broken(tab, g); s != "" {
+			t.Fatal(s)
+		}
+		if !sharing {
+			return
+		}
+		want := shareRef(vals, p, tab.Peak(0))
+		for o := range g {
+			if g.Limit(o, 0) != want[o] {
+				t.Fatalf("part %d's limit %d, want %d (values %v, part %d, peak %d)", o, g.Limit(o, 0), want[o], vals, p, tab.Peak(0))
+			}
+		}
+	})
+}
