@@ -401,6 +401,9 @@ func TestPolicyMapsAheadWithinTheSlack(t *testing.T) {
 // of memory: BERT at batch 2 needed 1.0136 x its peak requested under
 // the policy instead of 1.0064).
 func TestPolicyMapsWithoutAheadWhenTheDeviceIsShort(t *testing.T) {
+	if selfCheck {
+		t.Skip("with gpumem_invariants every operation checks that the device's bytes in use are the allocator's: another user of the device breaks that")
+	}
 	a, dev := newOn(t, lowFrag, simtest.Capacity(64*mib))
 	p := mustAlloc(t, a, 60*mib, 0)
 	mustFree(t, a, p)
