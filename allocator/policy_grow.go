@@ -207,6 +207,52 @@ type candidate struct {
 	pages uint64
 }
 
+// candidateBefore reports whether reclaim takes x before y: more pages
+// first, then the lower address.
+func candidateBefore(x, y candidate) bool {
+	if x.pages != y.pages {
+		return x.pages > y.pages
+	}
+	return x.b.Ptr < y.b.Ptr
+}
+
+// smallestSufficient returns the index in list of the candidate with the
+// fewest pages at least want, the last such in candidateBefore's order
+// (the highest address among equal pages), or -1 if none has want.
+func smallestSufficient(list []candidate, want uint64) int {
+	best := -1
+	for i, c := range list {
+		if c.pages >= want && (best < 0 || candidateBefore(list[best], c)) {
+			best = i
+		}
+	}
+	return best
+}
+
+// firstInOrder moves the first n candidates of list in candidateBefore's
+// order to its front, in that order, and returns them (list[:n]); the
+// rest of list is left in no order. n is at most len(list).
+func firstInOrder(list []candidate, n int) []candidate {
+	m := 0 // list[:m] holds the first m of those seen, in order
+	for j := range list {
+		c := list[j]
+		if m == n {
+			if !candidateBefore(c, list[n-1]) {
+				continue
+			}
+			m--
+		}
+		i := m
+		for i > 0 && candidateBefore(c, list[i-1]) {
+			list[i] = list[i-1]
+			i--
+		}
+		list[i] = c
+		m++
+	}
+	return list[:n]
+}
+
 // pagesFor rounds n up to whole pages.
 func pagesFor(n, page uint64) uint64 { return (n + page - 1) / page * page }
 
@@ -271,10 +317,6 @@ func wholePages(b *freeindex.Block) uint64 {
 // unmapped; a device error leaves that block mapped.
 func (a *Allocator) reclaimLocked(x *freeindex.Index, want uint64, keep *freeindex.Block, bounded bool) uint64 {
 	list := a.pol.candidates[:0]
-	defer func() {
-		clear(list)
-		a.pol.candidates = list[:0]
-	}()
 	p := x.Pool
 	// A block smaller than a page holds no whole page.
 	x.AscendAtLeast(keep.Seg.Page, func(b *freeindex.Block) bool {
@@ -289,39 +331,31 @@ func (a *Allocator) reclaimLocked(x *freeindex.Index, want uint64, keep *freeind
 		}
 		return true
 	})
+	a.pol.candidates = list[:0]
+	defer clear(list) // the whole list, however much of it is chosen below
 	a.examined += len(list)
-	slices.SortFunc(list, func(x, y candidate) int {
-		switch {
-		case x.pages != y.pages:
-			if x.pages > y.pages {
-				return -1
-			}
-			return 1
-		case x.b.Ptr < y.b.Ptr:
-			return -1
-		case x.b.Ptr > y.b.Ptr:
-			return 1
-		}
-		return 0
-	})
-	// The smallest block that suffices alone, if any (list is largest
-	// first).
-	if i, _ := slices.BinarySearchFunc(list, want, func(c candidate, w uint64) int {
-		if c.pages >= w {
-			return -1
-		}
-		return 1
-	}); i > 0 {
-		list = list[i-1 : i]
+	// The victims in the order "most pages first, then lowest address"
+	// (candidateBefore), chosen without sorting the whole list unless
+	// all of it may go.
+	if i := smallestSufficient(list, want); i >= 0 {
+		list[0] = list[i]
+		list = list[:1]
 	} else if n := a.pol.victims; bounded && len(list) > n {
+		list = firstInOrder(list, n)
 		var sum uint64
-		for _, c := range list[:n] {
+		for _, c := range list {
 			sum += c.pages
 		}
 		if sum < want {
 			return 0 // too many calls for what it saves: let the mark rise
 		}
-		list = list[:n]
+	} else {
+		slices.SortFunc(list, func(x, y candidate) int {
+			if candidateBefore(x, y) {
+				return -1
+			}
+			return 1 // two candidates are two blocks: never equal
+		})
 	}
 	var got uint64
 	for _, c := range list {

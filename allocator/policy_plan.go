@@ -78,6 +78,10 @@ type planReq struct {
 	size  uint64 // rounded
 	off   uint64 // offset in the arena, when arena
 	arena bool   // allocated and freed within the planned step: served from the arena
+	// at is the struct of the block last handed out for this request: a
+	// start for the next step's walk to the same place, when it is still
+	// a block of the arena's segment holding that place.
+	at *freeindex.Block
 }
 
 // planState is the planned policy's state (policyState.plan), changed in
@@ -154,7 +158,10 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		return nil
 	}
 	ptr := p.addr + device.Ptr(r.off)
-	b := freeindex.Containing(a.arenaStartLocked(ptr), ptr)
+	b := r.at
+	if !freeindex.InSegment(b, p.seg) || ptr < b.Ptr || ptr >= b.Ptr+device.Ptr(b.Size) {
+		b = freeindex.Containing(a.arenaStartLocked(ptr), ptr)
+	}
 	if b == nil || !b.IsFree() || b.Ptr+device.Ptr(b.Size) < ptr+device.Ptr(rounded) || b.Seg.Free != x {
 		p.follow = false
 		p.departures++
@@ -162,6 +169,7 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 	}
 	p.served++
 	b = x.Carve(b, ptr, rounded)
+	r.at = b
 	p.recent[p.next] = b // where the next walks start
 	p.next = (p.next + 1) % planRecent
 	return b

@@ -56,3 +56,23 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 	_, c = run(repeatLastStep(ops, 8))
 	require.Equal(t, [3]int64{1, 5 * 1004, 0}, c, "plans, served, departures on %d bytes", capacity)
 }
+
+// TestPlannedCallsNoMoreThanTheDefault replays the transformer step
+// (cs336) under the planned policy and PyTorch's default: the planned
+// policy's one pool maps 2 MiB pages for both pools' requests, and with
+// 20 MiB mapped ahead of a request it made 242 device calls against the
+// default's 240; mapping 40 MiB ahead (its default) makes 200, on the
+// same smallest device.
+func TestPlannedCallsNoMoreThanTheDefault(t *testing.T) {
+	ops := fileOps("../trace/replay/testdata/pytorch/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz")(t)
+	calls := func(cfg allocator.Config) int64 {
+		a := gpumemtest.New(t, gpumemtest.WithCapacity(80<<30), gpumemtest.WithConfig(cfg), gpumemtest.AllowLeaks())
+		res, err := replay.Run(trace.SliceReader(ops), a, a.Device().(*sim.Device), replay.Options{})
+		require.NoError(t, err)
+		require.Zero(t, res.OOMs)
+		return res.DeviceAllocs + res.DeviceFrees
+	}
+	planned, faithful := calls(allocator.Config{Policy: allocator.PolicyPlanned}), calls(allocator.Config{})
+	t.Logf("device calls: planned %d, faithful default %d", planned, faithful)
+	require.LessOrEqual(t, planned, faithful, "device calls: planned %d, faithful default %d", planned, faithful)
+}

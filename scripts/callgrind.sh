@@ -14,7 +14,10 @@
 #   included: 10 streams, frees across streams, GiB KV blocks; see
 #   offloadTrace in trace/replay/offload_test.go), libgpumem (the
 #   cached 1 MiB pair through the C library, side by side with the same
-#   pair through the Go API).
+#   pair through the Go API), policy (random_mixed through replay.Run
+#   under the faithful default, gpumem_policy:low_fragmentation and
+#   gpumem_policy:planned, BenchmarkPolicyReplay: instructions per op of
+#   each and each policy's as a multiple of the default's).
 #   Default: pair mixed cs336 streams replay offload.
 #
 # Method: Go binaries built with CGO_ENABLED=0 and run with GOMAXPROCS=1
@@ -113,6 +116,14 @@ for w in "${what[@]}"; do
 	# 20000: streamsOps in allocator/bench_live_test.go.
 	streams) echo "allocator on 10 streams, GiB segments (BenchmarkReplayStreams): $(bench BenchmarkReplayStreams 2 6 20000) instructions per op" ;;
 	libgpumem) libgpumem_pairs ;;
+	policy)
+		n=$(ops $mixed)
+		d=$(bench BenchmarkPolicyReplay/random_mixed/faithful_default 1 3 "$n")
+		for m in low_fragmentation planned; do
+			p=$(bench "BenchmarkPolicyReplay/random_mixed/$m" 1 3 "$n")
+			echo "random_mixed through replay.Run, $m: $p instructions per op, $(echo "scale=3; $p / $d" | bc) x the faithful default's $d"
+		done
+		;;
 	replay-cs336) echo "gpumem replay of plain cs336: $(replay $cs336) instructions per op" ;;
 	offload) echo "gpumem replay of the 10-stream offload trace: $(replay $offload) instructions per op" ;;
 	*) echo "unknown: $w" >&2; exit 2 ;;
