@@ -22,3 +22,13 @@ func TestReplayJSONPools(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, `memtrace line 2: "P kv no_split": the replayed allocator keeps no pools`)
 }
+
+// TestReplayPoolsNeedTheCachingAllocator: the async backend, like the
+// baseline, stops at the first pool line, and the error says what to use.
+func TestReplayPoolsNeedTheCachingAllocator(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pools.trace")
+	require.NoError(t, os.WriteFile(path, []byte("# memtrace v1 source=test\na 0 4096 0\nP kv\n"), 0o644))
+	_, errOut, code := runCmd(t, "replay", "--conf", "backend:cudaMallocAsync", path)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, `memtrace line 3: "P kv": the replayed allocator keeps no pools: pool lines need the caching allocator`)
+}

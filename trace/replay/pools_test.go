@@ -96,7 +96,7 @@ func TestReplayPoolsOnPassthrough(t *testing.T) {
 	rd, err := trace.NewReader(strings.NewReader("a 0 512\nP kv\nf 0\n"))
 	require.NoError(t, err)
 	_, err = Run(rd, p, dev, Options{})
-	require.ErrorContains(t, err, `memtrace line 2: "P kv": the replayed allocator keeps no pools (the pass-through baseline`)
+	require.ErrorContains(t, err, `memtrace line 2: "P kv": the replayed allocator keeps no pools: pool lines need the caching allocator`)
 }
 
 // TestReplaySleepAndWake: on an 8 GiB device, 6 GiB live in a paused pool

@@ -486,7 +486,7 @@ func (rp *replayer) alloc(op *trace.Op, s device.Stream) error {
 // a Pauser for z and w).
 func (rp *replayer) applyPool(op *trace.Op) error {
 	if rp.pooler == nil {
-		return errors.New("the replayed allocator keeps no pools (the pass-through baseline has no cache to divide)")
+		return errors.New("the replayed allocator keeps no pools: pool lines need the caching allocator, not the pass-through baseline or backend:cudaMallocAsync")
 	}
 	pool := func() (*allocator.Pool, error) {
 		p := rp.pools[op.Name]
