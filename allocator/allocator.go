@@ -145,7 +145,7 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 			return nil, fmt.Errorf("allocator: expandable_segments pages the large pool by the large segment size, %d bytes, which is not a multiple of the device's mapping granularity %d: %w", l, g, device.ErrNotSupported)
 		}
 	} else if cfg.Policy != PolicyFaithful {
-		vm = policyVM(dev) // policy: expandable segments when the device can
+		vm = pagingVM(dev) // policy: expandable segments when the device can
 	}
 	a := &Allocator{
 		dev:     dev,
@@ -572,30 +572,6 @@ func (a *Allocator) segmentOfLocked(p device.Ptr) *freeindex.Segment {
 		}
 	}
 	return nil
-}
-
-// EmptyCache waits for outstanding stream events, then returns every cached
-// segment that is wholly free to the device (PyTorch's emptyCache); with
-// expandable segments it unmaps the whole pages of free blocks and releases
-// segments with nothing mapped. Segments holding any allocated or pending
-// block stay. An error from the device leaves the blocks it concerns
-// cached; the others are released.
-func (a *Allocator) EmptyCache() error {
-	if !a.made() {
-		return errNotMade
-	}
-	a.lockAll()
-	defer a.unlockAll()
-	if a.captures > 0 {
-		return errCapturing
-	}
-	a.cacheEmptiedLocked()
-	a.settleAllLocked()
-	err := errors.Join(a.releaseCachedLocked(), a.freeStrayHostLocked(), a.releaseStrayLocked())
-	if selfCheck {
-		a.selfCheckLocked("EmptyCache")
-	}
-	return err
 }
 
 // LargestFreeBlock returns the size of the largest cached free block.

@@ -14,19 +14,6 @@ import (
 	"github.com/gpumem/gpumem/stats"
 )
 
-// policyVM returns dev's virtual memory when expandable segments can use
-// it, else nil: the policy then works on plain segments.
-func policyVM(dev device.Device) device.VirtualMemory {
-	vm, ok := dev.(device.VirtualMemory)
-	if !ok {
-		return nil
-	}
-	if g := vm.Granularity(); g == 0 || kSmallBuffer%g != 0 {
-		return nil
-	}
-	return vm
-}
-
 // policyFitLocked is step 4 under the low_fragmentation policy: every
 // search counts in its pool's clock of block ages, and in the large pool
 // the best fit gives way to the block at the lowest address among at most

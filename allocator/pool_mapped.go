@@ -18,9 +18,10 @@ import (
 	"github.com/gpumem/gpumem/device"
 )
 
-// pagingVM returns dev's virtual memory when it can page every plain
-// segment (its granularity divides 2 MiB, of which every segment size is
-// a multiple), else nil.
+// pagingVM returns dev's virtual memory when it can page every segment
+// (its granularity divides 2 MiB, of which every segment size is a
+// multiple), else nil. Named pools' plain segments use it, and so does
+// the low_fragmentation policy, which works on plain segments without it.
 func pagingVM(dev device.Device) device.VirtualMemory {
 	vm, ok := dev.(device.VirtualMemory)
 	if !ok {

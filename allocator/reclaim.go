@@ -1,7 +1,8 @@
 // This file holds steps 5 and 6 of the allocation ladder: obtaining memory
 // from the device after a cache miss, and reclaiming cached memory when
 // the device refuses (releasing oversize blocks, then the whole cache, and
-// garbage collection), up to the out-of-memory error.
+// garbage collection), up to the out-of-memory error; and EmptyCache,
+// which releases the whole cache on the caller's request.
 
 package allocator
 
@@ -285,4 +286,28 @@ func (a *Allocator) largestFreeLocked() uint64 {
 		}
 	}
 	return largest
+}
+
+// EmptyCache waits for outstanding stream events, then returns every cached
+// segment that is wholly free to the device (PyTorch's emptyCache); with
+// expandable segments it unmaps the whole pages of free blocks and releases
+// segments with nothing mapped. Segments holding any allocated or pending
+// block stay. An error from the device leaves the blocks it concerns
+// cached; the others are released.
+func (a *Allocator) EmptyCache() error {
+	if !a.made() {
+		return errNotMade
+	}
+	a.lockAll()
+	defer a.unlockAll()
+	if a.captures > 0 {
+		return errCapturing
+	}
+	a.cacheEmptiedLocked()
+	a.settleAllLocked()
+	err := errors.Join(a.releaseCachedLocked(), a.freeStrayHostLocked(), a.releaseStrayLocked())
+	if selfCheck {
+		a.selfCheckLocked("EmptyCache")
+	}
+	return err
 }

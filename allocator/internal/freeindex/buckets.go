@@ -147,18 +147,7 @@ func (s *sizeBuckets) remove(b *Block) {
 
 // removeMore takes b out of class c, a heap of two blocks or more.
 func (s *sizeBuckets) removeMore(b *Block, c int) {
-	h := s.heaps[c]
-	i, last := int(b.heapIdx), len(h)-1
-	x := h[last]
-	h[last] = nil
-	h = h[:last]
-	if i != last {
-		h[i] = x
-		x.heapIdx = int32(i)
-		if !heapUp(h, i, true) {
-			heapDown(h, i, true)
-		}
-	}
+	h := heapRemove(s.heaps[c], int(b.heapIdx))
 	s.first[c] = h[0]
 	if len(h) == 1 {
 		h[0] = nil

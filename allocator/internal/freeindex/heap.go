@@ -57,3 +57,20 @@ func heapDown(h []*Block, i int, track bool) {
 		b.heapIdx = int32(i)
 	}
 }
+
+// heapRemove takes h[i] out of the tracked heap h and returns the
+// shorter heap; the last block fills the hole and moves to its place.
+func heapRemove(h []*Block, i int) []*Block {
+	last := len(h) - 1
+	x := h[last]
+	h[last] = nil
+	h = h[:last]
+	if i != last {
+		h[i] = x
+		x.heapIdx = int32(i)
+		if !heapUp(h, i, true) {
+			heapDown(h, i, true)
+		}
+	}
+	return h
+}

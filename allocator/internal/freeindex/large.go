@@ -189,17 +189,7 @@ func (s *largeBuckets) remove(b *Block) {
 	slot := s.slot(c)
 	bk := &s.tab[slot]
 	if h := bk.heap; len(h) > 0 {
-		i, last := int(b.heapIdx), len(h)-1
-		x := h[last]
-		h[last] = nil
-		h = h[:last]
-		if i != last {
-			h[i] = x
-			x.heapIdx = int32(i)
-			if !heapUp(h, i, true) {
-				heapDown(h, i, true)
-			}
-		}
+		h = heapRemove(h, int(b.heapIdx))
 		bk.first = h[0]
 		if len(h) == 1 {
 			h[0] = nil
