@@ -37,8 +37,11 @@ func (r *Reader) nextBatch(v *Validator, ops []Op, lines []int) (int, error) {
 	for n < len(ops) {
 		if r.err == nil && !r.pending {
 			if buf, _ := r.br.Peek(r.br.Buffered()); len(buf) > 0 {
-				k, used := scanFast(buf, ops[n:], lines[n:], r.line, v)
+				k, used := scanFast(buf, ops[n:], v)
 				r.br.Discard(used)
+				for i := range lines[n : n+k] {
+					lines[n+i] = r.line + 1 + i
+				}
 				r.line += k
 				if n += k; n == len(ops) {
 					break
@@ -67,29 +70,34 @@ func (r *Reader) nextBatch(v *Validator, ops []Op, lines []int) (int, error) {
 
 // scanFast parses, from the start of buf, the complete lines (each ended
 // by "\n") that parseFast takes, and the r and s lines of the same form
-// ("r ID STREAM", "s STREAM"), into ops and, numbered from line+1,
-// lines, until ops is full or a line is not one of them (or not complete
-// in buf, or, with v, breaks a rule of v). It returns the number of ops
-// and of bytes it took. A line it takes is one that Next would read to
-// the same op: no "\r", no more or fewer fields, and it is shorter than
-// the buffer. With v, it applies each op to v's live IDs as Check would;
-// an op that breaks a rule changes nothing and is not taken.
-func scanFast(buf []byte, ops []Op, lines []int, line int, v *Validator) (n, used int) {
-	lines = lines[:len(ops)] // as long as ops (nextBatch): no bounds checks below
+// ("r ID STREAM", "s STREAM"), into ops, until ops is full or a line is
+// not one of them (or not complete in buf, or, with v, breaks a rule of
+// v). It returns the number of ops and of bytes it took; the ops are of
+// consecutive lines. A line it takes is one that Next would read to the
+// same op: no "\r", no more or fewer fields, and it is shorter than the
+// buffer. With v, it applies each op to v's live IDs as Check would; an
+// op that breaks a rule changes nothing and is not taken.
+//
+// It is the replay's parser, written for few live values: each number is
+// read by one loop over its digits (number), and the IDs of v's dense
+// table are looked up in place; the rest goes through idSet's methods.
+func scanFast(buf []byte, ops []Op, v *Validator) (n, used int) {
+	var live *idSet
+	var dense []uint8 // live's IDs below len(dense), in place
+	if v != nil {
+		live = &v.live
+		dense = live.dense
+	}
 	for ; n < len(ops); n++ {
-		op := &ops[n]
-		if len(op.Tag)|len(op.Name) != 0 {
-			*op = Op{} // the fields below are set
-		}
 		// The line at buf[used:], as parseFast reads it (an r or s line as
-		// parseFields would), with its "\n".
+		// parseFields would), with its "\n". The shortest is "f 0\n".
 		i := used
 		if i+3 >= len(buf) || buf[i+1] != ' ' {
 			break
 		}
 		kind := buf[i]
-		id, j := decimal(buf, i+2)
-		if j < 0 || j >= len(buf) {
+		id, j := number(buf, i+2)
+		if j >= len(buf) {
 			break
 		}
 		var size, stream uint64
@@ -98,62 +106,108 @@ func scanFast(buf []byte, ops []Op, lines []int, line int, v *Validator) (n, use
 			if buf[j] != '\n' {
 				return n, used
 			}
-			if v != nil {
-				if _, ok := v.live.remove(id); !ok {
+			if id < uint64(len(dense)) {
+				if dense[id] == 0 {
+					return n, used
+				}
+				dense[id] = 0
+				live.n--
+			} else if live != nil {
+				if _, ok := live.remove(id); !ok {
 					return n, used
 				}
 			}
-			op.Kind = Free
+			ops[n].Kind = Free
 			used = j + 1
 		case 'a':
 			if buf[j] != ' ' {
 				return n, used
 			}
 			var k int
-			if size, k = decimal(buf, j+1); k < 0 || k >= len(buf) {
+			if size, k = number(buf, j+1); k >= len(buf) {
 				return n, used
 			}
 			if buf[k] != '\n' {
 				if buf[k] != ' ' {
 					return n, used
 				}
-				if stream, k = decimal(buf, k+1); k < 0 || k >= len(buf) || buf[k] != '\n' {
+				if stream, k = number(buf, k+1); k >= len(buf) || buf[k] != '\n' {
 					return n, used
 				}
 			}
-			if v != nil && !v.live.add(id) {
-				return n, used
+			if id < uint64(len(dense)) {
+				if dense[id] != 0 {
+					return n, used
+				}
+				dense[id] = 1
+				live.n++
+			} else if live != nil {
+				if !live.add(id) {
+					return n, used
+				}
+				dense = live.dense // add may have grown it
 			}
-			op.Kind = Alloc
+			ops[n].Kind = Alloc
 			used = k + 1
 		case 'r':
 			if buf[j] != ' ' {
 				return n, used
 			}
 			var k int
-			if stream, k = decimal(buf, j+1); k < 0 || k >= len(buf) || buf[k] != '\n' {
+			if stream, k = number(buf, j+1); k >= len(buf) || buf[k] != '\n' {
 				return n, used
 			}
-			if v != nil {
-				if _, ok := v.live.get(id); !ok {
+			if live != nil {
+				if _, ok := live.get(id); !ok {
 					return n, used
 				}
 			}
-			op.Kind = RecordStream
+			ops[n].Kind = RecordStream
 			used = k + 1
 		case 's':
 			if buf[j] != '\n' {
 				return n, used
 			}
-			op.Kind = SyncStream
+			ops[n].Kind = SyncStream
 			id, stream = 0, id
 			used = j + 1
 		default:
 			return n, used
 		}
+		op := &ops[n]
+		if len(op.Tag)|len(op.Name)|int(op.Flags) != 0 {
+			kind := op.Kind
+			*op = Op{Kind: kind} // the fields below are set
+		}
 		op.ID, op.Size, op.Stream = id, size, stream
-		line++
-		lines[n] = line
 	}
 	return n, used
+}
+
+// number reads the decimal number that starts at buf[j], for scanFast, and
+// returns it and the index after it: its digits, at most 19 of them,
+// without a leading zero, as decimal reads them; or len(buf) when there
+// is no digit at j (j past the end included), which scanFast does not
+// take. It stops after a first digit 0 and after a 19th digit: scanFast
+// then takes the number only if a space or "\n" follows, so a number that
+// decimal would refuse (a leading zero, 20 digits or more) is never taken.
+// It is not inlined: its loop, in a function of its own, keeps its few
+// values in registers.
+func number(buf []byte, j int) (x uint64, k int) {
+	if j >= len(buf) || buf[j]-'0' > 9 {
+		return 0, len(buf)
+	}
+	d := buf[j] - '0'
+	x, k = uint64(d), j+1
+	if d == 0 {
+		return x, k
+	}
+	for end := min(len(buf), j+19); k < end; k++ {
+		d := uint64(buf[k]) - '0'
+		if d > 9 {
+			break
+		}
+		x = x*10 + d
+	}
+	return x, k
 }

@@ -141,6 +141,14 @@ func TestNextBatchSameAsNext(t *testing.T) {
 		"r with one":        "a 0 1\nr 0\n",
 		"r with three":      "a 0 1\nr 0 1 2\n",
 		"s leading zero":    "s 0\ns 00\n",
+		"20 digits":         "a 1 12345678901234567890 0\nf 1\n",
+		"20 digit ID":       "a 10000000000000000000 1\n",
+		"leading zeros":     "a 0 1 0\na 1 01 0\na 2 1 00\nf 00\nf 0\n",
+		"empty fields":      "a 0 1\nf \n",
+		"two spaces":        "a 0  1\n",
+		"zeros":             "a 0 0 0\nf 0\na 0 0\n",
+		"dense table grows": "a 0 1\na 2000000 1\na 1 1\na 4194303 2\na 4194304 3\nf 2000000\nf 1\nf 4194303\nf 4194304\nf 0\nf 1\n",
+		"8 digits and more": "a 12345678 87654321 0\na 123456789 1 0\nf 12345678\nf 123456789\n",
 	}
 	for name, in := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -178,6 +186,57 @@ func FuzzNextBatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, size uint8) {
 		sameAsNext(t, data, int(size%16)+1)
 	})
+}
+
+// TestNumberAsDecimal: where scanFast takes a number (a space or "\n"
+// after it), number reads what decimal reads, and it takes every number
+// decimal reads that is followed by one.
+func TestNumberAsDecimal(t *testing.T) {
+	for _, in := range []string{
+		"", "x", " ", "\n", "0", "0 ", "00 ", "01\n", "1", "1 ", "9\n", "10 ", "1x",
+		"12345678 ", "123456789\n", "1234567890123456789 ", "9999999999999999999\n",
+		"18446744073709551615 ", "12345678901234567890 ", "99999999999999999999\n",
+		"1234567890123456789", "123456789012345678901 ",
+	} {
+		sameNumber(t, []byte(in))
+		sameNumber(t, []byte("a "+in)) // not at the start of the buffer
+	}
+}
+
+// sameNumber requires number and decimal to agree on every start in buf,
+// as scanFast uses number.
+func sameNumber(t testing.TB, buf []byte) {
+	for j := 0; j <= len(buf)+1; j++ {
+		x, k := number(buf, j)
+		wx, wk := decimal(buf, j)
+		taken := func(k int) bool { return k >= 0 && k < len(buf) && (buf[k] == ' ' || buf[k] == '\n') }
+		if taken(wk) || taken(k) {
+			require.Equal(t, wk, k, "%q at %d", buf, j)
+			require.Equal(t, wx, x, "%q at %d", buf, j)
+		}
+		if wk < 0 && j < len(buf) && (buf[j] < '0' || buf[j] > '9') {
+			require.Equal(t, len(buf), k, "%q at %d: no digit", buf, j)
+		}
+	}
+}
+
+func FuzzNumber(f *testing.F) {
+	f.Add([]byte("123 "))
+	f.Add([]byte("0123\n"))
+	f.Add([]byte("18446744073709551615 1"))
+	f.Fuzz(func(t *testing.T, buf []byte) { sameNumber(t, buf) })
+}
+
+// TestBatchClearsOldOps: an op of the batch left from an earlier line
+// (a pool's name and flags) is cleared when a plain line is read into it.
+func TestBatchClearsOldOps(t *testing.T) {
+	rd, err := NewReader(strings.NewReader("a 0 1\nf 0\n"))
+	require.NoError(t, err)
+	ops := []Op{{Kind: MakePool, Flags: NoSplit}, {Kind: MakePool, Name: "p", Flags: NoSplit, Size: 3}}
+	n, err := NewValidator().ReadBatch(rd, ops, make([]int, 2))
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	assert.Equal(t, []Op{{Kind: Alloc, Size: 1}, {Kind: Free}}, ops)
 }
 
 // TestBatchShorterLines: the batch is as long as the shorter of ops and
