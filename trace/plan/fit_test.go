@@ -211,6 +211,19 @@ func TestReplayFirstOOM(t *testing.T) {
 	assert.Positive(t, o.DeviceSeconds)
 	_, err = m.Run(trace.SliceReader(ops), replay.Options{})
 	assert.ErrorContains(t, err, "one replay")
+
+	// The caller's own Options.OOM sees every failed allocation, the
+	// Machine's first one kept as well.
+	m, err = NewMachine(allocator.Config{}, 64*mib, false)
+	require.NoError(t, err)
+	var seen []int64
+	o, err = m.Run(trace.SliceReader(ops), replay.Options{OOM: func(err error, alloc int64) {
+		assert.ErrorIs(t, err, device.ErrOutOfMemory)
+		seen = append(seen, alloc)
+	}})
+	require.NoError(t, err)
+	assert.Equal(t, []int64{2, 3}, seen)
+	assert.EqualValues(t, 2, o.FirstOOMAlloc)
 }
 
 func TestPeakRequested(t *testing.T) {

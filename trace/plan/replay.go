@@ -9,7 +9,6 @@ import (
 	"math"
 
 	"github.com/gpumem/gpumem/allocator"
-	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/replay"
@@ -47,8 +46,10 @@ type Machine struct {
 	// configuration names that backend; nil otherwise.
 	Async *allocator.Async
 
-	target oomCatcher
-	ran    bool
+	target  replay.Target // Allocator, Async or the baseline
+	first   error         // Outcome.FirstOOM
+	firstAt int64         // Outcome.FirstOOMAlloc
+	ran     bool
 }
 
 // NewMachine makes a simulated device of capacity bytes (DefaultCapacity if
@@ -70,7 +71,7 @@ func NewMachine(cfg allocator.Config, capacity uint64, baseline bool) (*Machine,
 		if err != nil {
 			return nil, err
 		}
-		m.target.Target = p
+		m.target = p
 		return m, nil
 	}
 	if cfg.Backend == allocator.BackendCudaMallocAsync {
@@ -79,7 +80,7 @@ func NewMachine(cfg allocator.Config, capacity uint64, baseline bool) (*Machine,
 			return nil, err
 		}
 		m.Async = a
-		m.target.Target = a
+		m.target = a
 		return m, nil
 	}
 	a, err := allocator.New(dev, cfg)
@@ -87,7 +88,7 @@ func NewMachine(cfg allocator.Config, capacity uint64, baseline bool) (*Machine,
 		return nil, err
 	}
 	m.Allocator = a
-	m.target.Target = a
+	m.target = a
 	return m, nil
 }
 
@@ -104,27 +105,24 @@ func (m *Machine) RunContext(ctx context.Context, r trace.OpReader, opt replay.O
 	}
 	m.ran = true
 	clock := m.Device.Clock()
-	var t replay.Target = &m.target
-	if ca, ok := m.target.Target.(caching); ok {
-		// Keep the caching allocator's phases, steps and pools visible to
-		// Run.
-		t = struct {
-			*oomCatcher
-			caching
-		}{&m.target, ca}
-	} else if ps, ok := m.target.Target.(phasesAndSteps); ok {
-		// Keep the caching allocator's phases and steps visible to Run.
-		t = struct {
-			*oomCatcher
-			phasesAndSteps
-		}{&m.target, ps}
+	// The target itself, so that the replay calls it without a wrapper
+	// between (and sees its phases, steps and pools); the first
+	// out-of-memory error comes through Options.OOM.
+	next := opt.OOM
+	opt.OOM = func(err error, alloc int64) {
+		if m.first == nil {
+			m.first, m.firstAt = err, alloc
+		}
+		if next != nil {
+			next(err, alloc)
+		}
 	}
-	res, err := replay.RunContext(ctx, r, t, m.Device, opt)
+	res, err := replay.RunContext(ctx, r, m.target, m.Device, opt)
 	if err != nil {
 		return nil, err
 	}
 	res.DeviceSeconds = (m.Device.Clock() - clock).Seconds()
-	return &Outcome{Result: *res, FirstOOM: m.target.first, FirstOOMAlloc: m.target.firstAt}, nil
+	return &Outcome{Result: *res, FirstOOM: m.first, FirstOOMAlloc: m.firstAt}, nil
 }
 
 // Replay replays ops with the caching allocator configured by cfg on a
@@ -140,39 +138,6 @@ func ReplayContext(ctx context.Context, ops []trace.Op, cfg allocator.Config, ca
 		return nil, err
 	}
 	return m.RunContext(ctx, trace.SliceReader(ops), replay.Options{})
-}
-
-// phasesAndSteps is a target that counts phases and watches steps, as the
-// caching allocator does.
-type phasesAndSteps interface {
-	replay.Phaser
-	replay.Stepper
-}
-
-// caching is a target that counts phases, watches steps and keeps pools
-// it can pause, as the caching allocator does.
-type caching interface {
-	phasesAndSteps
-	replay.Pooler
-	replay.Pauser
-}
-
-// oomCatcher passes every call to the target and keeps the first
-// out-of-memory error.
-type oomCatcher struct {
-	replay.Target
-	allocs  int64
-	first   error
-	firstAt int64
-}
-
-func (c *oomCatcher) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
-	c.allocs++
-	p, err := c.Target.Alloc(size, s)
-	if err != nil && c.first == nil && errors.Is(err, device.ErrOutOfMemory) {
-		c.first, c.firstAt = err, c.allocs
-	}
-	return p, err
 }
 
 // PeakRequested returns the most bytes the ops ask to hold at once: the

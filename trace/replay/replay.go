@@ -90,6 +90,10 @@ type Options struct {
 	// deterministic device, such as a new allocator with the same
 	// configuration on the simulated device), it stops at the peak.
 	StopAfter int64
+	// OOM, if set, is called at each allocation that fails for lack of
+	// memory (and is counted in Result.OOMs) with its error and its number
+	// among the trace's allocations (a lines), from 1.
+	OOM func(err error, alloc int64)
 }
 
 // Result is what a replay measured. Its JSON form is what `gpumem replay
@@ -218,7 +222,7 @@ func Run(r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, e
 // ctx.Err() and says how many ops were replayed.
 func RunContext(ctx context.Context, r trace.OpReader, t Target, dev device.Device, opt Options) (*Result, error) {
 	res := &Result{Trace: opt.Name}
-	rp := replayer{t: t, dev: dev, res: res, streams: map[uint64]device.Stream{0: device.DefaultStream}, peak: opt.Peak}
+	rp := replayer{t: t, dev: dev, res: res, streams: map[uint64]device.Stream{0: device.DefaultStream}, peak: opt.Peak, oom: opt.OOM}
 	if opt.Peak {
 		rp.peakBytes = t.Stats().AllocatedBytes[stats.All].Current
 	}
@@ -346,7 +350,8 @@ type replayer struct {
 	paused    map[string]bool            // the pools paused (z) and not resumed (w)
 	dev       device.Device
 	res       *Result
-	dense     []device.Ptr // ptr by ID for small IDs; 0: not live or failed
+	oom       func(err error, alloc int64) // Options.OOM
+	dense     []device.Ptr                 // ptr by ID for small IDs; 0: not live or failed
 	sparse    map[uint64]device.Ptr
 	streams   map[uint64]device.Stream // trace streams from len(small) up
 	small     [64]struct {             // trace streams below 64, the ones of nearly every trace
@@ -450,6 +455,9 @@ func (rp *replayer) alloc(op *trace.Op, s device.Stream) error {
 			return err
 		}
 		rp.res.OOMs++
+		if rp.oom != nil {
+			rp.oom(err, rp.allocs)
+		}
 		p = 0 // a failed block: its f and r are skipped
 	}
 	if op.ID < uint64(len(rp.dense)) {
