@@ -39,8 +39,12 @@ func (r *Reader) nextBatch(v *Validator, ops []Op, lines []int) (int, error) {
 			if buf, _ := r.br.Peek(r.br.Buffered()); len(buf) > 0 {
 				k, used := scanFast(buf, ops[n:], v)
 				r.br.Discard(used)
-				for i := range lines[n : n+k] {
-					lines[n+i] = r.line + 1 + i
+				// The lines taken are the next k. (r.line in a local: a
+				// store to lines could change it, as far as the compiler
+				// knows, so it would be read again at each.)
+				first, taken := r.line+1, lines[n:n+k]
+				for i := range taken {
+					taken[i] = first + i
 				}
 				r.line += k
 				if n += k; n == len(ops) {
