@@ -362,15 +362,15 @@ type replayer struct {
 	allocs, frees int64 // Result.Alloc and Result.Frees, filled in at the end
 }
 
-// run applies ops, read from lines, in order.
+// run applies ops, read from lines, in order. The a lines on stream 0
+// and the f lines of IDs in the dense table, nearly every line of most
+// traces, are applied here; every other op by apply.
 func (rp *replayer) run(ops []trace.Op, lines []int) error {
 	lines = lines[:len(ops)]
 	for i := range ops {
 		op := &ops[i]
 		var err error
 		switch {
-		case op.Kind == trace.Alloc && op.Stream == 0:
-			err = rp.alloc(op, device.DefaultStream)
 		case op.Kind == trace.Free && op.ID < uint64(len(rp.dense)):
 			// apply's Free, for the blocks of the dense table.
 			if p := rp.dense[op.ID]; p != 0 {
@@ -378,22 +378,40 @@ func (rp *replayer) run(ops []trace.Op, lines []int) error {
 				rp.frees++
 				err = rp.t.Free(p)
 			}
+		case op.Kind == trace.Alloc:
+			if op.Stream == 0 && op.ID < uint64(len(rp.dense)) {
+				// alloc's work, for the blocks of the dense table.
+				rp.allocs++
+				if p, aerr := rp.t.Alloc(op.Size, device.DefaultStream); aerr == nil {
+					rp.dense[op.ID] = p
+				} else if err = rp.allocFailed(aerr); err == nil {
+					rp.dense[op.ID] = 0
+				}
+			} else {
+				err = rp.apply(op)
+			}
+			if rp.peak && err == nil {
+				// Allocated bytes grow only when a block is handed out.
+				rp.notePeak(i, lines[i])
+			}
 		default:
 			err = rp.apply(op)
 		}
 		if err != nil {
 			return fmt.Errorf("memtrace line %d: %s: %w", lines[i], trace.Quote(op.String()), err)
 		}
-		if rp.peak && op.Kind == trace.Alloc {
-			// Allocated bytes grow only when a block is handed out.
-			if cur := rp.t.Stats().AllocatedBytes[stats.All].Current; cur > rp.peakBytes {
-				rp.peakBytes = cur
-				rp.res.PeakOp = rp.res.Ops + int64(i) + 1
-				rp.res.PeakLine = lines[i]
-			}
-		}
 	}
 	return nil
+}
+
+// notePeak notes the allocation ops[i] of the batch run applies, read from
+// line, as the peak when allocated bytes are past the highest seen.
+func (rp *replayer) notePeak(i, line int) {
+	if cur := rp.t.Stats().AllocatedBytes[stats.All].Current; cur > rp.peakBytes {
+		rp.peakBytes = cur
+		rp.res.PeakOp = rp.res.Ops + int64(i) + 1
+		rp.res.PeakLine = line
+	}
 }
 
 func (rp *replayer) apply(op *trace.Op) error {
@@ -451,12 +469,8 @@ func (rp *replayer) alloc(op *trace.Op, s device.Stream) error {
 	rp.allocs++
 	p, err := rp.t.Alloc(op.Size, s)
 	if err != nil {
-		if !errors.Is(err, device.ErrOutOfMemory) {
+		if err := rp.allocFailed(err); err != nil {
 			return err
-		}
-		rp.res.OOMs++
-		if rp.oom != nil {
-			rp.oom(err, rp.allocs)
 		}
 		p = 0 // a failed block: its f and r are skipped
 	}
@@ -465,6 +479,20 @@ func (rp *replayer) alloc(op *trace.Op, s device.Stream) error {
 		return nil
 	}
 	rp.set(op.ID, p)
+	return nil
+}
+
+// allocFailed counts the allocation that failed with err, the last
+// counted in rp.allocs, when it ran out of memory (the replay goes on:
+// nil), and returns err otherwise.
+func (rp *replayer) allocFailed(err error) error {
+	if !errors.Is(err, device.ErrOutOfMemory) {
+		return err
+	}
+	rp.res.OOMs++
+	if rp.oom != nil {
+		rp.oom(err, rp.allocs)
+	}
 	return nil
 }
 
