@@ -135,7 +135,11 @@ func scanFast(buf []byte, ops []Op, v *Validator) (n, used int) {
 				if buf[k] != ' ' {
 					return n, used
 				}
-				if stream, k = number(buf, k+1); k >= len(buf) || buf[k] != '\n' {
+				// A stream of one digit (nearly every trace's), without
+				// the call.
+				if k+2 < len(buf) && buf[k+2] == '\n' && buf[k+1]-'0' <= 9 {
+					stream, k = uint64(buf[k+1]-'0'), k+2
+				} else if stream, k = number(buf, k+1); k >= len(buf) || buf[k] != '\n' {
 					return n, used
 				}
 			}

@@ -148,6 +148,10 @@ func TestNextBatchSameAsNext(t *testing.T) {
 		"two spaces":        "a 0  1\n",
 		"zeros":             "a 0 0 0\nf 0\na 0 0\n",
 		"dense table grows": "a 0 1\na 2000000 1\na 1 1\na 4194303 2\na 4194304 3\nf 2000000\nf 1\nf 4194303\nf 4194304\nf 0\nf 1\n",
+		"one-digit streams": "a 0 1 5\na 1 1 9\na 2 1 x\n",
+		"stream then space": "a 0 1 5 \n",
+		"stream cut":        "a 0 1 5",
+		"two-digit stream":  "a 0 1 12\na 1 1 05\n",
 		"8 digits and more": "a 12345678 87654321 0\na 123456789 1 0\nf 12345678\nf 123456789\n",
 	}
 	for name, in := range cases {
