@@ -82,9 +82,10 @@ func (r *Reader) nextBatch(v *Validator, ops []Op, lines []int) (int, error) {
 // buffer. With v, it applies each op to v's live IDs as Check would; an
 // op that breaks a rule changes nothing and is not taken.
 //
-// It is the replay's parser, written for few live values: each number is
-// read by one loop over its digits (number), and the IDs of v's dense
-// table are looked up in place; the rest goes through idSet's methods.
+// It is the replay's parser, written for few calls: the ID, an a line's
+// size and a stream of one digit are read in place (moreDigits is
+// inlined), the other numbers by number; the IDs of v's dense table are
+// looked up in place, the rest through idSet's methods.
 func scanFast(buf []byte, ops []Op, v *Validator) (n, used int) {
 	var live *idSet
 	var dense []uint8 // live's IDs below len(dense), in place
@@ -100,7 +101,15 @@ func scanFast(buf []byte, ops []Op, v *Validator) (n, used int) {
 			break
 		}
 		kind := buf[i]
-		id, j := number(buf, i+2)
+		// The ID (of an s line, the stream), read as number reads it.
+		id := uint64(buf[i+2]) - '0'
+		if id > 9 {
+			break
+		}
+		j := i + 3
+		if id != 0 {
+			id, j = moreDigits(buf, id, j, i+21)
+		}
 		if j >= len(buf) {
 			break
 		}
@@ -127,16 +136,26 @@ func scanFast(buf []byte, ops []Op, v *Validator) (n, used int) {
 			if buf[j] != ' ' {
 				return n, used
 			}
-			var k int
-			if size, k = number(buf, j+1); k >= len(buf) {
+			// The size, as the ID above.
+			k := j + 1
+			if k >= len(buf) {
+				return n, used
+			}
+			if size = uint64(buf[k] - '0'); size > 9 {
+				return n, used
+			}
+			k++
+			if size != 0 {
+				size, k = moreDigits(buf, size, k, j+20)
+			}
+			if k >= len(buf) {
 				return n, used
 			}
 			if buf[k] != '\n' {
 				if buf[k] != ' ' {
 					return n, used
 				}
-				// A stream of one digit (nearly every trace's), without
-				// the call.
+				// A stream of one digit (nearly every trace's) in place.
 				if k+2 < len(buf) && buf[k+2] == '\n' && buf[k+1]-'0' <= 9 {
 					stream, k = uint64(buf[k+1]-'0'), k+2
 				} else if stream, k = number(buf, k+1); k >= len(buf) || buf[k] != '\n' {
@@ -199,8 +218,7 @@ func scanFast(buf []byte, ops []Op, v *Validator) (n, used int) {
 // take. It stops after a first digit 0 and after a 19th digit: scanFast
 // then takes the number only if a space or "\n" follows, so a number that
 // decimal would refuse (a leading zero, 20 digits or more) is never taken.
-// It is not inlined: its loop, in a function of its own, keeps its few
-// values in registers.
+// scanFast reads its most frequent numbers in place, as number does.
 func number(buf []byte, j int) (x uint64, k int) {
 	if j >= len(buf) || buf[j]-'0' > 9 {
 		return 0, len(buf)
@@ -210,12 +228,22 @@ func number(buf []byte, j int) (x uint64, k int) {
 	if d == 0 {
 		return x, k
 	}
-	for end := min(len(buf), j+19); k < end; k++ {
-		d := uint64(buf[k]) - '0'
+	return moreDigits(buf, x, k, j+19)
+}
+
+// moreDigits reads on the digits of a number from buf[k] (x, its value so
+// far, not 0), to the first byte that is not a digit or to end (the
+// index after the number's 19th digit), and returns the number's value
+// and the index after its last digit. It is inlined: in scanFast's loop,
+// a call would spill and reload the values scanFast keeps in registers.
+func moreDigits(buf []byte, x uint64, k, end int) (uint64, int) {
+	digits := buf[:min(len(buf), end)]
+	for ; k < len(digits); k++ {
+		d := digits[k] - '0'
 		if d > 9 {
 			break
 		}
-		x = x*10 + d
+		x = x*10 + uint64(d)
 	}
 	return x, k
 }
