@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/internal/ctxtest"
@@ -210,6 +211,25 @@ a 1 1000
 	assert.Zero(t, res.DeviceSeconds, "the device clock is the caller's to read")
 	require.NoError(t, a.CheckInvariants())
 	assert.EqualValues(t, 60<<20, dev.BytesInUse(), "a 58 MiB segment and a 2 MiB one")
+}
+
+// TestReplayOOMOption: Options.OOM is called at each allocation that runs
+// out of memory, with its number among the a lines, on run's fast path
+// (stream 0, a small ID) and on apply's (another stream, an ID past the
+// dense table).
+func TestReplayOOMOption(t *testing.T) {
+	r, err := trace.NewReader(strings.NewReader("a 0 60000000\na 1 60000000\na 2 1000\na 5000000 60000000 1\nf 1\nf 5000000\nf 0\nf 2\n"))
+	require.NoError(t, err)
+	a, dev := newAllocator(t, 100<<20, allocator.Config{})
+	var seen []int64
+	res, err := Run(r, a, dev, Options{OOM: func(err error, alloc int64) {
+		assert.ErrorIs(t, err, device.ErrOutOfMemory)
+		seen = append(seen, alloc)
+	}})
+	require.NoError(t, err)
+	assert.Equal(t, []int64{2, 4}, seen)
+	assert.EqualValues(t, 2, res.OOMs)
+	assert.EqualValues(t, 2, res.Frees, "the frees of the failed blocks are skipped")
 }
 
 func TestReplayErrorsNameTheLine(t *testing.T) {
