@@ -12,6 +12,8 @@ import (
 	"github.com/gpumem/gpumem/device/counting"
 	"github.com/gpumem/gpumem/device/faulty"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
+	"github.com/gpumem/gpumem/internal/simtest"
 )
 
 // writeBytes fills the first n bytes at p with a pattern made of seed,
@@ -38,20 +40,12 @@ func readBytes(t testing.TB, d device.Copier, p device.Ptr, n int) []byte {
 // device of capacity bytes, seen through wrap (nil: the device itself).
 func pausable(t *testing.T, capacity uint64, wrap func(device.Device) device.Device) (*allocator.Allocator, *sim.Device) {
 	t.Helper()
-	inner, err := sim.New(sim.Config{Capacity: capacity})
-	require.NoError(t, err)
+	inner := simtest.New(t, simtest.Capacity(capacity))
 	var dev device.Device = inner
 	if wrap != nil {
 		dev = wrap(inner)
 	}
-	a, err := allocator.New(dev, allocator.Config{ExpandableSegments: true})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if err := a.CheckInvariants(); err != nil {
-			t.Errorf("invariants at the end: %v", err)
-		}
-	})
-	return a, inner
+	return gpumemtest.NewOn(t, dev, gpumemtest.WithConfig(allocator.Config{ExpandableSegments: true})), inner
 }
 
 func allocStat(t testing.TB, a *allocator.Allocator, key string) int64 {
@@ -224,11 +218,9 @@ func TestPauseFreesRoomAndResumeRunsTheLadder(t *testing.T) {
 
 func TestPauseBadInputChangesNothing(t *testing.T) {
 	// A device without virtual memory: no pages to unmap.
-	inner, err := sim.New(sim.Config{Capacity: 1 << 30})
-	require.NoError(t, err)
+	inner := simtest.New(t, simtest.Capacity(1<<30))
 	noVM := device.Compose(inner, device.Capabilities{HostMemory: inner, StreamChecker: inner, Copier: inner})
-	a, err := allocator.New(noVM, allocator.Config{})
-	require.NoError(t, err)
+	a := gpumemtest.NewOn(t, noVM)
 	p, err := a.NewPool("p", allocator.PoolOptions{})
 	require.NoError(t, err)
 	require.NoError(t, a.UsePool(p, 0))
@@ -242,8 +234,7 @@ func TestPauseBadInputChangesNothing(t *testing.T) {
 
 	// Backup without a device that copies.
 	noCopy := device.Compose(inner, device.Capabilities{VirtualMemory: inner, HostMemory: inner, StreamChecker: inner})
-	b, err := allocator.New(noCopy, allocator.Config{ExpandableSegments: true})
-	require.NoError(t, err)
+	b := gpumemtest.NewOn(t, noCopy, gpumemtest.WithConfig(allocator.Config{ExpandableSegments: true}))
 	q, err := b.NewPool("q", allocator.PoolOptions{})
 	require.NoError(t, err)
 	require.ErrorIs(t, b.PausePool(q, true), device.ErrNotSupported)
@@ -315,11 +306,9 @@ func TestFaultMatrixPauseResume(t *testing.T) {
 		for _, expandable := range []bool{true, false} {
 			name := pt.call.String()
 			t.Run(fmt.Sprintf("%s/%d/expandable=%v", name, pt.n, expandable), func(t *testing.T) {
-				inner, err := sim.New(sim.Config{Capacity: 1 << 30})
-				require.NoError(t, err)
+				inner := simtest.New(t, simtest.Capacity(1<<30))
 				j := faulty.New(inner)
-				a, err := allocator.New(j.Device(), allocator.Config{ExpandableSegments: expandable})
-				require.NoError(t, err)
+				a := gpumemtest.NewOn(t, j.Device(), gpumemtest.WithConfig(allocator.Config{ExpandableSegments: expandable}))
 				side, err := inner.NewStream()
 				require.NoError(t, err)
 				require.NoError(t, inner.SetStreamBusy(side, true))
@@ -417,10 +406,8 @@ func TestFaultMatrixPauseResume(t *testing.T) {
 // the pause returns their pages, the resume maps them at the same
 // addresses with the bytes of before.
 func TestPausePoolWithoutExpandableSegments(t *testing.T) {
-	inner, err := sim.New(sim.Config{Capacity: 1 << 30})
-	require.NoError(t, err)
-	a, err := allocator.New(inner, allocator.Config{})
-	require.NoError(t, err)
+	inner := simtest.New(t, simtest.Capacity(1<<30))
+	a := gpumemtest.NewOn(t, inner)
 	d, err := a.Alloc(8<<20, 0)
 	require.NoError(t, err)
 	c := inner.Counters()
@@ -499,10 +486,8 @@ func cumulative(a *allocator.Allocator) map[string]int64 {
 func TestPauseIsNeitherFreeingNorAllocating(t *testing.T) {
 	for _, expandable := range []bool{true, false} {
 		t.Run(fmt.Sprintf("expandable=%v", expandable), func(t *testing.T) {
-			inner, err := sim.New(sim.Config{Capacity: 1 << 30})
-			require.NoError(t, err)
-			a, err := allocator.New(inner, allocator.Config{ExpandableSegments: expandable})
-			require.NoError(t, err)
+			inner := simtest.New(t, simtest.Capacity(1<<30))
+			a := gpumemtest.NewOn(t, inner, gpumemtest.WithConfig(allocator.Config{ExpandableSegments: expandable}))
 			a.SetPhase("load")
 			d, err := a.Alloc(4<<20, 0)
 			require.NoError(t, err)

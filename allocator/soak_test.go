@@ -24,6 +24,7 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/internal/simtest"
 )
 
@@ -119,8 +120,7 @@ func runSoak(t *testing.T, conf string, seed uint64, ops int) {
 	cfg, err := allocator.ParseConf(conf)
 	require.NoError(t, err)
 	dev := simtest.New(t, simtest.Capacity(4*gib), freeCalls)
-	a, err := allocator.New(dev, cfg)
-	require.NoError(t, err)
+	a := gpumemtest.NewOn(t, dev, gpumemtest.WithConfig(cfg))
 	streams := []device.Stream{device.DefaultStream}
 	for i := range 3 {
 		s, err := dev.NewStream()
