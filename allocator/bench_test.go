@@ -152,14 +152,7 @@ func BenchmarkStreamsScaling(b *testing.B) {
 	for _, g := range []int{1, 2, 4} {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
 			a, dev := newBench(b, Config{})
-			streams := []device.Stream{device.DefaultStream}
-			for len(streams) < g {
-				s, err := dev.NewStream()
-				if err != nil {
-					b.Fatal(err)
-				}
-				streams = append(streams, s)
-			}
+			streams := simtest.Streams(b, dev, g-1)
 			for _, s := range streams { // warm: each stream has its segment
 				p, _ := a.Alloc(mib, s)
 				_ = a.Free(p)

@@ -364,12 +364,9 @@ func TestFaultMatrix(t *testing.T) {
 							dev = device.Compose(dev, caps)
 						}
 						a := gpumemtest.NewOn(t, dev, gpumemtest.WithConfig(cfg))
-						m := &matrixRun{t: t, inner: inner, j: j, a: a, live: map[int]device.Ptr{}, streams: []device.Stream{device.DefaultStream}}
-						for range 4 {
-							s, err := inner.NewStream()
-							require.NoError(t, err)
+						m := &matrixRun{t: t, inner: inner, j: j, a: a, live: map[int]device.Ptr{}, streams: simtest.Streams(t, inner, 4)}
+						for _, s := range m.streams[1:] {
 							require.NoError(t, inner.SetStreamBusy(s, true))
-							m.streams = append(m.streams, s)
 						}
 						prelude := 0
 						if name == "lending" {

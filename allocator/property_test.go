@@ -117,14 +117,7 @@ func newMachine(t *rapid.T) *machine {
 	}
 	m := &machine{a: a, dev: dev, live: map[device.Ptr]liveBlock{},
 		held: map[device.Stream][]span{}, busy: map[device.Stream]bool{}, lastWait: map[[2]device.Stream]int{}}
-	m.streams = []device.Stream{device.DefaultStream}
-	for range 2 {
-		s, err := dev.NewStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.streams = append(m.streams, s)
-	}
+	m.streams = simtest.Streams(t, dev, 2)
 	return m
 }
 

@@ -72,12 +72,7 @@ func TestPeaksFollowTheOrderOfTwoGoroutines(t *testing.T) {
 func TestStreamsInParallel(t *testing.T) {
 	for _, cfg := range []Config{{}, {ExpandableSegments: true}, {MaxSplitSize: 32 * mib}} {
 		a, dev := newTest(t, 16*gib, cfg)
-		streams := []device.Stream{device.DefaultStream}
-		for range 3 {
-			s, err := dev.NewStream()
-			require.NoError(t, err)
-			streams = append(streams, s)
-		}
+		streams := simtest.Streams(t, dev, 3)
 		var wg sync.WaitGroup
 		var peakLive sync.Map
 		for w := range 6 {

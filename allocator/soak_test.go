@@ -121,14 +121,9 @@ func runSoak(t *testing.T, conf string, seed uint64, ops int) {
 	require.NoError(t, err)
 	dev := simtest.New(t, simtest.Capacity(4*gib), freeCalls)
 	a := gpumemtest.NewOn(t, dev, gpumemtest.WithConfig(cfg))
-	streams := []device.Stream{device.DefaultStream}
-	for i := range 3 {
-		s, err := dev.NewStream()
-		require.NoError(t, err)
-		if i < 2 {
-			require.NoError(t, dev.SetStreamBusy(s, true))
-		}
-		streams = append(streams, s)
+	streams := simtest.Streams(t, dev, 3)
+	for _, s := range streams[1:3] {
+		require.NoError(t, dev.SetStreamBusy(s, true))
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x50a4))
 	var live []soakBlock
