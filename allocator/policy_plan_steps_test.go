@@ -260,7 +260,6 @@ func TestPlannedConcurrent(t *testing.T) {
 	a, dev := newOn(t, Config{Policy: PolicyPlanned})
 	s, err := dev.NewStream()
 	require.NoError(t, err)
-	done := make(chan struct{})
 	errs := make(chan error, 4)
 	work := func(stream device.Stream, n int) {
 		for i := range n {
@@ -276,16 +275,7 @@ func TestPlannedConcurrent(t *testing.T) {
 		}
 		errs <- nil
 	}
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			default:
-				a.MarkStep("step")
-			}
-		}
-	}()
+	stop := markingSteps(a)
 	go work(0, 2000)
 	go work(0, 2000)
 	go func() {
@@ -316,6 +306,6 @@ func TestPlannedConcurrent(t *testing.T) {
 	for range 4 {
 		require.NoError(t, <-errs)
 	}
-	close(done)
+	stop()
 	require.NoError(t, a.CheckInvariants())
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/internal/simtest"
 )
 
 // TestMarkStepCostsWhatChanged: a step boundary counts the live blocks
@@ -101,18 +102,31 @@ func TestMarkStepCountsMatchAWalk(t *testing.T) {
 	}
 }
 
+// markingSteps marks steps on a from a goroutine of its own, one after
+// another, until the stop it returns is called; stop returns once the
+// goroutine has.
+func markingSteps(a *Allocator) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				a.MarkStep("step")
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
 // TestMarkStepUnderConcurrency: boundaries marked while goroutines
 // allocate and free on their own streams, on the fast paths, count what
 // a walk counts once they stop (run with -race).
 func TestMarkStepUnderConcurrency(t *testing.T) {
 	a, dev := newTest(t, 0, Config{})
-	var streams []device.Stream
-	for range 4 {
-		s, err := dev.NewStream()
-		require.NoError(t, err)
-		streams = append(streams, s)
-	}
-	done := make(chan struct{})
+	streams := simtest.Streams(t, dev, 4)[1:]
 	errs := make(chan error, len(streams))
 	kept := make([]int, len(streams))
 	for i, s := range streams {
@@ -135,20 +149,11 @@ func TestMarkStepUnderConcurrency(t *testing.T) {
 			errs <- nil
 		}()
 	}
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			default:
-				a.MarkStep("step")
-			}
-		}
-	}()
+	stop := markingSteps(a)
 	for range streams {
 		require.NoError(t, <-errs)
 	}
-	close(done)
+	stop()
 	a.lockAll()
 	got := a.markStepLocked()
 	want := make(map[leakKey]int64)
