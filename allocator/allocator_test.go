@@ -51,6 +51,25 @@ func mustFree(t testing.TB, a *Allocator, ps ...device.Ptr) {
 	}
 }
 
+// inBackground calls f over and over in a goroutine of its own until the
+// stop it returns is called; stop returns once the goroutine has, so that
+// nothing of f runs after it.
+func inBackground(f func()) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+				f()
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
 func get(t testing.TB, a *Allocator, key string) int64 {
 	t.Helper()
 	st := a.Stats()

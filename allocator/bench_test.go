@@ -199,24 +199,10 @@ func BenchmarkStreamsScaling(b *testing.B) {
 // allocInBackground runs alloc/free pairs in another goroutine until the
 // returned stop function is called.
 func allocInBackground(a *Allocator) (stop func()) {
-	quit := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-quit:
-				return
-			default:
-				p, _ := a.Alloc(mib, 0)
-				_ = a.Free(p)
-			}
-		}
-	}()
-	return func() {
-		close(quit)
-		<-done
-	}
+	return inBackground(func() {
+		p, _ := a.Alloc(mib, 0)
+		_ = a.Free(p)
+	})
 }
 
 // BenchmarkStatsRead measures Stats() while another goroutine allocates.

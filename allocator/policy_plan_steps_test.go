@@ -275,7 +275,7 @@ func TestPlannedConcurrent(t *testing.T) {
 		}
 		errs <- nil
 	}
-	stop := markingSteps(a)
+	stop := inBackground(func() { a.MarkStep("step") })
 	go work(0, 2000)
 	go work(0, 2000)
 	go func() {

@@ -114,25 +114,14 @@ func TestStreamsInParallel(t *testing.T) {
 				}
 			}()
 		}
-		stop := make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					st := a.Stats()
-					if st.AllocatedBytes[0].Peak < st.AllocatedBytes[0].Current {
-						t.Error("peak below current")
-					}
-				}
+		stop := inBackground(func() {
+			st := a.Stats()
+			if st.AllocatedBytes[0].Peak < st.AllocatedBytes[0].Current {
+				t.Error("peak below current")
 			}
-		}()
+		})
 		wg.Wait()
-		close(stop)
-		<-done
+		stop()
 		require.NoError(t, a.CheckInvariants())
 		// The all peak lies between the largest of one goroutine's peaks
 		// and their sum (each goroutine's own order is fixed).

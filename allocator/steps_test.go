@@ -102,25 +102,6 @@ func TestMarkStepCountsMatchAWalk(t *testing.T) {
 	}
 }
 
-// markingSteps marks steps on a from a goroutine of its own, one after
-// another, until the stop it returns is called; stop returns once the
-// goroutine has.
-func markingSteps(a *Allocator) (stop func()) {
-	done, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		for {
-			select {
-			case <-done:
-				return
-			default:
-				a.MarkStep("step")
-			}
-		}
-	}()
-	return func() { close(done); <-stopped }
-}
-
 // TestMarkStepUnderConcurrency: boundaries marked while goroutines
 // allocate and free on their own streams, on the fast paths, count what
 // a walk counts once they stop (run with -race).
@@ -149,7 +130,7 @@ func TestMarkStepUnderConcurrency(t *testing.T) {
 			errs <- nil
 		}()
 	}
-	stop := markingSteps(a)
+	stop := inBackground(func() { a.MarkStep("step") })
 	for range streams {
 		require.NoError(t, <-errs)
 	}
