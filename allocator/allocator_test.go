@@ -41,6 +41,14 @@ func mustAlloc(t testing.TB, a *Allocator, size uint64, s device.Stream) device.
 	return p
 }
 
+// mustPool makes the pool name on a.
+func mustPool(t testing.TB, a *Allocator, name string, opts PoolOptions) *Pool {
+	t.Helper()
+	p, err := a.NewPool(name, opts)
+	require.NoError(t, err)
+	return p
+}
+
 // mustFree frees the blocks, in order, checking the invariants after
 // each.
 func mustFree(t testing.TB, a *Allocator, ps ...device.Ptr) {
