@@ -179,8 +179,7 @@ func TestPlannedWithoutVirtualMemory(t *testing.T) {
 	// Plain segments: the policy runs as low_fragmentation (carving a
 	// block out of a plain segment would change its split counts).
 	sd := simtest.New(t)
-	a, err := New(device.Compose(sd, device.Capabilities{StreamChecker: sd, UsageReporter: sd}), Config{Policy: PolicyPlanned})
-	require.NoError(t, err)
+	a := onDevice(t, device.Compose(sd, device.Capabilities{StreamChecker: sd, UsageReporter: sd}), Config{Policy: PolicyPlanned})
 	require.Nil(t, a.vm)
 	big := mustAlloc(t, a, 200<<20, 0)
 	mustFree(t, a, big) // a free segment that holds the arena

@@ -159,8 +159,7 @@ func (d offsetDevice) Free(p device.Ptr) error { return d.Device.Free(p - 512) }
 // and Free finds every block.
 func TestRoutesShareChunks(t *testing.T) {
 	dev := offsetDevice{simtest.New(t)}
-	a, err := New(dev, Config{})
-	require.NoError(t, err)
+	a := onDevice(t, dev, Config{})
 	s1, _ := dev.NewStream()
 	var ps []device.Ptr
 	for i := range 40 {
