@@ -17,6 +17,7 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/cuda/internal/cudastub"
+	"github.com/gpumem/gpumem/gpumemtest"
 )
 
 // pattern returns n bytes made of seed.
@@ -38,8 +39,7 @@ func TestStubPoolsPauseResume(t *testing.T) {
 	for _, expandable := range []bool{true, false} {
 		t.Run(fmt.Sprintf("expandable=%v", expandable), func(t *testing.T) {
 			d := openStub(t)
-			a, err := allocator.New(d, allocator.Config{ExpandableSegments: expandable})
-			require.NoError(t, err)
+			a := gpumemtest.NewOn(t, d, gpumemtest.WithConfig(allocator.Config{ExpandableSegments: expandable}))
 			def, err := a.Alloc(8*mib, device.DefaultStream)
 			require.NoError(t, err)
 			side, err := d.NewStream()
@@ -105,8 +105,7 @@ func TestStubPoolsPauseResume(t *testing.T) {
 // segments alone, and releasing the pools returns everything.
 func TestStubPoolsAndCapture(t *testing.T) {
 	d := openStub(t)
-	a, err := allocator.New(d, allocator.Config{})
-	require.NoError(t, err)
+	a := gpumemtest.NewOn(t, d)
 	kv, err := a.NewPool("kv", allocator.PoolOptions{NoSplit: true})
 	require.NoError(t, err)
 	graph, err := a.NewPool("graph", allocator.PoolOptions{})
@@ -155,8 +154,7 @@ func TestStubPoolsAndCapture(t *testing.T) {
 // clear error and changes nothing.
 func TestStubPauseNeedsVirtualMemory(t *testing.T) {
 	d := openStub(t, func() { cudastub.SetVirtualMemory(false) })
-	a, err := allocator.New(d, allocator.Config{})
-	require.NoError(t, err)
+	a := gpumemtest.NewOn(t, d)
 	p, err := a.NewPool("p", allocator.PoolOptions{})
 	require.NoError(t, err)
 	require.NoError(t, a.UsePool(p, device.DefaultStream))
