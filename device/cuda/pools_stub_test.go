@@ -29,6 +29,22 @@ func pattern(n int, seed byte) []byte {
 	return b
 }
 
+// releaseToEmpty releases the pools, empties a's cache, and requires the
+// invariants to hold and the stub driver to hold nothing: no memory in
+// use, no reservation, no mapping, no allocation.
+func releaseToEmpty(t *testing.T, a *allocator.Allocator, pools ...*allocator.Pool) {
+	t.Helper()
+	for _, p := range pools {
+		require.NoError(t, a.ReleasePool(p))
+	}
+	require.NoError(t, a.EmptyCache())
+	require.NoError(t, a.CheckInvariants())
+	assert.Zero(t, cudastub.Used())
+	for _, kind := range []string{"reservation", "mapping", "mem"} {
+		assert.Zero(t, cudastub.Live(kind), kind)
+	}
+}
+
 // TestStubPoolsPauseResume pauses a named pool with a backup and resumes
 // it, with expandable segments and with plain ones (the pool's then
 // reserved and mapped whole): while paused the driver holds only the
@@ -87,13 +103,7 @@ func TestStubPoolsPauseResume(t *testing.T) {
 			for _, q := range append(ptrs, def) {
 				require.NoError(t, a.Free(q))
 			}
-			require.NoError(t, a.ReleasePool(p))
-			require.NoError(t, a.EmptyCache())
-			require.NoError(t, a.CheckInvariants())
-			assert.Zero(t, cudastub.Used())
-			assert.Zero(t, cudastub.Live("reservation"))
-			assert.Zero(t, cudastub.Live("mapping"))
-			assert.Zero(t, cudastub.Live("mem"))
+			releaseToEmpty(t, a, p)
 		})
 	}
 }
@@ -141,12 +151,7 @@ func TestStubPoolsAndCapture(t *testing.T) {
 	require.NoError(t, a.EmptyCache())
 	assert.Len(t, a.Snapshot(), 2, "EmptyCache leaves the live pools' segments")
 	require.NoError(t, a.Free(k))
-	require.NoError(t, a.ReleasePool(kv))
-	require.NoError(t, a.ReleasePool(graph))
-	require.NoError(t, a.EmptyCache())
-	require.NoError(t, a.CheckInvariants())
-	assert.Zero(t, cudastub.Used())
-	assert.Zero(t, cudastub.Live("reservation"))
+	releaseToEmpty(t, a, kv, graph)
 }
 
 // TestStubPauseNeedsVirtualMemory: on a device without virtual memory
@@ -167,7 +172,5 @@ func TestStubPauseNeedsVirtualMemory(t *testing.T) {
 	assert.False(t, p.Paused())
 	assert.Zero(t, cudastub.Live("reservation"))
 	require.NoError(t, a.Free(q))
-	require.NoError(t, a.ReleasePool(p))
-	require.NoError(t, a.EmptyCache())
-	assert.Zero(t, cudastub.Used())
+	releaseToEmpty(t, a, p)
 }
