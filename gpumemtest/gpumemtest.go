@@ -1,7 +1,8 @@
 // Package gpumemtest helps the test suites of programs that use gpumem:
 // it fails a test that leaves device memory allocated, checks a memory
-// budget (peak reserved bytes, fragmentation), and builds an allocator on
-// a simulated device that checks itself when the test ends.
+// budget (peak reserved bytes, fragmentation), and builds an allocator, on
+// a simulated device or on one the test built, that checks itself when the
+// test ends.
 //
 //	func TestTrainStep(t *testing.T) {
 //		a := gpumemtest.New(t, gpumemtest.WithCapacity(16<<30),
