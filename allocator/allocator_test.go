@@ -41,6 +41,14 @@ func mustAlloc(t testing.TB, a *Allocator, size uint64, s device.Stream) device.
 	return p
 }
 
+// mustPool makes the pool name on a.
+func mustPool(t testing.TB, a *Allocator, name string, opts PoolOptions) *Pool {
+	t.Helper()
+	p, err := a.NewPool(name, opts)
+	require.NoError(t, err)
+	return p
+}
+
 // mustFree frees the blocks, in order, checking the invariants after
 // each.
 func mustFree(t testing.TB, a *Allocator, ps ...device.Ptr) {
@@ -49,6 +57,25 @@ func mustFree(t testing.TB, a *Allocator, ps ...device.Ptr) {
 		require.NoError(t, a.Free(p))
 		require.NoError(t, a.CheckInvariants())
 	}
+}
+
+// inBackground calls f over and over in a goroutine of its own until the
+// stop it returns is called; stop returns once the goroutine has, so that
+// nothing of f runs after it.
+func inBackground(f func()) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+				f()
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
 }
 
 func get(t testing.TB, a *Allocator, key string) int64 {

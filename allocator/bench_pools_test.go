@@ -78,22 +78,5 @@ func BenchmarkAllocFreeCachedNamedPoolAlone(b *testing.B) {
 	if err := a.UsePool(p, device.DefaultStream); err != nil {
 		b.Fatal(err)
 	}
-	q, _ := a.Alloc(mib, device.DefaultStream)
-	_ = a.Free(q)
-	before := dev.Counters().Mallocs
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		q, err := a.Alloc(mib, device.DefaultStream)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := a.Free(q); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.StopTimer()
-	if dev.Counters().Mallocs != before {
-		b.Fatal("the cached path called the device")
-	}
+	benchCached(b, a, dev, device.DefaultStream)
 }

@@ -25,25 +25,31 @@ func newBench(b *testing.B, cfg Config) (*Allocator, *sim.Device) {
 // BenchmarkAllocFreeCached is the cached path: alloc 1 MiB then free it on
 // one stream, in steady state. It must not allocate on the Go heap or call
 // the device.
-func BenchmarkAllocFreeCached(b *testing.B) { benchCached(b, false) }
+func BenchmarkAllocFreeCached(b *testing.B) {
+	a, dev := newBench(b, Config{})
+	benchCached(b, a, dev, device.DefaultStream)
+}
 
 // BenchmarkAllocFreeCachedPhases is the cached path while blocks are
 // counted by phase (a second phase is named): each block's phase counts
 // change with the others, and nothing more may allocate.
-func BenchmarkAllocFreeCachedPhases(b *testing.B) { benchCached(b, true) }
-
-func benchCached(b *testing.B, phases bool) {
+func BenchmarkAllocFreeCachedPhases(b *testing.B) {
 	a, dev := newBench(b, Config{})
-	if phases {
-		a.SetPhase("forward")
-	}
-	p, _ := a.Alloc(mib, 0)
+	a.SetPhase("forward")
+	benchCached(b, a, dev, device.DefaultStream)
+}
+
+// benchCached times the cached pair on s: 1 MiB allocated then freed,
+// after a first pair that leaves the block cached. It fails if the timed
+// pairs call the device.
+func benchCached(b *testing.B, a *Allocator, dev *sim.Device, s device.Stream) {
+	p, _ := a.Alloc(mib, s)
 	_ = a.Free(p)
 	before := dev.Counters().Mallocs
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		p, err := a.Alloc(mib, 0)
+		p, err := a.Alloc(mib, s)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -152,14 +158,7 @@ func BenchmarkStreamsScaling(b *testing.B) {
 	for _, g := range []int{1, 2, 4} {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
 			a, dev := newBench(b, Config{})
-			streams := []device.Stream{device.DefaultStream}
-			for len(streams) < g {
-				s, err := dev.NewStream()
-				if err != nil {
-					b.Fatal(err)
-				}
-				streams = append(streams, s)
-			}
+			streams := simtest.Streams(b, dev, g-1)
 			for _, s := range streams { // warm: each stream has its segment
 				p, _ := a.Alloc(mib, s)
 				_ = a.Free(p)
@@ -200,24 +199,10 @@ func BenchmarkStreamsScaling(b *testing.B) {
 // allocInBackground runs alloc/free pairs in another goroutine until the
 // returned stop function is called.
 func allocInBackground(a *Allocator) (stop func()) {
-	quit := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-quit:
-				return
-			default:
-				p, _ := a.Alloc(mib, 0)
-				_ = a.Free(p)
-			}
-		}
-	}()
-	return func() {
-		close(quit)
-		<-done
-	}
+	return inBackground(func() {
+		p, _ := a.Alloc(mib, 0)
+		_ = a.Free(p)
+	})
 }
 
 // BenchmarkStatsRead measures Stats() while another goroutine allocates.

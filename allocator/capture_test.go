@@ -12,8 +12,7 @@ func TestCaptureRoutesTheCapturingStream(t *testing.T) {
 	a, dev := newTest(t, 1<<30, Config{})
 	side, err := dev.NewStream()
 	require.NoError(t, err)
-	g, err := a.NewPool("graph", PoolOptions{})
-	require.NoError(t, err)
+	g := mustPool(t, a, "graph", PoolOptions{})
 	require.NoError(t, a.BeginCapture(g, side))
 	pool, ok := a.Capturing(side)
 	require.True(t, ok)
@@ -46,8 +45,7 @@ func TestCaptureDefersEventsUntilNoCapture(t *testing.T) {
 	a, dev, side := withBusyStream(t)
 	cap1, err := dev.NewStream()
 	require.NoError(t, err)
-	g, err := a.NewPool("graph", PoolOptions{})
-	require.NoError(t, err)
+	g := mustPool(t, a, "graph", PoolOptions{})
 
 	p := recordedOn(t, a, 3*mib, side) // recorded before the capture
 	q := mustAlloc(t, a, 3*mib, 0)
@@ -84,13 +82,12 @@ func TestCaptureDefersEventsUntilNoCapture(t *testing.T) {
 
 func TestCaptureOutOfMemoryReleasesNothing(t *testing.T) {
 	a, _ := newTest(t, 64<<20, Config{})
-	g, err := a.NewPool("graph", PoolOptions{})
-	require.NoError(t, err)
+	g := mustPool(t, a, "graph", PoolOptions{})
 	x := mustAlloc(t, a, 40<<20, 0)
 	mustFree(t, a, x) // 40 MiB cached in the default pool
 	require.NoError(t, a.BeginCapture(g, 0))
 	frees := get(t, a, "num_device_free")
-	_, err = a.Alloc(40<<20, 0)
+	_, err := a.Alloc(40<<20, 0)
 	require.ErrorIs(t, err, device.ErrOutOfMemory)
 	require.NoError(t, a.CheckInvariants())
 	require.Equal(t, frees, get(t, a, "num_device_free"), "no device free during a capture")
@@ -105,10 +102,8 @@ func TestCaptureBadInputChangesNothing(t *testing.T) {
 	a, dev := newTest(t, 1<<30, Config{})
 	side, err := dev.NewStream()
 	require.NoError(t, err)
-	g, err := a.NewPool("graph", PoolOptions{})
-	require.NoError(t, err)
-	h, err := a.NewPool("other", PoolOptions{})
-	require.NoError(t, err)
+	g := mustPool(t, a, "graph", PoolOptions{})
+	h := mustPool(t, a, "other", PoolOptions{})
 	require.ErrorContains(t, a.EndCapture(0), "not capturing")
 	require.NoError(t, a.BeginCapture(g, 0))
 	require.ErrorContains(t, a.BeginCapture(g, side), "capturing into it already")

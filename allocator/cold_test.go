@@ -17,12 +17,7 @@ import (
 // returns their segments.
 func TestColdShard(t *testing.T) {
 	a, dev := newOn(t, Config{})
-	streams := []device.Stream{device.DefaultStream}
-	for len(streams) < maxShards+8 {
-		s, err := dev.NewStream()
-		require.NoError(t, err)
-		streams = append(streams, s)
-	}
+	streams := simtest.Streams(t, dev, maxShards+7)
 	var ptrs []device.Ptr
 	for i, s := range streams {
 		ptrs = append(ptrs, mustAlloc(t, a, uint64(i+1)*4096, s), mustAlloc(t, a, 3*mib, s))

@@ -101,8 +101,7 @@ func TestExpandableSegmentsReserve(t *testing.T) {
 	const total = 1 << 30
 	ranges := func(conf string, reqs ...uint64) ([]uint64, *reserveRecorder, []error) {
 		dev := &reserveRecorder{Device: simtest.New(t, simtest.Capacity(total))}
-		a, err := New(dev, mustParse(t, conf))
-		require.NoError(t, err)
+		a := onDevice(t, dev, mustParse(t, conf))
 		var errs []error
 		for _, r := range reqs {
 			_, err := a.Alloc(r, 0)

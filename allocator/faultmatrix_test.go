@@ -28,6 +28,8 @@ import (
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/faulty"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
+	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/trace"
 )
 
@@ -353,8 +355,7 @@ func TestFaultMatrix(t *testing.T) {
 						errKind = nil // a generic device error
 					}
 					t.Run(fmt.Sprintf("%s/%s/%s/%d", name, mc, call, n), func(t *testing.T) {
-						inner, err := sim.New(sim.Config{Capacity: 24 << 30})
-						require.NoError(t, err)
+						inner := simtest.New(t, simtest.Capacity(24<<30))
 						j := faulty.New(inner)
 						dev := j.Device()
 						if mc.noVM {
@@ -362,14 +363,10 @@ func TestFaultMatrix(t *testing.T) {
 							caps.VirtualMemory = nil
 							dev = device.Compose(dev, caps)
 						}
-						a, err := allocator.New(dev, cfg)
-						require.NoError(t, err)
-						m := &matrixRun{t: t, inner: inner, j: j, a: a, live: map[int]device.Ptr{}, streams: []device.Stream{device.DefaultStream}}
-						for range 4 {
-							s, err := inner.NewStream()
-							require.NoError(t, err)
+						a := gpumemtest.NewOn(t, dev, gpumemtest.WithConfig(cfg))
+						m := &matrixRun{t: t, inner: inner, j: j, a: a, live: map[int]device.Ptr{}, streams: simtest.Streams(t, inner, 4)}
+						for _, s := range m.streams[1:] {
 							require.NoError(t, inner.SetStreamBusy(s, true))
-							m.streams = append(m.streams, s)
 						}
 						prelude := 0
 						if name == "lending" {

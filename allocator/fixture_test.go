@@ -6,6 +6,7 @@
 package allocator
 
 import (
+	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/internal/simtest"
 )
@@ -16,9 +17,17 @@ import (
 func newOn(t simtest.TB, cfg Config, opts ...simtest.Option) (*Allocator, *sim.Device) {
 	t.Helper()
 	dev := simtest.New(t, opts...)
-	a, err := New(dev, cfg)
+	return onDevice(t, dev, cfg), dev
+}
+
+// onDevice returns an allocator with cfg on d, a device the test built (a
+// simulated one seen through a wrapper or with fewer capabilities), and
+// fails the test if it cannot be built.
+func onDevice(t simtest.TB, d device.Device, cfg Config) *Allocator {
+	t.Helper()
+	a, err := New(d, cfg)
 	if err != nil {
 		t.Fatalf("allocator: %v", err)
 	}
-	return a, dev
+	return a
 }

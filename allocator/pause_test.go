@@ -2,6 +2,7 @@ package allocator_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,6 +13,8 @@ import (
 	"github.com/gpumem/gpumem/device/counting"
 	"github.com/gpumem/gpumem/device/faulty"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
+	"github.com/gpumem/gpumem/internal/simtest"
 )
 
 // writeBytes fills the first n bytes at p with a pattern made of seed,
@@ -38,20 +41,28 @@ func readBytes(t testing.TB, d device.Copier, p device.Ptr, n int) []byte {
 // device of capacity bytes, seen through wrap (nil: the device itself).
 func pausable(t *testing.T, capacity uint64, wrap func(device.Device) device.Device) (*allocator.Allocator, *sim.Device) {
 	t.Helper()
-	inner, err := sim.New(sim.Config{Capacity: capacity})
-	require.NoError(t, err)
+	inner := simtest.New(t, simtest.Capacity(capacity))
 	var dev device.Device = inner
 	if wrap != nil {
 		dev = wrap(inner)
 	}
-	a, err := allocator.New(dev, allocator.Config{ExpandableSegments: true})
+	return gpumemtest.NewOn(t, dev, gpumemtest.WithConfig(allocator.Config{ExpandableSegments: true})), inner
+}
+
+// poolWith makes the pool name on a, allocates sizes in it, in order, on
+// stream s, and routes s back to the default pool.
+func poolWith(t testing.TB, a *allocator.Allocator, name string, s device.Stream, sizes ...uint64) (*allocator.Pool, []device.Ptr) {
+	t.Helper()
+	p, err := a.NewPool(name, allocator.PoolOptions{})
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		if err := a.CheckInvariants(); err != nil {
-			t.Errorf("invariants at the end: %v", err)
-		}
-	})
-	return a, inner
+	require.NoError(t, a.UsePool(p, s))
+	ptrs := make([]device.Ptr, len(sizes))
+	for i, n := range sizes {
+		ptrs[i], err = a.Alloc(n, s)
+		require.NoError(t, err)
+	}
+	require.NoError(t, a.UseDefaultPool(s))
+	return p, ptrs
 }
 
 func allocStat(t testing.TB, a *allocator.Allocator, key string) int64 {
@@ -157,12 +168,8 @@ func testPauseResumeKeepsAddressesAndBytes(t *testing.T, wrap func(device.Device
 
 func TestPauseWithoutBackupLosesTheBytes(t *testing.T) {
 	a, inner := pausable(t, 1<<30, nil)
-	p, err := a.NewPool("kv", allocator.PoolOptions{})
-	require.NoError(t, err)
-	require.NoError(t, a.UsePool(p, 0))
-	q, err := a.Alloc(4<<20, 0)
-	require.NoError(t, err)
-	require.NoError(t, a.UseDefaultPool(0))
+	p, ptrs := poolWith(t, a, "kv", 0, 4<<20)
+	q := ptrs[0]
 	writeBytes(t, inner, q, 64, 7)
 	require.NoError(t, a.PausePool(p, false))
 	require.NoError(t, a.ResumePool(p))
@@ -177,17 +184,8 @@ func TestPauseWithoutBackupLosesTheBytes(t *testing.T) {
 // maps the pool at the same addresses.
 func TestPauseFreesRoomAndResumeRunsTheLadder(t *testing.T) {
 	a, inner := pausable(t, 8<<30, nil)
-	p, err := a.NewPool("model", allocator.PoolOptions{})
-	require.NoError(t, err)
-	require.NoError(t, a.UsePool(p, 0))
-	var ptrs []device.Ptr
-	for range 6 {
-		q, err := a.Alloc(1<<30, 0)
-		require.NoError(t, err)
-		ptrs = append(ptrs, q)
-	}
-	require.NoError(t, a.UseDefaultPool(0))
-	_, err = a.Alloc(6<<30, 0)
+	p, ptrs := poolWith(t, a, "model", 0, slices.Repeat([]uint64{1 << 30}, 6)...)
+	_, err := a.Alloc(6<<30, 0)
 	require.ErrorIs(t, err, device.ErrOutOfMemory)
 	require.NoError(t, a.PausePool(p, false))
 	other, err := a.Alloc(6<<30, 0)
@@ -224,26 +222,18 @@ func TestPauseFreesRoomAndResumeRunsTheLadder(t *testing.T) {
 
 func TestPauseBadInputChangesNothing(t *testing.T) {
 	// A device without virtual memory: no pages to unmap.
-	inner, err := sim.New(sim.Config{Capacity: 1 << 30})
-	require.NoError(t, err)
+	inner := simtest.New(t, simtest.Capacity(1<<30))
 	noVM := device.Compose(inner, device.Capabilities{HostMemory: inner, StreamChecker: inner, Copier: inner})
-	a, err := allocator.New(noVM, allocator.Config{})
-	require.NoError(t, err)
-	p, err := a.NewPool("p", allocator.PoolOptions{})
-	require.NoError(t, err)
-	require.NoError(t, a.UsePool(p, 0))
-	live, err := a.Alloc(1<<20, 0)
-	require.NoError(t, err)
-	require.NoError(t, a.UseDefaultPool(0))
+	a := gpumemtest.NewOn(t, noVM)
+	p, live := poolWith(t, a, "p", 0, 1<<20)
 	require.ErrorIs(t, a.PausePool(p, false), device.ErrNotSupported)
 	require.ErrorContains(t, a.PausePool(p, false), "needs a device with virtual memory")
 	require.False(t, p.Paused())
-	require.NoError(t, a.Free(live))
+	require.NoError(t, a.Free(live[0]))
 
 	// Backup without a device that copies.
 	noCopy := device.Compose(inner, device.Capabilities{VirtualMemory: inner, HostMemory: inner, StreamChecker: inner})
-	b, err := allocator.New(noCopy, allocator.Config{ExpandableSegments: true})
-	require.NoError(t, err)
+	b := gpumemtest.NewOn(t, noCopy, gpumemtest.WithConfig(allocator.Config{ExpandableSegments: true}))
 	q, err := b.NewPool("q", allocator.PoolOptions{})
 	require.NoError(t, err)
 	require.ErrorIs(t, b.PausePool(q, true), device.ErrNotSupported)
@@ -259,14 +249,9 @@ func TestPauseBadInputChangesNothing(t *testing.T) {
 	side, err := inner2.NewStream()
 	require.NoError(t, err)
 	require.NoError(t, inner2.SetStreamBusy(side, true))
-	r, err := c.NewPool("r", allocator.PoolOptions{})
-	require.NoError(t, err)
-	require.NoError(t, c.UsePool(r, 0))
-	x, err := c.Alloc(1<<20, 0)
-	require.NoError(t, err)
-	require.NoError(t, c.UseDefaultPool(0))
-	require.NoError(t, c.RecordStream(x, side))
-	require.NoError(t, c.Free(x))
+	r, x := poolWith(t, c, "r", 0, 1<<20)
+	require.NoError(t, c.RecordStream(x[0], side))
+	require.NoError(t, c.Free(x[0]))
 	require.ErrorContains(t, c.PausePool(r, true), "wait for stream events")
 	require.NoError(t, c.CheckInvariants())
 	g, err := c.NewPool("g", allocator.PoolOptions{})
@@ -315,11 +300,9 @@ func TestFaultMatrixPauseResume(t *testing.T) {
 		for _, expandable := range []bool{true, false} {
 			name := pt.call.String()
 			t.Run(fmt.Sprintf("%s/%d/expandable=%v", name, pt.n, expandable), func(t *testing.T) {
-				inner, err := sim.New(sim.Config{Capacity: 1 << 30})
-				require.NoError(t, err)
+				inner := simtest.New(t, simtest.Capacity(1<<30))
 				j := faulty.New(inner)
-				a, err := allocator.New(j.Device(), allocator.Config{ExpandableSegments: expandable})
-				require.NoError(t, err)
+				a := gpumemtest.NewOn(t, j.Device(), gpumemtest.WithConfig(allocator.Config{ExpandableSegments: expandable}))
 				side, err := inner.NewStream()
 				require.NoError(t, err)
 				require.NoError(t, inner.SetStreamBusy(side, true))
@@ -417,10 +400,8 @@ func TestFaultMatrixPauseResume(t *testing.T) {
 // the pause returns their pages, the resume maps them at the same
 // addresses with the bytes of before.
 func TestPausePoolWithoutExpandableSegments(t *testing.T) {
-	inner, err := sim.New(sim.Config{Capacity: 1 << 30})
-	require.NoError(t, err)
-	a, err := allocator.New(inner, allocator.Config{})
-	require.NoError(t, err)
+	inner := simtest.New(t, simtest.Capacity(1<<30))
+	a := gpumemtest.NewOn(t, inner)
 	d, err := a.Alloc(8<<20, 0)
 	require.NoError(t, err)
 	c := inner.Counters()
@@ -429,18 +410,12 @@ func TestPausePoolWithoutExpandableSegments(t *testing.T) {
 
 	side, err := inner.NewStream()
 	require.NoError(t, err)
-	p, err := a.NewPool("weights", allocator.PoolOptions{})
-	require.NoError(t, err)
-	require.NoError(t, a.UsePool(p, side))
-	var ptrs []device.Ptr
+	sizes := []uint64{512, 3 << 20, 50 << 20}
+	p, ptrs := poolWith(t, a, "weights", side, sizes...)
 	var want [][]byte
-	for i, n := range []uint64{512, 3 << 20, 50 << 20} {
-		q, err := a.Alloc(n, side)
-		require.NoError(t, err)
-		ptrs = append(ptrs, q)
-		want = append(want, writeBytes(t, inner, q, int(min(n, 4096)), byte(i*30)))
+	for i, q := range ptrs {
+		want = append(want, writeBytes(t, inner, q, int(min(sizes[i], 4096)), byte(i*30)))
 	}
-	require.NoError(t, a.UseDefaultPool(side))
 	c = inner.Counters()
 	require.Equal(t, int64(1), c.Mallocs, "the pool maps")
 	require.Equal(t, int64(3), c.Reserves)
@@ -499,23 +474,12 @@ func cumulative(a *allocator.Allocator) map[string]int64 {
 func TestPauseIsNeitherFreeingNorAllocating(t *testing.T) {
 	for _, expandable := range []bool{true, false} {
 		t.Run(fmt.Sprintf("expandable=%v", expandable), func(t *testing.T) {
-			inner, err := sim.New(sim.Config{Capacity: 1 << 30})
-			require.NoError(t, err)
-			a, err := allocator.New(inner, allocator.Config{ExpandableSegments: expandable})
-			require.NoError(t, err)
+			inner := simtest.New(t, simtest.Capacity(1<<30))
+			a := gpumemtest.NewOn(t, inner, gpumemtest.WithConfig(allocator.Config{ExpandableSegments: expandable}))
 			a.SetPhase("load")
 			d, err := a.Alloc(4<<20, 0)
 			require.NoError(t, err)
-			p, err := a.NewPool("weights", allocator.PoolOptions{})
-			require.NoError(t, err)
-			require.NoError(t, a.UsePool(p, 0))
-			var ptrs []device.Ptr
-			for _, n := range []uint64{512, 3 << 20, 30 << 20} {
-				q, err := a.Alloc(n, 0)
-				require.NoError(t, err)
-				ptrs = append(ptrs, q)
-			}
-			require.NoError(t, a.UseDefaultPool(0))
+			p, ptrs := poolWith(t, a, "weights", 0, 512, 3<<20, 30<<20)
 			a.SetPhase("serve")
 			before := cumulative(a)
 			phases := a.PhaseStats()

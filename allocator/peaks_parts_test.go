@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/stats"
 )
 
@@ -17,12 +18,7 @@ import (
 // several phases live.
 func TestShardPartsRowsAreTheParts(t *testing.T) {
 	a, dev := newTest(t, 0, Config{})
-	streams := []device.Stream{device.DefaultStream}
-	for range 3 {
-		s, err := dev.NewStream()
-		require.NoError(t, err)
-		streams = append(streams, s)
-	}
+	streams := simtest.Streams(t, dev, 3)
 	rng := rand.New(rand.NewPCG(3, 5))
 	var ptrs []device.Ptr
 	for i := range 400 {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/stats"
 )
 
@@ -49,12 +50,7 @@ func (m *phaseModel) resetPeaks() {
 // allocations equal the model's after every step, through peak resets.
 func TestPhasePeaksAcrossStreams(t *testing.T) {
 	a, dev := newTest(t, 0, Config{})
-	streams := []device.Stream{device.DefaultStream}
-	for range 3 {
-		s, err := dev.NewStream()
-		require.NoError(t, err)
-		streams = append(streams, s)
-	}
+	streams := simtest.Streams(t, dev, 3)
 	rng := rand.New(rand.NewPCG(7, 11))
 	m := newPhaseModel()
 	type live struct {

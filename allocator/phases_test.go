@@ -139,8 +139,7 @@ func TestOutOfMemoryAnswersTheFlow(t *testing.T) {
 	// The allocator sees the device through a wrapper that does not report
 	// usage: it is not the device's only user here, as the invariant
 	// checker would otherwise assume.
-	a, err := New(struct{ device.Device }{dev}, Config{})
-	require.NoError(t, err)
+	a := onDevice(t, struct{ device.Device }{dev}, Config{})
 	a.SetPhase("forward")
 	mustAlloc(t, a, 40*mib, 0)
 	a.SetPhase("backward")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/replay"
@@ -33,8 +34,7 @@ func TestPolicyWithoutVirtualMemory(t *testing.T) {
 			if waiter {
 				caps.StreamWaiter = sd
 			}
-			a, err := allocator.New(device.Compose(sd, caps), allocator.Config{Policy: allocator.PolicyLowFragmentation})
-			require.NoError(t, err)
+			a := gpumemtest.NewOn(t, device.Compose(sd, caps), gpumemtest.WithConfig(allocator.Config{Policy: allocator.PolicyLowFragmentation}), gpumemtest.AllowLeaks())
 			res, err := replay.Run(trace.SliceReader(ops), a, sd, replay.Options{})
 			require.NoError(t, err, name)
 			require.Zero(t, res.OOMs, name)

@@ -179,8 +179,7 @@ func TestPlannedWithoutVirtualMemory(t *testing.T) {
 	// Plain segments: the policy runs as low_fragmentation (carving a
 	// block out of a plain segment would change its split counts).
 	sd := simtest.New(t)
-	a, err := New(device.Compose(sd, device.Capabilities{StreamChecker: sd, UsageReporter: sd}), Config{Policy: PolicyPlanned})
-	require.NoError(t, err)
+	a := onDevice(t, device.Compose(sd, device.Capabilities{StreamChecker: sd, UsageReporter: sd}), Config{Policy: PolicyPlanned})
 	require.Nil(t, a.vm)
 	big := mustAlloc(t, a, 200<<20, 0)
 	mustFree(t, a, big) // a free segment that holds the arena
@@ -260,7 +259,6 @@ func TestPlannedConcurrent(t *testing.T) {
 	a, dev := newOn(t, Config{Policy: PolicyPlanned})
 	s, err := dev.NewStream()
 	require.NoError(t, err)
-	done := make(chan struct{})
 	errs := make(chan error, 4)
 	work := func(stream device.Stream, n int) {
 		for i := range n {
@@ -276,16 +274,7 @@ func TestPlannedConcurrent(t *testing.T) {
 		}
 		errs <- nil
 	}
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			default:
-				a.MarkStep("step")
-			}
-		}
-	}()
+	stop := inBackground(func() { a.MarkStep("step") })
 	go work(0, 2000)
 	go work(0, 2000)
 	go func() {
@@ -316,6 +305,6 @@ func TestPlannedConcurrent(t *testing.T) {
 	for range 4 {
 		require.NoError(t, <-errs)
 	}
-	close(done)
+	stop()
 	require.NoError(t, a.CheckInvariants())
 }

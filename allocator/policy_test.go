@@ -90,9 +90,8 @@ func TestPolicyExpandableWithFinePages(t *testing.T) {
 	mustFree(t, a, q)
 
 	noVM := device.Compose(mustSim(t, 0), device.Capabilities{})
-	b, err := New(noVM, lowFrag)
-	require.NoError(t, err)
-	p, err = b.Alloc(3*mib, 0)
+	b := onDevice(t, noVM, lowFrag)
+	p, err := b.Alloc(3*mib, 0)
 	require.NoError(t, err)
 	assert.EqualValues(t, 20*mib, b.Stats().ReservedBytes[0].Current, "plain segments, as PyTorch's")
 	require.NoError(t, b.Free(p))
@@ -228,8 +227,7 @@ func lendableWithoutStreamWaiter(t *testing.T) (*Allocator, *sim.Device, device.
 	dev := mustSim(t, 0)
 	caps := device.CapabilitiesOf(dev)
 	caps.StreamWaiter = nil
-	a, err := New(device.Compose(dev, caps), lowFrag)
-	require.NoError(t, err)
+	a := onDevice(t, device.Compose(dev, caps), lowFrag)
 	s, err := dev.NewStream()
 	require.NoError(t, err)
 	p := mustAlloc(t, a, 8*mib, 0)
@@ -269,8 +267,7 @@ func TestPolicyLendingSurvivesEventFailures(t *testing.T) {
 	dev = mustSim(t, 0)
 	caps := device.CapabilitiesOf(dev)
 	caps.StreamWaiter = failingWaiter{caps.StreamWaiter}
-	a, err := New(device.Compose(dev, caps), lowFrag)
-	require.NoError(t, err)
+	a := onDevice(t, device.Compose(dev, caps), lowFrag)
 	s, _ = dev.NewStream()
 	require.NoError(t, dev.SetStreamBusy(s, true))
 	p := mustAlloc(t, a, 8*mib, 0)
@@ -407,8 +404,7 @@ func TestPolicyMapsWithoutAheadWhenTheDeviceIsShort(t *testing.T) {
 	// operation with gpumem_invariants) would otherwise assume.
 	caps := device.CapabilitiesOf(dev)
 	caps.UsageReporter = nil
-	a, err := New(device.Compose(dev, caps), lowFrag)
-	require.NoError(t, err)
+	a := onDevice(t, device.Compose(dev, caps), lowFrag)
 	p := mustAlloc(t, a, 60*mib, 0)
 	mustFree(t, a, p)
 	require.NoError(t, a.EmptyCache()) // the high-water mark stays at 60 MiB: room to map ahead
@@ -519,8 +515,7 @@ func TestPolicyLendingReleasesEveryEvent(t *testing.T) {
 		t.Run(at, func(t *testing.T) {
 			inner := mustSim(t, 0)
 			j := faulty.New(inner)
-			a, err := New(j.Device(), lowFrag)
-			require.NoError(t, err)
+			a := onDevice(t, j.Device(), lowFrag)
 			s, err := inner.NewStream()
 			require.NoError(t, err)
 			require.NoError(t, inner.SetStreamBusy(s, true))

@@ -56,20 +56,10 @@ func newPoolMachine(t *rapid.T) *poolMachine {
 	if !vm {
 		d = device.Compose(dev, device.Capabilities{HostMemory: dev, StreamChecker: dev, UsageReporter: dev, StreamWaiter: dev, Copier: dev})
 	}
-	a, err := New(d, Config{ExpandableSegments: expandable})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := onDevice(t, d, Config{ExpandableSegments: expandable})
 	m := &poolMachine{a: a, dev: dev, vm: vm, busy: map[device.Stream]bool{}, route: map[device.Stream]*Pool{},
 		capture: map[device.Stream]bool{}, paused: map[*Pool]bool{}, live: map[device.Ptr]poolBlock{}}
-	m.streams = []device.Stream{device.DefaultStream}
-	for range 2 {
-		s, err := dev.NewStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.streams = append(m.streams, s)
-	}
+	m.streams = simtest.Streams(t, dev, 2)
 	return m
 }
 

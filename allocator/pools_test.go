@@ -31,8 +31,7 @@ func TestPoolServesOnlyItsRoutes(t *testing.T) {
 	a, dev := newTest(t, 1<<30, Config{})
 	s1, err := dev.NewStream()
 	require.NoError(t, err)
-	kv, err := a.NewPool("kv", PoolOptions{})
-	require.NoError(t, err)
+	kv := mustPool(t, a, "kv", PoolOptions{})
 	require.Equal(t, uint64(1), kv.ID())
 
 	// A block freed in the default pool does not serve the pool.
@@ -80,8 +79,7 @@ func TestPoolServesOnlyItsRoutes(t *testing.T) {
 
 func TestPoolReleasedWithLiveBlocksGoesWithTheLast(t *testing.T) {
 	a, _ := newTest(t, 1<<30, Config{})
-	g, err := a.NewPool("graph", PoolOptions{})
-	require.NoError(t, err)
+	g := mustPool(t, a, "graph", PoolOptions{})
 	require.NoError(t, a.UsePool(g, device.DefaultStream))
 	x := mustAlloc(t, a, 30<<20, device.DefaultStream)
 	y := mustAlloc(t, a, 4<<10, device.DefaultStream)
@@ -94,8 +92,7 @@ func TestPoolReleasedWithLiveBlocksGoesWithTheLast(t *testing.T) {
 	require.ErrorContains(t, a.ReleasePool(g), "released", "releasing twice")
 	require.ErrorContains(t, a.UsePool(g, device.DefaultStream), "released")
 	// The name is free again.
-	g2, err := a.NewPool("graph", PoolOptions{})
-	require.NoError(t, err)
+	g2 := mustPool(t, a, "graph", PoolOptions{})
 	require.Equal(t, uint64(2), g2.ID())
 
 	mustFree(t, a, x) // its segment goes now: nothing else of it is busy
@@ -118,8 +115,7 @@ func TestPoolReleasedWithLiveBlocksGoesWithTheLast(t *testing.T) {
 
 func TestPoolNoSplit(t *testing.T) {
 	a, _ := newTest(t, 1<<30, Config{})
-	p, err := a.NewPool("whole", PoolOptions{NoSplit: true})
-	require.NoError(t, err)
+	p := mustPool(t, a, "whole", PoolOptions{NoSplit: true})
 	require.NoError(t, a.UsePool(p, device.DefaultStream))
 	x := mustAlloc(t, a, 4<<10, device.DefaultStream)
 	// The whole 2 MiB segment is the block.
@@ -139,8 +135,7 @@ func TestPoolNoSplit(t *testing.T) {
 func TestPoolUseOnOOM(t *testing.T) {
 	for _, lend := range []bool{false, true} {
 		a, _ := newTest(t, 64<<20, Config{})
-		p, err := a.NewPool("spare", PoolOptions{UseOnOOM: lend})
-		require.NoError(t, err)
+		p := mustPool(t, a, "spare", PoolOptions{UseOnOOM: lend})
 		require.NoError(t, a.UsePool(p, device.DefaultStream))
 		x := mustAlloc(t, a, 60<<20, device.DefaultStream)
 		mustFree(t, a, x)
@@ -168,10 +163,8 @@ func TestPoolUseOnOOM(t *testing.T) {
 func TestPoolBadInputChangesNothing(t *testing.T) {
 	a, dev := newTest(t, 1<<30, Config{})
 	other, _ := newTest(t, 1<<30, Config{})
-	p, err := a.NewPool("p", PoolOptions{})
-	require.NoError(t, err)
-	foreign, err := other.NewPool("f", PoolOptions{})
-	require.NoError(t, err)
+	p := mustPool(t, a, "p", PoolOptions{})
+	foreign := mustPool(t, other, "f", PoolOptions{})
 	s1, err := dev.NewStream()
 	require.NoError(t, err)
 	for _, name := range []string{"", "-", "a b", "tab\t", "p"} {
@@ -209,8 +202,7 @@ func TestPoolBadInputChangesNothing(t *testing.T) {
 func TestPoolsOnManyStreams(t *testing.T) {
 	for _, exp := range []bool{false, true} {
 		a, dev := newTest(t, 4<<30, Config{ExpandableSegments: exp})
-		p, err := a.NewPool("p", PoolOptions{})
-		require.NoError(t, err)
+		p := mustPool(t, a, "p", PoolOptions{})
 		var ptrs []device.Ptr
 		for i := range maxShards + 4 {
 			s, err := dev.NewStream()

@@ -111,20 +111,10 @@ func newMachine(t *rapid.T) *machine {
 	if rapid.Bool().Draw(t, "unaligned") {
 		d = offsetDevice{dev} // segments share 2 MiB chunks of addresses
 	}
-	a, err := New(d, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := onDevice(t, d, cfg)
 	m := &machine{a: a, dev: dev, live: map[device.Ptr]liveBlock{},
 		held: map[device.Stream][]span{}, busy: map[device.Stream]bool{}, lastWait: map[[2]device.Stream]int{}}
-	m.streams = []device.Stream{device.DefaultStream}
-	for range 2 {
-		s, err := dev.NewStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.streams = append(m.streams, s)
-	}
+	m.streams = simtest.Streams(t, dev, 2)
 	return m
 }
 
@@ -464,10 +454,7 @@ func FuzzAllocator(f *testing.F) {
 		case 3:
 			cfg.ExpandableSegments, cfg.Policy = false, PolicyPlanned
 		}
-		a, err := New(dev, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := onDevice(t, dev, cfg)
 		streams := []device.Stream{0}
 		for range 2 {
 			s, _ := dev.NewStream()

@@ -72,12 +72,7 @@ func TestPeaksFollowTheOrderOfTwoGoroutines(t *testing.T) {
 func TestStreamsInParallel(t *testing.T) {
 	for _, cfg := range []Config{{}, {ExpandableSegments: true}, {MaxSplitSize: 32 * mib}} {
 		a, dev := newTest(t, 16*gib, cfg)
-		streams := []device.Stream{device.DefaultStream}
-		for range 3 {
-			s, err := dev.NewStream()
-			require.NoError(t, err)
-			streams = append(streams, s)
-		}
+		streams := simtest.Streams(t, dev, 3)
 		var wg sync.WaitGroup
 		var peakLive sync.Map
 		for w := range 6 {
@@ -119,25 +114,14 @@ func TestStreamsInParallel(t *testing.T) {
 				}
 			}()
 		}
-		stop := make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					st := a.Stats()
-					if st.AllocatedBytes[0].Peak < st.AllocatedBytes[0].Current {
-						t.Error("peak below current")
-					}
-				}
+		stop := inBackground(func() {
+			st := a.Stats()
+			if st.AllocatedBytes[0].Peak < st.AllocatedBytes[0].Current {
+				t.Error("peak below current")
 			}
-		}()
+		})
 		wg.Wait()
-		close(stop)
-		<-done
+		stop()
 		require.NoError(t, a.CheckInvariants())
 		// The all peak lies between the largest of one goroutine's peaks
 		// and their sum (each goroutine's own order is fixed).
@@ -175,8 +159,7 @@ func (d offsetDevice) Free(p device.Ptr) error { return d.Device.Free(p - 512) }
 // and Free finds every block.
 func TestRoutesShareChunks(t *testing.T) {
 	dev := offsetDevice{simtest.New(t)}
-	a, err := New(dev, Config{})
-	require.NoError(t, err)
+	a := onDevice(t, dev, Config{})
 	s1, _ := dev.NewStream()
 	var ps []device.Ptr
 	for i := range 40 {

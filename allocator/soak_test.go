@@ -24,6 +24,7 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/internal/simtest"
 )
 
@@ -119,16 +120,10 @@ func runSoak(t *testing.T, conf string, seed uint64, ops int) {
 	cfg, err := allocator.ParseConf(conf)
 	require.NoError(t, err)
 	dev := simtest.New(t, simtest.Capacity(4*gib), freeCalls)
-	a, err := allocator.New(dev, cfg)
-	require.NoError(t, err)
-	streams := []device.Stream{device.DefaultStream}
-	for i := range 3 {
-		s, err := dev.NewStream()
-		require.NoError(t, err)
-		if i < 2 {
-			require.NoError(t, dev.SetStreamBusy(s, true))
-		}
-		streams = append(streams, s)
+	a := gpumemtest.NewOn(t, dev, gpumemtest.WithConfig(cfg))
+	streams := simtest.Streams(t, dev, 3)
+	for _, s := range streams[1:3] {
+		require.NoError(t, dev.SetStreamBusy(s, true))
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x50a4))
 	var live []soakBlock

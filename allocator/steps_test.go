@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/internal/simtest"
 )
 
 // TestMarkStepCostsWhatChanged: a step boundary counts the live blocks
@@ -106,13 +107,7 @@ func TestMarkStepCountsMatchAWalk(t *testing.T) {
 // a walk counts once they stop (run with -race).
 func TestMarkStepUnderConcurrency(t *testing.T) {
 	a, dev := newTest(t, 0, Config{})
-	var streams []device.Stream
-	for range 4 {
-		s, err := dev.NewStream()
-		require.NoError(t, err)
-		streams = append(streams, s)
-	}
-	done := make(chan struct{})
+	streams := simtest.Streams(t, dev, 4)[1:]
 	errs := make(chan error, len(streams))
 	kept := make([]int, len(streams))
 	for i, s := range streams {
@@ -135,20 +130,11 @@ func TestMarkStepUnderConcurrency(t *testing.T) {
 			errs <- nil
 		}()
 	}
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			default:
-				a.MarkStep("step")
-			}
-		}
-	}()
+	stop := inBackground(func() { a.MarkStep("step") })
 	for range streams {
 		require.NoError(t, <-errs)
 	}
-	close(done)
+	stop()
 	a.lockAll()
 	got := a.markStepLocked()
 	want := make(map[leakKey]int64)

@@ -8,10 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/gpumemtest"
-	"github.com/gpumem/gpumem/internal/simtest"
 )
 
 // The presets' parameter counts, as their model cards publish them.
@@ -226,8 +224,7 @@ func FuzzPlan(f *testing.F) {
 func TestDrive(t *testing.T) {
 	m := Generic(GPT2)
 	m.Layers, m.Hidden, m.Heads = 2, 256, 4
-	dev := simtest.New(t, simtest.Capacity(1<<30))
-	a, _ := allocator.New(dev, allocator.Config{})
+	a := gpumemtest.New(t, gpumemtest.WithCapacity(1<<30), gpumemtest.AllowLeaks())
 	var steps []int
 	pl := Plan{Model: &m, Workload: Workload{Batch: 2, Seq: 64}}
 	if err := pl.Drive(a, 3, func(i int) error { steps = append(steps, i); return nil }); err != nil {
@@ -245,7 +242,7 @@ func TestDrive(t *testing.T) {
 		t.Errorf("on 16 MiB: %v, want out of memory", err)
 	}
 	stop := errors.New("stop")
-	a, _ = allocator.New(dev, allocator.Config{})
+	a = gpumemtest.New(t, gpumemtest.WithCapacity(1<<30), gpumemtest.AllowLeaks())
 	if err := pl.Drive(a, 5, func(i int) error {
 		if i == 1 {
 			return stop

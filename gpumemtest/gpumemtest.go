@@ -1,7 +1,8 @@
 // Package gpumemtest helps the test suites of programs that use gpumem:
 // it fails a test that leaves device memory allocated, checks a memory
-// budget (peak reserved bytes, fragmentation), and builds an allocator on
-// a simulated device that checks itself when the test ends.
+// budget (peak reserved bytes, fragmentation), and builds an allocator, on
+// a simulated device or on one the test built, that checks itself when the
+// test ends.
 //
 //	func TestTrainStep(t *testing.T) {
 //		a := gpumemtest.New(t, gpumemtest.WithCapacity(16<<30),
@@ -10,6 +11,13 @@
 //		// When the test ends: invariants hold, nothing is left
 //		// allocated, the budget is kept; or the test fails, saying why.
 //	}
+//
+// or, with the same checks when the test ends, on a device the test
+// built (here, a simulated device seen through a fault injector, whose
+// rules the test adds to j):
+//
+//	j := faulty.New(dev)
+//	a := gpumemtest.NewOn(t, j.Device())
 //
 // or, with an allocator of the test's own:
 //
@@ -300,7 +308,7 @@ func VerifyBudget(t TB, a *allocator.Allocator, b Budget) {
 	}
 }
 
-// Option configures the allocator New builds.
+// Option configures the allocator New or NewOn builds.
 type Option func(*fixture)
 
 type fixture struct {
@@ -309,15 +317,20 @@ type fixture struct {
 	cfg        allocator.Config
 	budget     *Budget
 	allowLeaks bool
+	simOption  bool // WithDevice or WithCapacity given
 }
 
 // WithDevice sets the simulated device's configuration (ordinal, page
 // size, costs...); WithCapacity, given too, sets its capacity.
-func WithDevice(cfg sim.Config) Option { return func(f *fixture) { f.dev = cfg } }
+func WithDevice(cfg sim.Config) Option {
+	return func(f *fixture) { f.dev, f.simOption = cfg, true }
+}
 
 // WithCapacity sets the simulated device's memory in bytes (the default
 // is sim.DefaultCapacity).
-func WithCapacity(bytes uint64) Option { return func(f *fixture) { f.capacity = bytes } }
+func WithCapacity(bytes uint64) Option {
+	return func(f *fixture) { f.capacity, f.simOption = bytes, true }
+}
 
 // WithConfig sets the allocator's configuration (the default is the zero
 // Config, PyTorch's defaults).
@@ -338,12 +351,7 @@ func AllowLeaks() Option { return func(f *fixture) { f.allowLeaks = true } }
 // cannot be built fails the test with t.Fatalf.
 func New(t TB, opts ...Option) *allocator.Allocator {
 	t.Helper()
-	var f fixture
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&f)
-		}
-	}
+	f := apply(opts)
 	devOpts := []simtest.Option{simtest.Config(f.dev)}
 	if f.capacity > 0 {
 		devOpts = append(devOpts, simtest.Capacity(f.capacity))
@@ -352,6 +360,44 @@ func New(t TB, opts ...Option) *allocator.Allocator {
 	if dev == nil {
 		return nil // t's Fatalf returned: a fake TB
 	}
+	return build(t, dev, f)
+}
+
+// NewOn is New on a device the test built: a simulated device seen
+// through a fault injector (device/faulty), a call counter
+// (device/counting) or fewer capabilities (device.Compose), or another
+// backend. The cleanup is New's. WithDevice and WithCapacity describe
+// New's device: given here, or a nil dev, they fail the test with
+// t.Fatalf.
+func NewOn(t TB, dev device.Device, opts ...Option) *allocator.Allocator {
+	t.Helper()
+	f := apply(opts)
+	switch {
+	case dev == nil:
+		t.Fatalf("gpumemtest: NewOn: nil device")
+		return nil
+	case f.simOption:
+		t.Fatalf("gpumemtest: NewOn: WithDevice and WithCapacity configure New's device, not a device given")
+		return nil
+	}
+	return build(t, dev, f)
+}
+
+// apply returns the fixture the options describe.
+func apply(opts []Option) fixture {
+	var f fixture
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&f)
+		}
+	}
+	return f
+}
+
+// build returns an allocator with f's configuration on dev and registers
+// the cleanup New and NewOn describe.
+func build(t TB, dev device.Device, f fixture) *allocator.Allocator {
+	t.Helper()
 	a, err := allocator.New(dev, f.cfg)
 	if err != nil {
 		t.Fatalf("gpumemtest: allocator: %v", err)

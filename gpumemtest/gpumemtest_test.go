@@ -275,3 +275,40 @@ func TestWithTestingT(t *testing.T) {
 	p := mustAlloc(t, a, 10*mib)
 	require.NoError(t, a.Free(p))
 }
+
+// NewOn builds on the device given, with New's cleanup, and refuses what
+// it cannot use.
+func TestNewOn(t *testing.T) {
+	dev, err := sim.New(sim.Config{Ordinal: 5, Capacity: 64 * mib})
+	require.NoError(t, err)
+	var a *allocator.Allocator
+	f := run(func(t gpumemtest.TB) {
+		a = gpumemtest.NewOn(t, dev, gpumemtest.WithConfig(allocator.Config{ExpandableSegments: true}))
+		if a.Device() != device.Device(dev) || !a.Config().ExpandableSegments {
+			t.Errorf("NewOn did not build on the device given with the configuration given")
+		}
+		mustAlloc(t, a, mib)
+	})
+	require.Len(t, f.errors, 1, "the block left allocated fails the test")
+	assert.Contains(t, f.errors[0], "gpumemtest: device 5: 1 block (1024.00 KiB) still allocated")
+	assert.Empty(t, f.fatals)
+
+	for name, test := range map[string]func(t gpumemtest.TB) *allocator.Allocator{
+		"nil device": func(t gpumemtest.TB) *allocator.Allocator { return gpumemtest.NewOn(t, nil) },
+		"WithCapacity": func(t gpumemtest.TB) *allocator.Allocator {
+			return gpumemtest.NewOn(t, dev, gpumemtest.WithCapacity(mib))
+		},
+		"WithDevice": func(t gpumemtest.TB) *allocator.Allocator {
+			return gpumemtest.NewOn(t, dev, gpumemtest.WithDevice(sim.Config{}))
+		},
+		"bad config": func(t gpumemtest.TB) *allocator.Allocator {
+			return gpumemtest.NewOn(t, dev, gpumemtest.WithConfig(allocator.Config{MemoryFraction: 2}))
+		},
+	} {
+		var got *allocator.Allocator
+		f := run(func(t gpumemtest.TB) { got = test(t) })
+		assert.Len(t, f.fatals, 1, name)
+		assert.Empty(t, f.errors, name)
+		assert.Nil(t, got, name)
+	}
+}

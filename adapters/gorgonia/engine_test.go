@@ -12,6 +12,7 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
 )
 
 // The engine must be what tensor takes it for.
@@ -23,10 +24,8 @@ var (
 
 func newEngine(t *testing.T, capacity uint64, ops Memops) (*Engine, *sim.Device) {
 	t.Helper()
-	dev, err := sim.New(sim.Config{Capacity: capacity})
-	require.NoError(t, err)
-	a, err := allocator.New(dev, allocator.Config{})
-	require.NoError(t, err)
+	a := gpumemtest.New(t, gpumemtest.WithCapacity(capacity))
+	dev := a.Device().(*sim.Device)
 	s, err := dev.AdoptStreamHandle(0x5eed) // the runtime's stream
 	require.NoError(t, err)
 	e, err := New(a, s, ops)
@@ -137,4 +136,6 @@ func TestMemops(t *testing.T) {
 	rec.fail = errors.New("kernel launch failed")
 	e.Memclr(m)
 	require.ErrorIs(t, e.Err(), rec.fail)
+	require.NoError(t, e.Free(m, 8))
+	require.NoError(t, e.Free(odd, 6))
 }

@@ -123,8 +123,7 @@ func TestErrorsChangeNothing(t *testing.T) {
 // its streams has an unknown stream refused by the event that RecordStream
 // records on it, which it releases.
 func TestRecordStreamChecksWithoutStreamChecker(t *testing.T) {
-	dev, err := sim.New(sim.Config{})
-	require.NoError(t, err)
+	dev := simtest.New(t)
 	a, err := New(struct {
 		device.Device
 		device.HostMemory

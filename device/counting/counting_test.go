@@ -13,6 +13,7 @@ import (
 	"github.com/gpumem/gpumem/device/counting"
 	"github.com/gpumem/gpumem/device/internal/devicetest"
 	"github.com/gpumem/gpumem/device/sim"
+	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/internal/simtest"
 )
 
@@ -122,15 +123,14 @@ func TestCountsWhatTheAllocatorAsks(t *testing.T) {
 	for _, expandable := range []bool{false, true} {
 		s := newSim(t)
 		c := counting.New(s)
-		a, err := allocator.New(c.Device(), allocator.Config{ExpandableSegments: expandable})
-		require.NoError(t, err)
+		a := gpumemtest.NewOn(t, c.Device(), gpumemtest.WithConfig(allocator.Config{ExpandableSegments: expandable}))
 		var ps []device.Ptr
 		for _, size := range []uint64{512, 1 << 20, 5 << 20, 30 << 20, 1 << 20} {
 			p, err := a.Alloc(size, device.DefaultStream)
 			require.NoError(t, err)
 			ps = append(ps, p)
 		}
-		_, err = a.Alloc(1<<30, device.DefaultStream)
+		_, err := a.Alloc(1<<30, device.DefaultStream)
 		require.ErrorIs(t, err, device.ErrOutOfMemory)
 		for _, p := range ps {
 			require.NoError(t, a.Free(p))

@@ -17,6 +17,7 @@ import (
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/cuda/internal/cudastub"
 	"github.com/gpumem/gpumem/device/faulty"
+	"github.com/gpumem/gpumem/gpumemtest"
 )
 
 // driverFuncs are the stub's driver functions that the backend calls
@@ -274,8 +275,7 @@ func TestStubFaultyAllocator(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			d := openStub(t, func() { cudastub.SetCapacity(256 * mib) })
 			j := faulty.New(d)
-			a, err := allocator.New(j.Device(), c.cfg)
-			require.NoError(t, err)
+			a := gpumemtest.NewOn(t, j.Device(), gpumemtest.WithConfig(c.cfg))
 			p, err := a.Alloc(mib, device.DefaultStream)
 			require.NoError(t, err)
 
@@ -314,8 +314,7 @@ func TestStubPolicyLendsWithStreamWaits(t *testing.T) {
 			if wrap {
 				dev = faulty.New(d).Device()
 			}
-			a, err := allocator.New(dev, lowFragmentation)
-			require.NoError(t, err)
+			a := gpumemtest.NewOn(t, dev, gpumemtest.WithConfig(lowFragmentation))
 			s1, err := d.NewStream()
 			require.NoError(t, err)
 			s2, err := d.NewStream()
@@ -339,8 +338,7 @@ func TestStubPolicyLendsWithStreamWaits(t *testing.T) {
 
 	t.Run("no virtual memory", func(t *testing.T) {
 		d := openStub(t, func() { cudastub.SetVirtualMemory(false) })
-		a, err := allocator.New(d, lowFragmentation)
-		require.NoError(t, err)
+		a := gpumemtest.NewOn(t, d, gpumemtest.WithConfig(lowFragmentation))
 		p, err := a.Alloc(3*mib, device.DefaultStream)
 		require.NoError(t, err)
 		require.NoError(t, a.Free(p))

@@ -17,6 +17,7 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/cuda/internal/cudastub"
+	"github.com/gpumem/gpumem/gpumemtest"
 )
 
 // pattern returns n bytes made of seed.
@@ -26,6 +27,22 @@ func pattern(n int, seed byte) []byte {
 		b[i] = seed + byte(i%251) | 1
 	}
 	return b
+}
+
+// releaseToEmpty releases the pools, empties a's cache, and requires the
+// invariants to hold and the stub driver to hold nothing: no memory in
+// use, no reservation, no mapping, no allocation.
+func releaseToEmpty(t *testing.T, a *allocator.Allocator, pools ...*allocator.Pool) {
+	t.Helper()
+	for _, p := range pools {
+		require.NoError(t, a.ReleasePool(p))
+	}
+	require.NoError(t, a.EmptyCache())
+	require.NoError(t, a.CheckInvariants())
+	assert.Zero(t, cudastub.Used())
+	for _, kind := range []string{"reservation", "mapping", "mem"} {
+		assert.Zero(t, cudastub.Live(kind), kind)
+	}
 }
 
 // TestStubPoolsPauseResume pauses a named pool with a backup and resumes
@@ -38,8 +55,7 @@ func TestStubPoolsPauseResume(t *testing.T) {
 	for _, expandable := range []bool{true, false} {
 		t.Run(fmt.Sprintf("expandable=%v", expandable), func(t *testing.T) {
 			d := openStub(t)
-			a, err := allocator.New(d, allocator.Config{ExpandableSegments: expandable})
-			require.NoError(t, err)
+			a := gpumemtest.NewOn(t, d, gpumemtest.WithConfig(allocator.Config{ExpandableSegments: expandable}))
 			def, err := a.Alloc(8*mib, device.DefaultStream)
 			require.NoError(t, err)
 			side, err := d.NewStream()
@@ -87,13 +103,7 @@ func TestStubPoolsPauseResume(t *testing.T) {
 			for _, q := range append(ptrs, def) {
 				require.NoError(t, a.Free(q))
 			}
-			require.NoError(t, a.ReleasePool(p))
-			require.NoError(t, a.EmptyCache())
-			require.NoError(t, a.CheckInvariants())
-			assert.Zero(t, cudastub.Used())
-			assert.Zero(t, cudastub.Live("reservation"))
-			assert.Zero(t, cudastub.Live("mapping"))
-			assert.Zero(t, cudastub.Live("mem"))
+			releaseToEmpty(t, a, p)
 		})
 	}
 }
@@ -105,8 +115,7 @@ func TestStubPoolsPauseResume(t *testing.T) {
 // segments alone, and releasing the pools returns everything.
 func TestStubPoolsAndCapture(t *testing.T) {
 	d := openStub(t)
-	a, err := allocator.New(d, allocator.Config{})
-	require.NoError(t, err)
+	a := gpumemtest.NewOn(t, d)
 	kv, err := a.NewPool("kv", allocator.PoolOptions{NoSplit: true})
 	require.NoError(t, err)
 	graph, err := a.NewPool("graph", allocator.PoolOptions{})
@@ -142,12 +151,7 @@ func TestStubPoolsAndCapture(t *testing.T) {
 	require.NoError(t, a.EmptyCache())
 	assert.Len(t, a.Snapshot(), 2, "EmptyCache leaves the live pools' segments")
 	require.NoError(t, a.Free(k))
-	require.NoError(t, a.ReleasePool(kv))
-	require.NoError(t, a.ReleasePool(graph))
-	require.NoError(t, a.EmptyCache())
-	require.NoError(t, a.CheckInvariants())
-	assert.Zero(t, cudastub.Used())
-	assert.Zero(t, cudastub.Live("reservation"))
+	releaseToEmpty(t, a, kv, graph)
 }
 
 // TestStubPauseNeedsVirtualMemory: on a device without virtual memory
@@ -155,8 +159,7 @@ func TestStubPoolsAndCapture(t *testing.T) {
 // clear error and changes nothing.
 func TestStubPauseNeedsVirtualMemory(t *testing.T) {
 	d := openStub(t, func() { cudastub.SetVirtualMemory(false) })
-	a, err := allocator.New(d, allocator.Config{})
-	require.NoError(t, err)
+	a := gpumemtest.NewOn(t, d)
 	p, err := a.NewPool("p", allocator.PoolOptions{})
 	require.NoError(t, err)
 	require.NoError(t, a.UsePool(p, device.DefaultStream))
@@ -169,7 +172,5 @@ func TestStubPauseNeedsVirtualMemory(t *testing.T) {
 	assert.False(t, p.Paused())
 	assert.Zero(t, cudastub.Live("reservation"))
 	require.NoError(t, a.Free(q))
-	require.NoError(t, a.ReleasePool(p))
-	require.NoError(t, a.EmptyCache())
-	assert.Zero(t, cudastub.Used())
+	releaseToEmpty(t, a, p)
 }

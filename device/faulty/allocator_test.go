@@ -11,6 +11,7 @@ import (
 	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/faulty"
+	"github.com/gpumem/gpumem/gpumemtest"
 )
 
 // TestAllocatorSurvivesMapFailures runs a caching allocator with
@@ -23,8 +24,7 @@ func TestAllocatorSurvivesMapFailures(t *testing.T) {
 		t.Run(fmt.Sprint(sentinel), func(t *testing.T) {
 			s := newSim(t)
 			j := faulty.New(s)
-			a, err := allocator.New(j.Device(), allocator.Config{ExpandableSegments: true})
-			require.NoError(t, err)
+			a := gpumemtest.NewOn(t, j.Device(), gpumemtest.WithConfig(allocator.Config{ExpandableSegments: true}))
 			p, err := a.Alloc(mib, device.DefaultStream) // maps the first page
 			require.NoError(t, err)
 			before := a.Stats()

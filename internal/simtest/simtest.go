@@ -1,7 +1,7 @@
 // Package simtest builds the simulated devices of gpumem's own tests: one
 // place for the options they use (capacity, ordinal, page size, no
 // simulated time), for a test's failure when a device cannot be built,
-// and for the opener a Manager takes.
+// for the streams a test runs on, and for the opener a Manager takes.
 //
 // # Model
 //
@@ -87,4 +87,21 @@ func Opener(opts ...Option) func(ordinal int) (device.Device, error) {
 		}
 		return dev, nil
 	}
+}
+
+// Streams returns the default stream followed by n new streams of dev,
+// or fails the test (t.Fatalf) if dev cannot make one.
+func Streams(t TB, dev *sim.Device, n int) []device.Stream {
+	t.Helper()
+	streams := make([]device.Stream, 1, n+1)
+	streams[0] = device.DefaultStream
+	for range n {
+		s, err := dev.NewStream()
+		if err != nil {
+			t.Fatalf("simtest: stream %d of %d: %v", len(streams), n, err)
+			return nil
+		}
+		streams = append(streams, s)
+	}
+	return streams
 }

@@ -81,9 +81,7 @@ func replayConf(t *testing.T, path string, cfg allocator.Config, capacity uint64
 	t.Helper()
 	var a *allocator.Allocator
 	res := replayPath(t, path, func(dev *sim.Device) Target {
-		var err error
-		a, err = allocator.New(dev, cfg)
-		require.NoError(t, err)
+		a = gpumemtest.NewOn(t, dev, gpumemtest.WithConfig(cfg), gpumemtest.AllowLeaks())
 		return a
 	}, capacity)
 	return res, a

@@ -7,9 +7,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpumem/gpumem/allocator"
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/counting"
+	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/internal/simtest"
 	"github.com/gpumem/gpumem/trace"
 )
@@ -58,8 +58,7 @@ func TestReplayStreamPerAllocation(t *testing.T) {
 	}
 	dev := simtest.New(t)
 	counted := counting.New(dev)
-	a, err := allocator.New(counted.Device(), allocator.Config{})
-	require.NoError(t, err)
+	a := gpumemtest.NewOn(t, counted.Device())
 
 	res, err := Run(&streamPerAlloc{n: n}, a, counted.Device(), Options{})
 	require.NoError(t, err)
