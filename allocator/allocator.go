@@ -463,7 +463,7 @@ func (a *Allocator) Free(p device.Ptr) error {
 			if b := sh.live.Remove(p); b != nil {
 				if !b.Recorded {
 					b.Allocated = false
-					if selfCheck && a.shardOf(b.Seg.Free) != sh {
+					if selfCheck && a.shardOf(b.Seg.Free()) != sh {
 						panic("gpumem: a fast shard's live block belongs to another shard's free index")
 					}
 					a.finishFreeLocked(sh, b, true)
@@ -507,7 +507,7 @@ func (a *Allocator) freeWorld(p device.Ptr) error {
 	default:
 		sh.live.Remove(p)
 		b.Allocated = false
-		a.finishFreeLocked(a.shardOf(b.Seg.Free), b, true)
+		a.finishFreeLocked(a.shardOf(b.Seg.Free()), b, true)
 	}
 	if a.releasing > 0 && err == nil {
 		// A released pool's memory goes with its last busy block; a device
@@ -539,10 +539,10 @@ func (a *Allocator) freeRecordedLocked(sh *shard, b *freeindex.Block) error {
 	}
 	b.Allocated = false
 	if n == 0 {
-		a.finishFreeLocked(a.shardOf(b.Seg.Free), b, true)
+		a.finishFreeLocked(a.shardOf(b.Seg.Free()), b, true)
 		return nil
 	}
-	a.freeRequestedLocked(b.Seg.Free, b)
+	a.freeRequestedLocked(b.Seg.Free(), b)
 	b.EventCount = int32(n)
 	return nil
 }
@@ -567,7 +567,7 @@ func (a *Allocator) invalidPointerLocked(op string, p device.Ptr) error {
 // error paths: it scans every segment.
 func (a *Allocator) segmentOfLocked(p device.Ptr) *freeindex.Segment {
 	for _, s := range a.segments {
-		if p >= s.Ptr && uint64(p-s.Ptr) < s.Size {
+		if p >= s.Ptr() && uint64(p-s.Ptr()) < s.Size() {
 			return s
 		}
 	}

@@ -143,7 +143,7 @@ func (a *Allocator) insertDeferredLocked() error {
 			return fmt.Errorf("allocator: free %v on device %d, after a capture: %w", d.b.Ptr, a.ordinal, err)
 		}
 		if d.b.EventCount = int32(n); n == 0 {
-			a.finishFreeLocked(a.shardOf(d.b.Seg.Free), d.b, false)
+			a.finishFreeLocked(a.shardOf(d.b.Seg.Free()), d.b, false)
 		}
 		a.deferred[i] = deferredFree{}
 	}

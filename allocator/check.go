@@ -160,32 +160,32 @@ func (a *Allocator) checkLocked() error {
 	a.checkCaptureLocked(queued, bad)
 	seenFree, seenLive, seenUnmapped := 0, 0, 0
 	for base, s := range a.segments {
-		if base != s.Ptr {
-			bad("segment %v is filed under %v", s.Ptr, base)
+		if base != s.Ptr() {
+			bad("segment %v is filed under %v", s.Ptr(), base)
 		}
-		if s.Head == nil || s.Head.Prev != nil || s.Head.Ptr != s.Ptr {
-			bad("segment %v: head block is wrong", s.Ptr)
+		if s.Head() == nil || s.Head().Prev != nil || s.Head().Ptr != s.Ptr() {
+			bad("segment %v: head block is wrong", s.Ptr())
 			continue
 		}
-		st := s.Pool.Stat
-		xs := a.streamIndexesLocked(s.Stream)
-		if s.Stream == device.DefaultStream {
+		st := s.Pool().Stat
+		xs := a.streamIndexesLocked(s.Stream())
+		if s.Stream() == device.DefaultStream {
 			xs = &a.def.free
 		}
-		if p := a.shardOf(s.Free).pool; p != nil {
+		if p := a.shardOf(s.Free()).pool; p != nil {
 			xs = nil
 			for _, sh := range p.shards {
-				if sh.stream == s.Stream {
+				if sh.stream == s.Stream() {
 					xs = &sh.free
 				}
 			}
 		}
-		if xs == nil || s.Free != &xs[s.Pool.Idx] {
-			bad("segment %v does not point to the free index of its stream and pool", s.Ptr)
+		if xs == nil || s.Free() != &xs[s.Pool().Idx] {
+			bad("segment %v does not point to the free index of its stream and pool", s.Ptr())
 			continue
 		}
-		nseg[s.Free]++
-		sh := a.shardOf(s.Free)
+		nseg[s.Free()]++
+		sh := a.shardOf(s.Free())
 		want := wants[sh]
 		if want == nil {
 			want = new(stats.DeviceStats)
@@ -193,28 +193,28 @@ func (a *Allocator) checkLocked() error {
 		}
 		if !s.Expandable() {
 			want.Segment.Increase(st, 1)
-			want.ReservedBytes.Increase(st, int64(s.Size))
-			if a.rule.oversize(s.Size) {
+			want.ReservedBytes.Increase(st, int64(s.Size()))
+			if a.rule.oversize(s.Size()) {
 				want.OversizeSegments.Increase(1)
 			}
 		}
-		next := s.Ptr
+		next := s.Ptr()
 		var prev *freeindex.Block
-		for b := s.Head; b != nil; b = b.Next {
+		for b := s.Head(); b != nil; b = b.Next {
 			if b.Ptr != next {
-				bad("segment %v: block at %v, expected %v (gap or overlap)", s.Ptr, b.Ptr, next)
+				bad("segment %v: block at %v, expected %v (gap or overlap)", s.Ptr(), b.Ptr, next)
 			}
 			if b.Prev != prev {
-				bad("segment %v: block %v has a wrong prev link", s.Ptr, b.Ptr)
+				bad("segment %v: block %v has a wrong prev link", s.Ptr(), b.Ptr)
 			}
-			if b.Seg != s || b.Pool != s.Pool {
-				bad("segment %v: block %v points to another segment or pool", s.Ptr, b.Ptr)
+			if b.Seg != s || b.Pool != s.Pool() {
+				bad("segment %v: block %v points to another segment or pool", s.Ptr(), b.Ptr)
 			}
 			if b.Size == 0 || b.Size%kMinBlockSize != 0 {
-				bad("segment %v: block %v has size %d", s.Ptr, b.Ptr, b.Size)
+				bad("segment %v: block %v has size %d", s.Ptr(), b.Ptr, b.Size)
 			}
-			if b.Stream != s.Stream {
-				bad("segment %v: block %v has stream %d, segment %d", s.Ptr, b.Ptr, b.Stream, s.Stream)
+			if b.Stream != s.Stream() {
+				bad("segment %v: block %v has stream %d, segment %d", s.Ptr(), b.Ptr, b.Stream, s.Stream())
 			}
 			if b.Indexed != inIndex[b] {
 				bad("block %v is marked indexed %v but is in the free index: %v", b.Ptr, b.Indexed, inIndex[b])
@@ -225,20 +225,20 @@ func (a *Allocator) checkLocked() error {
 			switch {
 			case b.Unmapped:
 				if !s.Expandable() {
-					bad("segment %v: block %v is unmapped in a plain segment", s.Ptr, b.Ptr)
+					bad("segment %v: block %v is unmapped in a plain segment", s.Ptr(), b.Ptr)
 					break
 				}
 				if b.Allocated || b.EventCount != 0 || b.Recorded || inIndex[b] {
 					bad("unmapped block %v is allocated, pending or in the free index", b.Ptr)
 				}
-				if !s.Pool.Unmapped.Has(b) {
+				if !s.Pool().Unmapped.Has(b) {
 					bad("unmapped block %v is not in its pool's unmapped index", b.Ptr)
 				}
-				if uint64(b.Ptr-s.Ptr)%s.Page != 0 || b.Size%s.Page != 0 {
+				if uint64(b.Ptr-s.Ptr())%s.Page() != 0 || b.Size%s.Page() != 0 {
 					bad("unmapped block %v+%d is not page aligned", b.Ptr, b.Size)
 				}
 				if prev != nil && prev.Unmapped {
-					bad("segment %v: unmapped blocks %v and %v are neighbours (not merged)", s.Ptr, prev.Ptr, b.Ptr)
+					bad("segment %v: unmapped blocks %v and %v are neighbours (not merged)", s.Ptr(), prev.Ptr, b.Ptr)
 				}
 				seenUnmapped++
 			case b.Allocated:
@@ -276,7 +276,7 @@ func (a *Allocator) checkLocked() error {
 					bad("free block %v is not in its pool's free index", b.Ptr)
 				}
 				if prev != nil && prev.IsFree() {
-					bad("segment %v: free blocks %v and %v are neighbours (not merged)", s.Ptr, prev.Ptr, b.Ptr)
+					bad("segment %v: free blocks %v and %v are neighbours (not merged)", s.Ptr(), prev.Ptr, b.Ptr)
 				}
 				if b.IsSplit() && !s.Expandable() {
 					want.InactiveSplit.Increase(st, 1)
@@ -286,8 +286,8 @@ func (a *Allocator) checkLocked() error {
 			next = b.Ptr + device.Ptr(b.Size)
 			prev = b
 		}
-		if uint64(next-s.Ptr) != s.Size {
-			bad("segment %v: blocks cover %d bytes of %d", s.Ptr, next-s.Ptr, s.Size)
+		if uint64(next-s.Ptr()) != s.Size() {
+			bad("segment %v: blocks cover %d bytes of %d", s.Ptr(), next-s.Ptr(), s.Size())
 		}
 	}
 	for _, p := range a.freePoolsLocked() {
@@ -417,7 +417,7 @@ func (a *Allocator) checkIndexLocked(x *freeindex.Index, s device.Stream, j int,
 			bad("block %v is in a free index twice", b.Ptr)
 		}
 		inIndex[b] = true
-		if b.Pool != p || b.Stream != s || b.Seg.Free != x {
+		if b.Pool != p || b.Stream != s || b.Seg.Free() != x {
 			bad("free block %v is in the free index of another stream or pool", b.Ptr)
 		}
 		return true
@@ -520,15 +520,15 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 	var want routes // the routes the segments make, built afresh
 	want.on = true
 	for _, seg := range a.segments {
-		if p := a.shardOf(seg.Free).pool; p != nil && p.paused {
+		if p := a.shardOf(seg.Free()).pool; p != nil && p.paused {
 			continue // its pages are unmapped
 		}
 		if !seg.Expandable() {
-			want.add(seg.Ptr, seg.Size, a.shardOf(seg.Free), +1)
+			want.add(seg.Ptr(), seg.Size(), a.shardOf(seg.Free()), +1)
 			continue
 		}
 		seg.MappedRuns(func(p device.Ptr, n uint64) {
-			want.add(p, n, a.shardOf(seg.Free), +1)
+			want.add(p, n, a.shardOf(seg.Free()), +1)
 		})
 	}
 	got := map[uint64][]routePiece{}

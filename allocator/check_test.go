@@ -109,7 +109,7 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			_, _ = dev.Malloc(1)
 		}},
 		{"a segment pointing to another stream's index", "free index of its stream and pool", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.def.live.Get(p).Seg.Free = &a.def.free[0]
+			a.def.live.Get(p).Seg.BreakFree(&a.def.free[0])
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -225,7 +225,7 @@ func TestCheckInvariantsCatchesPolicyCorruption(t *testing.T) {
 			a.pol.hwm = 2 * mib
 		}},
 		{"a segment with the wrong pages", "pages of", func(a *Allocator, _, q device.Ptr) {
-			a.liveBlock(q).Seg.Page = kLargeBuffer
+			a.liveBlock(q).Seg.BreakPage(kLargeBuffer)
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -116,12 +116,8 @@ func (a *Allocator) findExpandableLocked(x *freeindex.Index, size uint64) (found
 		}
 		return nil, false, fmt.Errorf("allocator: device %d: reserving an expandable segment of %d bytes: %w", a.ordinal, n, err)
 	}
-	seg := &freeindex.Segment{Ptr: ptr, Size: n, Stream: s, Pool: p, Free: x, Page: page}
-	b := x.Spares.Get()
-	b.Ptr, b.Size, b.Stream, b.Pool, b.Seg, b.Unmapped = ptr, n, s, p, seg, true
-	seg.Head = b
-	a.segmentAddedLocked(seg)
-	p.Unmapped.ReplaceOrInsert(b)
+	b := x.NewSegment(ptr, n, page)
+	a.segmentAddedLocked(b.Seg)
 	return b, true, nil
 }
 
@@ -131,9 +127,9 @@ func (a *Allocator) findExpandableLocked(x *freeindex.Index, size uint64) (found
 // On an error nothing changes.
 func (a *Allocator) mapLocked(u *freeindex.Block, size uint64) (*freeindex.Block, error) {
 	seg, p := u.Seg, u.Pool
-	begin := uint64(u.Ptr-seg.Ptr) / seg.Page
-	end := (uint64(u.Ptr-seg.Ptr) + size + seg.Page - 1) / seg.Page
-	n := (end - begin) * seg.Page
+	begin := uint64(u.Ptr-seg.Ptr()) / seg.Page()
+	end := (uint64(u.Ptr-seg.Ptr()) + size + seg.Page() - 1) / seg.Page()
+	n := (end - begin) * seg.Page()
 	if err := a.vm.Map(u.Ptr, n); err != nil {
 		if refused(err) {
 			return nil, err
@@ -143,7 +139,7 @@ func (a *Allocator) mapLocked(u *freeindex.Block, size uint64) (*freeindex.Block
 	p.Unmapped.Delete(u)
 	a.routePagesLocked(seg, u.Ptr, n, +1)
 	if n < u.Size {
-		rest := seg.Free.Spares.Get()
+		rest := seg.Free().Spares.Get()
 		rest.Ptr, rest.Size, rest.Stream, rest.Pool, rest.Seg, rest.Unmapped = u.Ptr+device.Ptr(n), u.Size-n, u.Stream, p, seg, true
 		u.LinkAfter(rest)
 		p.Unmapped.ReplaceOrInsert(rest)
@@ -151,7 +147,7 @@ func (a *Allocator) mapLocked(u *freeindex.Block, size uint64) (*freeindex.Block
 	}
 	u.Unmapped = false
 	a.pagesMappedLocked(seg, u.Ptr, n)
-	return seg.Free.Put(u), nil
+	return seg.Free().Put(u), nil
 }
 
 // unmapLocked returns to the device the whole pages inside the free
@@ -159,20 +155,20 @@ func (a *Allocator) mapLocked(u *freeindex.Block, size uint64) (*freeindex.Block
 // unmapped neighbours); the free bytes before and after them stay free
 // blocks. On an error nothing changes.
 func (a *Allocator) unmapLocked(b *freeindex.Block) error {
-	seg, x := b.Seg, b.Seg.Free
-	off := uint64(b.Ptr - seg.Ptr)
-	begin := (off + seg.Page - 1) / seg.Page
-	end := (off + b.Size) / seg.Page
+	seg, x := b.Seg, b.Seg.Free()
+	off := uint64(b.Ptr - seg.Ptr())
+	begin := (off + seg.Page() - 1) / seg.Page()
+	end := (off + b.Size) / seg.Page()
 	if begin >= end {
 		return nil
 	}
 	// Unmapping does not wait for the device as cudaFree does: finish the
 	// segment's stream first, as PyTorch does.
-	if err := a.dev.SynchronizeStream(seg.Stream); err != nil {
-		return fmt.Errorf("allocator: device %d: synchronizing stream %d before unmapping: %w", a.ordinal, seg.Stream, err)
+	if err := a.dev.SynchronizeStream(seg.Stream()); err != nil {
+		return fmt.Errorf("allocator: device %d: synchronizing stream %d before unmapping: %w", a.ordinal, seg.Stream(), err)
 	}
-	ptr := seg.Ptr + device.Ptr(begin*seg.Page)
-	n := (end - begin) * seg.Page
+	ptr := seg.Ptr() + device.Ptr(begin*seg.Page())
+	n := (end - begin) * seg.Page()
 	if err := a.vm.Unmap(ptr, n); err != nil {
 		return fmt.Errorf("allocator: device %d: unmapping %d bytes at %v: %w", a.ordinal, n, ptr, err)
 	}
@@ -225,12 +221,12 @@ func (a *Allocator) releaseUnmappedLocked(p *freeindex.Pool) error {
 // later flush tries again.
 func (a *Allocator) releaseExpandableLocked(u *freeindex.Block) error {
 	seg := u.Seg
-	if err := a.vm.Release(seg.Ptr); err != nil {
-		return fmt.Errorf("allocator: device %d: releasing expandable segment %v: %w", a.ordinal, seg.Ptr, err)
+	if err := a.vm.Release(seg.Ptr()); err != nil {
+		return fmt.Errorf("allocator: device %d: releasing expandable segment %v: %w", a.ordinal, seg.Ptr(), err)
 	}
 	u.Pool.Unmapped.Delete(u)
 	a.segmentRemovedLocked(seg)
-	seg.Free.Spares.Put(u)
+	seg.Free().Spares.Put(u)
 	return nil
 }
 
@@ -242,5 +238,5 @@ func (a *Allocator) routePagesLocked(seg *freeindex.Segment, ptr device.Ptr, n u
 	if !a.routes.on {
 		return
 	}
-	a.routes.add(ptr, n, a.shardOf(seg.Free), change)
+	a.routes.add(ptr, n, a.shardOf(seg.Free()), change)
 }

@@ -75,14 +75,14 @@ func (a *Allocator) settleAllLocked() {
 // segmentAddedLocked files the new segment seg: in the segments map, and
 // in its free index's count.
 func (a *Allocator) segmentAddedLocked(seg *freeindex.Segment) {
-	a.segments[seg.Ptr] = seg
-	seg.Free.SegmentAdded()
+	a.segments[seg.Ptr()] = seg
+	seg.Free().SegmentAdded()
 }
 
 // segmentRemovedLocked unfiles the segment seg, released.
 func (a *Allocator) segmentRemovedLocked(seg *freeindex.Segment) {
-	delete(a.segments, seg.Ptr)
-	seg.Free.SegmentRemoved()
+	delete(a.segments, seg.Ptr())
+	seg.Free().SegmentRemoved()
 }
 
 // hotIndexesLocked calls f on the free index of pool p of every shard of

@@ -24,10 +24,10 @@ import (
 // segmentAllocatedLocked records a plain segment obtained from the
 // device (segment_alloc).
 func (a *Allocator) segmentAllocatedLocked(seg *freeindex.Segment) {
-	sh, k, n := a.shardOf(seg.Free), seg.Pool.Idx, int64(seg.Size)
+	sh, k, n := a.shardOf(seg.Free()), seg.Pool().Idx, int64(seg.Size())
 	a.increase(sh, int(stats.Segment), k, 1)
 	a.increase(sh, int(stats.ReservedBytes), k, n)
-	if a.rule.oversize(seg.Size) {
+	if a.rule.oversize(seg.Size()) {
 		a.increase(sh, oversizeS, qSmall, 1)
 	}
 	if sh.pool != nil {
@@ -35,22 +35,22 @@ func (a *Allocator) segmentAllocatedLocked(seg *freeindex.Segment) {
 	}
 	a.gst.numDeviceAlloc++
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionSegmentAlloc, Ptr: seg.Ptr, Size: seg.Size, Stream: seg.Stream})
+		a.notifyLocked(Action{Kind: ActionSegmentAlloc, Ptr: seg.Ptr(), Size: seg.Size(), Stream: seg.Stream()})
 	}
 }
 
 // segmentFreedLocked records a plain segment returned to the device
 // (segment_free).
 func (a *Allocator) segmentFreedLocked(seg *freeindex.Segment) {
-	sh, k, n := a.shardOf(seg.Free), seg.Pool.Idx, int64(seg.Size)
+	sh, k, n := a.shardOf(seg.Free()), seg.Pool().Idx, int64(seg.Size())
 	sh.decrease(int(stats.Segment), k, 1)
 	sh.decrease(int(stats.ReservedBytes), k, n)
-	if a.rule.oversize(seg.Size) {
+	if a.rule.oversize(seg.Size()) {
 		sh.decrease(oversizeS, qSmall, 1)
 	}
 	a.gst.numDeviceFree++
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionSegmentFree, Ptr: seg.Ptr, Size: seg.Size, Stream: seg.Stream})
+		a.notifyLocked(Action{Kind: ActionSegmentFree, Ptr: seg.Ptr(), Size: seg.Size(), Stream: seg.Stream()})
 	}
 }
 
@@ -168,7 +168,7 @@ func (a *Allocator) runsNotedLocked(runs []pageRun, kind ActionKind) {
 			a.gst.numDeviceFree++
 		}
 		if len(a.observers) > 0 {
-			a.notifyLocked(Action{Kind: kind, Ptr: r.ptr, Size: r.n, Stream: r.seg.Stream})
+			a.notifyLocked(Action{Kind: kind, Ptr: r.ptr, Size: r.n, Stream: r.seg.Stream()})
 		}
 	}
 }
@@ -177,24 +177,24 @@ func (a *Allocator) runsNotedLocked(runs []pageRun, kind ActionKind) {
 // expandable segment seg (segment_map). Mapping counts as a device
 // allocation and adds to reserved bytes, but not to the segment count.
 func (a *Allocator) pagesMappedLocked(seg *freeindex.Segment, ptr device.Ptr, n uint64) {
-	sh := a.shardOf(seg.Free)
-	a.increase(sh, int(stats.ReservedBytes), seg.Pool.Idx, int64(n))
+	sh := a.shardOf(seg.Free())
+	a.increase(sh, int(stats.ReservedBytes), seg.Pool().Idx, int64(n))
 	if sh.pool != nil {
 		a.poolGrewLocked(sh.pool)
 	}
 	a.gst.numDeviceAlloc++
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionSegmentMap, Ptr: ptr, Size: n, Stream: seg.Stream})
+		a.notifyLocked(Action{Kind: ActionSegmentMap, Ptr: ptr, Size: n, Stream: seg.Stream()})
 	}
 }
 
 // pagesUnmappedLocked records n bytes of pages unmapped at ptr from the
 // expandable segment seg (segment_unmap).
 func (a *Allocator) pagesUnmappedLocked(seg *freeindex.Segment, ptr device.Ptr, n uint64) {
-	a.shardOf(seg.Free).decrease(int(stats.ReservedBytes), seg.Pool.Idx, int64(n))
+	a.shardOf(seg.Free()).decrease(int(stats.ReservedBytes), seg.Pool().Idx, int64(n))
 	a.gst.numDeviceFree++
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionSegmentUnmap, Ptr: ptr, Size: n, Stream: seg.Stream})
+		a.notifyLocked(Action{Kind: ActionSegmentUnmap, Ptr: ptr, Size: n, Stream: seg.Stream()})
 	}
 }
 
@@ -345,7 +345,7 @@ func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) 
 // and the merge are one function, so that the cached path makes one call
 // fewer. sh is the shard of b's free index.
 func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bool) {
-	x := b.Seg.Free
+	x := b.Seg.Free()
 	var blocks, bytes int64
 	if !b.Seg.Expandable() {
 		prev, next := b.Prev, b.Next

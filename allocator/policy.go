@@ -401,11 +401,11 @@ func (a *Allocator) checkPolicyLocked(bad func(format string, args ...any)) {
 	}
 	for _, s := range a.segments {
 		want := p.largePage
-		if s.Pool.Small {
+		if s.Pool().Small {
 			want = kSmallBuffer
 		}
-		if s.Page != want {
-			bad("segment %v has pages of %d bytes, its pool's are %d", s.Ptr, s.Page, want)
+		if s.Page() != want {
+			bad("segment %v has pages of %d bytes, its pool's are %d", s.Ptr(), s.Page(), want)
 		}
 	}
 }

@@ -107,7 +107,7 @@ func (a *Allocator) mapAheadLocked(pl *placement, limit uint64) {
 	if r+pl.n >= limit || pl.n == pl.u.Size {
 		return
 	}
-	page := pl.u.Seg.Page
+	page := pl.u.Seg.Page()
 	extra := min(a.pol.mapAhead, limit-r-pl.n, pl.u.Size-pl.n) / page * page
 	if pl.off > 0 {
 		extra = min(extra, pl.off)
@@ -142,7 +142,7 @@ func (a *Allocator) placeLocked(x *freeindex.Index, size uint64) (placement, err
 		if u.Stream != s {
 			return false
 		}
-		page := u.Seg.Page
+		page := u.Seg.Page()
 		var before, after uint64
 		if u.Prev != nil && u.Prev.IsFree() {
 			before = u.Prev.Size
@@ -178,12 +178,8 @@ func (a *Allocator) placeLocked(x *freeindex.Index, size uint64) (placement, err
 		}
 		return placement{}, fmt.Errorf("allocator: device %d: reserving an expandable segment of %d bytes: %w", a.ordinal, n, err)
 	}
-	seg := &freeindex.Segment{Ptr: ptr, Size: n, Stream: s, Pool: p, Free: x, Page: page}
-	u := x.Spares.Get()
-	u.Ptr, u.Size, u.Stream, u.Pool, u.Seg, u.Unmapped = ptr, n, s, p, seg, true
-	seg.Head = u
-	a.segmentAddedLocked(seg)
-	p.Unmapped.ReplaceOrInsert(u)
+	u := x.NewSegment(ptr, n, page)
+	a.segmentAddedLocked(u.Seg)
 	return placement{u: u, n: pagesFor(size, page), fresh: true}, nil
 }
 
@@ -259,14 +255,14 @@ func (a *Allocator) mapRangeLocked(u *freeindex.Block, off, n uint64) (*freeinde
 	p.Unmapped.Delete(u)
 	a.routePagesLocked(seg, ptr, n, +1)
 	if off > 0 {
-		head := seg.Free.Spares.Get()
+		head := seg.Free().Spares.Get()
 		head.Ptr, head.Size, head.Stream, head.Pool, head.Seg, head.Unmapped = u.Ptr, off, u.Stream, p, seg, true
 		u.LinkBefore(head)
 		p.Unmapped.ReplaceOrInsert(head)
 		u.Ptr, u.Size = ptr, u.Size-off
 	}
 	if n < u.Size {
-		rest := seg.Free.Spares.Get()
+		rest := seg.Free().Spares.Get()
 		rest.Ptr, rest.Size, rest.Stream, rest.Pool, rest.Seg, rest.Unmapped = ptr+device.Ptr(n), u.Size-n, u.Stream, p, seg, true
 		u.LinkAfter(rest)
 		p.Unmapped.ReplaceOrInsert(rest)
@@ -274,14 +270,14 @@ func (a *Allocator) mapRangeLocked(u *freeindex.Block, off, n uint64) (*freeinde
 	}
 	u.Unmapped = false
 	a.pagesMappedLocked(seg, ptr, n)
-	return seg.Free.Put(u), nil
+	return seg.Free().Put(u), nil
 }
 
 // wholePages returns the bytes of the whole pages inside the free
 // expandable block b.
 func wholePages(b *freeindex.Block) uint64 {
-	page := b.Seg.Page
-	off := uint64(b.Ptr - b.Seg.Ptr)
+	page := b.Seg.Page()
+	off := uint64(b.Ptr - b.Seg.Ptr())
 	begin := (off + page - 1) / page
 	end := (off + b.Size) / page
 	if end <= begin {
@@ -306,7 +302,7 @@ func (a *Allocator) reclaimLocked(x *freeindex.Index, want uint64, keep *freeind
 	list := a.pol.candidates[:0]
 	p := x.Pool
 	// A block smaller than a page holds no whole page.
-	x.AscendAtLeast(keep.Seg.Page, func(b *freeindex.Block) bool {
+	x.AscendAtLeast(keep.Seg.Page(), func(b *freeindex.Block) bool {
 		if b == keep.Prev || b == keep.Next {
 			return true
 		}

@@ -150,7 +150,7 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		p.asked = true
 		return nil
 	}
-	if h := p.seg.Head; h == nil || h.Seg != p.seg {
+	if h := p.seg.Head(); h == nil || h.Seg != p.seg {
 		// The arena's segment was released (EmptyCache): its head
 		// went back to the spares.
 		p.follow = false
@@ -162,7 +162,7 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 	if !freeindex.InSegment(b, p.seg) || ptr < b.Ptr || ptr >= b.Ptr+device.Ptr(b.Size) {
 		b = freeindex.Containing(a.arenaStartLocked(ptr), ptr)
 	}
-	if b == nil || !b.IsFree() || b.Ptr+device.Ptr(b.Size) < ptr+device.Ptr(rounded) || b.Seg.Free != x {
+	if b == nil || !b.IsFree() || b.Ptr+device.Ptr(b.Size) < ptr+device.Ptr(rounded) || b.Seg.Free() != x {
 		p.follow = false
 		p.departures++
 		return nil
@@ -196,7 +196,7 @@ const planRecent = 16
 // segment's first block.
 func (a *Allocator) arenaStartLocked(ptr device.Ptr) *freeindex.Block {
 	p := a.pol.plan
-	best, dist := p.seg.Head, uint64(ptr-p.seg.Head.Ptr)
+	best, dist := p.seg.Head(), uint64(ptr-p.seg.Head().Ptr)
 	for _, c := range &p.recent {
 		if !freeindex.InSegment(c, p.seg) {
 			continue
@@ -343,8 +343,8 @@ func (a *Allocator) arenaLocked() bool {
 	if f == 0 {
 		return true
 	}
-	if seg := p.seg; seg != nil && a.segments[seg.Ptr] == seg {
-		if b := freeindex.Containing(seg.Head, p.addr); b != nil && b.IsFree() && b.Ptr+device.Ptr(b.Size) >= p.addr+device.Ptr(f) {
+	if seg := p.seg; seg != nil && a.segments[seg.Ptr()] == seg {
+		if b := freeindex.Containing(seg.Head(), p.addr); b != nil && b.IsFree() && b.Ptr+device.Ptr(b.Size) >= p.addr+device.Ptr(f) {
 			return true // the arena is still whole
 		}
 	}
@@ -428,7 +428,7 @@ func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	if !p.follow || p.foot == 0 {
 		return
 	}
-	if seg := p.seg; seg == nil || seg.Pool.Small || p.addr < seg.Ptr || uint64(p.addr-seg.Ptr)+p.foot > seg.Size {
+	if seg := p.seg; seg == nil || seg.Pool().Small || p.addr < seg.Ptr() || uint64(p.addr-seg.Ptr())+p.foot > seg.Size() {
 		bad("the arena at %v (%d bytes) is outside a segment of the large pool", p.addr, p.foot)
 	}
 }

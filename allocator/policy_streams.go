@@ -83,7 +83,7 @@ func (a *Allocator) lendLocked(x *freeindex.Index, size uint64) (*freeindex.Inde
 		if b.Stream == s {
 			return true
 		}
-		best, from = b, b.Seg.Free
+		best, from = b, b.Seg.Free()
 		return false
 	})
 	if best == nil {

@@ -505,8 +505,8 @@ func (a *Allocator) poolIDOf(x *freeindex.Index) uint64 {
 // the released pools still kept are counted.
 func (a *Allocator) checkPoolsLocked(bad func(string, ...any)) {
 	for seg := range a.mappedSegs {
-		if a.segments[seg.Ptr] != seg || seg.Expandable() || a.shardOf(seg.Free).pool == nil {
-			bad("mapped segment %v is not a plain segment of a named pool the allocator keeps", seg.Ptr)
+		if a.segments[seg.Ptr()] != seg || seg.Expandable() || a.shardOf(seg.Free()).pool == nil {
+			bad("mapped segment %v is not a plain segment of a named pool the allocator keeps", seg.Ptr())
 		}
 	}
 	routed := map[*Pool]int{}

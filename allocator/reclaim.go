@@ -99,14 +99,11 @@ func (a *Allocator) newSegmentLocked(x *freeindex.Index, size uint64) (*freeinde
 		}
 		return nil, fmt.Errorf("allocator: device %d: allocating a %d-byte segment: %w", a.ordinal, size, err)
 	}
-	p, s := x.Pool, x.Stream
-	seg := &freeindex.Segment{Ptr: ptr, Size: size, Stream: s, Pool: p, Free: x}
+	b := x.NewSegment(ptr, size, 0)
+	seg := b.Seg
 	if mapped {
 		a.mappedSegs[seg] = true
 	}
-	b := x.Spares.Get()
-	b.Ptr, b.Size, b.Stream, b.Pool, b.Seg = ptr, size, s, p, seg
-	seg.Head = b
 	a.segmentAddedLocked(seg)
 	a.routes.add(ptr, size, a.shardOf(x), +1)
 	a.segmentAllocatedLocked(seg)
@@ -121,14 +118,14 @@ func (a *Allocator) releaseSegmentLocked(b *freeindex.Block) error {
 		if err := a.unmapSegmentLocked(seg); err != nil {
 			return err
 		}
-	} else if err := a.dev.Free(seg.Ptr); err != nil {
-		return fmt.Errorf("allocator: device %d: releasing segment %v: %w", a.ordinal, seg.Ptr, err)
+	} else if err := a.dev.Free(seg.Ptr()); err != nil {
+		return fmt.Errorf("allocator: device %d: releasing segment %v: %w", a.ordinal, seg.Ptr(), err)
 	}
-	seg.Free.Remove(b)
+	seg.Free().Remove(b)
 	a.segmentRemovedLocked(seg)
-	a.routes.add(seg.Ptr, seg.Size, a.shardOf(seg.Free), -1)
+	a.routes.add(seg.Ptr(), seg.Size(), a.shardOf(seg.Free()), -1)
 	a.segmentFreedLocked(seg)
-	seg.Free.Spares.Put(b)
+	seg.Free().Spares.Put(b)
 	return nil
 }
 

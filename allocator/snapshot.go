@@ -80,13 +80,13 @@ func (a *Allocator) Snapshot() []SegmentInfo {
 		// An expandable segment is reported as one segment per run of
 		// mapped blocks, as PyTorch reports it.
 		var info *SegmentInfo
-		for b := s.Head; b != nil; b = b.Next {
+		for b := s.Head(); b != nil; b = b.Next {
 			if b.Unmapped {
 				info = nil
 				continue
 			}
 			if info == nil {
-				segs = append(segs, SegmentInfo{Ptr: b.Ptr, Stream: s.Stream, Pool: s.Pool.Stat, PoolID: a.poolIDOf(s.Free), Expandable: s.Expandable()})
+				segs = append(segs, SegmentInfo{Ptr: b.Ptr, Stream: s.Stream(), Pool: s.Pool().Stat, PoolID: a.poolIDOf(s.Free()), Expandable: s.Expandable()})
 				info = &segs[len(segs)-1]
 			}
 			bi := BlockInfo{Ptr: b.Ptr, Size: b.Size, Requested: b.Requested}

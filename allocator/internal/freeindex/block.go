@@ -86,31 +86,72 @@ func (b *Block) LinkBefore(n *Block) {
 	if b.Prev != nil {
 		b.Prev.Next = n
 	} else {
-		b.Seg.Head = n
+		b.Seg.head = n
 	}
 	b.Prev = n
 }
 
 // A Segment is one device allocation, or one expandable segment: an
-// address range reserved once and backed by memory page by page. Its
-// fields are guarded by the lock of its shard (or the world); ptr, size,
+// address range reserved once and backed by memory page by page, made by
+// Index.NewSegment. Its fields belong to this package, which alone writes
+// them; the allocator reads them through the methods of their names. The
+// head is guarded by the lock of its shard (or the world); ptr, size,
 // stream, pool, free and page never change.
 //
 // Invariant: the blocks from head to the last tile [ptr, ptr+size).
 type Segment struct {
-	Ptr    device.Ptr
-	Size   uint64
-	Stream device.Stream
-	Pool   *Pool
-	Free   *Index // the free index of the segment's pool and stream
-	Head   *Block // the block at ptr
-	// Page is the mapping unit of an expandable segment (2 MiB for the
+	ptr    device.Ptr
+	size   uint64
+	stream device.Stream
+	pool   *Pool
+	free   *Index // the free index of the segment's pool and stream
+	head   *Block // the block at ptr
+	// page is the mapping unit of an expandable segment (2 MiB for the
 	// small pool, 20 MiB for the large one); 0 for a plain segment.
-	Page uint64
+	page uint64
 }
 
+// NewSegment makes a segment of x's pool and stream, size bytes at ptr
+// obtained from the device, expandable with pages of page bytes when page
+// is not 0, and returns its one block: for a plain segment a free block in
+// no index (the caller hands it out or files it), for an expandable one an
+// unmapped range, filed in the pool's unmapped index. The caller counts
+// the segment (SegmentAdded).
+func (x *Index) NewSegment(ptr device.Ptr, size, page uint64) *Block {
+	seg := &Segment{ptr: ptr, size: size, stream: x.Stream, pool: x.Pool, free: x, page: page}
+	b := x.Spares.Get()
+	b.Ptr, b.Size, b.Stream, b.Pool, b.Seg = ptr, size, x.Stream, x.Pool, seg
+	seg.head = b
+	if page != 0 {
+		b.Unmapped = true
+		x.Pool.Unmapped.ReplaceOrInsert(b)
+	}
+	return b
+}
+
+// Ptr is the segment's address.
+func (s *Segment) Ptr() device.Ptr { return s.ptr }
+
+// Size is the segment's size in bytes.
+func (s *Segment) Size() uint64 { return s.size }
+
+// Stream is the stream the segment belongs to.
+func (s *Segment) Stream() device.Stream { return s.stream }
+
+// Pool is the pool the segment belongs to.
+func (s *Segment) Pool() *Pool { return s.pool }
+
+// Free is the free index of the segment's pool and stream.
+func (s *Segment) Free() *Index { return s.free }
+
+// Head is the segment's first block, at its address.
+func (s *Segment) Head() *Block { return s.head }
+
+// Page is the mapping unit of an expandable segment, 0 for a plain one.
+func (s *Segment) Page() uint64 { return s.page }
+
 // Expandable reports whether the segment is an expandable segment.
-func (s *Segment) Expandable() bool { return s.Page != 0 }
+func (s *Segment) Expandable() bool { return s.page != 0 }
 
 // FreeLess orders free blocks by (stream, size, address): a lower bound on
 // (stream, size, 0) finds the best fit on a stream, and among blocks of
@@ -228,8 +269,8 @@ func (sp *Spares) Put(b *Block) {
 // segment seg, in address order: the ranges between its unmapped blocks,
 // which start and end on page boundaries.
 func (seg *Segment) MappedRuns(f func(p device.Ptr, n uint64)) {
-	pos := seg.Ptr
-	for b := seg.Head; b != nil; b = b.Next {
+	pos := seg.ptr
+	for b := seg.head; b != nil; b = b.Next {
 		if b.Unmapped {
 			if b.Ptr > pos {
 				f(pos, uint64(b.Ptr-pos))
@@ -237,7 +278,7 @@ func (seg *Segment) MappedRuns(f func(p device.Ptr, n uint64)) {
 			pos = b.Ptr + device.Ptr(b.Size)
 		}
 	}
-	if end := seg.Ptr + device.Ptr(seg.Size); end > pos {
+	if end := seg.ptr + device.Ptr(seg.size); end > pos {
 		f(pos, uint64(end-pos))
 	}
 }

@@ -48,7 +48,7 @@ func InSegment(b *Block, seg *Segment) bool {
 		return false
 	}
 	if b.Prev == nil {
-		if seg.Head != b {
+		if seg.head != b {
 			return false
 		}
 	} else if b.Prev.Next != b {

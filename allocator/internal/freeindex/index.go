@@ -238,7 +238,7 @@ func (x *Index) Put(b *Block) *Block {
 			if prev != nil {
 				prev.Next = pb
 			} else {
-				pb.Seg.Head = pb
+				pb.Seg.head = pb
 			}
 			if x.front == nil {
 				x.front = b // for the next split of x: b's flags and counts are zero
@@ -266,7 +266,7 @@ func (x *Index) Put(b *Block) *Block {
 		if b.Prev != nil {
 			b.Prev.Next = b
 		} else {
-			b.Seg.Head = b
+			b.Seg.head = b
 		}
 		x.Spares.Put(prev)
 	}
@@ -322,7 +322,7 @@ func (x *Index) mergeInto(b *Block, mergePrev, mergeNext bool) *Block {
 	if m.Prev != nil {
 		m.Prev.Next = m
 	} else {
-		m.Seg.Head = m
+		m.Seg.head = m
 	}
 	if m.Next != nil {
 		m.Next.Prev = m

@@ -88,7 +88,7 @@ func (x *Index) checkWholes(bad func(format string, args ...any)) {
 		}
 		listed[b] = true
 		prev = b
-		if !b.listed || !b.Indexed || b.IsSplit() || b.Seg.Expandable() || b.Seg.Free != x {
+		if !b.listed || !b.Indexed || b.IsSplit() || b.Seg.Expandable() || b.Seg.free != x {
 			bad("block %v is in the list of whole free segments but is not one", b.Ptr)
 		}
 	}

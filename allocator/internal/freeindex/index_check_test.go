@@ -30,10 +30,10 @@ func newTestIndex(k Kind) *testIndex {
 // segment files a new plain segment of size bytes, free, and returns its
 // block.
 func (ti *testIndex) segment(size uint64) *Block {
-	seg := &Segment{Ptr: ti.next, Size: size, Pool: ti.p, Free: &ti.x}
+	seg := &Segment{ptr: ti.next, size: size, pool: ti.p, free: &ti.x}
 	ti.next += device.Ptr(size)
-	b := &Block{Ptr: seg.Ptr, Size: size, Pool: ti.p, Seg: seg}
-	seg.Head = b
+	b := &Block{Ptr: seg.ptr, Size: size, Pool: ti.p, Seg: seg}
+	seg.head = b
 	ti.x.SegmentAdded()
 	ti.x.Put(b)
 	return b

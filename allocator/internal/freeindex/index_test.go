@@ -20,7 +20,7 @@ import (
 func TestIndexWalksFollowTheOrder(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := &Pool{Idx: 1}
-		seg := &Segment{Page: SmallBuffer} // expandable: no list of whole segments
+		seg := &Segment{page: SmallBuffer} // expandable: no list of whole segments
 		var x Index
 		kind := KindLarge
 		if rapid.Bool().Draw(t, "treeOnly") {

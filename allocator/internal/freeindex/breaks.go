@@ -1,0 +1,12 @@
+// This file holds the ways the allocator's tests break what this package
+// keeps consistent, to show that the allocator's CheckInvariants finds
+// each break. Nothing else calls them: they leave the allocator broken.
+
+package freeindex
+
+// BreakFree points the segment at the free index x, which need not be of
+// its pool and stream.
+func (s *Segment) BreakFree(x *Index) { s.free = x }
+
+// BreakPage sets the segment's mapping unit to page bytes.
+func (s *Segment) BreakPage(page uint64) { s.page = page }
