@@ -126,7 +126,7 @@ func (a *Allocator) findExpandableLocked(x *freeindex.Index, size uint64) (found
 // with free neighbours, which it returns; the rest of u stays unmapped.
 // On an error nothing changes.
 func (a *Allocator) mapLocked(u *freeindex.Block, size uint64) (*freeindex.Block, error) {
-	seg, p := u.Seg, u.Pool
+	seg := u.Seg
 	begin := uint64(u.Ptr-seg.Ptr()) / seg.Page()
 	end := (uint64(u.Ptr-seg.Ptr()) + size + seg.Page() - 1) / seg.Page()
 	n := (end - begin) * seg.Page()
@@ -136,18 +136,10 @@ func (a *Allocator) mapLocked(u *freeindex.Block, size uint64) (*freeindex.Block
 		}
 		return nil, fmt.Errorf("allocator: device %d: mapping %d bytes at %v: %w", a.ordinal, n, u.Ptr, err)
 	}
-	p.Unmapped.Delete(u)
 	a.routePagesLocked(seg, u.Ptr, n, +1)
-	if n < u.Size {
-		rest := seg.Free().Spares.Get()
-		rest.Ptr, rest.Size, rest.Stream, rest.Pool, rest.Seg, rest.Unmapped = u.Ptr+device.Ptr(n), u.Size-n, u.Stream, p, seg, true
-		u.LinkAfter(rest)
-		p.Unmapped.ReplaceOrInsert(rest)
-		u.Size = n
-	}
-	u.Unmapped = false
-	a.pagesMappedLocked(seg, u.Ptr, n)
-	return seg.Free().Put(u), nil
+	m := seg.Free().MapPages(u, 0, n)
+	a.pagesMappedLocked(seg, m.Ptr, n)
+	return seg.Free().Put(m), nil
 }
 
 // unmapLocked returns to the device the whole pages inside the free
@@ -173,22 +165,9 @@ func (a *Allocator) unmapLocked(b *freeindex.Block) error {
 		return fmt.Errorf("allocator: device %d: unmapping %d bytes at %v: %w", a.ordinal, n, ptr, err)
 	}
 	a.routePagesLocked(seg, ptr, n, -1)
-	x.Remove(b)
-	if before := uint64(ptr - b.Ptr); before > 0 {
-		f := x.Spares.Get()
-		f.Ptr, f.Size, f.Stream, f.Pool, f.Seg = b.Ptr, before, b.Stream, b.Pool, seg
-		b.LinkBefore(f)
-		x.Insert(f)
-	}
-	if after := b.Size - uint64(ptr-b.Ptr) - n; after > 0 {
-		f := x.Spares.Get()
-		f.Ptr, f.Size, f.Stream, f.Pool, f.Seg = ptr+device.Ptr(n), after, b.Stream, b.Pool, seg
-		b.LinkAfter(f)
-		x.Insert(f)
-	}
-	b.Ptr, b.Size, b.Unmapped = ptr, n, true
+	u := x.UnmapPages(b, ptr, n)
 	a.pagesUnmappedLocked(seg, ptr, n)
-	x.Put(b)
+	x.Put(u)
 	return nil
 }
 
@@ -224,9 +203,8 @@ func (a *Allocator) releaseExpandableLocked(u *freeindex.Block) error {
 	if err := a.vm.Release(seg.Ptr()); err != nil {
 		return fmt.Errorf("allocator: device %d: releasing expandable segment %v: %w", a.ordinal, seg.Ptr(), err)
 	}
-	u.Pool.Unmapped.Delete(u)
+	seg.Free().ForgetSegment(u)
 	a.segmentRemovedLocked(seg)
-	seg.Free().Spares.Put(u)
 	return nil
 }
 

@@ -244,7 +244,7 @@ func pagesFor(n, page uint64) uint64 { return (n + page - 1) / page * page }
 // with free neighbours, which it returns; the rest of u stays unmapped on
 // either side. On an error nothing changes.
 func (a *Allocator) mapRangeLocked(u *freeindex.Block, off, n uint64) (*freeindex.Block, error) {
-	seg, p := u.Seg, u.Pool
+	seg := u.Seg
 	ptr := u.Ptr + device.Ptr(off)
 	if err := a.vm.Map(ptr, n); err != nil {
 		if refused(err) {
@@ -252,25 +252,10 @@ func (a *Allocator) mapRangeLocked(u *freeindex.Block, off, n uint64) (*freeinde
 		}
 		return nil, fmt.Errorf("allocator: device %d: mapping %d bytes at %v: %w", a.ordinal, n, ptr, err)
 	}
-	p.Unmapped.Delete(u)
 	a.routePagesLocked(seg, ptr, n, +1)
-	if off > 0 {
-		head := seg.Free().Spares.Get()
-		head.Ptr, head.Size, head.Stream, head.Pool, head.Seg, head.Unmapped = u.Ptr, off, u.Stream, p, seg, true
-		u.LinkBefore(head)
-		p.Unmapped.ReplaceOrInsert(head)
-		u.Ptr, u.Size = ptr, u.Size-off
-	}
-	if n < u.Size {
-		rest := seg.Free().Spares.Get()
-		rest.Ptr, rest.Size, rest.Stream, rest.Pool, rest.Seg, rest.Unmapped = ptr+device.Ptr(n), u.Size-n, u.Stream, p, seg, true
-		u.LinkAfter(rest)
-		p.Unmapped.ReplaceOrInsert(rest)
-		u.Size = n
-	}
-	u.Unmapped = false
+	m := seg.Free().MapPages(u, off, n)
 	a.pagesMappedLocked(seg, ptr, n)
-	return seg.Free().Put(u), nil
+	return seg.Free().Put(m), nil
 }
 
 // wholePages returns the bytes of the whole pages inside the free

@@ -121,11 +121,10 @@ func (a *Allocator) releaseSegmentLocked(b *freeindex.Block) error {
 	} else if err := a.dev.Free(seg.Ptr()); err != nil {
 		return fmt.Errorf("allocator: device %d: releasing segment %v: %w", a.ordinal, seg.Ptr(), err)
 	}
-	seg.Free().Remove(b)
+	seg.Free().ForgetSegment(b)
 	a.segmentRemovedLocked(seg)
 	a.routes.add(seg.Ptr(), seg.Size(), a.shardOf(seg.Free()), -1)
 	a.segmentFreedLocked(seg)
-	seg.Free().Spares.Put(b)
 	return nil
 }
 

@@ -282,3 +282,66 @@ func (seg *Segment) MappedRuns(f func(p device.Ptr, n uint64)) {
 		f(pos, uint64(end-pos))
 	}
 }
+
+// MapPages makes the n bytes at offset off of the unmapped range u, pages
+// the caller just mapped, a block of their own, backed by memory and in no
+// index, and returns it; the parts of u before and after them stay
+// unmapped ranges, in the pool's unmapped index. The caller files the
+// block (Put), which merges it with its free neighbours. x is the index of
+// u's segment.
+func (x *Index) MapPages(u *Block, off, n uint64) *Block {
+	seg, p := u.Seg, u.Pool
+	p.Unmapped.Delete(u)
+	if off > 0 {
+		head := x.Spares.Get()
+		head.Ptr, head.Size, head.Stream, head.Pool, head.Seg, head.Unmapped = u.Ptr, off, u.Stream, p, seg, true
+		u.LinkBefore(head)
+		p.Unmapped.ReplaceOrInsert(head)
+		u.Ptr, u.Size = u.Ptr+device.Ptr(off), u.Size-off
+	}
+	if n < u.Size {
+		rest := x.Spares.Get()
+		rest.Ptr, rest.Size, rest.Stream, rest.Pool, rest.Seg, rest.Unmapped = u.Ptr+device.Ptr(n), u.Size-n, u.Stream, p, seg, true
+		u.LinkAfter(rest)
+		p.Unmapped.ReplaceOrInsert(rest)
+		u.Size = n
+	}
+	u.Unmapped = false
+	return u
+}
+
+// UnmapPages makes the n bytes at ptr inside the free block b of x, whole
+// pages the caller just unmapped, an unmapped range, in no index, and
+// returns it; the free bytes of b before and after them stay free blocks,
+// filed in x. The caller files the range (Put), which merges it with its
+// unmapped neighbours.
+func (x *Index) UnmapPages(b *Block, ptr device.Ptr, n uint64) *Block {
+	x.Remove(b)
+	if before := uint64(ptr - b.Ptr); before > 0 {
+		f := x.Spares.Get()
+		f.Ptr, f.Size, f.Stream, f.Pool, f.Seg = b.Ptr, before, b.Stream, b.Pool, b.Seg
+		b.LinkBefore(f)
+		x.Insert(f)
+	}
+	if after := b.Size - uint64(ptr-b.Ptr) - n; after > 0 {
+		f := x.Spares.Get()
+		f.Ptr, f.Size, f.Stream, f.Pool, f.Seg = ptr+device.Ptr(n), after, b.Stream, b.Pool, b.Seg
+		b.LinkAfter(f)
+		x.Insert(f)
+	}
+	b.Ptr, b.Size, b.Unmapped = ptr, n, true
+	return b
+}
+
+// ForgetSegment takes b, the one block of a segment of x released to the
+// device, free or an unmapped range, out of its index (or its pool's
+// unmapped index) and keeps its struct for reuse. The caller uncounts the
+// segment (SegmentRemoved).
+func (x *Index) ForgetSegment(b *Block) {
+	if b.Unmapped {
+		x.Pool.Unmapped.Delete(b)
+	} else {
+		x.Remove(b)
+	}
+	x.Spares.Put(b)
+}
