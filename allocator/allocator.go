@@ -82,7 +82,6 @@ type Allocator struct {
 	events  *deferred.Queue[*freeindex.Block]    // pending frees, per stream
 	streams map[device.Stream]struct{}           // streams known to be valid that have no free indexes yet
 
-	key       freeindex.Block    // search key for the unmapped index (scratch)
 	collected []*freeindex.Block // scratch list for release passes
 	examined  int                // blocks looked at by release passes, for the tests of their cost
 	visited   int                // free indexes visited by walks over every stream's cache, for the tests of their cost

@@ -231,7 +231,7 @@ func (a *Allocator) checkLocked() error {
 				if b.Allocated || b.EventCount != 0 || b.Recorded || inIndex[b] {
 					bad("unmapped block %v is allocated, pending or in the free index", b.Ptr)
 				}
-				if !s.Pool().Unmapped.Has(b) {
+				if !s.Pool().HasUnmapped(b) {
 					bad("unmapped block %v is not in its pool's unmapped index", b.Ptr)
 				}
 				if uint64(b.Ptr-s.Ptr())%s.Page() != 0 || b.Size%s.Page() != 0 {
@@ -298,9 +298,7 @@ func (a *Allocator) checkLocked() error {
 	}
 	unmappedIndexed := 0
 	for _, p := range a.freePoolsLocked() {
-		if p.Unmapped != nil {
-			unmappedIndexed += p.Unmapped.Len()
-		}
+		unmappedIndexed += p.UnmappedLen()
 	}
 	if unmappedIndexed != seenUnmapped {
 		bad("unmapped indexes hold %d blocks, segments have %d unmapped blocks", unmappedIndexed, seenUnmapped)

@@ -79,11 +79,7 @@ func (a *Allocator) growExpandableLocked(x *freeindex.Index, size uint64) (*free
 // block is the new segment's one unmapped range).
 func (a *Allocator) findExpandableLocked(x *freeindex.Index, size uint64) (found *freeindex.Block, reserved bool, err error) {
 	p, s := x.Pool, x.Stream
-	a.key.Stream, a.key.Ptr = s, 0
-	p.Unmapped.AscendGreaterOrEqual(&a.key, func(u *freeindex.Block) bool {
-		if u.Stream != s {
-			return false
-		}
+	p.AscendUnmapped(s, func(u *freeindex.Block) bool {
 		c := u
 		if u.Prev != nil && !u.Prev.Busy() {
 			c = u.Prev
@@ -174,11 +170,8 @@ func (a *Allocator) unmapLocked(b *freeindex.Block) error {
 // releaseUnmappedLocked releases the address range of every expandable
 // segment of p with nothing mapped (its one block is an unmapped range).
 func (a *Allocator) releaseUnmappedLocked(p *freeindex.Pool) error {
-	if p.Unmapped == nil {
-		return nil
-	}
 	list := a.collected[:0]
-	p.Unmapped.Ascend(func(u *freeindex.Block) bool {
+	p.EachUnmapped(func(u *freeindex.Block) bool {
 		if !u.IsSplit() {
 			list = append(list, u)
 		}

@@ -137,11 +137,7 @@ func (a *Allocator) placeLocked(x *freeindex.Index, size uint64) (placement, err
 			best = placement{u: u, off: off, n: n}
 		}
 	}
-	a.key.Stream, a.key.Ptr = s, 0
-	p.Unmapped.AscendGreaterOrEqual(&a.key, func(u *freeindex.Block) bool {
-		if u.Stream != s {
-			return false
-		}
+	p.AscendUnmapped(s, func(u *freeindex.Block) bool {
 		page := u.Seg.Page()
 		var before, after uint64
 		if u.Prev != nil && u.Prev.IsFree() {

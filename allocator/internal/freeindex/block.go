@@ -204,6 +204,8 @@ type Pool struct {
 	// low_fragmentation policy is active (PyTorch's
 	// get_free_blocks_call_count): the clock of block ages.
 	GCCalls int64
+
+	key Block // AscendUnmapped's search key (scratch)
 }
 
 func NewPool(small, expandable bool) *Pool {
@@ -215,6 +217,34 @@ func NewPool(small, expandable bool) *Pool {
 		p.Unmapped = btree.NewG(32, addrLess)
 	}
 	return p
+}
+
+// AscendUnmapped calls f on the unmapped ranges of p on stream s, in
+// address order, while f returns true.
+func (p *Pool) AscendUnmapped(s device.Stream, f func(u *Block) bool) {
+	p.key.Stream, p.key.Ptr = s, 0
+	p.Unmapped.AscendGreaterOrEqual(&p.key, func(u *Block) bool {
+		return u.Stream == s && f(u)
+	})
+}
+
+// EachUnmapped calls f on every unmapped range of p, in (stream, address)
+// order, while f returns true.
+func (p *Pool) EachUnmapped(f func(u *Block) bool) {
+	if p.Unmapped != nil {
+		p.Unmapped.Ascend(f)
+	}
+}
+
+// HasUnmapped reports whether u is in p's unmapped index.
+func (p *Pool) HasUnmapped(u *Block) bool { return p.Unmapped != nil && p.Unmapped.Has(u) }
+
+// UnmappedLen is the number of unmapped ranges in p's unmapped index.
+func (p *Pool) UnmappedLen() int {
+	if p.Unmapped == nil {
+		return 0
+	}
+	return p.Unmapped.Len()
 }
 
 // Spares are the recycled block structs of one shard, linked through
