@@ -264,7 +264,7 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 				b = a.searchLocked(x, rounded)
 			}
 			if b != nil {
-				ptr := a.takeLocked(sh, x, b, rounded, size).Ptr
+				ptr := a.takeLocked(sh, x, b, rounded, size).Ptr()
 				if sh.cut {
 					sh.fast.Store(false) // the world settles the cut first
 					sh.mu.Unlock()
@@ -355,7 +355,7 @@ func (a *Allocator) searchLocked(x *freeindex.Index, size uint64) *freeindex.Blo
 		}
 		b = x.BestFit(size)
 	}
-	if b == nil || !a.rule.mayServe(b.Size, size) {
+	if b == nil || !a.rule.mayServe(b.Size(), size) {
 		return nil
 	}
 	return b
@@ -395,13 +395,13 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 		a.pol.lending, a.pol.lendTo = true, s
 	}
 	if pool != nil && pool.opts.NoSplit {
-		rounded = b.Size // no_split: the whole block, which then has no rest to split off
+		rounded = b.Size() // no_split: the whole block, which then has no rest to split off
 	}
 	b = a.takeLocked(a.shardOf(from), from, b, rounded, size)
 	if lent {
 		a.lentLocked(b, s)
 	}
-	ptr := b.Ptr
+	ptr := b.Ptr()
 	if selfCheck {
 		a.selfCheckLocked("Alloc")
 	}
@@ -462,7 +462,7 @@ func (a *Allocator) Free(p device.Ptr) error {
 			if b := sh.live.Remove(p); b != nil {
 				if !b.Recorded {
 					b.Allocated = false
-					if selfCheck && a.shardOf(b.Seg.Free()) != sh {
+					if selfCheck && a.shardOf(b.Seg().Free()) != sh {
 						panic("gpumem: a fast shard's live block belongs to another shard's free index")
 					}
 					a.finishFreeLocked(sh, b, true)
@@ -506,7 +506,7 @@ func (a *Allocator) freeWorld(p device.Ptr) error {
 	default:
 		sh.live.Remove(p)
 		b.Allocated = false
-		a.finishFreeLocked(a.shardOf(b.Seg.Free()), b, true)
+		a.finishFreeLocked(a.shardOf(b.Seg().Free()), b, true)
 	}
 	if a.releasing > 0 && err == nil {
 		// A released pool's memory goes with its last busy block; a device
@@ -538,10 +538,10 @@ func (a *Allocator) freeRecordedLocked(sh *shard, b *freeindex.Block) error {
 	}
 	b.Allocated = false
 	if n == 0 {
-		a.finishFreeLocked(a.shardOf(b.Seg.Free()), b, true)
+		a.finishFreeLocked(a.shardOf(b.Seg().Free()), b, true)
 		return nil
 	}
-	a.freeRequestedLocked(b.Seg.Free(), b)
+	a.freeRequestedLocked(b.Seg().Free(), b)
 	b.EventCount = int32(n)
 	return nil
 }
@@ -551,7 +551,7 @@ func (a *Allocator) freeRecordedLocked(sh *shard, b *freeindex.Block) error {
 func (a *Allocator) invalidPointerLocked(op string, p device.Ptr) error {
 	what := "not allocated by this allocator"
 	for b := range a.events.Items() {
-		if b.Ptr == p {
+		if b.Ptr() == p {
 			what = "already freed (its free is waiting for stream events): double free"
 			break
 		}

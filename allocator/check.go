@@ -163,7 +163,7 @@ func (a *Allocator) checkLocked() error {
 		if base != s.Ptr() {
 			bad("segment %v is filed under %v", s.Ptr(), base)
 		}
-		if s.Head() == nil || s.Head().Prev != nil || s.Head().Ptr != s.Ptr() {
+		if s.Head() == nil || s.Head().Prev() != nil || s.Head().Ptr() != s.Ptr() {
 			bad("segment %v: head block is wrong", s.Ptr())
 			continue
 		}
@@ -200,90 +200,90 @@ func (a *Allocator) checkLocked() error {
 		}
 		next := s.Ptr()
 		var prev *freeindex.Block
-		for b := s.Head(); b != nil; b = b.Next {
-			if b.Ptr != next {
-				bad("segment %v: block at %v, expected %v (gap or overlap)", s.Ptr(), b.Ptr, next)
+		for b := s.Head(); b != nil; b = b.Next() {
+			if b.Ptr() != next {
+				bad("segment %v: block at %v, expected %v (gap or overlap)", s.Ptr(), b.Ptr(), next)
 			}
-			if b.Prev != prev {
-				bad("segment %v: block %v has a wrong prev link", s.Ptr(), b.Ptr)
+			if b.Prev() != prev {
+				bad("segment %v: block %v has a wrong prev link", s.Ptr(), b.Ptr())
 			}
-			if b.Seg != s || b.Pool != s.Pool() {
-				bad("segment %v: block %v points to another segment or pool", s.Ptr(), b.Ptr)
+			if b.Seg() != s || b.Pool() != s.Pool() {
+				bad("segment %v: block %v points to another segment or pool", s.Ptr(), b.Ptr())
 			}
-			if b.Size == 0 || b.Size%kMinBlockSize != 0 {
-				bad("segment %v: block %v has size %d", s.Ptr(), b.Ptr, b.Size)
+			if b.Size() == 0 || b.Size()%kMinBlockSize != 0 {
+				bad("segment %v: block %v has size %d", s.Ptr(), b.Ptr(), b.Size())
 			}
-			if b.Stream != s.Stream() {
-				bad("segment %v: block %v has stream %d, segment %d", s.Ptr(), b.Ptr, b.Stream, s.Stream())
+			if b.Stream() != s.Stream() {
+				bad("segment %v: block %v has stream %d, segment %d", s.Ptr(), b.Ptr(), b.Stream(), s.Stream())
 			}
-			if b.Indexed != inIndex[b] {
-				bad("block %v is marked indexed %v but is in the free index: %v", b.Ptr, b.Indexed, inIndex[b])
+			if b.Indexed() != inIndex[b] {
+				bad("block %v is marked indexed %v but is in the free index: %v", b.Ptr(), b.Indexed(), inIndex[b])
 			}
-			if s.Expandable() && !b.Unmapped {
-				want.ReservedBytes.Increase(st, int64(b.Size))
+			if s.Expandable() && !b.Unmapped() {
+				want.ReservedBytes.Increase(st, int64(b.Size()))
 			}
 			switch {
-			case b.Unmapped:
+			case b.Unmapped():
 				if !s.Expandable() {
-					bad("segment %v: block %v is unmapped in a plain segment", s.Ptr(), b.Ptr)
+					bad("segment %v: block %v is unmapped in a plain segment", s.Ptr(), b.Ptr())
 					break
 				}
 				if b.Allocated || b.EventCount != 0 || b.Recorded || inIndex[b] {
-					bad("unmapped block %v is allocated, pending or in the free index", b.Ptr)
+					bad("unmapped block %v is allocated, pending or in the free index", b.Ptr())
 				}
 				if !s.Pool().HasUnmapped(b) {
-					bad("unmapped block %v is not in its pool's unmapped index", b.Ptr)
+					bad("unmapped block %v is not in its pool's unmapped index", b.Ptr())
 				}
-				if uint64(b.Ptr-s.Ptr())%s.Page() != 0 || b.Size%s.Page() != 0 {
-					bad("unmapped block %v+%d is not page aligned", b.Ptr, b.Size)
+				if uint64(b.Ptr()-s.Ptr())%s.Page() != 0 || b.Size()%s.Page() != 0 {
+					bad("unmapped block %v+%d is not page aligned", b.Ptr(), b.Size())
 				}
-				if prev != nil && prev.Unmapped {
-					bad("segment %v: unmapped blocks %v and %v are neighbours (not merged)", s.Ptr(), prev.Ptr, b.Ptr)
+				if prev != nil && prev.Unmapped() {
+					bad("segment %v: unmapped blocks %v and %v are neighbours (not merged)", s.Ptr(), prev.Ptr(), b.Ptr())
 				}
 				seenUnmapped++
 			case b.Allocated:
 				seenLive++
-				if sh.live.Get(b.Ptr) != b {
-					bad("allocated block %v is not in its shard's address table", b.Ptr)
+				if sh.live.Get(b.Ptr()) != b {
+					bad("allocated block %v is not in its shard's address table", b.Ptr())
 				}
 				if inIndex[b] {
-					bad("allocated block %v is in a free index", b.Ptr)
+					bad("allocated block %v is in a free index", b.Ptr())
 				}
 				if b.EventCount != 0 {
-					bad("allocated block %v has %d events", b.Ptr, b.EventCount)
+					bad("allocated block %v has %d events", b.Ptr(), b.EventCount)
 				}
 				want.Allocation.Increase(st, 1)
-				want.AllocatedBytes.Increase(st, int64(b.Size))
+				want.AllocatedBytes.Increase(st, int64(b.Size()))
 				want.Active.Increase(st, 1)
-				want.ActiveBytes.Increase(st, int64(b.Size))
+				want.ActiveBytes.Increase(st, int64(b.Size()))
 				want.RequestedBytes.Increase(st, int64(b.Requested))
-				if a.rule.oversize(b.Size) {
+				if a.rule.oversize(b.Size()) {
 					want.OversizeAllocations.Increase(1)
 				}
 			case !b.IsFree():
 				if !a.isDeferred(b) && (b.EventCount <= 0 || queued[b] != b.EventCount) {
-					bad("pending block %v has event count %d but %d queued events", b.Ptr, b.EventCount, queued[b])
+					bad("pending block %v has event count %d but %d queued events", b.Ptr(), b.EventCount, queued[b])
 				}
-				if inIndex[b] || sh.live.Get(b.Ptr) == b {
-					bad("pending block %v is in the free index or the address table", b.Ptr)
+				if inIndex[b] || sh.live.Get(b.Ptr()) == b {
+					bad("pending block %v is in the free index or the address table", b.Ptr())
 				}
 				want.Active.Increase(st, 1)
-				want.ActiveBytes.Increase(st, int64(b.Size))
+				want.ActiveBytes.Increase(st, int64(b.Size()))
 				want.RequestedBytes.Increase(st, int64(b.Requested))
 			default:
 				seenFree++
 				if !inIndex[b] {
-					bad("free block %v is not in its pool's free index", b.Ptr)
+					bad("free block %v is not in its pool's free index", b.Ptr())
 				}
 				if prev != nil && prev.IsFree() {
-					bad("segment %v: free blocks %v and %v are neighbours (not merged)", s.Ptr(), prev.Ptr, b.Ptr)
+					bad("segment %v: free blocks %v and %v are neighbours (not merged)", s.Ptr(), prev.Ptr(), b.Ptr())
 				}
 				if b.IsSplit() && !s.Expandable() {
 					want.InactiveSplit.Increase(st, 1)
-					want.InactiveSplitBytes.Increase(st, int64(b.Size))
+					want.InactiveSplitBytes.Increase(st, int64(b.Size()))
 				}
 			}
-			next = b.Ptr + device.Ptr(b.Size)
+			next = b.Ptr() + device.Ptr(b.Size())
 			prev = b
 		}
 		if uint64(next-s.Ptr()) != s.Size() {
@@ -345,8 +345,8 @@ func (a *Allocator) checkLocked() error {
 	a.checkPeaksLocked(bad)
 	a.checkShardsLocked(bad)
 	for b, u := range a.uses {
-		if lb, _ := a.liveBlockLocked(b.Ptr); !b.Allocated || !b.Recorded || len(u) == 0 || lb != b {
-			bad("stream uses are kept for %v, which is not an allocated, recorded block", b.Ptr)
+		if lb, _ := a.liveBlockLocked(b.Ptr()); !b.Allocated || !b.Recorded || len(u) == 0 || lb != b {
+			bad("stream uses are kept for %v, which is not an allocated, recorded block", b.Ptr())
 		}
 	}
 	if pending != a.events.Len() {
@@ -412,11 +412,11 @@ func (a *Allocator) checkIndexLocked(x *freeindex.Index, s device.Stream, j int,
 	x.Check(bad)
 	x.Each(func(b *freeindex.Block) bool {
 		if inIndex[b] {
-			bad("block %v is in a free index twice", b.Ptr)
+			bad("block %v is in a free index twice", b.Ptr())
 		}
 		inIndex[b] = true
-		if b.Pool != p || b.Stream != s || b.Seg.Free() != x {
-			bad("free block %v is in the free index of another stream or pool", b.Ptr)
+		if b.Pool() != p || b.Stream() != s || b.Seg().Free() != x {
+			bad("free block %v is in the free index of another stream or pool", b.Ptr())
 		}
 		return true
 	})

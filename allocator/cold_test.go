@@ -91,7 +91,7 @@ func TestUnsplitStampsTheAge(t *testing.T) {
 	mustFree(t, a, p)                          // unsplit
 	b := a.def.free[qLarge].Fit(30 * mib)
 	require.NotNil(t, b)
-	assert.Equal(t, a.large.GCCalls, b.GCCountBase)
+	assert.Equal(t, a.large.GCCalls, b.GCCountBase())
 	require.NoError(t, a.CheckInvariants())
 }
 

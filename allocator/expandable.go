@@ -51,8 +51,8 @@ func (a *Allocator) growExpandableLocked(x *freeindex.Index, size uint64) (*free
 	if err != nil {
 		return nil, err
 	}
-	if c.Unmapped {
-		m, err := a.mapLocked(c, min(c.Size, size))
+	if c.Unmapped() {
+		m, err := a.mapLocked(c, min(c.Size(), size))
 		if err != nil {
 			if reserved {
 				// Nothing of the new segment is mapped: give its address
@@ -63,10 +63,10 @@ func (a *Allocator) growExpandableLocked(x *freeindex.Index, size uint64) (*free
 		}
 		c = m
 	}
-	for c.Size < size {
+	for c.Size() < size {
 		// c is free and followed by an unmapped range: map the rest there;
 		// the mapped pages merge with c.
-		if c, err = a.mapLocked(c.Next, min(size-c.Size, c.Next.Size)); err != nil {
+		if c, err = a.mapLocked(c.Next(), min(size-c.Size(), c.Next().Size())); err != nil {
 			return nil, err
 		}
 	}
@@ -81,12 +81,12 @@ func (a *Allocator) findExpandableLocked(x *freeindex.Index, size uint64) (found
 	p, s := x.Pool, x.Stream
 	p.AscendUnmapped(s, func(u *freeindex.Block) bool {
 		c := u
-		if u.Prev != nil && !u.Prev.Busy() {
-			c = u.Prev
+		if u.Prev() != nil && !u.Prev().Busy() {
+			c = u.Prev()
 		}
 		var room uint64
-		for b := c; b != nil && room < size && !b.Busy(); b = b.Next {
-			room += b.Size
+		for b := c; b != nil && room < size && !b.Busy(); b = b.Next() {
+			room += b.Size()
 		}
 		if room >= size {
 			found = c
@@ -113,7 +113,7 @@ func (a *Allocator) findExpandableLocked(x *freeindex.Index, size uint64) (found
 		return nil, false, fmt.Errorf("allocator: device %d: reserving an expandable segment of %d bytes: %w", a.ordinal, n, err)
 	}
 	b := x.NewSegment(ptr, n, page)
-	a.segmentAddedLocked(b.Seg)
+	a.segmentAddedLocked(b.Seg())
 	return b, true, nil
 }
 
@@ -122,19 +122,19 @@ func (a *Allocator) findExpandableLocked(x *freeindex.Index, size uint64) (found
 // with free neighbours, which it returns; the rest of u stays unmapped.
 // On an error nothing changes.
 func (a *Allocator) mapLocked(u *freeindex.Block, size uint64) (*freeindex.Block, error) {
-	seg := u.Seg
-	begin := uint64(u.Ptr-seg.Ptr()) / seg.Page()
-	end := (uint64(u.Ptr-seg.Ptr()) + size + seg.Page() - 1) / seg.Page()
+	seg := u.Seg()
+	begin := uint64(u.Ptr()-seg.Ptr()) / seg.Page()
+	end := (uint64(u.Ptr()-seg.Ptr()) + size + seg.Page() - 1) / seg.Page()
 	n := (end - begin) * seg.Page()
-	if err := a.vm.Map(u.Ptr, n); err != nil {
+	if err := a.vm.Map(u.Ptr(), n); err != nil {
 		if refused(err) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("allocator: device %d: mapping %d bytes at %v: %w", a.ordinal, n, u.Ptr, err)
+		return nil, fmt.Errorf("allocator: device %d: mapping %d bytes at %v: %w", a.ordinal, n, u.Ptr(), err)
 	}
-	a.routePagesLocked(seg, u.Ptr, n, +1)
+	a.routePagesLocked(seg, u.Ptr(), n, +1)
 	m := seg.Free().MapPages(u, 0, n)
-	a.pagesMappedLocked(seg, m.Ptr, n)
+	a.pagesMappedLocked(seg, m.Ptr(), n)
 	return seg.Free().Put(m), nil
 }
 
@@ -143,10 +143,10 @@ func (a *Allocator) mapLocked(u *freeindex.Block, size uint64) (*freeindex.Block
 // unmapped neighbours); the free bytes before and after them stay free
 // blocks. On an error nothing changes.
 func (a *Allocator) unmapLocked(b *freeindex.Block) error {
-	seg, x := b.Seg, b.Seg.Free()
-	off := uint64(b.Ptr - seg.Ptr())
+	seg, x := b.Seg(), b.Seg().Free()
+	off := uint64(b.Ptr() - seg.Ptr())
 	begin := (off + seg.Page() - 1) / seg.Page()
-	end := (off + b.Size) / seg.Page()
+	end := (off + b.Size()) / seg.Page()
 	if begin >= end {
 		return nil
 	}
@@ -192,7 +192,7 @@ func (a *Allocator) releaseUnmappedLocked(p *freeindex.Pool) error {
 // nothing mapped (u is its only block). On an error nothing changes and a
 // later flush tries again.
 func (a *Allocator) releaseExpandableLocked(u *freeindex.Block) error {
-	seg := u.Seg
+	seg := u.Seg()
 	if err := a.vm.Release(seg.Ptr()); err != nil {
 		return fmt.Errorf("allocator: device %d: releasing expandable segment %v: %w", a.ordinal, seg.Ptr(), err)
 	}

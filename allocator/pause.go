@@ -169,13 +169,13 @@ func (a *Allocator) backupLocked(p *Pool, cp device.Copier, hm device.HostMemory
 				return
 			}
 			var buf []byte
-			if buf, err = hm.HostAlloc(b.Size); err != nil {
-				err = fmt.Errorf("allocator: pause pool %q: pinned host memory for the %d bytes of %v: %w", p.name, b.Size, b.Ptr, err)
+			if buf, err = hm.HostAlloc(b.Size()); err != nil {
+				err = fmt.Errorf("allocator: pause pool %q: pinned host memory for the %d bytes of %v: %w", p.name, b.Size(), b.Ptr(), err)
 				return
 			}
-			saved = append(saved, savedBlock{b.Ptr, buf})
-			if err = cp.CopyToHost(buf, b.Ptr); err != nil {
-				err = fmt.Errorf("allocator: pause pool %q: copying %v to the host: %w", p.name, b.Ptr, err)
+			saved = append(saved, savedBlock{b.Ptr(), buf})
+			if err = cp.CopyToHost(buf, b.Ptr()); err != nil {
+				err = fmt.Errorf("allocator: pause pool %q: copying %v to the host: %w", p.name, b.Ptr(), err)
 			}
 		})
 		if err != nil {

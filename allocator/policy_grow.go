@@ -37,9 +37,9 @@ func (a *Allocator) policyFitLocked(x *freeindex.Index, size uint64) *freeindex.
 		return nil
 	}
 	if window := a.pol.fitWindow; window > 1 && !isSmall(size) {
-		b = x.CloseFit(b, b.Size+b.Size/8, a.rule.servesBelow(size), window)
+		b = x.CloseFit(b, b.Size()+b.Size()/8, a.rule.servesBelow(size), window)
 	}
-	if b.Seg.Expandable() {
+	if b.Seg().Expandable() {
 		b = freeindex.ExpandableBestFit(x, b)
 	}
 	return b
@@ -104,11 +104,11 @@ func (a *Allocator) policyGrowLocked(x *freeindex.Index, size uint64) (*freeinde
 // the start of its range, backward when it maps the end.
 func (a *Allocator) mapAheadLocked(pl *placement, limit uint64) {
 	r := a.reservedLocked()
-	if r+pl.n >= limit || pl.n == pl.u.Size {
+	if r+pl.n >= limit || pl.n == pl.u.Size() {
 		return
 	}
-	page := pl.u.Seg.Page()
-	extra := min(a.pol.mapAhead, limit-r-pl.n, pl.u.Size-pl.n) / page * page
+	page := pl.u.Seg().Page()
+	extra := min(a.pol.mapAhead, limit-r-pl.n, pl.u.Size()-pl.n) / page * page
 	if pl.off > 0 {
 		extra = min(extra, pl.off)
 		pl.off -= extra
@@ -138,24 +138,24 @@ func (a *Allocator) placeLocked(x *freeindex.Index, size uint64) (placement, err
 		}
 	}
 	p.AscendUnmapped(s, func(u *freeindex.Block) bool {
-		page := u.Seg.Page()
+		page := u.Seg().Page()
 		var before, after uint64
-		if u.Prev != nil && u.Prev.IsFree() {
-			before = u.Prev.Size
+		if u.Prev() != nil && u.Prev().IsFree() {
+			before = u.Prev().Size()
 		}
-		if u.Next != nil && u.Next.IsFree() {
-			after = u.Next.Size
+		if u.Next() != nil && u.Next().IsFree() {
+			after = u.Next().Size()
 		}
-		if n := pagesFor(size-min(before, size-1), page); n <= u.Size {
+		if n := pagesFor(size-min(before, size-1), page); n <= u.Size() {
 			consider(u, 0, n) // the free block before and the first pages
 		}
 		if after > 0 {
-			if n := pagesFor(size-min(after, size-1), page); n <= u.Size {
-				consider(u, u.Size-n, n) // the last pages and the free block after
+			if n := pagesFor(size-min(after, size-1), page); n <= u.Size() {
+				consider(u, u.Size()-n, n) // the last pages and the free block after
 			}
 		}
-		if before+u.Size+after >= size {
-			consider(u, 0, u.Size) // the whole range joins both
+		if before+u.Size()+after >= size {
+			consider(u, 0, u.Size()) // the whole range joins both
 		}
 		return best.n != page // nothing needs less than one page
 	})
@@ -175,7 +175,7 @@ func (a *Allocator) placeLocked(x *freeindex.Index, size uint64) (placement, err
 		return placement{}, fmt.Errorf("allocator: device %d: reserving an expandable segment of %d bytes: %w", a.ordinal, n, err)
 	}
 	u := x.NewSegment(ptr, n, page)
-	a.segmentAddedLocked(u.Seg)
+	a.segmentAddedLocked(u.Seg())
 	return placement{u: u, n: pagesFor(size, page), fresh: true}, nil
 }
 
@@ -192,7 +192,7 @@ func candidateBefore(x, y candidate) bool {
 	if x.pages != y.pages {
 		return x.pages > y.pages
 	}
-	return x.b.Ptr < y.b.Ptr
+	return x.b.Ptr() < y.b.Ptr()
 }
 
 // smallestSufficient returns the index in list of the candidate with the
@@ -240,8 +240,8 @@ func pagesFor(n, page uint64) uint64 { return (n + page - 1) / page * page }
 // with free neighbours, which it returns; the rest of u stays unmapped on
 // either side. On an error nothing changes.
 func (a *Allocator) mapRangeLocked(u *freeindex.Block, off, n uint64) (*freeindex.Block, error) {
-	seg := u.Seg
-	ptr := u.Ptr + device.Ptr(off)
+	seg := u.Seg()
+	ptr := u.Ptr() + device.Ptr(off)
 	if err := a.vm.Map(ptr, n); err != nil {
 		if refused(err) {
 			return nil, err
@@ -257,10 +257,10 @@ func (a *Allocator) mapRangeLocked(u *freeindex.Block, off, n uint64) (*freeinde
 // wholePages returns the bytes of the whole pages inside the free
 // expandable block b.
 func wholePages(b *freeindex.Block) uint64 {
-	page := b.Seg.Page()
-	off := uint64(b.Ptr - b.Seg.Ptr())
+	page := b.Seg().Page()
+	off := uint64(b.Ptr() - b.Seg().Ptr())
 	begin := (off + page - 1) / page
-	end := (off + b.Size) / page
+	end := (off + b.Size()) / page
 	if end <= begin {
 		return 0
 	}
@@ -283,11 +283,11 @@ func (a *Allocator) reclaimLocked(x *freeindex.Index, want uint64, keep *freeind
 	list := a.pol.candidates[:0]
 	p := x.Pool
 	// A block smaller than a page holds no whole page.
-	x.AscendAtLeast(keep.Seg.Page(), func(b *freeindex.Block) bool {
-		if b == keep.Prev || b == keep.Next {
+	x.AscendAtLeast(keep.Seg().Page(), func(b *freeindex.Block) bool {
+		if b == keep.Prev() || b == keep.Next() {
 			return true
 		}
-		if bounded && p.GCCalls-b.GCCountBase < a.pol.minAge {
+		if bounded && p.GCCalls-b.GCCountBase() < a.pol.minAge {
 			return true // freed just now: the next requests are likely to reuse it
 		}
 		if n := wholePages(b); n > 0 {

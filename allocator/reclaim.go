@@ -100,7 +100,7 @@ func (a *Allocator) newSegmentLocked(x *freeindex.Index, size uint64) (*freeinde
 		return nil, fmt.Errorf("allocator: device %d: allocating a %d-byte segment: %w", a.ordinal, size, err)
 	}
 	b := x.NewSegment(ptr, size, 0)
-	seg := b.Seg
+	seg := b.Seg()
 	if mapped {
 		a.mappedSegs[seg] = true
 	}
@@ -113,7 +113,7 @@ func (a *Allocator) newSegmentLocked(x *freeindex.Index, size uint64) (*freeinde
 // releaseSegmentLocked returns the segment of the free, unsplit block b to
 // the device. On a device error nothing changes.
 func (a *Allocator) releaseSegmentLocked(b *freeindex.Block) error {
-	seg := b.Seg
+	seg := b.Seg()
 	if a.mappedSegs[seg] {
 		if err := a.unmapSegmentLocked(seg); err != nil {
 			return err
@@ -185,7 +185,7 @@ func (a *Allocator) releaseOversizeLocked(x *freeindex.Index, size uint64) bool 
 	}
 	want := max(size, a.rule.maxSplit)
 	b := x.Fit(want)
-	if b != nil && !b.Seg.Expandable() {
+	if b != nil && !b.Seg().Expandable() {
 		return a.releaseSegmentLocked(b) == nil
 	}
 	// No single block is large enough: release oversize blocks from the
@@ -193,18 +193,18 @@ func (a *Allocator) releaseOversizeLocked(x *freeindex.Index, size uint64) bool 
 	list := a.collected[:0]
 	var total uint64
 	x.DescendBelow(want, func(c *freeindex.Block) bool {
-		if total >= want || c.Size < a.rule.maxSplit {
+		if total >= want || c.Size() < a.rule.maxSplit {
 			return false
 		}
-		if !c.Seg.Expandable() {
+		if !c.Seg().Expandable() {
 			list = append(list, c)
-			total += c.Size
+			total += c.Size()
 		}
 		return true
 	})
 	var released uint64
 	for _, c := range list {
-		n := c.Size
+		n := c.Size()
 		if a.releaseSegmentLocked(c) == nil {
 			released += n
 		}
@@ -230,7 +230,7 @@ func (a *Allocator) garbageCollectLocked() {
 	count := 0
 	ages := func(x *freeindex.Index) {
 		x.EachWhole(func(b *freeindex.Block) {
-			totalAge += p.GCCalls - b.GCCountBase
+			totalAge += p.GCCalls - b.GCCountBase()
 			count++
 		})
 	}
@@ -249,10 +249,10 @@ func (a *Allocator) garbageCollectLocked() {
 		freed = false
 		list := a.wholeSegmentsLocked(p, a.collected[:0])
 		for _, b := range list {
-			if float64(p.GCCalls-b.GCCountBase) < ageThreshold {
+			if float64(p.GCCalls-b.GCCountBase()) < ageThreshold {
 				continue
 			}
-			age, n := p.GCCalls-b.GCCountBase, b.Size
+			age, n := p.GCCalls-b.GCCountBase(), b.Size()
 			if a.releaseSegmentLocked(b) != nil {
 				continue
 			}
@@ -274,11 +274,11 @@ func (a *Allocator) largestFreeLocked() uint64 {
 	for _, p := range [2]*freeindex.Pool{a.small, a.large} {
 		a.hotIndexesLocked(p, func(x *freeindex.Index) {
 			if b := x.Largest(); b != nil {
-				largest = max(largest, b.Size)
+				largest = max(largest, b.Size())
 			}
 		})
 		if b := p.Cold.Largest(); b != nil {
-			largest = max(largest, b.Size)
+			largest = max(largest, b.Size())
 		}
 	}
 	return largest

@@ -16,6 +16,15 @@ import (
 // are guarded by the lock of its segment's shard (or the world), and so
 // are the block's methods.
 //
+// Whose fields: the unexported ones (address, size, stream, pool,
+// segment, neighbours, indexed, unmapped, age base, the list and heap
+// links) are this package's, which alone writes them; the allocator reads
+// them through the methods of their names. The exported ones are the
+// allocator's bookkeeping of a block it handed out, which it alone
+// writes: Requested, Allocated, Recorded, Phase and EventCount. This
+// package reads Allocated and EventCount (Busy), to merge free blocks
+// only, and zeroes the struct of a block that no longer exists.
+//
 // A block is in exactly one of these states:
 //
 //   - allocated: handed to a caller; in its shard's address table (live)
@@ -33,18 +42,19 @@ import (
 type Block struct {
 	// The free index's key comes first, so that comparing two blocks
 	// touches one cache line of each.
-	Ptr       device.Ptr
-	Size      uint64 // bytes, a multiple of 512
-	Stream    device.Stream
+	ptr       device.Ptr
+	size      uint64 // bytes, a multiple of 512
+	stream    device.Stream
 	Requested uint64 // bytes the caller asked for (allocated or pending blocks)
-	Pool      *Pool
-	Seg       *Segment
-	Prev      *Block // lower neighbour in the segment, nil for the first block
-	Next      *Block // higher neighbour in the segment, nil for the last block
+	pool      *Pool
+	seg       *Segment
+	prev      *Block // lower neighbour in the segment, nil for the first block
+	next      *Block // higher neighbour in the segment, nil for the last block
 
-	// GCCountBase is the pool's free-block search count when the block was
-	// last filed in the free index; its age is the difference.
-	GCCountBase int64
+	// gcCountBase is the pool's free-block search count (Pool.GCCalls)
+	// when the block was last filed in the free index; its age is the
+	// difference.
+	gcCountBase int64
 
 	// prevWhole and nextWhole link the block into its pool's list of whole
 	// free segments while listed is set.
@@ -53,42 +63,75 @@ type Block struct {
 	heapIdx int32 // position in its size class's heap (sizeBuckets, largeBuckets), while indexed there
 
 	Allocated  bool
-	Indexed    bool   // in its free index: set and cleared by the free index alone (add, drop, put, unfile, take)
+	indexed    bool   // in its free index: set and cleared by the free index alone (add, drop, put, unfile, take)
 	listed     bool   // in its free index's list of whole free segments (Index.wholes)
 	Recorded   bool   // allocated and RecordStream added streams: they are in the allocator's uses
-	Unmapped   bool   // an address range of an expandable segment with no memory behind it
+	unmapped   bool   // an address range of an expandable segment with no memory behind it
 	Phase      uint16 // the phase current when the block was handed out (the allocator's phases); set by the allocator's takeLocked
 	EventCount int32  // outstanding stream events before a pending free completes
 }
 
+// Ptr is the block's address.
+func (b *Block) Ptr() device.Ptr { return b.ptr }
+
+// Size is the block's size in bytes, a multiple of 512.
+func (b *Block) Size() uint64 { return b.size }
+
+// Stream is the stream of the block's segment.
+func (b *Block) Stream() device.Stream { return b.stream }
+
+// Pool is the pool of the block's segment.
+func (b *Block) Pool() *Pool { return b.pool }
+
+// Seg is the block's segment.
+func (b *Block) Seg() *Segment { return b.seg }
+
+// Prev is the block's lower neighbour in its segment, nil for the first.
+func (b *Block) Prev() *Block { return b.prev }
+
+// Next is the block's higher neighbour in its segment, nil for the last.
+func (b *Block) Next() *Block { return b.next }
+
+// Indexed reports whether the block is in its free index.
+func (b *Block) Indexed() bool { return b.indexed }
+
+// Unmapped reports whether the block is an address range of an expandable
+// segment with no memory behind it.
+func (b *Block) Unmapped() bool { return b.unmapped }
+
+// GCCountBase is the pool's count of free-block searches (Pool.GCCalls)
+// when the block was last filed in the free index: its age is the
+// difference.
+func (b *Block) GCCountBase() int64 { return b.gcCountBase }
+
 // IsSplit reports whether the block shares its segment with other blocks.
-func (b *Block) IsSplit() bool { return b.Prev != nil || b.Next != nil }
+func (b *Block) IsSplit() bool { return b.prev != nil || b.next != nil }
 
 // Busy reports whether the block is in use: allocated, or pending.
 func (b *Block) Busy() bool { return b.Allocated || b.EventCount != 0 }
 
 // IsFree reports whether the block is cached: not busy and backed by
 // memory.
-func (b *Block) IsFree() bool { return !b.Busy() && !b.Unmapped }
+func (b *Block) IsFree() bool { return !b.Busy() && !b.unmapped }
 
 // LinkAfter puts n right after b in b's segment.
 func (b *Block) LinkAfter(n *Block) {
-	n.Prev, n.Next = b, b.Next
-	if b.Next != nil {
-		b.Next.Prev = n
+	n.prev, n.next = b, b.next
+	if b.next != nil {
+		b.next.prev = n
 	}
-	b.Next = n
+	b.next = n
 }
 
 // LinkBefore puts n right before b in b's segment.
 func (b *Block) LinkBefore(n *Block) {
-	n.Prev, n.Next = b.Prev, b
-	if b.Prev != nil {
-		b.Prev.Next = n
+	n.prev, n.next = b.prev, b
+	if b.prev != nil {
+		b.prev.next = n
 	} else {
-		b.Seg.head = n
+		b.seg.head = n
 	}
-	b.Prev = n
+	b.prev = n
 }
 
 // A Segment is one device allocation, or one expandable segment: an
@@ -120,10 +163,10 @@ type Segment struct {
 func (x *Index) NewSegment(ptr device.Ptr, size, page uint64) *Block {
 	seg := &Segment{ptr: ptr, size: size, stream: x.Stream, pool: x.Pool, free: x, page: page}
 	b := x.Spares.Get()
-	b.Ptr, b.Size, b.Stream, b.Pool, b.Seg = ptr, size, x.Stream, x.Pool, seg
+	b.ptr, b.size, b.stream, b.pool, b.seg = ptr, size, x.Stream, x.Pool, seg
 	seg.head = b
 	if page != 0 {
-		b.Unmapped = true
+		b.unmapped = true
 		x.Pool.Unmapped.ReplaceOrInsert(b)
 	}
 	return b
@@ -160,21 +203,21 @@ func (s *Segment) Expandable() bool { return s.page != 0 }
 // the order per stream: each stream's free blocks have an index of their
 // own (Index), ordered by (size, address).
 func FreeLess(a, b *Block) bool {
-	if a.Stream != b.Stream {
-		return a.Stream < b.Stream
+	if a.stream != b.stream {
+		return a.stream < b.stream
 	}
-	if a.Size != b.Size {
-		return a.Size < b.Size
+	if a.size != b.size {
+		return a.size < b.size
 	}
-	return a.Ptr < b.Ptr
+	return a.ptr < b.ptr
 }
 
 // addrLess orders blocks by (stream, address).
 func addrLess(a, b *Block) bool {
-	if a.Stream != b.Stream {
-		return a.Stream < b.Stream
+	if a.stream != b.stream {
+		return a.stream < b.stream
 	}
-	return a.Ptr < b.Ptr
+	return a.ptr < b.ptr
 }
 
 // A Pool is one of the allocator's two sets of segments: small (blocks of
@@ -222,9 +265,9 @@ func NewPool(small, expandable bool) *Pool {
 // AscendUnmapped calls f on the unmapped ranges of p on stream s, in
 // address order, while f returns true.
 func (p *Pool) AscendUnmapped(s device.Stream, f func(u *Block) bool) {
-	p.key.Stream, p.key.Ptr = s, 0
+	p.key.stream, p.key.ptr = s, 0
 	p.Unmapped.AscendGreaterOrEqual(&p.key, func(u *Block) bool {
-		return u.Stream == s && f(u)
+		return u.stream == s && f(u)
 	})
 }
 
@@ -262,7 +305,7 @@ func (sp *Spares) Get() *Block {
 	if b == nil {
 		return sp.slab()
 	}
-	sp.head, b.Next = b.Next, nil
+	sp.head, b.next = b.next, nil
 	sp.n--
 	return b
 }
@@ -272,7 +315,7 @@ func (sp *Spares) Get() *Block {
 func (sp *Spares) slab() *Block {
 	slab := make([]Block, blockSlab)
 	for i := 1; i < blockSlab-1; i++ {
-		slab[i].Next = &slab[i+1]
+		slab[i].next = &slab[i+1]
 	}
 	sp.head = &slab[1]
 	sp.n += blockSlab - 1
@@ -290,7 +333,7 @@ func (sp *Spares) Put(b *Block) {
 		*b = Block{}
 		return
 	}
-	*b = Block{Next: sp.head}
+	*b = Block{next: sp.head}
 	sp.head = b
 	sp.n++
 }
@@ -300,12 +343,12 @@ func (sp *Spares) Put(b *Block) {
 // which start and end on page boundaries.
 func (seg *Segment) MappedRuns(f func(p device.Ptr, n uint64)) {
 	pos := seg.ptr
-	for b := seg.head; b != nil; b = b.Next {
-		if b.Unmapped {
-			if b.Ptr > pos {
-				f(pos, uint64(b.Ptr-pos))
+	for b := seg.head; b != nil; b = b.next {
+		if b.unmapped {
+			if b.ptr > pos {
+				f(pos, uint64(b.ptr-pos))
 			}
-			pos = b.Ptr + device.Ptr(b.Size)
+			pos = b.ptr + device.Ptr(b.size)
 		}
 	}
 	if end := seg.ptr + device.Ptr(seg.size); end > pos {
@@ -320,23 +363,23 @@ func (seg *Segment) MappedRuns(f func(p device.Ptr, n uint64)) {
 // block (Put), which merges it with its free neighbours. x is the index of
 // u's segment.
 func (x *Index) MapPages(u *Block, off, n uint64) *Block {
-	seg, p := u.Seg, u.Pool
+	seg, p := u.seg, u.pool
 	p.Unmapped.Delete(u)
 	if off > 0 {
 		head := x.Spares.Get()
-		head.Ptr, head.Size, head.Stream, head.Pool, head.Seg, head.Unmapped = u.Ptr, off, u.Stream, p, seg, true
+		head.ptr, head.size, head.stream, head.pool, head.seg, head.unmapped = u.ptr, off, u.stream, p, seg, true
 		u.LinkBefore(head)
 		p.Unmapped.ReplaceOrInsert(head)
-		u.Ptr, u.Size = u.Ptr+device.Ptr(off), u.Size-off
+		u.ptr, u.size = u.ptr+device.Ptr(off), u.size-off
 	}
-	if n < u.Size {
+	if n < u.size {
 		rest := x.Spares.Get()
-		rest.Ptr, rest.Size, rest.Stream, rest.Pool, rest.Seg, rest.Unmapped = u.Ptr+device.Ptr(n), u.Size-n, u.Stream, p, seg, true
+		rest.ptr, rest.size, rest.stream, rest.pool, rest.seg, rest.unmapped = u.ptr+device.Ptr(n), u.size-n, u.stream, p, seg, true
 		u.LinkAfter(rest)
 		p.Unmapped.ReplaceOrInsert(rest)
-		u.Size = n
+		u.size = n
 	}
-	u.Unmapped = false
+	u.unmapped = false
 	return u
 }
 
@@ -347,19 +390,19 @@ func (x *Index) MapPages(u *Block, off, n uint64) *Block {
 // unmapped neighbours.
 func (x *Index) UnmapPages(b *Block, ptr device.Ptr, n uint64) *Block {
 	x.Remove(b)
-	if before := uint64(ptr - b.Ptr); before > 0 {
+	if before := uint64(ptr - b.ptr); before > 0 {
 		f := x.Spares.Get()
-		f.Ptr, f.Size, f.Stream, f.Pool, f.Seg = b.Ptr, before, b.Stream, b.Pool, b.Seg
+		f.ptr, f.size, f.stream, f.pool, f.seg = b.ptr, before, b.stream, b.pool, b.seg
 		b.LinkBefore(f)
 		x.Insert(f)
 	}
-	if after := b.Size - uint64(ptr-b.Ptr) - n; after > 0 {
+	if after := b.size - uint64(ptr-b.ptr) - n; after > 0 {
 		f := x.Spares.Get()
-		f.Ptr, f.Size, f.Stream, f.Pool, f.Seg = ptr+device.Ptr(n), after, b.Stream, b.Pool, b.Seg
+		f.ptr, f.size, f.stream, f.pool, f.seg = ptr+device.Ptr(n), after, b.stream, b.pool, b.seg
 		b.LinkAfter(f)
 		x.Insert(f)
 	}
-	b.Ptr, b.Size, b.Unmapped = ptr, n, true
+	b.ptr, b.size, b.unmapped = ptr, n, true
 	return b
 }
 
@@ -368,7 +411,7 @@ func (x *Index) UnmapPages(b *Block, ptr device.Ptr, n uint64) *Block {
 // unmapped index) and keeps its struct for reuse. The caller uncounts the
 // segment (SegmentRemoved).
 func (x *Index) ForgetSegment(b *Block) {
-	if b.Unmapped {
+	if b.unmapped {
 		x.Pool.Unmapped.Delete(b)
 	} else {
 		x.Remove(b)

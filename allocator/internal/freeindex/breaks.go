@@ -10,3 +10,9 @@ func (s *Segment) BreakFree(x *Index) { s.free = x }
 
 // BreakPage sets the segment's mapping unit to page bytes.
 func (s *Segment) BreakPage(page uint64) { s.page = page }
+
+// BreakSize sets the block's size to size bytes.
+func (b *Block) BreakSize(size uint64) { b.size = size }
+
+// BreakIndexed clears the block's mark of being in its free index.
+func (b *Block) BreakIndexed() { b.indexed = false }

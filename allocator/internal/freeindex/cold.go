@@ -57,7 +57,7 @@ func (v *coldView) add(b *Block) {
 	}
 	v.free.ReplaceOrInsert(coldItem{KeyOf(b), b})
 	if v.Waited != nil {
-		if _, ok := v.Waited[b.Stream]; !ok {
+		if _, ok := v.Waited[b.stream]; !ok {
 			if v.lenders == nil {
 				v.lenders = btree.NewG(32, coldLess)
 			}
@@ -132,12 +132,12 @@ func (p *Pool) CheckCold(cold func(f func(*Index)), policy bool, bad func(string
 		x.Each(func(b *Block) bool {
 			n++
 			if got, ok := p.Cold.free.Get(coldItem{Key: KeyOf(b)}); !ok || got.b != b {
-				bad("cold free block %v+%d of pool %s is not in its cold view", b.Ptr, b.Size, p.Stat)
+				bad("cold free block %v+%d of pool %s is not in its cold view", b.ptr, b.size, p.Stat)
 			}
 			if !policy {
 				return true
 			}
-			_, waited := p.Cold.Waited[b.Stream]
+			_, waited := p.Cold.Waited[b.stream]
 			if !waited {
 				lenders++
 			}
@@ -147,7 +147,7 @@ func (p *Pool) CheckCold(cold func(f func(*Index)), policy bool, bad func(string
 				got, ok = p.Cold.lenders.Get(coldItem{Key: KeyOf(b)})
 			}
 			if ok == waited || ok && got.b != b {
-				bad("cold free block %v+%d of pool %s (stream %d, host-waited %v) is wrongly among the lenders", b.Ptr, b.Size, p.Stat, b.Stream, waited)
+				bad("cold free block %v+%d of pool %s (stream %d, host-waited %v) is wrongly among the lenders", b.ptr, b.size, p.Stat, b.stream, waited)
 			}
 			return true
 		})

@@ -103,7 +103,7 @@ func (x *Index) BestFit(size uint64) *Block {
 	default:
 		b = x.tree.lowerBound(size)
 	}
-	if b != nil && b.Seg.Expandable() {
+	if b != nil && b.seg.Expandable() {
 		b = ExpandableBestFit(x, b)
 	}
 	return b
@@ -129,7 +129,7 @@ func (x *Index) Remembered(size uint64) *Block {
 // unmapped range after it is smaller, that is, one that could not grow as
 // much.
 func ExpandableBestFit(x *Index, b *Block) *Block {
-	if expandableSize(b) == b.Size {
+	if expandableSize(b) == b.size {
 		// b cannot grow, and no later block is smaller: the walk would
 		// stop at the first.
 		return b
@@ -139,7 +139,7 @@ func ExpandableBestFit(x *Index, b *Block) *Block {
 		if n == b {
 			return true
 		}
-		if !cur.Seg.Expandable() || expandableSize(n) >= expandableSize(cur) {
+		if !cur.seg.Expandable() || expandableSize(n) >= expandableSize(cur) {
 			return false
 		}
 		cur = n
@@ -151,10 +151,10 @@ func ExpandableBestFit(x *Index, b *Block) *Block {
 // expandableSize is what a free block could grow to by mapping the
 // unmapped range after it.
 func expandableSize(b *Block) uint64 {
-	if b.Next != nil && b.Next.Unmapped {
-		return b.Size + b.Next.Size
+	if b.next != nil && b.next.unmapped {
+		return b.size + b.next.size
 	}
-	return b.Size
+	return b.size
 }
 
 // Take hands out b, a free block of x for a request of size bytes: with
@@ -172,12 +172,12 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 	}
 	if !split {
 		switch {
-		case !b.Indexed:
+		case !b.indexed:
 		case x.Kind == KindSmall:
-			b.Indexed = false
+			b.indexed = false
 			x.buckets.remove(b)
-		case x.inLarge(b.Size): // drop, written out
-			b.Indexed = false
+		case x.inLarge(b.size): // drop, written out
+			b.indexed = false
 			x.large.remove(b)
 			if b.listed {
 				x.unlist(b)
@@ -192,19 +192,19 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 		x.front = nil // zero but for the fields set here, and x's stream and pool
 	} else {
 		b = x.Spares.Get() // zeroed
-		b.Stream, b.Pool = rest.Stream, rest.Pool
+		b.stream, b.pool = rest.stream, rest.pool
 	}
-	b.Ptr, b.Size, b.Seg = rest.Ptr, size, rest.Seg
+	b.ptr, b.size, b.seg = rest.ptr, size, rest.seg
 	rest.LinkBefore(b)
-	rest.Ptr += device.Ptr(size)
-	rest.Size -= size
-	if !rest.Indexed {
+	rest.ptr += device.Ptr(size)
+	rest.size -= size
+	if !rest.indexed {
 		x.add(rest)
 		return b
 	}
 	if x.Kind != KindSmall {
 		// Stamped and unlisted now, as filing it anew would.
-		rest.GCCountBase = x.Pool.GCCalls
+		rest.gcCountBase = x.Pool.GCCalls
 		if rest.listed {
 			x.unlist(rest)
 		}
@@ -226,19 +226,19 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 // gives back the block from before the split, filed under the key the
 // pending rest still has: the index does not change (an unsplit).
 func (x *Index) Put(b *Block) *Block {
-	prev, next := b.Prev, b.Next
+	prev, next := b.prev, b.next
 	mergePrev := mergeable(b, prev)
 	if pb := x.pend; pb != nil {
 		// pb.prev is the front, busy until now: next == pb means b is it.
 		// Its requested is zero already (the allocator's finishFreeLocked).
 		if next == pb && !mergePrev {
 			x.pend = nil
-			pb.Ptr, pb.Size = b.Ptr, b.Size+pb.Size
-			pb.Prev = prev
+			pb.ptr, pb.size = b.ptr, b.size+pb.size
+			pb.prev = prev
 			if prev != nil {
-				prev.Next = pb
+				prev.next = pb
 			} else {
-				pb.Seg.head = pb
+				pb.seg.head = pb
 			}
 			if x.front == nil {
 				x.front = b // for the next split of x: b's flags and counts are zero
@@ -246,8 +246,8 @@ func (x *Index) Put(b *Block) *Block {
 				x.Spares.Put(b)
 			}
 			if x.Kind != KindSmall {
-				pb.GCCountBase = x.Pool.GCCalls // as filing it anew would
-				if !pb.Seg.Expandable() && !pb.IsSplit() {
+				pb.gcCountBase = x.Pool.GCCalls // as filing it anew would
+				if !pb.seg.Expandable() && !pb.IsSplit() {
 					x.list(pb) // it fills its segment again
 				}
 			}
@@ -256,34 +256,34 @@ func (x *Index) Put(b *Block) *Block {
 		x.settle()
 	}
 	mergeNext := mergeable(b, next)
-	if x.Kind == KindTree && !b.Unmapped && (mergePrev || mergeNext) {
+	if x.Kind == KindTree && !b.unmapped && (mergePrev || mergeNext) {
 		return x.mergeInto(b, mergePrev, mergeNext)
 	}
 	if mergePrev {
 		x.unfile(prev)
-		b.Ptr, b.Size = prev.Ptr, b.Size+prev.Size
-		b.Prev = prev.Prev
-		if b.Prev != nil {
-			b.Prev.Next = b
+		b.ptr, b.size = prev.ptr, b.size+prev.size
+		b.prev = prev.prev
+		if b.prev != nil {
+			b.prev.next = b
 		} else {
-			b.Seg.head = b
+			b.seg.head = b
 		}
 		x.Spares.Put(prev)
 	}
 	if mergeNext {
 		x.unfile(next)
-		b.Size += next.Size
-		b.Next = next.Next
-		if b.Next != nil {
-			b.Next.Prev = b
+		b.size += next.size
+		b.next = next.next
+		if b.next != nil {
+			b.next.prev = b
 		}
 		x.Spares.Put(next)
 	}
 	switch {
-	case b.Unmapped:
+	case b.unmapped:
 		x.Pool.Unmapped.ReplaceOrInsert(b)
 	case x.Kind == KindSmall:
-		b.Indexed = true
+		b.indexed = true
 		x.buckets.insert(b)
 	default:
 		x.add(b)
@@ -293,7 +293,7 @@ func (x *Index) Put(b *Block) *Block {
 
 // mergeable reports whether b, free or unmapped, merges with its
 // neighbour n: n is of the same kind.
-func mergeable(b, n *Block) bool { return n != nil && !n.Busy() && n.Unmapped == b.Unmapped }
+func mergeable(b, n *Block) bool { return n != nil && !n.Busy() && n.unmapped == b.unmapped }
 
 // mergeInto merges b, a free block in no index, into its free neighbours
 // (one or both merge) in x, an index of the tree kind, and returns the
@@ -301,31 +301,31 @@ func mergeable(b, n *Block) bool { return n != nil && !n.Busy() && n.Unmapped ==
 // to its new key in place (freeTree.rekey), which saves a remove and an
 // insert when it stays in its leaf.
 func (x *Index) mergeInto(b *Block, mergePrev, mergeNext bool) *Block {
-	prev, next := b.Prev, b.Next
+	prev, next := b.prev, b.next
 	m := prev
 	if mergeNext {
 		m = next
 	}
 	old := KeyOf(m)
-	first, last, total := b, b, b.Size
+	first, last, total := b, b, b.size
 	if mergePrev {
-		first, total = prev, total+prev.Size
+		first, total = prev, total+prev.size
 		if prev != m {
 			x.drop(prev)
 		}
 	}
 	if mergeNext {
-		last, total = next, total+next.Size
+		last, total = next, total+next.size
 	}
-	m.Ptr, m.Size = first.Ptr, total
-	m.Prev, m.Next = first.Prev, last.Next
-	if m.Prev != nil {
-		m.Prev.Next = m
+	m.ptr, m.size = first.ptr, total
+	m.prev, m.next = first.prev, last.next
+	if m.prev != nil {
+		m.prev.next = m
 	} else {
-		m.Seg.head = m
+		m.seg.head = m
 	}
-	if m.Next != nil {
-		m.Next.Prev = m
+	if m.next != nil {
+		m.next.prev = m
 	}
 	if mergePrev && prev != m {
 		x.Spares.Put(prev)
@@ -354,13 +354,13 @@ func (x *Index) Remove(b *Block) {
 // add files a free block, marked indexed; but in size buckets it stamps
 // its age base and lists it if it fills its plain segment.
 func (x *Index) add(b *Block) {
-	b.Indexed = true
+	b.indexed = true
 	if x.Kind == KindSmall {
 		x.buckets.insert(b)
 		return
 	}
-	b.GCCountBase = x.Pool.GCCalls
-	if x.inLarge(b.Size) { // place, written out
+	b.gcCountBase = x.Pool.GCCalls
+	if x.inLarge(b.size) { // place, written out
 		x.large.insert(b)
 	} else {
 		x.tree.insert(b)
@@ -368,7 +368,7 @@ func (x *Index) add(b *Block) {
 			x.Pool.Cold.add(b)
 		}
 	}
-	if !b.IsSplit() && !b.Seg.Expandable() {
+	if !b.IsSplit() && !b.seg.Expandable() {
 		x.list(b)
 	}
 }
@@ -376,12 +376,12 @@ func (x *Index) add(b *Block) {
 // drop takes a free block out of the index. The block's size and address
 // must be those it was filed under.
 func (x *Index) drop(b *Block) {
-	b.Indexed = false
+	b.indexed = false
 	if x.Kind == KindSmall {
 		x.buckets.remove(b)
 		return
 	}
-	if x.inLarge(b.Size) { // displace, written out
+	if x.inLarge(b.size) { // displace, written out
 		x.large.remove(b)
 	} else {
 		x.tree.remove(b)
@@ -398,7 +398,7 @@ func (x *Index) drop(b *Block) {
 // says, and take it out: the structures alone, no flag or list. Not for
 // size buckets.
 func (x *Index) place(b *Block) {
-	if x.inLarge(b.Size) {
+	if x.inLarge(b.size) {
 		x.large.insert(b)
 	} else {
 		x.tree.insert(b)
@@ -409,7 +409,7 @@ func (x *Index) place(b *Block) {
 }
 
 func (x *Index) displace(b *Block) {
-	if x.inLarge(b.Size) {
+	if x.inLarge(b.size) {
 		x.large.remove(b)
 	} else {
 		x.tree.remove(b)
@@ -422,13 +422,13 @@ func (x *Index) displace(b *Block) {
 // rekey moves b, a free block filed in x's tree under old, to its current
 // key, and stamps its age base as filing it anew would.
 func (x *Index) rekey(b *Block, old Key) {
-	b.GCCountBase = x.Pool.GCCalls
+	b.gcCountBase = x.Pool.GCCalls
 	x.tree.rekey(b, old)
 	if x.Kind == KindTree { // a cold index
 		x.Pool.Cold.drop(old)
 		x.Pool.Cold.add(b)
 	}
-	if whole := !b.IsSplit() && !b.Seg.Expandable(); whole != b.listed {
+	if whole := !b.IsSplit() && !b.seg.Expandable(); whole != b.listed {
 		if whole {
 			x.list(b)
 		} else {
@@ -448,13 +448,13 @@ func (x *Index) settle() {
 		return
 	}
 	k := KeyOf(b)
-	b.Ptr, b.Size = old.ptr, old.size
+	b.ptr, b.size = old.ptr, old.size
 	if x.Kind == KindSmall {
 		x.buckets.remove(b)
 	} else {
 		x.displace(b)
 	}
-	b.Ptr, b.Size = k.ptr, k.size
+	b.ptr, b.size = k.ptr, k.size
 	if x.Kind == KindSmall {
 		x.buckets.insert(b)
 	} else {
@@ -482,10 +482,10 @@ func (x *Index) Flush() {
 // pool's unmapped index. (Size buckets without drop's call, as in take.)
 func (x *Index) unfile(b *Block) {
 	switch {
-	case b.Unmapped:
+	case b.unmapped:
 		x.Pool.Unmapped.Delete(b)
 	case x.Kind == KindSmall:
-		b.Indexed = false
+		b.indexed = false
 		x.buckets.remove(b)
 	default:
 		x.drop(b)

@@ -45,8 +45,8 @@ func (x *Index) ascendFrom(b *Block, f func(*Block) bool) {
 	if x.pend != nil {
 		x.settle()
 	}
-	if x.inLarge(b.Size) {
-		if !x.large.ascendFrom(classOf(b.Size), f) {
+	if x.inLarge(b.size) {
+		if !x.large.ascendFrom(classOf(b.size), f) {
 			return
 		}
 		x.tree.ascend(f)
@@ -76,9 +76,9 @@ func (x *Index) CloseFit(b *Block, limit, below uint64, window int) *Block {
 	best, n := b, 0
 	var l *treeLeaf
 	var i int
-	if x.inLarge(b.Size) {
+	if x.inLarge(b.size) {
 		var done bool
-		if best, n, done = x.large.closeFit(classOf(b.Size), limit, below, window, b); done {
+		if best, n, done = x.large.closeFit(classOf(b.size), limit, below, window, b); done {
 			return best
 		}
 		l = x.tree.first // then the blocks above 128 MiB
@@ -86,11 +86,11 @@ func (x *Index) CloseFit(b *Block, limit, below uint64, window int) *Block {
 		l, i = x.tree.seek(KeyOf(b))
 	}
 	ascendFrom(l, i, func(c *Block) bool {
-		if c.Size > limit {
+		if c.size > limit {
 			return false
 		}
 		n++
-		if c.Size < below && c.Ptr < best.Ptr {
+		if c.size < below && c.ptr < best.ptr {
 			best = c
 		}
 		return n < window
