@@ -168,7 +168,8 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 		pol:      newPolicyState(&cfg),
 	}
 	if a.pol != nil {
-		a.small.Cold.Waited, a.large.Cold.Waited = a.pol.hostWaited, a.pol.hostWaited
+		a.small.Cold().SetWaited(a.pol.hostWaited)
+		a.large.Cold().SetWaited(a.pol.hostWaited)
 	}
 	if cfg.RoundupPower2Divisions != [NumRoundupIntervals]uint64{} {
 		d := cfg.RoundupPower2Divisions

@@ -167,7 +167,7 @@ func (a *Allocator) checkLocked() error {
 			bad("segment %v: head block is wrong", s.Ptr())
 			continue
 		}
-		st := s.Pool().Stat
+		st := s.Pool().Stat()
 		xs := a.streamIndexesLocked(s.Stream())
 		if s.Stream() == device.DefaultStream {
 			xs = &a.def.free
@@ -180,7 +180,7 @@ func (a *Allocator) checkLocked() error {
 				}
 			}
 		}
-		if xs == nil || s.Free() != &xs[s.Pool().Idx] {
+		if xs == nil || s.Free() != &xs[s.Pool().Idx()] {
 			bad("segment %v does not point to the free index of its stream and pool", s.Ptr())
 			continue
 		}
@@ -402,7 +402,7 @@ func (a *Allocator) checkIndexLocked(x *freeindex.Index, s device.Stream, j int,
 	switch {
 	case a.shardOf(x).cold:
 		kind = freeindex.KindTree
-	case p.Small && a.vm == nil && a.pol == nil:
+	case p.Small() && a.vm == nil && a.pol == nil:
 		kind = freeindex.KindSmall
 	}
 	if x.Kind != kind {
@@ -564,7 +564,7 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 func (a *Allocator) checkColdLocked(p *freeindex.Pool, bad func(string, ...any)) {
 	p.CheckCold(func(f func(*freeindex.Index)) {
 		for _, xs := range a.coldIdx {
-			f(&xs[p.Idx])
+			f(&xs[p.Idx()])
 		}
 	}, a.pol != nil, bad)
 }

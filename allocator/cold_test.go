@@ -48,7 +48,7 @@ func TestColdShard(t *testing.T) {
 	require.NoError(t, a.EmptyCache())
 	assert.Zero(t, get(t, a, "reserved_bytes.all.current"))
 	for _, p := range [2]*freeindex.Pool{a.small, a.large} {
-		assert.Empty(t, p.Owners)
+		assert.Zero(t, p.NumOwners())
 	}
 	require.NoError(t, a.CheckInvariants())
 }

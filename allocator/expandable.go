@@ -98,7 +98,7 @@ func (a *Allocator) findExpandableLocked(x *freeindex.Index, size uint64) (found
 		return found, false, nil
 	}
 	page := a.rule.large
-	if p.Small {
+	if p.Small() {
 		page = kSmallBuffer
 	}
 	n := a.expandableReserve(page)

@@ -24,7 +24,7 @@ import (
 // segmentAllocatedLocked records a plain segment obtained from the
 // device (segment_alloc).
 func (a *Allocator) segmentAllocatedLocked(seg *freeindex.Segment) {
-	sh, k, n := a.shardOf(seg.Free()), seg.Pool().Idx, int64(seg.Size())
+	sh, k, n := a.shardOf(seg.Free()), seg.Pool().Idx(), int64(seg.Size())
 	a.increase(sh, int(stats.Segment), k, 1)
 	a.increase(sh, int(stats.ReservedBytes), k, n)
 	if a.rule.oversize(seg.Size()) {
@@ -42,7 +42,7 @@ func (a *Allocator) segmentAllocatedLocked(seg *freeindex.Segment) {
 // segmentFreedLocked records a plain segment returned to the device
 // (segment_free).
 func (a *Allocator) segmentFreedLocked(seg *freeindex.Segment) {
-	sh, k, n := a.shardOf(seg.Free()), seg.Pool().Idx, int64(seg.Size())
+	sh, k, n := a.shardOf(seg.Free()), seg.Pool().Idx(), int64(seg.Size())
 	sh.decrease(int(stats.Segment), k, 1)
 	sh.decrease(int(stats.ReservedBytes), k, n)
 	if a.rule.oversize(seg.Size()) {
@@ -178,7 +178,7 @@ func (a *Allocator) runsNotedLocked(runs []pageRun, kind ActionKind) {
 // allocation and adds to reserved bytes, but not to the segment count.
 func (a *Allocator) pagesMappedLocked(seg *freeindex.Segment, ptr device.Ptr, n uint64) {
 	sh := a.shardOf(seg.Free())
-	a.increase(sh, int(stats.ReservedBytes), seg.Pool().Idx, int64(n))
+	a.increase(sh, int(stats.ReservedBytes), seg.Pool().Idx(), int64(n))
 	if sh.pool != nil {
 		a.poolGrewLocked(sh.pool)
 	}
@@ -191,7 +191,7 @@ func (a *Allocator) pagesMappedLocked(seg *freeindex.Segment, ptr device.Ptr, n 
 // pagesUnmappedLocked records n bytes of pages unmapped at ptr from the
 // expandable segment seg (segment_unmap).
 func (a *Allocator) pagesUnmappedLocked(seg *freeindex.Segment, ptr device.Ptr, n uint64) {
-	a.shardOf(seg.Free()).decrease(int(stats.ReservedBytes), seg.Pool().Idx, int64(n))
+	a.shardOf(seg.Free()).decrease(int(stats.ReservedBytes), seg.Pool().Idx(), int64(n))
 	a.gst.numDeviceFree++
 	if len(a.observers) > 0 {
 		a.notifyLocked(Action{Kind: ActionSegmentUnmap, Ptr: ptr, Size: n, Stream: seg.Stream()})

@@ -401,7 +401,7 @@ func (a *Allocator) checkPolicyLocked(bad func(format string, args ...any)) {
 	}
 	for _, s := range a.segments {
 		want := p.largePage
-		if s.Pool().Small {
+		if s.Pool().Small() {
 			want = kSmallBuffer
 		}
 		if s.Page() != want {

@@ -163,7 +163,7 @@ func (a *Allocator) placeLocked(x *freeindex.Index, size uint64) (placement, err
 		return best, nil
 	}
 	page := a.pol.largePage
-	if p.Small {
+	if p.Small() {
 		page = kSmallBuffer
 	}
 	n := max(a.expandableReserve(page), pagesFor(size, page))

@@ -428,7 +428,7 @@ func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	if !p.follow || p.foot == 0 {
 		return
 	}
-	if seg := p.seg; seg == nil || seg.Pool().Small || p.addr < seg.Ptr() || uint64(p.addr-seg.Ptr())+p.foot > seg.Size() {
+	if seg := p.seg; seg == nil || seg.Pool().Small() || p.addr < seg.Ptr() || uint64(p.addr-seg.Ptr())+p.foot > seg.Size() {
 		bad("the arena at %v (%d bytes) is outside a segment of the large pool", p.addr, p.foot)
 	}
 }

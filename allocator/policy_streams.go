@@ -75,7 +75,7 @@ func (a *Allocator) lendLocked(x *freeindex.Index, size uint64) (*freeindex.Inde
 			best, from = b, y
 		}
 	})
-	p.Cold.AscendLenders(size, func(b *freeindex.Block) bool {
+	p.Cold().AscendLenders(size, func(b *freeindex.Block) bool {
 		a.visited++
 		if !a.rule.mayServe(b.Size(), size) || best != nil && (b.Size() > best.Size() || b.Size() == best.Size() && b.Ptr() > best.Ptr()) {
 			return false
@@ -91,7 +91,7 @@ func (a *Allocator) lendLocked(x *freeindex.Index, size uint64) (*freeindex.Inde
 	}
 	// A wait made since best was freed covers it: a stream that borrows
 	// several blocks freed together waits once.
-	key := lendKey{borrower: s, lender: best.Stream(), small: p.Small}
+	key := lendKey{borrower: s, lender: best.Stream(), small: p.Small()}
 	if at, ok := a.pol.waited[key]; !ok || at <= best.GCCountBase() {
 		if !a.waitForLocked(s, best.Stream()) {
 			return x, nil
@@ -189,7 +189,7 @@ func (a *Allocator) noteRecordedLocked(s device.Stream) {
 		for i := range xs {
 			x := &xs[i]
 			x.Each(func(b *freeindex.Block) bool {
-				x.Pool.Cold.Unlend(freeindex.KeyOf(b))
+				x.Pool.Cold().Unlend(freeindex.KeyOf(b))
 				return true
 			})
 		}

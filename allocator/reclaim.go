@@ -150,7 +150,7 @@ func (a *Allocator) releaseCachedLocked() error {
 func (a *Allocator) releasePoolLocked(p *freeindex.Pool) error {
 	plain := a.wholeSegmentsLocked(p, a.collected[:0])
 	var mapped []*freeindex.Block
-	if p.Unmapped != nil { // expandable segments: every free block is in one
+	if p.Expandable() { // expandable segments: every free block is in one
 		mapped = a.pageBlocksLocked(p, nil)
 	}
 	a.examined += len(plain) + len(mapped)
@@ -235,7 +235,7 @@ func (a *Allocator) garbageCollectLocked() {
 		})
 	}
 	a.hotIndexesLocked(p, ages)
-	for _, x := range p.Cold.WholeIndexes() {
+	for _, x := range p.Cold().WholeIndexes() {
 		a.visited++
 		ages(x)
 	}
@@ -277,7 +277,7 @@ func (a *Allocator) largestFreeLocked() uint64 {
 				largest = max(largest, b.Size())
 			}
 		})
-		if b := p.Cold.Largest(); b != nil {
+		if b := p.Cold().Largest(); b != nil {
 			largest = max(largest, b.Size())
 		}
 	}

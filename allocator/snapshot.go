@@ -86,7 +86,7 @@ func (a *Allocator) Snapshot() []SegmentInfo {
 				continue
 			}
 			if info == nil {
-				segs = append(segs, SegmentInfo{Ptr: b.Ptr(), Stream: s.Stream(), Pool: s.Pool().Stat, PoolID: a.poolIDOf(s.Free()), Expandable: s.Expandable()})
+				segs = append(segs, SegmentInfo{Ptr: b.Ptr(), Stream: s.Stream(), Pool: s.Pool().Stat(), PoolID: a.poolIDOf(s.Free()), Expandable: s.Expandable()})
 				info = &segs[len(segs)-1]
 			}
 			bi := BlockInfo{Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested}

@@ -167,7 +167,7 @@ func (x *Index) NewSegment(ptr device.Ptr, size, page uint64) *Block {
 	seg.head = b
 	if page != 0 {
 		b.unmapped = true
-		x.Pool.Unmapped.ReplaceOrInsert(b)
+		x.Pool.unmapped.ReplaceOrInsert(b)
 	}
 	return b
 }
@@ -228,20 +228,27 @@ func addrLess(a, b *Block) bool {
 // path of the default stream's shard while it is the only shard (then no
 // other shard, and so no other lock holder, uses the pool).
 //
+// Whose fields: the unexported ones are this package's, which alone
+// writes them (small, idx and stat never change after NewPool); the
+// allocator reads them through Small, Idx, Stat, Expandable, Cold,
+// NumOwners and the walks of the unmapped ranges. GCCalls is the
+// allocator's: it counts its searches there, and this package reads it to
+// stamp the blocks it files.
+//
 // Invariants: unmapped holds exactly the pool's unmapped blocks, in
 // addrLess order; owners holds exactly the free indexes of the pool that
 // have segments (Index.NSeg), so that a walk of the pool's free
 // blocks on every stream costs the streams that hold memory, not every
 // stream there ever was.
 type Pool struct {
-	Small bool
-	Idx   int // 0 for small, 1 for large: the pool's place in shard.free
-	Stat  stats.Pool
-	// Unmapped indexes the unmapped ranges of expandable segments; nil
+	small bool
+	idx   int // 0 for small, 1 for large: the pool's place in shard.free
+	stat  stats.Pool
+	// unmapped indexes the unmapped ranges of expandable segments; nil
 	// without expandable segments.
-	Unmapped *btree.BTreeG[*Block]
-	Owners   []*Index // in no order
-	Cold     coldView // the free blocks of the cold shard's streams (cold.go)
+	unmapped *btree.BTreeG[*Block]
+	owners   []*Index // in no order
+	cold     ColdView // the free blocks of the cold shard's streams (cold.go)
 
 	// GCCalls counts best-fit searches while garbage collection or the
 	// low_fragmentation policy is active (PyTorch's
@@ -252,21 +259,39 @@ type Pool struct {
 }
 
 func NewPool(small, expandable bool) *Pool {
-	p := &Pool{Small: small, Idx: 1, Stat: stats.LargePool}
+	p := &Pool{small: small, idx: 1, stat: stats.LargePool}
 	if small {
-		p.Idx, p.Stat = 0, stats.SmallPool
+		p.idx, p.stat = 0, stats.SmallPool
 	}
 	if expandable {
-		p.Unmapped = btree.NewG(32, addrLess)
+		p.unmapped = btree.NewG(32, addrLess)
 	}
 	return p
 }
+
+// Small reports whether p is the small pool.
+func (p *Pool) Small() bool { return p.small }
+
+// Idx is p's place among the allocator's pools: 0 for small, 1 for large.
+func (p *Pool) Idx() int { return p.idx }
+
+// Stat is p's pool in the statistics.
+func (p *Pool) Stat() stats.Pool { return p.stat }
+
+// Expandable reports whether p's segments are expandable segments.
+func (p *Pool) Expandable() bool { return p.unmapped != nil }
+
+// Cold is p's view of the cold shard's free blocks.
+func (p *Pool) Cold() *ColdView { return &p.cold }
+
+// NumOwners is the number of free indexes of p that have segments.
+func (p *Pool) NumOwners() int { return len(p.owners) }
 
 // AscendUnmapped calls f on the unmapped ranges of p on stream s, in
 // address order, while f returns true.
 func (p *Pool) AscendUnmapped(s device.Stream, f func(u *Block) bool) {
 	p.key.stream, p.key.ptr = s, 0
-	p.Unmapped.AscendGreaterOrEqual(&p.key, func(u *Block) bool {
+	p.unmapped.AscendGreaterOrEqual(&p.key, func(u *Block) bool {
 		return u.stream == s && f(u)
 	})
 }
@@ -274,20 +299,20 @@ func (p *Pool) AscendUnmapped(s device.Stream, f func(u *Block) bool) {
 // EachUnmapped calls f on every unmapped range of p, in (stream, address)
 // order, while f returns true.
 func (p *Pool) EachUnmapped(f func(u *Block) bool) {
-	if p.Unmapped != nil {
-		p.Unmapped.Ascend(f)
+	if p.unmapped != nil {
+		p.unmapped.Ascend(f)
 	}
 }
 
 // HasUnmapped reports whether u is in p's unmapped index.
-func (p *Pool) HasUnmapped(u *Block) bool { return p.Unmapped != nil && p.Unmapped.Has(u) }
+func (p *Pool) HasUnmapped(u *Block) bool { return p.unmapped != nil && p.unmapped.Has(u) }
 
 // UnmappedLen is the number of unmapped ranges in p's unmapped index.
 func (p *Pool) UnmappedLen() int {
-	if p.Unmapped == nil {
+	if p.unmapped == nil {
 		return 0
 	}
-	return p.Unmapped.Len()
+	return p.unmapped.Len()
 }
 
 // Spares are the recycled block structs of one shard, linked through
@@ -364,19 +389,19 @@ func (seg *Segment) MappedRuns(f func(p device.Ptr, n uint64)) {
 // u's segment.
 func (x *Index) MapPages(u *Block, off, n uint64) *Block {
 	seg, p := u.seg, u.pool
-	p.Unmapped.Delete(u)
+	p.unmapped.Delete(u)
 	if off > 0 {
 		head := x.Spares.Get()
 		head.ptr, head.size, head.stream, head.pool, head.seg, head.unmapped = u.ptr, off, u.stream, p, seg, true
 		u.LinkBefore(head)
-		p.Unmapped.ReplaceOrInsert(head)
+		p.unmapped.ReplaceOrInsert(head)
 		u.ptr, u.size = u.ptr+device.Ptr(off), u.size-off
 	}
 	if n < u.size {
 		rest := x.Spares.Get()
 		rest.ptr, rest.size, rest.stream, rest.pool, rest.seg, rest.unmapped = u.ptr+device.Ptr(n), u.size-n, u.stream, p, seg, true
 		u.LinkAfter(rest)
-		p.Unmapped.ReplaceOrInsert(rest)
+		p.unmapped.ReplaceOrInsert(rest)
 		u.size = n
 	}
 	u.unmapped = false
@@ -412,7 +437,7 @@ func (x *Index) UnmapPages(b *Block, ptr device.Ptr, n uint64) *Block {
 // segment (SegmentRemoved).
 func (x *Index) ForgetSegment(b *Block) {
 	if b.unmapped {
-		x.Pool.Unmapped.Delete(b)
+		x.Pool.unmapped.Delete(b)
 	} else {
 		x.Remove(b)
 	}

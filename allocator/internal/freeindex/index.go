@@ -62,7 +62,7 @@ const (
 // Init makes x the empty free index of kind k of pool p on stream s, in
 // the shard of id shard, whose recycled block structs are sp.
 func (x *Index) Init(shard int, sp *Spares, s device.Stream, p *Pool, k Kind) {
-	x.Shard, x.Spares, x.PoolIdx, x.Pool, x.Stream, x.Kind = shard, sp, p.Idx, p, s, k
+	x.Shard, x.Spares, x.PoolIdx, x.Pool, x.Stream, x.Kind = shard, sp, p.idx, p, s, k
 	switch k {
 	case KindSmall:
 		x.buckets = new(sizeBuckets)
@@ -281,7 +281,7 @@ func (x *Index) Put(b *Block) *Block {
 	}
 	switch {
 	case b.unmapped:
-		x.Pool.Unmapped.ReplaceOrInsert(b)
+		x.Pool.unmapped.ReplaceOrInsert(b)
 	case x.Kind == KindSmall:
 		b.indexed = true
 		x.buckets.insert(b)
@@ -365,7 +365,7 @@ func (x *Index) add(b *Block) {
 	} else {
 		x.tree.insert(b)
 		if x.Kind == KindTree { // a cold index
-			x.Pool.Cold.add(b)
+			x.Pool.cold.add(b)
 		}
 	}
 	if !b.IsSplit() && !b.seg.Expandable() {
@@ -386,7 +386,7 @@ func (x *Index) drop(b *Block) {
 	} else {
 		x.tree.remove(b)
 		if x.Kind == KindTree { // a cold index
-			x.Pool.Cold.drop(KeyOf(b))
+			x.Pool.cold.drop(KeyOf(b))
 		}
 	}
 	if b.listed {
@@ -403,7 +403,7 @@ func (x *Index) place(b *Block) {
 	} else {
 		x.tree.insert(b)
 		if x.Kind == KindTree { // a cold index
-			x.Pool.Cold.add(b)
+			x.Pool.cold.add(b)
 		}
 	}
 }
@@ -414,7 +414,7 @@ func (x *Index) displace(b *Block) {
 	} else {
 		x.tree.remove(b)
 		if x.Kind == KindTree { // a cold index
-			x.Pool.Cold.drop(KeyOf(b))
+			x.Pool.cold.drop(KeyOf(b))
 		}
 	}
 }
@@ -425,8 +425,8 @@ func (x *Index) rekey(b *Block, old Key) {
 	b.gcCountBase = x.Pool.GCCalls
 	x.tree.rekey(b, old)
 	if x.Kind == KindTree { // a cold index
-		x.Pool.Cold.drop(old)
-		x.Pool.Cold.add(b)
+		x.Pool.cold.drop(old)
+		x.Pool.cold.add(b)
 	}
 	if whole := !b.IsSplit() && !b.seg.Expandable(); whole != b.listed {
 		if whole {
@@ -443,8 +443,8 @@ func (x *Index) settle() {
 	x.pend = nil
 	if x.Kind == KindTree { // a cold index
 		x.tree.rekey(b, old)
-		x.Pool.Cold.drop(old)
-		x.Pool.Cold.add(b)
+		x.Pool.cold.drop(old)
+		x.Pool.cold.add(b)
 		return
 	}
 	k := KeyOf(b)
@@ -483,7 +483,7 @@ func (x *Index) Flush() {
 func (x *Index) unfile(b *Block) {
 	switch {
 	case b.unmapped:
-		x.Pool.Unmapped.Delete(b)
+		x.Pool.unmapped.Delete(b)
 	case x.Kind == KindSmall:
 		b.indexed = false
 		x.buckets.remove(b)
@@ -496,8 +496,8 @@ func (x *Index) unfile(b *Block) {
 // makes x one of its pool's owners.
 func (x *Index) SegmentAdded() {
 	if x.NSeg == 0 {
-		x.owner = len(x.Pool.Owners)
-		x.Pool.Owners = append(x.Pool.Owners, x)
+		x.owner = len(x.Pool.owners)
+		x.Pool.owners = append(x.Pool.owners, x)
 	}
 	x.NSeg++
 }
@@ -508,9 +508,9 @@ func (x *Index) SegmentRemoved() {
 	x.NSeg--
 	if x.NSeg == 0 {
 		p := x.Pool
-		last := p.Owners[len(p.Owners)-1]
-		p.Owners[x.owner], last.owner = last, x.owner
-		p.Owners[len(p.Owners)-1] = nil
-		p.Owners = p.Owners[:len(p.Owners)-1]
+		last := p.owners[len(p.owners)-1]
+		p.owners[x.owner], last.owner = last, x.owner
+		p.owners[len(p.owners)-1] = nil
+		p.owners = p.owners[:len(p.owners)-1]
 	}
 }

@@ -8,7 +8,7 @@ package freeindex
 // kept for the next split. It reports each fault to bad and changes
 // nothing.
 func (x *Index) Check(bad func(format string, args ...any)) {
-	s, p := x.Stream, x.Pool.Stat
+	s, p := x.Stream, x.Pool.stat
 	if (x.buckets != nil) != (x.Kind == KindSmall) || (x.large != nil) != (x.Kind == KindLarge) || x.Kind == KindSmall && x.tree.n != 0 {
 		bad("the free index of stream %d, pool %s, has structures of another kind", s, p)
 		return
@@ -19,7 +19,7 @@ func (x *Index) Check(bad func(format string, args ...any)) {
 	if f := x.front; f != nil && (f.Allocated || f.indexed || f.listed || f.Recorded || f.unmapped || f.EventCount != 0 || f.Requested != 0) {
 		bad("stream %d: the struct kept for the next split is in use", s)
 	} else if f != nil && (f.stream != x.Stream || f.pool != x.Pool) {
-		bad("stream %d: the struct kept for the next split is of stream %d, pool %s", s, f.stream, f.pool.Stat)
+		bad("stream %d: the struct kept for the next split is of stream %d, pool %s", s, f.stream, f.pool.stat)
 	}
 	x.checkFiling(bad)
 	x.checkWholes(bad)
@@ -28,7 +28,7 @@ func (x *Index) Check(bad func(format string, args ...any)) {
 // checkFiling checks x's structures and that every block in it is marked
 // indexed and filed where a lookup finds it.
 func (x *Index) checkFiling(bad func(format string, args ...any)) {
-	s, p := x.Stream, x.Pool.Stat
+	s, p := x.Stream, x.Pool.stat
 	if pb := x.pend; pb != nil {
 		// The block whose split is pending is filed under its key from
 		// before the split: check the index with that key, and that the
@@ -78,7 +78,7 @@ func (x *Index) checkFiling(bad func(format string, args ...any)) {
 // checkWholes checks the list of whole free segments against the blocks
 // of the index.
 func (x *Index) checkWholes(bad func(format string, args ...any)) {
-	s, p := x.Stream, x.Pool.Stat
+	s, p := x.Stream, x.Pool.stat
 	listed := map[*Block]bool{}
 	var prev *Block
 	for b := x.wholes; b != nil; b = b.nextWhole {
@@ -116,17 +116,17 @@ func (x *Index) checkWholes(bad func(format string, args ...any)) {
 // CheckSegments checks that x counts n segments, the segments of its pool
 // and stream, and is among its pool's owners exactly when n > 0.
 func (x *Index) CheckSegments(n int, bad func(format string, args ...any)) {
-	if x.NSeg != n || (n > 0) != (x.owner < len(x.Pool.Owners) && x.Pool.Owners[x.owner] == x) {
-		bad("the free index of stream %d, pool %s, counts %d segments, has %d, owner %v", x.Stream, x.Pool.Stat, x.NSeg, n, n > 0)
+	if x.NSeg != n || (n > 0) != (x.owner < len(x.Pool.owners) && x.Pool.owners[x.owner] == x) {
+		bad("the free index of stream %d, pool %s, counts %d segments, has %d, owner %v", x.Stream, x.Pool.stat, x.NSeg, n, n > 0)
 	}
 }
 
 // CheckOwners checks that every owner of p is an index of p filed where
 // it says.
 func (p *Pool) CheckOwners(bad func(format string, args ...any)) {
-	for i, x := range p.Owners {
+	for i, x := range p.owners {
 		if x.owner != i || x.Pool != p {
-			bad("the owners of pool %s are misfiled at %d", p.Stat, i)
+			bad("the owners of pool %s are misfiled at %d", p.stat, i)
 		}
 	}
 }

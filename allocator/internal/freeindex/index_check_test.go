@@ -19,9 +19,9 @@ type testIndex struct {
 }
 
 func newTestIndex(k Kind) *testIndex {
-	ti := &testIndex{p: &Pool{Idx: 1, Stat: stats.LargePool}, next: 1 << 40}
+	ti := &testIndex{p: &Pool{idx: 1, stat: stats.LargePool}, next: 1 << 40}
 	if k == KindSmall {
-		ti.p = &Pool{Small: true, Idx: 0, Stat: stats.SmallPool}
+		ti.p = &Pool{small: true, idx: 0, stat: stats.SmallPool}
 	}
 	ti.x.Init(0, new(Spares), 0, ti.p, k)
 	return ti

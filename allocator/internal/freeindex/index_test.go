@@ -19,7 +19,7 @@ import (
 // stopped early stops where it was told.
 func TestIndexWalksFollowTheOrder(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		p := &Pool{Idx: 1}
+		p := &Pool{idx: 1}
 		seg := &Segment{page: SmallBuffer} // expandable: no list of whole segments
 		var x Index
 		kind := KindLarge

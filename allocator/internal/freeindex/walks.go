@@ -185,7 +185,7 @@ func (x *Index) list(b *Block) {
 	if x.wholes != nil {
 		x.wholes.prevWhole = b
 	} else if x.Kind == KindTree { // a cold index
-		x.Pool.Cold.listed(x)
+		x.Pool.cold.listed(x)
 	}
 	x.wholes = b
 }
@@ -196,7 +196,7 @@ func (x *Index) unlist(b *Block) {
 	} else {
 		x.wholes = b.nextWhole
 		if x.wholes == nil && x.Kind == KindTree { // a cold index
-			x.Pool.Cold.unlisted(x)
+			x.Pool.cold.unlisted(x)
 		}
 	}
 	if b.nextWhole != nil {
