@@ -282,7 +282,7 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 				// The policy with one shard (nothing to lend): the world
 				// searches again, and counts that search (and asks the
 				// plan again).
-				x.Pool.GCCalls--
+				x.Pool().GCCalls--
 				a.pol.unplanLocked()
 			}
 		}
@@ -352,7 +352,7 @@ func (a *Allocator) searchLocked(x *freeindex.Index, size uint64) *freeindex.Blo
 		b = a.policyFitLocked(x, size) // policy: a low address among close fits
 	} else {
 		if a.aging && x.Aged() {
-			x.Pool.GCCalls++
+			x.Pool().GCCalls++
 		}
 		b = x.BestFit(size)
 	}

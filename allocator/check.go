@@ -391,7 +391,7 @@ func (a *Allocator) checkIndexLocked(x *freeindex.Index, s device.Stream, j int,
 	if q := a.shardOf(x).pool; q != nil {
 		p = [2]*freeindex.Pool{q.small, q.large}[j]
 	}
-	if x.Pool != p && !a.shardOf(x).idle || x.Stream != s || a.shardOf(x).cold != (a.shardOf(x) == a.cold) || !a.shardOf(x).cold && a.shardOf(x).stream != s {
+	if x.Pool() != p && !a.shardOf(x).idle || x.Stream() != s || a.shardOf(x).cold != (a.shardOf(x) == a.cold) || !a.shardOf(x).cold && a.shardOf(x).stream != s {
 		bad("the free index of stream %d, pool %d, belongs to another", s, j)
 		return
 	}
@@ -405,7 +405,7 @@ func (a *Allocator) checkIndexLocked(x *freeindex.Index, s device.Stream, j int,
 	case p.Small() && a.vm == nil && a.pol == nil:
 		kind = freeindex.KindSmall
 	}
-	if x.Kind != kind {
+	if x.Kind() != kind {
 		bad("the free index of stream %d, pool %d, has the wrong kind", s, j)
 		return
 	}

@@ -101,7 +101,7 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			a.byStream.Store(streamList([]*shard{a.def}))
 		}},
 		{"a free index of the wrong kind", "wrong kind", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			a.def.free[qLarge].Kind = freeindex.KindTree
+			a.def.free[qLarge].BreakKind(freeindex.KindTree)
 		}},
 		{"a free block not marked indexed", "not marked indexed", func(a *Allocator, _ *sim.Device, p device.Ptr) {
 			a.def.live.Get(p).Next().BreakIndexed()

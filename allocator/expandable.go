@@ -78,7 +78,7 @@ func (a *Allocator) growExpandableLocked(x *freeindex.Index, size uint64) (*free
 // new segment when no segment has room (reserved is then true and the
 // block is the new segment's one unmapped range).
 func (a *Allocator) findExpandableLocked(x *freeindex.Index, size uint64) (found *freeindex.Block, reserved bool, err error) {
-	p, s := x.Pool, x.Stream
+	p, s := x.Pool(), x.Stream()
 	p.AscendUnmapped(s, func(u *freeindex.Block) bool {
 		c := u
 		if u.Prev() != nil && !u.Prev().Busy() {

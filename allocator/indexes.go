@@ -91,7 +91,7 @@ func (a *Allocator) segmentRemovedLocked(seg *freeindex.Segment) {
 // cache, at a cost of at most maxShards visits.
 func (a *Allocator) hotIndexesLocked(p *freeindex.Pool, f func(*freeindex.Index)) {
 	for _, sh := range a.shards {
-		if x := &sh.free[p.Idx()]; !sh.cold && x.NSeg > 0 && x.Pool == p {
+		if x := &sh.free[p.Idx()]; !sh.cold && x.NSeg() > 0 && x.Pool() == p {
 			a.visited++
 			f(x)
 		}

@@ -214,7 +214,7 @@ func (a *Allocator) pagesUnmappedLocked(seg *freeindex.Segment, ptr device.Ptr, 
 func (a *Allocator) takeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block, size, requested uint64) *freeindex.Block {
 	// The counts first, from what the hand-out will be, so that little
 	// lives across the calls below.
-	k := x.PoolIdx
+	k := x.PoolIdx()
 	split := a.rule.shouldSplit(k == qSmall, b.Size(), size)
 	n := int64(b.Size()) // the bytes handed out
 	var splitBlocks, splitBytes int64
@@ -304,14 +304,14 @@ func (a *Allocator) takeExceeded(sh *shard, k int, rows uint32, n, requested, sp
 func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) {
 	sh := a.shardOf(x)
 	st := &sh.st
-	st[stats.Allocation].pool[x.PoolIdx&1].Drop(1)
-	st[stats.AllocatedBytes].pool[x.PoolIdx&1].Drop(int64(b.Size()))
+	st[stats.Allocation].pool[x.PoolIdx()&1].Drop(1)
+	st[stats.AllocatedBytes].pool[x.PoolIdx()&1].Drop(int64(b.Size()))
 	if b.Size() >= a.rule.maxSplit {
 		st[oversizeA].pool[qSmall].Drop(1)
 	}
 	// Active (allocation + pending) stays as it is: the block is pending.
-	st[stats.Active].pool[x.PoolIdx].Carry(1)
-	st[stats.ActiveBytes].pool[x.PoolIdx].Carry(int64(b.Size()))
+	st[stats.Active].pool[x.PoolIdx()].Carry(1)
+	st[stats.ActiveBytes].pool[x.PoolIdx()].Carry(int64(b.Size()))
 	sh.activeImplied = false
 	if a.phased {
 		c := &sh.ph[b.Phase]
@@ -362,7 +362,7 @@ func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bo
 			blocks, bytes = blocks+1, bytes+int64(size)
 		}
 	}
-	k, st, size := x.PoolIdx, &sh.st, int64(b.Size())
+	k, st, size := x.PoolIdx(), &sh.st, int64(b.Size())
 	if requested {
 		st[stats.Allocation].pool[k&1].Drop(1)
 		st[stats.AllocatedBytes].pool[k&1].Drop(size)

@@ -31,7 +31,7 @@ func (a *Allocator) policyFitLocked(x *freeindex.Index, size uint64) *freeindex.
 			return b // planned policy: the block planned for it
 		}
 	}
-	x.Pool.GCCalls++
+	x.Pool().GCCalls++
 	b := x.Fit(size)
 	if b == nil {
 		return nil
@@ -130,7 +130,7 @@ func (a *Allocator) dropPlacementLocked(pl placement) {
 // before and just after it (lowest address on a tie). With no range that
 // can hold the request it reserves a new segment.
 func (a *Allocator) placeLocked(x *freeindex.Index, size uint64) (placement, error) {
-	p, s := x.Pool, x.Stream
+	p, s := x.Pool(), x.Stream()
 	var best placement
 	consider := func(u *freeindex.Block, off, n uint64) {
 		if best.u == nil || n < best.n {
@@ -281,7 +281,7 @@ func wholePages(b *freeindex.Block) uint64 {
 // unmapped; a device error leaves that block mapped.
 func (a *Allocator) reclaimLocked(x *freeindex.Index, want uint64, keep *freeindex.Block, bounded bool) uint64 {
 	list := a.pol.candidates[:0]
-	p := x.Pool
+	p := x.Pool()
 	// A block smaller than a page holds no whole page.
 	x.AscendAtLeast(keep.Seg().Page(), func(b *freeindex.Block) bool {
 		if b == keep.Prev() || b == keep.Next() {

@@ -140,7 +140,7 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 	k := p.pos
 	p.pos++
 	p.asked = false
-	if k >= len(p.reqs) || x.Stream != p.stream || x.PoolIdx != qLarge || p.reqs[k].size != rounded {
+	if k >= len(p.reqs) || x.Stream() != p.stream || x.PoolIdx() != qLarge || p.reqs[k].size != rounded {
 		p.follow = false
 		p.departures++
 		return nil
@@ -359,7 +359,7 @@ func (a *Allocator) arenaLocked() bool {
 		// would leave the next step to map it again, elsewhere).
 		a.collected = a.collected[:0]
 		for q := range xs {
-			if xs[q].Kind != freeindex.KindSmall {
+			if xs[q].Kind() != freeindex.KindSmall {
 				xs[q].AscendAtLeast(kSmallBuffer, func(b *freeindex.Block) bool {
 					a.collected = append(a.collected, b)
 					return true
@@ -402,8 +402,8 @@ func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	p := a.pol.plan
 	one := a.onePoolLocked()
 	merged := func(xs *[2]freeindex.Index) {
-		if xs[qSmall].Merged != one || one && xs[qSmall].NSeg != 0 {
-			bad("stream %d's small-pool index: merged %v with %d segments; one pool: %v", xs[qSmall].Stream, xs[qSmall].Merged, xs[qSmall].NSeg, one)
+		if xs[qSmall].Merged != one || one && xs[qSmall].NSeg() != 0 {
+			bad("stream %d's small-pool index: merged %v with %d segments; one pool: %v", xs[qSmall].Stream(), xs[qSmall].Merged, xs[qSmall].NSeg(), one)
 		}
 	}
 	for _, sh := range a.shards {

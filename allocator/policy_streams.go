@@ -52,7 +52,7 @@ import (
 // free index it is in, or x and nil when lending is off, when no block
 // fits, or when an event call fails.
 func (a *Allocator) lendLocked(x *freeindex.Index, size uint64) (*freeindex.Index, *freeindex.Block) {
-	p, s := x.Pool, x.Stream
+	p, s := x.Pool(), x.Stream()
 	if !a.pol.lend || a.pol.hostWaitedLocked(s) {
 		return x, nil
 	}
@@ -63,7 +63,7 @@ func (a *Allocator) lendLocked(x *freeindex.Index, size uint64) (*freeindex.Inde
 	// view, from the request's size up, to the first that may serve (what
 	// may serve is a bound on the size, splitRule.servesBelow).
 	a.hotIndexesLocked(p, func(y *freeindex.Index) {
-		t := y.Stream
+		t := y.Stream()
 		if t == s || a.pol.hostWaitedLocked(t) {
 			return
 		}
@@ -189,7 +189,7 @@ func (a *Allocator) noteRecordedLocked(s device.Stream) {
 		for i := range xs {
 			x := &xs[i]
 			x.Each(func(b *freeindex.Block) bool {
-				x.Pool.Cold().Unlend(freeindex.KeyOf(b))
+				x.Pool().Cold().Unlend(freeindex.KeyOf(b))
 				return true
 			})
 		}

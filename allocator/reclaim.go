@@ -63,11 +63,11 @@ func (a *Allocator) allocSlowLocked(x *freeindex.Index, size, requested uint64) 
 // the out-of-memory error (with the device's error, devErr, if any).
 func (a *Allocator) lastResortLocked(x *freeindex.Index, size, requested, segSize uint64, devErr error) (*freeindex.Index, *freeindex.Block, error) {
 	if len(a.pools) > 0 && a.shardOf(x).pool == nil {
-		if y, b := a.oomPoolFitLocked(x.Stream, size); b != nil {
+		if y, b := a.oomPoolFitLocked(x.Stream(), size); b != nil {
 			return y, b, nil
 		}
 	}
-	return x, nil, a.outOfMemoryLocked(requested, segSize, x.Stream, devErr)
+	return x, nil, a.outOfMemoryLocked(requested, segSize, x.Stream(), devErr)
 }
 
 // growLocked obtains memory for a request of size (rounded) bytes in x

@@ -359,4 +359,4 @@ func (a *Allocator) liveCountLocked() int {
 }
 
 // shardOf returns the shard of the free index x, whose lock guards it.
-func (a *Allocator) shardOf(x *freeindex.Index) *shard { return (*a.byID.Load())[x.Shard] }
+func (a *Allocator) shardOf(x *freeindex.Index) *shard { return (*a.byID.Load())[x.Shard()] }

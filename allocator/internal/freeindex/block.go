@@ -161,13 +161,13 @@ type Segment struct {
 // unmapped range, filed in the pool's unmapped index. The caller counts
 // the segment (SegmentAdded).
 func (x *Index) NewSegment(ptr device.Ptr, size, page uint64) *Block {
-	seg := &Segment{ptr: ptr, size: size, stream: x.Stream, pool: x.Pool, free: x, page: page}
-	b := x.Spares.Get()
-	b.ptr, b.size, b.stream, b.pool, b.seg = ptr, size, x.Stream, x.Pool, seg
+	seg := &Segment{ptr: ptr, size: size, stream: x.stream, pool: x.pool, free: x, page: page}
+	b := x.spares.Get()
+	b.ptr, b.size, b.stream, b.pool, b.seg = ptr, size, x.stream, x.pool, seg
 	seg.head = b
 	if page != 0 {
 		b.unmapped = true
-		x.Pool.unmapped.ReplaceOrInsert(b)
+		x.pool.unmapped.ReplaceOrInsert(b)
 	}
 	return b
 }
@@ -391,14 +391,14 @@ func (x *Index) MapPages(u *Block, off, n uint64) *Block {
 	seg, p := u.seg, u.pool
 	p.unmapped.Delete(u)
 	if off > 0 {
-		head := x.Spares.Get()
+		head := x.spares.Get()
 		head.ptr, head.size, head.stream, head.pool, head.seg, head.unmapped = u.ptr, off, u.stream, p, seg, true
 		u.LinkBefore(head)
 		p.unmapped.ReplaceOrInsert(head)
 		u.ptr, u.size = u.ptr+device.Ptr(off), u.size-off
 	}
 	if n < u.size {
-		rest := x.Spares.Get()
+		rest := x.spares.Get()
 		rest.ptr, rest.size, rest.stream, rest.pool, rest.seg, rest.unmapped = u.ptr+device.Ptr(n), u.size-n, u.stream, p, seg, true
 		u.LinkAfter(rest)
 		p.unmapped.ReplaceOrInsert(rest)
@@ -416,13 +416,13 @@ func (x *Index) MapPages(u *Block, off, n uint64) *Block {
 func (x *Index) UnmapPages(b *Block, ptr device.Ptr, n uint64) *Block {
 	x.Remove(b)
 	if before := uint64(ptr - b.ptr); before > 0 {
-		f := x.Spares.Get()
+		f := x.spares.Get()
 		f.ptr, f.size, f.stream, f.pool, f.seg = b.ptr, before, b.stream, b.pool, b.seg
 		b.LinkBefore(f)
 		x.Insert(f)
 	}
 	if after := b.size - uint64(ptr-b.ptr) - n; after > 0 {
-		f := x.Spares.Get()
+		f := x.spares.Get()
 		f.ptr, f.size, f.stream, f.pool, f.seg = ptr+device.Ptr(n), after, b.stream, b.pool, b.seg
 		b.LinkAfter(f)
 		x.Insert(f)
@@ -437,9 +437,9 @@ func (x *Index) UnmapPages(b *Block, ptr device.Ptr, n uint64) *Block {
 // segment (SegmentRemoved).
 func (x *Index) ForgetSegment(b *Block) {
 	if b.unmapped {
-		x.Pool.unmapped.Delete(b)
+		x.pool.unmapped.Delete(b)
 	} else {
 		x.Remove(b)
 	}
-	x.Spares.Put(b)
+	x.spares.Put(b)
 }

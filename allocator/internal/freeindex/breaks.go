@@ -16,3 +16,7 @@ func (b *Block) BreakSize(size uint64) { b.size = size }
 
 // BreakIndexed clears the block's mark of being in its free index.
 func (b *Block) BreakIndexed() { b.indexed = false }
+
+// BreakKind sets the index's kind to k, leaving its structures as they
+// are.
+func (x *Index) BreakKind(k Kind) { x.kind = k }

@@ -20,7 +20,7 @@ func (x *Index) Carve(b *Block, ptr device.Ptr, size uint64) *Block {
 	}
 	x.unfile(b)
 	if ptr > b.ptr {
-		m := x.Spares.Get()
+		m := x.spares.Get()
 		m.stream, m.pool, m.seg = b.stream, b.pool, b.seg
 		m.ptr, m.size = ptr, b.size-uint64(ptr-b.ptr)
 		b.LinkAfter(m)
@@ -29,7 +29,7 @@ func (x *Index) Carve(b *Block, ptr device.Ptr, size uint64) *Block {
 		b = m
 	}
 	if b.size > size {
-		r := x.Spares.Get()
+		r := x.spares.Get()
 		r.stream, r.pool, r.seg = b.stream, b.pool, b.seg
 		r.ptr, r.size = b.ptr+device.Ptr(size), b.size-size
 		b.LinkAfter(r)

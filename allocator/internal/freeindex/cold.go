@@ -154,7 +154,7 @@ func (p *Pool) CheckCold(cold func(f func(*Index)), policy bool, bad func(string
 		if x.wholes != nil {
 			wholes++
 			if x.coldAt < 1 || x.coldAt > len(p.cold.wholes) || p.cold.wholes[x.coldAt-1] != x {
-				bad("the cold index of stream %d, pool %s, has whole free segments but is not listed", x.Stream, p.stat)
+				bad("the cold index of stream %d, pool %s, has whole free segments but is not listed", x.stream, p.stat)
 			}
 		}
 	})

@@ -75,7 +75,7 @@
 //     returns to the device) are known without a walk: in size buckets
 //     the 2 MiB class; in the other kinds, wholes lists exactly them;
 //   - NSeg counts the segments of the Index's pool and stream, and the
-//     Index is among its Pool's Owners exactly when NSeg > 0;
+//     Index is among its Pool's owners exactly when NSeg > 0;
 //   - the struct kept for the next split is unused, of the Index's stream
 //     and pool.
 //

@@ -9,13 +9,18 @@ import "github.com/gpumem/gpumem/device"
 // (size, address), and the list of those that fill a plain segment (the
 // package doc describes the kinds, the methods, the pending split and the
 // invariants). Its fields are guarded by its shard's lock.
+//
+// Whose fields: all but Merged are this package's, which alone writes
+// them (Init and the methods); the allocator reads them through Shard,
+// PoolIdx, Pool, Stream, Kind and NSeg. Merged is the allocator's (its
+// planned policy sets it), and this package does not read it.
 type Index struct {
-	Shard   int     // the id of the shard whose lock guards the index
-	Spares  *Spares // that shard's recycled block structs
-	PoolIdx int     // Pool.Idx
-	Pool    *Pool
-	Stream  device.Stream
-	Kind    Kind
+	shard   int     // the id of the shard whose lock guards the index
+	spares  *Spares // that shard's recycled block structs
+	poolIdx int     // pool.idx
+	pool    *Pool
+	stream  device.Stream
+	kind    Kind
 	// Merged marks a small-pool index whose requests the allocator sends
 	// to the large pool's index of the stream instead (its planned
 	// policy): it stays empty.
@@ -24,12 +29,12 @@ type Index struct {
 	large   *largeBuckets // KindLarge: blocks up to 128 MiB
 	tree    freeTree      // KindLarge: larger blocks; KindTree: every block
 	wholes  *Block        // but in size buckets: head of the list of whole free segments, through nextWhole
-	NSeg    int           // segments of the pool and stream (changed in the world)
-	owner   int           // the index's place in Pool.Owners while NSeg > 0
+	nSeg    int           // segments of the pool and stream (changed in the world)
+	owner   int           // the index's place in its pool's owners while nSeg > 0
 	coldAt  int           // a cold index's place in its pool's cold view's wholes, plus one; 0 when not there
 
 	// pend is the free block that the last take from this index split,
-	// still filed under its key from before the split, PendKey: its move
+	// still filed under its key from before the split, pendKey: its move
 	// to its new key waits, because the usual next step, the free of the
 	// block handed out (pend.prev), merges the two back into that very
 	// key (unsplit), and then the index never changes. Every other method
@@ -62,7 +67,7 @@ const (
 // Init makes x the empty free index of kind k of pool p on stream s, in
 // the shard of id shard, whose recycled block structs are sp.
 func (x *Index) Init(shard int, sp *Spares, s device.Stream, p *Pool, k Kind) {
-	x.Shard, x.Spares, x.PoolIdx, x.Pool, x.Stream, x.Kind = shard, sp, p.idx, p, s, k
+	x.shard, x.spares, x.poolIdx, x.pool, x.stream, x.kind = shard, sp, p.idx, p, s, k
 	switch k {
 	case KindSmall:
 		x.buckets = new(sizeBuckets)
@@ -71,14 +76,33 @@ func (x *Index) Init(shard int, sp *Spares, s device.Stream, p *Pool, k Kind) {
 	}
 }
 
+// Shard is the id of the shard whose lock guards the index.
+func (x *Index) Shard() int { return x.shard }
+
+// PoolIdx is the place of the index's pool among the allocator's pools
+// (Pool.Idx).
+func (x *Index) PoolIdx() int { return x.poolIdx }
+
+// Pool is the index's pool.
+func (x *Index) Pool() *Pool { return x.pool }
+
+// Stream is the index's stream.
+func (x *Index) Stream() device.Stream { return x.stream }
+
+// Kind is the index's structure, fixed at Init.
+func (x *Index) Kind() Kind { return x.kind }
+
+// NSeg is the number of segments of the index's pool and stream.
+func (x *Index) NSeg() int { return x.nSeg }
+
 // Aged reports whether the index stamps its blocks with the pool's clock
 // of ages (GCCountBase), so that a search of it counts in the clock.
-func (x *Index) Aged() bool { return x.Kind != KindSmall }
+func (x *Index) Aged() bool { return x.kind != KindSmall }
 
 // inLarge reports whether a block of size bytes is filed in the large
 // buckets (else in the tree), in an index that is not of size buckets.
 func (x *Index) inLarge(size uint64) bool {
-	return x.Kind == KindLarge && size <= maxLargeSize
+	return x.kind == KindLarge && size <= maxLargeSize
 }
 
 // BestFit is the allocator's best fit (step 4 of its allocation ladder)
@@ -94,7 +118,7 @@ func (x *Index) BestFit(size uint64) *Block {
 	}
 	var b *Block
 	switch {
-	case x.Kind == KindSmall:
+	case x.kind == KindSmall:
 		return x.buckets.bestFit(size) // no expandable segments here
 	case x.inLarge(size):
 		if b = x.large.fit(size); b == nil {
@@ -117,7 +141,7 @@ func (x *Index) BestFit(size uint64) *Block {
 // buckets hold blocks of at most 2 MiB, and max_split_size is more than
 // 20 MiB (the allocator's Config.validate).
 func (x *Index) Remembered(size uint64) *Block {
-	if bk := x.buckets; x.Kind == KindSmall && x.pend == nil && size == bk.memoSize && bk.version == bk.memoVersion {
+	if bk := x.buckets; x.kind == KindSmall && x.pend == nil && size == bk.memoSize && bk.version == bk.memoVersion {
 		return bk.memo
 	}
 	return nil
@@ -173,7 +197,7 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 	if !split {
 		switch {
 		case !b.indexed:
-		case x.Kind == KindSmall:
+		case x.kind == KindSmall:
 			b.indexed = false
 			x.buckets.remove(b)
 		case x.inLarge(b.size): // drop, written out
@@ -191,7 +215,7 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 	if b = x.front; b != nil {
 		x.front = nil // zero but for the fields set here, and x's stream and pool
 	} else {
-		b = x.Spares.Get() // zeroed
+		b = x.spares.Get() // zeroed
 		b.stream, b.pool = rest.stream, rest.pool
 	}
 	b.ptr, b.size, b.seg = rest.ptr, size, rest.seg
@@ -202,14 +226,14 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 		x.add(rest)
 		return b
 	}
-	if x.Kind != KindSmall {
+	if x.kind != KindSmall {
 		// Stamped and unlisted now, as filing it anew would.
-		rest.gcCountBase = x.Pool.GCCalls
+		rest.gcCountBase = x.pool.GCCalls
 		if rest.listed {
 			x.unlist(rest)
 		}
 		x.pend, x.pendKey = rest, old
-		if x.Kind == KindTree {
+		if x.kind == KindTree {
 			x.settle() // the cold shard's indexes never wait (the allocator's settleAllLocked)
 		}
 		return b
@@ -243,10 +267,10 @@ func (x *Index) Put(b *Block) *Block {
 			if x.front == nil {
 				x.front = b // for the next split of x: b's flags and counts are zero
 			} else {
-				x.Spares.Put(b)
+				x.spares.Put(b)
 			}
-			if x.Kind != KindSmall {
-				pb.gcCountBase = x.Pool.GCCalls // as filing it anew would
+			if x.kind != KindSmall {
+				pb.gcCountBase = x.pool.GCCalls // as filing it anew would
 				if !pb.seg.Expandable() && !pb.IsSplit() {
 					x.list(pb) // it fills its segment again
 				}
@@ -256,7 +280,7 @@ func (x *Index) Put(b *Block) *Block {
 		x.settle()
 	}
 	mergeNext := mergeable(b, next)
-	if x.Kind == KindTree && !b.unmapped && (mergePrev || mergeNext) {
+	if x.kind == KindTree && !b.unmapped && (mergePrev || mergeNext) {
 		return x.mergeInto(b, mergePrev, mergeNext)
 	}
 	if mergePrev {
@@ -268,7 +292,7 @@ func (x *Index) Put(b *Block) *Block {
 		} else {
 			b.seg.head = b
 		}
-		x.Spares.Put(prev)
+		x.spares.Put(prev)
 	}
 	if mergeNext {
 		x.unfile(next)
@@ -277,12 +301,12 @@ func (x *Index) Put(b *Block) *Block {
 		if b.next != nil {
 			b.next.prev = b
 		}
-		x.Spares.Put(next)
+		x.spares.Put(next)
 	}
 	switch {
 	case b.unmapped:
-		x.Pool.unmapped.ReplaceOrInsert(b)
-	case x.Kind == KindSmall:
+		x.pool.unmapped.ReplaceOrInsert(b)
+	case x.kind == KindSmall:
 		b.indexed = true
 		x.buckets.insert(b)
 	default:
@@ -328,9 +352,9 @@ func (x *Index) mergeInto(b *Block, mergePrev, mergeNext bool) *Block {
 		m.next.prev = m
 	}
 	if mergePrev && prev != m {
-		x.Spares.Put(prev)
+		x.spares.Put(prev)
 	}
-	x.Spares.Put(b)
+	x.spares.Put(b)
 	x.rekey(m, old)
 	return m
 }
@@ -355,17 +379,17 @@ func (x *Index) Remove(b *Block) {
 // its age base and lists it if it fills its plain segment.
 func (x *Index) add(b *Block) {
 	b.indexed = true
-	if x.Kind == KindSmall {
+	if x.kind == KindSmall {
 		x.buckets.insert(b)
 		return
 	}
-	b.gcCountBase = x.Pool.GCCalls
+	b.gcCountBase = x.pool.GCCalls
 	if x.inLarge(b.size) { // place, written out
 		x.large.insert(b)
 	} else {
 		x.tree.insert(b)
-		if x.Kind == KindTree { // a cold index
-			x.Pool.cold.add(b)
+		if x.kind == KindTree { // a cold index
+			x.pool.cold.add(b)
 		}
 	}
 	if !b.IsSplit() && !b.seg.Expandable() {
@@ -377,7 +401,7 @@ func (x *Index) add(b *Block) {
 // must be those it was filed under.
 func (x *Index) drop(b *Block) {
 	b.indexed = false
-	if x.Kind == KindSmall {
+	if x.kind == KindSmall {
 		x.buckets.remove(b)
 		return
 	}
@@ -385,8 +409,8 @@ func (x *Index) drop(b *Block) {
 		x.large.remove(b)
 	} else {
 		x.tree.remove(b)
-		if x.Kind == KindTree { // a cold index
-			x.Pool.cold.drop(KeyOf(b))
+		if x.kind == KindTree { // a cold index
+			x.pool.cold.drop(KeyOf(b))
 		}
 	}
 	if b.listed {
@@ -402,8 +426,8 @@ func (x *Index) place(b *Block) {
 		x.large.insert(b)
 	} else {
 		x.tree.insert(b)
-		if x.Kind == KindTree { // a cold index
-			x.Pool.cold.add(b)
+		if x.kind == KindTree { // a cold index
+			x.pool.cold.add(b)
 		}
 	}
 }
@@ -413,8 +437,8 @@ func (x *Index) displace(b *Block) {
 		x.large.remove(b)
 	} else {
 		x.tree.remove(b)
-		if x.Kind == KindTree { // a cold index
-			x.Pool.cold.drop(KeyOf(b))
+		if x.kind == KindTree { // a cold index
+			x.pool.cold.drop(KeyOf(b))
 		}
 	}
 }
@@ -422,11 +446,11 @@ func (x *Index) displace(b *Block) {
 // rekey moves b, a free block filed in x's tree under old, to its current
 // key, and stamps its age base as filing it anew would.
 func (x *Index) rekey(b *Block, old Key) {
-	b.gcCountBase = x.Pool.GCCalls
+	b.gcCountBase = x.pool.GCCalls
 	x.tree.rekey(b, old)
-	if x.Kind == KindTree { // a cold index
-		x.Pool.cold.drop(old)
-		x.Pool.cold.add(b)
+	if x.kind == KindTree { // a cold index
+		x.pool.cold.drop(old)
+		x.pool.cold.add(b)
 	}
 	if whole := !b.IsSplit() && !b.seg.Expandable(); whole != b.listed {
 		if whole {
@@ -441,21 +465,21 @@ func (x *Index) rekey(b *Block, old Key) {
 func (x *Index) settle() {
 	b, old := x.pend, x.pendKey
 	x.pend = nil
-	if x.Kind == KindTree { // a cold index
+	if x.kind == KindTree { // a cold index
 		x.tree.rekey(b, old)
-		x.Pool.cold.drop(old)
-		x.Pool.cold.add(b)
+		x.pool.cold.drop(old)
+		x.pool.cold.add(b)
 		return
 	}
 	k := KeyOf(b)
 	b.ptr, b.size = old.ptr, old.size
-	if x.Kind == KindSmall {
+	if x.kind == KindSmall {
 		x.buckets.remove(b)
 	} else {
 		x.displace(b)
 	}
 	b.ptr, b.size = k.ptr, k.size
-	if x.Kind == KindSmall {
+	if x.kind == KindSmall {
 		x.buckets.insert(b)
 	} else {
 		x.place(b)
@@ -473,7 +497,7 @@ func (x *Index) Flush() {
 		x.settle()
 	}
 	if x.front != nil {
-		x.Spares.Put(x.front)
+		x.spares.Put(x.front)
 		x.front = nil
 	}
 }
@@ -483,8 +507,8 @@ func (x *Index) Flush() {
 func (x *Index) unfile(b *Block) {
 	switch {
 	case b.unmapped:
-		x.Pool.unmapped.Delete(b)
-	case x.Kind == KindSmall:
+		x.pool.unmapped.Delete(b)
+	case x.kind == KindSmall:
 		b.indexed = false
 		x.buckets.remove(b)
 	default:
@@ -495,19 +519,19 @@ func (x *Index) unfile(b *Block) {
 // SegmentAdded counts a new segment of x's pool and stream: the first
 // makes x one of its pool's owners.
 func (x *Index) SegmentAdded() {
-	if x.NSeg == 0 {
-		x.owner = len(x.Pool.owners)
-		x.Pool.owners = append(x.Pool.owners, x)
+	if x.nSeg == 0 {
+		x.owner = len(x.pool.owners)
+		x.pool.owners = append(x.pool.owners, x)
 	}
-	x.NSeg++
+	x.nSeg++
 }
 
 // SegmentRemoved uncounts a released segment of x's pool and stream: the
 // last takes x out of its pool's owners.
 func (x *Index) SegmentRemoved() {
-	x.NSeg--
-	if x.NSeg == 0 {
-		p := x.Pool
+	x.nSeg--
+	if x.nSeg == 0 {
+		p := x.pool
 		last := p.owners[len(p.owners)-1]
 		p.owners[x.owner], last.owner = last, x.owner
 		p.owners[len(p.owners)-1] = nil

@@ -8,17 +8,17 @@ package freeindex
 // kept for the next split. It reports each fault to bad and changes
 // nothing.
 func (x *Index) Check(bad func(format string, args ...any)) {
-	s, p := x.Stream, x.Pool.stat
-	if (x.buckets != nil) != (x.Kind == KindSmall) || (x.large != nil) != (x.Kind == KindLarge) || x.Kind == KindSmall && x.tree.n != 0 {
+	s, p := x.stream, x.pool.stat
+	if (x.buckets != nil) != (x.kind == KindSmall) || (x.large != nil) != (x.kind == KindLarge) || x.kind == KindSmall && x.tree.n != 0 {
 		bad("the free index of stream %d, pool %s, has structures of another kind", s, p)
 		return
 	}
-	if x.Kind == KindTree && (x.pend != nil || x.front != nil) {
+	if x.kind == KindTree && (x.pend != nil || x.front != nil) {
 		bad("the cold shard's stream %d keeps a pending split", s)
 	}
 	if f := x.front; f != nil && (f.Allocated || f.indexed || f.listed || f.Recorded || f.unmapped || f.EventCount != 0 || f.Requested != 0) {
 		bad("stream %d: the struct kept for the next split is in use", s)
-	} else if f != nil && (f.stream != x.Stream || f.pool != x.Pool) {
+	} else if f != nil && (f.stream != x.stream || f.pool != x.pool) {
 		bad("stream %d: the struct kept for the next split is of stream %d, pool %s", s, f.stream, f.pool.stat)
 	}
 	x.checkFiling(bad)
@@ -28,7 +28,7 @@ func (x *Index) Check(bad func(format string, args ...any)) {
 // checkFiling checks x's structures and that every block in it is marked
 // indexed and filed where a lookup finds it.
 func (x *Index) checkFiling(bad func(format string, args ...any)) {
-	s, p := x.Stream, x.Pool.stat
+	s, p := x.stream, x.pool.stat
 	if pb := x.pend; pb != nil {
 		// The block whose split is pending is filed under its key from
 		// before the split: check the index with that key, and that the
@@ -41,7 +41,7 @@ func (x *Index) checkFiling(bad func(format string, args ...any)) {
 		defer func() { pb.ptr, pb.size = k.ptr, k.size }()
 	}
 	var msg string
-	switch x.Kind {
+	switch x.kind {
 	case KindSmall:
 		msg = x.buckets.check()
 	case KindLarge:
@@ -60,7 +60,7 @@ func (x *Index) checkFiling(bad func(format string, args ...any)) {
 		}
 		found := true
 		switch {
-		case x.Kind == KindSmall:
+		case x.kind == KindSmall:
 		case x.inLarge(b.size):
 			i := x.large.slot(classOf(b.size))
 			found = i >= 0 && (x.large.tab[i].first == b || int(b.heapIdx) < len(x.large.tab[i].heap) && x.large.tab[i].heap[b.heapIdx] == b)
@@ -78,7 +78,7 @@ func (x *Index) checkFiling(bad func(format string, args ...any)) {
 // checkWholes checks the list of whole free segments against the blocks
 // of the index.
 func (x *Index) checkWholes(bad func(format string, args ...any)) {
-	s, p := x.Stream, x.Pool.stat
+	s, p := x.stream, x.pool.stat
 	listed := map[*Block]bool{}
 	var prev *Block
 	for b := x.wholes; b != nil; b = b.nextWhole {
@@ -98,7 +98,7 @@ func (x *Index) checkWholes(bad func(format string, args ...any)) {
 			seenListed++
 		}
 		whole := !b.IsSplit() && !b.seg.Expandable()
-		if x.Kind == KindSmall {
+		if x.kind == KindSmall {
 			// The whole segments of size buckets are the 2 MiB class.
 			if whole != (b.size == SmallBuffer) || b.listed {
 				bad("free block %v+%d fills its segment: %v, but the size buckets say otherwise", b.ptr, b.size, whole)
@@ -116,8 +116,8 @@ func (x *Index) checkWholes(bad func(format string, args ...any)) {
 // CheckSegments checks that x counts n segments, the segments of its pool
 // and stream, and is among its pool's owners exactly when n > 0.
 func (x *Index) CheckSegments(n int, bad func(format string, args ...any)) {
-	if x.NSeg != n || (n > 0) != (x.owner < len(x.Pool.owners) && x.Pool.owners[x.owner] == x) {
-		bad("the free index of stream %d, pool %s, counts %d segments, has %d, owner %v", x.Stream, x.Pool.stat, x.NSeg, n, n > 0)
+	if x.nSeg != n || (n > 0) != (x.owner < len(x.pool.owners) && x.pool.owners[x.owner] == x) {
+		bad("the free index of stream %d, pool %s, counts %d segments, has %d, owner %v", x.stream, x.pool.stat, x.nSeg, n, n > 0)
 	}
 }
 
@@ -125,7 +125,7 @@ func (x *Index) CheckSegments(n int, bad func(format string, args ...any)) {
 // it says.
 func (p *Pool) CheckOwners(bad func(format string, args ...any)) {
 	for i, x := range p.owners {
-		if x.owner != i || x.Pool != p {
+		if x.owner != i || x.pool != p {
 			bad("the owners of pool %s are misfiled at %d", p.stat, i)
 		}
 	}
