@@ -114,8 +114,8 @@ func (b *Block) Busy() bool { return b.Allocated || b.EventCount != 0 }
 // memory.
 func (b *Block) IsFree() bool { return !b.Busy() && !b.unmapped }
 
-// LinkAfter puts n right after b in b's segment.
-func (b *Block) LinkAfter(n *Block) {
+// linkAfter puts n right after b in b's segment.
+func (b *Block) linkAfter(n *Block) {
 	n.prev, n.next = b, b.next
 	if b.next != nil {
 		b.next.prev = n
@@ -123,8 +123,8 @@ func (b *Block) LinkAfter(n *Block) {
 	b.next = n
 }
 
-// LinkBefore puts n right before b in b's segment.
-func (b *Block) LinkBefore(n *Block) {
+// linkBefore puts n right before b in b's segment.
+func (b *Block) linkBefore(n *Block) {
 	n.prev, n.next = b.prev, b
 	if b.prev != nil {
 		b.prev.next = n
@@ -162,7 +162,7 @@ type Segment struct {
 // the segment (SegmentAdded).
 func (x *Index) NewSegment(ptr device.Ptr, size, page uint64) *Block {
 	seg := &Segment{ptr: ptr, size: size, stream: x.stream, pool: x.pool, free: x, page: page}
-	b := x.spares.Get()
+	b := x.spares.get()
 	b.ptr, b.size, b.stream, b.pool, b.seg = ptr, size, x.stream, x.pool, seg
 	seg.head = b
 	if page != 0 {
@@ -322,10 +322,10 @@ type Spares struct {
 	n    int
 }
 
-// Get returns a zeroed block struct, recycled when possible. New structs
+// get returns a zeroed block struct, recycled when possible. New structs
 // come in slabs of blockSlab, so that blocks created together sit
 // together in memory.
-func (sp *Spares) Get() *Block {
+func (sp *Spares) get() *Block {
 	b := sp.head
 	if b == nil {
 		return sp.slab()
@@ -352,8 +352,8 @@ const (
 	maxSpare  = 4096 // spare block structs kept at most, per shard
 )
 
-// Put keeps a dead block struct for reuse, linked through next.
-func (sp *Spares) Put(b *Block) {
+// put keeps a dead block struct for reuse, linked through next.
+func (sp *Spares) put(b *Block) {
 	if sp.n >= maxSpare {
 		*b = Block{}
 		return
@@ -391,16 +391,16 @@ func (x *Index) MapPages(u *Block, off, n uint64) *Block {
 	seg, p := u.seg, u.pool
 	p.unmapped.Delete(u)
 	if off > 0 {
-		head := x.spares.Get()
+		head := x.spares.get()
 		head.ptr, head.size, head.stream, head.pool, head.seg, head.unmapped = u.ptr, off, u.stream, p, seg, true
-		u.LinkBefore(head)
+		u.linkBefore(head)
 		p.unmapped.ReplaceOrInsert(head)
 		u.ptr, u.size = u.ptr+device.Ptr(off), u.size-off
 	}
 	if n < u.size {
-		rest := x.spares.Get()
+		rest := x.spares.get()
 		rest.ptr, rest.size, rest.stream, rest.pool, rest.seg, rest.unmapped = u.ptr+device.Ptr(n), u.size-n, u.stream, p, seg, true
-		u.LinkAfter(rest)
+		u.linkAfter(rest)
 		p.unmapped.ReplaceOrInsert(rest)
 		u.size = n
 	}
@@ -416,15 +416,15 @@ func (x *Index) MapPages(u *Block, off, n uint64) *Block {
 func (x *Index) UnmapPages(b *Block, ptr device.Ptr, n uint64) *Block {
 	x.Remove(b)
 	if before := uint64(ptr - b.ptr); before > 0 {
-		f := x.spares.Get()
+		f := x.spares.get()
 		f.ptr, f.size, f.stream, f.pool, f.seg = b.ptr, before, b.stream, b.pool, b.seg
-		b.LinkBefore(f)
+		b.linkBefore(f)
 		x.Insert(f)
 	}
 	if after := b.size - uint64(ptr-b.ptr) - n; after > 0 {
-		f := x.spares.Get()
+		f := x.spares.get()
 		f.ptr, f.size, f.stream, f.pool, f.seg = ptr+device.Ptr(n), after, b.stream, b.pool, b.seg
-		b.LinkAfter(f)
+		b.linkAfter(f)
 		x.Insert(f)
 	}
 	b.ptr, b.size, b.unmapped = ptr, n, true
@@ -441,5 +441,5 @@ func (x *Index) ForgetSegment(b *Block) {
 	} else {
 		x.Remove(b)
 	}
-	x.spares.Put(b)
+	x.spares.put(b)
 }

@@ -20,19 +20,19 @@ func (x *Index) Carve(b *Block, ptr device.Ptr, size uint64) *Block {
 	}
 	x.unfile(b)
 	if ptr > b.ptr {
-		m := x.spares.Get()
+		m := x.spares.get()
 		m.stream, m.pool, m.seg = b.stream, b.pool, b.seg
 		m.ptr, m.size = ptr, b.size-uint64(ptr-b.ptr)
-		b.LinkAfter(m)
+		b.linkAfter(m)
 		b.size = uint64(ptr - b.ptr)
 		x.add(b)
 		b = m
 	}
 	if b.size > size {
-		r := x.spares.Get()
+		r := x.spares.get()
 		r.stream, r.pool, r.seg = b.stream, b.pool, b.seg
 		r.ptr, r.size = b.ptr+device.Ptr(size), b.size-size
-		b.LinkAfter(r)
+		b.linkAfter(r)
 		b.size = size
 		x.add(r)
 	}

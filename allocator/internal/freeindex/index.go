@@ -215,11 +215,11 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 	if b = x.front; b != nil {
 		x.front = nil // zero but for the fields set here, and x's stream and pool
 	} else {
-		b = x.spares.Get() // zeroed
+		b = x.spares.get() // zeroed
 		b.stream, b.pool = rest.stream, rest.pool
 	}
 	b.ptr, b.size, b.seg = rest.ptr, size, rest.seg
-	rest.LinkBefore(b)
+	rest.linkBefore(b)
 	rest.ptr += device.Ptr(size)
 	rest.size -= size
 	if !rest.indexed {
@@ -267,7 +267,7 @@ func (x *Index) Put(b *Block) *Block {
 			if x.front == nil {
 				x.front = b // for the next split of x: b's flags and counts are zero
 			} else {
-				x.spares.Put(b)
+				x.spares.put(b)
 			}
 			if x.kind != KindSmall {
 				pb.gcCountBase = x.pool.GCCalls // as filing it anew would
@@ -292,7 +292,7 @@ func (x *Index) Put(b *Block) *Block {
 		} else {
 			b.seg.head = b
 		}
-		x.spares.Put(prev)
+		x.spares.put(prev)
 	}
 	if mergeNext {
 		x.unfile(next)
@@ -301,7 +301,7 @@ func (x *Index) Put(b *Block) *Block {
 		if b.next != nil {
 			b.next.prev = b
 		}
-		x.spares.Put(next)
+		x.spares.put(next)
 	}
 	switch {
 	case b.unmapped:
@@ -352,9 +352,9 @@ func (x *Index) mergeInto(b *Block, mergePrev, mergeNext bool) *Block {
 		m.next.prev = m
 	}
 	if mergePrev && prev != m {
-		x.spares.Put(prev)
+		x.spares.put(prev)
 	}
-	x.spares.Put(b)
+	x.spares.put(b)
 	x.rekey(m, old)
 	return m
 }
@@ -497,7 +497,7 @@ func (x *Index) Flush() {
 		x.settle()
 	}
 	if x.front != nil {
-		x.spares.Put(x.front)
+		x.spares.put(x.front)
 		x.front = nil
 	}
 }
