@@ -1,6 +1,8 @@
 // This file holds blocks, segments and pools: the allocator's data
 // structures and their invariants (the free indexes are in index.go, which
-// alone files blocks in them), and the recycling of block structs.
+// alone files blocks in them), the making of segments and the splitting
+// of their blocks as pages are mapped and unmapped, and the recycling of
+// block structs.
 
 package freeindex
 
