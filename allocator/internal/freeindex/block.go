@@ -24,8 +24,8 @@ import (
 // them through the methods of their names. The exported ones are the
 // allocator's bookkeeping of a block it handed out, which it alone
 // writes: Requested, Allocated, Recorded, Phase and EventCount. This
-// package reads Allocated and EventCount (Busy), to merge free blocks
-// only, and zeroes the struct of a block that no longer exists.
+// package reads them only to merge free blocks alone (Busy) and in its
+// checks, and zeroes the struct of a block that no longer exists.
 //
 // A block is in exactly one of these states:
 //

@@ -65,9 +65,10 @@
 // only by it:
 //
 //   - Block.Requested, Allocated, Recorded, Phase and EventCount: its
-//     bookkeeping of a block it handed out. This package reads Allocated
-//     and EventCount (Block.Busy) to merge only free neighbours, and
-//     zeroes them when it recycles a struct.
+//     bookkeeping of a block it handed out. This package reads them only
+//     to merge free neighbours alone (Block.Busy) and to check that the
+//     struct kept for the next split is unused, and zeroes them when it
+//     recycles a struct.
 //   - Pool.GCCalls: the clock of block ages, which the allocator's
 //     searches advance; this package reads it to stamp what it files.
 //   - Index.Merged: the planned policy's mark of a small-pool index it
