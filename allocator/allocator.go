@@ -82,7 +82,6 @@ type Allocator struct {
 	events  *deferred.Queue[*freeindex.Block]    // pending frees, per stream
 	streams map[device.Stream]struct{}           // streams known to be valid that have no free indexes yet
 
-	key       freeindex.Block    // search key for the unmapped index (scratch)
 	collected []*freeindex.Block // scratch list for release passes
 	examined  int                // blocks looked at by release passes, for the tests of their cost
 	visited   int                // free indexes visited by walks over every stream's cache, for the tests of their cost
@@ -169,7 +168,8 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 		pol:      newPolicyState(&cfg),
 	}
 	if a.pol != nil {
-		a.small.Cold.Waited, a.large.Cold.Waited = a.pol.hostWaited, a.pol.hostWaited
+		a.small.Cold().SetWaited(a.pol.hostWaited)
+		a.large.Cold().SetWaited(a.pol.hostWaited)
 	}
 	if cfg.RoundupPower2Divisions != [NumRoundupIntervals]uint64{} {
 		d := cfg.RoundupPower2Divisions
@@ -265,7 +265,7 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 				b = a.searchLocked(x, rounded)
 			}
 			if b != nil {
-				ptr := a.takeLocked(sh, x, b, rounded, size).Ptr
+				ptr := a.takeLocked(sh, x, b, rounded, size).Ptr()
 				if sh.cut {
 					sh.fast.Store(false) // the world settles the cut first
 					sh.mu.Unlock()
@@ -282,7 +282,7 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 				// The policy with one shard (nothing to lend): the world
 				// searches again, and counts that search (and asks the
 				// plan again).
-				x.Pool.GCCalls--
+				x.Pool().GCCalls--
 				a.pol.unplanLocked()
 			}
 		}
@@ -352,11 +352,11 @@ func (a *Allocator) searchLocked(x *freeindex.Index, size uint64) *freeindex.Blo
 		b = a.policyFitLocked(x, size) // policy: a low address among close fits
 	} else {
 		if a.aging && x.Aged() {
-			x.Pool.GCCalls++
+			x.Pool().GCCalls++
 		}
 		b = x.BestFit(size)
 	}
-	if b == nil || !a.rule.mayServe(b.Size, size) {
+	if b == nil || !a.rule.mayServe(b.Size(), size) {
 		return nil
 	}
 	return b
@@ -396,13 +396,13 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error)
 		a.pol.lending, a.pol.lendTo = true, s
 	}
 	if pool != nil && pool.opts.NoSplit {
-		rounded = b.Size // no_split: the whole block, which then has no rest to split off
+		rounded = b.Size() // no_split: the whole block, which then has no rest to split off
 	}
 	b = a.takeLocked(a.shardOf(from), from, b, rounded, size)
 	if lent {
 		a.lentLocked(b, s)
 	}
-	ptr := b.Ptr
+	ptr := b.Ptr()
 	if selfCheck {
 		a.selfCheckLocked("Alloc")
 	}
@@ -463,7 +463,7 @@ func (a *Allocator) Free(p device.Ptr) error {
 			if b := sh.live.Remove(p); b != nil {
 				if !b.Recorded {
 					b.Allocated = false
-					if selfCheck && a.shardOf(b.Seg.Free) != sh {
+					if selfCheck && a.shardOf(b.Seg().Free()) != sh {
 						panic("gpumem: a fast shard's live block belongs to another shard's free index")
 					}
 					a.finishFreeLocked(sh, b, true)
@@ -507,7 +507,7 @@ func (a *Allocator) freeWorld(p device.Ptr) error {
 	default:
 		sh.live.Remove(p)
 		b.Allocated = false
-		a.finishFreeLocked(a.shardOf(b.Seg.Free), b, true)
+		a.finishFreeLocked(a.shardOf(b.Seg().Free()), b, true)
 	}
 	if a.releasing > 0 && err == nil {
 		// A released pool's memory goes with its last busy block; a device
@@ -539,10 +539,10 @@ func (a *Allocator) freeRecordedLocked(sh *shard, b *freeindex.Block) error {
 	}
 	b.Allocated = false
 	if n == 0 {
-		a.finishFreeLocked(a.shardOf(b.Seg.Free), b, true)
+		a.finishFreeLocked(a.shardOf(b.Seg().Free()), b, true)
 		return nil
 	}
-	a.freeRequestedLocked(b.Seg.Free, b)
+	a.freeRequestedLocked(b.Seg().Free(), b)
 	b.EventCount = int32(n)
 	return nil
 }
@@ -552,7 +552,7 @@ func (a *Allocator) freeRecordedLocked(sh *shard, b *freeindex.Block) error {
 func (a *Allocator) invalidPointerLocked(op string, p device.Ptr) error {
 	what := "not allocated by this allocator"
 	for b := range a.events.Items() {
-		if b.Ptr == p {
+		if b.Ptr() == p {
 			what = "already freed (its free is waiting for stream events): double free"
 			break
 		}
@@ -567,7 +567,7 @@ func (a *Allocator) invalidPointerLocked(op string, p device.Ptr) error {
 // error paths: it scans every segment.
 func (a *Allocator) segmentOfLocked(p device.Ptr) *freeindex.Segment {
 	for _, s := range a.segments {
-		if p >= s.Ptr && uint64(p-s.Ptr) < s.Size {
+		if p >= s.Ptr() && uint64(p-s.Ptr()) < s.Size() {
 			return s
 		}
 	}

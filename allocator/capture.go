@@ -140,10 +140,10 @@ func (a *Allocator) insertDeferredLocked() error {
 		n, err := a.events.Record(d.b, d.uses)
 		if err != nil {
 			a.deferred = slices.Delete(a.deferred, 0, i)
-			return fmt.Errorf("allocator: free %v on device %d, after a capture: %w", d.b.Ptr, a.ordinal, err)
+			return fmt.Errorf("allocator: free %v on device %d, after a capture: %w", d.b.Ptr(), a.ordinal, err)
 		}
 		if d.b.EventCount = int32(n); n == 0 {
-			a.finishFreeLocked(a.shardOf(d.b.Seg.Free), d.b, false)
+			a.finishFreeLocked(a.shardOf(d.b.Seg().Free()), d.b, false)
 		}
 		a.deferred[i] = deferredFree{}
 	}
@@ -169,12 +169,12 @@ func (a *Allocator) checkCaptureLocked(queued map[*freeindex.Block]int32, bad fu
 	}
 	for _, d := range a.deferred {
 		if d.b.Allocated || d.b.EventCount != 1 || queued[d.b] != 0 || d.b.Recorded {
-			bad("deferred free %v is not a pending block waiting for one event", d.b.Ptr)
+			bad("deferred free %v is not a pending block waiting for one event", d.b.Ptr())
 		}
 	}
 	for b := range a.captureUses {
 		if !b.Allocated || !b.Recorded {
-			bad("streams recorded during a capture are kept for %v, which is not an allocated, recorded block", b.Ptr)
+			bad("streams recorded during a capture are kept for %v, which is not an allocated, recorded block", b.Ptr())
 		}
 	}
 }

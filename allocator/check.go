@@ -160,32 +160,32 @@ func (a *Allocator) checkLocked() error {
 	a.checkCaptureLocked(queued, bad)
 	seenFree, seenLive, seenUnmapped := 0, 0, 0
 	for base, s := range a.segments {
-		if base != s.Ptr {
-			bad("segment %v is filed under %v", s.Ptr, base)
+		if base != s.Ptr() {
+			bad("segment %v is filed under %v", s.Ptr(), base)
 		}
-		if s.Head == nil || s.Head.Prev != nil || s.Head.Ptr != s.Ptr {
-			bad("segment %v: head block is wrong", s.Ptr)
+		if s.Head() == nil || s.Head().Prev() != nil || s.Head().Ptr() != s.Ptr() {
+			bad("segment %v: head block is wrong", s.Ptr())
 			continue
 		}
-		st := s.Pool.Stat
-		xs := a.streamIndexesLocked(s.Stream)
-		if s.Stream == device.DefaultStream {
+		st := s.Pool().Stat()
+		xs := a.streamIndexesLocked(s.Stream())
+		if s.Stream() == device.DefaultStream {
 			xs = &a.def.free
 		}
-		if p := a.shardOf(s.Free).pool; p != nil {
+		if p := a.shardOf(s.Free()).pool; p != nil {
 			xs = nil
 			for _, sh := range p.shards {
-				if sh.stream == s.Stream {
+				if sh.stream == s.Stream() {
 					xs = &sh.free
 				}
 			}
 		}
-		if xs == nil || s.Free != &xs[s.Pool.Idx] {
-			bad("segment %v does not point to the free index of its stream and pool", s.Ptr)
+		if xs == nil || s.Free() != &xs[s.Pool().Idx()] {
+			bad("segment %v does not point to the free index of its stream and pool", s.Ptr())
 			continue
 		}
-		nseg[s.Free]++
-		sh := a.shardOf(s.Free)
+		nseg[s.Free()]++
+		sh := a.shardOf(s.Free())
 		want := wants[sh]
 		if want == nil {
 			want = new(stats.DeviceStats)
@@ -193,101 +193,101 @@ func (a *Allocator) checkLocked() error {
 		}
 		if !s.Expandable() {
 			want.Segment.Increase(st, 1)
-			want.ReservedBytes.Increase(st, int64(s.Size))
-			if a.rule.oversize(s.Size) {
+			want.ReservedBytes.Increase(st, int64(s.Size()))
+			if a.rule.oversize(s.Size()) {
 				want.OversizeSegments.Increase(1)
 			}
 		}
-		next := s.Ptr
+		next := s.Ptr()
 		var prev *freeindex.Block
-		for b := s.Head; b != nil; b = b.Next {
-			if b.Ptr != next {
-				bad("segment %v: block at %v, expected %v (gap or overlap)", s.Ptr, b.Ptr, next)
+		for b := s.Head(); b != nil; b = b.Next() {
+			if b.Ptr() != next {
+				bad("segment %v: block at %v, expected %v (gap or overlap)", s.Ptr(), b.Ptr(), next)
 			}
-			if b.Prev != prev {
-				bad("segment %v: block %v has a wrong prev link", s.Ptr, b.Ptr)
+			if b.Prev() != prev {
+				bad("segment %v: block %v has a wrong prev link", s.Ptr(), b.Ptr())
 			}
-			if b.Seg != s || b.Pool != s.Pool {
-				bad("segment %v: block %v points to another segment or pool", s.Ptr, b.Ptr)
+			if b.Seg() != s || b.Pool() != s.Pool() {
+				bad("segment %v: block %v points to another segment or pool", s.Ptr(), b.Ptr())
 			}
-			if b.Size == 0 || b.Size%kMinBlockSize != 0 {
-				bad("segment %v: block %v has size %d", s.Ptr, b.Ptr, b.Size)
+			if b.Size() == 0 || b.Size()%kMinBlockSize != 0 {
+				bad("segment %v: block %v has size %d", s.Ptr(), b.Ptr(), b.Size())
 			}
-			if b.Stream != s.Stream {
-				bad("segment %v: block %v has stream %d, segment %d", s.Ptr, b.Ptr, b.Stream, s.Stream)
+			if b.Stream() != s.Stream() {
+				bad("segment %v: block %v has stream %d, segment %d", s.Ptr(), b.Ptr(), b.Stream(), s.Stream())
 			}
-			if b.Indexed != inIndex[b] {
-				bad("block %v is marked indexed %v but is in the free index: %v", b.Ptr, b.Indexed, inIndex[b])
+			if b.Indexed() != inIndex[b] {
+				bad("block %v is marked indexed %v but is in the free index: %v", b.Ptr(), b.Indexed(), inIndex[b])
 			}
-			if s.Expandable() && !b.Unmapped {
-				want.ReservedBytes.Increase(st, int64(b.Size))
+			if s.Expandable() && !b.Unmapped() {
+				want.ReservedBytes.Increase(st, int64(b.Size()))
 			}
 			switch {
-			case b.Unmapped:
+			case b.Unmapped():
 				if !s.Expandable() {
-					bad("segment %v: block %v is unmapped in a plain segment", s.Ptr, b.Ptr)
+					bad("segment %v: block %v is unmapped in a plain segment", s.Ptr(), b.Ptr())
 					break
 				}
 				if b.Allocated || b.EventCount != 0 || b.Recorded || inIndex[b] {
-					bad("unmapped block %v is allocated, pending or in the free index", b.Ptr)
+					bad("unmapped block %v is allocated, pending or in the free index", b.Ptr())
 				}
-				if !s.Pool.Unmapped.Has(b) {
-					bad("unmapped block %v is not in its pool's unmapped index", b.Ptr)
+				if !s.Pool().HasUnmapped(b) {
+					bad("unmapped block %v is not in its pool's unmapped index", b.Ptr())
 				}
-				if uint64(b.Ptr-s.Ptr)%s.Page != 0 || b.Size%s.Page != 0 {
-					bad("unmapped block %v+%d is not page aligned", b.Ptr, b.Size)
+				if uint64(b.Ptr()-s.Ptr())%s.Page() != 0 || b.Size()%s.Page() != 0 {
+					bad("unmapped block %v+%d is not page aligned", b.Ptr(), b.Size())
 				}
-				if prev != nil && prev.Unmapped {
-					bad("segment %v: unmapped blocks %v and %v are neighbours (not merged)", s.Ptr, prev.Ptr, b.Ptr)
+				if prev != nil && prev.Unmapped() {
+					bad("segment %v: unmapped blocks %v and %v are neighbours (not merged)", s.Ptr(), prev.Ptr(), b.Ptr())
 				}
 				seenUnmapped++
 			case b.Allocated:
 				seenLive++
-				if sh.live.Get(b.Ptr) != b {
-					bad("allocated block %v is not in its shard's address table", b.Ptr)
+				if sh.live.Get(b.Ptr()) != b {
+					bad("allocated block %v is not in its shard's address table", b.Ptr())
 				}
 				if inIndex[b] {
-					bad("allocated block %v is in a free index", b.Ptr)
+					bad("allocated block %v is in a free index", b.Ptr())
 				}
 				if b.EventCount != 0 {
-					bad("allocated block %v has %d events", b.Ptr, b.EventCount)
+					bad("allocated block %v has %d events", b.Ptr(), b.EventCount)
 				}
 				want.Allocation.Increase(st, 1)
-				want.AllocatedBytes.Increase(st, int64(b.Size))
+				want.AllocatedBytes.Increase(st, int64(b.Size()))
 				want.Active.Increase(st, 1)
-				want.ActiveBytes.Increase(st, int64(b.Size))
+				want.ActiveBytes.Increase(st, int64(b.Size()))
 				want.RequestedBytes.Increase(st, int64(b.Requested))
-				if a.rule.oversize(b.Size) {
+				if a.rule.oversize(b.Size()) {
 					want.OversizeAllocations.Increase(1)
 				}
 			case !b.IsFree():
 				if !a.isDeferred(b) && (b.EventCount <= 0 || queued[b] != b.EventCount) {
-					bad("pending block %v has event count %d but %d queued events", b.Ptr, b.EventCount, queued[b])
+					bad("pending block %v has event count %d but %d queued events", b.Ptr(), b.EventCount, queued[b])
 				}
-				if inIndex[b] || sh.live.Get(b.Ptr) == b {
-					bad("pending block %v is in the free index or the address table", b.Ptr)
+				if inIndex[b] || sh.live.Get(b.Ptr()) == b {
+					bad("pending block %v is in the free index or the address table", b.Ptr())
 				}
 				want.Active.Increase(st, 1)
-				want.ActiveBytes.Increase(st, int64(b.Size))
+				want.ActiveBytes.Increase(st, int64(b.Size()))
 				want.RequestedBytes.Increase(st, int64(b.Requested))
 			default:
 				seenFree++
 				if !inIndex[b] {
-					bad("free block %v is not in its pool's free index", b.Ptr)
+					bad("free block %v is not in its pool's free index", b.Ptr())
 				}
 				if prev != nil && prev.IsFree() {
-					bad("segment %v: free blocks %v and %v are neighbours (not merged)", s.Ptr, prev.Ptr, b.Ptr)
+					bad("segment %v: free blocks %v and %v are neighbours (not merged)", s.Ptr(), prev.Ptr(), b.Ptr())
 				}
 				if b.IsSplit() && !s.Expandable() {
 					want.InactiveSplit.Increase(st, 1)
-					want.InactiveSplitBytes.Increase(st, int64(b.Size))
+					want.InactiveSplitBytes.Increase(st, int64(b.Size()))
 				}
 			}
-			next = b.Ptr + device.Ptr(b.Size)
+			next = b.Ptr() + device.Ptr(b.Size())
 			prev = b
 		}
-		if uint64(next-s.Ptr) != s.Size {
-			bad("segment %v: blocks cover %d bytes of %d", s.Ptr, next-s.Ptr, s.Size)
+		if uint64(next-s.Ptr()) != s.Size() {
+			bad("segment %v: blocks cover %d bytes of %d", s.Ptr(), next-s.Ptr(), s.Size())
 		}
 	}
 	for _, p := range a.freePoolsLocked() {
@@ -298,9 +298,7 @@ func (a *Allocator) checkLocked() error {
 	}
 	unmappedIndexed := 0
 	for _, p := range a.freePoolsLocked() {
-		if p.Unmapped != nil {
-			unmappedIndexed += p.Unmapped.Len()
-		}
+		unmappedIndexed += p.UnmappedLen()
 	}
 	if unmappedIndexed != seenUnmapped {
 		bad("unmapped indexes hold %d blocks, segments have %d unmapped blocks", unmappedIndexed, seenUnmapped)
@@ -347,8 +345,8 @@ func (a *Allocator) checkLocked() error {
 	a.checkPeaksLocked(bad)
 	a.checkShardsLocked(bad)
 	for b, u := range a.uses {
-		if lb, _ := a.liveBlockLocked(b.Ptr); !b.Allocated || !b.Recorded || len(u) == 0 || lb != b {
-			bad("stream uses are kept for %v, which is not an allocated, recorded block", b.Ptr)
+		if lb, _ := a.liveBlockLocked(b.Ptr()); !b.Allocated || !b.Recorded || len(u) == 0 || lb != b {
+			bad("stream uses are kept for %v, which is not an allocated, recorded block", b.Ptr())
 		}
 	}
 	if pending != a.events.Len() {
@@ -393,7 +391,7 @@ func (a *Allocator) checkIndexLocked(x *freeindex.Index, s device.Stream, j int,
 	if q := a.shardOf(x).pool; q != nil {
 		p = [2]*freeindex.Pool{q.small, q.large}[j]
 	}
-	if x.Pool != p && !a.shardOf(x).idle || x.Stream != s || a.shardOf(x).cold != (a.shardOf(x) == a.cold) || !a.shardOf(x).cold && a.shardOf(x).stream != s {
+	if x.Pool() != p && !a.shardOf(x).idle || x.Stream() != s || a.shardOf(x).cold != (a.shardOf(x) == a.cold) || !a.shardOf(x).cold && a.shardOf(x).stream != s {
 		bad("the free index of stream %d, pool %d, belongs to another", s, j)
 		return
 	}
@@ -404,21 +402,21 @@ func (a *Allocator) checkIndexLocked(x *freeindex.Index, s device.Stream, j int,
 	switch {
 	case a.shardOf(x).cold:
 		kind = freeindex.KindTree
-	case p.Small && a.vm == nil && a.pol == nil:
+	case p.Small() && a.vm == nil && a.pol == nil:
 		kind = freeindex.KindSmall
 	}
-	if x.Kind != kind {
+	if x.Kind() != kind {
 		bad("the free index of stream %d, pool %d, has the wrong kind", s, j)
 		return
 	}
 	x.Check(bad)
 	x.Each(func(b *freeindex.Block) bool {
 		if inIndex[b] {
-			bad("block %v is in a free index twice", b.Ptr)
+			bad("block %v is in a free index twice", b.Ptr())
 		}
 		inIndex[b] = true
-		if b.Pool != p || b.Stream != s || b.Seg.Free != x {
-			bad("free block %v is in the free index of another stream or pool", b.Ptr)
+		if b.Pool() != p || b.Stream() != s || b.Seg().Free() != x {
+			bad("free block %v is in the free index of another stream or pool", b.Ptr())
 		}
 		return true
 	})
@@ -520,15 +518,15 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 	var want routes // the routes the segments make, built afresh
 	want.on = true
 	for _, seg := range a.segments {
-		if p := a.shardOf(seg.Free).pool; p != nil && p.paused {
+		if p := a.shardOf(seg.Free()).pool; p != nil && p.paused {
 			continue // its pages are unmapped
 		}
 		if !seg.Expandable() {
-			want.add(seg.Ptr, seg.Size, a.shardOf(seg.Free), +1)
+			want.add(seg.Ptr(), seg.Size(), a.shardOf(seg.Free()), +1)
 			continue
 		}
 		seg.MappedRuns(func(p device.Ptr, n uint64) {
-			want.add(p, n, a.shardOf(seg.Free), +1)
+			want.add(p, n, a.shardOf(seg.Free()), +1)
 		})
 	}
 	got := map[uint64][]routePiece{}
@@ -566,7 +564,7 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 func (a *Allocator) checkColdLocked(p *freeindex.Pool, bad func(string, ...any)) {
 	p.CheckCold(func(f func(*freeindex.Index)) {
 		for _, xs := range a.coldIdx {
-			f(&xs[p.Idx])
+			f(&xs[p.Idx()])
 		}
 	}, a.pol != nil, bad)
 }

@@ -29,7 +29,8 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 		breakIt    func(a *Allocator, dev *sim.Device, p device.Ptr)
 	}{
 		{"gap between blocks", "gap or overlap", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.def.live.Get(p).Size -= 512
+			b := a.def.live.Get(p)
+			b.BreakSize(b.Size() - 512)
 		}},
 		{"unmerged free neighbours", "not merged", func(a *Allocator, _ *sim.Device, p device.Ptr) {
 			b := a.def.live.Get(p)
@@ -38,7 +39,7 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			a.def.free[1].Insert(b)
 		}},
 		{"free block missing from the index", "not in its pool's free index", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.def.free[1].Remove(a.def.live.Get(p).Next)
+			a.def.free[1].Remove(a.def.live.Get(p).Next())
 		}},
 		{"allocated block missing from the address table", "not in its shard's address table", func(a *Allocator, _ *sim.Device, p device.Ptr) {
 			a.def.live.Remove(p)
@@ -100,16 +101,16 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			a.byStream.Store(streamList([]*shard{a.def}))
 		}},
 		{"a free index of the wrong kind", "wrong kind", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
-			a.def.free[qLarge].Kind = freeindex.KindTree
+			a.def.free[qLarge].BreakKind(freeindex.KindTree)
 		}},
 		{"a free block not marked indexed", "not marked indexed", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.def.live.Get(p).Next.Indexed = false
+			a.def.live.Get(p).Next().BreakIndexed()
 		}},
 		{"device memory used behind the allocator's back", "device reports", func(_ *Allocator, dev *sim.Device, _ device.Ptr) {
 			_, _ = dev.Malloc(1)
 		}},
 		{"a segment pointing to another stream's index", "free index of its stream and pool", func(a *Allocator, _ *sim.Device, p device.Ptr) {
-			a.def.live.Get(p).Seg.Free = &a.def.free[0]
+			a.def.live.Get(p).Seg().BreakFree(&a.def.free[0])
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -216,7 +217,7 @@ func TestCheckInvariantsCatchesPolicyCorruption(t *testing.T) {
 			a.pol.borrowed[a.liveBlock(p)] = 0
 		}},
 		{"a free block listed as lent", "not an allocated block", func(a *Allocator, _, q device.Ptr) {
-			a.pol.borrowed[a.liveBlock(q).Next] = 1
+			a.pol.borrowed[a.liveBlock(q).Next()] = 1
 		}},
 		{"a lending left half done", "outside Alloc", func(a *Allocator, _, _ device.Ptr) {
 			a.pol.lending = true
@@ -225,7 +226,7 @@ func TestCheckInvariantsCatchesPolicyCorruption(t *testing.T) {
 			a.pol.hwm = 2 * mib
 		}},
 		{"a segment with the wrong pages", "pages of", func(a *Allocator, _, q device.Ptr) {
-			a.liveBlock(q).Seg.Page = kLargeBuffer
+			a.liveBlock(q).Seg().BreakPage(kLargeBuffer)
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -43,7 +43,7 @@ func TestColdShard(t *testing.T) {
 	require.NoError(t, a.EmptyCache())
 	assert.Zero(t, get(t, a, "reserved_bytes.all.current"))
 	for _, p := range [2]*freeindex.Pool{a.small, a.large} {
-		assert.Empty(t, p.Owners)
+		assert.Zero(t, p.NumOwners())
 	}
 	require.NoError(t, a.CheckInvariants())
 }
@@ -86,7 +86,7 @@ func TestUnsplitStampsTheAge(t *testing.T) {
 	mustFree(t, a, p)                          // unsplit
 	b := a.def.free[qLarge].Fit(30 * mib)
 	require.NotNil(t, b)
-	assert.Equal(t, a.large.GCCalls, b.GCCountBase)
+	assert.Equal(t, a.large.GCCalls, b.GCCountBase())
 	require.NoError(t, a.CheckInvariants())
 }
 

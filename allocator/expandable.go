@@ -51,8 +51,8 @@ func (a *Allocator) growExpandableLocked(x *freeindex.Index, size uint64) (*free
 	if err != nil {
 		return nil, err
 	}
-	if c.Unmapped {
-		m, err := a.mapLocked(c, min(c.Size, size))
+	if c.Unmapped() {
+		m, err := a.mapLocked(c, min(c.Size(), size))
 		if err != nil {
 			if reserved {
 				// Nothing of the new segment is mapped: give its address
@@ -63,10 +63,10 @@ func (a *Allocator) growExpandableLocked(x *freeindex.Index, size uint64) (*free
 		}
 		c = m
 	}
-	for c.Size < size {
+	for c.Size() < size {
 		// c is free and followed by an unmapped range: map the rest there;
 		// the mapped pages merge with c.
-		if c, err = a.mapLocked(c.Next, min(size-c.Size, c.Next.Size)); err != nil {
+		if c, err = a.mapLocked(c.Next(), min(size-c.Size(), c.Next().Size())); err != nil {
 			return nil, err
 		}
 	}
@@ -78,19 +78,15 @@ func (a *Allocator) growExpandableLocked(x *freeindex.Index, size uint64) (*free
 // new segment when no segment has room (reserved is then true and the
 // block is the new segment's one unmapped range).
 func (a *Allocator) findExpandableLocked(x *freeindex.Index, size uint64) (found *freeindex.Block, reserved bool, err error) {
-	p, s := x.Pool, x.Stream
-	a.key.Stream, a.key.Ptr = s, 0
-	p.Unmapped.AscendGreaterOrEqual(&a.key, func(u *freeindex.Block) bool {
-		if u.Stream != s {
-			return false
-		}
+	p, s := x.Pool(), x.Stream()
+	p.AscendUnmapped(s, func(u *freeindex.Block) bool {
 		c := u
-		if u.Prev != nil && !u.Prev.Busy() {
-			c = u.Prev
+		if u.Prev() != nil && !u.Prev().Busy() {
+			c = u.Prev()
 		}
 		var room uint64
-		for b := c; b != nil && room < size && !b.Busy(); b = b.Next {
-			room += b.Size
+		for b := c; b != nil && room < size && !b.Busy(); b = b.Next() {
+			room += b.Size()
 		}
 		if room >= size {
 			found = c
@@ -102,7 +98,7 @@ func (a *Allocator) findExpandableLocked(x *freeindex.Index, size uint64) (found
 		return found, false, nil
 	}
 	page := a.rule.large
-	if p.Small {
+	if p.Small() {
 		page = kSmallBuffer
 	}
 	n := a.expandableReserve(page)
@@ -116,12 +112,8 @@ func (a *Allocator) findExpandableLocked(x *freeindex.Index, size uint64) (found
 		}
 		return nil, false, fmt.Errorf("allocator: device %d: reserving an expandable segment of %d bytes: %w", a.ordinal, n, err)
 	}
-	seg := &freeindex.Segment{Ptr: ptr, Size: n, Stream: s, Pool: p, Free: x, Page: page}
-	b := x.Spares.Get()
-	b.Ptr, b.Size, b.Stream, b.Pool, b.Seg, b.Unmapped = ptr, n, s, p, seg, true
-	seg.Head = b
-	a.segmentAddedLocked(seg)
-	p.Unmapped.ReplaceOrInsert(b)
+	b := x.NewSegment(ptr, n, page)
+	a.segmentAddedLocked(b.Seg())
 	return b, true, nil
 }
 
@@ -130,28 +122,20 @@ func (a *Allocator) findExpandableLocked(x *freeindex.Index, size uint64) (found
 // with free neighbours, which it returns; the rest of u stays unmapped.
 // On an error nothing changes.
 func (a *Allocator) mapLocked(u *freeindex.Block, size uint64) (*freeindex.Block, error) {
-	seg, p := u.Seg, u.Pool
-	begin := uint64(u.Ptr-seg.Ptr) / seg.Page
-	end := (uint64(u.Ptr-seg.Ptr) + size + seg.Page - 1) / seg.Page
-	n := (end - begin) * seg.Page
-	if err := a.vm.Map(u.Ptr, n); err != nil {
+	seg := u.Seg()
+	begin := uint64(u.Ptr()-seg.Ptr()) / seg.Page()
+	end := (uint64(u.Ptr()-seg.Ptr()) + size + seg.Page() - 1) / seg.Page()
+	n := (end - begin) * seg.Page()
+	if err := a.vm.Map(u.Ptr(), n); err != nil {
 		if refused(err) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("allocator: device %d: mapping %d bytes at %v: %w", a.ordinal, n, u.Ptr, err)
+		return nil, fmt.Errorf("allocator: device %d: mapping %d bytes at %v: %w", a.ordinal, n, u.Ptr(), err)
 	}
-	p.Unmapped.Delete(u)
-	a.routePagesLocked(seg, u.Ptr, n, +1)
-	if n < u.Size {
-		rest := seg.Free.Spares.Get()
-		rest.Ptr, rest.Size, rest.Stream, rest.Pool, rest.Seg, rest.Unmapped = u.Ptr+device.Ptr(n), u.Size-n, u.Stream, p, seg, true
-		u.LinkAfter(rest)
-		p.Unmapped.ReplaceOrInsert(rest)
-		u.Size = n
-	}
-	u.Unmapped = false
-	a.pagesMappedLocked(seg, u.Ptr, n)
-	return seg.Free.Put(u), nil
+	a.routePagesLocked(seg, u.Ptr(), n, +1)
+	m := seg.Free().MapPages(u, 0, n)
+	a.pagesMappedLocked(seg, m.Ptr(), n)
+	return seg.Free().Put(m), nil
 }
 
 // unmapLocked returns to the device the whole pages inside the free
@@ -159,51 +143,35 @@ func (a *Allocator) mapLocked(u *freeindex.Block, size uint64) (*freeindex.Block
 // unmapped neighbours); the free bytes before and after them stay free
 // blocks. On an error nothing changes.
 func (a *Allocator) unmapLocked(b *freeindex.Block) error {
-	seg, x := b.Seg, b.Seg.Free
-	off := uint64(b.Ptr - seg.Ptr)
-	begin := (off + seg.Page - 1) / seg.Page
-	end := (off + b.Size) / seg.Page
+	seg, x := b.Seg(), b.Seg().Free()
+	off := uint64(b.Ptr() - seg.Ptr())
+	begin := (off + seg.Page() - 1) / seg.Page()
+	end := (off + b.Size()) / seg.Page()
 	if begin >= end {
 		return nil
 	}
 	// Unmapping does not wait for the device as cudaFree does: finish the
 	// segment's stream first, as PyTorch does.
-	if err := a.dev.SynchronizeStream(seg.Stream); err != nil {
-		return fmt.Errorf("allocator: device %d: synchronizing stream %d before unmapping: %w", a.ordinal, seg.Stream, err)
+	if err := a.dev.SynchronizeStream(seg.Stream()); err != nil {
+		return fmt.Errorf("allocator: device %d: synchronizing stream %d before unmapping: %w", a.ordinal, seg.Stream(), err)
 	}
-	ptr := seg.Ptr + device.Ptr(begin*seg.Page)
-	n := (end - begin) * seg.Page
+	ptr := seg.Ptr() + device.Ptr(begin*seg.Page())
+	n := (end - begin) * seg.Page()
 	if err := a.vm.Unmap(ptr, n); err != nil {
 		return fmt.Errorf("allocator: device %d: unmapping %d bytes at %v: %w", a.ordinal, n, ptr, err)
 	}
 	a.routePagesLocked(seg, ptr, n, -1)
-	x.Remove(b)
-	if before := uint64(ptr - b.Ptr); before > 0 {
-		f := x.Spares.Get()
-		f.Ptr, f.Size, f.Stream, f.Pool, f.Seg = b.Ptr, before, b.Stream, b.Pool, seg
-		b.LinkBefore(f)
-		x.Insert(f)
-	}
-	if after := b.Size - uint64(ptr-b.Ptr) - n; after > 0 {
-		f := x.Spares.Get()
-		f.Ptr, f.Size, f.Stream, f.Pool, f.Seg = ptr+device.Ptr(n), after, b.Stream, b.Pool, seg
-		b.LinkAfter(f)
-		x.Insert(f)
-	}
-	b.Ptr, b.Size, b.Unmapped = ptr, n, true
+	u := x.UnmapPages(b, ptr, n)
 	a.pagesUnmappedLocked(seg, ptr, n)
-	x.Put(b)
+	x.Put(u)
 	return nil
 }
 
 // releaseUnmappedLocked releases the address range of every expandable
 // segment of p with nothing mapped (its one block is an unmapped range).
 func (a *Allocator) releaseUnmappedLocked(p *freeindex.Pool) error {
-	if p.Unmapped == nil {
-		return nil
-	}
 	list := a.collected[:0]
-	p.Unmapped.Ascend(func(u *freeindex.Block) bool {
+	p.EachUnmapped(func(u *freeindex.Block) bool {
 		if !u.IsSplit() {
 			list = append(list, u)
 		}
@@ -224,13 +192,12 @@ func (a *Allocator) releaseUnmappedLocked(p *freeindex.Pool) error {
 // nothing mapped (u is its only block). On an error nothing changes and a
 // later flush tries again.
 func (a *Allocator) releaseExpandableLocked(u *freeindex.Block) error {
-	seg := u.Seg
-	if err := a.vm.Release(seg.Ptr); err != nil {
-		return fmt.Errorf("allocator: device %d: releasing expandable segment %v: %w", a.ordinal, seg.Ptr, err)
+	seg := u.Seg()
+	if err := a.vm.Release(seg.Ptr()); err != nil {
+		return fmt.Errorf("allocator: device %d: releasing expandable segment %v: %w", a.ordinal, seg.Ptr(), err)
 	}
-	u.Pool.Unmapped.Delete(u)
+	seg.Free().ForgetSegment(u)
 	a.segmentRemovedLocked(seg)
-	seg.Free.Spares.Put(u)
 	return nil
 }
 
@@ -242,5 +209,5 @@ func (a *Allocator) routePagesLocked(seg *freeindex.Segment, ptr device.Ptr, n u
 	if !a.routes.on {
 		return
 	}
-	a.routes.add(ptr, n, a.shardOf(seg.Free), change)
+	a.routes.add(ptr, n, a.shardOf(seg.Free()), change)
 }

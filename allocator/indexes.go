@@ -16,7 +16,7 @@ import (
 func (a *Allocator) wholeSegmentsLocked(p *freeindex.Pool, list []*freeindex.Block) []*freeindex.Block {
 	n := len(list)
 	a.hotIndexesLocked(p, func(x *freeindex.Index) { list = x.AppendWholes(list) })
-	for _, x := range p.Cold.WholeIndexes() {
+	for _, x := range p.Cold().WholeIndexes() {
 		a.visited++
 		list = x.AppendWholes(list)
 	}
@@ -31,7 +31,7 @@ func (a *Allocator) wholeSegmentsLocked(p *freeindex.Pool, list []*freeindex.Blo
 // costs the blocks it may unmap, not a walk of every cached block.
 func (a *Allocator) pageBlocksLocked(p *freeindex.Pool, list []*freeindex.Block) []*freeindex.Block {
 	page := uint64(kSmallBuffer)
-	if !p.Small {
+	if !p.Small() {
 		page = kLargeBuffer
 		if a.pol != nil {
 			page = a.pol.largePage
@@ -43,7 +43,7 @@ func (a *Allocator) pageBlocksLocked(p *freeindex.Pool, list []*freeindex.Block)
 		return true
 	}
 	a.hotIndexesLocked(p, func(x *freeindex.Index) { x.AscendAtLeast(page, add) })
-	p.Cold.AscendAtLeast(page, add)
+	p.Cold().AscendAtLeast(page, add)
 	sortFree(list[n:])
 	return list
 }
@@ -75,14 +75,14 @@ func (a *Allocator) settleAllLocked() {
 // segmentAddedLocked files the new segment seg: in the segments map, and
 // in its free index's count.
 func (a *Allocator) segmentAddedLocked(seg *freeindex.Segment) {
-	a.segments[seg.Ptr] = seg
-	seg.Free.SegmentAdded()
+	a.segments[seg.Ptr()] = seg
+	seg.Free().SegmentAdded()
 }
 
 // segmentRemovedLocked unfiles the segment seg, released.
 func (a *Allocator) segmentRemovedLocked(seg *freeindex.Segment) {
-	delete(a.segments, seg.Ptr)
-	seg.Free.SegmentRemoved()
+	delete(a.segments, seg.Ptr())
+	seg.Free().SegmentRemoved()
 }
 
 // hotIndexesLocked calls f on the free index of pool p of every shard of
@@ -91,7 +91,7 @@ func (a *Allocator) segmentRemovedLocked(seg *freeindex.Segment) {
 // cache, at a cost of at most maxShards visits.
 func (a *Allocator) hotIndexesLocked(p *freeindex.Pool, f func(*freeindex.Index)) {
 	for _, sh := range a.shards {
-		if x := &sh.free[p.Idx]; !sh.cold && x.NSeg > 0 && x.Pool == p {
+		if x := &sh.free[p.Idx()]; !sh.cold && x.NSeg() > 0 && x.Pool() == p {
 			a.visited++
 			f(x)
 		}

@@ -24,10 +24,10 @@ import (
 // segmentAllocatedLocked records a plain segment obtained from the
 // device (segment_alloc).
 func (a *Allocator) segmentAllocatedLocked(seg *freeindex.Segment) {
-	sh, k, n := a.shardOf(seg.Free), seg.Pool.Idx, int64(seg.Size)
+	sh, k, n := a.shardOf(seg.Free()), seg.Pool().Idx(), int64(seg.Size())
 	a.increase(sh, int(stats.Segment), k, 1)
 	a.increase(sh, int(stats.ReservedBytes), k, n)
-	if a.rule.oversize(seg.Size) {
+	if a.rule.oversize(seg.Size()) {
 		a.increase(sh, oversizeS, qSmall, 1)
 	}
 	if sh.pool != nil {
@@ -35,22 +35,22 @@ func (a *Allocator) segmentAllocatedLocked(seg *freeindex.Segment) {
 	}
 	a.gst.numDeviceAlloc++
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionSegmentAlloc, Ptr: seg.Ptr, Size: seg.Size, Stream: seg.Stream})
+		a.notifyLocked(Action{Kind: ActionSegmentAlloc, Ptr: seg.Ptr(), Size: seg.Size(), Stream: seg.Stream()})
 	}
 }
 
 // segmentFreedLocked records a plain segment returned to the device
 // (segment_free).
 func (a *Allocator) segmentFreedLocked(seg *freeindex.Segment) {
-	sh, k, n := a.shardOf(seg.Free), seg.Pool.Idx, int64(seg.Size)
+	sh, k, n := a.shardOf(seg.Free()), seg.Pool().Idx(), int64(seg.Size())
 	sh.decrease(int(stats.Segment), k, 1)
 	sh.decrease(int(stats.ReservedBytes), k, n)
-	if a.rule.oversize(seg.Size) {
+	if a.rule.oversize(seg.Size()) {
 		sh.decrease(oversizeS, qSmall, 1)
 	}
 	a.gst.numDeviceFree++
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionSegmentFree, Ptr: seg.Ptr, Size: seg.Size, Stream: seg.Stream})
+		a.notifyLocked(Action{Kind: ActionSegmentFree, Ptr: seg.Ptr(), Size: seg.Size(), Stream: seg.Stream()})
 	}
 }
 
@@ -168,7 +168,7 @@ func (a *Allocator) runsNotedLocked(runs []pageRun, kind ActionKind) {
 			a.gst.numDeviceFree++
 		}
 		if len(a.observers) > 0 {
-			a.notifyLocked(Action{Kind: kind, Ptr: r.ptr, Size: r.n, Stream: r.seg.Stream})
+			a.notifyLocked(Action{Kind: kind, Ptr: r.ptr, Size: r.n, Stream: r.seg.Stream()})
 		}
 	}
 }
@@ -177,24 +177,24 @@ func (a *Allocator) runsNotedLocked(runs []pageRun, kind ActionKind) {
 // expandable segment seg (segment_map). Mapping counts as a device
 // allocation and adds to reserved bytes, but not to the segment count.
 func (a *Allocator) pagesMappedLocked(seg *freeindex.Segment, ptr device.Ptr, n uint64) {
-	sh := a.shardOf(seg.Free)
-	a.increase(sh, int(stats.ReservedBytes), seg.Pool.Idx, int64(n))
+	sh := a.shardOf(seg.Free())
+	a.increase(sh, int(stats.ReservedBytes), seg.Pool().Idx(), int64(n))
 	if sh.pool != nil {
 		a.poolGrewLocked(sh.pool)
 	}
 	a.gst.numDeviceAlloc++
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionSegmentMap, Ptr: ptr, Size: n, Stream: seg.Stream})
+		a.notifyLocked(Action{Kind: ActionSegmentMap, Ptr: ptr, Size: n, Stream: seg.Stream()})
 	}
 }
 
 // pagesUnmappedLocked records n bytes of pages unmapped at ptr from the
 // expandable segment seg (segment_unmap).
 func (a *Allocator) pagesUnmappedLocked(seg *freeindex.Segment, ptr device.Ptr, n uint64) {
-	a.shardOf(seg.Free).decrease(int(stats.ReservedBytes), seg.Pool.Idx, int64(n))
+	a.shardOf(seg.Free()).decrease(int(stats.ReservedBytes), seg.Pool().Idx(), int64(n))
 	a.gst.numDeviceFree++
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionSegmentUnmap, Ptr: ptr, Size: n, Stream: seg.Stream})
+		a.notifyLocked(Action{Kind: ActionSegmentUnmap, Ptr: ptr, Size: n, Stream: seg.Stream()})
 	}
 }
 
@@ -214,19 +214,19 @@ func (a *Allocator) pagesUnmappedLocked(seg *freeindex.Segment, ptr device.Ptr, 
 func (a *Allocator) takeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block, size, requested uint64) *freeindex.Block {
 	// The counts first, from what the hand-out will be, so that little
 	// lives across the calls below.
-	k := x.PoolIdx
-	split := a.rule.shouldSplit(k == qSmall, b.Size, size)
-	n := int64(b.Size) // the bytes handed out
+	k := x.PoolIdx()
+	split := a.rule.shouldSplit(k == qSmall, b.Size(), size)
+	n := int64(b.Size()) // the bytes handed out
 	var splitBlocks, splitBytes int64
 	if split {
 		n = int64(size)
 	}
-	if !b.Seg.Expandable() {
+	if !b.Seg().Expandable() {
 		switch wasSplit := b.IsSplit(); {
 		case split && wasSplit:
 			splitBytes = -n
 		case split:
-			splitBlocks, splitBytes = 1, int64(b.Size-size) // the rest
+			splitBlocks, splitBytes = 1, int64(b.Size()-size) // the rest
 		case wasSplit:
 			splitBlocks, splitBytes = -1, -n
 		}
@@ -274,7 +274,7 @@ func (a *Allocator) takeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block
 			}
 		}
 		if len(a.observers) > 0 {
-			a.notifyLocked(Action{Kind: ActionAlloc, Ptr: f.Ptr, Size: f.Size, Requested: f.Requested, Stream: a.userStreamLocked(f), Phase: a.phases[f.Phase].name})
+			a.notifyLocked(Action{Kind: ActionAlloc, Ptr: f.Ptr(), Size: f.Size(), Requested: f.Requested, Stream: a.userStreamLocked(f), Phase: a.phases[f.Phase].name})
 		}
 	}
 	return f
@@ -304,29 +304,29 @@ func (a *Allocator) takeExceeded(sh *shard, k int, rows uint32, n, requested, sp
 func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) {
 	sh := a.shardOf(x)
 	st := &sh.st
-	st[stats.Allocation].pool[x.PoolIdx&1].Drop(1)
-	st[stats.AllocatedBytes].pool[x.PoolIdx&1].Drop(int64(b.Size))
-	if b.Size >= a.rule.maxSplit {
+	st[stats.Allocation].pool[x.PoolIdx()&1].Drop(1)
+	st[stats.AllocatedBytes].pool[x.PoolIdx()&1].Drop(int64(b.Size()))
+	if b.Size() >= a.rule.maxSplit {
 		st[oversizeA].pool[qSmall].Drop(1)
 	}
 	// Active (allocation + pending) stays as it is: the block is pending.
-	st[stats.Active].pool[x.PoolIdx].Carry(1)
-	st[stats.ActiveBytes].pool[x.PoolIdx].Carry(int64(b.Size))
+	st[stats.Active].pool[x.PoolIdx()].Carry(1)
+	st[stats.ActiveBytes].pool[x.PoolIdx()].Carry(int64(b.Size()))
 	sh.activeImplied = false
 	if a.phased {
 		c := &sh.ph[b.Phase]
-		c.bytes.Drop(int64(b.Size))
+		c.bytes.Drop(int64(b.Size()))
 		c.blocks.Drop(1)
 	}
 	if a.listening {
 		if a.stepping {
 			sh.steps.note(b, -1)
 			if a.pol != nil && a.pol.plan != nil {
-				a.planFreedLocked(b.Ptr)
+				a.planFreedLocked(b.Ptr())
 			}
 		}
 		if len(a.observers) > 0 {
-			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.Ptr, Size: b.Size, Requested: b.Requested, Stream: b.Stream, Phase: a.phases[b.Phase].name})
+			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested, Stream: b.Stream(), Phase: a.phases[b.Phase].name})
 		}
 	}
 }
@@ -345,28 +345,28 @@ func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) 
 // and the merge are one function, so that the cached path makes one call
 // fewer. sh is the shard of b's free index.
 func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bool) {
-	x := b.Seg.Free
+	x := b.Seg().Free()
 	var blocks, bytes int64
-	if !b.Seg.Expandable() {
-		prev, next := b.Prev, b.Next
-		first, last, size := b, b, b.Size
+	if !b.Seg().Expandable() {
+		prev, next := b.Prev(), b.Next()
+		first, last, size := b, b, b.Size()
 		if prev != nil && prev.IsFree() {
-			first, size = prev, size+prev.Size
-			blocks, bytes = -1, -int64(prev.Size)
+			first, size = prev, size+prev.Size()
+			blocks, bytes = -1, -int64(prev.Size())
 		}
 		if next != nil && next.IsFree() {
-			last, size = next, size+next.Size
-			blocks, bytes = blocks-1, bytes-int64(next.Size)
+			last, size = next, size+next.Size()
+			blocks, bytes = blocks-1, bytes-int64(next.Size())
 		}
-		if first.Prev != nil || last.Next != nil {
+		if first.Prev() != nil || last.Next() != nil {
 			blocks, bytes = blocks+1, bytes+int64(size)
 		}
 	}
-	k, st, size := x.PoolIdx, &sh.st, int64(b.Size)
+	k, st, size := x.PoolIdx(), &sh.st, int64(b.Size())
 	if requested {
 		st[stats.Allocation].pool[k&1].Drop(1)
 		st[stats.AllocatedBytes].pool[k&1].Drop(size)
-		if b.Size >= a.rule.maxSplit {
+		if b.Size() >= a.rule.maxSplit {
 			st[oversizeA].pool[qSmall].Drop(1)
 		}
 		if a.phased {
@@ -387,7 +387,7 @@ func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bo
 			d := opDelta{k: k}
 			if requested {
 				d.row[stats.Allocation], d.row[stats.AllocatedBytes] = -1, -size
-				if b.Size >= a.rule.maxSplit {
+				if b.Size() >= a.rule.maxSplit {
 					d.row[oversizeA] = -1
 				}
 				if a.phased {
@@ -408,15 +408,15 @@ func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bo
 		if requested && a.stepping {
 			sh.steps.note(b, -1)
 			if a.pol != nil && a.pol.plan != nil {
-				a.planFreedLocked(b.Ptr)
+				a.planFreedLocked(b.Ptr())
 			}
 		}
 		if len(a.observers) > 0 {
 			ph := a.phases[b.Phase].name
 			if requested {
-				a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.Ptr, Size: b.Size, Requested: b.Requested, Stream: b.Stream, Phase: ph})
+				a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested, Stream: b.Stream(), Phase: ph})
 			}
-			a.notifyLocked(Action{Kind: ActionFreeCompleted, Ptr: b.Ptr, Size: b.Size, Requested: b.Requested, Stream: b.Stream, Phase: ph})
+			a.notifyLocked(Action{Kind: ActionFreeCompleted, Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested, Stream: b.Stream(), Phase: ph})
 		}
 	}
 	b.Requested = 0
@@ -427,7 +427,7 @@ func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bo
 // (record_stream); no stat counts it.
 func (a *Allocator) streamRecordedLocked(b *freeindex.Block, s device.Stream) {
 	if len(a.observers) > 0 {
-		a.notifyLocked(Action{Kind: ActionRecordStream, Ptr: b.Ptr, Size: b.Size, Requested: b.Requested, Stream: s, Phase: a.phases[b.Phase].name})
+		a.notifyLocked(Action{Kind: ActionRecordStream, Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested, Stream: s, Phase: a.phases[b.Phase].name})
 	}
 }
 

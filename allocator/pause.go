@@ -128,8 +128,8 @@ func (a *Allocator) pausableLocked(p *Pool) error {
 		return fmt.Errorf("allocator: pause pool %q: pausing unmaps the pool's pages, which needs a device with virtual memory (paged at a granularity dividing 2 MiB); %s has none: %w", p.name, a.dev.Name(), device.ErrNotSupported)
 	}
 	for _, seg := range a.segments {
-		if a.shardOf(seg.Free).pool == p && !a.pageable(seg) {
-			return fmt.Errorf("allocator: pause pool %q: its segment %v of %d bytes is not a multiple of the device's mapping granularity, %d bytes, so it was allocated, not mapped, and cannot be unmapped (expandable_segments:True pages every segment): %w", p.name, seg.Ptr, seg.Size, a.pvm.Granularity(), device.ErrNotSupported)
+		if a.shardOf(seg.Free()).pool == p && !a.pageable(seg) {
+			return fmt.Errorf("allocator: pause pool %q: its segment %v of %d bytes is not a multiple of the device's mapping granularity, %d bytes, so it was allocated, not mapped, and cannot be unmapped (expandable_segments:True pages every segment): %w", p.name, seg.Ptr(), seg.Size(), a.pvm.Granularity(), device.ErrNotSupported)
 		}
 	}
 	for _, sh := range p.shards {
@@ -146,11 +146,11 @@ func (a *Allocator) pausableLocked(p *Pool) error {
 func (a *Allocator) poolRunsLocked(p *Pool) []pageRun {
 	var runs []pageRun
 	for _, seg := range a.segments {
-		if a.shardOf(seg.Free).pool != p {
+		if a.shardOf(seg.Free()).pool != p {
 			continue
 		}
 		if !seg.Expandable() { // a mapped segment: one run
-			runs = append(runs, pageRun{seg, seg.Ptr, seg.Size})
+			runs = append(runs, pageRun{seg, seg.Ptr(), seg.Size()})
 			continue
 		}
 		seg.MappedRuns(func(ptr device.Ptr, n uint64) { runs = append(runs, pageRun{seg, ptr, n}) })
@@ -169,13 +169,13 @@ func (a *Allocator) backupLocked(p *Pool, cp device.Copier, hm device.HostMemory
 				return
 			}
 			var buf []byte
-			if buf, err = hm.HostAlloc(b.Size); err != nil {
-				err = fmt.Errorf("allocator: pause pool %q: pinned host memory for the %d bytes of %v: %w", p.name, b.Size, b.Ptr, err)
+			if buf, err = hm.HostAlloc(b.Size()); err != nil {
+				err = fmt.Errorf("allocator: pause pool %q: pinned host memory for the %d bytes of %v: %w", p.name, b.Size(), b.Ptr(), err)
 				return
 			}
-			saved = append(saved, savedBlock{b.Ptr, buf})
-			if err = cp.CopyToHost(buf, b.Ptr); err != nil {
-				err = fmt.Errorf("allocator: pause pool %q: copying %v to the host: %w", p.name, b.Ptr, err)
+			saved = append(saved, savedBlock{b.Ptr(), buf})
+			if err = cp.CopyToHost(buf, b.Ptr()); err != nil {
+				err = fmt.Errorf("allocator: pause pool %q: copying %v to the host: %w", p.name, b.Ptr(), err)
 			}
 		})
 		if err != nil {

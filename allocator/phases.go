@@ -278,14 +278,14 @@ func (a *Allocator) checkPhasesLocked(bad func(format string, args ...any)) {
 	for _, sh := range a.shards {
 		sh.live.Each(func(b *freeindex.Block) {
 			if int(b.Phase) >= len(a.phases) {
-				bad("block %v has phase %d, which is not a phase", b.Ptr, b.Phase)
+				bad("block %v has phase %d, which is not a phase", b.Ptr(), b.Phase)
 				return
 			}
 			w := want[sh]
 			if len(w) <= int(b.Phase) {
 				w = append(w, make([][2]int64, int(b.Phase)+1-len(w))...)
 			}
-			w[b.Phase][0] += int64(b.Size)
+			w[b.Phase][0] += int64(b.Size())
 			w[b.Phase][1]++
 			want[sh] = w
 		})

@@ -236,7 +236,7 @@ func (a *Allocator) userStreamLocked(b *freeindex.Block) device.Stream {
 			return s
 		}
 	}
-	return b.Stream
+	return b.Stream()
 }
 
 // validatePolicy checks Policy and LowFrag.
@@ -379,12 +379,12 @@ func (p *confParser) parsePolicyKey(c *Config, key string) (ok bool, err error) 
 func (a *Allocator) checkPolicyLocked(bad func(format string, args ...any)) {
 	p := a.pol
 	for b, s := range p.borrowed {
-		if lb, _ := a.liveBlockLocked(b.Ptr); !b.Allocated || lb != b {
-			bad("lent block %v is not an allocated block", b.Ptr)
+		if lb, _ := a.liveBlockLocked(b.Ptr()); !b.Allocated || lb != b {
+			bad("lent block %v is not an allocated block", b.Ptr())
 			continue
 		}
-		if s == b.Stream || !b.Recorded || !slices.Contains(a.uses[b], s) {
-			bad("lent block %v (stream %d) is not recorded on the stream %d that borrowed it", b.Ptr, b.Stream, s)
+		if s == b.Stream() || !b.Recorded || !slices.Contains(a.uses[b], s) {
+			bad("lent block %v (stream %d) is not recorded on the stream %d that borrowed it", b.Ptr(), b.Stream(), s)
 		}
 	}
 	if p.lending {
@@ -401,11 +401,11 @@ func (a *Allocator) checkPolicyLocked(bad func(format string, args ...any)) {
 	}
 	for _, s := range a.segments {
 		want := p.largePage
-		if s.Pool.Small {
+		if s.Pool().Small() {
 			want = kSmallBuffer
 		}
-		if s.Page != want {
-			bad("segment %v has pages of %d bytes, its pool's are %d", s.Ptr, s.Page, want)
+		if s.Page() != want {
+			bad("segment %v has pages of %d bytes, its pool's are %d", s.Ptr(), s.Page(), want)
 		}
 	}
 }

@@ -31,15 +31,15 @@ func (a *Allocator) policyFitLocked(x *freeindex.Index, size uint64) *freeindex.
 			return b // planned policy: the block planned for it
 		}
 	}
-	x.Pool.GCCalls++
+	x.Pool().GCCalls++
 	b := x.Fit(size)
 	if b == nil {
 		return nil
 	}
 	if window := a.pol.fitWindow; window > 1 && !isSmall(size) {
-		b = x.CloseFit(b, b.Size+b.Size/8, a.rule.servesBelow(size), window)
+		b = x.CloseFit(b, b.Size()+b.Size()/8, a.rule.servesBelow(size), window)
 	}
-	if b.Seg.Expandable() {
+	if b.Seg().Expandable() {
 		b = freeindex.ExpandableBestFit(x, b)
 	}
 	return b
@@ -104,11 +104,11 @@ func (a *Allocator) policyGrowLocked(x *freeindex.Index, size uint64) (*freeinde
 // the start of its range, backward when it maps the end.
 func (a *Allocator) mapAheadLocked(pl *placement, limit uint64) {
 	r := a.reservedLocked()
-	if r+pl.n >= limit || pl.n == pl.u.Size {
+	if r+pl.n >= limit || pl.n == pl.u.Size() {
 		return
 	}
-	page := pl.u.Seg.Page
-	extra := min(a.pol.mapAhead, limit-r-pl.n, pl.u.Size-pl.n) / page * page
+	page := pl.u.Seg().Page()
+	extra := min(a.pol.mapAhead, limit-r-pl.n, pl.u.Size()-pl.n) / page * page
 	if pl.off > 0 {
 		extra = min(extra, pl.off)
 		pl.off -= extra
@@ -130,36 +130,32 @@ func (a *Allocator) dropPlacementLocked(pl placement) {
 // before and just after it (lowest address on a tie). With no range that
 // can hold the request it reserves a new segment.
 func (a *Allocator) placeLocked(x *freeindex.Index, size uint64) (placement, error) {
-	p, s := x.Pool, x.Stream
+	p, s := x.Pool(), x.Stream()
 	var best placement
 	consider := func(u *freeindex.Block, off, n uint64) {
 		if best.u == nil || n < best.n {
 			best = placement{u: u, off: off, n: n}
 		}
 	}
-	a.key.Stream, a.key.Ptr = s, 0
-	p.Unmapped.AscendGreaterOrEqual(&a.key, func(u *freeindex.Block) bool {
-		if u.Stream != s {
-			return false
-		}
-		page := u.Seg.Page
+	p.AscendUnmapped(s, func(u *freeindex.Block) bool {
+		page := u.Seg().Page()
 		var before, after uint64
-		if u.Prev != nil && u.Prev.IsFree() {
-			before = u.Prev.Size
+		if u.Prev() != nil && u.Prev().IsFree() {
+			before = u.Prev().Size()
 		}
-		if u.Next != nil && u.Next.IsFree() {
-			after = u.Next.Size
+		if u.Next() != nil && u.Next().IsFree() {
+			after = u.Next().Size()
 		}
-		if n := pagesFor(size-min(before, size-1), page); n <= u.Size {
+		if n := pagesFor(size-min(before, size-1), page); n <= u.Size() {
 			consider(u, 0, n) // the free block before and the first pages
 		}
 		if after > 0 {
-			if n := pagesFor(size-min(after, size-1), page); n <= u.Size {
-				consider(u, u.Size-n, n) // the last pages and the free block after
+			if n := pagesFor(size-min(after, size-1), page); n <= u.Size() {
+				consider(u, u.Size()-n, n) // the last pages and the free block after
 			}
 		}
-		if before+u.Size+after >= size {
-			consider(u, 0, u.Size) // the whole range joins both
+		if before+u.Size()+after >= size {
+			consider(u, 0, u.Size()) // the whole range joins both
 		}
 		return best.n != page // nothing needs less than one page
 	})
@@ -167,7 +163,7 @@ func (a *Allocator) placeLocked(x *freeindex.Index, size uint64) (placement, err
 		return best, nil
 	}
 	page := a.pol.largePage
-	if p.Small {
+	if p.Small() {
 		page = kSmallBuffer
 	}
 	n := max(a.expandableReserve(page), pagesFor(size, page))
@@ -178,12 +174,8 @@ func (a *Allocator) placeLocked(x *freeindex.Index, size uint64) (placement, err
 		}
 		return placement{}, fmt.Errorf("allocator: device %d: reserving an expandable segment of %d bytes: %w", a.ordinal, n, err)
 	}
-	seg := &freeindex.Segment{Ptr: ptr, Size: n, Stream: s, Pool: p, Free: x, Page: page}
-	u := x.Spares.Get()
-	u.Ptr, u.Size, u.Stream, u.Pool, u.Seg, u.Unmapped = ptr, n, s, p, seg, true
-	seg.Head = u
-	a.segmentAddedLocked(seg)
-	p.Unmapped.ReplaceOrInsert(u)
+	u := x.NewSegment(ptr, n, page)
+	a.segmentAddedLocked(u.Seg())
 	return placement{u: u, n: pagesFor(size, page), fresh: true}, nil
 }
 
@@ -200,7 +192,7 @@ func candidateBefore(x, y candidate) bool {
 	if x.pages != y.pages {
 		return x.pages > y.pages
 	}
-	return x.b.Ptr < y.b.Ptr
+	return x.b.Ptr() < y.b.Ptr()
 }
 
 // smallestSufficient returns the index in list of the candidate with the
@@ -248,42 +240,27 @@ func pagesFor(n, page uint64) uint64 { return (n + page - 1) / page * page }
 // with free neighbours, which it returns; the rest of u stays unmapped on
 // either side. On an error nothing changes.
 func (a *Allocator) mapRangeLocked(u *freeindex.Block, off, n uint64) (*freeindex.Block, error) {
-	seg, p := u.Seg, u.Pool
-	ptr := u.Ptr + device.Ptr(off)
+	seg := u.Seg()
+	ptr := u.Ptr() + device.Ptr(off)
 	if err := a.vm.Map(ptr, n); err != nil {
 		if refused(err) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("allocator: device %d: mapping %d bytes at %v: %w", a.ordinal, n, ptr, err)
 	}
-	p.Unmapped.Delete(u)
 	a.routePagesLocked(seg, ptr, n, +1)
-	if off > 0 {
-		head := seg.Free.Spares.Get()
-		head.Ptr, head.Size, head.Stream, head.Pool, head.Seg, head.Unmapped = u.Ptr, off, u.Stream, p, seg, true
-		u.LinkBefore(head)
-		p.Unmapped.ReplaceOrInsert(head)
-		u.Ptr, u.Size = ptr, u.Size-off
-	}
-	if n < u.Size {
-		rest := seg.Free.Spares.Get()
-		rest.Ptr, rest.Size, rest.Stream, rest.Pool, rest.Seg, rest.Unmapped = ptr+device.Ptr(n), u.Size-n, u.Stream, p, seg, true
-		u.LinkAfter(rest)
-		p.Unmapped.ReplaceOrInsert(rest)
-		u.Size = n
-	}
-	u.Unmapped = false
+	m := seg.Free().MapPages(u, off, n)
 	a.pagesMappedLocked(seg, ptr, n)
-	return seg.Free.Put(u), nil
+	return seg.Free().Put(m), nil
 }
 
 // wholePages returns the bytes of the whole pages inside the free
 // expandable block b.
 func wholePages(b *freeindex.Block) uint64 {
-	page := b.Seg.Page
-	off := uint64(b.Ptr - b.Seg.Ptr)
+	page := b.Seg().Page()
+	off := uint64(b.Ptr() - b.Seg().Ptr())
 	begin := (off + page - 1) / page
-	end := (off + b.Size) / page
+	end := (off + b.Size()) / page
 	if end <= begin {
 		return 0
 	}
@@ -304,13 +281,13 @@ func wholePages(b *freeindex.Block) uint64 {
 // unmapped; a device error leaves that block mapped.
 func (a *Allocator) reclaimLocked(x *freeindex.Index, want uint64, keep *freeindex.Block, bounded bool) uint64 {
 	list := a.pol.candidates[:0]
-	p := x.Pool
+	p := x.Pool()
 	// A block smaller than a page holds no whole page.
-	x.AscendAtLeast(keep.Seg.Page, func(b *freeindex.Block) bool {
-		if b == keep.Prev || b == keep.Next {
+	x.AscendAtLeast(keep.Seg().Page(), func(b *freeindex.Block) bool {
+		if b == keep.Prev() || b == keep.Next() {
 			return true
 		}
-		if bounded && p.GCCalls-b.GCCountBase < a.pol.minAge {
+		if bounded && p.GCCalls-b.GCCountBase() < a.pol.minAge {
 			return true // freed just now: the next requests are likely to reuse it
 		}
 		if n := wholePages(b); n > 0 {

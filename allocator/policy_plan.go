@@ -140,7 +140,7 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 	k := p.pos
 	p.pos++
 	p.asked = false
-	if k >= len(p.reqs) || x.Stream != p.stream || x.PoolIdx != qLarge || p.reqs[k].size != rounded {
+	if k >= len(p.reqs) || x.Stream() != p.stream || x.PoolIdx() != qLarge || p.reqs[k].size != rounded {
 		p.follow = false
 		p.departures++
 		return nil
@@ -150,7 +150,7 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		p.asked = true
 		return nil
 	}
-	if h := p.seg.Head; h == nil || h.Seg != p.seg {
+	if h := p.seg.Head(); h == nil || h.Seg() != p.seg {
 		// The arena's segment was released (EmptyCache): its head
 		// went back to the spares.
 		p.follow = false
@@ -159,10 +159,10 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 	}
 	ptr := p.addr + device.Ptr(r.off)
 	b := r.at
-	if !freeindex.InSegment(b, p.seg) || ptr < b.Ptr || ptr >= b.Ptr+device.Ptr(b.Size) {
+	if !freeindex.InSegment(b, p.seg) || ptr < b.Ptr() || ptr >= b.Ptr()+device.Ptr(b.Size()) {
 		b = freeindex.Containing(a.arenaStartLocked(ptr), ptr)
 	}
-	if b == nil || !b.IsFree() || b.Ptr+device.Ptr(b.Size) < ptr+device.Ptr(rounded) || b.Seg.Free != x {
+	if b == nil || !b.IsFree() || b.Ptr()+device.Ptr(b.Size()) < ptr+device.Ptr(rounded) || b.Seg().Free() != x {
 		p.follow = false
 		p.departures++
 		return nil
@@ -196,14 +196,14 @@ const planRecent = 16
 // segment's first block.
 func (a *Allocator) arenaStartLocked(ptr device.Ptr) *freeindex.Block {
 	p := a.pol.plan
-	best, dist := p.seg.Head, uint64(ptr-p.seg.Head.Ptr)
+	best, dist := p.seg.Head(), uint64(ptr-p.seg.Head().Ptr())
 	for _, c := range &p.recent {
 		if !freeindex.InSegment(c, p.seg) {
 			continue
 		}
-		d := uint64(ptr - c.Ptr)
-		if c.Ptr > ptr {
-			d = uint64(c.Ptr - ptr)
+		d := uint64(ptr - c.Ptr())
+		if c.Ptr() > ptr {
+			d = uint64(c.Ptr() - ptr)
 		}
 		if d < dist {
 			best, dist = c, d
@@ -226,7 +226,7 @@ func (a *Allocator) planAllocatedLocked(b *freeindex.Block, rounded uint64, s de
 	}
 	pos := int32(len(p.recSize))
 	p.recSize = append(p.recSize, rounded)
-	p.rec = append(p.rec, planOp{ptr: b.Ptr, pos: pos})
+	p.rec = append(p.rec, planOp{ptr: b.Ptr(), pos: pos})
 }
 
 // planFreedLocked logs the free of the block at ptr in the step being
@@ -343,8 +343,8 @@ func (a *Allocator) arenaLocked() bool {
 	if f == 0 {
 		return true
 	}
-	if seg := p.seg; seg != nil && a.segments[seg.Ptr] == seg {
-		if b := freeindex.Containing(seg.Head, p.addr); b != nil && b.IsFree() && b.Ptr+device.Ptr(b.Size) >= p.addr+device.Ptr(f) {
+	if seg := p.seg; seg != nil && a.segments[seg.Ptr()] == seg {
+		if b := freeindex.Containing(seg.Head(), p.addr); b != nil && b.IsFree() && b.Ptr()+device.Ptr(b.Size()) >= p.addr+device.Ptr(f) {
 			return true // the arena is still whole
 		}
 	}
@@ -359,7 +359,7 @@ func (a *Allocator) arenaLocked() bool {
 		// would leave the next step to map it again, elsewhere).
 		a.collected = a.collected[:0]
 		for q := range xs {
-			if xs[q].Kind != freeindex.KindSmall {
+			if xs[q].Kind() != freeindex.KindSmall {
 				xs[q].AscendAtLeast(kSmallBuffer, func(b *freeindex.Block) bool {
 					a.collected = append(a.collected, b)
 					return true
@@ -368,13 +368,13 @@ func (a *Allocator) arenaLocked() bool {
 		}
 		var whole uint64
 		for _, c := range a.collected {
-			if c.Seg.Expandable() {
+			if c.Seg().Expandable() {
 				whole += wholePages(c)
 			}
 		}
 		if room := a.total - min(a.total, a.reservedLocked()) + whole; room >= f && (a.allowed == 0 || a.allowed-min(a.allowed, a.reservedLocked())+whole >= f) {
 			for _, c := range a.collected {
-				if c.Seg.Expandable() && wholePages(c) > 0 {
+				if c.Seg().Expandable() && wholePages(c) > 0 {
 					_ = a.unmapLocked(c) // a refusal leaves it mapped
 				}
 			}
@@ -388,7 +388,7 @@ func (a *Allocator) arenaLocked() bool {
 	if b == nil {
 		return false
 	}
-	p.addr, p.seg = b.Ptr, b.Seg
+	p.addr, p.seg = b.Ptr(), b.Seg()
 	p.recent = [planRecent]*freeindex.Block{}
 	return true
 }
@@ -402,8 +402,8 @@ func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	p := a.pol.plan
 	one := a.onePoolLocked()
 	merged := func(xs *[2]freeindex.Index) {
-		if xs[qSmall].Merged != one || one && xs[qSmall].NSeg != 0 {
-			bad("stream %d's small-pool index: merged %v with %d segments; one pool: %v", xs[qSmall].Stream, xs[qSmall].Merged, xs[qSmall].NSeg, one)
+		if xs[qSmall].Merged != one || one && xs[qSmall].NSeg() != 0 {
+			bad("stream %d's small-pool index: merged %v with %d segments; one pool: %v", xs[qSmall].Stream(), xs[qSmall].Merged, xs[qSmall].NSeg(), one)
 		}
 	}
 	for _, sh := range a.shards {
@@ -428,7 +428,7 @@ func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	if !p.follow || p.foot == 0 {
 		return
 	}
-	if seg := p.seg; seg == nil || seg.Pool.Small || p.addr < seg.Ptr || uint64(p.addr-seg.Ptr)+p.foot > seg.Size {
+	if seg := p.seg; seg == nil || seg.Pool().Small() || p.addr < seg.Ptr() || uint64(p.addr-seg.Ptr())+p.foot > seg.Size() {
 		bad("the arena at %v (%d bytes) is outside a segment of the large pool", p.addr, p.foot)
 	}
 }

@@ -206,7 +206,7 @@ func TestPlannedArenaReleasedMidStep(t *testing.T) {
 	mustFree(t, a, p)
 	require.NoError(t, a.EmptyCache())
 	seg := a.pol.plan.seg
-	require.NotSame(t, seg, a.segments[seg.Ptr], "the arena's segment is released")
+	require.NotSame(t, seg, a.segments[seg.Ptr()], "the arena's segment is released")
 	for _, size := range stepSizes[1:] {
 		mustFree(t, a, mustAlloc(t, a, size, 0))
 	}
@@ -237,7 +237,7 @@ func TestCheckInvariantsCatchesPlanCorruption(t *testing.T) {
 	}{
 		{"a small-pool index not merged", "small-pool index", func(a *Allocator) { a.def.free[qSmall].Merged = false }},
 		{"a planned block past the arena", "past its arena", func(a *Allocator) { a.pol.plan.reqs[0].off = a.pol.plan.foot }},
-		{"an arena outside its segment", "outside a segment", func(a *Allocator) { a.pol.plan.addr = a.pol.plan.seg.Ptr + device.Ptr(a.pol.plan.seg.Size) }},
+		{"an arena outside its segment", "outside a segment", func(a *Allocator) { a.pol.plan.addr = a.pol.plan.seg.Ptr() + device.Ptr(a.pol.plan.seg.Size()) }},
 		{"a log that lost its operations", "logged", func(a *Allocator) {
 			a.pol.plan.recSize = append(a.pol.plan.recSize, 512)
 		}},

@@ -52,7 +52,7 @@ import (
 // free index it is in, or x and nil when lending is off, when no block
 // fits, or when an event call fails.
 func (a *Allocator) lendLocked(x *freeindex.Index, size uint64) (*freeindex.Index, *freeindex.Block) {
-	p, s := x.Pool, x.Stream
+	p, s := x.Pool(), x.Stream()
 	if !a.pol.lend || a.pol.hostWaitedLocked(s) {
 		return x, nil
 	}
@@ -63,27 +63,27 @@ func (a *Allocator) lendLocked(x *freeindex.Index, size uint64) (*freeindex.Inde
 	// view, from the request's size up, to the first that may serve (what
 	// may serve is a bound on the size, splitRule.servesBelow).
 	a.hotIndexesLocked(p, func(y *freeindex.Index) {
-		t := y.Stream
+		t := y.Stream()
 		if t == s || a.pol.hostWaitedLocked(t) {
 			return
 		}
 		b := y.Fit(size)
-		if b == nil || !a.rule.mayServe(b.Size, size) {
+		if b == nil || !a.rule.mayServe(b.Size(), size) {
 			return
 		}
-		if best == nil || b.Size < best.Size || b.Size == best.Size && b.Ptr < best.Ptr {
+		if best == nil || b.Size() < best.Size() || b.Size() == best.Size() && b.Ptr() < best.Ptr() {
 			best, from = b, y
 		}
 	})
-	p.Cold.AscendLenders(size, func(b *freeindex.Block) bool {
+	p.Cold().AscendLenders(size, func(b *freeindex.Block) bool {
 		a.visited++
-		if !a.rule.mayServe(b.Size, size) || best != nil && (b.Size > best.Size || b.Size == best.Size && b.Ptr > best.Ptr) {
+		if !a.rule.mayServe(b.Size(), size) || best != nil && (b.Size() > best.Size() || b.Size() == best.Size() && b.Ptr() > best.Ptr()) {
 			return false
 		}
-		if b.Stream == s {
+		if b.Stream() == s {
 			return true
 		}
-		best, from = b, b.Seg.Free
+		best, from = b, b.Seg().Free()
 		return false
 	})
 	if best == nil {
@@ -91,9 +91,9 @@ func (a *Allocator) lendLocked(x *freeindex.Index, size uint64) (*freeindex.Inde
 	}
 	// A wait made since best was freed covers it: a stream that borrows
 	// several blocks freed together waits once.
-	key := lendKey{borrower: s, lender: best.Stream, small: p.Small}
-	if at, ok := a.pol.waited[key]; !ok || at <= best.GCCountBase {
-		if !a.waitForLocked(s, best.Stream) {
+	key := lendKey{borrower: s, lender: best.Stream(), small: p.Small()}
+	if at, ok := a.pol.waited[key]; !ok || at <= best.GCCountBase() {
+		if !a.waitForLocked(s, best.Stream()) {
 			return x, nil
 		}
 		a.pol.waited[key] = p.GCCalls
@@ -147,7 +147,7 @@ func (a *Allocator) lentLocked(b *freeindex.Block, s device.Stream) {
 // as for any recorded stream. On an error nothing changed.
 func (a *Allocator) returnLentLocked(b *freeindex.Block) (int, error) {
 	s, ok := a.pol.borrowed[b]
-	if !ok || a.pol.hostWaitedLocked(b.Stream) || !a.waitForLocked(b.Stream, s) {
+	if !ok || a.pol.hostWaitedLocked(b.Stream()) || !a.waitForLocked(b.Stream(), s) {
 		n, err := a.deferFreeLocked(b)
 		if err == nil {
 			delete(a.pol.borrowed, b)
@@ -189,7 +189,7 @@ func (a *Allocator) noteRecordedLocked(s device.Stream) {
 		for i := range xs {
 			x := &xs[i]
 			x.Each(func(b *freeindex.Block) bool {
-				x.Pool.Cold.Unlend(freeindex.KeyOf(b))
+				x.Pool().Cold().Unlend(freeindex.KeyOf(b))
 				return true
 			})
 		}

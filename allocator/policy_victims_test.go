@@ -16,11 +16,13 @@ import (
 // pages, and the first n are the sorted list's first n, in its order.
 func TestReclaimChoosesAsTheSortedListDoes(t *testing.T) {
 	r := rand.New(rand.NewPCG(26, 2))
+	var x freeindex.Index // the candidates' blocks: each the one block of a segment of its own
+	x.Init(0, new(freeindex.Spares), 0, freeindex.NewPool(false, false), freeindex.KindLarge)
 	for range 2000 {
 		k := r.IntN(40)
 		list := make([]candidate, k)
 		for i := range list {
-			list[i] = candidate{&freeindex.Block{Ptr: device.Ptr(r.IntN(1000)*512 + i)}, uint64(1+r.IntN(6)) << 21}
+			list[i] = candidate{x.NewSegment(device.Ptr(r.IntN(1000)*512+i), 512, 0), uint64(1+r.IntN(6)) << 21}
 		}
 		sorted := slices.Clone(list)
 		slices.SortFunc(sorted, func(x, y candidate) int {

@@ -66,14 +66,14 @@ func (a *Allocator) segmentMemoryLocked(x *freeindex.Index, size uint64) (ptr de
 // device refuses after that leaves the range to EmptyCache (the segment
 // is gone either way).
 func (a *Allocator) unmapSegmentLocked(seg *freeindex.Segment) error {
-	if err := a.dev.SynchronizeStream(seg.Stream); err != nil {
-		return fmt.Errorf("allocator: device %d: synchronizing stream %d before unmapping segment %v: %w", a.ordinal, seg.Stream, seg.Ptr, err)
+	if err := a.dev.SynchronizeStream(seg.Stream()); err != nil {
+		return fmt.Errorf("allocator: device %d: synchronizing stream %d before unmapping segment %v: %w", a.ordinal, seg.Stream(), seg.Ptr(), err)
 	}
-	if err := a.pvm.Unmap(seg.Ptr, seg.Size); err != nil {
-		return fmt.Errorf("allocator: device %d: unmapping segment %v: %w", a.ordinal, seg.Ptr, err)
+	if err := a.pvm.Unmap(seg.Ptr(), seg.Size()); err != nil {
+		return fmt.Errorf("allocator: device %d: unmapping segment %v: %w", a.ordinal, seg.Ptr(), err)
 	}
-	if err := a.pvm.Release(seg.Ptr); err != nil {
-		a.strayRes = append(a.strayRes, seg.Ptr)
+	if err := a.pvm.Release(seg.Ptr()); err != nil {
+		a.strayRes = append(a.strayRes, seg.Ptr())
 	}
 	delete(a.mappedSegs, seg)
 	return nil

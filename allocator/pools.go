@@ -319,7 +319,7 @@ func (a *Allocator) dropPoolLocked(p *Pool) error {
 	a.settleAllLocked()
 	err := errors.Join(a.releasePoolLocked(p.large), a.releasePoolLocked(p.small))
 	for _, sh := range p.shards {
-		if sh.free[0].NSeg+sh.free[1].NSeg > 0 {
+		if sh.free[0].NSeg()+sh.free[1].NSeg() > 0 {
 			return err
 		}
 	}
@@ -444,7 +444,7 @@ func (a *Allocator) poolStatsLocked(p *Pool) PoolStats {
 		}
 		ps.AllocatedBytes += uint64(sh.value(int(stats.AllocatedBytes), qAll))
 		ps.ReservedBytes += uint64(sh.value(int(stats.ReservedBytes), qAll))
-		ps.Segments += sh.free[0].NSeg + sh.free[1].NSeg
+		ps.Segments += sh.free[0].NSeg() + sh.free[1].NSeg()
 	}
 	return ps
 }
@@ -505,8 +505,8 @@ func (a *Allocator) poolIDOf(x *freeindex.Index) uint64 {
 // the released pools still kept are counted.
 func (a *Allocator) checkPoolsLocked(bad func(string, ...any)) {
 	for seg := range a.mappedSegs {
-		if a.segments[seg.Ptr] != seg || seg.Expandable() || a.shardOf(seg.Free).pool == nil {
-			bad("mapped segment %v is not a plain segment of a named pool the allocator keeps", seg.Ptr)
+		if a.segments[seg.Ptr()] != seg || seg.Expandable() || a.shardOf(seg.Free()).pool == nil {
+			bad("mapped segment %v is not a plain segment of a named pool the allocator keeps", seg.Ptr())
 		}
 	}
 	routed := map[*Pool]int{}
@@ -540,7 +540,7 @@ func (a *Allocator) checkPoolsLocked(bad func(string, ...any)) {
 				bad("pool %q: the shard of stream %d is not its own, or fast, or twice", p.name, sh.stream)
 			}
 			seen[sh.stream] = true
-			if sh.free[0].Pool != p.small || sh.free[1].Pool != p.large {
+			if sh.free[0].Pool() != p.small || sh.free[1].Pool() != p.large {
 				bad("pool %q: the shard of stream %d indexes another pool", p.name, sh.stream)
 			}
 		}
@@ -550,7 +550,7 @@ func (a *Allocator) checkPoolsLocked(bad func(string, ...any)) {
 	}
 	for _, sh := range a.idle {
 		nPool++
-		if !sh.idle || sh.pool != nil || sh.live.Len() > 0 || sh.free[0].NSeg+sh.free[1].NSeg > 0 {
+		if !sh.idle || sh.pool != nil || sh.live.Len() > 0 || sh.free[0].NSeg()+sh.free[1].NSeg() > 0 {
 			bad("an idle shard of a pool gone holds memory")
 		}
 	}

@@ -63,11 +63,11 @@ func (a *Allocator) allocSlowLocked(x *freeindex.Index, size, requested uint64) 
 // the out-of-memory error (with the device's error, devErr, if any).
 func (a *Allocator) lastResortLocked(x *freeindex.Index, size, requested, segSize uint64, devErr error) (*freeindex.Index, *freeindex.Block, error) {
 	if len(a.pools) > 0 && a.shardOf(x).pool == nil {
-		if y, b := a.oomPoolFitLocked(x.Stream, size); b != nil {
+		if y, b := a.oomPoolFitLocked(x.Stream(), size); b != nil {
 			return y, b, nil
 		}
 	}
-	return x, nil, a.outOfMemoryLocked(requested, segSize, x.Stream, devErr)
+	return x, nil, a.outOfMemoryLocked(requested, segSize, x.Stream(), devErr)
 }
 
 // growLocked obtains memory for a request of size (rounded) bytes in x
@@ -99,14 +99,11 @@ func (a *Allocator) newSegmentLocked(x *freeindex.Index, size uint64) (*freeinde
 		}
 		return nil, fmt.Errorf("allocator: device %d: allocating a %d-byte segment: %w", a.ordinal, size, err)
 	}
-	p, s := x.Pool, x.Stream
-	seg := &freeindex.Segment{Ptr: ptr, Size: size, Stream: s, Pool: p, Free: x}
+	b := x.NewSegment(ptr, size, 0)
+	seg := b.Seg()
 	if mapped {
 		a.mappedSegs[seg] = true
 	}
-	b := x.Spares.Get()
-	b.Ptr, b.Size, b.Stream, b.Pool, b.Seg = ptr, size, s, p, seg
-	seg.Head = b
 	a.segmentAddedLocked(seg)
 	a.routes.add(ptr, size, a.shardOf(x), +1)
 	a.segmentAllocatedLocked(seg)
@@ -116,19 +113,18 @@ func (a *Allocator) newSegmentLocked(x *freeindex.Index, size uint64) (*freeinde
 // releaseSegmentLocked returns the segment of the free, unsplit block b to
 // the device. On a device error nothing changes.
 func (a *Allocator) releaseSegmentLocked(b *freeindex.Block) error {
-	seg := b.Seg
+	seg := b.Seg()
 	if a.mappedSegs[seg] {
 		if err := a.unmapSegmentLocked(seg); err != nil {
 			return err
 		}
-	} else if err := a.dev.Free(seg.Ptr); err != nil {
-		return fmt.Errorf("allocator: device %d: releasing segment %v: %w", a.ordinal, seg.Ptr, err)
+	} else if err := a.dev.Free(seg.Ptr()); err != nil {
+		return fmt.Errorf("allocator: device %d: releasing segment %v: %w", a.ordinal, seg.Ptr(), err)
 	}
-	seg.Free.Remove(b)
+	seg.Free().ForgetSegment(b)
 	a.segmentRemovedLocked(seg)
-	a.routes.add(seg.Ptr, seg.Size, a.shardOf(seg.Free), -1)
+	a.routes.add(seg.Ptr(), seg.Size(), a.shardOf(seg.Free()), -1)
 	a.segmentFreedLocked(seg)
-	seg.Free.Spares.Put(b)
 	return nil
 }
 
@@ -154,7 +150,7 @@ func (a *Allocator) releaseCachedLocked() error {
 func (a *Allocator) releasePoolLocked(p *freeindex.Pool) error {
 	plain := a.wholeSegmentsLocked(p, a.collected[:0])
 	var mapped []*freeindex.Block
-	if p.Unmapped != nil { // expandable segments: every free block is in one
+	if p.Expandable() { // expandable segments: every free block is in one
 		mapped = a.pageBlocksLocked(p, nil)
 	}
 	a.examined += len(plain) + len(mapped)
@@ -189,7 +185,7 @@ func (a *Allocator) releaseOversizeLocked(x *freeindex.Index, size uint64) bool 
 	}
 	want := max(size, a.rule.maxSplit)
 	b := x.Fit(want)
-	if b != nil && !b.Seg.Expandable() {
+	if b != nil && !b.Seg().Expandable() {
 		return a.releaseSegmentLocked(b) == nil
 	}
 	// No single block is large enough: release oversize blocks from the
@@ -197,18 +193,18 @@ func (a *Allocator) releaseOversizeLocked(x *freeindex.Index, size uint64) bool 
 	list := a.collected[:0]
 	var total uint64
 	x.DescendBelow(want, func(c *freeindex.Block) bool {
-		if total >= want || c.Size < a.rule.maxSplit {
+		if total >= want || c.Size() < a.rule.maxSplit {
 			return false
 		}
-		if !c.Seg.Expandable() {
+		if !c.Seg().Expandable() {
 			list = append(list, c)
-			total += c.Size
+			total += c.Size()
 		}
 		return true
 	})
 	var released uint64
 	for _, c := range list {
-		n := c.Size
+		n := c.Size()
 		if a.releaseSegmentLocked(c) == nil {
 			released += n
 		}
@@ -234,12 +230,12 @@ func (a *Allocator) garbageCollectLocked() {
 	count := 0
 	ages := func(x *freeindex.Index) {
 		x.EachWhole(func(b *freeindex.Block) {
-			totalAge += p.GCCalls - b.GCCountBase
+			totalAge += p.GCCalls - b.GCCountBase()
 			count++
 		})
 	}
 	a.hotIndexesLocked(p, ages)
-	for _, x := range p.Cold.WholeIndexes() {
+	for _, x := range p.Cold().WholeIndexes() {
 		a.visited++
 		ages(x)
 	}
@@ -253,10 +249,10 @@ func (a *Allocator) garbageCollectLocked() {
 		freed = false
 		list := a.wholeSegmentsLocked(p, a.collected[:0])
 		for _, b := range list {
-			if float64(p.GCCalls-b.GCCountBase) < ageThreshold {
+			if float64(p.GCCalls-b.GCCountBase()) < ageThreshold {
 				continue
 			}
-			age, n := p.GCCalls-b.GCCountBase, b.Size
+			age, n := p.GCCalls-b.GCCountBase(), b.Size()
 			if a.releaseSegmentLocked(b) != nil {
 				continue
 			}
@@ -278,11 +274,11 @@ func (a *Allocator) largestFreeLocked() uint64 {
 	for _, p := range [2]*freeindex.Pool{a.small, a.large} {
 		a.hotIndexesLocked(p, func(x *freeindex.Index) {
 			if b := x.Largest(); b != nil {
-				largest = max(largest, b.Size)
+				largest = max(largest, b.Size())
 			}
 		})
-		if b := p.Cold.Largest(); b != nil {
-			largest = max(largest, b.Size)
+		if b := p.Cold().Largest(); b != nil {
+			largest = max(largest, b.Size())
 		}
 	}
 	return largest

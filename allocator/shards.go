@@ -322,11 +322,11 @@ func streamList(shards []*shard) *[]streamShard {
 func (a *Allocator) startRoutesLocked() {
 	a.routes.on = true
 	for _, seg := range a.segments {
-		if p := a.shardOf(seg.Free).pool; p != nil && p.paused {
+		if p := a.shardOf(seg.Free()).pool; p != nil && p.paused {
 			continue // its pages are unmapped (pause.go)
 		}
 		if !seg.Expandable() {
-			a.routes.add(seg.Ptr, seg.Size, a.shardOf(seg.Free), +1)
+			a.routes.add(seg.Ptr(), seg.Size(), a.shardOf(seg.Free()), +1)
 			continue
 		}
 		seg.MappedRuns(func(p device.Ptr, n uint64) { a.routePagesLocked(seg, p, n, +1) })
@@ -359,4 +359,4 @@ func (a *Allocator) liveCountLocked() int {
 }
 
 // shardOf returns the shard of the free index x, whose lock guards it.
-func (a *Allocator) shardOf(x *freeindex.Index) *shard { return (*a.byID.Load())[x.Shard] }
+func (a *Allocator) shardOf(x *freeindex.Index) *shard { return (*a.byID.Load())[x.Shard()] }

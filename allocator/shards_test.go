@@ -184,7 +184,7 @@ func TestRoutesShareChunks(t *testing.T) {
 	// Chunks that hold memory of both shards: what the test is about.
 	shared := 0
 	for _, seg := range a.segments {
-		if other, ok := a.routes.lookup(seg.Ptr - 1); ok && other != uint32(a.shardOf(seg.Free).id) && seg.Ptr>>chunkShift == (seg.Ptr-1)>>chunkShift {
+		if other, ok := a.routes.lookup(seg.Ptr() - 1); ok && other != uint32(a.shardOf(seg.Free()).id) && seg.Ptr()>>chunkShift == (seg.Ptr()-1)>>chunkShift {
 			shared++
 		}
 	}

@@ -80,28 +80,28 @@ func (a *Allocator) Snapshot() []SegmentInfo {
 		// An expandable segment is reported as one segment per run of
 		// mapped blocks, as PyTorch reports it.
 		var info *SegmentInfo
-		for b := s.Head; b != nil; b = b.Next {
-			if b.Unmapped {
+		for b := s.Head(); b != nil; b = b.Next() {
+			if b.Unmapped() {
 				info = nil
 				continue
 			}
 			if info == nil {
-				segs = append(segs, SegmentInfo{Ptr: b.Ptr, Stream: s.Stream, Pool: s.Pool.Stat, PoolID: a.poolIDOf(s.Free), Expandable: s.Expandable()})
+				segs = append(segs, SegmentInfo{Ptr: b.Ptr(), Stream: s.Stream(), Pool: s.Pool().Stat(), PoolID: a.poolIDOf(s.Free()), Expandable: s.Expandable()})
 				info = &segs[len(segs)-1]
 			}
-			bi := BlockInfo{Ptr: b.Ptr, Size: b.Size, Requested: b.Requested}
+			bi := BlockInfo{Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested}
 			switch {
 			case b.Allocated:
 				bi.State = BlockAllocated
-				info.Allocated += b.Size
+				info.Allocated += b.Size()
 			case !b.IsFree():
 				bi.State = BlockPendingFree
 			}
 			if bi.State != BlockFree {
-				info.Active += b.Size
+				info.Active += b.Size()
 				info.Requested += b.Requested
 			}
-			info.Size += b.Size
+			info.Size += b.Size()
 			info.Blocks = append(info.Blocks, bi)
 		}
 	}

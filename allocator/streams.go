@@ -100,7 +100,7 @@ func (a *Allocator) deferFreeLocked(b *freeindex.Block) (int, error) {
 	}
 	n, err := a.events.Record(b, a.uses[b])
 	if err != nil {
-		return 0, fmt.Errorf("allocator: free %v on device %d: %w", b.Ptr, a.ordinal, err)
+		return 0, fmt.Errorf("allocator: free %v on device %d: %w", b.Ptr(), a.ordinal, err)
 	}
 	delete(a.uses, b)
 	delete(a.captureUses, b)
@@ -113,7 +113,7 @@ func (a *Allocator) deferFreeLocked(b *freeindex.Block) (int, error) {
 func (a *Allocator) eventDoneLocked(b *freeindex.Block) {
 	b.EventCount--
 	if b.EventCount == 0 {
-		a.finishFreeLocked(a.shardOf(b.Seg.Free), b, false)
+		a.finishFreeLocked(a.shardOf(b.Seg().Free()), b, false)
 	}
 }
 

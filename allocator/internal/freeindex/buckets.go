@@ -96,7 +96,7 @@ func (s *sizeBuckets) last() *Block {
 
 // insert adds b to its class.
 func (s *sizeBuckets) insert(b *Block) {
-	c := classOf(b.Size) & (numClasses - 1)
+	c := classOf(b.size) & (numClasses - 1)
 	s.n++
 	s.version++
 	if s.first[c] != nil {
@@ -130,7 +130,7 @@ func (s *sizeBuckets) insertMore(b *Block, c int) {
 
 // remove takes b out of its class.
 func (s *sizeBuckets) remove(b *Block) {
-	c := classOf(b.Size) & (numClasses - 1)
+	c := classOf(b.size) & (numClasses - 1)
 	s.n--
 	s.version++
 	if s.heaps != nil && len(s.heaps[c]) != 0 {
@@ -207,17 +207,17 @@ func (s *sizeBuckets) check() string {
 		if len(h) == 1 || len(h) > 0 && h[0] != f {
 			return "a size bucket's heap and its first block disagree"
 		}
-		if f != nil && classOf(f.Size) != c {
+		if f != nil && classOf(f.size) != c {
 			return "a block is in the bucket of another size"
 		}
 		for i, b := range h {
-			if b == nil || classOf(b.Size) != c {
+			if b == nil || classOf(b.size) != c {
 				return "a block is in the bucket of another size"
 			}
 			if int(b.heapIdx) != i {
 				return "a block's heap position is wrong"
 			}
-			if i > 0 && h[(i-1)/2].Ptr > b.Ptr {
+			if i > 0 && h[(i-1)/2].ptr > b.ptr {
 				return "a size bucket is not a heap by address"
 			}
 		}

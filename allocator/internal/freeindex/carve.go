@@ -19,21 +19,21 @@ func (x *Index) Carve(b *Block, ptr device.Ptr, size uint64) *Block {
 		x.settle()
 	}
 	x.unfile(b)
-	if ptr > b.Ptr {
-		m := x.Spares.Get()
-		m.Stream, m.Pool, m.Seg = b.Stream, b.Pool, b.Seg
-		m.Ptr, m.Size = ptr, b.Size-uint64(ptr-b.Ptr)
-		b.LinkAfter(m)
-		b.Size = uint64(ptr - b.Ptr)
+	if ptr > b.ptr {
+		m := x.spares.get()
+		m.stream, m.pool, m.seg = b.stream, b.pool, b.seg
+		m.ptr, m.size = ptr, b.size-uint64(ptr-b.ptr)
+		b.linkAfter(m)
+		b.size = uint64(ptr - b.ptr)
 		x.add(b)
 		b = m
 	}
-	if b.Size > size {
-		r := x.Spares.Get()
-		r.Stream, r.Pool, r.Seg = b.Stream, b.Pool, b.Seg
-		r.Ptr, r.Size = b.Ptr+device.Ptr(size), b.Size-size
-		b.LinkAfter(r)
-		b.Size = size
+	if b.size > size {
+		r := x.spares.get()
+		r.stream, r.pool, r.seg = b.stream, b.pool, b.seg
+		r.ptr, r.size = b.ptr+device.Ptr(size), b.size-size
+		b.linkAfter(r)
+		b.size = size
 		x.add(r)
 	}
 	return b
@@ -44,17 +44,17 @@ func (x *Index) Carve(b *Block, ptr device.Ptr, size uint64) *Block {
 // that kept b across operations that merge blocks (which give the
 // absorbed structs back as spares) asks before it walks from b.
 func InSegment(b *Block, seg *Segment) bool {
-	if b == nil || b.Seg != seg {
+	if b == nil || b.seg != seg {
 		return false
 	}
-	if b.Prev == nil {
-		if seg.Head != b {
+	if b.prev == nil {
+		if seg.head != b {
 			return false
 		}
-	} else if b.Prev.Next != b {
+	} else if b.prev.next != b {
 		return false
 	}
-	return b.Next == nil || b.Next.Prev == b
+	return b.next == nil || b.next.prev == b
 }
 
 // Containing returns the block of from's segment that holds the address
@@ -62,11 +62,11 @@ func InSegment(b *Block, seg *Segment) bool {
 // is outside the segment.
 func Containing(from *Block, ptr device.Ptr) *Block {
 	b := from
-	for b != nil && ptr < b.Ptr {
-		b = b.Prev
+	for b != nil && ptr < b.ptr {
+		b = b.prev
 	}
-	for b != nil && ptr >= b.Ptr+device.Ptr(b.Size) {
-		b = b.Next
+	for b != nil && ptr >= b.ptr+device.Ptr(b.size) {
+		b = b.next
 	}
 	return b
 }

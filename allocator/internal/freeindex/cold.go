@@ -11,7 +11,7 @@ import (
 	"github.com/gpumem/gpumem/device"
 )
 
-// coldView indexes, for one pool, the free blocks of the cold shard's
+// ColdView indexes, for one pool, the free blocks of the cold shard's
 // streams, which may be many (a program with a stream per allocation), so
 // that a walk over every stream's cache costs the shards of their own (at
 // most the allocator's maxShards) and what it finds among the cold
@@ -29,10 +29,10 @@ import (
 // the policy, exactly those of them whose stream is not host-waited (nil
 // otherwise); wholes holds exactly the cold free indexes whose list of
 // whole free segments is not empty, each x at x.coldAt-1.
-type coldView struct {
+type ColdView struct {
 	free    *btree.BTreeG[coldItem]
 	lenders *btree.BTreeG[coldItem]
-	Waited  map[device.Stream]struct{} // the policy's hostWaited; nil without the policy
+	waited  map[device.Stream]struct{} // the policy's hostWaited; nil without the policy
 	wholes  []*Index
 }
 
@@ -51,13 +51,13 @@ func coldLess(x, y coldItem) bool {
 }
 
 // add files the free block b of a cold index under its key.
-func (v *coldView) add(b *Block) {
+func (v *ColdView) add(b *Block) {
 	if v.free == nil {
 		v.free = btree.NewG(32, coldLess)
 	}
 	v.free.ReplaceOrInsert(coldItem{KeyOf(b), b})
-	if v.Waited != nil {
-		if _, ok := v.Waited[b.Stream]; !ok {
+	if v.waited != nil {
+		if _, ok := v.waited[b.stream]; !ok {
 			if v.lenders == nil {
 				v.lenders = btree.NewG(32, coldLess)
 			}
@@ -67,13 +67,13 @@ func (v *coldView) add(b *Block) {
 }
 
 // drop takes out the free block filed under k.
-func (v *coldView) drop(k Key) {
+func (v *ColdView) drop(k Key) {
 	v.free.Delete(coldItem{Key: k})
 	v.Unlend(k)
 }
 
 // Unlend takes the block filed under k out of the lenders, if it is there.
-func (v *coldView) Unlend(k Key) {
+func (v *ColdView) Unlend(k Key) {
 	if v.lenders != nil {
 		v.lenders.Delete(coldItem{Key: k})
 	}
@@ -81,7 +81,7 @@ func (v *coldView) Unlend(k Key) {
 
 // AscendLenders calls f on the cold free blocks that may be lent, of at
 // least size bytes, in (size, address) order, until f returns false.
-func (v *coldView) AscendLenders(size uint64, f func(*Block) bool) {
+func (v *ColdView) AscendLenders(size uint64, f func(*Block) bool) {
 	if v.lenders == nil {
 		return
 	}
@@ -90,12 +90,12 @@ func (v *coldView) AscendLenders(size uint64, f func(*Block) bool) {
 
 // listed notes that the cold index x now has whole free segments, and
 // unlisted that it has none.
-func (v *coldView) listed(x *Index) {
+func (v *ColdView) listed(x *Index) {
 	v.wholes = append(v.wholes, x)
 	x.coldAt = len(v.wholes)
 }
 
-func (v *coldView) unlisted(x *Index) {
+func (v *ColdView) unlisted(x *Index) {
 	i := x.coldAt - 1
 	last := v.wholes[len(v.wholes)-1]
 	v.wholes[i], last.coldAt = last, i+1
@@ -106,7 +106,7 @@ func (v *coldView) unlisted(x *Index) {
 
 // AscendAtLeast calls f on the cold free blocks of at least size bytes,
 // in (size, address) order, until f returns false.
-func (v *coldView) AscendAtLeast(size uint64, f func(*Block) bool) {
+func (v *ColdView) AscendAtLeast(size uint64, f func(*Block) bool) {
 	if v.free == nil {
 		return
 	}
@@ -114,7 +114,7 @@ func (v *coldView) AscendAtLeast(size uint64, f func(*Block) bool) {
 }
 
 // Largest returns a largest cold free block, or nil.
-func (v *coldView) Largest() *Block {
+func (v *ColdView) Largest() *Block {
 	if v.free == nil {
 		return nil
 	}
@@ -131,48 +131,55 @@ func (p *Pool) CheckCold(cold func(f func(*Index)), policy bool, bad func(string
 	cold(func(x *Index) {
 		x.Each(func(b *Block) bool {
 			n++
-			if got, ok := p.Cold.free.Get(coldItem{Key: KeyOf(b)}); !ok || got.b != b {
-				bad("cold free block %v+%d of pool %s is not in its cold view", b.Ptr, b.Size, p.Stat)
+			if got, ok := p.cold.free.Get(coldItem{Key: KeyOf(b)}); !ok || got.b != b {
+				bad("cold free block %v+%d of pool %s is not in its cold view", b.ptr, b.size, p.stat)
 			}
 			if !policy {
 				return true
 			}
-			_, waited := p.Cold.Waited[b.Stream]
+			_, waited := p.cold.waited[b.stream]
 			if !waited {
 				lenders++
 			}
 			var got coldItem
 			var ok bool
-			if p.Cold.lenders != nil {
-				got, ok = p.Cold.lenders.Get(coldItem{Key: KeyOf(b)})
+			if p.cold.lenders != nil {
+				got, ok = p.cold.lenders.Get(coldItem{Key: KeyOf(b)})
 			}
 			if ok == waited || ok && got.b != b {
-				bad("cold free block %v+%d of pool %s (stream %d, host-waited %v) is wrongly among the lenders", b.Ptr, b.Size, p.Stat, b.Stream, waited)
+				bad("cold free block %v+%d of pool %s (stream %d, host-waited %v) is wrongly among the lenders", b.ptr, b.size, p.stat, b.stream, waited)
 			}
 			return true
 		})
 		if x.wholes != nil {
 			wholes++
-			if x.coldAt < 1 || x.coldAt > len(p.Cold.wholes) || p.Cold.wholes[x.coldAt-1] != x {
-				bad("the cold index of stream %d, pool %s, has whole free segments but is not listed", x.Stream, p.Stat)
+			if x.coldAt < 1 || x.coldAt > len(p.cold.wholes) || p.cold.wholes[x.coldAt-1] != x {
+				bad("the cold index of stream %d, pool %s, has whole free segments but is not listed", x.stream, p.stat)
 			}
 		}
 	})
-	if p.Cold.free != nil && p.Cold.free.Len() != n {
-		bad("the cold view of pool %s holds %d free blocks, the cold indexes %d", p.Stat, p.Cold.free.Len(), n)
+	if p.cold.free != nil && p.cold.free.Len() != n {
+		bad("the cold view of pool %s holds %d free blocks, the cold indexes %d", p.stat, p.cold.free.Len(), n)
 	}
 	held := 0
-	if p.Cold.lenders != nil {
-		held = p.Cold.lenders.Len()
+	if p.cold.lenders != nil {
+		held = p.cold.lenders.Len()
 	}
-	if held != lenders || (p.Cold.Waited != nil) != policy {
-		bad("the cold view of pool %s holds %d lenders, there are %d (policy: %v)", p.Stat, held, lenders, policy)
+	if held != lenders || (p.cold.waited != nil) != policy {
+		bad("the cold view of pool %s holds %d lenders, there are %d (policy: %v)", p.stat, held, lenders, policy)
 	}
-	if len(p.Cold.wholes) != wholes {
-		bad("the cold view of pool %s lists %d indexes with whole segments, there are %d", p.Stat, len(p.Cold.wholes), wholes)
+	if len(p.cold.wholes) != wholes {
+		bad("the cold view of pool %s lists %d indexes with whole segments, there are %d", p.stat, len(p.cold.wholes), wholes)
 	}
 }
 
 // WholeIndexes returns the cold free indexes that have whole free segments, in
 // no order. The caller must not change the slice.
-func (v *coldView) WholeIndexes() []*Index { return v.wholes }
+func (v *ColdView) WholeIndexes() []*Index { return v.wholes }
+
+// SetWaited gives the view the low_fragmentation policy's set of streams
+// that RecordStream has named (policyState.hostWaited), which never lend:
+// the allocator's, which it alone changes, and which the view reads when
+// it files a block. Without the policy the view has none and keeps no
+// lenders.
+func (v *ColdView) SetWaited(waited map[device.Stream]struct{}) { v.waited = waited }

@@ -43,10 +43,39 @@
 // neighbours of the same kind, PyTorch's try_merge_blocks, and file the
 // result); Insert and Remove; the ordered walks Fit, AscendAtLeast,
 // CloseFit and DescendBelow; Largest; the whole free segments
-// (AppendWholes, EachWhole); Each; the count of segments (SegmentAdded,
-// SegmentRemoved); Flush; and its checks (Check, CheckSegments,
-// Pool.CheckOwners). PtrTable is the map from address to allocated block
-// that each shard keeps; Spares its recycled block structs.
+// (AppendWholes, EachWhole); Each; the segments (NewSegment, which makes
+// one and its first block; MapPages and UnmapPages, which make an
+// expandable segment's pages, just mapped or unmapped, a block of their
+// own; ForgetSegment; the count, SegmentAdded and SegmentRemoved); Flush;
+// and its checks (Check, CheckSegments, Pool.CheckOwners). A Pool is read
+// through its methods too (its unmapped ranges: AscendUnmapped,
+// EachUnmapped, HasUnmapped, UnmappedLen; its ColdView). PtrTable is the
+// map from address to allocated block that each shard keeps; Spares its
+// recycled block structs.
+//
+// # Whose fields
+//
+// The structure of the memory is this package's alone: every field that
+// places a block (its address, size, stream, pool, segment, neighbours,
+// whether it is indexed or unmapped, its age base), every field of a
+// Segment, of a Pool but GCCalls, and of an Index but Merged is
+// unexported, written only here, and read by the allocator through the
+// method of its name (Block.Ptr, Segment.Head, Index.NSeg, ...), small
+// enough to be inlined. The exported fields are the allocator's, written
+// only by it:
+//
+//   - Block.Requested, Allocated, Recorded, Phase and EventCount: its
+//     bookkeeping of a block it handed out. This package reads them only
+//     to merge free neighbours alone (Block.Busy) and to check that the
+//     struct kept for the next split is unused, and zeroes them when it
+//     recycles a struct.
+//   - Pool.GCCalls: the clock of block ages, which the allocator's
+//     searches advance; this package reads it to stamp what it files.
+//   - Index.Merged: the planned policy's mark of a small-pool index it
+//     does not use; this package does not read it.
+//
+// The allocator's tests of its checks break the structure on purpose
+// through the Break methods (breaks.go), which nothing else calls.
 //
 // # The pending split
 //
@@ -75,7 +104,7 @@
 //     returns to the device) are known without a walk: in size buckets
 //     the 2 MiB class; in the other kinds, wholes lists exactly them;
 //   - NSeg counts the segments of the Index's pool and stream, and the
-//     Index is among its Pool's Owners exactly when NSeg > 0;
+//     Index is among its Pool's owners exactly when NSeg > 0;
 //   - the struct kept for the next split is unused, of the Index's stream
 //     and pool.
 //
@@ -102,11 +131,13 @@
 //
 // # Files
 //
-// block.go: blocks, segments, pools, spare structs. index.go: Index, its
+// block.go: blocks, segments, pools, spare structs, and the making and
+// mapping of segments. index.go: Index, its
 // best fit, split, merge and filing. walks.go: its ordered walks and its
 // list of whole free segments. index_check.go: its checks. buckets.go,
 // large.go, tree.go and tree_check.go: its structures. heap.go: the heap of a size class.
 // hash.go: the hash. ptrtable.go: PtrTable. cold.go: the cold view.
 // carve.go: Carve and Containing, for a block handed out at an address
-// planned in advance (the allocator's planned policy).
+// planned in advance (the allocator's planned policy). breaks.go: the
+// breaks the allocator's check tests make.
 package freeindex

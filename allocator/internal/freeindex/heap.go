@@ -14,7 +14,7 @@ func heapUp(h []*Block, i int, track bool) bool {
 	start := i
 	for i > 0 {
 		p := (i - 1) / 2
-		if h[p].Ptr < b.Ptr {
+		if h[p].ptr < b.ptr {
 			break
 		}
 		h[i] = h[p]
@@ -40,10 +40,10 @@ func heapDown(h []*Block, i int, track bool) {
 		if c >= n {
 			break
 		}
-		if c+1 < n && h[c+1].Ptr < h[c].Ptr {
+		if c+1 < n && h[c+1].ptr < h[c].ptr {
 			c++
 		}
-		if b.Ptr < h[c].Ptr {
+		if b.ptr < h[c].ptr {
 			break
 		}
 		h[i] = h[c]

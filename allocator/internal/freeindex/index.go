@@ -9,13 +9,18 @@ import "github.com/gpumem/gpumem/device"
 // (size, address), and the list of those that fill a plain segment (the
 // package doc describes the kinds, the methods, the pending split and the
 // invariants). Its fields are guarded by its shard's lock.
+//
+// Whose fields: all but Merged are this package's, which alone writes
+// them (Init and the methods); the allocator reads them through Shard,
+// PoolIdx, Pool, Stream, Kind and NSeg. Merged is the allocator's (its
+// planned policy sets it), and this package does not read it.
 type Index struct {
-	Shard   int     // the id of the shard whose lock guards the index
-	Spares  *Spares // that shard's recycled block structs
-	PoolIdx int     // Pool.Idx
-	Pool    *Pool
-	Stream  device.Stream
-	Kind    Kind
+	shard   int     // the id of the shard whose lock guards the index
+	spares  *Spares // that shard's recycled block structs
+	poolIdx int     // pool.idx
+	pool    *Pool
+	stream  device.Stream
+	kind    Kind
 	// Merged marks a small-pool index whose requests the allocator sends
 	// to the large pool's index of the stream instead (its planned
 	// policy): it stays empty.
@@ -24,12 +29,12 @@ type Index struct {
 	large   *largeBuckets // KindLarge: blocks up to 128 MiB
 	tree    freeTree      // KindLarge: larger blocks; KindTree: every block
 	wholes  *Block        // but in size buckets: head of the list of whole free segments, through nextWhole
-	NSeg    int           // segments of the pool and stream (changed in the world)
-	owner   int           // the index's place in Pool.Owners while NSeg > 0
+	nSeg    int           // segments of the pool and stream (changed in the world)
+	owner   int           // the index's place in its pool's owners while nSeg > 0
 	coldAt  int           // a cold index's place in its pool's cold view's wholes, plus one; 0 when not there
 
 	// pend is the free block that the last take from this index split,
-	// still filed under its key from before the split, PendKey: its move
+	// still filed under its key from before the split, pendKey: its move
 	// to its new key waits, because the usual next step, the free of the
 	// block handed out (pend.prev), merges the two back into that very
 	// key (unsplit), and then the index never changes. Every other method
@@ -62,7 +67,7 @@ const (
 // Init makes x the empty free index of kind k of pool p on stream s, in
 // the shard of id shard, whose recycled block structs are sp.
 func (x *Index) Init(shard int, sp *Spares, s device.Stream, p *Pool, k Kind) {
-	x.Shard, x.Spares, x.PoolIdx, x.Pool, x.Stream, x.Kind = shard, sp, p.Idx, p, s, k
+	x.shard, x.spares, x.poolIdx, x.pool, x.stream, x.kind = shard, sp, p.idx, p, s, k
 	switch k {
 	case KindSmall:
 		x.buckets = new(sizeBuckets)
@@ -71,14 +76,33 @@ func (x *Index) Init(shard int, sp *Spares, s device.Stream, p *Pool, k Kind) {
 	}
 }
 
+// Shard is the id of the shard whose lock guards the index.
+func (x *Index) Shard() int { return x.shard }
+
+// PoolIdx is the place of the index's pool among the allocator's pools
+// (Pool.Idx).
+func (x *Index) PoolIdx() int { return x.poolIdx }
+
+// Pool is the index's pool.
+func (x *Index) Pool() *Pool { return x.pool }
+
+// Stream is the index's stream.
+func (x *Index) Stream() device.Stream { return x.stream }
+
+// Kind is the index's structure, fixed at Init.
+func (x *Index) Kind() Kind { return x.kind }
+
+// NSeg is the number of segments of the index's pool and stream.
+func (x *Index) NSeg() int { return x.nSeg }
+
 // Aged reports whether the index stamps its blocks with the pool's clock
 // of ages (GCCountBase), so that a search of it counts in the clock.
-func (x *Index) Aged() bool { return x.Kind != KindSmall }
+func (x *Index) Aged() bool { return x.kind != KindSmall }
 
 // inLarge reports whether a block of size bytes is filed in the large
 // buckets (else in the tree), in an index that is not of size buckets.
 func (x *Index) inLarge(size uint64) bool {
-	return x.Kind == KindLarge && size <= maxLargeSize
+	return x.kind == KindLarge && size <= maxLargeSize
 }
 
 // BestFit is the allocator's best fit (step 4 of its allocation ladder)
@@ -94,7 +118,7 @@ func (x *Index) BestFit(size uint64) *Block {
 	}
 	var b *Block
 	switch {
-	case x.Kind == KindSmall:
+	case x.kind == KindSmall:
 		return x.buckets.bestFit(size) // no expandable segments here
 	case x.inLarge(size):
 		if b = x.large.fit(size); b == nil {
@@ -103,7 +127,7 @@ func (x *Index) BestFit(size uint64) *Block {
 	default:
 		b = x.tree.lowerBound(size)
 	}
-	if b != nil && b.Seg.Expandable() {
+	if b != nil && b.seg.Expandable() {
 		b = ExpandableBestFit(x, b)
 	}
 	return b
@@ -117,7 +141,7 @@ func (x *Index) BestFit(size uint64) *Block {
 // buckets hold blocks of at most 2 MiB, and max_split_size is more than
 // 20 MiB (the allocator's Config.validate).
 func (x *Index) Remembered(size uint64) *Block {
-	if bk := x.buckets; x.Kind == KindSmall && x.pend == nil && size == bk.memoSize && bk.version == bk.memoVersion {
+	if bk := x.buckets; x.kind == KindSmall && x.pend == nil && size == bk.memoSize && bk.version == bk.memoVersion {
 		return bk.memo
 	}
 	return nil
@@ -129,7 +153,7 @@ func (x *Index) Remembered(size uint64) *Block {
 // unmapped range after it is smaller, that is, one that could not grow as
 // much.
 func ExpandableBestFit(x *Index, b *Block) *Block {
-	if expandableSize(b) == b.Size {
+	if expandableSize(b) == b.size {
 		// b cannot grow, and no later block is smaller: the walk would
 		// stop at the first.
 		return b
@@ -139,7 +163,7 @@ func ExpandableBestFit(x *Index, b *Block) *Block {
 		if n == b {
 			return true
 		}
-		if !cur.Seg.Expandable() || expandableSize(n) >= expandableSize(cur) {
+		if !cur.seg.Expandable() || expandableSize(n) >= expandableSize(cur) {
 			return false
 		}
 		cur = n
@@ -151,10 +175,10 @@ func ExpandableBestFit(x *Index, b *Block) *Block {
 // expandableSize is what a free block could grow to by mapping the
 // unmapped range after it.
 func expandableSize(b *Block) uint64 {
-	if b.Next != nil && b.Next.Unmapped {
-		return b.Size + b.Next.Size
+	if b.next != nil && b.next.unmapped {
+		return b.size + b.next.size
 	}
-	return b.Size
+	return b.size
 }
 
 // Take hands out b, a free block of x for a request of size bytes: with
@@ -172,12 +196,12 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 	}
 	if !split {
 		switch {
-		case !b.Indexed:
-		case x.Kind == KindSmall:
-			b.Indexed = false
+		case !b.indexed:
+		case x.kind == KindSmall:
+			b.indexed = false
 			x.buckets.remove(b)
-		case x.inLarge(b.Size): // drop, written out
-			b.Indexed = false
+		case x.inLarge(b.size): // drop, written out
+			b.indexed = false
 			x.large.remove(b)
 			if b.listed {
 				x.unlist(b)
@@ -191,25 +215,25 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 	if b = x.front; b != nil {
 		x.front = nil // zero but for the fields set here, and x's stream and pool
 	} else {
-		b = x.Spares.Get() // zeroed
-		b.Stream, b.Pool = rest.Stream, rest.Pool
+		b = x.spares.get() // zeroed
+		b.stream, b.pool = rest.stream, rest.pool
 	}
-	b.Ptr, b.Size, b.Seg = rest.Ptr, size, rest.Seg
-	rest.LinkBefore(b)
-	rest.Ptr += device.Ptr(size)
-	rest.Size -= size
-	if !rest.Indexed {
+	b.ptr, b.size, b.seg = rest.ptr, size, rest.seg
+	rest.linkBefore(b)
+	rest.ptr += device.Ptr(size)
+	rest.size -= size
+	if !rest.indexed {
 		x.add(rest)
 		return b
 	}
-	if x.Kind != KindSmall {
+	if x.kind != KindSmall {
 		// Stamped and unlisted now, as filing it anew would.
-		rest.GCCountBase = x.Pool.GCCalls
+		rest.gcCountBase = x.pool.GCCalls
 		if rest.listed {
 			x.unlist(rest)
 		}
 		x.pend, x.pendKey = rest, old
-		if x.Kind == KindTree {
+		if x.kind == KindTree {
 			x.settle() // the cold shard's indexes never wait (the allocator's settleAllLocked)
 		}
 		return b
@@ -226,28 +250,28 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 // gives back the block from before the split, filed under the key the
 // pending rest still has: the index does not change (an unsplit).
 func (x *Index) Put(b *Block) *Block {
-	prev, next := b.Prev, b.Next
+	prev, next := b.prev, b.next
 	mergePrev := mergeable(b, prev)
 	if pb := x.pend; pb != nil {
 		// pb.prev is the front, busy until now: next == pb means b is it.
 		// Its requested is zero already (the allocator's finishFreeLocked).
 		if next == pb && !mergePrev {
 			x.pend = nil
-			pb.Ptr, pb.Size = b.Ptr, b.Size+pb.Size
-			pb.Prev = prev
+			pb.ptr, pb.size = b.ptr, b.size+pb.size
+			pb.prev = prev
 			if prev != nil {
-				prev.Next = pb
+				prev.next = pb
 			} else {
-				pb.Seg.Head = pb
+				pb.seg.head = pb
 			}
 			if x.front == nil {
 				x.front = b // for the next split of x: b's flags and counts are zero
 			} else {
-				x.Spares.Put(b)
+				x.spares.put(b)
 			}
-			if x.Kind != KindSmall {
-				pb.GCCountBase = x.Pool.GCCalls // as filing it anew would
-				if !pb.Seg.Expandable() && !pb.IsSplit() {
+			if x.kind != KindSmall {
+				pb.gcCountBase = x.pool.GCCalls // as filing it anew would
+				if !pb.seg.Expandable() && !pb.IsSplit() {
 					x.list(pb) // it fills its segment again
 				}
 			}
@@ -256,34 +280,34 @@ func (x *Index) Put(b *Block) *Block {
 		x.settle()
 	}
 	mergeNext := mergeable(b, next)
-	if x.Kind == KindTree && !b.Unmapped && (mergePrev || mergeNext) {
+	if x.kind == KindTree && !b.unmapped && (mergePrev || mergeNext) {
 		return x.mergeInto(b, mergePrev, mergeNext)
 	}
 	if mergePrev {
 		x.unfile(prev)
-		b.Ptr, b.Size = prev.Ptr, b.Size+prev.Size
-		b.Prev = prev.Prev
-		if b.Prev != nil {
-			b.Prev.Next = b
+		b.ptr, b.size = prev.ptr, b.size+prev.size
+		b.prev = prev.prev
+		if b.prev != nil {
+			b.prev.next = b
 		} else {
-			b.Seg.Head = b
+			b.seg.head = b
 		}
-		x.Spares.Put(prev)
+		x.spares.put(prev)
 	}
 	if mergeNext {
 		x.unfile(next)
-		b.Size += next.Size
-		b.Next = next.Next
-		if b.Next != nil {
-			b.Next.Prev = b
+		b.size += next.size
+		b.next = next.next
+		if b.next != nil {
+			b.next.prev = b
 		}
-		x.Spares.Put(next)
+		x.spares.put(next)
 	}
 	switch {
-	case b.Unmapped:
-		x.Pool.Unmapped.ReplaceOrInsert(b)
-	case x.Kind == KindSmall:
-		b.Indexed = true
+	case b.unmapped:
+		x.pool.unmapped.ReplaceOrInsert(b)
+	case x.kind == KindSmall:
+		b.indexed = true
 		x.buckets.insert(b)
 	default:
 		x.add(b)
@@ -293,7 +317,7 @@ func (x *Index) Put(b *Block) *Block {
 
 // mergeable reports whether b, free or unmapped, merges with its
 // neighbour n: n is of the same kind.
-func mergeable(b, n *Block) bool { return n != nil && !n.Busy() && n.Unmapped == b.Unmapped }
+func mergeable(b, n *Block) bool { return n != nil && !n.Busy() && n.unmapped == b.unmapped }
 
 // mergeInto merges b, a free block in no index, into its free neighbours
 // (one or both merge) in x, an index of the tree kind, and returns the
@@ -301,36 +325,36 @@ func mergeable(b, n *Block) bool { return n != nil && !n.Busy() && n.Unmapped ==
 // to its new key in place (freeTree.rekey), which saves a remove and an
 // insert when it stays in its leaf.
 func (x *Index) mergeInto(b *Block, mergePrev, mergeNext bool) *Block {
-	prev, next := b.Prev, b.Next
+	prev, next := b.prev, b.next
 	m := prev
 	if mergeNext {
 		m = next
 	}
 	old := KeyOf(m)
-	first, last, total := b, b, b.Size
+	first, last, total := b, b, b.size
 	if mergePrev {
-		first, total = prev, total+prev.Size
+		first, total = prev, total+prev.size
 		if prev != m {
 			x.drop(prev)
 		}
 	}
 	if mergeNext {
-		last, total = next, total+next.Size
+		last, total = next, total+next.size
 	}
-	m.Ptr, m.Size = first.Ptr, total
-	m.Prev, m.Next = first.Prev, last.Next
-	if m.Prev != nil {
-		m.Prev.Next = m
+	m.ptr, m.size = first.ptr, total
+	m.prev, m.next = first.prev, last.next
+	if m.prev != nil {
+		m.prev.next = m
 	} else {
-		m.Seg.Head = m
+		m.seg.head = m
 	}
-	if m.Next != nil {
-		m.Next.Prev = m
+	if m.next != nil {
+		m.next.prev = m
 	}
 	if mergePrev && prev != m {
-		x.Spares.Put(prev)
+		x.spares.put(prev)
 	}
-	x.Spares.Put(b)
+	x.spares.put(b)
 	x.rekey(m, old)
 	return m
 }
@@ -354,21 +378,21 @@ func (x *Index) Remove(b *Block) {
 // add files a free block, marked indexed; but in size buckets it stamps
 // its age base and lists it if it fills its plain segment.
 func (x *Index) add(b *Block) {
-	b.Indexed = true
-	if x.Kind == KindSmall {
+	b.indexed = true
+	if x.kind == KindSmall {
 		x.buckets.insert(b)
 		return
 	}
-	b.GCCountBase = x.Pool.GCCalls
-	if x.inLarge(b.Size) { // place, written out
+	b.gcCountBase = x.pool.GCCalls
+	if x.inLarge(b.size) { // place, written out
 		x.large.insert(b)
 	} else {
 		x.tree.insert(b)
-		if x.Kind == KindTree { // a cold index
-			x.Pool.Cold.add(b)
+		if x.kind == KindTree { // a cold index
+			x.pool.cold.add(b)
 		}
 	}
-	if !b.IsSplit() && !b.Seg.Expandable() {
+	if !b.IsSplit() && !b.seg.Expandable() {
 		x.list(b)
 	}
 }
@@ -376,17 +400,17 @@ func (x *Index) add(b *Block) {
 // drop takes a free block out of the index. The block's size and address
 // must be those it was filed under.
 func (x *Index) drop(b *Block) {
-	b.Indexed = false
-	if x.Kind == KindSmall {
+	b.indexed = false
+	if x.kind == KindSmall {
 		x.buckets.remove(b)
 		return
 	}
-	if x.inLarge(b.Size) { // displace, written out
+	if x.inLarge(b.size) { // displace, written out
 		x.large.remove(b)
 	} else {
 		x.tree.remove(b)
-		if x.Kind == KindTree { // a cold index
-			x.Pool.Cold.drop(KeyOf(b))
+		if x.kind == KindTree { // a cold index
+			x.pool.cold.drop(KeyOf(b))
 		}
 	}
 	if b.listed {
@@ -398,23 +422,23 @@ func (x *Index) drop(b *Block) {
 // says, and take it out: the structures alone, no flag or list. Not for
 // size buckets.
 func (x *Index) place(b *Block) {
-	if x.inLarge(b.Size) {
+	if x.inLarge(b.size) {
 		x.large.insert(b)
 	} else {
 		x.tree.insert(b)
-		if x.Kind == KindTree { // a cold index
-			x.Pool.Cold.add(b)
+		if x.kind == KindTree { // a cold index
+			x.pool.cold.add(b)
 		}
 	}
 }
 
 func (x *Index) displace(b *Block) {
-	if x.inLarge(b.Size) {
+	if x.inLarge(b.size) {
 		x.large.remove(b)
 	} else {
 		x.tree.remove(b)
-		if x.Kind == KindTree { // a cold index
-			x.Pool.Cold.drop(KeyOf(b))
+		if x.kind == KindTree { // a cold index
+			x.pool.cold.drop(KeyOf(b))
 		}
 	}
 }
@@ -422,13 +446,13 @@ func (x *Index) displace(b *Block) {
 // rekey moves b, a free block filed in x's tree under old, to its current
 // key, and stamps its age base as filing it anew would.
 func (x *Index) rekey(b *Block, old Key) {
-	b.GCCountBase = x.Pool.GCCalls
+	b.gcCountBase = x.pool.GCCalls
 	x.tree.rekey(b, old)
-	if x.Kind == KindTree { // a cold index
-		x.Pool.Cold.drop(old)
-		x.Pool.Cold.add(b)
+	if x.kind == KindTree { // a cold index
+		x.pool.cold.drop(old)
+		x.pool.cold.add(b)
 	}
-	if whole := !b.IsSplit() && !b.Seg.Expandable(); whole != b.listed {
+	if whole := !b.IsSplit() && !b.seg.Expandable(); whole != b.listed {
 		if whole {
 			x.list(b)
 		} else {
@@ -441,21 +465,21 @@ func (x *Index) rekey(b *Block, old Key) {
 func (x *Index) settle() {
 	b, old := x.pend, x.pendKey
 	x.pend = nil
-	if x.Kind == KindTree { // a cold index
+	if x.kind == KindTree { // a cold index
 		x.tree.rekey(b, old)
-		x.Pool.Cold.drop(old)
-		x.Pool.Cold.add(b)
+		x.pool.cold.drop(old)
+		x.pool.cold.add(b)
 		return
 	}
 	k := KeyOf(b)
-	b.Ptr, b.Size = old.ptr, old.size
-	if x.Kind == KindSmall {
+	b.ptr, b.size = old.ptr, old.size
+	if x.kind == KindSmall {
 		x.buckets.remove(b)
 	} else {
 		x.displace(b)
 	}
-	b.Ptr, b.Size = k.ptr, k.size
-	if x.Kind == KindSmall {
+	b.ptr, b.size = k.ptr, k.size
+	if x.kind == KindSmall {
 		x.buckets.insert(b)
 	} else {
 		x.place(b)
@@ -473,7 +497,7 @@ func (x *Index) Flush() {
 		x.settle()
 	}
 	if x.front != nil {
-		x.Spares.Put(x.front)
+		x.spares.put(x.front)
 		x.front = nil
 	}
 }
@@ -482,10 +506,10 @@ func (x *Index) Flush() {
 // pool's unmapped index. (Size buckets without drop's call, as in take.)
 func (x *Index) unfile(b *Block) {
 	switch {
-	case b.Unmapped:
-		x.Pool.Unmapped.Delete(b)
-	case x.Kind == KindSmall:
-		b.Indexed = false
+	case b.unmapped:
+		x.pool.unmapped.Delete(b)
+	case x.kind == KindSmall:
+		b.indexed = false
 		x.buckets.remove(b)
 	default:
 		x.drop(b)
@@ -495,22 +519,22 @@ func (x *Index) unfile(b *Block) {
 // SegmentAdded counts a new segment of x's pool and stream: the first
 // makes x one of its pool's owners.
 func (x *Index) SegmentAdded() {
-	if x.NSeg == 0 {
-		x.owner = len(x.Pool.Owners)
-		x.Pool.Owners = append(x.Pool.Owners, x)
+	if x.nSeg == 0 {
+		x.owner = len(x.pool.owners)
+		x.pool.owners = append(x.pool.owners, x)
 	}
-	x.NSeg++
+	x.nSeg++
 }
 
 // SegmentRemoved uncounts a released segment of x's pool and stream: the
 // last takes x out of its pool's owners.
 func (x *Index) SegmentRemoved() {
-	x.NSeg--
-	if x.NSeg == 0 {
-		p := x.Pool
-		last := p.Owners[len(p.Owners)-1]
-		p.Owners[x.owner], last.owner = last, x.owner
-		p.Owners[len(p.Owners)-1] = nil
-		p.Owners = p.Owners[:len(p.Owners)-1]
+	x.nSeg--
+	if x.nSeg == 0 {
+		p := x.pool
+		last := p.owners[len(p.owners)-1]
+		p.owners[x.owner], last.owner = last, x.owner
+		p.owners[len(p.owners)-1] = nil
+		p.owners = p.owners[:len(p.owners)-1]
 	}
 }

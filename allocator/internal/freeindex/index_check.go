@@ -8,18 +8,18 @@ package freeindex
 // kept for the next split. It reports each fault to bad and changes
 // nothing.
 func (x *Index) Check(bad func(format string, args ...any)) {
-	s, p := x.Stream, x.Pool.Stat
-	if (x.buckets != nil) != (x.Kind == KindSmall) || (x.large != nil) != (x.Kind == KindLarge) || x.Kind == KindSmall && x.tree.n != 0 {
+	s, p := x.stream, x.pool.stat
+	if (x.buckets != nil) != (x.kind == KindSmall) || (x.large != nil) != (x.kind == KindLarge) || x.kind == KindSmall && x.tree.n != 0 {
 		bad("the free index of stream %d, pool %s, has structures of another kind", s, p)
 		return
 	}
-	if x.Kind == KindTree && (x.pend != nil || x.front != nil) {
+	if x.kind == KindTree && (x.pend != nil || x.front != nil) {
 		bad("the cold shard's stream %d keeps a pending split", s)
 	}
-	if f := x.front; f != nil && (f.Allocated || f.Indexed || f.listed || f.Recorded || f.Unmapped || f.EventCount != 0 || f.Requested != 0) {
+	if f := x.front; f != nil && (f.Allocated || f.indexed || f.listed || f.Recorded || f.unmapped || f.EventCount != 0 || f.Requested != 0) {
 		bad("stream %d: the struct kept for the next split is in use", s)
-	} else if f != nil && (f.Stream != x.Stream || f.Pool != x.Pool) {
-		bad("stream %d: the struct kept for the next split is of stream %d, pool %s", s, f.Stream, f.Pool.Stat)
+	} else if f != nil && (f.stream != x.stream || f.pool != x.pool) {
+		bad("stream %d: the struct kept for the next split is of stream %d, pool %s", s, f.stream, f.pool.stat)
 	}
 	x.checkFiling(bad)
 	x.checkWholes(bad)
@@ -28,20 +28,20 @@ func (x *Index) Check(bad func(format string, args ...any)) {
 // checkFiling checks x's structures and that every block in it is marked
 // indexed and filed where a lookup finds it.
 func (x *Index) checkFiling(bad func(format string, args ...any)) {
-	s, p := x.Stream, x.Pool.Stat
+	s, p := x.stream, x.pool.stat
 	if pb := x.pend; pb != nil {
 		// The block whose split is pending is filed under its key from
 		// before the split: check the index with that key, and that the
 		// block split from it is its front.
-		if f := pb.Prev; !pb.IsFree() || !pb.Indexed || f == nil || !f.Busy() || f.Ptr != x.pendKey.ptr || f.Size+pb.Size != x.pendKey.size {
-			bad("the block %v whose split is pending is not free and indexed after its front %v", pb.Ptr, x.pendKey.ptr)
+		if f := pb.prev; !pb.IsFree() || !pb.indexed || f == nil || !f.Busy() || f.ptr != x.pendKey.ptr || f.size+pb.size != x.pendKey.size {
+			bad("the block %v whose split is pending is not free and indexed after its front %v", pb.ptr, x.pendKey.ptr)
 		}
 		k := KeyOf(pb)
-		pb.Ptr, pb.Size = x.pendKey.ptr, x.pendKey.size
-		defer func() { pb.Ptr, pb.Size = k.ptr, k.size }()
+		pb.ptr, pb.size = x.pendKey.ptr, x.pendKey.size
+		defer func() { pb.ptr, pb.size = k.ptr, k.size }()
 	}
 	var msg string
-	switch x.Kind {
+	switch x.kind {
 	case KindSmall:
 		msg = x.buckets.check()
 	case KindLarge:
@@ -55,21 +55,21 @@ func (x *Index) checkFiling(bad func(format string, args ...any)) {
 		bad("free index of stream %d, pool %s: %s", s, p, msg)
 	}
 	x.Each(func(b *Block) bool {
-		if !b.Indexed {
-			bad("free block %v is in the index but not marked indexed", b.Ptr)
+		if !b.indexed {
+			bad("free block %v is in the index but not marked indexed", b.ptr)
 		}
 		found := true
 		switch {
-		case x.Kind == KindSmall:
-		case x.inLarge(b.Size):
-			i := x.large.slot(classOf(b.Size))
+		case x.kind == KindSmall:
+		case x.inLarge(b.size):
+			i := x.large.slot(classOf(b.size))
 			found = i >= 0 && (x.large.tab[i].first == b || int(b.heapIdx) < len(x.large.tab[i].heap) && x.large.tab[i].heap[b.heapIdx] == b)
 		default:
 			l, i := x.tree.seek(KeyOf(b))
 			found = l != nil && l.vals[i] == b
 		}
 		if !found {
-			bad("free block %v+%d is in the index but a lookup does not find it", b.Ptr, b.Size)
+			bad("free block %v+%d is in the index but a lookup does not find it", b.ptr, b.size)
 		}
 		return true
 	})
@@ -78,18 +78,18 @@ func (x *Index) checkFiling(bad func(format string, args ...any)) {
 // checkWholes checks the list of whole free segments against the blocks
 // of the index.
 func (x *Index) checkWholes(bad func(format string, args ...any)) {
-	s, p := x.Stream, x.Pool.Stat
+	s, p := x.stream, x.pool.stat
 	listed := map[*Block]bool{}
 	var prev *Block
 	for b := x.wholes; b != nil; b = b.nextWhole {
 		if listed[b] || b.prevWhole != prev {
-			bad("the list of whole free segments is broken at %v", b.Ptr)
+			bad("the list of whole free segments is broken at %v", b.ptr)
 			break
 		}
 		listed[b] = true
 		prev = b
-		if !b.listed || !b.Indexed || b.IsSplit() || b.Seg.Expandable() || b.Seg.Free != x {
-			bad("block %v is in the list of whole free segments but is not one", b.Ptr)
+		if !b.listed || !b.indexed || b.IsSplit() || b.seg.Expandable() || b.seg.free != x {
+			bad("block %v is in the list of whole free segments but is not one", b.ptr)
 		}
 	}
 	seenListed := 0
@@ -97,14 +97,14 @@ func (x *Index) checkWholes(bad func(format string, args ...any)) {
 		if listed[b] {
 			seenListed++
 		}
-		whole := !b.IsSplit() && !b.Seg.Expandable()
-		if x.Kind == KindSmall {
+		whole := !b.IsSplit() && !b.seg.Expandable()
+		if x.kind == KindSmall {
 			// The whole segments of size buckets are the 2 MiB class.
-			if whole != (b.Size == SmallBuffer) || b.listed {
-				bad("free block %v+%d fills its segment: %v, but the size buckets say otherwise", b.Ptr, b.Size, whole)
+			if whole != (b.size == SmallBuffer) || b.listed {
+				bad("free block %v+%d fills its segment: %v, but the size buckets say otherwise", b.ptr, b.size, whole)
 			}
 		} else if whole != listed[b] || whole != b.listed {
-			bad("free block %v fills its segment: %v, but is listed: %v (marked %v)", b.Ptr, whole, listed[b], b.listed)
+			bad("free block %v fills its segment: %v, but is listed: %v (marked %v)", b.ptr, whole, listed[b], b.listed)
 		}
 		return true
 	})
@@ -116,17 +116,17 @@ func (x *Index) checkWholes(bad func(format string, args ...any)) {
 // CheckSegments checks that x counts n segments, the segments of its pool
 // and stream, and is among its pool's owners exactly when n > 0.
 func (x *Index) CheckSegments(n int, bad func(format string, args ...any)) {
-	if x.NSeg != n || (n > 0) != (x.owner < len(x.Pool.Owners) && x.Pool.Owners[x.owner] == x) {
-		bad("the free index of stream %d, pool %s, counts %d segments, has %d, owner %v", x.Stream, x.Pool.Stat, x.NSeg, n, n > 0)
+	if x.nSeg != n || (n > 0) != (x.owner < len(x.pool.owners) && x.pool.owners[x.owner] == x) {
+		bad("the free index of stream %d, pool %s, counts %d segments, has %d, owner %v", x.stream, x.pool.stat, x.nSeg, n, n > 0)
 	}
 }
 
 // CheckOwners checks that every owner of p is an index of p filed where
 // it says.
 func (p *Pool) CheckOwners(bad func(format string, args ...any)) {
-	for i, x := range p.Owners {
-		if x.owner != i || x.Pool != p {
-			bad("the owners of pool %s are misfiled at %d", p.Stat, i)
+	for i, x := range p.owners {
+		if x.owner != i || x.pool != p {
+			bad("the owners of pool %s are misfiled at %d", p.stat, i)
 		}
 	}
 }

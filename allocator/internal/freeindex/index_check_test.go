@@ -19,9 +19,9 @@ type testIndex struct {
 }
 
 func newTestIndex(k Kind) *testIndex {
-	ti := &testIndex{p: &Pool{Idx: 1, Stat: stats.LargePool}, next: 1 << 40}
+	ti := &testIndex{p: &Pool{idx: 1, stat: stats.LargePool}, next: 1 << 40}
 	if k == KindSmall {
-		ti.p = &Pool{Small: true, Idx: 0, Stat: stats.SmallPool}
+		ti.p = &Pool{small: true, idx: 0, stat: stats.SmallPool}
 	}
 	ti.x.Init(0, new(Spares), 0, ti.p, k)
 	return ti
@@ -30,10 +30,10 @@ func newTestIndex(k Kind) *testIndex {
 // segment files a new plain segment of size bytes, free, and returns its
 // block.
 func (ti *testIndex) segment(size uint64) *Block {
-	seg := &Segment{Ptr: ti.next, Size: size, Pool: ti.p, Free: &ti.x}
+	seg := &Segment{ptr: ti.next, size: size, pool: ti.p, free: &ti.x}
 	ti.next += device.Ptr(size)
-	b := &Block{Ptr: seg.Ptr, Size: size, Pool: ti.p, Seg: seg}
-	seg.Head = b
+	b := &Block{ptr: seg.ptr, size: size, pool: ti.p, seg: seg}
+	seg.head = b
 	ti.x.SegmentAdded()
 	ti.x.Put(b)
 	return b
@@ -48,7 +48,7 @@ func (ti *testIndex) alloc(size, segSize uint64) *Block {
 		ti.segment(segSize)
 		b = ti.x.BestFit(size)
 	}
-	f := ti.x.Take(b, size, b.Size-size >= MinBlockSize)
+	f := ti.x.Take(b, size, b.size-size >= MinBlockSize)
 	f.Allocated = true
 	return f
 }
@@ -128,14 +128,14 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 		{"a tree's block whose size changed under it", "does not match its block", func() *testIndex {
 			ti := newTestIndex(KindLarge)
 			ti.segment(200 * mib)
-			ti.x.tree.leaf.vals[0].Size -= 512
+			ti.x.tree.leaf.vals[0].size -= 512
 			return ti
 		}},
 		{"a large bucket's block whose size changed under it", "of another size", func() *testIndex {
 			ti := newTestIndex(KindLarge)
 			ti.alloc(3*mib, 20*mib) // [3 MiB allocated][17 MiB free]
 			ti.x.Flush()
-			ti.x.Fit(17 * mib).Size -= 512
+			ti.x.Fit(17 * mib).size -= 512
 			return ti
 		}},
 		{"a large bucket's bit cleared", "has no bit", func() *testIndex {

@@ -19,8 +19,8 @@ import (
 // stopped early stops where it was told.
 func TestIndexWalksFollowTheOrder(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		p := &Pool{Idx: 1}
-		seg := &Segment{Page: SmallBuffer} // expandable: no list of whole segments
+		p := &Pool{idx: 1}
+		seg := &Segment{page: SmallBuffer} // expandable: no list of whole segments
 		var x Index
 		kind := KindLarge
 		if rapid.Bool().Draw(t, "treeOnly") {
@@ -36,7 +36,7 @@ func TestIndexWalksFollowTheOrder(t *testing.T) {
 			if len(live) > 0 && rapid.IntRange(0, 3).Draw(t, "remove") == 0 {
 				j := rapid.IntRange(0, len(live)-1).Draw(t, "victim")
 				x.Remove(live[j])
-				delete(used, live[j].Ptr)
+				delete(used, live[j].ptr)
 				live = slices.Delete(live, j, j+1)
 				continue
 			}
@@ -45,19 +45,19 @@ func TestIndexWalksFollowTheOrder(t *testing.T) {
 				continue
 			}
 			used[ptr] = true
-			b := &Block{Ptr: ptr, Size: rapid.SampledFrom(sizes).Draw(t, "size"), Seg: seg, Pool: p}
+			b := &Block{ptr: ptr, size: rapid.SampledFrom(sizes).Draw(t, "size"), seg: seg, pool: p}
 			x.Insert(b)
 			live = append(live, b)
 		}
 		want := slices.Clone(live)
 		slices.SortFunc(want, func(a, b *Block) int {
-			return cmp.Or(cmp.Compare(a.Size, b.Size), cmp.Compare(a.Ptr, b.Ptr))
+			return cmp.Or(cmp.Compare(a.size, b.size), cmp.Compare(a.ptr, b.ptr))
 		})
 		if len(want) == 0 {
 			return
 		}
 		size := rapid.SampledFrom(sizes).Draw(t, "from")
-		i, _ := slices.BinarySearchFunc(want, size, func(b *Block, s uint64) int { return cmp.Compare(b.Size, s) })
+		i, _ := slices.BinarySearchFunc(want, size, func(b *Block, s uint64) int { return cmp.Compare(b.size, s) })
 		if i == len(want) {
 			if x.Fit(size) != nil {
 				t.Fatalf("fit(%d) found a block; none is that large", size)
@@ -66,7 +66,7 @@ func TestIndexWalksFollowTheOrder(t *testing.T) {
 		}
 		first := x.Fit(size)
 		if first != want[i] {
-			t.Fatalf("fit(%d) = %v+%d, want %v+%d", size, first.Ptr, first.Size, want[i].Ptr, want[i].Size)
+			t.Fatalf("fit(%d) = %v+%d, want %v+%d", size, first.ptr, first.size, want[i].ptr, want[i].size)
 		}
 		stop := rapid.IntRange(1, len(want)-i+1).Draw(t, "stop")
 		var got []*Block
@@ -83,13 +83,13 @@ func TestIndexWalksFollowTheOrder(t *testing.T) {
 			t.Fatalf("ascendAtLeast(%d) visited %v, want %v", size, keys(got), keys(want[i:]))
 		}
 		// CloseFit against the rule it states, on the sorted list.
-		limit := first.Size + rapid.Uint64Range(0, first.Size).Draw(t, "slack")
+		limit := first.size + rapid.Uint64Range(0, first.size).Draw(t, "slack")
 		below := rapid.SampledFrom(sizes).Draw(t, "below")
 		window := rapid.IntRange(1, 20).Draw(t, "window")
 		best := first
-		for j, n := i, 0; j < len(want) && n < window && want[j].Size <= limit; j++ {
+		for j, n := i, 0; j < len(want) && n < window && want[j].size <= limit; j++ {
 			n++
-			if c := want[j]; c.Size < below && c.Ptr < best.Ptr {
+			if c := want[j]; c.size < below && c.ptr < best.ptr {
 				best = c
 			}
 		}

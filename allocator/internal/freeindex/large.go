@@ -139,7 +139,7 @@ func (s *largeBuckets) slot(c int) int {
 
 // insert adds b to its class.
 func (s *largeBuckets) insert(b *Block) {
-	c := classOf(b.Size)
+	c := classOf(b.size)
 	s.n++
 	w, bit := classBit(c)
 	if s.l0[w]&bit != 0 {
@@ -184,7 +184,7 @@ func (s *largeBuckets) newHeap() []*Block {
 
 // remove takes b out of its class.
 func (s *largeBuckets) remove(b *Block) {
-	c := classOf(b.Size)
+	c := classOf(b.size)
 	s.n--
 	slot := s.slot(c)
 	bk := &s.tab[slot]
@@ -309,7 +309,7 @@ func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *Bl
 	for c >= 0 && c <= top {
 		bk := s.find(c)
 		n += max(1, len(bk.heap))
-		if uint64(c+1)*MinBlockSize < below && bk.first.Ptr < best.Ptr {
+		if uint64(c+1)*MinBlockSize < below && bk.first.ptr < best.ptr {
 			best = bk.first
 		}
 		if n >= window {
@@ -349,7 +349,7 @@ func (s *largeBuckets) closeFitAll(c int, limit, below uint64, window int, best 
 		}
 		bk := s.find(c)
 		n += max(1, len(bk.heap))
-		if size < below && bk.first.Ptr < best.Ptr {
+		if size < below && bk.first.ptr < best.ptr {
 			best = bk.first
 		}
 		if n >= window {
@@ -420,9 +420,9 @@ func (s *largeBuckets) descendBelow(c int, f func(*Block) bool) {
 
 func cmpPtr(x, y *Block) int {
 	switch {
-	case x.Ptr < y.Ptr:
+	case x.ptr < y.ptr:
 		return -1
-	case x.Ptr > y.Ptr:
+	case x.ptr > y.ptr:
 		return 1
 	}
 	return 0
@@ -444,20 +444,20 @@ func (s *largeBuckets) check() string {
 		if s.slot(c) != i {
 			return "a class is not where a lookup finds it"
 		}
-		if bk.first == nil || classOf(bk.first.Size) != c {
+		if bk.first == nil || classOf(bk.first.size) != c {
 			return "a bucket's first block is of another size"
 		}
 		if len(bk.heap) == 1 || len(bk.heap) > 0 && bk.heap[0] != bk.first {
 			return "a size bucket's heap and its first block disagree"
 		}
 		for j, b := range bk.heap {
-			if b == nil || classOf(b.Size) != c {
+			if b == nil || classOf(b.size) != c {
 				return "a block is in the bucket of another size"
 			}
 			if int(b.heapIdx) != j {
 				return "a block's heap position is wrong"
 			}
-			if j > 0 && bk.heap[(j-1)/2].Ptr > b.Ptr {
+			if j > 0 && bk.heap[(j-1)/2].ptr > b.ptr {
 				return "a size bucket is not a heap by address"
 			}
 		}

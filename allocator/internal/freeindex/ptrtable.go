@@ -42,7 +42,7 @@ func (t *PtrTable) Get(p device.Ptr) *Block {
 	}
 	for i := t.home(p); ; i = (i + 1) & t.mask {
 		b := t.slots[i]
-		if b == nil || b.Ptr == p {
+		if b == nil || b.ptr == p {
 			return b
 		}
 	}
@@ -54,7 +54,7 @@ func (t *PtrTable) Put(b *Block) {
 		t.grow()
 	}
 	mask := t.mask
-	i := t.home(b.Ptr)
+	i := t.home(b.ptr)
 	for t.slots[i] != nil {
 		i = (i + 1) & mask
 	}
@@ -66,7 +66,7 @@ func (t *PtrTable) Put(b *Block) {
 // is empty and the table need not grow, and reports whether it did; Put
 // does the rest. It is small enough to be inlined into the hot path.
 func (t *PtrTable) PutHome(b *Block) bool {
-	i := t.home(b.Ptr)
+	i := t.home(b.ptr)
 	if t.n >= t.limit || t.slots[i] != nil {
 		return false
 	}
@@ -89,7 +89,7 @@ func (t *PtrTable) Remove(p device.Ptr) *Block {
 		if b == nil {
 			return nil
 		}
-		if b.Ptr == p {
+		if b.ptr == p {
 			break
 		}
 		i++
@@ -102,7 +102,7 @@ func (t *PtrTable) Remove(p device.Ptr) *Block {
 		if s == nil {
 			break
 		}
-		if (j-t.home(s.Ptr))&mask >= (j-hole)&mask {
+		if (j-t.home(s.ptr))&mask >= (j-hole)&mask {
 			slots[hole] = s
 			hole = j
 		}

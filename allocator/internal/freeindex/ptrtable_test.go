@@ -25,7 +25,7 @@ func TestPtrTableMatchesMap(t *testing.T) {
 				if ref[p] != nil {
 					break // put takes addresses that are not in the table
 				}
-				b := &Block{Ptr: p}
+				b := &Block{ptr: p}
 				// PutHome first, as the hot path does, or Put alone.
 				if n := tab.Len(); !rapid.Bool().Draw(t, "home") || !tab.PutHome(b) {
 					if tab.Len() != n {
@@ -59,8 +59,8 @@ func TestPtrTableMatchesMap(t *testing.T) {
 				continue
 			}
 			n++
-			if ref[b.Ptr] != b {
-				t.Fatalf("slot: %v -> %p, want %p", b.Ptr, b, ref[b.Ptr])
+			if ref[b.ptr] != b {
+				t.Fatalf("slot: %v -> %p, want %p", b.ptr, b, ref[b.ptr])
 			}
 		}
 		if n != len(ref) {

@@ -15,7 +15,7 @@ type Key struct {
 	ptr  device.Ptr
 }
 
-func KeyOf(b *Block) Key { return Key{b.Size, b.Ptr} }
+func KeyOf(b *Block) Key { return Key{b.size, b.ptr} }
 
 func (k Key) less(o Key) bool {
 	return k.size < o.size || k.size == o.size && k.ptr < o.ptr
@@ -306,9 +306,9 @@ func (t *freeTree) rekey(b *Block, old Key) {
 		}
 	}
 	// Across leaves: a remove under the old key and an insert.
-	b.Ptr, b.Size = old.ptr, old.size
+	b.ptr, b.size = old.ptr, old.size
 	t.remove(b)
-	b.Ptr, b.Size = k.ptr, k.size
+	b.ptr, b.size = k.ptr, k.size
 	t.insert(b)
 }
 

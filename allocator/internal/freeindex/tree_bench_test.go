@@ -20,7 +20,7 @@ func BenchmarkFreeTree(b *testing.B) {
 		blocks := make([]*Block, n)
 		rng := rand.New(rand.NewPCG(1, 2))
 		for i := range blocks {
-			blocks[i] = &Block{Ptr: device.Ptr(i+1) << 21, Size: (rng.Uint64N(1<<18) + 1) * MinBlockSize}
+			blocks[i] = &Block{ptr: device.Ptr(i+1) << 21, size: (rng.Uint64N(1<<18) + 1) * MinBlockSize}
 		}
 		sizes := make([]uint64, 1024)
 		for i := range sizes {
@@ -43,7 +43,7 @@ func BenchmarkFreeTree(b *testing.B) {
 		})
 		b.Run("btree/"+strconv.Itoa(n), func(b *testing.B) {
 			t := btree.NewG(32, func(x, y *Block) bool {
-				return x.Size < y.Size || x.Size == y.Size && x.Ptr < y.Ptr
+				return x.size < y.size || x.size == y.size && x.ptr < y.ptr
 			})
 			for _, x := range blocks {
 				t.ReplaceOrInsert(x)
@@ -51,7 +51,7 @@ func BenchmarkFreeTree(b *testing.B) {
 			key := &Block{}
 			b.ResetTimer()
 			for i := range b.N {
-				key.Size = sizes[i&1023]
+				key.size = sizes[i&1023]
 				var x *Block
 				t.AscendGreaterOrEqual(key, func(y *Block) bool { x = y; return false })
 				if x == nil {

@@ -13,7 +13,7 @@ func (x *Index) Fit(size uint64) *Block {
 		x.settle()
 	}
 	switch {
-	case x.Kind == KindSmall:
+	case x.kind == KindSmall:
 		return x.buckets.fit(size)
 	case x.inLarge(size):
 		if b := x.large.fit(size); b != nil {
@@ -30,9 +30,9 @@ func (x *Index) Largest() *Block {
 		x.settle()
 	}
 	switch {
-	case x.Kind == KindSmall:
+	case x.kind == KindSmall:
 		return x.buckets.last()
-	case x.Kind == KindLarge && x.tree.n == 0:
+	case x.kind == KindLarge && x.tree.n == 0:
 		return x.large.last()
 	}
 	return x.tree.max()
@@ -45,8 +45,8 @@ func (x *Index) ascendFrom(b *Block, f func(*Block) bool) {
 	if x.pend != nil {
 		x.settle()
 	}
-	if x.inLarge(b.Size) {
-		if !x.large.ascendFrom(classOf(b.Size), f) {
+	if x.inLarge(b.size) {
+		if !x.large.ascendFrom(classOf(b.size), f) {
 			return
 		}
 		x.tree.ascend(f)
@@ -76,9 +76,9 @@ func (x *Index) CloseFit(b *Block, limit, below uint64, window int) *Block {
 	best, n := b, 0
 	var l *treeLeaf
 	var i int
-	if x.inLarge(b.Size) {
+	if x.inLarge(b.size) {
 		var done bool
-		if best, n, done = x.large.closeFit(classOf(b.Size), limit, below, window, b); done {
+		if best, n, done = x.large.closeFit(classOf(b.size), limit, below, window, b); done {
 			return best
 		}
 		l = x.tree.first // then the blocks above 128 MiB
@@ -86,11 +86,11 @@ func (x *Index) CloseFit(b *Block, limit, below uint64, window int) *Block {
 		l, i = x.tree.seek(KeyOf(b))
 	}
 	ascendFrom(l, i, func(c *Block) bool {
-		if c.Size > limit {
+		if c.size > limit {
 			return false
 		}
 		n++
-		if c.Size < below && c.Ptr < best.Ptr {
+		if c.size < below && c.ptr < best.ptr {
 			best = c
 		}
 		return n < window
@@ -102,7 +102,7 @@ func (x *Index) CloseFit(b *Block, limit, below uint64, window int) *Block {
 // the caller may rely on (the block whose split is pending is where its
 // old key files it). It changes nothing, so that the checker may use it.
 func (x *Index) Each(f func(*Block) bool) {
-	switch x.Kind {
+	switch x.kind {
 	case KindSmall:
 		x.buckets.each(f)
 		return
@@ -125,7 +125,7 @@ func (x *Index) Each(f func(*Block) bool) {
 // the release of oversize blocks, of more than 20 MiB): it calls f on
 // none of theirs.
 func (x *Index) DescendBelow(size uint64, f func(*Block) bool) {
-	if x.Kind == KindSmall {
+	if x.kind == KindSmall {
 		return
 	}
 	if x.pend != nil {
@@ -136,7 +136,7 @@ func (x *Index) DescendBelow(size uint64, f func(*Block) bool) {
 		stopped = !f(b)
 		return !stopped
 	})
-	if stopped || x.Kind != KindLarge {
+	if stopped || x.kind != KindLarge {
 		return
 	}
 	c := largeClasses // every class is below size
@@ -152,7 +152,7 @@ func (x *Index) AppendWholes(list []*Block) []*Block {
 	if x.pend != nil {
 		x.settle()
 	}
-	if x.Kind == KindSmall {
+	if x.kind == KindSmall {
 		return append(list, x.buckets.class(numClasses-1)...)
 	}
 	for b := x.wholes; b != nil; b = b.nextWhole {
@@ -167,7 +167,7 @@ func (x *Index) EachWhole(f func(*Block)) {
 	if x.pend != nil {
 		x.settle()
 	}
-	if x.Kind == KindSmall {
+	if x.kind == KindSmall {
 		for _, b := range x.buckets.class(numClasses - 1) {
 			f(b)
 		}
@@ -184,8 +184,8 @@ func (x *Index) list(b *Block) {
 	b.listed, b.prevWhole, b.nextWhole = true, nil, x.wholes
 	if x.wholes != nil {
 		x.wholes.prevWhole = b
-	} else if x.Kind == KindTree { // a cold index
-		x.Pool.Cold.listed(x)
+	} else if x.kind == KindTree { // a cold index
+		x.pool.cold.listed(x)
 	}
 	x.wholes = b
 }
@@ -195,8 +195,8 @@ func (x *Index) unlist(b *Block) {
 		b.prevWhole.nextWhole = b.nextWhole
 	} else {
 		x.wholes = b.nextWhole
-		if x.wholes == nil && x.Kind == KindTree { // a cold index
-			x.Pool.Cold.unlisted(x)
+		if x.wholes == nil && x.kind == KindTree { // a cold index
+			x.pool.cold.unlisted(x)
 		}
 	}
 	if b.nextWhole != nil {
