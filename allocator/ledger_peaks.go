@@ -111,6 +111,11 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 		return
 	}
 	ps := a.parts()
+	// With no shard able to run alone as the world leaves (stream events
+	// pending, say), every operation takes the world: the peaks keep the
+	// room in their spare room (peaks.Table.Serial), where each Exceed
+	// finds it without reading the row across the shards.
+	a.peaks.Serial = !a.fastLocked()
 	if rows&phaseBit != 0 {
 		for j := range 2 {
 			a.peaks.Exceed(ps, sh.id, phaseRow(d.phase, j))
@@ -156,6 +161,7 @@ func (a *Allocator) cutsLocked() {
 		ops[i].Changes = cs[from : from+n]
 		from += n
 	}
+	a.peaks.Serial = !a.fastLocked() // as in exceedRows
 	a.peaks.Cut(a.parts(), ops)
 	for _, sh := range a.shards {
 		if sh.cut {
