@@ -358,6 +358,51 @@ func (s *shardParts) SetLimits(r int, lims []int64) {
 	}
 }
 
+// Tighten sets row r's limit of every shard to its value and returns the
+// row's total, as Row, SetLimits and a sum would, in one pass.
+func (s *shardParts) Tighten(r int) (total int64) {
+	shards := *s.byID.Load()
+	if r >= numStatRows {
+		for p := range shards {
+			v, _ := s.Part(p, r)
+			s.SetLimit(p, r, v)
+			total += v
+		}
+		return total
+	}
+	row, k := r/numQ, r%numQ
+	base := derivedFrom[row] - 1 // -1: no base row
+	if uint(row) >= uint(numRows) || base >= numRows {
+		return 0 // never: it lets the compiler drop the loops' bounds checks
+	}
+	switch {
+	case k == qAll:
+		for _, sh := range shards {
+			c := &sh.st[row]
+			v := c.pool[0].Value() + c.pool[1].Value()
+			if base >= 0 {
+				v += sh.st[base].pool[0].Value() + sh.st[base].pool[1].Value()
+			}
+			c.allLim = v
+			sh.activeImplied = false
+			total += v
+		}
+	default:
+		k &= 1
+		for _, sh := range shards {
+			c := &sh.st[row].pool[k]
+			v := c.Value()
+			if base >= 0 {
+				v += sh.st[base].pool[k].Value()
+			}
+			c.SetLimit(v)
+			sh.activeImplied = false
+			total += v
+		}
+	}
+	return total
+}
+
 // SetLimit sets a limit. A shard whose stat limits change may no longer
 // have its active limits at least its allocation limits: it checks them
 // (activeImplied false) until refreshImplied looks again.

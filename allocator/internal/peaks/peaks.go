@@ -130,6 +130,10 @@ type Parts interface {
 	// SetLimits sets part p's limit of row r to lims[p], for every part;
 	// lims has Len() elements.
 	SetLimits(r int, lims []int64)
+	// Tighten sets every part's limit of row r to its value and returns
+	// the row's total: Row, SetLimits with the values, and their sum, in
+	// one pass.
+	Tighten(r int) (total int64)
 }
 
 // Table holds the peaks of its rows. The zero Table has no rows.
@@ -222,6 +226,15 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 	// the peak to the total if the total passes it, and share out the room
 	// below the peak again.
 	n := ps.Len()
+	if t.Serial && n > 1 {
+		// No part runs alone: a part that rises next asks Exceed anyway,
+		// which hands it room from the spare room without reading the
+		// row, while the room kept in the parts' limits would be out of
+		// reach until the next reading. Every limit becomes its value,
+		// and p takes half the room.
+		t.tighten(ps, p, r, v)
+		return
+	}
 	vals, lims := t.row(ps, r, n)
 	lims = lims[:len(vals)]
 	var total int64
@@ -231,18 +244,6 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 	peak := max(t.peak[r], total)
 	t.peak[r] = peak
 	room := peak - total
-	if t.Serial && n > 1 {
-		// No part runs alone: a part that rises next asks Exceed anyway,
-		// which hands it room from the spare room without reading the
-		// row, while the room kept in the parts' limits would be out of
-		// reach until the next reshare.
-		copy(lims, vals)
-		give := room / 2
-		lims[p] += give
-		t.spare[r] = room - give
-		ps.SetLimits(r, lims)
-		return
-	}
 	// Share the room left below the peak evenly among the parts, the first
 	// others one more each while the division leaves some (p keeps the
 	// rest), so that the next part to rise has room too: with the others'
@@ -265,6 +266,21 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 	}
 	t.spare[r] = 0
 	ps.SetLimits(r, lims)
+}
+
+// tighten is Exceed's reading of row r in Serial: every limit becomes its
+// part's value, the total raises the peak if it passes it, and p, whose
+// value is v, takes half the room below the peak, the spare room the rest.
+func (t *Table) tighten(ps Parts, p, r int, v int64) {
+	total := ps.Tighten(r)
+	peak := max(t.peak[r], total)
+	t.peak[r] = peak
+	room := peak - total
+	give := room / 2
+	t.spare[r] = room - give
+	if give > 0 {
+		ps.SetLimit(p, r, v+give)
+	}
 }
 
 // Cut settles ops, with every part's lock held: the operations that

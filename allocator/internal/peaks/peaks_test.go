@@ -39,6 +39,14 @@ func (g grid) SetLimits(r int, lims []int64) {
 	}
 }
 
+func (g grid) Tighten(r int) (total int64) {
+	for p := range g {
+		g[p][r].SetLimit(g[p][r].Value())
+		total += g[p][r].Value()
+	}
+	return total
+}
+
 // broken returns what Check reports, one line per break.
 func broken(t *Table, ps Parts) string {
 	var out []string
@@ -165,6 +173,11 @@ type rowReads struct {
 func (g *rowReads) Row(r int, vals, lims []int64) {
 	g.rows++
 	g.grid.Row(r, vals, lims)
+}
+
+func (g *rowReads) Tighten(r int) int64 {
+	g.rows++
+	return g.grid.Tighten(r)
 }
 
 // TestSerialExceedTakesFromTheSpareRoom: in Serial, a reshare sets every
