@@ -60,6 +60,12 @@ type Allocator struct {
 	// no shard's lock and has none to make slow (lockAll, unlockAll).
 	// Guarded by mu alone.
 	anyFast bool
+	// cutWaiting: a shard left a cut waiting since the world settled the
+	// last (shard.cut). Stored by the fast path that leaves the cut,
+	// before its shard's last write (fast cleared), so that the world,
+	// which loads that shard's fast flag, sees it; cleared by the world
+	// that settles the cuts (cutsLocked).
+	cutWaiting atomic.Bool
 
 	cfg      Config
 	allowed  uint64 // cap on reserved bytes (fraction or limit); 0 means none

@@ -8,7 +8,6 @@ package allocator
 
 import (
 	"math/bits"
-	"slices"
 
 	"github.com/gpumem/gpumem/allocator/internal/peaks"
 	"github.com/gpumem/gpumem/stats"
@@ -108,6 +107,7 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 		// Under the shard's lock alone: the other shards' counts are out of
 		// reach, so the peaks wait for a cut in the world (cutsLocked).
 		sh.cut, sh.cutOp = true, *d // the fast path makes the shard slow as it leaves
+		a.cutWaiting.Store(true)
 		return
 	}
 	ps := a.parts()
@@ -142,11 +142,13 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 
 // cutsLocked settles the peaks that shards left waiting (shards.go says
 // when and why): their operations, kept as the shards' cutOp, are counted
-// by the peaks' Cut in the order of the shards.
+// by the peaks' Cut in the order of the shards. It looks for them only
+// when a shard said one waits (Allocator.cutWaiting).
 func (a *Allocator) cutsLocked() {
-	if !slices.ContainsFunc(a.shards, func(sh *shard) bool { return sh.cut }) {
+	if !a.cutWaiting.Load() {
 		return
 	}
+	a.cutWaiting.Store(false)
 	cs, ops := a.cutChanges[:0], a.cutOps[:0]
 	for _, sh := range a.shards {
 		if sh.cut {
