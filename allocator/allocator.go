@@ -55,6 +55,17 @@ type Allocator struct {
 	mu    sync.Mutex
 	world bool     // the world is held
 	held  []*shard // the shards whose locks the world holds: those that were fast
+	// anyFast: the world, as it left last, made some shard fast (or New
+	// did). While it is false no shard is fast, so that the world takes
+	// no shard's lock and has none to make slow (lockAll, unlockAll).
+	// Guarded by mu alone.
+	anyFast bool
+	// cutWaiting: a shard left a cut waiting since the world settled the
+	// last (shard.cut). Stored by the fast path that leaves the cut,
+	// before its shard's last write (fast cleared), so that the world,
+	// which loads that shard's fast flag, sees it; cleared by the world
+	// that settles the cuts (cutsLocked).
+	cutWaiting atomic.Bool
 
 	cfg      Config
 	allowed  uint64 // cap on reserved bytes (fraction or limit); 0 means none
@@ -184,6 +195,7 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 	a.single.Store(a.def)
 	a.setCapLocked(cfg.MemoryFraction)
 	a.def.fast.Store(a.fastLocked())
+	a.anyFast = true
 	a.gst.maxSplitSize = -1
 	if a.rule.maxSplit != maxSplitNone {
 		a.gst.maxSplitSize = int64(a.rule.maxSplit)

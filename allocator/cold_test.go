@@ -71,6 +71,41 @@ func TestWorldLocksFastShardsOnly(t *testing.T) {
 	require.NoError(t, a.CheckInvariants())
 }
 
+// TestWorldSkipsShardsWhileNoneIsFast: while a stream event is pending
+// no shard is fast, and the world knows it (anyFast false): it takes no
+// shard's lock and makes none fast. Once the event completes, the world
+// that sees it makes the shards fast again (anyFast true), and the next
+// world takes their locks.
+func TestWorldSkipsShardsWhileNoneIsFast(t *testing.T) {
+	a, dev := newTest(t, 0, Config{})
+	s1, _ := dev.NewStream()
+	s2, _ := dev.NewStream()
+	mustFree(t, a, mustAlloc(t, a, 4096, s1))
+	p := mustAlloc(t, a, 4096, s2)
+	require.True(t, a.anyFast)
+	require.NoError(t, a.RecordStream(p, s1))
+	require.NoError(t, dev.SetStreamBusy(s1, true))
+	mustFree(t, a, p) // waits for s1's event
+	assert.False(t, a.anyFast)
+	q := mustAlloc(t, a, 4096, s2) // in the world, which leaves every shard slow
+	assert.False(t, a.anyFast)
+	for _, sh := range a.shards {
+		assert.False(t, sh.fast.Load())
+	}
+	require.NoError(t, a.CheckInvariants())
+	require.NoError(t, dev.SetStreamBusy(s1, false))
+	mustFree(t, a, q)
+	mustFree(t, a, mustAlloc(t, a, 4096, s2)) // the world sees the event done: the shards may run alone again
+	assert.True(t, a.anyFast)
+	for _, sh := range a.shards {
+		assert.True(t, sh.fast.Load())
+	}
+	a.lockAll()
+	assert.Len(t, a.held, 3)
+	a.unlockAll()
+	require.NoError(t, a.CheckInvariants())
+}
+
 // TestUnsplitStampsTheAge: the free of a block just split off merges it
 // back into the rest's key without touching the index (an unsplit); the
 // merged block is filed anew as far as ages go, as a merge would file it,

@@ -8,7 +8,6 @@ package allocator
 
 import (
 	"math/bits"
-	"slices"
 
 	"github.com/gpumem/gpumem/allocator/internal/peaks"
 	"github.com/gpumem/gpumem/stats"
@@ -108,9 +107,15 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 		// Under the shard's lock alone: the other shards' counts are out of
 		// reach, so the peaks wait for a cut in the world (cutsLocked).
 		sh.cut, sh.cutOp = true, *d // the fast path makes the shard slow as it leaves
+		a.cutWaiting.Store(true)
 		return
 	}
 	ps := a.parts()
+	// With no shard able to run alone as the world leaves (stream events
+	// pending, say), every operation takes the world: the peaks keep the
+	// room in their spare room (peaks.Table.Serial), where each Exceed
+	// finds it without reading the row across the shards.
+	a.peaks.Serial = !a.fastLocked()
 	if rows&phaseBit != 0 {
 		for j := range 2 {
 			a.peaks.Exceed(ps, sh.id, phaseRow(d.phase, j))
@@ -137,11 +142,13 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 
 // cutsLocked settles the peaks that shards left waiting (shards.go says
 // when and why): their operations, kept as the shards' cutOp, are counted
-// by the peaks' Cut in the order of the shards.
+// by the peaks' Cut in the order of the shards. It looks for them only
+// when a shard said one waits (Allocator.cutWaiting).
 func (a *Allocator) cutsLocked() {
-	if !slices.ContainsFunc(a.shards, func(sh *shard) bool { return sh.cut }) {
+	if !a.cutWaiting.Load() {
 		return
 	}
+	a.cutWaiting.Store(false)
 	cs, ops := a.cutChanges[:0], a.cutOps[:0]
 	for _, sh := range a.shards {
 		if sh.cut {
@@ -156,6 +163,7 @@ func (a *Allocator) cutsLocked() {
 		ops[i].Changes = cs[from : from+n]
 		from += n
 	}
+	a.peaks.Serial = !a.fastLocked() // as in exceedRows
 	a.peaks.Cut(a.parts(), ops)
 	for _, sh := range a.shards {
 		if sh.cut {
@@ -350,6 +358,51 @@ func (s *shardParts) SetLimits(r int, lims []int64) {
 		sh.st[row].pool[k].SetLimit(lims[p])
 		sh.activeImplied = false
 	}
+}
+
+// Tighten sets row r's limit of every shard to its value and returns the
+// row's total, as Row, SetLimits and a sum would, in one pass.
+func (s *shardParts) Tighten(r int) (total int64) {
+	shards := *s.byID.Load()
+	if r >= numStatRows {
+		for p := range shards {
+			v, _ := s.Part(p, r)
+			s.SetLimit(p, r, v)
+			total += v
+		}
+		return total
+	}
+	row, k := r/numQ, r%numQ
+	base := derivedFrom[row] - 1 // -1: no base row
+	if uint(row) >= uint(numRows) || base >= numRows {
+		return 0 // never: it lets the compiler drop the loops' bounds checks
+	}
+	switch {
+	case k == qAll:
+		for _, sh := range shards {
+			c := &sh.st[row]
+			v := c.pool[0].Value() + c.pool[1].Value()
+			if base >= 0 {
+				v += sh.st[base].pool[0].Value() + sh.st[base].pool[1].Value()
+			}
+			c.allLim = v
+			sh.activeImplied = false
+			total += v
+		}
+	default:
+		k &= 1
+		for _, sh := range shards {
+			c := &sh.st[row].pool[k]
+			v := c.Value()
+			if base >= 0 {
+				v += sh.st[base].pool[k].Value()
+			}
+			c.SetLimit(v)
+			sh.activeImplied = false
+			total += v
+		}
+	}
+	return total
 }
 
 // SetLimit sets a limit. A shard whose stat limits change may no longer

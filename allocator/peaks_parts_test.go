@@ -75,6 +75,29 @@ func TestShardPartsRowsAreTheParts(t *testing.T) {
 			sh.refreshImplied()
 		}
 	}
+	// Tighten: every limit its value, the total their sum, activeImplied
+	// cleared; then the limits as they were.
+	for r := range a.peaks.Rows() {
+		ps.Row(r, vals, lims)
+		var want int64
+		for p := range n {
+			want += vals[p]
+			shards[p].activeImplied = true
+		}
+		require.Equal(t, want, ps.Tighten(r), "row %d: total", r)
+		for p := range n {
+			v, lim := ps.Part(p, r)
+			require.Equal(t, vals[p], v, "row %d, part %d: value", r, p)
+			require.Equal(t, v, lim, "row %d, part %d: limit tightened", r, p)
+			if r < numStatRows {
+				require.False(t, shards[p].activeImplied, "row %d, part %d", r, p)
+			}
+		}
+		ps.SetLimits(r, lims)
+		for _, sh := range shards {
+			sh.refreshImplied()
+		}
+	}
 }
 
 // impliedByRows is impliedNow as it was written before impliedRow: every

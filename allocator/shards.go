@@ -134,10 +134,12 @@ func (a *Allocator) fastLocked() bool {
 // Allocator.mu first, so no two goroutines wait for each other.
 func (a *Allocator) lockAll() {
 	a.mu.Lock()
-	for _, sh := range a.shards {
-		if sh.fast.Load() {
-			sh.mu.Lock()
-			a.held = append(a.held, sh)
+	if a.anyFast {
+		for _, sh := range a.shards {
+			if sh.fast.Load() {
+				sh.mu.Lock()
+				a.held = append(a.held, sh)
+			}
 		}
 	}
 	a.world = true
@@ -147,22 +149,32 @@ func (a *Allocator) lockAll() {
 // unlockAll leaves the world, deciding first which shards may run their
 // Alloc and Free alone. Everything the fast paths read is written before
 // a shard is made fast: that store publishes it.
+//
+// With no shard fast as it comes (anyFast false) and none to make fast,
+// it has no shard to look at: the common case while stream events are
+// pending, when every operation takes the world.
 func (a *Allocator) unlockAll() {
 	fast := a.fastLocked()
 	a.world = false
-	for _, sh := range a.shards {
-		want := fast && !sh.cut && !sh.cold && !sh.slow
-		if want && !sh.activeImplied {
-			sh.refreshImplied() // a limit set by the peaks may have cleared it (shardParts.SetLimit)
+	if fast || a.anyFast {
+		any := false
+		for _, sh := range a.shards {
+			want := fast && !sh.cut && !sh.cold && !sh.slow
+			if want && !sh.activeImplied {
+				sh.refreshImplied() // a limit set by the peaks may have cleared it (shardParts.SetLimit)
+			}
+			if sh.fast.Load() != want {
+				sh.fast.Store(want)
+			}
+			any = any || want
 		}
-		if sh.fast.Load() != want {
-			sh.fast.Store(want)
-		}
+		a.anyFast = any
 	}
-	for i, sh := range a.held {
+	for _, sh := range a.held {
 		sh.mu.Unlock()
-		a.held[i] = nil
 	}
+	// held keeps its pointers: the shards live as long as the allocator
+	// (Allocator.byID), so clearing them would free nothing.
 	a.held = a.held[:0]
 	a.mu.Unlock()
 }

@@ -301,6 +301,29 @@ func TestCutsOfTwoWaitingOperations(t *testing.T) {
 	assert.Equal(t, split-q+x, get(t, a, "inactive_split_bytes.all.current"))
 }
 
+// TestCutWaitingTellsTheWorld: a shard that leaves a cut waiting says so
+// to the world (Allocator.cutWaiting) before it lets go of its lock, and
+// the world that settles the cuts clears it: the world looks for cuts
+// only when it is set.
+func TestCutWaitingTellsTheWorld(t *testing.T) {
+	a, bx := twoWaitingOperations(t, "")
+	require.False(t, a.cutWaiting.Load())
+	seen := 0
+	allocAndFreeIntoOneCut(t, a, waitQ, bx, func(sh *shard) bool {
+		if sh.cut {
+			seen++
+			assert.True(t, a.cutWaiting.Load(), "a cut waits on shard %d, unsaid", sh.id)
+		}
+		return sh.cut
+	})
+	assert.Positive(t, seen)
+	assert.False(t, a.cutWaiting.Load())
+	for _, sh := range a.shards {
+		assert.False(t, sh.cut, "shard %d", sh.id)
+	}
+	require.NoError(t, a.CheckInvariants())
+}
+
 // The sizes of the cut tests: the block freed (x) and the one allocated
 // (q).
 const waitX, waitQ = 4096, 3 * mib / 2

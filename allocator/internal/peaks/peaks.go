@@ -12,7 +12,8 @@
 //
 // Each part keeps, per row, a Count: its value and a limit, how high the
 // value may rise without the part looking at the others. The limits of a
-// row add up to at most its peak. So while no part passes its limit,
+// row, and the row's spare room (room below the peak that the Table keeps
+// for no part yet), add up to at most its peak. So while no part passes its limit,
 // every interleaving of the parts' changes keeps the row's total at or
 // below its peak: the peak cannot change, and no part needs to know what
 // the others hold.
@@ -20,9 +21,9 @@
 // # Invariants
 //
 // For every row r and every part p, value(p, r) <= limit(p, r), and the
-// limits of r over all parts add up to at most peak(r); so the total of r
-// is at most peak(r). With one part, its limit is the peak. Table.Check
-// reports every break of these.
+// limits of r over all parts and the spare room of r (at least zero) add
+// up to at most peak(r); so the total of r is at most peak(r). With one
+// part, its limit is the peak. Table.Check reports every break of these.
 //
 // # Operations
 //
@@ -32,12 +33,15 @@
 //   - Count.Drop and Count.Carry: a part lowers its value, or moves value
 //     between two of its counts whose rows' totals the move leaves
 //     unchanged. Neither can pass a limit.
-//   - Table.Exceed: part p passed its limit of row r. The row's total
-//     over every part raises the peak if it passes it, and p gets a new
-//     limit it is within again: the peak less the other parts' limits;
-//     when those leave too little room, the room below the peak (the
-//     peak less the total) is shared evenly: every other part's limit
-//     becomes its value plus its share, and p keeps the rest.
+//   - Table.Exceed: part p passed its limit of row r. When the row's
+//     spare room holds what p needs, p takes it from there, and the row
+//     is not read: the total cannot pass the peak. Else the row's total
+//     over every part raises the peak if it passes it, and the room below
+//     the peak (the peak less the total) is shared out again: evenly,
+//     every other part's limit becoming its value plus its share and p
+//     keeping the rest; or, while no part runs alone (Table.Serial), into
+//     the spare room, every limit becoming its part's value and p taking
+//     half the room.
 //   - Table.Sole: Exceed with one part, whose limit is the peak: the peak
 //     becomes its value.
 //   - Table.Cut: operations that passed a limit while their parts ran
@@ -46,7 +50,7 @@
 //     increased if the totals after it pass them. Then every row an
 //     operation changed is Exceeded.
 //   - Table.ResetPeaks: every peak becomes its row's total, every limit
-//     its part's value.
+//     its part's value, and the spare room none.
 //
 // # Concurrency
 //
@@ -126,11 +130,26 @@ type Parts interface {
 	// SetLimits sets part p's limit of row r to lims[p], for every part;
 	// lims has Len() elements.
 	SetLimits(r int, lims []int64)
+	// Tighten sets every part's limit of row r to its value and returns
+	// the row's total: Row, SetLimits with the values, and their sum, in
+	// one pass.
+	Tighten(r int) (total int64)
 }
 
 // Table holds the peaks of its rows. The zero Table has no rows.
 type Table struct {
+	// Serial says that no part runs alone now: every change of a value
+	// runs with every lock held, so that a part's limit spares it no
+	// world, and room is best kept in the spare room, where Exceed hands
+	// it to whichever part rises. The caller sets it before Exceed or Cut;
+	// it changes how the room is shared, never the peaks.
+	Serial bool
+
 	peak []int64
+	// spare is, per row, room below the peak that no part's limit holds:
+	// the limits of a row and its spare room add up to at most its peak.
+	// Exceed hands it out without reading the row; a reading of the row fills it.
+	spare []int64
 
 	vals, lims []int64 // a row of the parts (row), reused
 }
@@ -169,40 +188,62 @@ func (t *Table) Peak(r int) int64 { return t.peak[r] }
 // parts' limits of the new row must add up to at most peak.
 func (t *Table) AddRow(peak int64) int {
 	t.peak = append(t.peak, peak)
+	t.spare = append(t.spare, 0)
 	return len(t.peak) - 1
 }
 
 // Sole runs, while the Table has one part, when that part's value v of
 // row r passed its limit, which is the peak: v is the new peak. The
 // caller sets the part's limit to v.
-func (t *Table) Sole(r int, v int64) { t.peak[r] = v }
+func (t *Table) Sole(r int, v int64) { t.peak[r], t.spare[r] = v, 0 }
 
 // Exceed runs, with every part's lock held, when part p's value of row r
-// may have passed its limit. If it did, the row's total raises the peak
-// if it passes it, and p gets the limit peak less the other parts'
-// limits, which p's value is within; when the others' limits leave too
-// little room, each is set first to its part's value plus an even share
-// (one in n) of the room below the peak, p keeping the rest.
+// may have passed its limit. If it did, by need, and the row's spare
+// room (Table) holds need, p takes need and some of the rest from it (in
+// Serial, half of the rest; else all of it): the others' limits and the
+// peak stay. Otherwise the row's total raises the peak if it passes it,
+// and the room below the peak (the peak less the total) is shared out
+// again: in Serial, every limit becomes its part's value and the room
+// goes to the spare room, p taking half of it; else each other part gets
+// its value plus an even share (one in n) of the room, p keeping the rest.
 func (t *Table) Exceed(ps Parts, p, r int) {
 	v, lim := ps.Part(p, r)
 	if v <= lim {
 		return
 	}
-	n := ps.Len()
-	vals, lims := t.row(ps, r, n)
-	lims = lims[:len(vals)]
-	var total, others int64
-	for o, pv := range vals {
-		total += pv
-		others += lims[o]
-	}
-	others -= lims[p]
-	peak := max(t.peak[r], total)
-	t.peak[r] = peak
-	if others+v <= peak {
-		ps.SetLimit(p, r, peak-others)
+	if need, spare := v-lim, t.spare[r]; need <= spare {
+		// The others are within their limits, whose sum with lim and the
+		// spare room is at most the peak: the total is within the peak.
+		give := spare - need // the rest
+		if t.Serial {
+			give /= 2
+		}
+		t.spare[r] = spare - need - give
+		ps.SetLimit(p, r, v+give)
 		return
 	}
+	// p passed its limit by more than the spare room: read the row, raise
+	// the peak to the total if the total passes it, and share out the room
+	// below the peak again.
+	n := ps.Len()
+	if t.Serial && n > 1 {
+		// No part runs alone: a part that rises next asks Exceed anyway,
+		// which hands it room from the spare room without reading the
+		// row, while the room kept in the parts' limits would be out of
+		// reach until the next reading. Every limit becomes its value,
+		// and p takes half the room.
+		t.tighten(ps, p, r, v)
+		return
+	}
+	vals, lims := t.row(ps, r, n)
+	lims = lims[:len(vals)]
+	var total int64
+	for _, pv := range vals {
+		total += pv
+	}
+	peak := max(t.peak[r], total)
+	t.peak[r] = peak
+	room := peak - total
 	// Share the room left below the peak evenly among the parts, the first
 	// others one more each while the division leaves some (p keeps the
 	// rest), so that the next part to rise has room too: with the others'
@@ -211,7 +252,6 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 	// one each is what spares them a cut.) The limits add up to the peak:
 	// p's is its value plus the share, as the others' are, and the rest
 	// (less than n) is one each for the first rest others.
-	room := peak - total
 	share, rest := room/int64(n), int(room%int64(n))
 	for o, pv := range vals {
 		lims[o] = pv + share
@@ -224,7 +264,23 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 			lims[p+1+o]++
 		}
 	}
+	t.spare[r] = 0
 	ps.SetLimits(r, lims)
+}
+
+// tighten is Exceed's reading of row r in Serial: every limit becomes its
+// part's value, the total raises the peak if it passes it, and p, whose
+// value is v, takes half the room below the peak, the spare room the rest.
+func (t *Table) tighten(ps Parts, p, r int, v int64) {
+	total := ps.Tighten(r)
+	peak := max(t.peak[r], total)
+	t.peak[r] = peak
+	room := peak - total
+	give := room / 2
+	t.spare[r] = room - give
+	if give > 0 {
+		ps.SetLimit(p, r, v+give)
+	}
 }
 
 // Cut settles ops, with every part's lock held: the operations that
@@ -281,6 +337,7 @@ func (t *Table) countInOrder(ps Parts, ops []Op) {
 					peak = max(peak, total)
 				}
 			}
+			t.spare[r] += peak - t.peak[r] // what the peak rose by is room no limit holds
 			t.peak[r] = peak
 		}
 	}
@@ -336,7 +393,7 @@ func (t *Table) ResetPeaks(ps Parts) {
 			ps.SetLimit(p, r, v)
 			total += v
 		}
-		t.peak[r] = total
+		t.peak[r], t.spare[r] = total, 0
 	}
 }
 
@@ -355,8 +412,8 @@ func (t *Table) Check(ps Parts, bad func(r, p int, msg string)) {
 			total += v
 			lims += lim
 		}
-		if peak := t.peak[r]; total > peak || lims > peak {
-			bad(r, -1, fmt.Sprintf("peak %d is below the total %d or the sum of the limits %d", peak, total, lims))
+		if peak, spare := t.peak[r], t.spare[r]; total > peak || lims+spare > peak || spare < 0 {
+			bad(r, -1, fmt.Sprintf("peak %d is below the total %d or the sum of the limits %d and the spare room %d", peak, total, lims, spare))
 		}
 	}
 }

@@ -39,6 +39,14 @@ func (g grid) SetLimits(r int, lims []int64) {
 	}
 }
 
+func (g grid) Tighten(r int) (total int64) {
+	for p := range g {
+		g[p][r].SetLimit(g[p][r].Value())
+		total += g[p][r].Value()
+	}
+	return total
+}
+
 // broken returns what Check reports, one line per break.
 func broken(t *Table, ps Parts) string {
 	var out []string
@@ -63,6 +71,7 @@ func twoParts(v0, v1, lim1, peak int64) (*Table, grid) {
 	g[0][0], g[1][0] = NewCount(v0), NewCount(v1)
 	g[1][0].SetLimit(lim1)
 	tab.peak[0] = peak
+	tab.spare[0] = peak - v0 - lim1 // no room is lost: the spare room is what the limits leave
 	return tab, g
 }
 
@@ -155,6 +164,77 @@ func TestExceedKeepsTheOthersWithRoom(t *testing.T) {
 	}
 }
 
+// rowReads is a grid that counts the Table's reads of whole rows.
+type rowReads struct {
+	grid
+	rows int
+}
+
+func (g *rowReads) Row(r int, vals, lims []int64) {
+	g.rows++
+	g.grid.Row(r, vals, lims)
+}
+
+func (g *rowReads) Tighten(r int) int64 {
+	g.rows++
+	return g.grid.Tighten(r)
+}
+
+// TestSerialExceedTakesFromTheSpareRoom: in Serial, a reshare sets every
+// limit to its value and puts the room below the peak in the spare room,
+// the part that passed its limit taking half; a later rise of any part
+// that the spare room holds takes what it needs and half the rest from
+// it, reading no row and leaving the others' limits and the peak; a rise
+// the spare room cannot hold reads the row again.
+func TestSerialExceedTakesFromTheSpareRoom(t *testing.T) {
+	tab := newTable(1)
+	tab.Serial = true
+	g := &rowReads{grid: newGrid(3, 1)}
+	g.grid[0][0], g.grid[1][0], g.grid[2][0] = NewCount(10), NewCount(6), NewCount(4)
+	g.grid[1][0].SetLimit(10)
+	tab.peak[0] = 30     // limits 10, 10 and 4: the spare room is 6, unknown to the table (0)
+	g.grid[2][0].Bump(3) // 7 passes 4
+	tab.Exceed(g, 2, 0)
+	// Total 23, room 7: limits 10, 6 and 7 + 3; spare room 4.
+	if g.rows != 1 || tab.Peak(0) != 30 || g.Limit(0, 0) != 10 || g.Limit(1, 0) != 6 || g.Limit(2, 0) != 10 || tab.spare[0] != 4 {
+		t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want 1, 30, 10 6 10, 4", g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0])
+	}
+	g.grid[1][0].Bump(2) // 8 passes 6 by 2: the spare room 4 holds it
+	tab.Exceed(g, 1, 0)
+	if g.rows != 1 || tab.Peak(0) != 30 || g.Limit(0, 0) != 10 || g.Limit(1, 0) != 9 || g.Limit(2, 0) != 10 || tab.spare[0] != 1 {
+		t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want 1, 30, 10 9 10, 1", g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0])
+	}
+	if s := broken(tab, &g.grid); s != "" {
+		t.Fatal(s)
+	}
+	g.grid[0][0].Bump(3) // 13 passes 10 by 3, more than the spare room 1: the row is read
+	tab.Exceed(g, 0, 0)
+	// Total 10+3 + 8 + 7 = 28, room 2: limits 13 + 1, 8, 7; spare room 1.
+	if g.rows != 2 || tab.Peak(0) != 30 || g.Limit(0, 0) != 14 || g.Limit(1, 0) != 8 || g.Limit(2, 0) != 7 || tab.spare[0] != 1 {
+		t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want 2, 30, 14 8 7, 1", g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0])
+	}
+	g.grid[2][0].Bump(5) // 12 passes 7 by 5: total 33, a new peak
+	tab.Exceed(g, 2, 0)
+	if g.rows != 3 || tab.Peak(0) != 33 || g.Limit(2, 0) != 12 || tab.spare[0] != 0 {
+		t.Fatalf("rows read %d, peak %d, limit %d, spare %d; want 3, 33, 12, 0", g.rows, tab.Peak(0), g.Limit(2, 0), tab.spare[0])
+	}
+	if s := broken(tab, &g.grid); s != "" {
+		t.Fatal(s)
+	}
+	// Not Serial: the spare room goes whole to the part that needs it,
+	// and a reshare leaves none.
+	tab.Serial = false
+	tab.ResetPeaks(g)
+	g.grid[0][0].Drop(4) // total 29 under the peak 33; its limit gives the 4 to the spare room
+	g.grid[0][0].SetLimit(9)
+	tab.spare[0] = 4
+	g.grid[1][0].Bump(1)
+	tab.Exceed(g, 1, 0)
+	if g.Limit(1, 0) != 12 || tab.spare[0] != 0 || g.rows != 3 {
+		t.Fatalf("limit %d, spare %d, rows read %d; want 12, 0, 3", g.Limit(1, 0), tab.spare[0], g.rows)
+	}
+}
+
 // TestCutCountsInTheGivenOrder: two waiting operations change one row in
 // opposite ways; the peak is that of their order in the cut, not of their
 // sum.
@@ -213,8 +293,17 @@ func TestCheckReportsEachBreak(t *testing.T) {
 	}
 	g[1][0].Carry(-1)
 	g[1][0].SetLimit(1)
-	if s := broken(tab, g); !strings.Contains(s, "part -1: peak 3 is below the total 3 or the sum of the limits 4") {
+	if s := broken(tab, g); !strings.Contains(s, "part -1: peak 3 is below the total 3 or the sum of the limits 4 and the spare room 0") {
 		t.Fatalf("limits above the peak: %q", s)
+	}
+	g[1][0].SetLimit(0)
+	tab.spare[0] = 1
+	if s := broken(tab, g); !strings.Contains(s, "part -1: peak 3 is below the total 3 or the sum of the limits 3 and the spare room 1") {
+		t.Fatalf("spare room above what the limits leave: %q", s)
+	}
+	tab.peak[0], tab.spare[0] = 5, -1
+	if s := broken(tab, g); !strings.Contains(s, "the spare room -1") {
+		t.Fatalf("negative spare room: %q", s)
 	}
 }
 
@@ -313,6 +402,9 @@ func TestPeaksAreThoseOfASerialOrder(t *testing.T) {
 		}
 		steps := rapid.IntRange(1, 60).Draw(t, "steps")
 		for range steps {
+			// The caller may say at any time whether the parts run alone:
+			// the peaks must not depend on it.
+			tab.Serial = rapid.Bool().Draw(t, "serial")
 			switch rapid.IntRange(0, 9).Draw(t, "kind") {
 			case 0, 1, 2, 3, 4, 5: // an operation under its part's lock alone
 				p := rapid.IntRange(0, nParts-1).Draw(t, "part")
@@ -400,7 +492,8 @@ func TestExceedSharesAsTheLoop(t *testing.T) {
 			sum += g[o][0].Limit()
 		}
 		tab := newTable(1)
-		tab.peak[0] = sum + rapid.Int64Range(0, 30).Draw(t, "spare")
+		tab.spare[0] = rapid.Int64Range(0, 30).Draw(t, "spare")
+		tab.peak[0] = sum + tab.spare[0]
 		p := rapid.IntRange(0, n-1).Draw(t, "part")
 		g[p][0].Bump(rapid.Int64Range(1, 60).Draw(t, "rise"))
 		vals := make([]int64, n)
