@@ -42,6 +42,8 @@ type largeBuckets struct {
 	n     int
 
 	frontier []*Block // ascendHeap's, kept for the next walk
+
+	sums *wordSums // the close fit's counts and lowest blocks per word of l0 (closefit.go), from its first use
 }
 
 // A bucket is one class's blocks; a zero class marks an empty slot.
@@ -141,6 +143,9 @@ func (s *largeBuckets) slot(c int) int {
 func (s *largeBuckets) insert(b *Block) {
 	c := classOf(b.Size)
 	s.n++
+	if s.sums != nil {
+		s.sums.added(c>>6, b)
+	}
 	w, bit := classBit(c)
 	if s.l0[w]&bit != 0 {
 		bk := s.find(c)
@@ -186,6 +191,9 @@ func (s *largeBuckets) newHeap() []*Block {
 func (s *largeBuckets) remove(b *Block) {
 	c := classOf(b.Size)
 	s.n--
+	if s.sums != nil {
+		s.sums.removed(c>>6, b)
+	}
 	slot := s.slot(c)
 	bk := &s.tab[slot]
 	if h := bk.heap; len(h) > 0 {
@@ -283,58 +291,6 @@ func (s *largeBuckets) ascendFrom(c int, f func(*Block) bool) bool {
 		}
 	}
 	return true
-}
-
-// CloseFit is the policy's close fit over the classes from c up: it
-// visits the lowest address of each class in order, counting the
-// class's blocks, while the class's size is at most limit and fewer than
-// window blocks were counted, and returns the block of the lowest address
-// visited whose size is below below, or best if none is lower; the
-// blocks counted; and whether the walk ended here (a size above limit,
-// or the window full) rather than at the last class.
-//
-// The next class is found by the bitmap from where the walk is (the
-// word of l0 of the class visited, then l1's and l2's words above it),
-// and the walk ends as soon as the next non-empty word of l0 starts past
-// the last class within limit. When limit is below the largest class's
-// size, ending there when no class is left is ending at the last class:
-// the caller's walk on, through the blocks above 128 MiB, would stop at
-// the first of them, which is larger than limit.
-func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *Block) (*Block, int, bool) {
-	top := int(min(limit/MinBlockSize, largeClasses)) - 1 // the last class within limit
-	if top == largeClasses-1 {
-		return s.closeFitAll(c, limit, below, window, best)
-	}
-	n := 0
-	for c >= 0 && c <= top {
-		bk := s.find(c)
-		n += max(1, len(bk.heap))
-		if uint64(c+1)*MinBlockSize < below && bk.first.Ptr < best.Ptr {
-			best = bk.first
-		}
-		if n >= window {
-			break
-		}
-		w := c >> 6
-		m := s.l0[w] & (^uint64(1) << (c & 63)) // the classes above c in its word
-		for m == 0 {
-			w1 := w >> 6
-			if m1 := s.l1[w1] & (^uint64(1) << (w & 63)); m1 != 0 {
-				w = w1<<6 | bits.TrailingZeros64(m1)
-			} else if m2 := s.l2 & (^uint64(1) << w1); m2 != 0 {
-				w1 = bits.TrailingZeros64(m2)
-				w = w1<<6 | bits.TrailingZeros64(s.l1[w1])
-			} else {
-				return best, n, true // no class above c
-			}
-			if w<<6 > top {
-				return best, n, true
-			}
-			m = s.l0[w]
-		}
-		c = w<<6 | bits.TrailingZeros64(m)
-	}
-	return best, n, true
 }
 
 // closeFitAll is closeFit for a limit at or above the largest class's
@@ -478,5 +434,5 @@ func (s *largeBuckets) check() string {
 	if bitsSet != classes || classes != s.used || count != s.n {
 		return "the counts of classes or blocks are wrong"
 	}
-	return ""
+	return s.checkSums()
 }
