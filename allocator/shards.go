@@ -99,6 +99,13 @@ func (a *Allocator) newShard(s device.Stream) *shard {
 	sh.free[0].Init(sh.id, &sh.spare, s, a.small, small)
 	sh.free[1].Init(sh.id, &sh.spare, s, a.large, freeindex.KindLarge)
 	sh.free[0].Merged = a.onePoolLocked()
+	if small == freeindex.KindLarge { // the index of the small requests finds small classes directly
+		q := qSmall
+		if sh.free[0].Merged {
+			q = qLarge
+		}
+		sh.free[q].KeepDirect()
+	}
 	sh.activeImplied = true
 	return sh
 }

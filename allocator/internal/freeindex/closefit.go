@@ -47,11 +47,10 @@ func (m *wordSums) removed(w int, b *Block) {
 // summarize gives s its word sums, counted from its classes.
 func (s *largeBuckets) summarize() {
 	m := new(wordSums)
-	for _, bk := range s.tab {
-		if bk.class != 0 {
-			m.cnt[(bk.class-1)>>6] += uint32(max(1, len(bk.heap)))
-		}
-	}
+	s.eachBucket(func(bk *bucket) bool {
+		m.cnt[(bk.class-1)>>6] += uint32(max(1, len(bk.heap)))
+		return true
+	})
 	s.sums = m
 }
 
@@ -174,16 +173,14 @@ func (s *largeBuckets) checkSums() string {
 	}
 	var cnt [largeWords]uint32
 	var low [largeWords]*Block
-	for _, bk := range s.tab {
-		if bk.class == 0 {
-			continue
-		}
+	s.eachBucket(func(bk *bucket) bool {
 		w := (bk.class - 1) >> 6
 		cnt[w] += uint32(max(1, len(bk.heap)))
 		if low[w] == nil || bk.first.Ptr < low[w].Ptr {
 			low[w] = bk.first
 		}
-	}
+		return true
+	})
 	for w := range cnt {
 		if m.cnt[w] != cnt[w] {
 			return "a word's count of blocks is wrong"

@@ -44,6 +44,9 @@ type largeBuckets struct {
 	frontier []*Block // ascendHeap's, kept for the next walk
 
 	sums *wordSums // the close fit's counts and lowest blocks per word of l0 (closefit.go), from its first use
+
+	direct  []bucket // its classes below directClasses, by class, if it keeps them (direct.go)
+	ndirect int      // classes in direct
 }
 
 // A bucket is one class's blocks; a zero class marks an empty slot.
@@ -119,7 +122,17 @@ func (s *largeBuckets) last() *Block {
 func (s *largeBuckets) home(c int32) int { return int(fibHash(uint64(c), s.shift)) }
 
 // find returns the bucket of class c, which holds blocks.
-func (s *largeBuckets) find(c int) *bucket { return &s.tab[s.slot(c)] }
+func (s *largeBuckets) find(c int) *bucket {
+	if c < len(s.direct) {
+		return &s.direct[c]
+	}
+	key := int32(c) + 1
+	i := s.home(key)
+	for s.tab[i].class != key && s.tab[i].class != 0 {
+		i = (i + 1) & (len(s.tab) - 1)
+	}
+	return &s.tab[i] // an empty slot if the table lacks c: a bug that check reports
+}
 
 // slot returns the slot of class c, or -1 if the table does not hold it
 // (which for a class with a bit set in l0 is a bug that check reports).
@@ -160,10 +173,18 @@ func (s *largeBuckets) insert(b *Block) {
 		bk.heap, bk.first = h, h[0]
 		return
 	}
+	key := int32(c) + 1
+	s.l0[w] |= bit
+	s.l1[w>>6] |= 1 << (w & 63)
+	s.l2 |= 1 << (w >> 6)
+	if c < len(s.direct) {
+		s.direct[c] = bucket{class: key, first: b}
+		s.ndirect++
+		return
+	}
 	if 2*(s.used+1) > len(s.tab) {
 		s.grow()
 	}
-	key := int32(c) + 1
 	mask := len(s.tab) - 1
 	i := s.home(key)
 	for s.tab[i].class != 0 {
@@ -171,9 +192,6 @@ func (s *largeBuckets) insert(b *Block) {
 	}
 	s.tab[i] = bucket{class: key, first: b}
 	s.used++
-	s.l0[w] |= bit
-	s.l1[w>>6] |= 1 << (w & 63)
-	s.l2 |= 1 << (w >> 6)
 }
 
 // newHeap returns an empty slice for a class's heap, reused when possible.
@@ -194,8 +212,13 @@ func (s *largeBuckets) remove(b *Block) {
 	if s.sums != nil {
 		s.sums.removed(c>>6, b)
 	}
-	slot := s.slot(c)
-	bk := &s.tab[slot]
+	slot, bk := -1, (*bucket)(nil)
+	if c < len(s.direct) {
+		bk = &s.direct[c]
+	} else {
+		slot = s.slot(c)
+		bk = &s.tab[slot]
+	}
 	if h := bk.heap; len(h) > 0 {
 		h = heapRemove(h, int(b.heapIdx))
 		bk.first = h[0]
@@ -207,7 +230,12 @@ func (s *largeBuckets) remove(b *Block) {
 		bk.heap = h
 		return
 	}
-	s.delete(slot)
+	if slot < 0 {
+		*bk = bucket{}
+		s.ndirect--
+	} else {
+		s.delete(slot)
+	}
 	w, bit := classBit(c)
 	s.l0[w] &^= bit
 	if s.l0[w] == 0 {
@@ -249,25 +277,20 @@ func (s *largeBuckets) grow() {
 	}
 }
 
-// each calls f on every block, by class (in table order) and in heap order
-// within a class, until f returns false.
+// each calls f on every block, by class (the direct classes, then in
+// table order) and in heap order within a class, until f returns false.
 func (s *largeBuckets) each(f func(*Block) bool) {
-	for _, bk := range s.tab {
-		if bk.class == 0 {
-			continue
-		}
+	s.eachBucket(func(bk *bucket) bool {
 		if len(bk.heap) == 0 {
-			if !f(bk.first) {
-				return
-			}
-			continue
+			return f(bk.first)
 		}
 		for _, b := range bk.heap {
 			if !f(b) {
-				return
+				return false
 			}
 		}
-	}
+		return true
+	})
 }
 
 // ascendFrom calls f on the blocks of class c and of the classes above
@@ -388,36 +411,19 @@ func cmpPtr(x, y *Block) int {
 // description of the first fault found, or "".
 func (s *largeBuckets) check() string {
 	count, classes := 0, 0
-	for i, bk := range s.tab {
-		if bk.class == 0 {
-			continue
-		}
+	if msg := s.checkDirect(); msg != "" {
+		return msg
+	}
+	fault := ""
+	s.eachBucket(func(bk *bucket) bool {
 		classes++
 		c := int(bk.class) - 1
-		if w, bit := classBit(c); s.l0[w]&bit == 0 {
-			return "a class in the table has no bit"
-		}
-		if s.slot(c) != i {
-			return "a class is not where a lookup finds it"
-		}
-		if bk.first == nil || classOf(bk.first.Size) != c {
-			return "a bucket's first block is of another size"
-		}
-		if len(bk.heap) == 1 || len(bk.heap) > 0 && bk.heap[0] != bk.first {
-			return "a size bucket's heap and its first block disagree"
-		}
-		for j, b := range bk.heap {
-			if b == nil || classOf(b.Size) != c {
-				return "a block is in the bucket of another size"
-			}
-			if int(b.heapIdx) != j {
-				return "a block's heap position is wrong"
-			}
-			if j > 0 && bk.heap[(j-1)/2].Ptr > b.Ptr {
-				return "a size bucket is not a heap by address"
-			}
-		}
+		fault = s.checkBucket(c, bk)
 		count += max(len(bk.heap), 1)
+		return fault == ""
+	})
+	if fault != "" {
+		return fault
 	}
 	bitsSet := 0
 	for w, word := range s.l0 {
@@ -431,8 +437,38 @@ func (s *largeBuckets) check() string {
 			return "a third-level bit disagrees with its word"
 		}
 	}
-	if bitsSet != classes || classes != s.used || count != s.n {
+	if bitsSet != classes || classes != s.used+s.ndirect || count != s.n {
 		return "the counts of classes or blocks are wrong"
 	}
 	return s.checkSums()
+}
+
+// checkBucket verifies the bucket of class c: its bit, that a lookup
+// finds it, and its blocks; it returns a description of the first fault
+// found, or "".
+func (s *largeBuckets) checkBucket(c int, bk *bucket) string {
+	if w, bit := classBit(c); s.l0[w]&bit == 0 {
+		return "a class in the table has no bit"
+	}
+	if s.bucketOf(c) != bk {
+		return "a class is not where a lookup finds it"
+	}
+	if bk.first == nil || classOf(bk.first.Size) != c {
+		return "a bucket's first block is of another size"
+	}
+	if len(bk.heap) == 1 || len(bk.heap) > 0 && bk.heap[0] != bk.first {
+		return "a size bucket's heap and its first block disagree"
+	}
+	for j, b := range bk.heap {
+		if b == nil || classOf(b.Size) != c {
+			return "a block is in the bucket of another size"
+		}
+		if int(b.heapIdx) != j {
+			return "a block's heap position is wrong"
+		}
+		if j > 0 && bk.heap[(j-1)/2].Ptr > b.Ptr {
+			return "a size bucket is not a heap by address"
+		}
+	}
+	return ""
 }
