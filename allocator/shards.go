@@ -99,12 +99,14 @@ func (a *Allocator) newShard(s device.Stream) *shard {
 	sh.free[0].Init(sh.id, &sh.spare, s, a.small, small)
 	sh.free[1].Init(sh.id, &sh.spare, s, a.large, freeindex.KindLarge)
 	sh.free[0].Merged = a.onePoolLocked()
-	if small == freeindex.KindLarge { // the index of the small requests finds small classes directly
-		q := qSmall
-		if sh.free[0].Merged {
-			q = qLarge
-		}
-		sh.free[q].KeepDirect()
+	// Classes in pages, not the hash table, where blocks split and merge
+	// with almost every operation: the index of the small requests when
+	// it is of large buckets, and the policy's large pool.
+	if small == freeindex.KindLarge && !sh.free[0].Merged {
+		sh.free[0].KeepDirect()
+	}
+	if sh.free[0].Merged || a.pol != nil {
+		sh.free[1].KeepDirect()
 	}
 	sh.activeImplied = true
 	return sh

@@ -1,31 +1,44 @@
-// This file holds the direct classes of large buckets: in the index of
-// large buckets that takes a stream's small requests (the small pool's
-// with expandable segments or the low_fragmentation policy; the large
-// pool's under the planned policy, which sends them there), where blocks
-// of up to 2 MiB come and go with almost every operation, each class
-// below directClasses has its bucket at its own place in an array, found
-// without the hash table; the classes above stay in the table.
+// This file holds the paged classes of large buckets: an index that keeps
+// them (KeepDirect) finds a class's bucket at its place in a page of the
+// 64 classes of its word of l0, without the hash table. The index that
+// takes a stream's small requests (the small pool's with expandable
+// segments or the low_fragmentation policy; the large pool's under the
+// planned policy, which sends them there) and the policy's large pool,
+// whose blocks split and merge with almost every operation, keep them;
+// the faithful default's large pool keeps the compact table.
 
 package freeindex
 
-// directClasses is the number of classes kept by class in a large
-// buckets' direct array: blocks of up to 2 MiB.
-const directClasses = 1 << 12
+// A classPage holds the buckets of the 64 classes of one word of l0, by
+// class; a zero bucket is an empty class.
+type classPage [64]bucket
 
-// KeepDirect gives x, an empty index of large buckets, the direct
-// classes (160 KiB): for the index that takes its stream's small
-// requests. On any other index it does nothing.
+// KeepDirect makes x, an empty index of large buckets, keep its classes
+// in pages: 32 KiB, and 2.5 KiB for each word of l0 with blocks (at most
+// 10 MiB), kept for reuse when the word empties. On any other index it
+// does nothing.
 func (x *Index) KeepDirect() {
-	if l := x.large; x.Kind == KindLarge && l.n == 0 && len(l.direct) == 0 {
-		l.direct = make([]bucket, directClasses)
+	if l := x.large; x.Kind == KindLarge && l.n == 0 && len(l.pages) == 0 {
+		l.pages = make([]*classPage, largeWords)
 	}
+}
+
+// newPage returns a zero page, reused when possible.
+func (s *largeBuckets) newPage() *classPage {
+	if n := len(s.spareP); n > 0 {
+		p := s.spareP[n-1]
+		s.spareP[n-1] = nil
+		s.spareP = s.spareP[:n-1]
+		return p
+	}
+	return new(classPage)
 }
 
 // bucketOf returns the bucket of class c, or nil if no block is of it.
 func (s *largeBuckets) bucketOf(c int) *bucket {
-	if c < len(s.direct) {
-		if bk := &s.direct[c]; bk.class != 0 {
-			return bk
+	if w := c >> 6; w < len(s.pages) {
+		if p := s.pages[w]; p != nil && p[c&63].class != 0 {
+			return &p[c&63]
 		}
 		return nil
 	}
@@ -35,13 +48,18 @@ func (s *largeBuckets) bucketOf(c int) *bucket {
 	return nil
 }
 
-// eachBucket calls f on every bucket that holds blocks, the direct
+// eachBucket calls f on every bucket that holds blocks, the paged
 // classes in order and then the table's in table order, until f returns
 // false.
 func (s *largeBuckets) eachBucket(f func(*bucket) bool) {
-	for i := range s.direct {
-		if bk := &s.direct[i]; bk.class != 0 && !f(bk) {
-			return
+	for _, p := range s.pages {
+		if p == nil {
+			continue
+		}
+		for i := range p {
+			if bk := &p[i]; bk.class != 0 && !f(bk) {
+				return
+			}
 		}
 	}
 	for i := range s.tab {
@@ -51,25 +69,42 @@ func (s *largeBuckets) eachBucket(f func(*bucket) bool) {
 	}
 }
 
-// checkDirect verifies that the direct array holds each of its classes at
-// its place and that the table holds none of them, and returns a
-// description of the first fault found, or "".
-func (s *largeBuckets) checkDirect() string {
+// checkPages verifies that an index keeping its classes in pages has a
+// page exactly for each word of l0 with blocks, each class at its place,
+// counted, and no class in the table; it returns a description of the
+// first fault found, or "".
+func (s *largeBuckets) checkPages() string {
+	if len(s.pages) == 0 {
+		return ""
+	}
 	n := 0
-	for c := range s.direct {
-		if k := s.direct[c].class; k != 0 {
-			n++
-			if int(k) != c+1 {
-				return "a direct class is not at its place"
+	for w, p := range s.pages {
+		if (p != nil) != (s.l0[w] != 0) {
+			return "a word's page of classes is missing or kept empty"
+		}
+		if p == nil {
+			continue
+		}
+		for i, bk := range p {
+			if bk.class != 0 {
+				n++
+				if int(bk.class) != w<<6|i+1 {
+					return "a paged class is not at its place"
+				}
 			}
 		}
 	}
-	if n != s.ndirect {
-		return "the count of direct classes is wrong"
+	if n != s.npaged {
+		return "the count of paged classes is wrong"
 	}
-	for _, bk := range s.tab {
-		if len(s.direct) > 0 && bk.class != 0 && int(bk.class) <= directClasses {
-			return "a direct class is in the table"
+	if s.used != 0 {
+		return "a paged index has classes in its table"
+	}
+	for _, p := range s.spareP {
+		for _, bk := range p {
+			if bk.class != 0 || bk.first != nil || bk.heap != nil {
+				return "a spare page of classes is not zero"
+			}
 		}
 	}
 	return ""

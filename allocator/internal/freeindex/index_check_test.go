@@ -163,22 +163,20 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 			}
 			return ti
 		}},
-		{"a direct class moved in its array", "not at its place", func() *testIndex {
-			ti := &testIndex{p: &Pool{Small: true, Stat: stats.SmallPool}, next: 1 << 40}
-			ti.x.Init(0, new(Spares), 0, ti.p, KindLarge) // the small pool with virtual memory
+		{"a paged class moved in its page", "not at its place", func() *testIndex {
+			ti := newTestIndex(KindLarge)
 			ti.x.KeepDirect()
-			ti.segment(SmallBuffer) // its class is a direct one
-			d, c := ti.x.large.direct, classOf(SmallBuffer)
-			d[c-1], d[c] = d[c], d[c-1]
+			ti.segment(20 * mib)
+			c := classOf(20 * mib)
+			p := ti.x.large.pages[c>>6]
+			p[c&63], p[(c+1)&63] = p[(c+1)&63], p[c&63]
 			return ti
 		}},
-		{"a direct class in the table", "direct class is in the table", func() *testIndex {
-			ti := &testIndex{p: &Pool{Small: true, Stat: stats.SmallPool}, next: 1 << 40}
-			ti.x.Init(0, new(Spares), 0, ti.p, KindLarge)
+		{"a paged class in the table", "classes in its table", func() *testIndex {
+			ti := newTestIndex(KindLarge)
 			ti.x.KeepDirect()
-			ti.segment(SmallBuffer)
-			lb, c := ti.x.large, classOf(SmallBuffer)
-			lb.direct[c], lb.ndirect = bucket{}, 0
+			ti.segment(20 * mib)
+			lb, c := ti.x.large, classOf(20*mib)
 			lb.tab = make([]bucket, 16)
 			lb.shift = tableShift(16)
 			lb.tab[lb.home(int32(c)+1)] = bucket{class: int32(c) + 1, first: ti.x.wholes}

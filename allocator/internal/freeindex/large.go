@@ -45,8 +45,9 @@ type largeBuckets struct {
 
 	sums *wordSums // the close fit's counts and lowest blocks per word of l0 (closefit.go), from its first use
 
-	direct  []bucket // its classes below directClasses, by class, if it keeps them (direct.go)
-	ndirect int      // classes in direct
+	pages  []*classPage // its classes by word of l0, if it keeps them so (direct.go): nil for an empty word
+	npaged int          // classes in pages
+	spareP []*classPage // pages of words that emptied, zero, kept for reuse
 }
 
 // A bucket is one class's blocks; a zero class marks an empty slot.
@@ -123,8 +124,8 @@ func (s *largeBuckets) home(c int32) int { return int(fibHash(uint64(c), s.shift
 
 // find returns the bucket of class c, which holds blocks.
 func (s *largeBuckets) find(c int) *bucket {
-	if c < len(s.direct) {
-		return &s.direct[c]
+	if s.pages != nil { // nil or a page for each word
+		return &s.pages[c>>6][c&63]
 	}
 	key := int32(c) + 1
 	i := s.home(key)
@@ -177,9 +178,14 @@ func (s *largeBuckets) insert(b *Block) {
 	s.l0[w] |= bit
 	s.l1[w>>6] |= 1 << (w & 63)
 	s.l2 |= 1 << (w >> 6)
-	if c < len(s.direct) {
-		s.direct[c] = bucket{class: key, first: b}
-		s.ndirect++
+	if w < len(s.pages) {
+		p := s.pages[w]
+		if p == nil {
+			p = s.newPage()
+			s.pages[w] = p
+		}
+		p[c&63] = bucket{class: key, first: b}
+		s.npaged++
 		return
 	}
 	if 2*(s.used+1) > len(s.tab) {
@@ -212,9 +218,10 @@ func (s *largeBuckets) remove(b *Block) {
 	if s.sums != nil {
 		s.sums.removed(c>>6, b)
 	}
-	slot, bk := -1, (*bucket)(nil)
-	if c < len(s.direct) {
-		bk = &s.direct[c]
+	slot, bk, p := -1, (*bucket)(nil), (*classPage)(nil)
+	if w := c >> 6; w < len(s.pages) {
+		p = s.pages[w]
+		bk = &p[c&63]
 	} else {
 		slot = s.slot(c)
 		bk = &s.tab[slot]
@@ -230,15 +237,19 @@ func (s *largeBuckets) remove(b *Block) {
 		bk.heap = h
 		return
 	}
-	if slot < 0 {
+	if p != nil {
 		*bk = bucket{}
-		s.ndirect--
+		s.npaged--
 	} else {
 		s.delete(slot)
 	}
 	w, bit := classBit(c)
 	s.l0[w] &^= bit
 	if s.l0[w] == 0 {
+		if p != nil { // its page is zero again
+			s.pages[w] = nil
+			s.spareP = append(s.spareP, p)
+		}
 		s.l1[w>>6] &^= 1 << (w & 63)
 		if s.l1[w>>6] == 0 {
 			s.l2 &^= 1 << (w >> 6)
@@ -277,7 +288,7 @@ func (s *largeBuckets) grow() {
 	}
 }
 
-// each calls f on every block, by class (the direct classes, then in
+// each calls f on every block, by class (the paged classes, then in
 // table order) and in heap order within a class, until f returns false.
 func (s *largeBuckets) each(f func(*Block) bool) {
 	s.eachBucket(func(bk *bucket) bool {
@@ -411,7 +422,7 @@ func cmpPtr(x, y *Block) int {
 // description of the first fault found, or "".
 func (s *largeBuckets) check() string {
 	count, classes := 0, 0
-	if msg := s.checkDirect(); msg != "" {
+	if msg := s.checkPages(); msg != "" {
 		return msg
 	}
 	fault := ""
@@ -437,7 +448,7 @@ func (s *largeBuckets) check() string {
 			return "a third-level bit disagrees with its word"
 		}
 	}
-	if bitsSet != classes || classes != s.used+s.ndirect || count != s.n {
+	if bitsSet != classes || classes != s.used+s.npaged || count != s.n {
 		return "the counts of classes or blocks are wrong"
 	}
 	return s.checkSums()
