@@ -95,16 +95,22 @@ func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *Bl
 	if s.sums == nil {
 		s.summarize()
 	}
-	n, full := 0, false
-	w := c >> 6
-	if best, n, full = s.closeFitWord(w, c, top, below, window, best, n); full {
-		return best, n, true
-	}
-	// The last class that its sums may cover: within limit, and below
-	// below (c+1 blocks of 512 bytes < below).
+	// The words up to topW hold classes within limit; those up to wholeW
+	// only classes within limit and below below ((c+1) * 512 < below):
+	// those its sums may cover.
 	whole := top
 	if below <= uint64(top+1)*MinBlockSize {
 		whole = int((below+MinBlockSize-1)/MinBlockSize) - 2
+	}
+	topW, wholeW := top>>6, (whole+1)>>6-1
+	n, full, w := 0, false, c>>6
+	if k := int(s.sums.cnt[w&(largeWords-1)]); w <= wholeW && k < window && s.l0[w]&(1<<(c&63)-1) == 0 {
+		n = k // c's word holds no class below c: its sums are those of the classes from c
+		if l := s.wordLow(w); l.Ptr < best.Ptr {
+			best = l
+		}
+	} else if best, n, full = s.closeFitWord(w, c, top, below, window, best, n); full {
+		return best, n, true
 	}
 	sums := s.sums
 	// The non-empty words above w, a word of l1 at a time: ws holds the
@@ -113,28 +119,30 @@ func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *Bl
 	ws := s.l1[w1] & (^uint64(1) << (w & 63))
 	for {
 		for ws == 0 {
-			if m2 := s.l2 & (^uint64(1) << w1); m2 != 0 {
-				w1 = bits.TrailingZeros64(m2)
-				ws = s.l1[w1]
-			} else {
+			m2 := s.l2 & (^uint64(1) << w1)
+			if m2 == 0 {
 				return best, n, true // no class above
 			}
+			w1 = bits.TrailingZeros64(m2)
+			ws = s.l1[w1]
 		}
 		w = (w1<<6 | bits.TrailingZeros64(ws)) & (largeWords - 1)
 		ws &= ws - 1
-		if w<<6 > top {
+		if w > topW {
 			return best, n, true
 		}
-		if k := int(sums.cnt[w]); w<<6|63 <= whole && n+k < window {
-			n += k
-			l := sums.low[w]
-			if l == nil {
-				l = s.wordLow(w)
+		if w <= wholeW {
+			if k := int(sums.cnt[w]); n+k < window {
+				n += k
+				l := sums.low[w]
+				if l == nil {
+					l = s.wordLow(w)
+				}
+				if l.Ptr < best.Ptr {
+					best = l
+				}
+				continue
 			}
-			if l.Ptr < best.Ptr {
-				best = l
-			}
-			continue
 		}
 		if best, n, full = s.closeFitWord(w, w<<6, top, below, window, best, n); full {
 			return best, n, true

@@ -178,7 +178,7 @@ func (s *largeBuckets) insert(b *Block) {
 	s.l0[w] |= bit
 	s.l1[w>>6] |= 1 << (w & 63)
 	s.l2 |= 1 << (w >> 6)
-	if w < len(s.pages) {
+	if s.pages != nil {
 		p := s.pages[w]
 		if p == nil {
 			p = s.newPage()
@@ -218,10 +218,10 @@ func (s *largeBuckets) remove(b *Block) {
 	if s.sums != nil {
 		s.sums.removed(c>>6, b)
 	}
-	slot, bk, p := -1, (*bucket)(nil), (*classPage)(nil)
-	if w := c >> 6; w < len(s.pages) {
-		p = s.pages[w]
-		bk = &p[c&63]
+	var bk *bucket
+	slot := -1
+	if s.pages != nil {
+		bk = &s.pages[c>>6][c&63]
 	} else {
 		slot = s.slot(c)
 		bk = &s.tab[slot]
@@ -237,7 +237,7 @@ func (s *largeBuckets) remove(b *Block) {
 		bk.heap = h
 		return
 	}
-	if p != nil {
+	if slot < 0 {
 		*bk = bucket{}
 		s.npaged--
 	} else {
@@ -246,9 +246,9 @@ func (s *largeBuckets) remove(b *Block) {
 	w, bit := classBit(c)
 	s.l0[w] &^= bit
 	if s.l0[w] == 0 {
-		if p != nil { // its page is zero again
+		if slot < 0 { // its page is zero again
+			s.spareP = append(s.spareP, s.pages[w])
 			s.pages[w] = nil
-			s.spareP = append(s.spareP, p)
 		}
 		s.l1[w>>6] &^= 1 << (w & 63)
 		if s.l1[w>>6] == 0 {
