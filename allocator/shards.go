@@ -103,10 +103,10 @@ func (a *Allocator) newShard(s device.Stream) *shard {
 	// with almost every operation: the index of the small requests when
 	// it is of large buckets, and the policy's large pool.
 	if small == freeindex.KindLarge && !sh.free[0].Merged {
-		sh.free[0].KeepDirect()
+		sh.free[0].KeepPages()
 	}
 	if sh.free[0].Merged || a.pol != nil {
-		sh.free[1].KeepDirect()
+		sh.free[1].KeepPages()
 	}
 	sh.activeImplied = true
 	return sh

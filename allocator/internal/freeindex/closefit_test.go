@@ -65,7 +65,7 @@ func TestCloseFitAsTheWalk(t *testing.T) {
 		var x Index
 		x.Init(0, new(Spares), 0, p, KindLarge)
 		if rapid.Bool().Draw(t, "direct") {
-			x.KeepDirect() // classes up to 2 MiB in their array, not the table
+			x.KeepPages() // classes in pages, not the table
 		}
 		// Classes from base up over spread classes: 64 classes a word, so
 		// a spread of thousands covers many words, some whole.

@@ -31,7 +31,7 @@
 //     address; a B+ tree (freeTree, tree.go) above. For every other pool of a stream that has
 //     a shard of its own. The index that takes a stream's small requests
 //     and the policy's large pool keep their classes in pages by word of
-//     the bitmap instead of the table (KeepDirect, direct.go); the close
+//     the bitmap instead of the table (KeepPages, pages.go); the close
 //     fit reads whole words of the bitmap from their counts and lowest
 //     blocks (closefit.go).
 //   - KindTree: the tree alone, for the many streams of the allocator's

@@ -165,7 +165,7 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 		}},
 		{"a paged class moved in its page", "not at its place", func() *testIndex {
 			ti := newTestIndex(KindLarge)
-			ti.x.KeepDirect()
+			ti.x.KeepPages()
 			ti.segment(20 * mib)
 			c := classOf(20 * mib)
 			p := ti.x.large.pages[c>>6]
@@ -174,7 +174,7 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 		}},
 		{"a paged class in the table", "classes in its table", func() *testIndex {
 			ti := newTestIndex(KindLarge)
-			ti.x.KeepDirect()
+			ti.x.KeepPages()
 			ti.segment(20 * mib)
 			lb, c := ti.x.large, classOf(20*mib)
 			lb.tab = make([]bucket, 16)

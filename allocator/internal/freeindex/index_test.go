@@ -28,7 +28,7 @@ func TestIndexWalksFollowTheOrder(t *testing.T) {
 		}
 		x.Init(0, new(Spares), 0, p, kind)
 		if rapid.Bool().Draw(t, "direct") {
-			x.KeepDirect() // classes up to 2 MiB in their array (of large buckets)
+			x.KeepPages() // classes in pages (of large buckets)
 		}
 		var live []*Block
 		// Few sizes and many addresses, so that classes hold several

@@ -45,7 +45,7 @@ type largeBuckets struct {
 
 	sums *wordSums // the close fit's counts and lowest blocks per word of l0 (closefit.go), from its first use
 
-	pages  []*classPage // its classes by word of l0, if it keeps them so (direct.go): nil for an empty word
+	pages  []*classPage // its classes by word of l0, if it keeps them so (pages.go): nil for an empty word
 	npaged int          // classes in pages
 	spareP []*classPage // pages of words that emptied, zero, kept for reuse
 }

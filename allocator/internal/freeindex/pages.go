@@ -1,11 +1,11 @@
 // This file holds the paged classes of large buckets: an index that keeps
-// them (KeepDirect) finds a class's bucket at its place in a page of the
+// them (KeepPages) finds a class's bucket at its place in a page of the
 // 64 classes of its word of l0, without the hash table. The index that
 // takes a stream's small requests (the small pool's with expandable
 // segments or the low_fragmentation policy; the large pool's under the
 // planned policy, which sends them there) and the policy's large pool,
 // whose blocks split and merge with almost every operation, keep them;
-// the faithful default's large pool keeps the compact table.
+// the faithful modes' large pools keep the compact table.
 
 package freeindex
 
@@ -13,11 +13,11 @@ package freeindex
 // class; a zero bucket is an empty class.
 type classPage [64]bucket
 
-// KeepDirect makes x, an empty index of large buckets, keep its classes
+// KeepPages makes x, an empty index of large buckets, keep its classes
 // in pages: 32 KiB, and 2.5 KiB for each word of l0 with blocks (at most
 // 10 MiB), kept for reuse when the word empties. On any other index it
 // does nothing.
-func (x *Index) KeepDirect() {
+func (x *Index) KeepPages() {
 	if l := x.large; x.Kind == KindLarge && l.n == 0 && len(l.pages) == 0 {
 		l.pages = make([]*classPage, largeWords)
 	}
