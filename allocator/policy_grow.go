@@ -39,7 +39,7 @@ func (a *Allocator) policyFitLocked(x *freeindex.Index, size uint64) *freeindex.
 	if window := a.pol.fitWindow; window > 1 && !isSmall(size) {
 		b = x.CloseFit(b, b.Size()+b.Size()/8, a.rule.servesBelow(size), window)
 	}
-	if b.Seg().Expandable() {
+	if b.Seg().Expandable() && freeindex.CanGrow(b) { // else the rule keeps b
 		b = freeindex.ExpandableBestFit(x, b)
 	}
 	return b

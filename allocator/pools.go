@@ -380,6 +380,7 @@ func (a *Allocator) poolIndexesLocked(p *Pool, s device.Stream) *[2]freeindex.In
 	sh.free = [2]freeindex.Index{}
 	sh.free[0].Init(sh.id, &sh.spare, s, p.small, small)
 	sh.free[1].Init(sh.id, &sh.spare, s, p.large, freeindex.KindLarge)
+	sh.free[0].KeepPages() // of large buckets: the small requests' index keeps its classes in pages
 	p.shards = append(p.shards, sh)
 	return &sh.free
 }

@@ -99,6 +99,15 @@ func (a *Allocator) newShard(s device.Stream) *shard {
 	sh.free[0].Init(sh.id, &sh.spare, s, a.small, small)
 	sh.free[1].Init(sh.id, &sh.spare, s, a.large, freeindex.KindLarge)
 	sh.free[0].Merged = a.onePoolLocked()
+	// Classes in pages, not the hash table, where blocks split and merge
+	// with almost every operation: the index of the small requests when
+	// it is of large buckets, and the policy's large pool.
+	if small == freeindex.KindLarge && !sh.free[0].Merged {
+		sh.free[0].KeepPages()
+	}
+	if sh.free[0].Merged || a.pol != nil {
+		sh.free[1].KeepPages()
+	}
 	sh.activeImplied = true
 	return sh
 }

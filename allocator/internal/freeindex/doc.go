@@ -29,7 +29,11 @@
 //     up to 128 MiB, classes of 512 bytes found by a three-level bitmap,
 //     the classes in use in an open-addressing table, each a heap by
 //     address; a B+ tree (freeTree, tree.go) above. For every other pool of a stream that has
-//     a shard of its own.
+//     a shard of its own. The index that takes a stream's small requests
+//     and the policy's large pool keep their classes in pages by word of
+//     the bitmap instead of the table (KeepPages, pages.go); the close
+//     fit reads whole words of the bitmap from their counts and lowest
+//     blocks (closefit.go).
 //   - KindTree: the tree alone, for the many streams of the allocator's
 //     cold shard, where size classes would cost tens of KiB a stream.
 //     Their free blocks are also in their Pool's cold view (cold.go), so

@@ -172,6 +172,12 @@ func ExpandableBestFit(x *Index, b *Block) *Block {
 	return cur
 }
 
+// CanGrow reports whether b, a free block of an expandable segment, has
+// an unmapped range after it: whether ExpandableBestFit may choose
+// another block than b. Small enough to be inlined where the test saves
+// the call.
+func CanGrow(b *Block) bool { return b.next != nil && b.next.unmapped }
+
 // expandableSize is what a free block could grow to by mapping the
 // unmapped range after it.
 func expandableSize(b *Block) uint64 {

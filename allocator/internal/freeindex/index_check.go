@@ -62,8 +62,8 @@ func (x *Index) checkFiling(bad func(format string, args ...any)) {
 		switch {
 		case x.kind == KindSmall:
 		case x.inLarge(b.size):
-			i := x.large.slot(classOf(b.size))
-			found = i >= 0 && (x.large.tab[i].first == b || int(b.heapIdx) < len(x.large.tab[i].heap) && x.large.tab[i].heap[b.heapIdx] == b)
+			bk := x.large.bucketOf(classOf(b.size))
+			found = bk != nil && (bk.first == b || int(b.heapIdx) < len(bk.heap) && bk.heap[b.heapIdx] == b)
 		default:
 			l, i := x.tree.seek(KeyOf(b))
 			found = l != nil && l.vals[i] == b

@@ -163,6 +163,26 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 			}
 			return ti
 		}},
+		{"a paged class moved in its page", "not at its place", func() *testIndex {
+			ti := newTestIndex(KindLarge)
+			ti.x.KeepPages()
+			ti.segment(20 * mib)
+			c := classOf(20 * mib)
+			p := ti.x.large.pages[c>>6]
+			p[c&63], p[(c+1)&63] = p[(c+1)&63], p[c&63]
+			return ti
+		}},
+		{"a paged class in the table", "classes in its table", func() *testIndex {
+			ti := newTestIndex(KindLarge)
+			ti.x.KeepPages()
+			ti.segment(20 * mib)
+			lb, c := ti.x.large, classOf(20*mib)
+			lb.tab = make([]bucket, 16)
+			lb.shift = tableShift(16)
+			lb.tab[lb.home(int32(c)+1)] = bucket{class: int32(c) + 1, first: ti.x.wholes}
+			lb.used = 1
+			return ti
+		}},
 		{"a large bucket out of heap order", "not a heap by address", func() *testIndex {
 			ti := newTestIndex(KindLarge)
 			var bs []*Block

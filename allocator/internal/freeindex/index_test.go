@@ -27,6 +27,9 @@ func TestIndexWalksFollowTheOrder(t *testing.T) {
 			kind = KindTree
 		}
 		x.Init(0, new(Spares), 0, p, kind)
+		if rapid.Bool().Draw(t, "direct") {
+			x.KeepPages() // classes in pages (of large buckets)
+		}
 		var live []*Block
 		// Few sizes and many addresses, so that classes hold several
 		// blocks; some sizes above 128 MiB, in the tree.

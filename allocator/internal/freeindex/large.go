@@ -42,6 +42,12 @@ type largeBuckets struct {
 	n     int
 
 	frontier []*Block // ascendHeap's, kept for the next walk
+
+	sums *wordSums // the close fit's counts and lowest blocks per word of l0 (closefit.go), from its first use
+
+	pages  []*classPage // its classes by word of l0, if it keeps them so (pages.go): nil for an empty word
+	npaged int          // classes in pages
+	spareP []*classPage // pages of words that emptied, zero, kept for reuse
 }
 
 // A bucket is one class's blocks; a zero class marks an empty slot.
@@ -117,7 +123,17 @@ func (s *largeBuckets) last() *Block {
 func (s *largeBuckets) home(c int32) int { return int(fibHash(uint64(c), s.shift)) }
 
 // find returns the bucket of class c, which holds blocks.
-func (s *largeBuckets) find(c int) *bucket { return &s.tab[s.slot(c)] }
+func (s *largeBuckets) find(c int) *bucket {
+	if s.pages != nil { // nil or a page for each word
+		return &s.pages[c>>6][c&63]
+	}
+	key := int32(c) + 1
+	i := s.home(key)
+	for s.tab[i].class != key && s.tab[i].class != 0 {
+		i = (i + 1) & (len(s.tab) - 1)
+	}
+	return &s.tab[i] // an empty slot if the table lacks c: a bug that check reports
+}
 
 // slot returns the slot of class c, or -1 if the table does not hold it
 // (which for a class with a bit set in l0 is a bug that check reports).
@@ -141,6 +157,9 @@ func (s *largeBuckets) slot(c int) int {
 func (s *largeBuckets) insert(b *Block) {
 	c := classOf(b.size)
 	s.n++
+	if s.sums != nil {
+		s.sums.added(c>>6, b)
+	}
 	w, bit := classBit(c)
 	if s.l0[w]&bit != 0 {
 		bk := s.find(c)
@@ -155,10 +174,23 @@ func (s *largeBuckets) insert(b *Block) {
 		bk.heap, bk.first = h, h[0]
 		return
 	}
+	key := int32(c) + 1
+	s.l0[w] |= bit
+	s.l1[w>>6] |= 1 << (w & 63)
+	s.l2 |= 1 << (w >> 6)
+	if s.pages != nil {
+		p := s.pages[w]
+		if p == nil {
+			p = s.newPage()
+			s.pages[w] = p
+		}
+		p[c&63] = bucket{class: key, first: b}
+		s.npaged++
+		return
+	}
 	if 2*(s.used+1) > len(s.tab) {
 		s.grow()
 	}
-	key := int32(c) + 1
 	mask := len(s.tab) - 1
 	i := s.home(key)
 	for s.tab[i].class != 0 {
@@ -166,9 +198,6 @@ func (s *largeBuckets) insert(b *Block) {
 	}
 	s.tab[i] = bucket{class: key, first: b}
 	s.used++
-	s.l0[w] |= bit
-	s.l1[w>>6] |= 1 << (w & 63)
-	s.l2 |= 1 << (w >> 6)
 }
 
 // newHeap returns an empty slice for a class's heap, reused when possible.
@@ -186,8 +215,17 @@ func (s *largeBuckets) newHeap() []*Block {
 func (s *largeBuckets) remove(b *Block) {
 	c := classOf(b.size)
 	s.n--
-	slot := s.slot(c)
-	bk := &s.tab[slot]
+	if s.sums != nil {
+		s.sums.removed(c>>6, b)
+	}
+	var bk *bucket
+	slot := -1
+	if s.pages != nil {
+		bk = &s.pages[c>>6][c&63]
+	} else {
+		slot = s.slot(c)
+		bk = &s.tab[slot]
+	}
 	if h := bk.heap; len(h) > 0 {
 		h = heapRemove(h, int(b.heapIdx))
 		bk.first = h[0]
@@ -199,10 +237,19 @@ func (s *largeBuckets) remove(b *Block) {
 		bk.heap = h
 		return
 	}
-	s.delete(slot)
+	if slot < 0 {
+		*bk = bucket{}
+		s.npaged--
+	} else {
+		s.delete(slot)
+	}
 	w, bit := classBit(c)
 	s.l0[w] &^= bit
 	if s.l0[w] == 0 {
+		if slot < 0 { // its page is zero again
+			s.spareP = append(s.spareP, s.pages[w])
+			s.pages[w] = nil
+		}
 		s.l1[w>>6] &^= 1 << (w & 63)
 		if s.l1[w>>6] == 0 {
 			s.l2 &^= 1 << (w >> 6)
@@ -241,25 +288,20 @@ func (s *largeBuckets) grow() {
 	}
 }
 
-// each calls f on every block, by class (in table order) and in heap order
-// within a class, until f returns false.
+// each calls f on every block, by class (the paged classes, then in
+// table order) and in heap order within a class, until f returns false.
 func (s *largeBuckets) each(f func(*Block) bool) {
-	for _, bk := range s.tab {
-		if bk.class == 0 {
-			continue
-		}
+	s.eachBucket(func(bk *bucket) bool {
 		if len(bk.heap) == 0 {
-			if !f(bk.first) {
-				return
-			}
-			continue
+			return f(bk.first)
 		}
 		for _, b := range bk.heap {
 			if !f(b) {
-				return
+				return false
 			}
 		}
-	}
+		return true
+	})
 }
 
 // ascendFrom calls f on the blocks of class c and of the classes above
@@ -283,58 +325,6 @@ func (s *largeBuckets) ascendFrom(c int, f func(*Block) bool) bool {
 		}
 	}
 	return true
-}
-
-// CloseFit is the policy's close fit over the classes from c up: it
-// visits the lowest address of each class in order, counting the
-// class's blocks, while the class's size is at most limit and fewer than
-// window blocks were counted, and returns the block of the lowest address
-// visited whose size is below below, or best if none is lower; the
-// blocks counted; and whether the walk ended here (a size above limit,
-// or the window full) rather than at the last class.
-//
-// The next class is found by the bitmap from where the walk is (the
-// word of l0 of the class visited, then l1's and l2's words above it),
-// and the walk ends as soon as the next non-empty word of l0 starts past
-// the last class within limit. When limit is below the largest class's
-// size, ending there when no class is left is ending at the last class:
-// the caller's walk on, through the blocks above 128 MiB, would stop at
-// the first of them, which is larger than limit.
-func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *Block) (*Block, int, bool) {
-	top := int(min(limit/MinBlockSize, largeClasses)) - 1 // the last class within limit
-	if top == largeClasses-1 {
-		return s.closeFitAll(c, limit, below, window, best)
-	}
-	n := 0
-	for c >= 0 && c <= top {
-		bk := s.find(c)
-		n += max(1, len(bk.heap))
-		if uint64(c+1)*MinBlockSize < below && bk.first.ptr < best.ptr {
-			best = bk.first
-		}
-		if n >= window {
-			break
-		}
-		w := c >> 6
-		m := s.l0[w] & (^uint64(1) << (c & 63)) // the classes above c in its word
-		for m == 0 {
-			w1 := w >> 6
-			if m1 := s.l1[w1] & (^uint64(1) << (w & 63)); m1 != 0 {
-				w = w1<<6 | bits.TrailingZeros64(m1)
-			} else if m2 := s.l2 & (^uint64(1) << w1); m2 != 0 {
-				w1 = bits.TrailingZeros64(m2)
-				w = w1<<6 | bits.TrailingZeros64(s.l1[w1])
-			} else {
-				return best, n, true // no class above c
-			}
-			if w<<6 > top {
-				return best, n, true
-			}
-			m = s.l0[w]
-		}
-		c = w<<6 | bits.TrailingZeros64(m)
-	}
-	return best, n, true
 }
 
 // closeFitAll is closeFit for a limit at or above the largest class's
@@ -432,36 +422,19 @@ func cmpPtr(x, y *Block) int {
 // description of the first fault found, or "".
 func (s *largeBuckets) check() string {
 	count, classes := 0, 0
-	for i, bk := range s.tab {
-		if bk.class == 0 {
-			continue
-		}
+	if msg := s.checkPages(); msg != "" {
+		return msg
+	}
+	fault := ""
+	s.eachBucket(func(bk *bucket) bool {
 		classes++
 		c := int(bk.class) - 1
-		if w, bit := classBit(c); s.l0[w]&bit == 0 {
-			return "a class in the table has no bit"
-		}
-		if s.slot(c) != i {
-			return "a class is not where a lookup finds it"
-		}
-		if bk.first == nil || classOf(bk.first.size) != c {
-			return "a bucket's first block is of another size"
-		}
-		if len(bk.heap) == 1 || len(bk.heap) > 0 && bk.heap[0] != bk.first {
-			return "a size bucket's heap and its first block disagree"
-		}
-		for j, b := range bk.heap {
-			if b == nil || classOf(b.size) != c {
-				return "a block is in the bucket of another size"
-			}
-			if int(b.heapIdx) != j {
-				return "a block's heap position is wrong"
-			}
-			if j > 0 && bk.heap[(j-1)/2].ptr > b.ptr {
-				return "a size bucket is not a heap by address"
-			}
-		}
+		fault = s.checkBucket(c, bk)
 		count += max(len(bk.heap), 1)
+		return fault == ""
+	})
+	if fault != "" {
+		return fault
 	}
 	bitsSet := 0
 	for w, word := range s.l0 {
@@ -475,8 +448,38 @@ func (s *largeBuckets) check() string {
 			return "a third-level bit disagrees with its word"
 		}
 	}
-	if bitsSet != classes || classes != s.used || count != s.n {
+	if bitsSet != classes || classes != s.used+s.npaged || count != s.n {
 		return "the counts of classes or blocks are wrong"
+	}
+	return s.checkSums()
+}
+
+// checkBucket verifies the bucket of class c: its bit, that a lookup
+// finds it, and its blocks; it returns a description of the first fault
+// found, or "".
+func (s *largeBuckets) checkBucket(c int, bk *bucket) string {
+	if w, bit := classBit(c); s.l0[w]&bit == 0 {
+		return "a class in the table has no bit"
+	}
+	if s.bucketOf(c) != bk {
+		return "a class is not where a lookup finds it"
+	}
+	if bk.first == nil || classOf(bk.first.size) != c {
+		return "a bucket's first block is of another size"
+	}
+	if len(bk.heap) == 1 || len(bk.heap) > 0 && bk.heap[0] != bk.first {
+		return "a size bucket's heap and its first block disagree"
+	}
+	for j, b := range bk.heap {
+		if b == nil || classOf(b.size) != c {
+			return "a block is in the bucket of another size"
+		}
+		if int(b.heapIdx) != j {
+			return "a block's heap position is wrong"
+		}
+		if j > 0 && bk.heap[(j-1)/2].ptr > b.ptr {
+			return "a size bucket is not a heap by address"
+		}
 	}
 	return ""
 }
