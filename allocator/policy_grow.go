@@ -60,8 +60,9 @@ type placement struct {
 // mark and above the slack over the peak of requested bytes, or past the
 // cap, or when the device refuses, it unmaps free pages of the pool
 // elsewhere; it maps up to mapAhead bytes more while that stays within
-// the slack. It returns a free block of at least size bytes, in the free
-// index.
+// the slack. Under the planned policy neither bound is below half the
+// device (roomyLimitLocked). It returns a free block of at least size
+// bytes, in the free index.
 func (a *Allocator) policyGrowLocked(x *freeindex.Index, size uint64) (*freeindex.Block, error) {
 	pl, err := a.placeLocked(x, size)
 	if err != nil {
@@ -77,6 +78,9 @@ func (a *Allocator) policyGrowLocked(x *freeindex.Index, size uint64) (*freeinde
 	}
 	requested, peak := a.totalLocked(stats.RequestedBytes), uint64(a.peaks.Peak(statRow(int(stats.RequestedBytes), qAll)))
 	limit := max(pol.hwm, uint64((1+pol.slack)*float64(max(requested+size, peak))))
+	if pol.plan != nil {
+		limit = max(limit, a.roomyLimitLocked())
+	}
 	if r := a.reservedLocked(); pol.reclaim && r+pl.n > limit {
 		a.reclaimLocked(x, r+pl.n-limit, pl.u, true)
 	}
@@ -355,4 +359,24 @@ func (a *Allocator) reclaimLocked(x *freeindex.Index, want uint64, keep *freeind
 		}
 	}
 	return got
+}
+
+// roomyLimitLocked is the planned policy's floor under the bound on
+// reserved bytes above which growth first unmaps free pages elsewhere
+// and up to which it maps ahead: half the device's memory, or of the cap
+// when that is lower. While reserved memory stays within it the device
+// has room: freed pages stay mapped, as PyTorch's cache keeps them, and
+// growth maps MapAhead bytes ahead of a request whatever the slack over
+// the requested peak, so a workload pays few device calls where memory
+// is plentiful; past it the slack bounds both, as under
+// low_fragmentation, and where the device refuses a map the reclaim
+// that follows unmaps what it needs. Half, not all but the slack: on a
+// device barely larger than a workload, mapping ahead of its growth
+// early on left kv_legacy's smallest device one 2 MiB step larger.
+func (a *Allocator) roomyLimitLocked() uint64 {
+	c := a.total
+	if a.allowed > 0 {
+		c = min(c, a.allowed)
+	}
+	return c / roomyShare
 }
