@@ -61,7 +61,7 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 // POLICY.md's table on an 80 GiB device under the planned policy and
 // PyTorch's default: the planned policy makes no more device calls than
 // the default on any. While the device has room it keeps freed pages
-// mapped and maps 40 MiB ahead of a request (roomyLimitLocked); bounding
+// mapped and maps 40 MiB ahead of a request (roomyLimitsLocked); bounding
 // both by the slack over the peak requested, as low_fragmentation does,
 // made 20 calls against the default's 10 on eor_cnn (no room in 4 % of
 // 108 MB to map ahead), 481 against 303 on random_mixed and 444 against
