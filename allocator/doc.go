@@ -130,7 +130,8 @@
 //
 // Config.Policy = PolicyPlanned (gpumem_policy:planned) is that policy
 // with one pool (every request from the large pool's 2 MiB pages, so
-// small blocks count in large_pool stats) until a step (MarkStep)
+// small blocks count in large_pool stats; freed pages stay mapped until
+// the device grows short) until a step (MarkStep)
 // repeats the one before it: it then packs the step's
 // allocations offline into an arena of free memory and serves the steps
 // that repeat it (same order, same sizes) from there, with no fit and no

@@ -60,8 +60,9 @@ type placement struct {
 // mark and above the slack over the peak of requested bytes, or past the
 // cap, or when the device refuses, it unmaps free pages of the pool
 // elsewhere; it maps up to mapAhead bytes more while that stays within
-// the slack. It returns a free block of at least size bytes, in the free
-// index.
+// the slack. Under the planned policy the two bounds are never below
+// those of a roomy device (roomyLimitsLocked). It returns a free block of at least size
+// bytes, in the free index.
 func (a *Allocator) policyGrowLocked(x *freeindex.Index, size uint64) (*freeindex.Block, error) {
 	pl, err := a.placeLocked(x, size)
 	if err != nil {
@@ -77,11 +78,16 @@ func (a *Allocator) policyGrowLocked(x *freeindex.Index, size uint64) (*freeinde
 	}
 	requested, peak := a.totalLocked(stats.RequestedBytes), uint64(a.peaks.Peak(statRow(int(stats.RequestedBytes), qAll)))
 	limit := max(pol.hwm, uint64((1+pol.slack)*float64(max(requested+size, peak))))
-	if r := a.reservedLocked(); pol.reclaim && r+pl.n > limit {
-		a.reclaimLocked(x, r+pl.n-limit, pl.u, true)
+	keep, ahead := limit, limit
+	if pol.plan != nil {
+		k, m := a.roomyLimitsLocked()
+		keep, ahead = max(limit, k), max(limit, m)
+	}
+	if r := a.reservedLocked(); pol.reclaim && r+pl.n > keep {
+		a.reclaimLocked(x, r+pl.n-keep, pl.u, true)
 	}
 	need := pl
-	a.mapAheadLocked(&pl, limit)
+	a.mapAheadLocked(&pl, ahead)
 	m, err := a.mapRangeLocked(pl.u, pl.off, pl.n)
 	if refused(err) && pl.n > need.n {
 		pl = need // the device has not the pages mapped ahead: map what the request needs
@@ -332,4 +338,25 @@ func (a *Allocator) reclaimLocked(x *freeindex.Index, want uint64, keep *freeind
 		}
 	}
 	return got
+}
+
+// roomyLimitsLocked returns the planned policy's floors under the
+// bounds on reserved bytes of growth: keep, above which it first unmaps
+// free pages elsewhere, is all of the device's memory (or the cap, when
+// lower) but the slack's share; ahead, up to which it maps ahead, is half
+// of it. Below them the device has room: freed pages stay mapped, as
+// PyTorch's cache keeps them, and growth maps MapAhead bytes ahead of a
+// request whatever the slack over the requested peak, so a workload pays
+// few device calls where memory is plentiful; past them the slack bounds
+// both, as under low_fragmentation, and a map the device refuses still
+// has the pool's free pages unmapped first. Map-ahead stops at half: up
+// to all but the slack, it mapped ahead early on a device barely larger
+// than the workload and left kv_legacy's smallest device one 2 MiB step
+// larger.
+func (a *Allocator) roomyLimitsLocked() (keep, ahead uint64) {
+	c := a.total
+	if a.allowed > 0 {
+		c = min(c, a.allowed)
+	}
+	return uint64((1 - a.pol.slack) * float64(c)), c / roomyShare
 }

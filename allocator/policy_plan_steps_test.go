@@ -308,3 +308,45 @@ func TestPlannedConcurrent(t *testing.T) {
 	stop()
 	require.NoError(t, a.CheckInvariants())
 }
+
+// TestPlannedReclaimsOnlyWhenTheDeviceIsShort: a pattern that strands
+// free pages (10 MiB holes, then 13 MiB requests) makes the planned
+// policy unmap nothing while the device has room: the freed pages stay
+// mapped, as PyTorch's cache keeps them. On a device of 1000 MiB it
+// unmaps free pages once reserved memory would pass 960 MiB (all but the
+// slack's 4 %), and no map is refused.
+func TestPlannedReclaimsOnlyWhenTheDeviceIsShort(t *testing.T) {
+	run := func(capacity uint64) (peakReserved uint64, unmaps, refused int64) {
+		dev := simtest.New(t, simtest.Capacity(capacity))
+		a, err := New(dev, Config{Policy: PolicyPlanned})
+		require.NoError(t, err)
+		var live []device.Ptr
+		for range 64 {
+			live = append(live, mustAlloc(t, a, 10*mib, 0))
+		}
+		for i := 0; i < len(live); i += 2 {
+			mustFree(t, a, live[i]) // holes of 10 MiB, none fits what follows
+		}
+		for range 30 {
+			live = append(live, mustAlloc(t, a, 13*mib, 0))
+		}
+		peakReserved = uint64(get(t, a, "reserved_bytes.all.peak"))
+		for i := 1; i < len(live); i++ {
+			if i >= 64 || i%2 == 1 {
+				mustFree(t, a, live[i])
+			}
+		}
+		require.NoError(t, a.CheckInvariants())
+		c := dev.Counters()
+		return peakReserved, c.Unmaps, c.FailedMaps
+	}
+	peak, unmaps, _ := run(80 << 30)
+	assert.Zero(t, unmaps, "a roomy device: freed pages stay mapped")
+	assert.Greater(t, peak, uint64(1030*mib), "64 x 10 + 30 x 13 MiB, and the pages mapped ahead")
+
+	peak, unmaps, refused := run(1000 * mib)
+	assert.Positive(t, unmaps, "past 96 %% of the device, free pages are unmapped")
+	assert.LessOrEqual(t, peak, uint64(960*mib))
+	assert.Greater(t, peak, uint64(900*mib), "not bounded by the slack over the requested peak (738 MiB)")
+	assert.Zero(t, refused, "no map refused by the device")
+}

@@ -57,22 +57,30 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 	require.Equal(t, [3]int64{1, 5 * 1004, 0}, c, "plans, served, departures on %d bytes", capacity)
 }
 
-// TestPlannedCallsNoMoreThanTheDefault replays the transformer step
-// (cs336) under the planned policy and PyTorch's default: the planned
-// policy's one pool maps 2 MiB pages for both pools' requests, and with
-// 20 MiB mapped ahead of a request it made 242 device calls against the
-// default's 240; mapping 40 MiB ahead (its default) makes 200, on the
-// same smallest device.
+// TestPlannedCallsNoMoreThanTheDefault replays every trace of
+// POLICY.md's table on an 80 GiB device under the planned policy and
+// PyTorch's default: the planned policy makes no more device calls than
+// the default on any. While the device has room it keeps freed pages
+// mapped and maps 40 MiB ahead of a request (roomyLimitsLocked); bounding
+// both by the slack over the peak requested, as low_fragmentation does,
+// made 20 calls against the default's 10 on eor_cnn (no room in 4 % of
+// 108 MB to map ahead), 481 against 303 on random_mixed and 444 against
+// 33 on kv_dynamic (pages unmapped and mapped again as the live set
+// moves).
 func TestPlannedCallsNoMoreThanTheDefault(t *testing.T) {
-	ops := fileOps("../trace/replay/testdata/pytorch/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz")(t)
-	calls := func(cfg allocator.Config) int64 {
+	calls := func(ops []trace.Op, cfg allocator.Config) int64 {
 		a := gpumemtest.New(t, gpumemtest.WithCapacity(80<<30), gpumemtest.WithConfig(cfg), gpumemtest.AllowLeaks())
 		res, err := replay.Run(trace.SliceReader(ops), a, a.Device().(*sim.Device), replay.Options{})
 		require.NoError(t, err)
 		require.Zero(t, res.OOMs)
 		return res.DeviceAllocs + res.DeviceFrees
 	}
-	planned, faithful := calls(allocator.Config{Policy: allocator.PolicyPlanned}), calls(allocator.Config{})
-	t.Logf("device calls: planned %d, faithful default %d", planned, faithful)
-	require.LessOrEqual(t, planned, faithful, "device calls: planned %d, faithful default %d", planned, faithful)
+	for _, tr := range policyTraces() {
+		t.Run(tr.name, func(t *testing.T) {
+			ops := tr.ops(t)
+			planned, faithful := calls(ops, allocator.Config{Policy: allocator.PolicyPlanned}), calls(ops, allocator.Config{})
+			t.Logf("device calls: planned %d, faithful default %d", planned, faithful)
+			require.LessOrEqual(t, planned, faithful, "device calls: planned %d, faithful default %d", planned, faithful)
+		})
+	}
 }
