@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/internal/simtest"
 )
 
@@ -48,14 +49,22 @@ func TestColdShard(t *testing.T) {
 	require.NoError(t, a.CheckInvariants())
 }
 
+// threeShards is the set-up of the world tests: an allocator with the
+// default stream and two more, each with a shard (a block cached on s1, p
+// allocated on s2).
+func threeShards(t *testing.T) (a *Allocator, dev *sim.Device, s1, s2 device.Stream, p device.Ptr) {
+	t.Helper()
+	a, dev = newTest(t, 0, Config{})
+	s1, _ = dev.NewStream()
+	s2, _ = dev.NewStream()
+	mustFree(t, a, mustAlloc(t, a, 4096, s1))
+	return a, dev, s1, s2, mustAlloc(t, a, 4096, s2)
+}
+
 // TestWorldLocksFastShardsOnly: the world takes the lock of the shards
 // that can run alone, none while an event is pending.
 func TestWorldLocksFastShardsOnly(t *testing.T) {
-	a, dev := newTest(t, 0, Config{})
-	s1, _ := dev.NewStream()
-	s2, _ := dev.NewStream()
-	mustFree(t, a, mustAlloc(t, a, 4096, s1))
-	p := mustAlloc(t, a, 4096, s2)
+	a, dev, s1, _, p := threeShards(t)
 	a.lockAll()
 	assert.Len(t, a.held, 3)
 	a.unlockAll()
@@ -77,11 +86,7 @@ func TestWorldLocksFastShardsOnly(t *testing.T) {
 // that sees it makes the shards fast again (anyFast true), and the next
 // world takes their locks.
 func TestWorldSkipsShardsWhileNoneIsFast(t *testing.T) {
-	a, dev := newTest(t, 0, Config{})
-	s1, _ := dev.NewStream()
-	s2, _ := dev.NewStream()
-	mustFree(t, a, mustAlloc(t, a, 4096, s1))
-	p := mustAlloc(t, a, 4096, s2)
+	a, dev, s1, s2, p := threeShards(t)
 	require.True(t, a.anyFast)
 	require.NoError(t, a.RecordStream(p, s1))
 	require.NoError(t, dev.SetStreamBusy(s1, true))
