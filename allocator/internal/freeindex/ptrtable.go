@@ -32,8 +32,10 @@ func (t *PtrTable) init(size int) {
 }
 
 // home is the slot a pointer hashes to. Block addresses are multiples of
-// 512, so the low bits carry no information.
-func (t *PtrTable) home(p device.Ptr) uint64 { return fibHash(uint64(p)>>9, t.shift) }
+// 512, so the low bits carry no information. The shift is at most 58 (a
+// table has ptrTableMinSize slots or more); masking it with 63 says so to
+// the compiler, which then drops its code for shifts of 64 and more.
+func (t *PtrTable) home(p device.Ptr) uint64 { return fibHash(uint64(p)>>9, t.shift&63) }
 
 // Get returns the block at p, or nil.
 func (t *PtrTable) Get(p device.Ptr) *Block {
@@ -78,10 +80,13 @@ func (t *PtrTable) PutHome(b *Block) bool {
 // Remove deletes the entry at p and returns its block, or nil. It shifts
 // later entries of the probe run back so that no tombstones accumulate.
 func (t *PtrTable) Remove(p device.Ptr) *Block {
-	if t.n == 0 {
+	slots := t.slots
+	if len(slots) == 0 {
 		return nil
 	}
-	slots, mask := t.slots, t.mask
+	// The mask from the slice's own length: every index below is masked
+	// with it, so the compiler checks no bounds.
+	mask := uint64(len(slots) - 1)
 	i := t.home(p)
 	var b *Block
 	for {
@@ -96,18 +101,18 @@ func (t *PtrTable) Remove(p device.Ptr) *Block {
 	}
 	// Backward shift: move each later entry of the run into the hole if
 	// its home slot does not lie (cyclically) between the hole and it.
-	hole := i & mask
-	for j := (hole + 1) & mask; ; j = (j + 1) & mask {
-		s := slots[j]
+	hole := i
+	for j := hole + 1; ; j++ { // j and hole unmasked: their differences are the same modulo the size
+		s := slots[j&mask]
 		if s == nil {
 			break
 		}
 		if (j-t.home(s.ptr))&mask >= (j-hole)&mask {
-			slots[hole] = s
+			slots[hole&mask] = s
 			hole = j
 		}
 	}
-	slots[hole] = nil
+	slots[hole&mask] = nil
 	t.n--
 	return b
 }
