@@ -79,6 +79,24 @@ func (t *PtrTable) PutHome(b *Block) bool {
 	return true
 }
 
+// RemoveHome deletes the entry at p and returns its block when it is in
+// its home slot and the next slot is empty (no probe run to shift back),
+// else returns nil and changes nothing: Remove does the rest. It is small
+// enough to be inlined into the hot path.
+func (t *PtrTable) RemoveHome(p device.Ptr) *Block {
+	if t.n == 0 {
+		return nil
+	}
+	slots, i := t.slots, t.home(p)
+	b := slots[i]
+	if b == nil || b.ptr != p || slots[(i+1)&t.mask] != nil {
+		return nil
+	}
+	slots[i] = nil
+	t.n--
+	return b
+}
+
 // Remove deletes the entry at p and returns its block, or nil. It shifts
 // later entries of the probe run back so that no tombstones accumulate.
 func (t *PtrTable) Remove(p device.Ptr) *Block {
