@@ -211,13 +211,14 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 		}
 		return b
 	}
-	rest, old := b, KeyOf(b)
+	rest := b
 	if b = x.front; b != nil {
 		x.front = nil // zero but for the fields set here, and x's stream and pool
 	} else {
 		b = x.spares.get() // zeroed
 		b.stream, b.pool = rest.stream, rest.pool
 	}
+	old := KeyOf(rest) // after the struct's get, so that nothing lives across that call
 	b.ptr, b.size, b.seg = rest.ptr, size, rest.seg
 	rest.linkBefore(b)
 	rest.ptr += device.Ptr(size)
