@@ -472,7 +472,11 @@ func (a *Allocator) Free(p device.Ptr) error {
 	if sh != nil {
 		sh.mu.Lock()
 		if sh.fast.Load() {
-			if b := sh.live.Remove(p); b != nil {
+			b := sh.live.RemoveHome(p)
+			if b == nil {
+				b = sh.live.Remove(p)
+			}
+			if b != nil {
 				if !b.Recorded {
 					b.Allocated = false
 					if selfCheck && a.shardOf(b.Seg().Free()) != sh {

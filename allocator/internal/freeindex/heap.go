@@ -13,13 +13,14 @@ func heapUp(h []*Block, i int, track bool) bool {
 	b := h[i]
 	start := i
 	for i > 0 {
-		p := (i - 1) / 2
+		p := int(uint(i-1) / 2) // a shift: i is positive
 		if h[p].ptr < b.ptr {
 			break
 		}
-		h[i] = h[p]
+		m := h[p]
+		h[i] = m
 		if track {
-			h[i].heapIdx = int32(i)
+			m.heapIdx = int32(i)
 		}
 		i = p
 	}
@@ -34,21 +35,25 @@ func heapUp(h []*Block, i int, track bool) bool {
 // address; with track, it sets the heapIdx of every block it moves.
 func heapDown(h []*Block, i int, track bool) {
 	b := h[i]
-	n := len(h)
 	for {
+		// Unsigned tests against len(h) (an overflowed 2*i+1 is past it
+		// too): the compiler then checks no bounds for the children.
 		c := 2*i + 1
-		if c >= n {
+		if uint(c) >= uint(len(h)) {
 			break
 		}
-		if c+1 < n && h[c+1].ptr < h[c].ptr {
-			c++
+		m := h[c] // the child of the lower address
+		if d := c + 1; uint(d) < uint(len(h)) {
+			if n := h[d]; n.ptr < m.ptr {
+				c, m = d, n
+			}
 		}
-		if b.ptr < h[c].ptr {
+		if b.ptr < m.ptr {
 			break
 		}
-		h[i] = h[c]
+		h[i] = m
 		if track {
-			h[i].heapIdx = int32(i)
+			m.heapIdx = int32(i)
 		}
 		i = c
 	}

@@ -217,13 +217,14 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 		}
 		return b
 	}
-	rest, old := b, KeyOf(b)
+	rest := b
 	if b = x.front; b != nil {
 		x.front = nil // zero but for the fields set here, and x's stream and pool
 	} else {
 		b = x.spares.get() // zeroed
 		b.stream, b.pool = rest.stream, rest.pool
 	}
+	old := KeyOf(rest) // after the struct's get, so that nothing lives across that call
 	b.ptr, b.size, b.seg = rest.ptr, size, rest.seg
 	rest.linkBefore(b)
 	rest.ptr += device.Ptr(size)
@@ -256,12 +257,12 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 // gives back the block from before the split, filed under the key the
 // pending rest still has: the index does not change (an unsplit).
 func (x *Index) Put(b *Block) *Block {
-	prev, next := b.prev, b.next
-	mergePrev := mergeable(b, prev)
 	if pb := x.pend; pb != nil {
-		// pb.prev is the front, busy until now: next == pb means b is it.
-		// Its requested is zero already (the allocator's finishFreeLocked).
-		if next == pb && !mergePrev {
+		// pb.prev is the front, busy until now: b.next == pb means b is
+		// it. Its requested is zero already (the allocator's
+		// finishFreeLocked). The neighbours are read apart here and below,
+		// so that nothing of the merge's path lives across this one.
+		if prev := b.prev; b.next == pb && !mergeable(b, prev) {
 			x.pend = nil
 			pb.ptr, pb.size = b.ptr, b.size+pb.size
 			pb.prev = prev
@@ -285,7 +286,8 @@ func (x *Index) Put(b *Block) *Block {
 		}
 		x.settle()
 	}
-	mergeNext := mergeable(b, next)
+	prev, next := b.prev, b.next
+	mergePrev, mergeNext := mergeable(b, prev), mergeable(b, next)
 	if x.kind == KindTree && !b.unmapped && (mergePrev || mergeNext) {
 		return x.mergeInto(b, mergePrev, mergeNext)
 	}

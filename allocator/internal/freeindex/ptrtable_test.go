@@ -40,7 +40,22 @@ func TestPtrTableMatchesMap(t *testing.T) {
 					t.Fatalf("%d entries, more than the table's limit %d", tab.n, tab.limit)
 				}
 			case 1:
-				if got, want := tab.Remove(p), ref[p]; got != want {
+				// RemoveHome first, as the hot path does, or Remove alone.
+				var got *Block
+				if rapid.Bool().Draw(t, "home") {
+					n, home := tab.Len(), tab.Get(p) != nil && tab.slots[tab.home(p)] == ref[p]
+					if got = tab.RemoveHome(p); got == nil {
+						if tab.Len() != n {
+							t.Fatalf("RemoveHome(%v) refused but changed the table", p)
+						}
+					} else if !home {
+						t.Fatalf("RemoveHome(%v) removed a block that was not in its home slot", p)
+					}
+				}
+				if got == nil {
+					got = tab.Remove(p)
+				}
+				if want := ref[p]; got != want {
 					t.Fatalf("remove(%v) = %p, want %p", p, got, want)
 				}
 				delete(ref, p)
