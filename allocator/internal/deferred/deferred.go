@@ -67,6 +67,13 @@ type Queue[T any] struct {
 	n       int            // events outstanding over all streams
 	spare   []device.Event // completed events whose release failed, to retry
 	scratch []device.Event // events recorded by the Record in progress
+	// free holds the stream queues compact took out of streams, empty,
+	// each with its array kept, for push to reuse: a stream whose queue
+	// empties and fills again, the common case, allocates nothing.
+	free []*streamQueue[T]
+	// progressed is q.markProgressed, bound once by New so that Poll
+	// hands the device no new closure each time.
+	progressed func(device.Stream)
 }
 
 type streamQueue[T any] struct {
@@ -85,6 +92,7 @@ type entry[T any] struct {
 func New[T any](dev device.Device) *Queue[T] {
 	q := &Queue[T]{dev: dev}
 	q.prog, _ = dev.(device.ProgressReporter)
+	q.progressed = q.markProgressed
 	return q
 }
 
@@ -123,12 +131,28 @@ func (q *Queue[T]) Record(item T, streams []device.Stream) (int, error) {
 func (q *Queue[T]) push(s device.Stream, e entry[T]) {
 	i, found := q.find(s)
 	if !found {
-		q.streams = slices.Insert(q.streams, i, &streamQueue[T]{stream: s})
+		q.streams = slices.Insert(q.streams, i, q.newStreamQueue(s))
 	}
 	sq := q.streams[i]
 	sq.entries = append(sq.entries, e)
 	q.n++
-	q.markDue(sq) // the event may be done already
+	if q.prog != nil {
+		q.markDue(sq) // the event may be done already
+	}
+}
+
+// newStreamQueue returns an empty queue for stream s, one of free if
+// there is one.
+func (q *Queue[T]) newStreamQueue(s device.Stream) *streamQueue[T] {
+	n := len(q.free)
+	if n == 0 {
+		return &streamQueue[T]{stream: s}
+	}
+	sq := q.free[n-1]
+	q.free[n-1] = nil
+	q.free = q.free[:n-1]
+	sq.stream = s
+	return sq
 }
 
 // find returns the place of stream s's queue in q.streams, or where it
@@ -166,11 +190,7 @@ func (q *Queue[T]) Poll(done func(T)) {
 	}
 	// The mark is taken before the queries: what runs after it is
 	// reported to the next Poll.
-	now, ok := q.prog.Progressed(q.mark, func(s device.Stream) {
-		if i, found := q.find(s); found {
-			q.markDue(q.streams[i])
-		}
-	})
+	now, ok := q.prog.Progressed(q.mark, q.progressed)
 	if !ok || !q.marked {
 		for _, sq := range q.streams {
 			q.markDue(sq)
@@ -190,6 +210,14 @@ func (q *Queue[T]) Poll(done func(T)) {
 		q.due = list[:0] // keep the array
 	}
 	q.compact()
+}
+
+// markProgressed lists the queue of stream s, if it has one, for the
+// Poll in progress.
+func (q *Queue[T]) markProgressed(s device.Stream) {
+	if i, found := q.find(s); found {
+		q.markDue(q.streams[i])
+	}
 }
 
 // poll completes the front events of sq that are done, and reports
@@ -219,7 +247,9 @@ func (q *Queue[T]) Drain(done func(T)) error {
 		for sq.head < len(sq.entries) {
 			if err := q.dev.SynchronizeEvent(sq.entries[sq.head].ev); err != nil {
 				errs = append(errs, fmt.Errorf("waiting for stream %d: %w", sq.stream, err))
-				q.markDue(sq)
+				if q.prog != nil {
+					q.markDue(sq)
+				}
 				break
 			}
 			q.pop(sq, done)
@@ -274,11 +304,14 @@ func (q *Queue[T]) retryReleases() {
 // device refused and that wait for a retry.
 func (q *Queue[T]) Unreleased() int { return len(q.spare) }
 
-// compact drops empty stream queues and reclaims the consumed front of
-// long ones.
+// compact moves empty stream queues to free and reclaims the consumed
+// front of long ones. An emptied queue's entries were zeroed by pop, so
+// its array holds no item.
 func (q *Queue[T]) compact() {
 	q.streams = slices.DeleteFunc(q.streams, func(sq *streamQueue[T]) bool {
 		if sq.head == len(sq.entries) {
+			sq.entries, sq.head = sq.entries[:0], 0
+			q.free = append(q.free, sq)
 			return true
 		}
 		if sq.head > 64 && sq.head*2 > len(sq.entries) {
