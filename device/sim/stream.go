@@ -304,9 +304,7 @@ func (d *Device) RecordEvent(s device.Stream) (device.Event, error) {
 	}
 	idx, _ := d.streamIndex(s)
 	d.queueLocked(idx)
-	d.nextEvent++
-	e := d.nextEvent
-	d.events[e] = eventState{stream: idx, seq: st.queued}
+	e := d.events.add(eventState{stream: idx, seq: st.queued})
 	d.c.EventsRecorded++
 	d.mu.Unlock()
 	nap(t)
@@ -335,7 +333,7 @@ func (d *Device) queueLocked(i int) {
 
 // eventLocked finds e, then applies FailEventQueries.
 func (d *Device) eventLocked(op string, e device.Event) (eventState, error) {
-	ev, ok := d.events[e]
+	ev, ok := d.events.get(e)
 	if !ok {
 		return ev, d.fail(op, device.ErrInvalidEvent, "event %d does not exist or was released", e)
 	}
@@ -385,9 +383,8 @@ func (d *Device) SynchronizeEvent(e device.Event) error {
 func (d *Device) ReleaseEvent(e device.Event) error {
 	d.mu.Lock()
 	t := d.payLocked(d.costs.EventRelease)
-	_, ok := d.events[e]
+	ok := d.events.remove(e)
 	if ok {
-		delete(d.events, e)
 		d.c.EventsReleased++
 	}
 	d.mu.Unlock()
@@ -409,7 +406,7 @@ func (d *Device) WaitEvent(s device.Stream, e device.Event) error {
 	t := d.payLocked(d.costs.EventWait)
 	st, err := d.streamLocked("wait event", s)
 	if err == nil {
-		ev, ok := d.events[e]
+		ev, ok := d.events.get(e)
 		if !ok {
 			err = d.fail("wait event", device.ErrInvalidEvent, "event %d does not exist or was released", e)
 		} else {
