@@ -71,6 +71,8 @@ type Queue[T any] struct {
 	// each with its array kept, for push to reuse: a stream whose queue
 	// empties and fills again, the common case, allocates nothing.
 	free []*streamQueue[T]
+	// emptied is set by pop when a queue empties, for compact.
+	emptied bool
 	// progressed is q.markProgressed, bound once by New so that Poll
 	// hands the device no new closure each time.
 	progressed func(device.Stream)
@@ -158,15 +160,16 @@ func (q *Queue[T]) newStreamQueue(s device.Stream) *streamQueue[T] {
 // find returns the place of stream s's queue in q.streams, or where it
 // would go.
 func (q *Queue[T]) find(s device.Stream) (int, bool) {
-	return slices.BinarySearchFunc(q.streams, s, func(sq *streamQueue[T], s device.Stream) int {
-		switch {
-		case sq.stream < s:
-			return -1
-		case sq.stream > s:
-			return 1
+	lo, hi := 0, len(q.streams)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if q.streams[m].stream < s {
+			lo = m + 1
+		} else {
+			hi = m
 		}
-		return 0
-	})
+	}
+	return lo, lo < len(q.streams) && q.streams[lo].stream == s
 }
 
 // markDue lists sq for the next Poll.
@@ -273,6 +276,16 @@ func (q *Queue[T]) pop(sq *streamQueue[T], done func(T)) {
 	sq.entries[sq.head] = entry[T]{}
 	sq.head++
 	q.n--
+	switch {
+	case sq.head == len(sq.entries):
+		q.emptied = true // compact moves it to free
+	case sq.head > 64 && sq.head*2 > len(sq.entries):
+		// Reclaim the consumed front of a long queue.
+		n := copy(sq.entries, sq.entries[sq.head:])
+		clear(sq.entries[n:])
+		sq.entries = sq.entries[:n]
+		sq.head = 0
+	}
 	q.release(e.ev)
 	done(e.item)
 }
@@ -304,21 +317,19 @@ func (q *Queue[T]) retryReleases() {
 // device refused and that wait for a retry.
 func (q *Queue[T]) Unreleased() int { return len(q.spare) }
 
-// compact moves empty stream queues to free and reclaims the consumed
-// front of long ones. An emptied queue's entries were zeroed by pop, so
-// its array holds no item.
+// compact moves the stream queues pop emptied to free; it looks at the
+// queues only when pop said one emptied. An emptied queue's entries were
+// zeroed by pop, so its array holds no item.
 func (q *Queue[T]) compact() {
+	if !q.emptied {
+		return
+	}
+	q.emptied = false
 	q.streams = slices.DeleteFunc(q.streams, func(sq *streamQueue[T]) bool {
 		if sq.head == len(sq.entries) {
 			sq.entries, sq.head = sq.entries[:0], 0
 			q.free = append(q.free, sq)
 			return true
-		}
-		if sq.head > 64 && sq.head*2 > len(sq.entries) {
-			n := copy(sq.entries, sq.entries[sq.head:])
-			clear(sq.entries[n:])
-			sq.entries = sq.entries[:n]
-			sq.head = 0
 		}
 		return false
 	})
