@@ -162,6 +162,9 @@ type Device struct {
 	// index of each stream, the first at mark progressBase (Progressed).
 	progress     []int32
 	progressBase uint64
+	// progressAsked is the newest mark Progressed returned: no caller
+	// holds a later one (see progressedLocked).
+	progressAsked uint64
 }
 
 // New returns a simulated device, or an error wrapping

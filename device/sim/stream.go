@@ -17,6 +17,7 @@ type streamState struct {
 	completed uint64       // events finished; completed <= queued
 	waits     []streamWait // waits not yet passed, by position
 	listed    bool         // in Device.unfinished
+	logged    uint64       // 1 + the mark of the stream's newest entry in Device.progress; 0: none
 	external  uintptr      // the name it was adopted under (AdoptStreamHandle); 0 for NewStream's
 	released  bool         // an adopted stream released: its handle is invalid
 }
@@ -83,17 +84,23 @@ func (d *Device) settleLocked() {
 // log's start asks about every stream.
 const maxProgressLog = 4096
 
-// progressedLocked logs that stream i finished more of its work.
+// progressedLocked logs that stream i finished more of its work. The
+// stream's newest entry stands for this progress too when it is still in
+// the log and no caller has a mark past it (no Progressed answered since
+// it was logged; every mark a caller holds is at most progressAsked), so
+// a stream has at most one entry between two calls of Progressed.
 func (d *Device) progressedLocked(i int) {
-	n := len(d.progress)
-	if n > 0 && d.progress[n-1] == int32(i) {
+	st := &d.streams[i]
+	if st.logged > d.progressAsked && st.logged > d.progressBase {
 		return
 	}
+	n := len(d.progress)
 	if n == maxProgressLog {
 		d.progressBase += uint64(n)
 		d.progress = d.progress[:0]
 	}
 	d.progress = append(d.progress, int32(i))
+	st.logged = d.progressBase + uint64(len(d.progress))
 }
 
 // Progressed calls f on each stream that finished more of its work since
@@ -102,6 +109,7 @@ func (d *Device) progressedLocked(i int) {
 func (d *Device) Progressed(mark uint64, f func(device.Stream)) (now uint64, ok bool) {
 	d.mu.Lock()
 	now = d.progressBase + uint64(len(d.progress))
+	d.progressAsked = now
 	if mark < d.progressBase || mark > now {
 		d.mu.Unlock()
 		return now, false
