@@ -114,6 +114,17 @@ func (d *Device) Progressed(mark uint64, f func(device.Stream)) (now uint64, ok 
 		d.mu.Unlock()
 		return now, false
 	}
+	if mark == now { // nothing ran since: the common answer
+		d.mu.Unlock()
+		return now, true
+	}
+	d.progressedSince(mark, f) // unlocks d.mu
+	return now, true
+}
+
+// progressedSince calls f on each stream logged from mark on, after
+// unlocking d.mu (Progressed; mark is in the log).
+func (d *Device) progressedSince(mark uint64, f func(device.Stream)) {
 	var buf [64]device.Stream
 	list := buf[:0]
 	for _, i := range d.progress[mark-d.progressBase:] {
@@ -123,7 +134,6 @@ func (d *Device) Progressed(mark uint64, f func(device.Stream)) (now uint64, ok 
 	for _, s := range list {
 		f(s)
 	}
-	return now, true
 }
 
 // eventState is a recorded event: it is done once its stream has finished

@@ -184,6 +184,14 @@ func (q *Queue[T]) markDue(sq *streamQueue[T]) {
 // each, oldest first on each stream.
 func (q *Queue[T]) Poll(done func(T)) {
 	q.retryReleases()
+	if q.n == 0 {
+		// Nothing to complete, and no queue is listed (an empty queue is
+		// in free, and due is empty after Poll and Drain). The device's
+		// progress until the next event concerns none: push lists the
+		// queue of each new event, and a mark left behind only makes a
+		// later Poll ask more.
+		return
+	}
 	if q.prog == nil {
 		for _, sq := range q.streams {
 			q.poll(sq, done)

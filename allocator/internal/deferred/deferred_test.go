@@ -231,3 +231,42 @@ func TestQueueWithoutProgressKeepsNoDueList(t *testing.T) {
 	assert.Empty(t, q.due, "Poll asks every queue; nothing lists them")
 	assert.LessOrEqual(t, len(q.free), 1)
 }
+
+// asking counts the device's Progressed calls.
+type asking struct {
+	*sim.Device
+	asked int
+}
+
+func (a *asking) Progressed(mark uint64, f func(device.Stream)) (uint64, bool) {
+	a.asked++
+	return a.Device.Progressed(mark, f)
+}
+
+func TestEmptyQueuePollsNothing(t *testing.T) {
+	f, s1, s2 := newFlaky(t)
+	a := &asking{Device: f.Device}
+	q := New[string](a)
+	q.Poll(func(string) { t.Fatal("nothing is queued") })
+	assert.Zero(t, a.asked, "an empty queue does not ask the device")
+
+	_, _ = q.Record("a", []device.Stream{s1})
+	var done []string
+	q.Poll(func(s string) { done = append(done, s) })
+	assert.Empty(t, done)
+	assert.Equal(t, 1, a.asked)
+	require.NoError(t, f.CompleteStream(s1))
+	q.Poll(func(s string) { done = append(done, s) })
+	require.Equal(t, []string{"a"}, done)
+
+	// s2 runs work while the queue is empty and unasked; an event
+	// recorded later on s2 is still seen done once it is.
+	require.NoError(t, f.SetStreamBusy(s2, false))
+	q.Poll(func(string) { t.Fatal("nothing is queued") })
+	asked := a.asked
+	_, _ = q.Record("b", []device.Stream{s2})
+	q.Poll(func(s string) { done = append(done, s) })
+	assert.Equal(t, []string{"a", "b"}, done)
+	assert.Equal(t, asked+1, a.asked)
+	assert.Zero(t, q.Len())
+}
