@@ -59,7 +59,10 @@
 // device is never taken for one of this device. Other values fail with
 // device.ErrInvalidStream. RecordEvent returns ids 1, 2, 3, ...; ids are
 // never reused, and a released or unknown id fails with
-// device.ErrInvalidEvent.
+// device.ErrInvalidEvent. Live events are kept in a ring of slots by id
+// (eventTable), with a map only for the few held past the ring's 4096
+// newest ids, so that recording, querying and releasing an event allocate
+// nothing once the ring has grown to what a caller keeps outstanding.
 //
 // By default work finishes at once: an event recorded on a stream is done
 // as soon as it is recorded. A test holds a stream with SetStreamBusy(s,

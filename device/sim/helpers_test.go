@@ -119,7 +119,7 @@ func stateOf(d *Device) state {
 	s.Content = d.ContentPages()
 	d.mu.Lock()
 	s.Streams = append([]streamState(nil), d.streams...)
-	s.Events = len(d.events)
+	s.Events = d.events.len()
 	s.Host = len(d.host)
 	d.mu.Unlock()
 	return s

@@ -138,23 +138,22 @@ type Device struct {
 	// is never called with the lock held.
 	when atomic.Pointer[func(size uint64) bool]
 
-	mu        sync.Mutex // guards everything below
-	mem       freeSpace  // free device-memory addresses
-	vm        freeSpace  // free virtual-memory addresses
-	live      map[device.Ptr]Range
-	resv      []*reservation // by base address
-	host      map[*byte]uint64
-	used      uint64 // charged bytes: live pages plus mapped pages
-	c         Counters
-	clock     time.Duration
-	streams   []streamState // index: stream id; 0 is the default stream
-	waits     int           // waits of all streams not yet passed (WaitEvent)
-	events    map[device.Event]eventState
-	adopted   map[uintptr]int // adopted streams by external name (AdoptStreamHandle), to their index
-	nextEvent device.Event
-	faults    faults
-	content   contents  // bytes copied to the device (copy.go)
-	pool      asyncPool // the stream-ordered pool (pool.go)
+	mu      sync.Mutex // guards everything below
+	mem     freeSpace  // free device-memory addresses
+	vm      freeSpace  // free virtual-memory addresses
+	live    map[device.Ptr]Range
+	resv    []*reservation // by base address
+	host    map[*byte]uint64
+	used    uint64 // charged bytes: live pages plus mapped pages
+	c       Counters
+	clock   time.Duration
+	streams []streamState   // index: stream id; 0 is the default stream
+	waits   int             // waits of all streams not yet passed (WaitEvent)
+	events  eventTable      // live events by id (events.go)
+	adopted map[uintptr]int // adopted streams by external name (AdoptStreamHandle), to their index
+	faults  faults
+	content contents  // bytes copied to the device (copy.go)
+	pool    asyncPool // the stream-ordered pool (pool.go)
 
 	// unfinished lists the streams that may hold unfinished work (see
 	// streamState.listed), so that Synchronize visits only those.
@@ -163,6 +162,9 @@ type Device struct {
 	// index of each stream, the first at mark progressBase (Progressed).
 	progress     []int32
 	progressBase uint64
+	// progressAsked is the newest mark Progressed returned: no caller
+	// holds a later one (see progressedLocked).
+	progressAsked uint64
 }
 
 // New returns a simulated device, or an error wrapping
@@ -215,7 +217,6 @@ func New(cfg Config) (*Device, error) {
 		live:     make(map[device.Ptr]Range),
 		host:     make(map[*byte]uint64),
 		streams:  make([]streamState, 1),
-		events:   make(map[device.Event]eventState),
 		adopted:  make(map[uintptr]int),
 	}, nil
 }

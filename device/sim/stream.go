@@ -17,6 +17,7 @@ type streamState struct {
 	completed uint64       // events finished; completed <= queued
 	waits     []streamWait // waits not yet passed, by position
 	listed    bool         // in Device.unfinished
+	logged    uint64       // 1 + the mark of the stream's newest entry in Device.progress; 0: none
 	external  uintptr      // the name it was adopted under (AdoptStreamHandle); 0 for NewStream's
 	released  bool         // an adopted stream released: its handle is invalid
 }
@@ -83,17 +84,23 @@ func (d *Device) settleLocked() {
 // log's start asks about every stream.
 const maxProgressLog = 4096
 
-// progressedLocked logs that stream i finished more of its work.
+// progressedLocked logs that stream i finished more of its work. The
+// stream's newest entry stands for this progress too when it is still in
+// the log and no caller has a mark past it (no Progressed answered since
+// it was logged; every mark a caller holds is at most progressAsked), so
+// a stream has at most one entry between two calls of Progressed.
 func (d *Device) progressedLocked(i int) {
-	n := len(d.progress)
-	if n > 0 && d.progress[n-1] == int32(i) {
+	st := &d.streams[i]
+	if st.logged > d.progressAsked && st.logged > d.progressBase {
 		return
 	}
+	n := len(d.progress)
 	if n == maxProgressLog {
 		d.progressBase += uint64(n)
 		d.progress = d.progress[:0]
 	}
 	d.progress = append(d.progress, int32(i))
+	st.logged = d.progressBase + uint64(len(d.progress))
 }
 
 // Progressed calls f on each stream that finished more of its work since
@@ -102,10 +109,22 @@ func (d *Device) progressedLocked(i int) {
 func (d *Device) Progressed(mark uint64, f func(device.Stream)) (now uint64, ok bool) {
 	d.mu.Lock()
 	now = d.progressBase + uint64(len(d.progress))
+	d.progressAsked = now
 	if mark < d.progressBase || mark > now {
 		d.mu.Unlock()
 		return now, false
 	}
+	if mark == now { // nothing ran since: the common answer
+		d.mu.Unlock()
+		return now, true
+	}
+	d.progressedSince(mark, f) // unlocks d.mu
+	return now, true
+}
+
+// progressedSince calls f on each stream logged from mark on, after
+// unlocking d.mu (Progressed; mark is in the log).
+func (d *Device) progressedSince(mark uint64, f func(device.Stream)) {
 	var buf [64]device.Stream
 	list := buf[:0]
 	for _, i := range d.progress[mark-d.progressBase:] {
@@ -115,7 +134,6 @@ func (d *Device) Progressed(mark uint64, f func(device.Stream)) (now uint64, ok 
 	for _, s := range list {
 		f(s)
 	}
-	return now, true
 }
 
 // eventState is a recorded event: it is done once its stream has finished
@@ -304,9 +322,7 @@ func (d *Device) RecordEvent(s device.Stream) (device.Event, error) {
 	}
 	idx, _ := d.streamIndex(s)
 	d.queueLocked(idx)
-	d.nextEvent++
-	e := d.nextEvent
-	d.events[e] = eventState{stream: idx, seq: st.queued}
+	e := d.events.add(eventState{stream: idx, seq: st.queued})
 	d.c.EventsRecorded++
 	d.mu.Unlock()
 	nap(t)
@@ -335,7 +351,7 @@ func (d *Device) queueLocked(i int) {
 
 // eventLocked finds e, then applies FailEventQueries.
 func (d *Device) eventLocked(op string, e device.Event) (eventState, error) {
-	ev, ok := d.events[e]
+	ev, ok := d.events.get(e)
 	if !ok {
 		return ev, d.fail(op, device.ErrInvalidEvent, "event %d does not exist or was released", e)
 	}
@@ -385,9 +401,8 @@ func (d *Device) SynchronizeEvent(e device.Event) error {
 func (d *Device) ReleaseEvent(e device.Event) error {
 	d.mu.Lock()
 	t := d.payLocked(d.costs.EventRelease)
-	_, ok := d.events[e]
+	ok := d.events.remove(e)
 	if ok {
-		delete(d.events, e)
 		d.c.EventsReleased++
 	}
 	d.mu.Unlock()
@@ -409,7 +424,7 @@ func (d *Device) WaitEvent(s device.Stream, e device.Event) error {
 	t := d.payLocked(d.costs.EventWait)
 	st, err := d.streamLocked("wait event", s)
 	if err == nil {
-		ev, ok := d.events[e]
+		ev, ok := d.events.get(e)
 		if !ok {
 			err = d.fail("wait event", device.ErrInvalidEvent, "event %d does not exist or was released", e)
 		} else {

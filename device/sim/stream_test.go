@@ -383,6 +383,7 @@ func TestProgressed(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, []device.Stream{s1}, got, "s2 had nothing left to run")
 	for range maxProgressLog + 1 { // the log starts again: an old mark no longer answers
+		_, _, _ = collect(mark2) // a caller asking: each progress is a new entry
 		_, _ = d.RecordEvent(s1)
 		require.NoError(t, d.CompleteStream(s1))
 		_, _ = d.RecordEvent(s2)
@@ -392,6 +393,40 @@ func TestProgressed(t *testing.T) {
 	assert.False(t, ok, "too old")
 	_, _, ok = collect(1 << 62)
 	assert.False(t, ok, "not a mark of this device")
+}
+
+// TestProgressAfterAnAnswerIsReported: a stream whose newest entry in the
+// log is older than a caller's mark is logged again when it runs more work
+// (the log used to skip a stream that was its last entry, so that a caller
+// that had asked since never heard of the new work), and a stream that
+// runs again before anyone asked is not logged twice.
+func TestProgressAfterAnAnswerIsReported(t *testing.T) {
+	d, err := New(Config{})
+	require.NoError(t, err)
+	s, _ := d.NewStream()
+	_, _ = d.RecordEvent(s) // done at once: logged
+	var got []device.Stream
+	mark, ok := d.Progressed(0, func(x device.Stream) { got = append(got, x) })
+	require.True(t, ok)
+	require.Equal(t, []device.Stream{s}, got)
+
+	require.NoError(t, d.SetStreamBusy(s, true))
+	e, _ := d.RecordEvent(s)
+	require.NoError(t, d.CompleteStream(s))
+	got = nil
+	mark2, ok := d.Progressed(mark, func(x device.Stream) { got = append(got, x) })
+	require.True(t, ok)
+	assert.Equal(t, []device.Stream{s}, got, "s ran event %d after the mark", e)
+
+	for range 10 { // no one asks in between: one entry
+		_, _ = d.RecordEvent(s)
+		require.NoError(t, d.CompleteStream(s))
+	}
+	got = nil
+	mark3, ok := d.Progressed(mark2, func(x device.Stream) { got = append(got, x) })
+	require.True(t, ok)
+	assert.Equal(t, []device.Stream{s}, got)
+	assert.Equal(t, mark2+1, mark3)
 }
 
 // TestSynchronizeVisitsPendingStreams: a Synchronize visits the streams

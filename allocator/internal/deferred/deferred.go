@@ -67,6 +67,15 @@ type Queue[T any] struct {
 	n       int            // events outstanding over all streams
 	spare   []device.Event // completed events whose release failed, to retry
 	scratch []device.Event // events recorded by the Record in progress
+	// free holds the stream queues compact took out of streams, empty,
+	// each with its array kept, for push to reuse: a stream whose queue
+	// empties and fills again, the common case, allocates nothing.
+	free []*streamQueue[T]
+	// emptied is set by pop when a queue empties, for compact.
+	emptied bool
+	// progressed is q.markProgressed, bound once by New so that Poll
+	// hands the device no new closure each time.
+	progressed func(device.Stream)
 }
 
 type streamQueue[T any] struct {
@@ -85,6 +94,7 @@ type entry[T any] struct {
 func New[T any](dev device.Device) *Queue[T] {
 	q := &Queue[T]{dev: dev}
 	q.prog, _ = dev.(device.ProgressReporter)
+	q.progressed = q.markProgressed
 	return q
 }
 
@@ -123,26 +133,43 @@ func (q *Queue[T]) Record(item T, streams []device.Stream) (int, error) {
 func (q *Queue[T]) push(s device.Stream, e entry[T]) {
 	i, found := q.find(s)
 	if !found {
-		q.streams = slices.Insert(q.streams, i, &streamQueue[T]{stream: s})
+		q.streams = slices.Insert(q.streams, i, q.newStreamQueue(s))
 	}
 	sq := q.streams[i]
 	sq.entries = append(sq.entries, e)
 	q.n++
-	q.markDue(sq) // the event may be done already
+	if q.prog != nil {
+		q.markDue(sq) // the event may be done already
+	}
+}
+
+// newStreamQueue returns an empty queue for stream s, one of free if
+// there is one.
+func (q *Queue[T]) newStreamQueue(s device.Stream) *streamQueue[T] {
+	n := len(q.free)
+	if n == 0 {
+		return &streamQueue[T]{stream: s}
+	}
+	sq := q.free[n-1]
+	q.free[n-1] = nil
+	q.free = q.free[:n-1]
+	sq.stream = s
+	return sq
 }
 
 // find returns the place of stream s's queue in q.streams, or where it
 // would go.
 func (q *Queue[T]) find(s device.Stream) (int, bool) {
-	return slices.BinarySearchFunc(q.streams, s, func(sq *streamQueue[T], s device.Stream) int {
-		switch {
-		case sq.stream < s:
-			return -1
-		case sq.stream > s:
-			return 1
+	lo, hi := 0, len(q.streams)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if q.streams[m].stream < s {
+			lo = m + 1
+		} else {
+			hi = m
 		}
-		return 0
-	})
+	}
+	return lo, lo < len(q.streams) && q.streams[lo].stream == s
 }
 
 // markDue lists sq for the next Poll.
@@ -157,6 +184,14 @@ func (q *Queue[T]) markDue(sq *streamQueue[T]) {
 // each, oldest first on each stream.
 func (q *Queue[T]) Poll(done func(T)) {
 	q.retryReleases()
+	if q.n == 0 {
+		// Nothing to complete, and no queue is listed (an empty queue is
+		// in free, and due is empty after Poll and Drain). The device's
+		// progress until the next event concerns none: push lists the
+		// queue of each new event, and a mark left behind only makes a
+		// later Poll ask more.
+		return
+	}
 	if q.prog == nil {
 		for _, sq := range q.streams {
 			q.poll(sq, done)
@@ -166,11 +201,7 @@ func (q *Queue[T]) Poll(done func(T)) {
 	}
 	// The mark is taken before the queries: what runs after it is
 	// reported to the next Poll.
-	now, ok := q.prog.Progressed(q.mark, func(s device.Stream) {
-		if i, found := q.find(s); found {
-			q.markDue(q.streams[i])
-		}
-	})
+	now, ok := q.prog.Progressed(q.mark, q.progressed)
 	if !ok || !q.marked {
 		for _, sq := range q.streams {
 			q.markDue(sq)
@@ -190,6 +221,14 @@ func (q *Queue[T]) Poll(done func(T)) {
 		q.due = list[:0] // keep the array
 	}
 	q.compact()
+}
+
+// markProgressed lists the queue of stream s, if it has one, for the
+// Poll in progress.
+func (q *Queue[T]) markProgressed(s device.Stream) {
+	if i, found := q.find(s); found {
+		q.markDue(q.streams[i])
+	}
 }
 
 // poll completes the front events of sq that are done, and reports
@@ -219,7 +258,9 @@ func (q *Queue[T]) Drain(done func(T)) error {
 		for sq.head < len(sq.entries) {
 			if err := q.dev.SynchronizeEvent(sq.entries[sq.head].ev); err != nil {
 				errs = append(errs, fmt.Errorf("waiting for stream %d: %w", sq.stream, err))
-				q.markDue(sq)
+				if q.prog != nil {
+					q.markDue(sq)
+				}
 				break
 			}
 			q.pop(sq, done)
@@ -243,6 +284,16 @@ func (q *Queue[T]) pop(sq *streamQueue[T], done func(T)) {
 	sq.entries[sq.head] = entry[T]{}
 	sq.head++
 	q.n--
+	switch {
+	case sq.head == len(sq.entries):
+		q.emptied = true // compact moves it to free
+	case sq.head > 64 && sq.head*2 > len(sq.entries):
+		// Reclaim the consumed front of a long queue.
+		n := copy(sq.entries, sq.entries[sq.head:])
+		clear(sq.entries[n:])
+		sq.entries = sq.entries[:n]
+		sq.head = 0
+	}
 	q.release(e.ev)
 	done(e.item)
 }
@@ -274,18 +325,19 @@ func (q *Queue[T]) retryReleases() {
 // device refused and that wait for a retry.
 func (q *Queue[T]) Unreleased() int { return len(q.spare) }
 
-// compact drops empty stream queues and reclaims the consumed front of
-// long ones.
+// compact moves the stream queues pop emptied to free; it looks at the
+// queues only when pop said one emptied. An emptied queue's entries were
+// zeroed by pop, so its array holds no item.
 func (q *Queue[T]) compact() {
+	if !q.emptied {
+		return
+	}
+	q.emptied = false
 	q.streams = slices.DeleteFunc(q.streams, func(sq *streamQueue[T]) bool {
 		if sq.head == len(sq.entries) {
+			sq.entries, sq.head = sq.entries[:0], 0
+			q.free = append(q.free, sq)
 			return true
-		}
-		if sq.head > 64 && sq.head*2 > len(sq.entries) {
-			n := copy(sq.entries, sq.entries[sq.head:])
-			clear(sq.entries[n:])
-			sq.entries = sq.entries[:n]
-			sq.head = 0
 		}
 		return false
 	})

@@ -183,6 +183,90 @@ func TestLongQueueCompacts(t *testing.T) {
 	q.Poll(func(int) { got++ })
 	assert.Equal(t, 200, got)
 	require.Len(t, q.streams, 1)
-	assert.Zero(t, q.streams[0].head, "the consumed front was reclaimed")
+	// pop reclaims the consumed front once it is past 64 entries and half
+	// the queue: 101 popped of 201, then 65 of 100, leaving 34 of 35.
+	assert.Equal(t, 34, q.streams[0].head, "the consumed front was reclaimed")
+	assert.Len(t, q.streams[0].entries, 35)
 	assert.Equal(t, []int{200}, slices.Collect(q.Items()))
+}
+
+func TestEmptiedQueuesAreReused(t *testing.T) {
+	f, s1, s2 := newFlaky(t)
+	q := New[string](f)
+	_, _ = q.Record("a", []device.Stream{s1})
+	first := q.streams[0]
+	require.NoError(t, f.CompleteStream(s1))
+	var done []string
+	q.Poll(func(s string) { done = append(done, s) })
+	require.Equal(t, []string{"a"}, done)
+	require.Empty(t, q.streams)
+	require.Equal(t, []*streamQueue[string]{first}, q.free, "the emptied queue is kept")
+
+	_, _ = q.Record("b", []device.Stream{s2})
+	_, _ = q.Record("c", []device.Stream{s2})
+	require.Len(t, q.streams, 1)
+	assert.Same(t, first, q.streams[0], "another stream's queue reuses it")
+	assert.Equal(t, s2, q.streams[0].stream)
+	assert.Empty(t, q.free)
+	assert.Equal(t, []string{"b", "c"}, slices.Collect(q.Items()))
+	q.Poll(func(s string) { done = append(done, s) })
+	assert.Equal(t, []string{"a"}, done, "stream 2 is busy: nothing more is done")
+	require.NoError(t, f.CompleteStream(s2))
+	q.Poll(func(s string) { done = append(done, s) })
+	assert.Equal(t, []string{"a", "b", "c"}, done)
+}
+
+func TestQueueWithoutProgressKeepsNoDueList(t *testing.T) {
+	d := simtest.New(t)
+	s1, _ := d.NewStream()
+	s2, _ := d.NewStream()
+	q := New[int](struct{ device.Device }{d}) // hides device.ProgressReporter
+	require.Nil(t, q.prog)
+	got := 0
+	for i := range 100 {
+		_, _ = q.Record(i, []device.Stream{[]device.Stream{s1, s2}[i%2]})
+		q.Poll(func(int) { got++ })
+	}
+	assert.Equal(t, 100, got)
+	assert.Empty(t, q.due, "Poll asks every queue; nothing lists them")
+	assert.LessOrEqual(t, len(q.free), 1)
+}
+
+// asking counts the device's Progressed calls.
+type asking struct {
+	*sim.Device
+	asked int
+}
+
+func (a *asking) Progressed(mark uint64, f func(device.Stream)) (uint64, bool) {
+	a.asked++
+	return a.Device.Progressed(mark, f)
+}
+
+func TestEmptyQueuePollsNothing(t *testing.T) {
+	f, s1, s2 := newFlaky(t)
+	a := &asking{Device: f.Device}
+	q := New[string](a)
+	q.Poll(func(string) { t.Fatal("nothing is queued") })
+	assert.Zero(t, a.asked, "an empty queue does not ask the device")
+
+	_, _ = q.Record("a", []device.Stream{s1})
+	var done []string
+	q.Poll(func(s string) { done = append(done, s) })
+	assert.Empty(t, done)
+	assert.Equal(t, 1, a.asked)
+	require.NoError(t, f.CompleteStream(s1))
+	q.Poll(func(s string) { done = append(done, s) })
+	require.Equal(t, []string{"a"}, done)
+
+	// s2 runs work while the queue is empty and unasked; an event
+	// recorded later on s2 is still seen done once it is.
+	require.NoError(t, f.SetStreamBusy(s2, false))
+	q.Poll(func(string) { t.Fatal("nothing is queued") })
+	asked := a.asked
+	_, _ = q.Record("b", []device.Stream{s2})
+	q.Poll(func(s string) { done = append(done, s) })
+	assert.Equal(t, []string{"a", "b"}, done)
+	assert.Equal(t, asked+1, a.asked)
+	assert.Zero(t, q.Len())
 }
