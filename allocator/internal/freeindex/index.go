@@ -488,6 +488,10 @@ func (x *Index) settle() {
 	}
 	k := KeyOf(b)
 	if x.kind == KindLarge && old.size <= maxLargeSize && k.size <= maxLargeSize { // written out
+		if x.large.pages != nil {
+			x.large.move(b, old.size)
+			return
+		}
 		b.ptr, b.size = old.ptr, old.size
 		x.large.remove(b)
 		b.ptr, b.size = k.ptr, k.size
