@@ -317,6 +317,13 @@ func (x *Index) Put(b *Block) *Block {
 	case x.kind == KindSmall:
 		b.indexed = true
 		x.buckets.insert(b)
+	case x.inLarge(b.size): // add, written out
+		b.indexed = true
+		b.gcCountBase = x.pool.GCCalls
+		x.large.insert(b)
+		if !b.IsSplit() && !b.seg.Expandable() {
+			x.list(b)
+		}
 	default:
 		x.add(b)
 	}
@@ -480,6 +487,17 @@ func (x *Index) settle() {
 		return
 	}
 	k := KeyOf(b)
+	if x.kind == KindLarge && old.size <= maxLargeSize && k.size <= maxLargeSize { // written out
+		if x.large.pages != nil {
+			x.large.move(b, old.size)
+			return
+		}
+		b.ptr, b.size = old.ptr, old.size
+		x.large.remove(b)
+		b.ptr, b.size = k.ptr, k.size
+		x.large.insert(b)
+		return
+	}
 	b.ptr, b.size = old.ptr, old.size
 	if x.kind == KindSmall {
 		x.buckets.remove(b)
@@ -519,6 +537,12 @@ func (x *Index) unfile(b *Block) {
 	case x.kind == KindSmall:
 		b.indexed = false
 		x.buckets.remove(b)
+	case x.inLarge(b.size): // drop, written out
+		b.indexed = false
+		x.large.remove(b)
+		if b.listed {
+			x.unlist(b)
+		}
 	default:
 		x.drop(b)
 	}

@@ -257,6 +257,67 @@ func (s *largeBuckets) remove(b *Block) {
 	}
 }
 
+// move refiles b, filed under the class of size old, under the class of
+// its size, in buckets that keep pages: a pending split that settles
+// (Index.settle). It is remove and then insert, less what they would undo
+// (the count of blocks, and of paged classes when a class empties and
+// another fills).
+func (s *largeBuckets) move(b *Block, old uint64) {
+	oc, c := classOf(old), classOf(b.size)
+	if m := s.sums; m != nil {
+		m.removed(oc>>6, b)
+		m.added(c>>6, b)
+	}
+	paged := 0
+	if bk := &s.pages[oc>>6][oc&63]; len(bk.heap) > 0 {
+		h := heapRemove(bk.heap, int(b.heapIdx))
+		bk.first = h[0]
+		if len(h) == 1 {
+			h[0] = nil
+			s.spare = append(s.spare, h[:0])
+			h = nil
+		}
+		bk.heap = h
+	} else {
+		*bk = bucket{}
+		paged--
+		w, bit := classBit(oc)
+		if s.l0[w] &^= bit; s.l0[w] == 0 {
+			s.spareP = append(s.spareP, s.pages[w])
+			s.pages[w] = nil
+			s.l1[w>>6] &^= 1 << (w & 63)
+			if s.l1[w>>6] == 0 {
+				s.l2 &^= 1 << (w >> 6)
+			}
+		}
+	}
+	w, bit := classBit(c)
+	if s.l0[w]&bit != 0 {
+		bk := &s.pages[c>>6][c&63]
+		h := bk.heap
+		if len(h) == 0 {
+			h = s.newHeap()
+			bk.first.heapIdx = 0
+			h = append(h, bk.first)
+		}
+		h = append(h, b)
+		heapUp(h, len(h)-1, true)
+		bk.heap, bk.first = h, h[0]
+	} else {
+		s.l0[w] |= bit
+		s.l1[w>>6] |= 1 << (w & 63)
+		s.l2 |= 1 << (w >> 6)
+		p := s.pages[w]
+		if p == nil {
+			p = s.newPage()
+			s.pages[w] = p
+		}
+		p[c&63] = bucket{class: int32(c) + 1, first: b}
+		paged++
+	}
+	s.npaged += paged
+}
+
 // delete empties a slot, shifting later entries of its probe run back so
 // that no tombstones accumulate.
 func (s *largeBuckets) delete(hole int) {
