@@ -93,6 +93,9 @@ type Allocator struct {
 	freeUses []int32                           // the names of the records no block holds
 	events   *deferred.Queue[*freeindex.Block] // pending frees, per stream
 	streams  map[device.Stream]struct{}        // streams known to be valid that have no free indexes yet
+	// knownRecent: streams found known lately, by knownSlot (0: none);
+	// see knownStreamLocked.
+	knownRecent [1 << knownRecentBits]device.Stream
 
 	collected []*freeindex.Block // scratch list for release passes
 	examined  int                // blocks looked at by release passes, for the tests of their cost

@@ -19,22 +19,41 @@ import (
 // them (a binary search of the shards, a map of the cold shard's
 // streams), the others in a set, so that a known stream costs a lookup
 // (and no allocation) however many streams there are.
+//
+// A stream once known stays known (the device interface destroys no
+// stream), so the streams found known lately are kept in a small table
+// by a hash of their value (knownRecent), which answers the next
+// RecordStream on one of them without the searches.
 func (a *Allocator) knownStreamLocked(s device.Stream) bool {
-	if s == device.DefaultStream || a.streamIndexesLocked(s) != nil {
+	h := knownSlot(s)
+	if s == device.DefaultStream || a.knownRecent[h] == s {
 		return true
 	}
-	if _, ok := a.streams[s]; ok {
-		return true
+	if a.streamIndexesLocked(s) == nil {
+		if _, ok := a.streams[s]; !ok {
+			if c, ok := a.dev.(device.StreamChecker); ok && !c.HasStream(s) {
+				return false
+			}
+			if a.streams == nil {
+				a.streams = make(map[device.Stream]struct{})
+			}
+			a.streams[s] = struct{}{}
+		}
 	}
-	if c, ok := a.dev.(device.StreamChecker); ok && !c.HasStream(s) {
-		return false
-	}
-	if a.streams == nil {
-		a.streams = make(map[device.Stream]struct{})
-	}
-	a.streams[s] = struct{}{}
+	a.knownRecent[h] = s
 	return true
 }
+
+// knownSlot is stream s's slot in Allocator.knownRecent: the top bits of
+// a multiplicative hash, since a backend's streams may be aligned
+// addresses whose low bits are all zero.
+func knownSlot(s device.Stream) int {
+	return int(uint64(s) * 0x9E3779B97F4A7C15 >> (64 - knownRecentBits))
+}
+
+// knownRecentBits is the log2 of the number of Allocator.knownRecent's
+// slots.
+const knownRecentBits = 4
 
 // RecordStream marks the allocated block at p as used on stream s too, as
 // PyTorch's recordStream: when the block is freed, it is reused only after

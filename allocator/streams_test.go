@@ -268,3 +268,30 @@ func TestRecordAndDeferredFreeAllocateNothing(t *testing.T) {
 	require.Len(t, a.useRecs, len(ps), "one record for each recorded block live at once, reused")
 	a.mu.Unlock()
 }
+
+// TestKnownStreamTableKeepsUnknownStreamsOut checks that the table of
+// streams found known lately answers for the very stream it holds: a
+// stream the device does not know, whose slot holds a known stream, is
+// still refused, and the known stream still recorded.
+func TestKnownStreamTableKeepsUnknownStreamsOut(t *testing.T) {
+	a, dev := newOn(t, Config{})
+	side, err := dev.NewStream()
+	require.NoError(t, err)
+	p := mustAlloc(t, a, mib, 0)
+	require.NoError(t, a.RecordStream(p, side))
+	var unknown device.Stream
+	for u := side + 1; ; u++ {
+		if knownSlot(u) == knownSlot(side) && !dev.HasStream(u) {
+			unknown = u
+			break
+		}
+	}
+	err = a.RecordStream(p, unknown)
+	require.ErrorIs(t, err, device.ErrInvalidStream, "stream %d shares a slot with the known %d", unknown, side)
+	require.NoError(t, a.RecordStream(p, side))
+	a.mu.Lock()
+	require.Equal(t, []device.Stream{side}, a.usesOf(a.def.live.Get(p)), "the refused stream is not recorded")
+	a.mu.Unlock()
+	mustFree(t, a, p)
+	require.NoError(t, a.CheckInvariants())
+}
