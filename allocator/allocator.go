@@ -89,9 +89,13 @@ type Allocator struct {
 	phaseIDs map[string]uint16 // phase ids by name
 	steps    stats.StepCounts[leakKey]
 
-	uses    map[*freeindex.Block][]device.Stream // for allocated blocks with recorded set: the other streams used
-	events  *deferred.Queue[*freeindex.Block]    // pending frees, per stream
-	streams map[device.Stream]struct{}           // streams known to be valid that have no free indexes yet
+	useRecs  []streamUses                      // the records of the streams blocks were recorded on, named by Block.Uses (streams.go)
+	freeUses []int32                           // the names of the records no block holds
+	events   *deferred.Queue[*freeindex.Block] // pending frees, per stream
+	streams  map[device.Stream]struct{}        // streams known to be valid that have no free indexes yet
+	// knownRecent: streams found known lately, by knownSlot (0: none);
+	// see knownStreamLocked.
+	knownRecent [1 << knownRecentBits]device.Stream
 
 	collected []*freeindex.Block // scratch list for release passes
 	examined  int                // blocks looked at by release passes, for the tests of their cost
@@ -111,11 +115,10 @@ type Allocator struct {
 	strayRes   []device.Ptr                // reservations of such segments a failed Release left
 
 	// Graph capture (capture.go): the captures underway, the frees that
-	// wait for their end, and the streams blocks were recorded on during
-	// a capture.
-	captures    int
-	deferred    []deferredFree
-	captureUses map[*freeindex.Block][]device.Stream
+	// wait for their end (the streams blocks were recorded on during a
+	// capture are in their records, streamUses).
+	captures int
+	deferred []deferredFree
 
 	observers    []observerEntry // copy on write: notified in the world
 	oomObservers []oomObserver   // copy on write: called after the world is left

@@ -17,11 +17,12 @@ import (
 
 // deferredFree is the free of a block recorded on other streams, made
 // while a capture was underway: its events wait until no capture is
-// (uses: the streams to record them on, those recorded during a capture
-// left out, whose work the capture's end orders).
+// (uses: the name of the record of the streams to record them on, those
+// recorded during a capture left out, whose work the capture's end
+// orders; 0 when none is left).
 type deferredFree struct {
 	b    *freeindex.Block
-	uses []device.Stream
+	uses int32
 }
 
 // BeginCapture starts a graph capture on stream s into pool p, as
@@ -117,14 +118,19 @@ var errCapturing = errors.New("allocator: a graph capture is underway: cached me
 // free, and b stays pending with one event to come (not queued). It
 // returns 1, the count of b's outstanding events.
 func (a *Allocator) deferUntilNoCaptureLocked(b *freeindex.Block) int {
-	uses := a.uses[b]
-	if cu := a.captureUses[b]; len(cu) > 0 {
-		uses = slices.DeleteFunc(slices.Clone(uses), func(s device.Stream) bool { return slices.Contains(cu, s) })
+	i := b.Uses
+	u := &a.useRecs[i-1]
+	if cu := u.capture; len(cu) > 0 {
+		u.streams = slices.DeleteFunc(u.streams, func(s device.Stream) bool { return slices.Contains(cu, s) })
+		u.capture = cu[:0]
 	}
-	delete(a.uses, b)
-	delete(a.captureUses, b)
+	if len(u.streams) == 0 {
+		a.freeUsesLocked(i)
+		i = 0
+	}
+	b.Uses = 0
 	b.Recorded = false
-	a.deferred = append(a.deferred, deferredFree{b: b, uses: uses})
+	a.deferred = append(a.deferred, deferredFree{b: b, uses: i})
 	return 1
 }
 
@@ -137,10 +143,17 @@ func (a *Allocator) insertDeferredLocked() error {
 		return nil
 	}
 	for i, d := range a.deferred {
-		n, err := a.events.Record(d.b, d.uses)
+		var uses []device.Stream
+		if d.uses != 0 {
+			uses = a.useRecs[d.uses-1].streams
+		}
+		n, err := a.events.Record(d.b, uses)
 		if err != nil {
 			a.deferred = slices.Delete(a.deferred, 0, i)
 			return fmt.Errorf("allocator: free %v on device %d, after a capture: %w", d.b.Ptr(), a.ordinal, err)
+		}
+		if d.uses != 0 {
+			a.freeUsesLocked(d.uses)
 		}
 		if d.b.EventCount = int32(n); n == 0 {
 			a.finishFreeLocked(a.shardOf(d.b.Seg().Free()), d.b, false)
@@ -155,8 +168,8 @@ func (a *Allocator) insertDeferredLocked() error {
 // captures is the count of capturing routes; every deferred free is of a
 // pending block with one event to come and none queued, and there are
 // deferred frees only while a capture is underway or after a failed
-// insertion; the streams recorded during a capture are of recorded,
-// allocated blocks.
+// insertion. (The streams recorded during a capture are checked with
+// the rest of the records, checkUsesLocked.)
 func (a *Allocator) checkCaptureLocked(queued map[*freeindex.Block]int32, bad func(string, ...any)) {
 	n := 0
 	for _, r := range a.route {
@@ -170,11 +183,6 @@ func (a *Allocator) checkCaptureLocked(queued map[*freeindex.Block]int32, bad fu
 	for _, d := range a.deferred {
 		if d.b.Allocated || d.b.EventCount != 1 || queued[d.b] != 0 || d.b.Recorded {
 			bad("deferred free %v is not a pending block waiting for one event", d.b.Ptr())
-		}
-	}
-	for b := range a.captureUses {
-		if !b.Allocated || !b.Recorded {
-			bad("streams recorded during a capture are kept for %v, which is not an allocated, recorded block", b.Ptr())
 		}
 	}
 }

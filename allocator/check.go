@@ -105,6 +105,7 @@ func (a *Allocator) checkLocked() error {
 	inIndex := map[*freeindex.Block]bool{}
 	shardOf := map[device.Stream]*shard{}
 	nseg := map[*freeindex.Index]int{}
+	var recorded []*freeindex.Block // blocks with Recorded or Uses set, for checkUsesLocked
 	own := a.ownShardsLocked()
 	for i, sh := range a.shards {
 		if (i >= own+boolInt(a.cold != nil)) != (sh.pool != nil || sh.idle) {
@@ -201,6 +202,9 @@ func (a *Allocator) checkLocked() error {
 		next := s.Ptr()
 		var prev *freeindex.Block
 		for b := s.Head(); b != nil; b = b.Next() {
+			if b.Recorded || b.Uses != 0 {
+				recorded = append(recorded, b)
+			}
 			if b.Ptr() != next {
 				bad("segment %v: block at %v, expected %v (gap or overlap)", s.Ptr(), b.Ptr(), next)
 			}
@@ -344,11 +348,7 @@ func (a *Allocator) checkLocked() error {
 	}
 	a.checkPeaksLocked(bad)
 	a.checkShardsLocked(bad)
-	for b, u := range a.uses {
-		if lb, _ := a.liveBlockLocked(b.Ptr()); !b.Allocated || !b.Recorded || len(u) == 0 || lb != b {
-			bad("stream uses are kept for %v, which is not an allocated, recorded block", b.Ptr())
-		}
-	}
+	a.checkUsesLocked(recorded, bad)
 	if pending != a.events.Len() {
 		bad("pending event count %d, queues hold %d", a.events.Len(), pending)
 	}

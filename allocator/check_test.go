@@ -209,9 +209,7 @@ func TestCheckInvariantsCatchesPolicyCorruption(t *testing.T) {
 		breakIt    func(a *Allocator, p, q device.Ptr)
 	}{
 		{"a lent block not recorded on its borrower", "not recorded on the stream", func(a *Allocator, p, _ device.Ptr) {
-			b := a.liveBlock(p)
-			delete(a.uses, b)
-			b.Recorded = false
+			a.dropUsesLocked(a.liveBlock(p))
 		}},
 		{"a lent block lent to its own stream", "not recorded on the stream", func(a *Allocator, p, _ device.Ptr) {
 			a.pol.borrowed[a.liveBlock(p)] = 0

@@ -5,6 +5,8 @@
 package allocator
 
 import (
+	"slices"
+
 	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 )
@@ -133,11 +135,7 @@ func (a *Allocator) waitForLocked(s, t device.Stream) bool {
 func (a *Allocator) lentLocked(b *freeindex.Block, s device.Stream) {
 	a.pol.lending = false
 	a.pol.borrowed[b] = s
-	if a.uses == nil {
-		a.uses = make(map[*freeindex.Block][]device.Stream)
-	}
-	a.uses[b] = append(a.uses[b], s)
-	b.Recorded = true
+	a.addUseLocked(b, s, false)
 }
 
 // returnLentLocked is deferFreeLocked under the policy: if b was lent,
@@ -154,23 +152,20 @@ func (a *Allocator) returnLentLocked(b *freeindex.Block) (int, error) {
 		}
 		return n, err
 	}
-	u := a.uses[b]
-	rest := make([]device.Stream, 0, len(u))
-	for _, t := range u {
-		if t != s {
-			rest = append(rest, t)
-		}
-	}
-	if len(rest) == 0 {
-		delete(a.uses, b)
-		b.Recorded = false
+	// The borrower leaves b's record (it is there, first: lentLocked);
+	// on an error it goes back where it was.
+	u := &a.useRecs[b.Uses-1]
+	at := slices.Index(u.streams, s)
+	u.streams = slices.Delete(u.streams, at, at+1)
+	if len(u.streams) == 0 {
+		a.dropUsesLocked(b)
 		delete(a.pol.borrowed, b)
 		return 0, nil
 	}
-	a.uses[b] = rest
 	n, err := a.deferFreeLocked(b)
 	if err != nil {
-		a.uses[b] = u // nothing changed (the device wait made is harmless)
+		u = &a.useRecs[b.Uses-1]
+		u.streams = slices.Insert(u.streams, at, s) // nothing changed (the device wait made is harmless)
 		return 0, err
 	}
 	delete(a.pol.borrowed, b)

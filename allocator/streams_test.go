@@ -123,14 +123,15 @@ func TestRecordEventFailureFallsBackToSynchronize(t *testing.T) {
 	// An unknown stream cannot be recorded: make the device refuse by
 	// recording a stream the device does not know.
 	a.mu.Lock()
-	a.uses[a.def.live.Get(p)] = append(a.uses[a.def.live.Get(p)], 77)
+	u := &a.useRecs[a.def.live.Get(p).Uses-1]
+	u.streams = append(u.streams, 77)
 	a.mu.Unlock()
 	err := a.Free(p)
 	require.Error(t, err, "neither an event nor a synchronization is possible on stream 77")
 	assert.ErrorIs(t, err, device.ErrInvalidStream)
 	assert.EqualValues(t, 1, get(t, a, "allocation.all.current"), "the failed free changed nothing")
 	a.mu.Lock()
-	a.uses[a.def.live.Get(p)] = a.uses[a.def.live.Get(p)][:1]
+	u.streams = u.streams[:1]
 	a.mu.Unlock()
 	mustFree(t, a, p)
 }
@@ -214,4 +215,83 @@ func TestPollingCostsWhatRan(t *testing.T) {
 	assert.Zero(t, pending())
 	require.NoError(t, a.Free(p))
 	require.NoError(t, a.Free(keep))
+}
+
+// TestRecordAndDeferredFreeAllocateNothing checks that recording streams
+// on blocks and deferring their frees allocate nothing once warm: the
+// records of recorded streams are reused from the allocator's free list,
+// with their arrays, and no map is kept by block.
+func TestRecordAndDeferredFreeAllocateNothing(t *testing.T) {
+	if selfCheck {
+		t.Skip("the self-checks of the gpumem_invariants tag allocate")
+	}
+	a, dev := newOn(t, Config{})
+	var side [3]device.Stream
+	for i := range side {
+		s, err := dev.NewStream()
+		require.NoError(t, err)
+		side[i] = s
+	}
+	var ps [4]device.Ptr
+	cycle := func() {
+		for i := range ps {
+			p, err := a.Alloc(uint64(i+1)*mib, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps[i] = p
+			// Up to every side stream, one twice, and the block's own.
+			for j := 0; j <= i && j < len(side); j++ {
+				if err := a.RecordStream(p, side[j]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := a.RecordStream(p, side[0]); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.RecordStream(p, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, p := range ps {
+			if err := a.Free(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cycle() // warm: the records, the events' queues, the cache
+	cycle()
+	allocs := testing.AllocsPerRun(100, cycle)
+	require.Zero(t, allocs, "recording streams and deferring frees allocate nothing once warm")
+	require.NoError(t, a.CheckInvariants())
+	a.mu.Lock()
+	require.Len(t, a.useRecs, len(ps), "one record for each recorded block live at once, reused")
+	a.mu.Unlock()
+}
+
+// TestKnownStreamTableKeepsUnknownStreamsOut checks that the table of
+// streams found known lately answers for the very stream it holds: a
+// stream the device does not know, whose slot holds a known stream, is
+// still refused, and the known stream still recorded.
+func TestKnownStreamTableKeepsUnknownStreamsOut(t *testing.T) {
+	a, dev := newOn(t, Config{})
+	side, err := dev.NewStream()
+	require.NoError(t, err)
+	p := mustAlloc(t, a, mib, 0)
+	require.NoError(t, a.RecordStream(p, side))
+	var unknown device.Stream
+	for u := side + 1; ; u++ {
+		if knownSlot(u) == knownSlot(side) && !dev.HasStream(u) {
+			unknown = u
+			break
+		}
+	}
+	err = a.RecordStream(p, unknown)
+	require.ErrorIs(t, err, device.ErrInvalidStream, "stream %d shares a slot with the known %d", unknown, side)
+	require.NoError(t, a.RecordStream(p, side))
+	a.mu.Lock()
+	require.Equal(t, []device.Stream{side}, a.usesOf(a.def.live.Get(p)), "the refused stream is not recorded")
+	a.mu.Unlock()
+	mustFree(t, a, p)
+	require.NoError(t, a.CheckInvariants())
 }

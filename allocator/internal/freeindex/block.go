@@ -23,7 +23,7 @@ import (
 // links) are this package's, which alone writes them; the allocator reads
 // them through the methods of their names. The exported ones are the
 // allocator's bookkeeping of a block it handed out, which it alone
-// writes: Requested, Allocated, Recorded, Phase and EventCount. This
+// writes: Requested, Allocated, Recorded, Phase, EventCount and Uses. This
 // package reads them only to merge free blocks alone (Busy) and in its
 // checks, and zeroes the struct of a block that no longer exists.
 //
@@ -71,6 +71,7 @@ type Block struct {
 	unmapped   bool   // an address range of an expandable segment with no memory behind it
 	Phase      uint16 // the phase current when the block was handed out (the allocator's phases); set by the allocator's takeLocked
 	EventCount int32  // outstanding stream events before a pending free completes
+	Uses       int32  // 1 + the index of the allocator's record of the streams RecordStream added; 0 for none (nonzero exactly when Recorded)
 }
 
 // Ptr is the block's address.

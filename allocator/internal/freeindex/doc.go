@@ -68,8 +68,9 @@
 // enough to be inlined. The exported fields are the allocator's, written
 // only by it:
 //
-//   - Block.Requested, Allocated, Recorded, Phase and EventCount: its
-//     bookkeeping of a block it handed out. This package reads them only
+//   - Block.Requested, Allocated, Recorded, Phase, EventCount and Uses:
+//     its bookkeeping of a block it handed out (Uses names the
+//     allocator's record of the streams the block was recorded on). This package reads them only
 //     to merge free neighbours alone (Block.Busy) and to check that the
 //     struct kept for the next split is unused, and zeroes them when it
 //     recycles a struct.
