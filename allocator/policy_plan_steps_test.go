@@ -320,16 +320,7 @@ func TestPlannedReclaimsOnlyWhenTheDeviceIsShort(t *testing.T) {
 		dev := simtest.New(t, simtest.Capacity(capacity))
 		a, err := New(dev, Config{Policy: PolicyPlanned})
 		require.NoError(t, err)
-		var live []device.Ptr
-		for range 64 {
-			live = append(live, mustAlloc(t, a, 10*mib, 0))
-		}
-		for i := 0; i < len(live); i += 2 {
-			mustFree(t, a, live[i]) // holes of 10 MiB, none fits what follows
-		}
-		for range 30 {
-			live = append(live, mustAlloc(t, a, 13*mib, 0))
-		}
+		live := strandPages(t, a)
 		peakReserved = uint64(get(t, a, "reserved_bytes.all.peak"))
 		for i := 1; i < len(live); i++ {
 			if i >= 64 || i%2 == 1 {

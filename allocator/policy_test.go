@@ -315,6 +315,25 @@ func (failingWaiter) WaitEvent(device.Stream, device.Event) error {
 	return errors.New("injected wait failure")
 }
 
+// strandPages is the pattern of the reclaim tests: 64 blocks of 10 MiB on
+// the default stream, every other one freed (holes of 10 MiB, none fits
+// what follows), then 30 of 13 MiB. It returns the blocks allocated, the
+// freed ones among them: the first 64 at even indexes.
+func strandPages(t *testing.T, a *Allocator) []device.Ptr {
+	t.Helper()
+	var live []device.Ptr
+	for range 64 {
+		live = append(live, mustAlloc(t, a, 10*mib, 0))
+	}
+	for i := 0; i < len(live); i += 2 {
+		mustFree(t, a, live[i])
+	}
+	for range 30 {
+		live = append(live, mustAlloc(t, a, 13*mib, 0))
+	}
+	return live
+}
+
 // TestPolicyReclaimsBeforeTheMarkRises: a pattern that strands free pages
 // (small blocks freed, then larger ones asked) keeps reserved memory
 // within the slack of the requested peak under the policy, where
@@ -322,16 +341,7 @@ func (failingWaiter) WaitEvent(device.Stream, device.Event) error {
 func TestPolicyReclaimsBeforeTheMarkRises(t *testing.T) {
 	run := func(cfg Config) (ratio float64, unmaps int64) {
 		a, dev := newTest(t, 0, cfg)
-		var live []device.Ptr
-		for range 64 {
-			live = append(live, mustAlloc(t, a, 10*mib, 0))
-		}
-		for i := 0; i < len(live); i += 2 {
-			mustFree(t, a, live[i]) // holes of 10 MiB, none fits what follows
-		}
-		for range 30 {
-			live = append(live, mustAlloc(t, a, 13*mib, 0))
-		}
+		live := strandPages(t, a)
 		st := a.Stats()
 		ratio = float64(st.ReservedBytes[0].Peak) / float64(st.RequestedBytes[0].Peak)
 		for i := 1; i < len(live); i++ {
