@@ -326,25 +326,6 @@ func (a *Allocator) fitLocked(xs *[2]freeindex.Index, size uint64) (*freeindex.I
 	return x, rounded, b
 }
 
-// round is step 2 of the allocation ladder: the size of the block for a
-// request of size bytes (at least 1).
-func (a *Allocator) round(size uint64) uint64 {
-	if a.divisions == nil {
-		return (size + kMinBlockSize - 1) &^ (kMinBlockSize - 1) // roundSize without divisions
-	}
-	return roundSize(size, a.divisions)
-}
-
-// indexFor is step 3: the free index, among a stream's xs, of the pool of
-// a block of rounded bytes (the large pool's for every size under the
-// planned policy, which merges the small one into it).
-func indexFor(xs *[2]freeindex.Index, rounded uint64) *freeindex.Index {
-	if isSmall(rounded) && !xs[qSmall].Merged {
-		return &xs[qSmall]
-	}
-	return &xs[qLarge]
-}
-
 // Best fit (step 4): Alloc asks the free index of the request's pool and
 // stream for the block of the lowest (size, address) with at least the
 // rounded size (freeindex.Index.BestFit): size buckets answer with bit scans,

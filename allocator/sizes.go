@@ -1,5 +1,6 @@
 // This file holds the sizes: PyTorch's constants, the rounding of
-// requests, the size of the segment a request gets from the device, and
+// requests (round) and the pool a rounded size goes to (indexFor), the
+// size of the segment a request gets from the device, and
 // the rules for splitting a block and for oversize blocks.
 
 package allocator
@@ -135,3 +136,22 @@ func (r *splitRule) servesBelow(size uint64) uint64 {
 // oversize reports whether a block or segment of n bytes counts as
 // oversize in the stats.
 func (r *splitRule) oversize(n uint64) bool { return n >= r.maxSplit }
+
+// round is step 2 of the allocation ladder: the size of the block for a
+// request of size bytes (at least 1).
+func (a *Allocator) round(size uint64) uint64 {
+	if a.divisions == nil {
+		return (size + kMinBlockSize - 1) &^ (kMinBlockSize - 1) // roundSize without divisions
+	}
+	return roundSize(size, a.divisions)
+}
+
+// indexFor is step 3: the free index, among a stream's xs, of the pool of
+// a block of rounded bytes (the large pool's for every size under the
+// planned policy, which merges the small one into it).
+func indexFor(xs *[2]freeindex.Index, rounded uint64) *freeindex.Index {
+	if isSmall(rounded) && !xs[qSmall].Merged {
+		return &xs[qSmall]
+	}
+	return &xs[qLarge]
+}
