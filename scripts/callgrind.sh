@@ -17,7 +17,11 @@
 #   pair through the Go API), policy (random_mixed through replay.Run
 #   under the faithful default, gpumem_policy:low_fragmentation and
 #   gpumem_policy:planned, BenchmarkPolicyReplay: instructions per op of
-#   each and each policy's as a multiple of the default's).
+#   each and each policy's as a multiple of the default's), live
+#   (BenchmarkLiveBlocks at 1k and 1M live blocks: instructions and
+#   last-level cache misses per op, with callgrind's cache simulation of
+#   an 8 MiB, 16-way last level; slow: the 1M set-up runs twice under
+#   the simulation, about ten minutes each).
 #   Default: pair mixed cs336 streams replay offload.
 #
 # Method: Go binaries built with CGO_ENABLED=0 and run with GOMAXPROCS=1
@@ -60,6 +64,25 @@ bench() {
 	a=$(cd allocator && ir "$tmp/allocator.test" -test.run='^$' -test.bench="^$1\$" -test.benchtime="$2x")
 	b=$(cd allocator && ir "$tmp/allocator.test" -test.run='^$' -test.bench="^$1\$" -test.benchtime="$3x")
 	echo "scale=1; ($b - $a) / (($3 - $2) * $4)" | bc
+}
+
+# misses NAME N1 N2: instructions and last-level cache misses (data reads,
+# data writes) per op of a benchmark run for N1 and then N2 iterations,
+# under a simulated 8 MiB, 16-way last-level cache with 64-byte lines.
+# Collected's fields: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw.
+misses() {
+	local a b
+	a=$(cd allocator && sim "$tmp/allocator.test" -test.run='^$' -test.bench="^$1\$" -test.benchtime="$2x")
+	b=$(cd allocator && sim "$tmp/allocator.test" -test.run='^$' -test.bench="^$1\$" -test.benchtime="$3x")
+	echo "$a $b" | awk -v n=$(($3 - $2)) '{
+		printf "%.1f instructions, %.2f last-level misses (%.2f reads, %.2f writes) per op\n",
+			($10 - $1) / n, ($17 + $18 - $8 - $9) / n, ($17 - $8) / n, ($18 - $9) / n }'
+}
+
+# sim CMD...: callgrind's Collected counts of CMD with the cache simulated.
+sim() {
+	valgrind --tool=callgrind --cache-sim=yes --LL=8388608,16,64 --callgrind-out-file=/dev/null "$@" 2>&1 >/dev/null |
+		sed -n 's/.*Collected : \([0-9 ]*\).*/\1/p'
 }
 
 ops() { zcat -f "$1" | grep -c '^[afrsSctm]'; }
@@ -122,6 +145,11 @@ for w in "${what[@]}"; do
 		for m in low_fragmentation planned; do
 			p=$(bench "BenchmarkPolicyReplay/random_mixed/$m" 1 3 "$n")
 			echo "random_mixed through replay.Run, $m: $p instructions per op, $(echo "scale=3; $p / $d" | bc) x the faithful default's $d"
+		done
+		;;
+	live)
+		for n in 1k 1M; do
+			echo "BenchmarkLiveBlocks/live=$n: $(misses "BenchmarkLiveBlocks/live=$n" 2000 6000)"
 		done
 		;;
 	replay-cs336) echo "gpumem replay of plain cs336: $(replay $cs336) instructions per op" ;;
