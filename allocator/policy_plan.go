@@ -114,14 +114,13 @@ type planState struct {
 	// The plan, nil when there is none.
 	reqs   []planReq
 	stream device.Stream
-	foot   uint64                       // the arena's bytes (whole pages of the large pool)
-	addr   device.Ptr                   // the arena's address
-	seg    *freeindex.Segment           // the arena's segment
-	recent [planRecent]*freeindex.Block // the blocks last handed out of the arena (a ring), where walks start
-	next   int                          // the ring's next slot
-	follow bool                         // the current step follows the plan so far
-	pos    int                          // the next allocation's position in the current step
-	asked  bool                         // the last position taken is served online: a fast path that misses gives it back
+	foot   uint64             // the arena's bytes (whole pages of the large pool)
+	addr   device.Ptr         // the arena's address
+	seg    *freeindex.Segment // the arena's segment
+	last   *freeindex.Block   // the block last handed out of the arena, where a walk starts
+	follow bool               // the current step follows the plan so far
+	pos    int                // the next allocation's position in the current step
+	asked  bool               // the last position taken is served online: a fast path that misses gives it back
 
 	// Counts for tests and measurements: walks counts the served
 	// requests whose place was not found from the block below it.
@@ -182,7 +181,7 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 	if b == nil {
 		p.walks++
 		if b = r.at; !freeindex.InSegment(b, p.seg) || ptr < b.Ptr() || ptr >= b.Ptr()+device.Ptr(b.Size()) {
-			b = freeindex.Containing(a.arenaStartLocked(ptr), ptr)
+			b = freeindex.Containing(p.walkStart(), ptr)
 		}
 	}
 	if b == nil || !b.IsFree() || b.Ptr()+device.Ptr(b.Size()) < ptr+device.Ptr(rounded) || b.Seg().Free() != x {
@@ -192,9 +191,7 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 	}
 	p.served++
 	b = x.Carve(b, ptr, rounded)
-	r.at = b
-	p.recent[p.next] = b // where the next walks start
-	p.next = (p.next + 1) % planRecent
+	r.at, p.last = b, b
 	return b
 }
 
@@ -208,31 +205,16 @@ func (p *policyState) unplanLocked() {
 	}
 }
 
-// planRecent is how many of the blocks last handed out of an arena the
-// planned policy keeps as starts of its walks.
-const planRecent = 16
-
-// arenaStartLocked returns a block of the arena's segment to start a
-// walk to ptr from: of the structs of the blocks last handed out of the
-// arena that are still blocks of the segment (freed, a struct usually
-// stays as the merged free block), the nearest to ptr; else the
-// segment's first block.
-func (a *Allocator) arenaStartLocked(ptr device.Ptr) *freeindex.Block {
-	p := a.pol.plan
-	best, dist := p.seg.Head(), uint64(ptr-p.seg.Head().Ptr())
-	for _, c := range &p.recent {
-		if !freeindex.InSegment(c, p.seg) {
-			continue
-		}
-		d := uint64(ptr - c.Ptr())
-		if c.Ptr() > ptr {
-			d = uint64(c.Ptr() - ptr)
-		}
-		if d < dist {
-			best, dist = c, d
-		}
+// walkStart returns a block of the arena's segment to start a walk from,
+// for a request that has no block below its place (or whose block below
+// the caller freed early): the block last handed out of the arena while
+// its struct is still a block of the segment (freed, a struct usually
+// stays as the merged free block), else the segment's first block.
+func (p *planState) walkStart() *freeindex.Block {
+	if freeindex.InSegment(p.last, p.seg) {
+		return p.last
 	}
-	return best
+	return p.seg.Head()
 }
 
 // planAllocatedLocked logs the allocation of b, of rounded bytes on
@@ -339,13 +321,7 @@ func (a *Allocator) buildPlanLocked() {
 	if len(items) > 0 {
 		// The classic greedy by size alone: the other passes gain little
 		// on a step and cost as much each (the arena is whole pages).
-		idx := make([]int32, len(items))
-		for i := range idx {
-			idx[i] = int32(i)
-		}
-		slices.SortFunc(idx, func(x, y int32) int {
-			return cmp.Or(pack.Orders[0].Less(&items[x], &items[y]), cmp.Compare(x, y))
-		})
+		idx := pack.Sorted(items, 0)
 		offsets := make([]uint64, len(idx))
 		fp := pack.Greedy(context.Background(), items, len(p.rec), idx, offsets)
 		for i, k := range which {
@@ -445,7 +421,7 @@ func (a *Allocator) arenaLocked() bool {
 		return false
 	}
 	p.addr, p.seg = b.Ptr(), b.Seg()
-	p.recent = [planRecent]*freeindex.Block{}
+	p.last = nil
 	return true
 }
 

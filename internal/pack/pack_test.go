@@ -183,3 +183,26 @@ func TestGreedyScansTrainingSteps(t *testing.T) {
 		t.Errorf("%d items of short lifetimes are read in address order", len(short))
 	}
 }
+
+// TestSortedFollowsOrders holds Sorted to each order's Less, ties by
+// index, on random items with many ties in each key.
+func TestSortedFollowsOrders(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 100 {
+		items := make([]Item, 1+r.IntN(300))
+		for i := range items {
+			s := r.IntN(20)
+			items[i] = Item{Start: s, End: s + r.IntN(8), Bytes: uint64(r.IntN(6)) * 512}
+		}
+		for k, o := range Orders {
+			want := make([]int32, len(items))
+			for i := range want {
+				want[i] = int32(i)
+			}
+			slices.SortFunc(want, func(x, y int32) int { return cmp.Or(o.Less(&items[x], &items[y]), cmp.Compare(x, y)) })
+			if got := Sorted(items, k); !slices.Equal(got, want) {
+				t.Fatalf("order %d (%s): %v, want %v", k, o.Name, got, want)
+			}
+		}
+	}
+}
