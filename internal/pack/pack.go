@@ -163,7 +163,7 @@ func Sorted(items []Item, k int) []int32 {
 // order (greedyScan), or through an index of time buckets
 // (greedyBuckets), whichever reads fewer: the first reads about n^2/2
 // items in all, each cheaply; the second about the items of the buckets
-// that each item's lifetime touches, at about 8 times the cost each (its
+// that each item's lifetime touches, at about 4 times the cost each (its
 // lists are merged). On a training step, where most blocks are in use at
 // once (BERT's 1,004 blocks: 195,781 of 503,506 pairs overlap), reading
 // them all costs a third of the index's 29.9 M instructions; on a trace
@@ -191,6 +191,8 @@ const scanCosts = 4
 // scanCheaper reports whether greedyScan reads the items for less than
 // greedyBuckets would: n^2/2 items against, for each item, half of the
 // items that touch the buckets it touches (the placed half, on average).
+// Ops past 2^32 - 1, which greedyScan's packed lifetimes do not hold,
+// take the index.
 func scanCheaper(items []Item, ops int) bool {
 	w, nb := bucketWidth(items, ops)
 	touch := make([]int, nb+1) // items touching each bucket, as differences
@@ -198,6 +200,9 @@ func scanCheaper(items []Item, ops int) bool {
 	bucket := func(t int) int { return min(t/w, nb-1) }
 	for i := range items {
 		if b := &items[i]; b.Bytes > 0 && b.Start < b.End {
+			if b.Start < 0 || uint64(b.End) > math.MaxUint32 {
+				return false
+			}
 			touch[bucket(b.Start)]++
 			touch[bucket(b.End-1)+1]--
 			n++

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -181,6 +182,14 @@ func TestGreedyScansTrainingSteps(t *testing.T) {
 	}
 	if scanCheaper(short, len(short)+8) {
 		t.Errorf("%d items of short lifetimes are read in address order", len(short))
+	}
+	if strconv.IntSize == 64 {
+		// Lifetimes past 2^32 - 1 ops, which the scan's packed lifetimes
+		// do not hold, go through the index.
+		end := uint64(math.MaxUint32) + 1
+		if huge := []Item{{Start: 0, End: int(end), Bytes: 512}}; scanCheaper(huge, int(end)) {
+			t.Errorf("an item in use up to op %d is read in address order", end)
+		}
 	}
 }
 
