@@ -36,3 +36,12 @@ func (a *Allocator) PlanCounts() (plans, served, departures int64) {
 	p := a.pol.plan
 	return p.plans, p.served, p.departures
 }
+
+// PlanWalks returns how many requests the planned policy served from an
+// arena without finding the place from the block just below it (the
+// walk from another block of the arena).
+func (a *Allocator) PlanWalks() int64 {
+	a.lockAll()
+	defer a.unlockAll()
+	return a.pol.plan.walks
+}

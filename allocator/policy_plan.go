@@ -45,8 +45,12 @@ import (
 //   - Serving: while the step follows the plan (the n-th allocation has
 //     the plan's rounded size and stream), a planned request is handed the
 //     block at its offset in the arena, carved out of the free block that
-//     holds it (freeindex.Index.Carve): no fit, no device call. A request
-//     of a position the plan leaves out is served online.
+//     holds it (freeindex.Index.Carve): no fit, no device call. That free
+//     block is found from the block handed out in the step for the
+//     request whose place lies just below, in use then (planReq.below,
+//     worked out when the step is planned): its next block, as the plan
+//     has it. A request of a position the plan leaves out is served
+//     online.
 //   - Departure: a request of another size or stream, one past the plan's
 //     end, or one whose range in the arena is not wholly free (a block of
 //     the previous step still live, pages reclaimed, an online block that
@@ -78,6 +82,13 @@ type planReq struct {
 	size  uint64 // rounded
 	off   uint64 // offset in the arena, when arena
 	arena bool   // allocated and freed within the planned step: served from the arena
+	// below is the position of the request whose block lies just below
+	// this one's place in the arena when it is requested (of the arena's
+	// blocks then in use in the plan, the one at the highest offset
+	// below), -1 when there is none: the walk to the place starts from
+	// that request's block in the step (its at), in use then, whose next
+	// block is, as the plan has it, the free block holding the place.
+	below int32
 	// at is the struct of the block last handed out for this request: a
 	// start for the next step's walk to the same place, when it is still
 	// a block of the arena's segment holding that place.
@@ -103,17 +114,17 @@ type planState struct {
 	// The plan, nil when there is none.
 	reqs   []planReq
 	stream device.Stream
-	foot   uint64                       // the arena's bytes (whole pages of the large pool)
-	addr   device.Ptr                   // the arena's address
-	seg    *freeindex.Segment           // the arena's segment
-	recent [planRecent]*freeindex.Block // the blocks last handed out of the arena (a ring), where walks start
-	next   int                          // the ring's next slot
-	follow bool                         // the current step follows the plan so far
-	pos    int                          // the next allocation's position in the current step
-	asked  bool                         // the last position taken is served online: a fast path that misses gives it back
+	foot   uint64             // the arena's bytes (whole pages of the large pool)
+	addr   device.Ptr         // the arena's address
+	seg    *freeindex.Segment // the arena's segment
+	last   *freeindex.Block   // the block last handed out of the arena, where a walk starts
+	follow bool               // the current step follows the plan so far
+	pos    int                // the next allocation's position in the current step
+	asked  bool               // the last position taken is served online: a fast path that misses gives it back
 
-	// Counts for tests and measurements.
-	plans, served, departures int64
+	// Counts for tests and measurements: walks counts the served
+	// requests whose place was not found from the block below it.
+	plans, served, departures, walks int64
 }
 
 // onePoolLocked reports whether every request goes to the large pool
@@ -158,9 +169,20 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		return nil
 	}
 	ptr := p.addr + device.Ptr(r.off)
-	b := r.at
-	if !freeindex.InSegment(b, p.seg) || ptr < b.Ptr() || ptr >= b.Ptr()+device.Ptr(b.Size()) {
-		b = freeindex.Containing(a.arenaStartLocked(ptr), ptr)
+	var b *freeindex.Block
+	if r.below >= 0 {
+		// The block just below the place, handed out in this step and in
+		// use, is a block of the segment unless the caller freed it
+		// early (its struct then merged away, or the merged free block).
+		if c := p.reqs[r.below].at; freeindex.InSegment(c, p.seg) {
+			b = freeindex.Containing(c, ptr)
+		}
+	}
+	if b == nil {
+		p.walks++
+		if b = r.at; !freeindex.InSegment(b, p.seg) || ptr < b.Ptr() || ptr >= b.Ptr()+device.Ptr(b.Size()) {
+			b = freeindex.Containing(p.walkStart(), ptr)
+		}
 	}
 	if b == nil || !b.IsFree() || b.Ptr()+device.Ptr(b.Size()) < ptr+device.Ptr(rounded) || b.Seg().Free() != x {
 		p.follow = false
@@ -169,9 +191,7 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 	}
 	p.served++
 	b = x.Carve(b, ptr, rounded)
-	r.at = b
-	p.recent[p.next] = b // where the next walks start
-	p.next = (p.next + 1) % planRecent
+	r.at, p.last = b, b
 	return b
 }
 
@@ -185,31 +205,16 @@ func (p *policyState) unplanLocked() {
 	}
 }
 
-// planRecent is how many of the blocks last handed out of an arena the
-// planned policy keeps as starts of its walks.
-const planRecent = 16
-
-// arenaStartLocked returns a block of the arena's segment to start a
-// walk to ptr from: of the structs of the blocks last handed out of the
-// arena that are still blocks of the segment (freed, a struct usually
-// stays as the merged free block), the nearest to ptr; else the
-// segment's first block.
-func (a *Allocator) arenaStartLocked(ptr device.Ptr) *freeindex.Block {
-	p := a.pol.plan
-	best, dist := p.seg.Head(), uint64(ptr-p.seg.Head().Ptr())
-	for _, c := range &p.recent {
-		if !freeindex.InSegment(c, p.seg) {
-			continue
-		}
-		d := uint64(ptr - c.Ptr())
-		if c.Ptr() > ptr {
-			d = uint64(c.Ptr() - ptr)
-		}
-		if d < dist {
-			best, dist = c, d
-		}
+// walkStart returns a block of the arena's segment to start a walk from,
+// for a request that has no block below its place (or whose block below
+// the caller freed early): the block last handed out of the arena while
+// its struct is still a block of the segment (freed, a struct usually
+// stays as the merged free block), else the segment's first block.
+func (p *planState) walkStart() *freeindex.Block {
+	if freeindex.InSegment(p.last, p.seg) {
+		return p.last
 	}
-	return best
+	return p.seg.Head()
 }
 
 // planAllocatedLocked logs the allocation of b, of rounded bytes on
@@ -243,9 +248,10 @@ func (a *Allocator) planFreedLocked(ptr device.Ptr) {
 // allocated nothing, keeps it; a step that repeats the one before it (the
 // same rounded sizes in the same order, on the same stream) is planned;
 // any other ends the plan, and is the pattern the next step is compared
-// with. Planning costs about the pairs of blocks live at once (some 2 ms
-// for BERT's 1,000-block step), so a step is planned only once its
-// pattern has repeated: the first step of a training loop, which also
+// with. Planning costs about n^2/2 reads of blocks for a step whose
+// blocks are mostly in use at once (internal/pack's Greedy: 9 M
+// instructions for BERT's 1,004-block step), so a step is planned only
+// once its pattern has repeated: the first step of a training loop, which also
 // makes the optimizer's state, is seldom the one that repeats. The arena
 // is then found for the next step, and recording starts again.
 func (a *Allocator) planStepLocked() {
@@ -289,12 +295,15 @@ func (a *Allocator) buildPlanLocked() {
 		end[k] = -1
 	}
 	live := make(map[device.Ptr]int32, n)
+	freed := make([]int32, len(p.rec)) // by operation, the position a free ends, else -1
 	for t, op := range p.rec {
+		freed[t] = -1
 		if op.pos >= 0 {
 			start[op.pos] = t
 			live[op.ptr] = op.pos
 		} else if k, ok := live[op.ptr]; ok { // a block the step allocated
 			end[k] = t
+			freed[t] = k
 			delete(live, op.ptr)
 		}
 	}
@@ -302,7 +311,7 @@ func (a *Allocator) buildPlanLocked() {
 	var items []pack.Item
 	var which []int32
 	for k, size := range p.recSize {
-		reqs[k] = planReq{size: size, arena: end[k] >= 0}
+		reqs[k] = planReq{size: size, arena: end[k] >= 0, below: -1}
 		if end[k] >= 0 {
 			items = append(items, pack.Item{Start: start[k], End: end[k], Bytes: size})
 			which = append(which, int32(k))
@@ -312,22 +321,45 @@ func (a *Allocator) buildPlanLocked() {
 	if len(items) > 0 {
 		// The classic greedy by size alone: the other passes gain little
 		// on a step and cost as much each (the arena is whole pages).
-		idx := make([]int32, len(items))
-		for i := range idx {
-			idx[i] = int32(i)
-		}
-		slices.SortFunc(idx, func(x, y int32) int {
-			return cmp.Or(pack.Orders[0].Less(&items[x], &items[y]), cmp.Compare(x, y))
-		})
+		idx := pack.Sorted(items, 0)
 		offsets := make([]uint64, len(idx))
 		fp := pack.Greedy(context.Background(), items, len(p.rec), idx, offsets)
 		for i, k := range which {
 			reqs[k].off = offsets[i]
 		}
 		p.foot = pagesFor(fp, a.pol.largePage)
+		planBelow(reqs, p.rec, freed)
 	}
 	p.reqs, p.stream = reqs, p.recStream
 	p.plans++
+}
+
+// planBelow sets each arena request's below: the operations of the step
+// (rec, freed[t] the position the t-th ends, else -1) are run again in
+// order over the arena's blocks in use, kept by offset, and each request
+// takes the one just below its place.
+func planBelow(reqs []planReq, rec []planOp, freed []int32) {
+	var inUse []int32 // positions, by offset
+	at := func(k int32) int {
+		i, _ := slices.BinarySearchFunc(inUse, reqs[k].off, func(j int32, off uint64) int { return cmp.Compare(reqs[j].off, off) })
+		return i
+	}
+	for t, op := range rec {
+		switch k := op.pos; {
+		case k >= 0 && reqs[k].arena:
+			i := at(k)
+			if i > 0 {
+				reqs[k].below = inUse[i-1]
+			}
+			inUse = slices.Insert(inUse, i, k)
+		case k < 0 && freed[t] >= 0 && reqs[freed[t]].arena:
+			// Blocks in use at once do not share an offset (each holds
+			// at least 512 bytes): the one found is the one freed.
+			if i := at(freed[t]); i < len(inUse) && inUse[i] == freed[t] {
+				inUse = slices.Delete(inUse, i, i+1)
+			}
+		}
+	}
 }
 
 // arenaLocked finds the plan's arena: an address range of p.foot bytes
@@ -389,7 +421,7 @@ func (a *Allocator) arenaLocked() bool {
 		return false
 	}
 	p.addr, p.seg = b.Ptr(), b.Seg()
-	p.recent = [planRecent]*freeindex.Block{}
+	p.last = nil
 	return true
 }
 

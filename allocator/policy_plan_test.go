@@ -18,11 +18,13 @@ import (
 // it, so nothing is planned. With the last step repeated to five steps,
 // the third repeats the second and is planned at the fourth's mark: the
 // fourth and fifth are served from the arena whole, and so are the
-// sixth to eighth with three more repeats, with no device call.
+// sixth to eighth with three more repeats, with no device call, each
+// request's place found from the block just below it.
 func TestPlannedServesRepeatedSteps(t *testing.T) {
 	ops := fileOps("../trace/replay/testdata/bert_b2.trace.gz")(t)
 	cfg := allocator.Config{Policy: allocator.PolicyPlanned}
 	capacity := uint64(80 << 30)
+	var walks int64
 	run := func(ops []trace.Op) (replay.Result, [3]int64) {
 		a := gpumemtest.New(t, gpumemtest.WithCapacity(capacity), gpumemtest.WithConfig(cfg), gpumemtest.AllowLeaks())
 		dev := a.Device().(*sim.Device)
@@ -32,6 +34,7 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 		require.Zero(t, res.OOMs)
 		var c [3]int64
 		c[0], c[1], c[2] = a.PlanCounts()
+		walks = a.PlanWalks()
 		return *res, c
 	}
 	res3, c := run(ops)
@@ -40,6 +43,10 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 	require.Equal(t, [3]int64{1, 2 * 1004, 0}, c, "plans, served, departures")
 	res8, c := run(repeatLastStep(ops, 8))
 	require.Equal(t, [3]int64{1, 5 * 1004, 0}, c, "plans, served, departures")
+	// A served request finds its place from the block just below it,
+	// handed out earlier in the step, but for the few with none below
+	// (9 a step).
+	require.Less(t, walks*50, c[1], "%d of %d served requests walked to their place", walks, c[1])
 	require.Equal(t, res5.DeviceAllocs+res5.DeviceFrees, res8.DeviceAllocs+res8.DeviceFrees, "the steps served from the arena make no device call")
 
 	// On the smallest device the three steps fit (1.003 x their peak

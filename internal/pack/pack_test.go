@@ -1,8 +1,13 @@
 package pack
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -74,5 +79,139 @@ func TestBestStopped(t *testing.T) {
 	items := []Item{{0, 1, 1024}}
 	if _, fp, _ := Best(ctx, items, 1, 0, false); fp != 0 {
 		t.Fatalf("a stopped packing gave footprint %d", fp)
+	}
+}
+
+// greedyPairs is Greedy as its model states it, with no index: each item
+// in turn at the smallest gap among all the placed items that overlap
+// it in time, taken in address order, else above them.
+func greedyPairs(items []Item, idx []int32) ([]uint64, uint64) {
+	offsets := make([]uint64, len(items))
+	var placed []int32
+	var footprint uint64
+	for _, x := range idx {
+		b := &items[x]
+		if b.Bytes == 0 || b.Start >= b.End {
+			continue
+		}
+		var over []int32
+		for _, y := range placed {
+			if c := &items[y]; c.Start < b.End && b.Start < c.End {
+				over = append(over, y)
+			}
+		}
+		slices.SortStableFunc(over, func(p, q int32) int { return cmp.Compare(offsets[p], offsets[q]) })
+		var top uint64
+		bestGap, at, found := uint64(math.MaxUint64), uint64(0), false
+		for _, y := range over {
+			if offsets[y] > top {
+				if gap := offsets[y] - top; gap >= b.Bytes && gap < bestGap {
+					bestGap, at, found = gap, top, true
+				}
+			}
+			top = max(top, offsets[y]+items[y].Bytes)
+		}
+		if !found {
+			at = top
+		}
+		offsets[x] = at
+		footprint = max(footprint, at+b.Bytes)
+		placed = append(placed, x)
+	}
+	return offsets, footprint
+}
+
+// TestGreedyAgreesWithPairs holds Greedy's two searches, the index of
+// time buckets and the scan in address order, and Greedy's choice between
+// them to the packing they stand for: the same offset for every item, in
+// every order, on random items (lifetimes short and long, which spread
+// over many buckets or few) and on BERT's step.
+func TestGreedyAgreesWithPairs(t *testing.T) {
+	check := func(name string, items []Item, ops int) {
+		t.Helper()
+		for k, o := range Orders {
+			idx := make([]int32, len(items))
+			for i := range idx {
+				idx[i] = int32(i)
+			}
+			slices.SortFunc(idx, func(x, y int32) int { return cmp.Or(o.Less(&items[x], &items[y]), cmp.Compare(x, y)) })
+			want, wantFP := greedyPairs(items, idx)
+			for _, g := range []struct {
+				name string
+				run  func([]uint64) uint64
+			}{
+				{"Greedy", func(off []uint64) uint64 { return Greedy(context.Background(), items, ops, idx, off) }},
+				{"greedyScan", func(off []uint64) uint64 { return greedyScan(context.Background(), items, idx, off) }},
+				{"greedyBuckets", func(off []uint64) uint64 { return greedyBuckets(context.Background(), items, ops, idx, off) }},
+			} {
+				got := make([]uint64, len(items))
+				if fp := g.run(got); fp != wantFP || !slices.Equal(got, want) {
+					t.Fatalf("%s, order %d, %s: footprint %d, want %d; offsets equal: %v", name, k, g.name, fp, wantFP, slices.Equal(got, want))
+				}
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for round := range 300 {
+		n := 1 + r.IntN(200)
+		ops := 2 * n
+		long := 1 + r.IntN(ops) // the longest lifetime of this round
+		items := make([]Item, n)
+		for i := range items {
+			s := r.IntN(ops)
+			items[i] = Item{Start: s, End: min(ops, s+r.IntN(long+1)), Bytes: uint64(r.IntN(16)) * 512}
+		}
+		check(fmt.Sprintf("round %d", round), items, ops)
+	}
+	items, ops := stepItems(t)
+	check("BERT's step", items, ops)
+}
+
+// TestGreedyScansTrainingSteps holds Greedy's choice of search to what
+// it is for: BERT's step, most of whose blocks are in use at once, is
+// read in address order; items whose lifetimes are short beside the
+// trace go through the index.
+func TestGreedyScansTrainingSteps(t *testing.T) {
+	items, ops := stepItems(t)
+	if !scanCheaper(items, ops) {
+		t.Errorf("BERT's step (%d items) goes through the index", len(items))
+	}
+	short := make([]Item, 20000)
+	for i := range short {
+		short[i] = Item{Start: i, End: i + 1 + i%7, Bytes: 512}
+	}
+	if scanCheaper(short, len(short)+8) {
+		t.Errorf("%d items of short lifetimes are read in address order", len(short))
+	}
+	if strconv.IntSize == 64 {
+		// Lifetimes past 2^32 - 1 ops, which the scan's packed lifetimes
+		// do not hold, go through the index.
+		end := uint64(math.MaxUint32) + 1
+		if huge := []Item{{Start: 0, End: int(end), Bytes: 512}}; scanCheaper(huge, int(end)) {
+			t.Errorf("an item in use up to op %d is read in address order", end)
+		}
+	}
+}
+
+// TestSortedFollowsOrders holds Sorted to each order's Less, ties by
+// index, on random items with many ties in each key.
+func TestSortedFollowsOrders(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 100 {
+		items := make([]Item, 1+r.IntN(300))
+		for i := range items {
+			s := r.IntN(20)
+			items[i] = Item{Start: s, End: s + r.IntN(8), Bytes: uint64(r.IntN(6)) * 512}
+		}
+		for k, o := range Orders {
+			want := make([]int32, len(items))
+			for i := range want {
+				want[i] = int32(i)
+			}
+			slices.SortFunc(want, func(x, y int32) int { return cmp.Or(o.Less(&items[x], &items[y]), cmp.Compare(x, y)) })
+			if got := Sorted(items, k); !slices.Equal(got, want) {
+				t.Fatalf("order %d (%s): %v, want %v", k, o.Name, got, want)
+			}
+		}
 	}
 }
