@@ -37,11 +37,11 @@
 //     spare room holds what p needs, p takes it from there, and the row
 //     is not read: the total cannot pass the peak. Else the row's total
 //     over every part raises the peak if it passes it, and the room below
-//     the peak (the peak less the total) is shared out again: evenly,
-//     every other part's limit becoming its value plus its share and p
-//     keeping the rest; or, while no part runs alone (Table.Serial), into
-//     the spare room, every limit becoming its part's value and p taking
-//     half the room.
+//     the peak (the peak less the total) is shared out again, most of it
+//     to p, the part that rises: every other part's limit becomes its
+//     value plus an even share of a quarter of the room, and p keeps the
+//     rest; or, while no part runs alone (Table.Serial), every limit
+//     becomes its part's value and p takes all the room.
 //   - Table.Sole: Exceed with one part, whose limit is the peak: the peak
 //     becomes its value.
 //   - Table.Cut: operations that passed a limit while their parts ran
@@ -140,15 +140,18 @@ type Parts interface {
 type Table struct {
 	// Serial says that no part runs alone now: every change of a value
 	// runs with every lock held, so that a part's limit spares it no
-	// world, and room is best kept in the spare room, where Exceed hands
-	// it to whichever part rises. The caller sets it before Exceed or Cut;
-	// it changes how the room is shared, never the peaks.
+	// world, and a reading of a row gives all the room to the part that
+	// rises (the others' rises ask Exceed anyway). The caller sets it
+	// before Exceed or Cut; it changes how the room is shared, never the
+	// peaks.
 	Serial bool
 
 	peak []int64
 	// spare is, per row, room below the peak that no part's limit holds:
 	// the limits of a row and its spare room add up to at most its peak.
-	// Exceed hands it out without reading the row; a reading of the row fills it.
+	// Exceed hands it out without reading the row; a Cut of several
+	// operations fills it with what the peaks rose by, and a reading of
+	// the row empties it.
 	spare []int64
 
 	vals, lims []int64 // a row of the parts (row), reused
@@ -203,9 +206,10 @@ func (t *Table) Sole(r int, v int64) { t.peak[r], t.spare[r] = v, 0 }
 // Serial, half of the rest; else all of it): the others' limits and the
 // peak stay. Otherwise the row's total raises the peak if it passes it,
 // and the room below the peak (the peak less the total) is shared out
-// again: in Serial, every limit becomes its part's value and the room
-// goes to the spare room, p taking half of it; else each other part gets
-// its value plus an even share (one in n) of the room, p keeping the rest.
+// again, most of it to p: in Serial, every limit becomes its part's value
+// and p takes all the room (tighten); else each other part gets its value
+// plus an even share of a quarter of the room (riserShare), p keeping the
+// rest.
 func (t *Table) Exceed(ps Parts, p, r int) {
 	v, lim := ps.Part(p, r)
 	if v <= lim {
@@ -228,10 +232,9 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 	n := ps.Len()
 	if t.Serial && n > 1 {
 		// No part runs alone: a part that rises next asks Exceed anyway,
-		// which hands it room from the spare room without reading the
-		// row, while the room kept in the parts' limits would be out of
-		// reach until the next reading. Every limit becomes its value,
-		// and p takes half the room.
+		// and room kept in the others' limits would be out of reach
+		// until the next reading. Every limit becomes its value, and p
+		// takes all the room.
 		t.tighten(ps, p, r, v)
 		return
 	}
@@ -244,42 +247,44 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 	peak := max(t.peak[r], total)
 	t.peak[r] = peak
 	room := peak - total
-	// Share the room left below the peak evenly among the parts, the first
-	// others one more each while the division leaves some (p keeps the
-	// rest), so that the next part to rise has room too: with the others'
-	// limits at their values, every rise of another part would pass its
-	// limit and need the world. (The counts of blocks have little room:
-	// one each is what spares them a cut.) The limits add up to the peak:
-	// p's is its value plus the share, as the others' are, and the rest
-	// (less than n) is one each for the first rest others.
-	share, rest := room/int64(n), int(room%int64(n))
+	// The riser takes most of the room: p passed its limit because it
+	// rises, and a part that rises tends to go on rising (a stream
+	// allocating a run of blocks), while the others' next rises are as
+	// likely to be falls. Each other part gets its value plus a share of
+	// a quarter of the room (riserShare), evenly, so that it need not
+	// pass its limit at its first rise where the room allows; p keeps
+	// the rest, at least three quarters. With an even share (one in n)
+	// p kept a tenth of the room among ten parts, and a part running
+	// alone that allocated a run passed its limit every few blocks, each
+	// time a cut in the world. The limits add up to the peak.
+	share := room / (riserShare * int64(n))
 	for o, pv := range vals {
 		lims[o] = pv + share
 	}
-	for o := range lims[:min(rest, p)] {
-		lims[o]++
-	}
-	if rest > p {
-		for o := range lims[p+1 : rest+1] {
-			lims[p+1+o]++
-		}
-	}
+	lims[p] = vals[p] + room - int64(n-1)*share
 	t.spare[r] = 0
 	ps.SetLimits(r, lims)
 }
 
+// riserShare: at a reading of a row outside Serial, the parts other
+// than the one that passed its limit share one riserShare-th of the room
+// below the peak evenly (Exceed). Measured on the 10-stream offload
+// trace: 2 and 8 cost more than 4 (fewer cuts, but more readings of rows
+// by the parts the others' small shares leave short).
+const riserShare = 4
+
 // tighten is Exceed's reading of row r in Serial: every limit becomes its
 // part's value, the total raises the peak if it passes it, and p, whose
-// value is v, takes half the room below the peak, the spare room the rest.
+// value is v, takes all the room below the peak. (No part runs alone:
+// any other part that rises asks Exceed, which finds its room by the
+// next reading; p, which rose, is the likeliest to rise again.)
 func (t *Table) tighten(ps Parts, p, r int, v int64) {
 	total := ps.Tighten(r)
 	peak := max(t.peak[r], total)
 	t.peak[r] = peak
-	room := peak - total
-	give := room / 2
-	t.spare[r] = room - give
-	if give > 0 {
-		ps.SetLimit(p, r, v+give)
+	t.spare[r] = 0
+	if room := peak - total; room > 0 {
+		ps.SetLimit(p, r, v+room)
 	}
 }
 

@@ -115,22 +115,24 @@ func TestExceedShrinksTheOthers(t *testing.T) {
 }
 
 // TestExceedSharesTheRoom: below the peak, when the others' limits leave
-// too little room, the room below the peak is shared evenly: each other
-// part gets its value plus its share, the part that passed the rest, so
-// that the next part to rise need not pass its limit at once.
+// too little room, the room below the peak is shared out again, most of
+// it to the part that passed its limit: each other part gets its value
+// plus an even share of a quarter of the room, the part that passed the
+// rest, so that the next other part to rise need not pass its limit at
+// once, and the part that rises can go on rising.
 func TestExceedSharesTheRoom(t *testing.T) {
 	tab := newTable(1)
 	g := newGrid(3, 1)
 	g[0][0], g[1][0], g[2][0] = NewCount(10), NewCount(5), NewCount(5)
 	g[1][0].SetLimit(10)
 	g[2][0].SetLimit(10)
-	tab.peak[0] = 30
-	g[0][0].Bump(2) // 12 passes 10; 12 + 10 + 10 > 30
+	tab.peak[0] = 60
+	g[0][0].Bump(2) // 12 passes 10; spare room 0
 	tab.Exceed(g, 0, 0)
-	// Total 22, room 8: a share of 2 each, and the 2 the division
-	// leaves to the others, one each: 8, 8 and 30 - 16.
-	if tab.Peak(0) != 30 || g.Limit(0, 0) != 14 || g.Limit(1, 0) != 8 || g.Limit(2, 0) != 8 {
-		t.Fatalf("peak %d, limits %d, %d and %d; want 30, 14, 8 and 8", tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0))
+	// Total 22, room 38: the others share 38/4, 3 each (38/12), and
+	// part 0 keeps the rest: 8, 8 and 60 - 16.
+	if tab.Peak(0) != 60 || g.Limit(0, 0) != 44 || g.Limit(1, 0) != 8 || g.Limit(2, 0) != 8 {
+		t.Fatalf("peak %d, limits %d, %d and %d; want 60, 44, 8 and 8", tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0))
 	}
 	if s := broken(tab, g); s != "" {
 		t.Fatal(s)
@@ -138,18 +140,50 @@ func TestExceedSharesTheRoom(t *testing.T) {
 	if g[1][0].Bump(3) {
 		t.Fatal("a rise of another part within its share passed its limit")
 	}
-	// Room 1 among 3 parts: the division gives none, the rest one to
-	// the first other part.
+	if g[0][0].Bump(32) {
+		t.Fatal("a rise of the part that passed its limit within its room passed its limit")
+	}
+	// Room 1 among 3 parts: the others' share is none, the part that
+	// passed its limit takes the 1.
 	tab.peak[0] = 27
 	g[0][0], g[1][0], g[2][0] = NewCount(12), NewCount(8), NewCount(5)
 	g[0][0].SetLimit(14)
 	g[2][0].Bump(1) // 6 passes 5, and 14 + 8 + 6 > 27
 	tab.Exceed(g, 2, 0)
-	if tab.Peak(0) != 27 || g.Limit(0, 0) != 13 || g.Limit(1, 0) != 8 || g.Limit(2, 0) != 6 {
-		t.Fatalf("peak %d, limits %d, %d and %d; want 27, 13, 8 and 6", tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0))
+	if tab.Peak(0) != 27 || g.Limit(0, 0) != 12 || g.Limit(1, 0) != 8 || g.Limit(2, 0) != 7 {
+		t.Fatalf("peak %d, limits %d, %d and %d; want 27, 12, 8 and 7", tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0))
 	}
 	if s := broken(tab, g); s != "" {
 		t.Fatal(s)
+	}
+}
+
+// TestExceedGivesTheRiserTheRoom: ten parts below an old peak, one of
+// them rising one at a time, as a stream allocating a run of blocks does.
+// After its first pass the part holds most of the room below the peak,
+// so that it passes its limit once in the run, in Serial and not (with
+// an even share of the room it kept a tenth of it, and passed its limit
+// every few steps, each pass a cut or a reading of the row); the peak
+// stays the old one, and the invariants hold throughout.
+func TestExceedGivesTheRiserTheRoom(t *testing.T) {
+	for _, serial := range []bool{false, true} {
+		tab := newTable(1)
+		tab.Serial = serial
+		g := &rowReads{grid: newGrid(10, 1)}
+		tab.peak[0] = 100
+		passes := 0
+		for range 70 {
+			if g.grid[3][0].Bump(1) {
+				passes++
+				tab.Exceed(g, 3, 0)
+			}
+			if s := broken(tab, &g.grid); s != "" {
+				t.Fatalf("serial %v: %s", serial, s)
+			}
+		}
+		if passes != 1 || g.rows != 1 || tab.Peak(0) != 100 {
+			t.Errorf("serial %v: %d passes and %d readings of the row, peak %d; want 1, 1 and 100", serial, passes, g.rows, tab.Peak(0))
+		}
 	}
 }
 
@@ -180,12 +214,12 @@ func (g *rowReads) Tighten(r int) int64 {
 	return g.grid.Tighten(r)
 }
 
-// TestSerialExceedTakesFromTheSpareRoom: in Serial, a reshare sets every
-// limit to its value and puts the room below the peak in the spare room,
-// the part that passed its limit taking half; a later rise of any part
-// that the spare room holds takes what it needs and half the rest from
-// it, reading no row and leaving the others' limits and the peak; a rise
-// the spare room cannot hold reads the row again.
+// TestSerialExceedTakesFromTheSpareRoom: in Serial, a reading of the row
+// sets every limit to its value and gives the room below the peak to the
+// part that passed its limit; a rise of any part that the spare room (as
+// a cut of several operations leaves it) holds takes what it needs and
+// half the rest from it, reading no row and leaving the others' limits
+// and the peak; a rise the spare room cannot hold reads the row again.
 func TestSerialExceedTakesFromTheSpareRoom(t *testing.T) {
 	tab := newTable(1)
 	tab.Serial = true
@@ -195,43 +229,51 @@ func TestSerialExceedTakesFromTheSpareRoom(t *testing.T) {
 	tab.peak[0] = 30     // limits 10, 10 and 4: the spare room is 6, unknown to the table (0)
 	g.grid[2][0].Bump(3) // 7 passes 4
 	tab.Exceed(g, 2, 0)
-	// Total 23, room 7: limits 10, 6 and 7 + 3; spare room 4.
-	if g.rows != 1 || tab.Peak(0) != 30 || g.Limit(0, 0) != 10 || g.Limit(1, 0) != 6 || g.Limit(2, 0) != 10 || tab.spare[0] != 4 {
-		t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want 1, 30, 10 6 10, 4", g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0])
+	// Total 23, room 7: limits 10, 6 and 7 + 7; spare room 0.
+	if g.rows != 1 || tab.Peak(0) != 30 || g.Limit(0, 0) != 10 || g.Limit(1, 0) != 6 || g.Limit(2, 0) != 14 || tab.spare[0] != 0 {
+		t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want 1, 30, 10 6 14, 0", g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0])
 	}
-	g.grid[1][0].Bump(2) // 8 passes 6 by 2: the spare room 4 holds it
+	g.grid[1][0].Bump(2) // 8 passes 6 by 2: no spare room, the row is read
 	tab.Exceed(g, 1, 0)
-	if g.rows != 1 || tab.Peak(0) != 30 || g.Limit(0, 0) != 10 || g.Limit(1, 0) != 9 || g.Limit(2, 0) != 10 || tab.spare[0] != 1 {
-		t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want 1, 30, 10 9 10, 1", g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0])
+	// Total 25, room 5: limits 10, 8 + 5, 7.
+	if g.rows != 2 || tab.Peak(0) != 30 || g.Limit(0, 0) != 10 || g.Limit(1, 0) != 13 || g.Limit(2, 0) != 7 || tab.spare[0] != 0 {
+		t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want 2, 30, 10 13 7, 0", g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0])
 	}
-	if s := broken(tab, &g.grid); s != "" {
-		t.Fatal(s)
-	}
-	g.grid[0][0].Bump(3) // 13 passes 10 by 3, more than the spare room 1: the row is read
-	tab.Exceed(g, 0, 0)
-	// Total 10+3 + 8 + 7 = 28, room 2: limits 13 + 1, 8, 7; spare room 1.
-	if g.rows != 2 || tab.Peak(0) != 30 || g.Limit(0, 0) != 14 || g.Limit(1, 0) != 8 || g.Limit(2, 0) != 7 || tab.spare[0] != 1 {
-		t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want 2, 30, 14 8 7, 1", g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0])
-	}
-	g.grid[2][0].Bump(5) // 12 passes 7 by 5: total 33, a new peak
+	g.grid[0][0].Drop(4) // 6; its limit gives the 4 to the spare room
+	g.grid[0][0].SetLimit(6)
+	tab.spare[0] = 4
+	g.grid[2][0].Bump(2) // 9 passes 7 by 2: the spare room 4 holds it, and gives half the rest
 	tab.Exceed(g, 2, 0)
-	if g.rows != 3 || tab.Peak(0) != 33 || g.Limit(2, 0) != 12 || tab.spare[0] != 0 {
-		t.Fatalf("rows read %d, peak %d, limit %d, spare %d; want 3, 33, 12, 0", g.rows, tab.Peak(0), g.Limit(2, 0), tab.spare[0])
+	if g.rows != 2 || tab.Peak(0) != 30 || g.Limit(0, 0) != 6 || g.Limit(1, 0) != 13 || g.Limit(2, 0) != 10 || tab.spare[0] != 1 {
+		t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want 2, 30, 6 13 10, 1", g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0])
 	}
 	if s := broken(tab, &g.grid); s != "" {
 		t.Fatal(s)
 	}
-	// Not Serial: the spare room goes whole to the part that needs it,
-	// and a reshare leaves none.
+	g.grid[0][0].Bump(5) // 11 passes 6 by 5, more than the spare room 1: the row is read
+	tab.Exceed(g, 0, 0)
+	// Total 11 + 8 + 9 = 28, room 2: limits 11 + 2, 8, 9; spare room 0.
+	if g.rows != 3 || tab.Peak(0) != 30 || g.Limit(0, 0) != 13 || g.Limit(1, 0) != 8 || g.Limit(2, 0) != 9 || tab.spare[0] != 0 {
+		t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want 3, 30, 13 8 9, 0", g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0])
+	}
+	g.grid[2][0].Bump(5) // 14 passes 9 by 5: total 33, a new peak
+	tab.Exceed(g, 2, 0)
+	if g.rows != 4 || tab.Peak(0) != 33 || g.Limit(2, 0) != 14 || tab.spare[0] != 0 {
+		t.Fatalf("rows read %d, peak %d, limit %d, spare %d; want 4, 33, 14, 0", g.rows, tab.Peak(0), g.Limit(2, 0), tab.spare[0])
+	}
+	if s := broken(tab, &g.grid); s != "" {
+		t.Fatal(s)
+	}
+	// Not Serial: the spare room goes whole to the part that needs it.
 	tab.Serial = false
 	tab.ResetPeaks(g)
 	g.grid[0][0].Drop(4) // total 29 under the peak 33; its limit gives the 4 to the spare room
-	g.grid[0][0].SetLimit(9)
+	g.grid[0][0].SetLimit(7)
 	tab.spare[0] = 4
 	g.grid[1][0].Bump(1)
 	tab.Exceed(g, 1, 0)
-	if g.Limit(1, 0) != 12 || tab.spare[0] != 0 || g.rows != 3 {
-		t.Fatalf("limit %d, spare %d, rows read %d; want 12, 0, 3", g.Limit(1, 0), tab.spare[0], g.rows)
+	if g.Limit(1, 0) != 12 || tab.spare[0] != 0 || g.rows != 4 {
+		t.Fatalf("limit %d, spare %d, rows read %d; want 12, 0, 4", g.Limit(1, 0), tab.spare[0], g.rows)
 	}
 }
 
@@ -341,7 +383,7 @@ func TestSoleIsExceedOfOnePart(t *testing.T) {
 // The invariants must hold then too.
 func TestPeaksAreThoseOfASerialOrder(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		nParts := rapid.IntRange(1, 4).Draw(t, "parts")
+		nParts := rapid.IntRange(1, 10).Draw(t, "parts")
 		nRows := rapid.IntRange(1, 3).Draw(t, "rows")
 		tab := newTable(nRows)
 		g := newGrid(nParts, nRows)
@@ -451,27 +493,21 @@ func TestPeaksAreThoseOfASerialOrder(t *testing.T) {
 }
 
 // shareRef is Exceed's sharing of the room as a loop over the parts: the
-// others, in order, get their value plus the share and one more each while
-// the division's rest lasts; p gets the peak less theirs.
+// others get their value plus an even share of a quarter of the room
+// (rounded down); p gets the peak less theirs.
 func shareRef(vals []int64, p int, peak int64) []int64 {
 	n := int64(len(vals))
 	var total int64
 	for _, v := range vals {
 		total += v
 	}
-	room := peak - total
-	share, rest := room/n, room%n
+	share := (peak - total) / (4 * n)
 	lims := make([]int64, len(vals))
 	var others int64
 	for o := range vals {
 		if o != p {
-			w := vals[o] + share
-			if rest > 0 {
-				w++
-				rest--
-			}
-			lims[o] = w
-			others += w
+			lims[o] = vals[o] + share
+			others += lims[o]
 		}
 	}
 	lims[p] = peak - others
