@@ -391,11 +391,11 @@ func allocAndFreeIntoOneCut(t *testing.T, a *Allocator, q uint64, bx device.Ptr,
 // blocks is well above what any one holds; then one stream allocates a
 // run of blocks, under its shard's lock alone (the cached path). Every
 // pass of one of its limits is a cut, settled in the world. The shard
-// that passes a limit gets most of the room below the peak at the cut
-// (peaks.Table.Exceed), so the run passes its limits a few times, not
-// every few blocks as with the room shared evenly over the ten shards;
-// and the peaks stay exact: the old one while the run is below it, then
-// each new one.
+// that passes a limit of a row again, the row's riser, gets most of the
+// room below the peak at the cut (peaks.Table.Exceed), so the run passes
+// its limits twice, not every few blocks (11 times) as with the room
+// shared evenly over the ten shards each time; and the peaks stay exact:
+// the old one while the run is below it, then each new one.
 func TestRisingShardRunsAloneBelowThePeak(t *testing.T) {
 	a, dev := newTest(t, 0, Config{})
 	streams := simtest.Streams(t, dev, 9)

@@ -37,11 +37,13 @@
 //     spare room holds what p needs, p takes it from there, and the row
 //     is not read: the total cannot pass the peak. Else the row's total
 //     over every part raises the peak if it passes it, and the room below
-//     the peak (the peak less the total) is shared out again, most of it
-//     to p, the part that rises: every other part's limit becomes its
-//     value plus an even share of a quarter of the room, and p keeps the
-//     rest; or, while no part runs alone (Table.Serial), every limit
-//     becomes its part's value and p takes all the room.
+//     the peak (the peak less the total) is shared out again: evenly,
+//     every other part's limit becoming its value plus its share and p
+//     keeping the rest; or, when p passed its limit of r at the last
+//     reading of r too (it rises, as a stream allocating a run of
+//     blocks), most of it to p, the others sharing a quarter; or, while
+//     no part runs alone (Table.Serial), every limit becoming its part's
+//     value and p taking all the room.
 //   - Table.Sole: Exceed with one part, whose limit is the peak: the peak
 //     becomes its value.
 //   - Table.Cut: operations that passed a limit while their parts ran
@@ -154,6 +156,11 @@ type Table struct {
 	// the row empties it.
 	spare []int64
 
+	// riser is, per row, the part that passed its limit at the last
+	// reading of the row outside Serial (-1: none yet); Exceed gives it
+	// most of the room when it passes its limit of the row again.
+	riser []int32
+
 	vals, lims []int64 // a row of the parts (row), reused
 }
 
@@ -192,6 +199,7 @@ func (t *Table) Peak(r int) int64 { return t.peak[r] }
 func (t *Table) AddRow(peak int64) int {
 	t.peak = append(t.peak, peak)
 	t.spare = append(t.spare, 0)
+	t.riser = append(t.riser, -1)
 	return len(t.peak) - 1
 }
 
@@ -206,10 +214,12 @@ func (t *Table) Sole(r int, v int64) { t.peak[r], t.spare[r] = v, 0 }
 // Serial, half of the rest; else all of it): the others' limits and the
 // peak stay. Otherwise the row's total raises the peak if it passes it,
 // and the room below the peak (the peak less the total) is shared out
-// again, most of it to p: in Serial, every limit becomes its part's value
-// and p takes all the room (tighten); else each other part gets its value
-// plus an even share of a quarter of the room (riserShare), p keeping the
-// rest.
+// again: in Serial, every limit becomes its part's value and p takes all
+// the room (tighten); else, when p passed its limit of r at the last
+// reading of r too (the row's riser), each other part gets its value plus
+// an even share of a quarter of the room (riserShare), p keeping the rest;
+// else the room is shared evenly, p keeping the share and what the
+// division leaves.
 func (t *Table) Exceed(ps Parts, p, r int) {
 	v, lim := ps.Part(p, r)
 	if v <= lim {
@@ -247,30 +257,59 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 	peak := max(t.peak[r], total)
 	t.peak[r] = peak
 	room := peak - total
-	// The riser takes most of the room: p passed its limit because it
-	// rises, and a part that rises tends to go on rising (a stream
-	// allocating a run of blocks), while the others' next rises are as
-	// likely to be falls. Each other part gets its value plus a share of
-	// a quarter of the room (riserShare), evenly, so that it need not
-	// pass its limit at its first rise where the room allows; p keeps
-	// the rest, at least three quarters. With an even share (one in n)
-	// p kept a tenth of the room among ten parts, and a part running
-	// alone that allocated a run passed its limit every few blocks, each
-	// time a cut in the world. The limits add up to the peak.
-	share := room / (riserShare * int64(n))
-	for o, pv := range vals {
-		lims[o] = pv + share
+	if t.riser[r] == int32(p) {
+		// p passed its limit of r at the last reading of r too: it is
+		// rising (a stream allocating a run of blocks alone), and takes
+		// most of the room. Each other part gets its value plus an even
+		// share of a quarter of the room (riserShare), or one where that
+		// is none and the room is at least one each; p keeps the rest,
+		// at least three quarters of a room of 4n or more. With the room shared evenly, a part
+		// rising alone among ten kept a tenth of it and passed its limit
+		// every few blocks, each pass a cut in the world.
+		share := room / (riserShare * int64(n))
+		if share == 0 && room >= int64(n) {
+			share = 1 // as in the even share: one each spares the others' counts of blocks a cut
+		}
+		for o, pv := range vals {
+			lims[o] = pv + share
+		}
+		lims[p] = vals[p] + room - int64(n-1)*share
+	} else {
+		// Share the room evenly among the parts, the first others one
+		// more each while the division leaves some (p keeps the rest), so
+		// that the next part to rise has room too: with the others'
+		// limits at their values, every rise of another part would pass
+		// its limit and need the world. (The counts of blocks have little
+		// room: one each is what spares them a cut.) p's limit is its
+		// value plus the share, as the others' are, and the rest (less
+		// than n) is one each for the first rest others.
+		t.riser[r] = int32(p)
+		share, rest := room/int64(n), int(room%int64(n))
+		for o, pv := range vals {
+			lims[o] = pv + share
+		}
+		for o := range lims[:min(rest, p)] {
+			lims[o]++
+		}
+		if rest > p {
+			for o := range lims[p+1 : rest+1] {
+				lims[p+1+o]++
+			}
+		}
 	}
-	lims[p] = vals[p] + room - int64(n-1)*share
 	t.spare[r] = 0
 	ps.SetLimits(r, lims)
 }
 
-// riserShare: at a reading of a row outside Serial, the parts other
-// than the one that passed its limit share one riserShare-th of the room
-// below the peak evenly (Exceed). Measured on the 10-stream offload
-// trace: 2 and 8 cost more than 4 (fewer cuts, but more readings of rows
-// by the parts the others' small shares leave short).
+// riserShare: at a reading of a row outside Serial by the part that
+// passed its limit of the row at the row's last reading too (the row's
+// riser), the other parts share one riserShare-th of the room below the
+// peak evenly, and the riser keeps the rest (Exceed). Measured on the
+// 10-stream offload trace with the room given so to every part that
+// passes a limit: 2 and 8 cost more than 4. That rule, for riser or not,
+// cost a workload whose streams rise in turn (BenchmarkReplayStreams)
+// more than twice the instructions: each of the others then passed its
+// limit at its next rise.
 const riserShare = 4
 
 // tighten is Exceed's reading of row r in Serial: every limit becomes its

@@ -115,24 +115,22 @@ func TestExceedShrinksTheOthers(t *testing.T) {
 }
 
 // TestExceedSharesTheRoom: below the peak, when the others' limits leave
-// too little room, the room below the peak is shared out again, most of
-// it to the part that passed its limit: each other part gets its value
-// plus an even share of a quarter of the room, the part that passed the
-// rest, so that the next other part to rise need not pass its limit at
-// once, and the part that rises can go on rising.
+// too little room, the room below the peak is shared evenly: each other
+// part gets its value plus its share, the part that passed the rest, so
+// that the next part to rise need not pass its limit at once.
 func TestExceedSharesTheRoom(t *testing.T) {
 	tab := newTable(1)
 	g := newGrid(3, 1)
 	g[0][0], g[1][0], g[2][0] = NewCount(10), NewCount(5), NewCount(5)
 	g[1][0].SetLimit(10)
 	g[2][0].SetLimit(10)
-	tab.peak[0] = 60
-	g[0][0].Bump(2) // 12 passes 10; spare room 0
+	tab.peak[0] = 30
+	g[0][0].Bump(2) // 12 passes 10; 12 + 10 + 10 > 30
 	tab.Exceed(g, 0, 0)
-	// Total 22, room 38: the others share 38/4, 3 each (38/12), and
-	// part 0 keeps the rest: 8, 8 and 60 - 16.
-	if tab.Peak(0) != 60 || g.Limit(0, 0) != 44 || g.Limit(1, 0) != 8 || g.Limit(2, 0) != 8 {
-		t.Fatalf("peak %d, limits %d, %d and %d; want 60, 44, 8 and 8", tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0))
+	// Total 22, room 8: a share of 2 each, and the 2 the division
+	// leaves to the others, one each: 8, 8 and 30 - 16.
+	if tab.Peak(0) != 30 || g.Limit(0, 0) != 14 || g.Limit(1, 0) != 8 || g.Limit(2, 0) != 8 {
+		t.Fatalf("peak %d, limits %d, %d and %d; want 30, 14, 8 and 8", tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0))
 	}
 	if s := broken(tab, g); s != "" {
 		t.Fatal(s)
@@ -140,18 +138,15 @@ func TestExceedSharesTheRoom(t *testing.T) {
 	if g[1][0].Bump(3) {
 		t.Fatal("a rise of another part within its share passed its limit")
 	}
-	if g[0][0].Bump(32) {
-		t.Fatal("a rise of the part that passed its limit within its room passed its limit")
-	}
-	// Room 1 among 3 parts: the others' share is none, the part that
-	// passed its limit takes the 1.
+	// Room 1 among 3 parts: the division gives none, the rest one to
+	// the first other part.
 	tab.peak[0] = 27
 	g[0][0], g[1][0], g[2][0] = NewCount(12), NewCount(8), NewCount(5)
 	g[0][0].SetLimit(14)
 	g[2][0].Bump(1) // 6 passes 5, and 14 + 8 + 6 > 27
 	tab.Exceed(g, 2, 0)
-	if tab.Peak(0) != 27 || g.Limit(0, 0) != 12 || g.Limit(1, 0) != 8 || g.Limit(2, 0) != 7 {
-		t.Fatalf("peak %d, limits %d, %d and %d; want 27, 12, 8 and 7", tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0))
+	if tab.Peak(0) != 27 || g.Limit(0, 0) != 13 || g.Limit(1, 0) != 8 || g.Limit(2, 0) != 6 {
+		t.Fatalf("peak %d, limits %d, %d and %d; want 27, 13, 8 and 6", tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0))
 	}
 	if s := broken(tab, g); s != "" {
 		t.Fatal(s)
@@ -160,30 +155,62 @@ func TestExceedSharesTheRoom(t *testing.T) {
 
 // TestExceedGivesTheRiserTheRoom: ten parts below an old peak, one of
 // them rising one at a time, as a stream allocating a run of blocks does.
-// After its first pass the part holds most of the room below the peak,
-// so that it passes its limit once in the run, in Serial and not (with
-// an even share of the room it kept a tenth of it, and passed its limit
-// every few steps, each pass a cut or a reading of the row); the peak
-// stays the old one, and the invariants hold throughout.
+// At its first pass the room is shared evenly; at its second pass of the
+// row it is the row's riser, and takes most of the room below the peak,
+// so that it passes its limit twice in the run (with the room shared
+// evenly every time it kept a tenth of it, and passed its limit every few
+// steps, each pass a cut or a reading of the row). In Serial it takes all
+// the room at its first pass. Another part's pass makes it the riser in
+// its turn. The peak stays the old one, and the invariants hold
+// throughout.
 func TestExceedGivesTheRiserTheRoom(t *testing.T) {
-	for _, serial := range []bool{false, true} {
+	for _, c := range []struct {
+		serial bool
+		passes int
+	}{{false, 2}, {true, 1}} {
 		tab := newTable(1)
-		tab.Serial = serial
+		tab.Serial = c.serial
 		g := &rowReads{grid: newGrid(10, 1)}
 		tab.peak[0] = 100
 		passes := 0
-		for range 70 {
+		for i := range 70 {
 			if g.grid[3][0].Bump(1) {
 				passes++
 				tab.Exceed(g, 3, 0)
 			}
 			if s := broken(tab, &g.grid); s != "" {
-				t.Fatalf("serial %v: %s", serial, s)
+				t.Fatalf("serial %v: %s", c.serial, s)
+			}
+			if !c.serial && i == 10 {
+				// The second pass, at 11: room 89, the others' share 89/40.
+				if g.Limit(3, 0) != 11+89-9*2 || g.Limit(0, 0) != 2 {
+					t.Fatalf("limits %d and %d at the second pass; want 82 and 2", g.Limit(3, 0), g.Limit(0, 0))
+				}
 			}
 		}
-		if passes != 1 || g.rows != 1 || tab.Peak(0) != 100 {
-			t.Errorf("serial %v: %d passes and %d readings of the row, peak %d; want 1, 1 and 100", serial, passes, g.rows, tab.Peak(0))
+		if passes != c.passes || g.rows != c.passes || tab.Peak(0) != 100 {
+			t.Errorf("serial %v: %d passes and %d readings of the row, peak %d; want %d, %d and 100", c.serial, passes, g.rows, tab.Peak(0), c.passes, c.passes)
 		}
+	}
+	// Not Serial: part 5 passes in its turn; it is not the riser, so the
+	// room is shared evenly (part 3 is within its limit 82, so the row's
+	// room is what the values leave: 100 - 70 - 11 = 19, a share of 1
+	// each, and one more for each of the nine others).
+	tab := newTable(1)
+	g := newGrid(10, 1)
+	tab.peak[0] = 100
+	for range 70 {
+		if g[3][0].Bump(1) {
+			tab.Exceed(g, 3, 0)
+		}
+	}
+	g[5][0].Bump(11) // past its share of 2
+	tab.Exceed(g, 5, 0)
+	if g.Limit(5, 0) != 11+1 || g.Limit(3, 0) != 70+2 || g.Limit(9, 0) != 2 {
+		t.Fatalf("limits %d, %d and %d after another part's pass; want 12, 72 and 2", g.Limit(5, 0), g.Limit(3, 0), g.Limit(9, 0))
+	}
+	if s := broken(tab, g); s != "" {
+		t.Fatal(s)
 	}
 }
 
@@ -493,15 +520,46 @@ func TestPeaksAreThoseOfASerialOrder(t *testing.T) {
 }
 
 // shareRef is Exceed's sharing of the room as a loop over the parts: the
-// others get their value plus an even share of a quarter of the room
-// (rounded down); p gets the peak less theirs.
+// others, in order, get their value plus the share and one more each while
+// the division's rest lasts; p gets the peak less theirs.
 func shareRef(vals []int64, p int, peak int64) []int64 {
 	n := int64(len(vals))
 	var total int64
 	for _, v := range vals {
 		total += v
 	}
-	share := (peak - total) / (4 * n)
+	room := peak - total
+	share, rest := room/n, room%n
+	lims := make([]int64, len(vals))
+	var others int64
+	for o := range vals {
+		if o != p {
+			w := vals[o] + share
+			if rest > 0 {
+				w++
+				rest--
+			}
+			lims[o] = w
+			others += w
+		}
+	}
+	lims[p] = peak - others
+	return lims
+}
+
+// riserRef is Exceed's sharing of the room by the row's riser as a loop
+// over the parts: the others get their value plus a quarter of the room
+// shared evenly (rounded down), or one each where that is none and the
+// room is at least one each; p gets the peak less theirs.
+func riserRef(vals []int64, p int, peak int64) []int64 {
+	var total int64
+	for _, v := range vals {
+		total += v
+	}
+	share := (peak - total) / 4 / int64(len(vals))
+	if share == 0 && peak-total >= int64(len(vals)) {
+		share = 1
+	}
 	lims := make([]int64, len(vals))
 	var others int64
 	for o := range vals {
@@ -515,7 +573,9 @@ func shareRef(vals []int64, p int, peak int64) []int64 {
 }
 
 // TestExceedSharesAsTheLoop: on random rows, Exceed's limits are those of
-// shareRef whenever it shares the room, and the table's invariants hold.
+// shareRef whenever it shares the room (riserRef when the part that passed
+// its limit is the row's riser), it is the row's riser then, and the
+// table's invariants hold.
 func TestExceedSharesAsTheLoop(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 12).Draw(t, "parts")
@@ -531,6 +591,8 @@ func TestExceedSharesAsTheLoop(t *testing.T) {
 		tab.spare[0] = rapid.Int64Range(0, 30).Draw(t, "spare")
 		tab.peak[0] = sum + tab.spare[0]
 		p := rapid.IntRange(0, n-1).Draw(t, "part")
+		riser := rapid.IntRange(-1, n-1).Draw(t, "riser") // the part that passed its limit at the last reading
+		tab.riser[0] = int32(riser)
 		g[p][0].Bump(rapid.Int64Range(1, 60).Draw(t, "rise"))
 		vals := make([]int64, n)
 		var total, others int64
@@ -551,6 +613,12 @@ func TestExceedSharesAsTheLoop(t *testing.T) {
 			return
 		}
 		want := shareRef(vals, p, tab.Peak(0))
+		if riser == p {
+			want = riserRef(vals, p, tab.Peak(0))
+		}
+		if tab.riser[0] != int32(p) {
+			t.Fatalf("the row's riser is %d after part %d's reading, want %d", tab.riser[0], p, p)
+		}
 		for o := range g {
 			if g.Limit(o, 0) != want[o] {
 				t.Fatalf("part %d's limit %d, want %d (values %v, part %d, peak %d)", o, g.Limit(o, 0), want[o], vals, p, tab.Peak(0))
