@@ -43,7 +43,9 @@
 //     reading of r too (it rises, as a stream allocating a run of
 //     blocks), most of it to p, the others sharing a quarter; or, while
 //     no part runs alone (Table.Serial), every limit becoming its part's
-//     value and p taking all the room.
+//     value and p taking all the room; and then, until the next reading,
+//     a pass of another part takes the room the last taker still holds,
+//     when that covers it, without reading the row.
 //   - Table.Sole: Exceed with one part, whose limit is the peak: the peak
 //     becomes its value.
 //   - Table.Cut: operations that passed a limit while their parts ran
@@ -143,7 +145,8 @@ type Table struct {
 	// Serial says that no part runs alone now: every change of a value
 	// runs with every lock held, so that a part's limit spares it no
 	// world, and a reading of a row gives all the room to the part that
-	// rises (the others' rises ask Exceed anyway). The caller sets it
+	// rises (the others' rises ask Exceed anyway, which takes it from
+	// that part when it covers them: holder). The caller sets it
 	// before Exceed or Cut; it changes how the room is shared, never the
 	// peaks.
 	Serial bool
@@ -160,6 +163,10 @@ type Table struct {
 	// reading of the row outside Serial (-1: none yet); Exceed gives it
 	// most of the room when it passes its limit of the row again.
 	riser []int32
+	// holder is, per row, the part that took the room at the last reading
+	// of the row in Serial, or from the holder before it (-1: none yet):
+	// in Serial, Exceed takes a passing part's room from it first.
+	holder []int32
 
 	vals, lims []int64 // a row of the parts (row), reused
 }
@@ -200,6 +207,7 @@ func (t *Table) AddRow(peak int64) int {
 	t.peak = append(t.peak, peak)
 	t.spare = append(t.spare, 0)
 	t.riser = append(t.riser, -1)
+	t.holder = append(t.holder, -1)
 	return len(t.peak) - 1
 }
 
@@ -215,7 +223,9 @@ func (t *Table) Sole(r int, v int64) { t.peak[r], t.spare[r] = v, 0 }
 // peak stay. Otherwise the row's total raises the peak if it passes it,
 // and the room below the peak (the peak less the total) is shared out
 // again: in Serial, every limit becomes its part's value and p takes all
-// the room (tighten); else, when p passed its limit of r at the last
+// the room (tighten), unless the row's holder, the part that took the room
+// last, still holds room enough for p's need: then p takes it all from the
+// holder, reading no row; else, when p passed its limit of r at the last
 // reading of r too (the row's riser), each other part gets its value plus
 // an even share of a quarter of the room (riserShare), p keeping the rest;
 // else the room is shared evenly, p keeping the share and what the
@@ -241,6 +251,19 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 	// below the peak again.
 	n := ps.Len()
 	if t.Serial && n > 1 {
+		// The room is mostly in the holder's limit (the others' are at
+		// their values since the reading, but for what they freed): if
+		// the holder's room covers p's need, p takes all of it, and the
+		// row is not read. The limits' sum stays.
+		if h := int(t.holder[r]); h != p && uint(h) < uint(n) {
+			hv, hl := ps.Part(h, r)
+			if room := hl - hv; room >= v-lim {
+				ps.SetLimit(h, r, hv)
+				ps.SetLimit(p, r, lim+room)
+				t.holder[r] = int32(p)
+				return
+			}
+		}
 		// No part runs alone: a part that rises next asks Exceed anyway,
 		// and room kept in the others' limits would be out of reach
 		// until the next reading. Every limit becomes its value, and p
@@ -319,6 +342,7 @@ const riserShare = 4
 // next reading; p, which rose, is the likeliest to rise again.)
 func (t *Table) tighten(ps Parts, p, r int, v int64) {
 	total := ps.Tighten(r)
+	t.holder[r] = int32(p)
 	peak := max(t.peak[r], total)
 	t.peak[r] = peak
 	t.spare[r] = 0

@@ -243,10 +243,12 @@ func (g *rowReads) Tighten(r int) int64 {
 
 // TestSerialExceedTakesFromTheSpareRoom: in Serial, a reading of the row
 // sets every limit to its value and gives the room below the peak to the
-// part that passed its limit; a rise of any part that the spare room (as
-// a cut of several operations leaves it) holds takes what it needs and
-// half the rest from it, reading no row and leaving the others' limits
-// and the peak; a rise the spare room cannot hold reads the row again.
+// part that passed its limit, the row's holder; a later pass by another
+// part that the holder's room (its limit less its value) covers takes all
+// of it, reading no row, and makes that part the holder; a pass that the
+// spare room (as a cut of several operations leaves it) holds takes what
+// it needs and half the rest from it; a pass that neither covers reads
+// the row again.
 func TestSerialExceedTakesFromTheSpareRoom(t *testing.T) {
 	tab := newTable(1)
 	tab.Serial = true
@@ -256,41 +258,34 @@ func TestSerialExceedTakesFromTheSpareRoom(t *testing.T) {
 	tab.peak[0] = 30     // limits 10, 10 and 4: the spare room is 6, unknown to the table (0)
 	g.grid[2][0].Bump(3) // 7 passes 4
 	tab.Exceed(g, 2, 0)
-	// Total 23, room 7: limits 10, 6 and 7 + 7; spare room 0.
-	if g.rows != 1 || tab.Peak(0) != 30 || g.Limit(0, 0) != 10 || g.Limit(1, 0) != 6 || g.Limit(2, 0) != 14 || tab.spare[0] != 0 {
-		t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want 1, 30, 10 6 14, 0", g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0])
+	// Total 23, room 7: limits 10, 6 and 7 + 7; spare room 0; part 2 holds the room.
+	want := func(rows int, peak, l0, l1, l2, spare int64) {
+		t.Helper()
+		if g.rows != rows || tab.Peak(0) != peak || g.Limit(0, 0) != l0 || g.Limit(1, 0) != l1 || g.Limit(2, 0) != l2 || tab.spare[0] != spare {
+			t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want %d, %d, %d %d %d, %d",
+				g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0], rows, peak, l0, l1, l2, spare)
+		}
+		if s := broken(tab, &g.grid); s != "" {
+			t.Fatal(s)
+		}
 	}
-	g.grid[1][0].Bump(2) // 8 passes 6 by 2: no spare room, the row is read
+	want(1, 30, 10, 6, 14, 0)
+	g.grid[1][0].Bump(2) // 8 passes 6 by 2: part 2's room 7 covers it
 	tab.Exceed(g, 1, 0)
-	// Total 25, room 5: limits 10, 8 + 5, 7.
-	if g.rows != 2 || tab.Peak(0) != 30 || g.Limit(0, 0) != 10 || g.Limit(1, 0) != 13 || g.Limit(2, 0) != 7 || tab.spare[0] != 0 {
-		t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want 2, 30, 10 13 7, 0", g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0])
-	}
+	want(1, 30, 10, 13, 7, 0)
 	g.grid[0][0].Drop(4) // 6; its limit gives the 4 to the spare room
 	g.grid[0][0].SetLimit(6)
 	tab.spare[0] = 4
 	g.grid[2][0].Bump(2) // 9 passes 7 by 2: the spare room 4 holds it, and gives half the rest
 	tab.Exceed(g, 2, 0)
-	if g.rows != 2 || tab.Peak(0) != 30 || g.Limit(0, 0) != 6 || g.Limit(1, 0) != 13 || g.Limit(2, 0) != 10 || tab.spare[0] != 1 {
-		t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want 2, 30, 6 13 10, 1", g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0])
-	}
-	if s := broken(tab, &g.grid); s != "" {
-		t.Fatal(s)
-	}
-	g.grid[0][0].Bump(5) // 11 passes 6 by 5, more than the spare room 1: the row is read
+	want(1, 30, 6, 13, 10, 1)
+	g.grid[0][0].Bump(5) // 11 passes 6 by 5: the holder, part 1, has 13 - 8
 	tab.Exceed(g, 0, 0)
-	// Total 11 + 8 + 9 = 28, room 2: limits 11 + 2, 8, 9; spare room 0.
-	if g.rows != 3 || tab.Peak(0) != 30 || g.Limit(0, 0) != 13 || g.Limit(1, 0) != 8 || g.Limit(2, 0) != 9 || tab.spare[0] != 0 {
-		t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want 3, 30, 13 8 9, 0", g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0])
-	}
-	g.grid[2][0].Bump(5) // 14 passes 9 by 5: total 33, a new peak
+	want(1, 30, 11, 8, 10, 1)
+	g.grid[2][0].Bump(5) // 14 passes 10 by 4: the holder has no room, the spare room 1: the row is read
 	tab.Exceed(g, 2, 0)
-	if g.rows != 4 || tab.Peak(0) != 33 || g.Limit(2, 0) != 14 || tab.spare[0] != 0 {
-		t.Fatalf("rows read %d, peak %d, limit %d, spare %d; want 4, 33, 14, 0", g.rows, tab.Peak(0), g.Limit(2, 0), tab.spare[0])
-	}
-	if s := broken(tab, &g.grid); s != "" {
-		t.Fatal(s)
-	}
+	// Total 11 + 8 + 14 = 33: a new peak, no room.
+	want(2, 33, 11, 8, 14, 0)
 	// Not Serial: the spare room goes whole to the part that needs it.
 	tab.Serial = false
 	tab.ResetPeaks(g)
@@ -299,9 +294,7 @@ func TestSerialExceedTakesFromTheSpareRoom(t *testing.T) {
 	tab.spare[0] = 4
 	g.grid[1][0].Bump(1)
 	tab.Exceed(g, 1, 0)
-	if g.Limit(1, 0) != 12 || tab.spare[0] != 0 || g.rows != 4 {
-		t.Fatalf("limit %d, spare %d, rows read %d; want 12, 0, 4", g.Limit(1, 0), tab.spare[0], g.rows)
-	}
+	want(2, 33, 7, 12, 14, 0)
 }
 
 // TestCutCountsInTheGivenOrder: two waiting operations change one row in
