@@ -192,26 +192,72 @@ func TestExceedGivesTheRiserTheRoom(t *testing.T) {
 			t.Errorf("serial %v: %d passes and %d readings of the row, peak %d; want %d, %d and 100", c.serial, passes, g.rows, tab.Peak(0), c.passes, c.passes)
 		}
 	}
-	// Not Serial: part 5 passes in its turn; it is not the riser, so the
-	// room is shared evenly (part 3 is within its limit 82, so the row's
-	// room is what the values leave: 100 - 70 - 11 = 19, a share of 1
-	// each, and one more for each of the nine others).
+	// Not Serial: part 5 passes in its turn, by 9. Part 3, the riser,
+	// holds 82 - 70 = 12, which covers it: part 5 takes the 9 and an
+	// eighth of the 3 left (none) from it, and no row is read. Then part
+	// 5 passes again, by 20: part 3's 3 do not cover it, the row is read,
+	// and part 5, which borrowed last, becomes the riser; the room,
+	// 100 - 70 - 31 = -1, is none, and the peak is the total.
 	tab := newTable(1)
-	g := newGrid(10, 1)
+	g := &rowReads{grid: newGrid(10, 1)}
 	tab.peak[0] = 100
 	for range 70 {
-		if g[3][0].Bump(1) {
+		if g.grid[3][0].Bump(1) {
 			tab.Exceed(g, 3, 0)
 		}
 	}
-	g[5][0].Bump(11) // past its share of 2
+	g.grid[5][0].Bump(11) // past its share of 2
 	tab.Exceed(g, 5, 0)
-	if g.Limit(5, 0) != 11+1 || g.Limit(3, 0) != 70+2 || g.Limit(9, 0) != 2 {
-		t.Fatalf("limits %d, %d and %d after another part's pass; want 12, 72 and 2", g.Limit(5, 0), g.Limit(3, 0), g.Limit(9, 0))
+	if g.Limit(5, 0) != 11 || g.Limit(3, 0) != 73 || g.Limit(9, 0) != 2 || g.rows != 2 {
+		t.Fatalf("limits %d, %d and %d, %d readings after another part's pass; want 11, 73, 2 and 2", g.Limit(5, 0), g.Limit(3, 0), g.Limit(9, 0), g.rows)
+	}
+	g.grid[5][0].Bump(20)
+	tab.Exceed(g, 5, 0)
+	if tab.Peak(0) != 101 || g.Limit(5, 0) != 31 || g.Limit(3, 0) != 70 || g.rows != 3 || tab.riser[0] != 5 {
+		t.Fatalf("peak %d, limits %d and %d, %d readings, riser %d; want 101, 31, 70, 3 and 5", tab.Peak(0), g.Limit(5, 0), g.Limit(3, 0), g.rows, tab.riser[0])
 	}
 	if s := broken(tab, g); s != "" {
 		t.Fatal(s)
 	}
+}
+
+// TestRiserLendsAndIsSucceeded: outside Serial, a pass of another part
+// that the riser's room covers takes the need and an eighth of the rest
+// from the riser, reading no row; the same part's next such pass takes
+// three quarters of the rest and the riser's place; a third part then
+// borrows from the new riser.
+func TestRiserLendsAndIsSucceeded(t *testing.T) {
+	tab := newTable(1)
+	g := &rowReads{grid: newGrid(10, 1)}
+	tab.peak[0] = 100
+	for range 11 { // part 3 to 11: two passes, the second as the riser (limit 82, the others 2)
+		if g.grid[3][0].Bump(1) {
+			tab.Exceed(g, 3, 0)
+		}
+	}
+	step := func(p int, rise, wantP, wantOld int64, old int, riser int32) {
+		t.Helper()
+		if !g.grid[p][0].Bump(rise) {
+			t.Fatalf("part %d did not pass its limit", p)
+		}
+		tab.Exceed(g, p, 0)
+		if g.Limit(p, 0) != wantP || g.Limit(old, 0) != wantOld || tab.riser[0] != riser || g.rows != 2 || tab.Peak(0) != 100 {
+			t.Fatalf("limits %d and %d, riser %d, %d readings, peak %d; want %d, %d, %d, 2 and 100",
+				g.Limit(p, 0), g.Limit(old, 0), tab.riser[0], g.rows, tab.Peak(0), wantP, wantOld, riser)
+		}
+		if s := broken(tab, &g.grid); s != "" {
+			t.Fatal(s)
+		}
+	}
+	// Part 5 to 3, past 2 by 1: part 3's room 82 - 11 = 71 covers it;
+	// part 5 takes 1 and 70/8.
+	step(5, 3, 3+8, 82-1-8, 3, 3)
+	// Part 5 to 12, past 11 by 1: part 3's room 73 - 11 = 62; part 5
+	// borrowed last, so it takes 1 and 61*3/4 and becomes the riser.
+	step(5, 9, 12+45, 73-1-45, 3, 5)
+	// Part 7 to 3, past 2 by 1: part 5's room 57 - 12 = 45; part 7 takes
+	// 1 and 44/8, and part 5 stays the riser.
+	step(7, 3, 3+5, 57-1-5, 5, 5)
 }
 
 // TestExceedKeepsTheOthersWithRoom: the others' limits leave room: they
@@ -567,8 +613,9 @@ func riserRef(vals []int64, p int, peak int64) []int64 {
 
 // TestExceedSharesAsTheLoop: on random rows, Exceed's limits are those of
 // shareRef whenever it shares the room (riserRef when the part that passed
-// its limit is the row's riser), it is the row's riser then, and the
-// table's invariants hold.
+// its limit is the row's riser), it is the row's riser then; where another
+// part is the riser and its room covers the pass, it lends from it; and
+// the table's invariants hold.
 func TestExceedSharesAsTheLoop(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 12).Draw(t, "parts")
@@ -596,13 +643,33 @@ func TestExceedSharesAsTheLoop(t *testing.T) {
 				others += g.Limit(o, 0)
 			}
 		}
-		v := g.Value(p, 0)
-		sharing := v > g.Limit(p, 0) && others+v > max(tab.Peak(0), total)
+		v, lim := g.Value(p, 0), g.Limit(p, 0)
+		sharing := v > lim && others+v > max(tab.Peak(0), total)
+		lims := make([]int64, n)
+		for o := range g {
+			lims[o] = g.Limit(o, 0)
+		}
 		tab.Exceed(g, p, 0)
 		if s := broken(tab, g); s != "" {
 			t.Fatal(s)
 		}
 		if !sharing {
+			return
+		}
+		if riser >= 0 && riser != p && lims[riser]-vals[riser] >= v-lim {
+			// The riser's room covers the pass: it lends the need and an
+			// eighth of the rest, and stays the riser; no other limit moves.
+			give := (lims[riser] - vals[riser] - (v - lim)) / 8
+			lims[riser] -= v - lim + give
+			lims[p] = v + give
+			for o := range g {
+				if g.Limit(o, 0) != lims[o] {
+					t.Fatalf("part %d's limit %d, want %d (values %v, limits before %v, part %d, riser %d)", o, g.Limit(o, 0), lims[o], vals, lims, p, riser)
+				}
+			}
+			if tab.riser[0] != int32(riser) {
+				t.Fatalf("the row's riser is %d after it lent, want %d", tab.riser[0], riser)
+			}
 			return
 		}
 		want := shareRef(vals, p, tab.Peak(0))
