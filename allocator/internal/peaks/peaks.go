@@ -327,7 +327,7 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 		// world.
 		share := room / (riserShare * int64(n))
 		if share == 0 && room >= int64(n) {
-			share = 1 // as in the even share: one each spares the others' counts of blocks a cut
+			share = 1 // as in the even share: one each spares a count of blocks a cut
 		}
 		for o, pv := range vals {
 			lims[o] = pv + share
@@ -387,9 +387,10 @@ const riserLends = 8
 
 // tighten is Exceed's reading of row r in Serial: every limit becomes its
 // part's value, the total raises the peak if it passes it, and p, whose
-// value is v, takes all the room below the peak. (No part runs alone:
-// any other part that rises asks Exceed, which finds its room by the
-// next reading; p, which rose, is the likeliest to rise again.)
+// value is v, takes all the room below the peak, and becomes the row's
+// holder. (No part runs alone: any other part that rises asks Exceed,
+// which takes the room from the holder where it covers the need, else
+// reads the row again; p, which rose, is the likeliest to rise again.)
 func (t *Table) tighten(ps Parts, p, r int, v int64) {
 	total := ps.Tighten(r)
 	t.holder[r] = int32(p)
