@@ -408,7 +408,9 @@ func (t *Table) tighten(ps Parts, p, r int, v int64) {
 // ops, from the state before any of them: after each, the total of every
 // row it increased raises the row's peak if it passes it (only a row
 // that some operation's part is above its limit of can). Then it runs
-// Exceed for every row each operation changed. (With one operation, the
+// Exceed for every row each operation increased: a part is within its
+// limits before its operation (each part has one operation waiting), so
+// within its limit of a row the operation lowered. (With one operation, the
 // count in order is Exceed's own: the operation's part is above its
 // limit of a row only if it increased the row, and Exceed raises the peak
 // to the row's total then.)
@@ -418,7 +420,9 @@ func (t *Table) Cut(ps Parts, ops []Op) {
 	}
 	for _, op := range ops {
 		for _, c := range op.Changes {
-			t.Exceed(ps, op.Part, c.Row)
+			if c.Delta > 0 {
+				t.Exceed(ps, op.Part, c.Row)
+			}
 		}
 	}
 }
