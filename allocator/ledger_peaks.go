@@ -112,9 +112,9 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 	}
 	ps := a.parts()
 	// With no shard able to run alone as the world leaves (stream events
-	// pending, say), every operation takes the world: the peaks keep the
-	// room in their spare room (peaks.Table.Serial), where each Exceed
-	// finds it without reading the row across the shards.
+	// pending, say), every operation takes the world: a reading of a row
+	// gives all the room to the shard that rises (peaks.Table.Serial), as
+	// any other shard's rise runs Exceed anyway.
 	a.peaks.Serial = !a.fastLocked()
 	if rows&phaseBit != 0 {
 		for j := range 2 {

@@ -358,8 +358,9 @@ func (a *Allocator) startRoutesLocked() {
 // it runs in the world.
 func (a *Allocator) liveBlockLocked(p device.Ptr) (*freeindex.Block, *shard) {
 	if id, ok := a.routes.lookup(p); ok {
-		if sh := (*a.byID.Load())[id]; sh.live.Get(p) != nil {
-			return sh.live.Get(p), sh
+		sh := (*a.byID.Load())[id]
+		if b := sh.live.Get(p); b != nil {
+			return b, sh
 		}
 	}
 	for _, sh := range a.shards {

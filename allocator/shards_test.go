@@ -385,3 +385,62 @@ func allocAndFreeIntoOneCut(t *testing.T, a *Allocator, q uint64, bx device.Ptr,
 	a.mu.Unlock()
 	wg.Wait()
 }
+
+// TestRisingShardRunsAloneBelowThePeak: ten streams, each of which has
+// run a burst of blocks and freed it, so that the peak of the counts of
+// blocks is well above what any one holds; then one stream allocates a
+// run of blocks, under its shard's lock alone (the cached path). Every
+// pass of one of its limits is a cut, settled in the world. The shard
+// that passes a limit of a row again, the row's riser, gets most of the
+// room below the peak at the cut (peaks.Table.Exceed), so the run passes
+// its limits twice, not every few blocks (11 times) as with the room
+// shared evenly over the ten shards each time; and the peaks stay exact:
+// the old one while the run is below it, then each new one.
+func TestRisingShardRunsAloneBelowThePeak(t *testing.T) {
+	a, dev := newTest(t, 0, Config{})
+	streams := simtest.Streams(t, dev, 9)
+	const burst, run, n = 40, 30, 4096
+	for _, s := range streams {
+		ps := make([]device.Ptr, burst)
+		for i := range ps {
+			ps[i] = mustAlloc(t, a, n, s)
+		}
+		for _, p := range ps {
+			mustFree(t, a, p)
+		}
+	}
+	require.EqualValues(t, burst, get(t, a, "allocation.all.peak"))
+	s := streams[3]
+	sh := a.lookupShard(s)
+	require.NotNil(t, sh)
+	limits := func() (l [numRows * numQ]int64) {
+		a.lockAll()
+		defer a.unlockAll()
+		for row := range numRows {
+			for k := range numQ {
+				l[statRow(row, k)] = sh.limit(row, k)
+			}
+		}
+		return l
+	}
+	cuts := 0
+	before := limits()
+	for i := range run + 20 {
+		require.True(t, sh.fast.Load(), "the shard runs alone")
+		mustAlloc(t, a, n, s)
+		// With other shards, a limit of the shard changes only in the
+		// world: at a cut of this shard's operation here.
+		if after := limits(); after != before {
+			cuts++
+			before = after
+		}
+		if i+1 == run {
+			assert.EqualValues(t, burst, get(t, a, "allocation.all.peak"), "the old peak, above the run")
+			assert.LessOrEqual(t, cuts, 2, "cuts in a run of %d blocks below the peak", run)
+		}
+	}
+	assert.EqualValues(t, run+20, get(t, a, "allocation.all.peak"))
+	assert.EqualValues(t, run+20, get(t, a, "allocation.all.current"))
+	assert.EqualValues(t, (run+20)*n, get(t, a, "allocated_bytes.all.peak"))
+	require.NoError(t, a.CheckInvariants())
+}

@@ -153,6 +153,113 @@ func TestExceedSharesTheRoom(t *testing.T) {
 	}
 }
 
+// TestExceedGivesTheRiserTheRoom: ten parts below an old peak, one of
+// them rising one at a time, as a stream allocating a run of blocks does.
+// At its first pass the room is shared evenly; at its second pass of the
+// row it is the row's riser, and takes most of the room below the peak,
+// so that it passes its limit twice in the run (with the room shared
+// evenly every time it kept a tenth of it, and passed its limit every few
+// steps, each pass a cut or a reading of the row). In Serial it takes all
+// the room at its first pass. Another part's pass makes it the riser in
+// its turn. The peak stays the old one, and the invariants hold
+// throughout.
+func TestExceedGivesTheRiserTheRoom(t *testing.T) {
+	for _, c := range []struct {
+		serial bool
+		passes int
+	}{{false, 2}, {true, 1}} {
+		tab := newTable(1)
+		tab.Serial = c.serial
+		g := &rowReads{grid: newGrid(10, 1)}
+		tab.peak[0] = 100
+		passes := 0
+		for i := range 70 {
+			if g.grid[3][0].Bump(1) {
+				passes++
+				tab.Exceed(g, 3, 0)
+			}
+			if s := broken(tab, &g.grid); s != "" {
+				t.Fatalf("serial %v: %s", c.serial, s)
+			}
+			if !c.serial && i == 10 {
+				// The second pass, at 11: room 89, the others' share 89/40.
+				if g.Limit(3, 0) != 11+89-9*2 || g.Limit(0, 0) != 2 {
+					t.Fatalf("limits %d and %d at the second pass; want 82 and 2", g.Limit(3, 0), g.Limit(0, 0))
+				}
+			}
+		}
+		if passes != c.passes || g.rows != c.passes || tab.Peak(0) != 100 {
+			t.Errorf("serial %v: %d passes and %d readings of the row, peak %d; want %d, %d and 100", c.serial, passes, g.rows, tab.Peak(0), c.passes, c.passes)
+		}
+	}
+	// Not Serial: part 5 passes in its turn, by 9. Part 3, the riser,
+	// holds 82 - 70 = 12, which covers it: part 5 takes the 9 and an
+	// eighth of the 3 left (none) from it, and no row is read. Then part
+	// 5 passes again, by 20: part 3's 3 do not cover it, the row is read,
+	// and part 5, which borrowed last, becomes the riser; the room,
+	// 100 - 70 - 31 = -1, is none, and the peak is the total.
+	tab := newTable(1)
+	g := &rowReads{grid: newGrid(10, 1)}
+	tab.peak[0] = 100
+	for range 70 {
+		if g.grid[3][0].Bump(1) {
+			tab.Exceed(g, 3, 0)
+		}
+	}
+	g.grid[5][0].Bump(11) // past its share of 2
+	tab.Exceed(g, 5, 0)
+	if g.Limit(5, 0) != 11 || g.Limit(3, 0) != 73 || g.Limit(9, 0) != 2 || g.rows != 2 {
+		t.Fatalf("limits %d, %d and %d, %d readings after another part's pass; want 11, 73, 2 and 2", g.Limit(5, 0), g.Limit(3, 0), g.Limit(9, 0), g.rows)
+	}
+	g.grid[5][0].Bump(20)
+	tab.Exceed(g, 5, 0)
+	if tab.Peak(0) != 101 || g.Limit(5, 0) != 31 || g.Limit(3, 0) != 70 || g.rows != 3 || tab.riser[0] != 5 {
+		t.Fatalf("peak %d, limits %d and %d, %d readings, riser %d; want 101, 31, 70, 3 and 5", tab.Peak(0), g.Limit(5, 0), g.Limit(3, 0), g.rows, tab.riser[0])
+	}
+	if s := broken(tab, g); s != "" {
+		t.Fatal(s)
+	}
+}
+
+// TestRiserLendsAndIsSucceeded: outside Serial, a pass of another part
+// that the riser's room covers takes the need and an eighth of the rest
+// from the riser, reading no row; the same part's next such pass takes
+// three quarters of the rest and the riser's place; a third part then
+// borrows from the new riser.
+func TestRiserLendsAndIsSucceeded(t *testing.T) {
+	tab := newTable(1)
+	g := &rowReads{grid: newGrid(10, 1)}
+	tab.peak[0] = 100
+	for range 11 { // part 3 to 11: two passes, the second as the riser (limit 82, the others 2)
+		if g.grid[3][0].Bump(1) {
+			tab.Exceed(g, 3, 0)
+		}
+	}
+	step := func(p int, rise, wantP, wantOld int64, old int, riser int32) {
+		t.Helper()
+		if !g.grid[p][0].Bump(rise) {
+			t.Fatalf("part %d did not pass its limit", p)
+		}
+		tab.Exceed(g, p, 0)
+		if g.Limit(p, 0) != wantP || g.Limit(old, 0) != wantOld || tab.riser[0] != riser || g.rows != 2 || tab.Peak(0) != 100 {
+			t.Fatalf("limits %d and %d, riser %d, %d readings, peak %d; want %d, %d, %d, 2 and 100",
+				g.Limit(p, 0), g.Limit(old, 0), tab.riser[0], g.rows, tab.Peak(0), wantP, wantOld, riser)
+		}
+		if s := broken(tab, &g.grid); s != "" {
+			t.Fatal(s)
+		}
+	}
+	// Part 5 to 3, past 2 by 1: part 3's room 82 - 11 = 71 covers it;
+	// part 5 takes 1 and 70/8.
+	step(5, 3, 3+8, 82-1-8, 3, 3)
+	// Part 5 to 12, past 11 by 1: part 3's room 73 - 11 = 62; part 5
+	// borrowed last, so it takes 1 and 61*3/4 and becomes the riser.
+	step(5, 9, 12+45, 73-1-45, 3, 5)
+	// Part 7 to 3, past 2 by 1: part 5's room 57 - 12 = 45; part 7 takes
+	// 1 and 44/8, and part 5 stays the riser.
+	step(7, 3, 3+5, 57-1-5, 5, 5)
+}
+
 // TestExceedKeepsTheOthersWithRoom: the others' limits leave room: they
 // stay, and the part gets the rest of the peak.
 func TestExceedKeepsTheOthersWithRoom(t *testing.T) {
@@ -180,12 +287,14 @@ func (g *rowReads) Tighten(r int) int64 {
 	return g.grid.Tighten(r)
 }
 
-// TestSerialExceedTakesFromTheSpareRoom: in Serial, a reshare sets every
-// limit to its value and puts the room below the peak in the spare room,
-// the part that passed its limit taking half; a later rise of any part
-// that the spare room holds takes what it needs and half the rest from
-// it, reading no row and leaving the others' limits and the peak; a rise
-// the spare room cannot hold reads the row again.
+// TestSerialExceedTakesFromTheSpareRoom: in Serial, a reading of the row
+// sets every limit to its value and gives the room below the peak to the
+// part that passed its limit, the row's holder; a later pass by another
+// part that the holder's room (its limit less its value) covers takes all
+// of it, reading no row, and makes that part the holder; a pass that the
+// spare room (as a cut of several operations leaves it) holds takes what
+// it needs and half the rest from it; a pass that neither covers reads
+// the row again.
 func TestSerialExceedTakesFromTheSpareRoom(t *testing.T) {
 	tab := newTable(1)
 	tab.Serial = true
@@ -195,44 +304,43 @@ func TestSerialExceedTakesFromTheSpareRoom(t *testing.T) {
 	tab.peak[0] = 30     // limits 10, 10 and 4: the spare room is 6, unknown to the table (0)
 	g.grid[2][0].Bump(3) // 7 passes 4
 	tab.Exceed(g, 2, 0)
-	// Total 23, room 7: limits 10, 6 and 7 + 3; spare room 4.
-	if g.rows != 1 || tab.Peak(0) != 30 || g.Limit(0, 0) != 10 || g.Limit(1, 0) != 6 || g.Limit(2, 0) != 10 || tab.spare[0] != 4 {
-		t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want 1, 30, 10 6 10, 4", g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0])
+	// Total 23, room 7: limits 10, 6 and 7 + 7; spare room 0; part 2 holds the room.
+	want := func(rows int, peak, l0, l1, l2, spare int64) {
+		t.Helper()
+		if g.rows != rows || tab.Peak(0) != peak || g.Limit(0, 0) != l0 || g.Limit(1, 0) != l1 || g.Limit(2, 0) != l2 || tab.spare[0] != spare {
+			t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want %d, %d, %d %d %d, %d",
+				g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0], rows, peak, l0, l1, l2, spare)
+		}
+		if s := broken(tab, &g.grid); s != "" {
+			t.Fatal(s)
+		}
 	}
-	g.grid[1][0].Bump(2) // 8 passes 6 by 2: the spare room 4 holds it
+	want(1, 30, 10, 6, 14, 0)
+	g.grid[1][0].Bump(2) // 8 passes 6 by 2: part 2's room 7 covers it
 	tab.Exceed(g, 1, 0)
-	if g.rows != 1 || tab.Peak(0) != 30 || g.Limit(0, 0) != 10 || g.Limit(1, 0) != 9 || g.Limit(2, 0) != 10 || tab.spare[0] != 1 {
-		t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want 1, 30, 10 9 10, 1", g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0])
-	}
-	if s := broken(tab, &g.grid); s != "" {
-		t.Fatal(s)
-	}
-	g.grid[0][0].Bump(3) // 13 passes 10 by 3, more than the spare room 1: the row is read
-	tab.Exceed(g, 0, 0)
-	// Total 10+3 + 8 + 7 = 28, room 2: limits 13 + 1, 8, 7; spare room 1.
-	if g.rows != 2 || tab.Peak(0) != 30 || g.Limit(0, 0) != 14 || g.Limit(1, 0) != 8 || g.Limit(2, 0) != 7 || tab.spare[0] != 1 {
-		t.Fatalf("rows read %d, peak %d, limits %d %d %d, spare %d; want 2, 30, 14 8 7, 1", g.rows, tab.Peak(0), g.Limit(0, 0), g.Limit(1, 0), g.Limit(2, 0), tab.spare[0])
-	}
-	g.grid[2][0].Bump(5) // 12 passes 7 by 5: total 33, a new peak
+	want(1, 30, 10, 13, 7, 0)
+	g.grid[0][0].Drop(4) // 6; its limit gives the 4 to the spare room
+	g.grid[0][0].SetLimit(6)
+	tab.spare[0] = 4
+	g.grid[2][0].Bump(2) // 9 passes 7 by 2: the spare room 4 holds it, and gives half the rest
 	tab.Exceed(g, 2, 0)
-	if g.rows != 3 || tab.Peak(0) != 33 || g.Limit(2, 0) != 12 || tab.spare[0] != 0 {
-		t.Fatalf("rows read %d, peak %d, limit %d, spare %d; want 3, 33, 12, 0", g.rows, tab.Peak(0), g.Limit(2, 0), tab.spare[0])
-	}
-	if s := broken(tab, &g.grid); s != "" {
-		t.Fatal(s)
-	}
-	// Not Serial: the spare room goes whole to the part that needs it,
-	// and a reshare leaves none.
+	want(1, 30, 6, 13, 10, 1)
+	g.grid[0][0].Bump(5) // 11 passes 6 by 5: the holder, part 1, has 13 - 8
+	tab.Exceed(g, 0, 0)
+	want(1, 30, 11, 8, 10, 1)
+	g.grid[2][0].Bump(5) // 14 passes 10 by 4: the holder has no room, the spare room 1: the row is read
+	tab.Exceed(g, 2, 0)
+	// Total 11 + 8 + 14 = 33: a new peak, no room.
+	want(2, 33, 11, 8, 14, 0)
+	// Not Serial: the spare room goes whole to the part that needs it.
 	tab.Serial = false
 	tab.ResetPeaks(g)
 	g.grid[0][0].Drop(4) // total 29 under the peak 33; its limit gives the 4 to the spare room
-	g.grid[0][0].SetLimit(9)
+	g.grid[0][0].SetLimit(7)
 	tab.spare[0] = 4
 	g.grid[1][0].Bump(1)
 	tab.Exceed(g, 1, 0)
-	if g.Limit(1, 0) != 12 || tab.spare[0] != 0 || g.rows != 3 {
-		t.Fatalf("limit %d, spare %d, rows read %d; want 12, 0, 3", g.Limit(1, 0), tab.spare[0], g.rows)
-	}
+	want(2, 33, 7, 12, 14, 0)
 }
 
 // TestCutCountsInTheGivenOrder: two waiting operations change one row in
@@ -341,7 +449,7 @@ func TestSoleIsExceedOfOnePart(t *testing.T) {
 // The invariants must hold then too.
 func TestPeaksAreThoseOfASerialOrder(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		nParts := rapid.IntRange(1, 4).Draw(t, "parts")
+		nParts := rapid.IntRange(1, 10).Draw(t, "parts")
 		nRows := rapid.IntRange(1, 3).Draw(t, "rows")
 		tab := newTable(nRows)
 		g := newGrid(nParts, nRows)
@@ -478,8 +586,36 @@ func shareRef(vals []int64, p int, peak int64) []int64 {
 	return lims
 }
 
+// riserRef is Exceed's sharing of the room by the row's riser as a loop
+// over the parts: the others get their value plus a quarter of the room
+// shared evenly (rounded down), or one each where that is none and the
+// room is at least one each; p gets the peak less theirs.
+func riserRef(vals []int64, p int, peak int64) []int64 {
+	var total int64
+	for _, v := range vals {
+		total += v
+	}
+	share := (peak - total) / 4 / int64(len(vals))
+	if share == 0 && peak-total >= int64(len(vals)) {
+		share = 1
+	}
+	lims := make([]int64, len(vals))
+	var others int64
+	for o := range vals {
+		if o != p {
+			lims[o] = vals[o] + share
+			others += lims[o]
+		}
+	}
+	lims[p] = peak - others
+	return lims
+}
+
 // TestExceedSharesAsTheLoop: on random rows, Exceed's limits are those of
-// shareRef whenever it shares the room, and the table's invariants hold.
+// shareRef whenever it shares the room (riserRef when the part that passed
+// its limit is the row's riser), it is the row's riser then; where another
+// part is the riser and its room covers the pass, it lends from it; and
+// the table's invariants hold.
 func TestExceedSharesAsTheLoop(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 12).Draw(t, "parts")
@@ -495,6 +631,8 @@ func TestExceedSharesAsTheLoop(t *testing.T) {
 		tab.spare[0] = rapid.Int64Range(0, 30).Draw(t, "spare")
 		tab.peak[0] = sum + tab.spare[0]
 		p := rapid.IntRange(0, n-1).Draw(t, "part")
+		riser := rapid.IntRange(-1, n-1).Draw(t, "riser") // the part that passed its limit at the last reading
+		tab.riser[0] = int32(riser)
 		g[p][0].Bump(rapid.Int64Range(1, 60).Draw(t, "rise"))
 		vals := make([]int64, n)
 		var total, others int64
@@ -505,8 +643,12 @@ func TestExceedSharesAsTheLoop(t *testing.T) {
 				others += g.Limit(o, 0)
 			}
 		}
-		v := g.Value(p, 0)
-		sharing := v > g.Limit(p, 0) && others+v > max(tab.Peak(0), total)
+		v, lim := g.Value(p, 0), g.Limit(p, 0)
+		sharing := v > lim && others+v > max(tab.Peak(0), total)
+		lims := make([]int64, n)
+		for o := range g {
+			lims[o] = g.Limit(o, 0)
+		}
 		tab.Exceed(g, p, 0)
 		if s := broken(tab, g); s != "" {
 			t.Fatal(s)
@@ -514,7 +656,29 @@ func TestExceedSharesAsTheLoop(t *testing.T) {
 		if !sharing {
 			return
 		}
+		if riser >= 0 && riser != p && lims[riser]-vals[riser] >= v-lim {
+			// The riser's room covers the pass: it lends the need and an
+			// eighth of the rest, and stays the riser; no other limit moves.
+			give := (lims[riser] - vals[riser] - (v - lim)) / 8
+			lims[riser] -= v - lim + give
+			lims[p] = v + give
+			for o := range g {
+				if g.Limit(o, 0) != lims[o] {
+					t.Fatalf("part %d's limit %d, want %d (values %v, limits before %v, part %d, riser %d)", o, g.Limit(o, 0), lims[o], vals, lims, p, riser)
+				}
+			}
+			if tab.riser[0] != int32(riser) {
+				t.Fatalf("the row's riser is %d after it lent, want %d", tab.riser[0], riser)
+			}
+			return
+		}
 		want := shareRef(vals, p, tab.Peak(0))
+		if riser == p {
+			want = riserRef(vals, p, tab.Peak(0))
+		}
+		if tab.riser[0] != int32(p) {
+			t.Fatalf("the row's riser is %d after part %d's reading, want %d", tab.riser[0], p, p)
+		}
 		for o := range g {
 			if g.Limit(o, 0) != want[o] {
 				t.Fatalf("part %d's limit %d, want %d (values %v, part %d, peak %d)", o, g.Limit(o, 0), want[o], vals, p, tab.Peak(0))
