@@ -29,13 +29,12 @@ const (
 	PolicyLowFragmentation
 	// PolicyPlanned is PolicyLowFragmentation with one pool (every request
 	// from the large pool's pages), whose growth keeps freed pages mapped
-	// until reserved memory nears the device's size and maps ahead
-	// without the slack's bound within half of it, and that, once a step
-	// (MarkStep)
-	// repeats the one before it, plans the step's allocations offline into an
-	// arena and serves the steps that repeat it from there, without a fit
-	// or a device call (policy_plan.go). Configuration:
-	// gpumem_policy:planned.
+	// until the device has not the memory for a growth and maps ahead
+	// without the slack's bound into half of what the device has left,
+	// and that, once a step (MarkStep) repeats the one before it, plans
+	// the step's allocations offline into an arena and serves the steps
+	// that repeat it from there, without a fit or a device call
+	// (policy_plan.go). Configuration: gpumem_policy:planned.
 	PolicyPlanned
 )
 
@@ -112,7 +111,7 @@ const (
 	defaultLargePage = kSmallBuffer
 	defaultMapAhead  = 20 * mib
 	plannedMapAhead  = 40 * mib // PolicyPlanned's default MapAhead
-	roomyShare       = 2        // PolicyPlanned maps ahead past the slack while reserved memory is within 1/roomyShare of the device (roomyLimitsLocked)
+	roomyShare       = 2        // PolicyPlanned maps ahead past the slack into at most 1/roomyShare of the memory the device has left (roomyLimitsLocked)
 	defaultSlack     = 0.04
 	defaultVictims   = 2
 	defaultMinAge    = 8

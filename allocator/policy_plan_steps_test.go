@@ -313,8 +313,9 @@ func TestPlannedConcurrent(t *testing.T) {
 // free pages (10 MiB holes, then 13 MiB requests) makes the planned
 // policy unmap nothing while the device has room: the freed pages stay
 // mapped, as PyTorch's cache keeps them. On a device of 1000 MiB it
-// unmaps free pages once reserved memory would pass 960 MiB (all but the
-// slack's 4 %), and no map is refused.
+// unmaps free pages only once reserved memory would pass all of the
+// device (it used to at 960 MiB, all but the slack's 4 %), and no map is
+// refused.
 func TestPlannedReclaimsOnlyWhenTheDeviceIsShort(t *testing.T) {
 	run := func(capacity uint64) (peakReserved uint64, unmaps, refused int64) {
 		dev := simtest.New(t, simtest.Capacity(capacity))
@@ -336,8 +337,7 @@ func TestPlannedReclaimsOnlyWhenTheDeviceIsShort(t *testing.T) {
 	assert.Greater(t, peak, uint64(1030*mib), "64 x 10 + 30 x 13 MiB, and the pages mapped ahead")
 
 	peak, unmaps, refused := run(1000 * mib)
-	assert.Positive(t, unmaps, "past 96 %% of the device, free pages are unmapped")
-	assert.LessOrEqual(t, peak, uint64(960*mib))
-	assert.Greater(t, peak, uint64(900*mib), "not bounded by the slack over the requested peak (738 MiB)")
+	assert.Positive(t, unmaps, "the device short, free pages are unmapped")
+	assert.Greater(t, peak, uint64(960*mib), "all of the device is used before a page is unmapped")
 	assert.Zero(t, refused, "no map refused by the device")
 }
