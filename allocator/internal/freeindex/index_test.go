@@ -99,6 +99,18 @@ func TestIndexWalksFollowTheOrder(t *testing.T) {
 		if got := x.CloseFit(first, limit, below, window); got != best {
 			t.Fatalf("closeFit(limit %d, below %d, window %d) = %v, want %v", limit, below, window, KeyOf(got), KeyOf(best))
 		}
+		// FitClose as Fit and then CloseFit, with the limit its shift gives.
+		shift := uint(rapid.IntRange(0, 6).Draw(t, "shift"))
+		best = first
+		for j, n := i, 0; j < len(want) && n < window && want[j].size <= first.size+first.size>>shift; j++ {
+			n++
+			if c := want[j]; c.size < below && c.ptr < best.ptr {
+				best = c
+			}
+		}
+		if got := x.FitClose(size, shift, below, window); got != best {
+			t.Fatalf("fitClose(%d, shift %d, below %d, window %d) = %v, want %v", size, shift, below, window, KeyOf(got), KeyOf(best))
+		}
 	})
 }
 
