@@ -64,20 +64,17 @@ func (s *largeBuckets) summarize() {
 	s.sums = m
 }
 
-// wordLow returns the address of the lowest block among the classes of
-// word w, which holds blocks, and the block, and remembers them.
-func (s *largeBuckets) wordLow(w int) (device.Ptr, *Block) {
-	e := &s.sums[w&(largeWords-1)]
-	if e.low != nil {
-		return e.ptr, e.low
-	}
+// findLow finds the lowest block among the classes of word w, which holds
+// blocks, when its sums forgot it: it remembers it in the sums and
+// returns its address and it.
+func (s *largeBuckets) findLow(w int) (device.Ptr, *Block) {
 	var low *Block
-	for m := s.l0[w]; m != 0; m &= m - 1 {
+	for m := s.l0[w&(largeWords-1)]; m != 0; m &= m - 1 {
 		if f := s.find(w<<6 | bits.TrailingZeros64(m)).first; low == nil || f.ptr < low.ptr {
 			low = f
 		}
 	}
-	e.low, e.ptr = low, low.ptr
+	s.sums[w&(largeWords-1)] = wordSum{low: low, ptr: low.ptr, cnt: s.sums[w&(largeWords-1)].cnt}
 	return low.ptr, low
 }
 
@@ -117,7 +114,12 @@ func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *Bl
 	n, full, w := 0, false, c>>6
 	if k := int(s.sums[w&(largeWords-1)].cnt); w <= wholeW && k < window && s.l0[w]&(1<<(c&63)-1) == 0 {
 		n = k // c's word holds no class below c: its sums are those of the classes from c
-		if p, l := s.wordLow(w); p < best.ptr {
+		e := &s.sums[w&(largeWords-1)]
+		p, l := e.ptr, e.low
+		if l == nil {
+			p, l = s.findLow(w)
+		}
+		if p < best.ptr {
 			best = l
 		}
 	} else if best, n, full = s.closeFitWord(w, c, top, below, window, best, n); full {
@@ -147,7 +149,7 @@ func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *Bl
 				n += int(e.cnt)
 				p, l := e.ptr, e.low
 				if l == nil {
-					p, l = s.wordLow(w)
+					p, l = s.findLow(w)
 				}
 				if p < bp {
 					best, bp = l, p
