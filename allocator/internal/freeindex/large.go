@@ -183,7 +183,7 @@ func (s *largeBuckets) insert(b *Block) {
 			s.pages[w] = p
 		}
 		s.l0[w] |= bit
-		p[c&63] = bucket{class: key, first: b}
+		p[c&63].class, p[c&63].first = key, b // an empty bucket is zero
 		return
 	}
 	s.l0[w] |= bit
@@ -305,7 +305,8 @@ func (s *largeBuckets) move(b *Block, old uint64) {
 		bk.heap, bk.first = h, h[0]
 	case s.l0[w] != 0:
 		s.l0[w] |= bit
-		s.pages[w][c&63] = bucket{class: int32(c) + 1, first: b}
+		bk := &s.pages[w][c&63] // zero
+		bk.class, bk.first = int32(c)+1, b
 	default: // the word's first class
 		p := freed
 		if p == nil {
@@ -313,7 +314,7 @@ func (s *largeBuckets) move(b *Block, old uint64) {
 		} else if freed = nil; w == ow { // emptied and filled again: the bits above stay
 			s.l0[w] = bit
 			s.pages[w] = p
-			p[c&63] = bucket{class: int32(c) + 1, first: b}
+			p[c&63].class, p[c&63].first = int32(c)+1, b // zero
 			return
 		} else {
 			s.clearWord(ow)
@@ -322,7 +323,7 @@ func (s *largeBuckets) move(b *Block, old uint64) {
 		s.l1[w>>6] |= 1 << (w & 63)
 		s.l2 |= 1 << (w >> 6)
 		s.pages[w] = p
-		p[c&63] = bucket{class: int32(c) + 1, first: b}
+		p[c&63].class, p[c&63].first = int32(c)+1, b // zero
 	}
 	if freed != nil { // the old word stays empty
 		s.spareP = append(s.spareP, freed)
