@@ -219,12 +219,12 @@ func expandableRest(s *largeBuckets, c int, l *treeLeaf, i int, b, cur *Block) *
 // an unmapped range after it: whether ExpandableBestFit may choose
 // another block than b. Small enough to be inlined where the test saves
 // the call.
-func CanGrow(b *Block) bool { return b.next != nil && b.next.unmapped }
+func CanGrow(b *Block) bool { return b.grows }
 
 // expandableSize is what a free block could grow to by mapping the
 // unmapped range after it.
 func expandableSize(b *Block) uint64 {
-	if b.next != nil && b.next.unmapped {
+	if b.grows {
 		return b.size + b.next.size
 	}
 	return b.size
@@ -348,7 +348,7 @@ func (x *Index) Put(b *Block) *Block {
 	if mergeNext {
 		x.unfile(next)
 		b.size += next.size
-		b.next = next.next
+		b.next, b.grows = next.next, next.grows
 		if b.next != nil {
 			b.next.prev = b
 		}
@@ -400,7 +400,7 @@ func (x *Index) mergeInto(b *Block, mergePrev, mergeNext bool) *Block {
 		last, total = next, total+next.size
 	}
 	m.ptr, m.size = first.ptr, total
-	m.prev, m.next = first.prev, last.next
+	m.prev, m.next, m.grows = first.prev, last.next, last.grows
 	if m.prev != nil {
 		m.prev.next = m
 	} else {

@@ -165,6 +165,7 @@ func TestExpandableBestFitFollowsTheRule(t *testing.T) {
 				b.seg = plain
 			} else if rapid.Bool().Draw(t, "grows") {
 				b.next = &Block{ptr: ptr + device.Ptr(b.size), size: uint64(rapid.IntRange(1, 16).Draw(t, "unmapped")) * MinBlockSize, seg: expandable, pool: p, unmapped: true}
+				b.grows = true
 			}
 			x.Insert(b)
 			live = append(live, b)
