@@ -44,8 +44,8 @@ type largeBuckets struct {
 
 	sums *wordSums // the close fit's counts and lowest blocks per word of l0 (closefit.go), from its first use
 
-	pages  *[largeWords]*classPage // its classes by word of l0, if it keeps them so (pages.go): nil for an empty word
-	spareP []*classPage            // pages of words that emptied, zero, kept for reuse
+	pages  []*classPage // its classes by word of l0, if it keeps them so (pages.go): nil for an empty word
+	spareP []*classPage // pages of words that emptied, zero, kept for reuse
 }
 
 // A bucket is one class's blocks; a zero class marks an empty slot.
@@ -123,7 +123,7 @@ func (s *largeBuckets) home(c int32) int { return int(fibHash(uint64(c), s.shift
 // find returns the bucket of class c, which holds blocks.
 func (s *largeBuckets) find(c int) *bucket {
 	if s.pages != nil { // nil or a page for each word
-		return &s.pages[c>>6&(largeWords-1)][c&63]
+		return &s.pages[c>>6][c&63]
 	}
 	key := int32(c) + 1
 	i := s.home(key)
@@ -221,7 +221,7 @@ func (s *largeBuckets) remove(b *Block) {
 	var bk *bucket
 	slot := -1
 	if s.pages != nil {
-		bk = &s.pages[c>>6&(largeWords-1)][c&63]
+		bk = &s.pages[c>>6][c&63]
 	} else {
 		slot = s.slot(c)
 		bk = &s.tab[slot]
@@ -528,7 +528,7 @@ func (s *largeBuckets) check() string {
 			return "a third-level bit disagrees with its word"
 		}
 	}
-	if bitsSet != classes || s.pages == nil && classes != s.used {
+	if bitsSet != classes || len(s.pages) == 0 && classes != s.used {
 		return "the count of classes is wrong"
 	}
 	return s.checkSums()

@@ -18,8 +18,8 @@ type classPage [64]bucket
 // 10 MiB), kept for reuse when the word empties. On any other index it
 // does nothing.
 func (x *Index) KeepPages() {
-	if l := x.large; x.kind == KindLarge && l.l2 == 0 && l.pages == nil {
-		l.pages = new([largeWords]*classPage)
+	if l := x.large; x.kind == KindLarge && l.l2 == 0 && len(l.pages) == 0 {
+		l.pages = make([]*classPage, largeWords)
 	}
 }
 
@@ -36,7 +36,7 @@ func (s *largeBuckets) newPage() *classPage {
 
 // bucketOf returns the bucket of class c, or nil if no block is of it.
 func (s *largeBuckets) bucketOf(c int) *bucket {
-	if w := c >> 6; s.pages != nil && w < len(s.pages) {
+	if w := c >> 6; w < len(s.pages) {
 		if p := s.pages[w]; p != nil && p[c&63].class != 0 {
 			return &p[c&63]
 		}
@@ -52,8 +52,7 @@ func (s *largeBuckets) bucketOf(c int) *bucket {
 // classes in order and then the table's in table order, until f returns
 // false.
 func (s *largeBuckets) eachBucket(f func(*bucket) bool) {
-	for w := 0; s.pages != nil && w < largeWords; w++ {
-		p := s.pages[w]
+	for _, p := range s.pages {
 		if p == nil {
 			continue
 		}
@@ -75,7 +74,7 @@ func (s *largeBuckets) eachBucket(f func(*bucket) bool) {
 // and no class in the table; it returns a description of the
 // first fault found, or "".
 func (s *largeBuckets) checkPages() string {
-	if s.pages == nil {
+	if len(s.pages) == 0 {
 		return ""
 	}
 	for w, p := range s.pages {
