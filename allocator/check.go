@@ -20,7 +20,8 @@ import (
 //     tile it exactly, in address order, with consistent prev/next links,
 //     the segment's head first, each block of the segment's pool and
 //     stream and a multiple of 512 bytes; no two neighbouring blocks are
-//     both free, nor both unmapped (neighbours are always merged); an
+//     both free, nor both unmapped (neighbours are always merged); a
+//     block knows whether an unmapped range follows it (CanGrow); an
 //     unmapped block is in an expandable segment, page aligned, in its
 //     pool's unmapped index and nowhere else; with the policy and
 //     expandable segments, every segment's page is its pool's;
@@ -213,6 +214,9 @@ func (a *Allocator) checkLocked() error {
 			}
 			if b.Seg() != s || b.Pool() != s.Pool() {
 				bad("segment %v: block %v points to another segment or pool", s.Ptr(), b.Ptr())
+			}
+			if freeindex.CanGrow(b) != (b.Next() != nil && b.Next().Unmapped()) {
+				bad("segment %v: block %v says %v of an unmapped range after it", s.Ptr(), b.Ptr(), freeindex.CanGrow(b))
 			}
 			if b.Size() == 0 || b.Size()%kMinBlockSize != 0 {
 				bad("segment %v: block %v has size %d", s.Ptr(), b.Ptr(), b.Size())

@@ -23,7 +23,7 @@ import (
 // forms whole pages that growth reuses and reclaim unmaps in few calls
 // (address-ordered fits fragment less than pure best fit). The rule of
 // expandable segments follows. One search finds the best fit; the window
-// walks on from there, a size at a time (freeindex.Index.CloseFit). The
+// walks on from there, a size at a time (freeindex.Index.FitClose). The
 // caller checks that the block may serve the request.
 func (a *Allocator) policyFitLocked(x *freeindex.Index, size uint64) *freeindex.Block {
 	if p := a.pol.plan; p != nil && p.follow {
@@ -32,12 +32,14 @@ func (a *Allocator) policyFitLocked(x *freeindex.Index, size uint64) *freeindex.
 		}
 	}
 	x.Pool().GCCalls++
-	b := x.Fit(size)
+	var b *freeindex.Block
+	if window := a.pol.fitWindow; window > 1 && !isSmall(size) {
+		b = x.FitClose(size, 3, a.rule.servesBelow(size), window) // none more than an eighth larger
+	} else {
+		b = x.Fit(size)
+	}
 	if b == nil {
 		return nil
-	}
-	if window := a.pol.fitWindow; window > 1 && !isSmall(size) {
-		b = x.CloseFit(b, b.Size()+b.Size()/8, a.rule.servesBelow(size), window)
 	}
 	if b.Seg().Expandable() && freeindex.CanGrow(b) { // else the rule keeps b
 		b = freeindex.ExpandableBestFit(x, b)

@@ -69,6 +69,7 @@ type Block struct {
 	listed     bool   // in its free index's list of whole free segments (Index.wholes)
 	Recorded   bool   // allocated and RecordStream added streams: they are in the allocator's uses
 	unmapped   bool   // an address range of an expandable segment with no memory behind it
+	grows      bool   // next is an unmapped range (CanGrow): kept where links and unmapped change, so that the test reads b alone
 	Phase      uint16 // the phase current when the block was handed out (the allocator's phases); set by the allocator's takeLocked
 	EventCount int32  // outstanding stream events before a pending free completes
 	Uses       int32  // 1 + the index of the allocator's record of the streams RecordStream added; 0 for none (nonzero exactly when Recorded)
@@ -117,24 +118,39 @@ func (b *Block) Busy() bool { return b.Allocated || b.EventCount != 0 }
 // memory.
 func (b *Block) IsFree() bool { return !b.Busy() && !b.unmapped }
 
-// linkAfter puts n right after b in b's segment.
+// linkAfter puts n right after b in b's segment (grows follows, with the
+// blocks' unmapped as they are now).
 func (b *Block) linkAfter(n *Block) {
 	n.prev, n.next = b, b.next
+	n.grows = b.grows
 	if b.next != nil {
 		b.next.prev = n
 	}
-	b.next = n
+	b.next, b.grows = n, n.unmapped
 }
 
-// linkBefore puts n right before b in b's segment.
+// linkBefore puts n right before b in b's segment (grows follows, with
+// the blocks' unmapped as they are now).
 func (b *Block) linkBefore(n *Block) {
 	n.prev, n.next = b.prev, b
+	n.grows = b.unmapped
 	if b.prev != nil {
 		b.prev.next = n
+		if n.unmapped != b.unmapped { // else its grows stays
+			b.prev.grows = n.unmapped
+		}
 	} else {
 		b.seg.head = n
 	}
 	b.prev = n
+}
+
+// setUnmapped sets b's unmapped, and the grows of the block before it.
+func (b *Block) setUnmapped(u bool) {
+	b.unmapped = u
+	if b.prev != nil {
+		b.prev.grows = u
+	}
 }
 
 // A Segment is one device allocation, or one expandable segment: an
@@ -407,7 +423,7 @@ func (x *Index) MapPages(u *Block, off, n uint64) *Block {
 		p.unmapped.ReplaceOrInsert(rest)
 		u.size = n
 	}
-	u.unmapped = false
+	u.setUnmapped(false)
 	return u
 }
 
@@ -430,7 +446,8 @@ func (x *Index) UnmapPages(b *Block, ptr device.Ptr, n uint64) *Block {
 		b.linkAfter(f)
 		x.Insert(f)
 	}
-	b.ptr, b.size, b.unmapped = ptr, n, true
+	b.ptr, b.size = ptr, n
+	b.setUnmapped(true)
 	return b
 }
 

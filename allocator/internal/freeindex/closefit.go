@@ -3,44 +3,54 @@
 // within a size limit, found a word of the bitmap at a time. Each word of
 // l0 (64 classes) has the number of blocks of its classes and the block
 // of the lowest address among them (wordSums), so that a word the walk
-// covers whole costs two loads instead of a table lookup per class.
+// covers whole costs one entry's loads instead of a table lookup per
+// class.
 
 package freeindex
 
-import "math/bits"
+import (
+	"math/bits"
+
+	"github.com/gpumem/gpumem/device"
+)
 
 // wordSums holds, for each word of a largeBuckets' l0, the number of
 // blocks of its 64 classes and the block of the lowest address among
-// them. A largeBuckets gets them at its first close fit (summarize) and
-// keeps them from then on: insert and remove keep the counts and lower
-// the lowest block in O(1); removing the lowest block forgets it (nil),
-// and the next close fit that reads the word finds it again.
+// them, with that address, in one entry (one cache line for the three; the
+// address spares the walk a load of each word's lowest block). A
+// largeBuckets gets them at its first close fit (summarize) and keeps
+// them from then on: insert and remove keep the counts and lower the
+// lowest block in O(1); removing the lowest block forgets it (nil), and
+// the next close fit that reads the word finds it again.
 //
-// Invariants (checked by checkSums): cnt[w] is the number of blocks of
-// the classes of word w; low[w] is nil or the block of the lowest address
-// among them, and nil when cnt[w] is 0.
-type wordSums struct {
-	cnt [largeWords]uint32
-	low [largeWords]*Block
+// Invariants (checked by checkSums): m[w].cnt is the number of blocks of
+// the classes of word w; m[w].low is nil or the block of the lowest
+// address among them, and nil when m[w].cnt is 0; m[w].ptr is m[w].low's
+// address when m[w].low is not nil.
+type wordSums [largeWords]wordSum
+
+// A wordSum is the entry of one word of l0 in wordSums.
+type wordSum struct {
+	low *Block
+	ptr device.Ptr // low's
+	cnt uint32
 }
 
 // added counts b, just filed in a class of word w.
 func (m *wordSums) added(w int, b *Block) {
-	w &= largeWords - 1 // no bounds check
-	if m.cnt[w] == 0 {
-		m.low[w] = b
-	} else if l := m.low[w]; l != nil && b.ptr < l.ptr {
-		m.low[w] = b
+	e := &m[w&(largeWords-1)] // no bounds check
+	if e.cnt == 0 || e.low != nil && b.ptr < e.ptr {
+		e.low, e.ptr = b, b.ptr
 	}
-	m.cnt[w]++
+	e.cnt++
 }
 
 // removed uncounts b, just taken out of a class of word w.
 func (m *wordSums) removed(w int, b *Block) {
-	w &= largeWords - 1 // no bounds check
-	m.cnt[w]--
-	if m.low[w] == b {
-		m.low[w] = nil // found again when a close fit needs it
+	e := &m[w&(largeWords-1)] // no bounds check
+	e.cnt--
+	if e.low == b {
+		e.low = nil // found again when a close fit needs it
 	}
 }
 
@@ -48,26 +58,24 @@ func (m *wordSums) removed(w int, b *Block) {
 func (s *largeBuckets) summarize() {
 	m := new(wordSums)
 	s.eachBucket(func(bk *bucket) bool {
-		m.cnt[(bk.class-1)>>6] += uint32(max(1, len(bk.heap)))
+		m[(bk.class-1)>>6].cnt += uint32(max(1, len(bk.heap)))
 		return true
 	})
 	s.sums = m
 }
 
-// wordLow returns the block of the lowest address among the classes of
-// word w, which holds blocks, and remembers it.
-func (s *largeBuckets) wordLow(w int) *Block {
-	if l := s.sums.low[w]; l != nil {
-		return l
-	}
+// findLow finds the lowest block among the classes of word w, which holds
+// blocks, when its sums forgot it: it remembers it in the sums and
+// returns its address and it.
+func (s *largeBuckets) findLow(w int) (device.Ptr, *Block) {
 	var low *Block
-	for m := s.l0[w]; m != 0; m &= m - 1 {
+	for m := s.l0[w&(largeWords-1)]; m != 0; m &= m - 1 {
 		if f := s.find(w<<6 | bits.TrailingZeros64(m)).first; low == nil || f.ptr < low.ptr {
 			low = f
 		}
 	}
-	s.sums.low[w] = low
-	return low
+	s.sums[w&(largeWords-1)] = wordSum{low: low, ptr: low.ptr, cnt: s.sums[w&(largeWords-1)].cnt}
+	return low.ptr, low
 }
 
 // closeFit is the policy's close fit over the classes from c up: it
@@ -104,15 +112,20 @@ func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *Bl
 	}
 	topW, wholeW := top>>6, (whole+1)>>6-1
 	n, full, w := 0, false, c>>6
-	if k := int(s.sums.cnt[w&(largeWords-1)]); w <= wholeW && k < window && s.l0[w]&(1<<(c&63)-1) == 0 {
+	if k := int(s.sums[w&(largeWords-1)].cnt); w <= wholeW && k < window && s.l0[w]&(1<<(c&63)-1) == 0 {
 		n = k // c's word holds no class below c: its sums are those of the classes from c
-		if l := s.wordLow(w); l.ptr < best.ptr {
+		e := &s.sums[w&(largeWords-1)]
+		p, l := e.ptr, e.low
+		if l == nil {
+			p, l = s.findLow(w)
+		}
+		if p < best.ptr {
 			best = l
 		}
 	} else if best, n, full = s.closeFitWord(w, c, top, below, window, best, n); full {
 		return best, n, true
 	}
-	sums := s.sums
+	sums, bp := s.sums, best.ptr
 	// The non-empty words above w, a word of l1 at a time: ws holds the
 	// bits of those of l1's word w1 not read yet.
 	w1 := w >> 6
@@ -132,14 +145,14 @@ func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *Bl
 			return best, n, true
 		}
 		if w <= wholeW {
-			if k := int(sums.cnt[w]); n+k < window {
-				n += k
-				l := sums.low[w]
+			if e := &sums[w]; n+int(e.cnt) < window {
+				n += int(e.cnt)
+				p, l := e.ptr, e.low
 				if l == nil {
-					l = s.wordLow(w)
+					p, l = s.findLow(w)
 				}
-				if l.ptr < best.ptr {
-					best = l
+				if p < bp {
+					best, bp = l, p
 				}
 				continue
 			}
@@ -147,6 +160,7 @@ func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *Bl
 		if best, n, full = s.closeFitWord(w, w<<6, top, below, window, best, n); full {
 			return best, n, true
 		}
+		bp = best.ptr
 	}
 }
 
@@ -190,11 +204,12 @@ func (s *largeBuckets) checkSums() string {
 		return true
 	})
 	for w := range cnt {
-		if m.cnt[w] != cnt[w] {
+		e := &m[w]
+		if e.cnt != cnt[w] {
 			return "a word's count of blocks is wrong"
 		}
-		if m.low[w] != nil && m.low[w] != low[w] {
-			return "a word's lowest block is not the lowest of its classes"
+		if e.low != nil && (e.low != low[w] || e.ptr != e.low.ptr) {
+			return "a word's lowest block is not the lowest of its classes, or not at its address"
 		}
 	}
 	return ""

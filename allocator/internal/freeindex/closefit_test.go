@@ -105,7 +105,8 @@ func TestCloseFitAsTheWalk(t *testing.T) {
 			if rapid.IntRange(0, 2).Draw(t, "ask") != 0 {
 				continue
 			}
-			first := x.Fit(size("from"))
+			from := size("from")
+			first := x.Fit(from)
 			if first == nil || !x.inLarge(first.size) {
 				continue
 			}
@@ -124,6 +125,11 @@ func TestCloseFitAsTheWalk(t *testing.T) {
 			if gb != wb || gn != wn || gd != wd {
 				t.Fatalf("closeFit(%v, limit %d, below %d, window %d) = %v, %d, %v; the walk: %v, %d, %v",
 					KeyOf(first), limit, below, window, KeyOf(gb), gn, gd, KeyOf(wb), wn, wd)
+			}
+			// FitClose: the fit and then the close fit, in one call.
+			shift := uint(rapid.IntRange(0, 6).Draw(t, "shift"))
+			if got, want := x.FitClose(from, shift, below, window), x.CloseFit(first, first.size+first.size>>shift, below, window); got != want {
+				t.Fatalf("FitClose(%d, shift %d, below %d, window %d) = %v; Fit and CloseFit: %v", from, shift, below, window, KeyOf(got), KeyOf(want))
 			}
 			x.Check(fail)
 		}

@@ -46,7 +46,7 @@
 // whole); Put (merge a freed block or an unmapped range with its
 // neighbours of the same kind, PyTorch's try_merge_blocks, and file the
 // result); Insert and Remove; the ordered walks Fit, AscendAtLeast,
-// CloseFit and DescendBelow; Largest; the whole free segments
+// CloseFit, FitClose (the two in one) and DescendBelow; Largest; the whole free segments
 // (AppendWholes, EachWhole); Each; the segments (NewSegment, which makes
 // one and its first block; MapPages and UnmapPages, which make an
 // expandable segment's pages, just mapped or unmapped, a block of their

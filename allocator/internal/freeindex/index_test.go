@@ -99,6 +99,18 @@ func TestIndexWalksFollowTheOrder(t *testing.T) {
 		if got := x.CloseFit(first, limit, below, window); got != best {
 			t.Fatalf("closeFit(limit %d, below %d, window %d) = %v, want %v", limit, below, window, KeyOf(got), KeyOf(best))
 		}
+		// FitClose as Fit and then CloseFit, with the limit its shift gives.
+		shift := uint(rapid.IntRange(0, 6).Draw(t, "shift"))
+		best = first
+		for j, n := i, 0; j < len(want) && n < window && want[j].size <= first.size+first.size>>shift; j++ {
+			n++
+			if c := want[j]; c.size < below && c.ptr < best.ptr {
+				best = c
+			}
+		}
+		if got := x.FitClose(size, shift, below, window); got != best {
+			t.Fatalf("fitClose(%d, shift %d, below %d, window %d) = %v, want %v", size, shift, below, window, KeyOf(got), KeyOf(best))
+		}
 	})
 }
 
@@ -109,4 +121,82 @@ func keys(bs []*Block) []Key {
 		out[i] = KeyOf(b)
 	}
 	return out
+}
+
+// TestExpandableBestFitFollowsTheRule holds ExpandableBestFit to its rule
+// on the sorted list of the free blocks: from b, the lowest address of
+// its size, passed over, keep each block that could grow less than the one
+// kept, until one could grow as much or the one kept is of a plain
+// segment. The blocks have unmapped ranges of random sizes after them
+// (or none), some are of a plain segment, and some classes hold several
+// blocks (heaps), some sizes are above 128 MiB (the tree). It fails if
+// the walk written out for large buckets skips or reorders a block.
+func TestExpandableBestFitFollowsTheRule(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := &Pool{idx: 1}
+		expandable, plain := &Segment{page: SmallBuffer}, &Segment{}
+		var x Index
+		kind := KindLarge
+		if rapid.IntRange(0, 3).Draw(t, "kind") == 0 {
+			kind = KindTree
+		}
+		x.Init(0, new(Spares), 0, p, kind)
+		if rapid.Bool().Draw(t, "direct") {
+			x.KeepPages()
+		}
+		// Sizes of the first few classes, of one block or several, and
+		// unmapped ranges of a few classes, so that walks go on past
+		// several blocks and meet ties; some sizes in the tree.
+		big := []uint64{2 << 20, maxLargeSize, maxLargeSize + 512, maxLargeSize + 1024}
+		var live []*Block
+		used := map[device.Ptr]bool{}
+		for i, n := 0, rapid.IntRange(1, 40).Draw(t, "blocks"); i < n; i++ {
+			ptr := device.Ptr(rapid.IntRange(1, 1<<12).Draw(t, "ptr")) << 32
+			if used[ptr] {
+				continue
+			}
+			used[ptr] = true
+			size := uint64(rapid.IntRange(1, 24).Draw(t, "classes")) * MinBlockSize
+			if rapid.IntRange(0, 5).Draw(t, "big") == 0 {
+				size = rapid.SampledFrom(big).Draw(t, "size")
+			}
+			b := &Block{ptr: ptr, size: size, seg: expandable, pool: p}
+			if rapid.IntRange(0, 4).Draw(t, "plain") == 0 {
+				b.seg = plain
+			} else if rapid.Bool().Draw(t, "grows") {
+				b.next = &Block{ptr: ptr + device.Ptr(b.size), size: uint64(rapid.IntRange(1, 16).Draw(t, "unmapped")) * MinBlockSize, seg: expandable, pool: p, unmapped: true}
+				b.grows = true
+			}
+			x.Insert(b)
+			live = append(live, b)
+		}
+		if len(live) == 0 {
+			return
+		}
+		sorted := slices.Clone(live)
+		slices.SortFunc(sorted, func(a, b *Block) int {
+			return cmp.Or(cmp.Compare(a.size, b.size), cmp.Compare(a.ptr, b.ptr))
+		})
+		// Each size's lowest address, as a fit returns it.
+		for i, b := range sorted {
+			if i > 0 && sorted[i-1].size == b.size {
+				continue
+			}
+			want := b
+			if expandableSize(b) != b.size {
+				for _, n := range sorted[i:] {
+					if n == b {
+						continue
+					}
+					if !want.seg.Expandable() || expandableSize(n) >= expandableSize(want) {
+						break
+					}
+					want = n
+				}
+			}
+			if got := ExpandableBestFit(&x, b); got != want {
+				t.Fatalf("ExpandableBestFit(%v) = %v, want %v", KeyOf(b), KeyOf(got), KeyOf(want))
+			}
+		}
+	})
 }

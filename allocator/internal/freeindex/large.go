@@ -29,7 +29,7 @@ const (
 // class is in the table; a bit of l1 (l2) exactly when its word of l0
 // (l1) is not zero; a class's bucket holds its lowest address in first
 // and, for two blocks or more, a heap by address of all of them with
-// every block's heapIdx its position; n counts the blocks.
+// every block's heapIdx its position.
 type largeBuckets struct {
 	l0 [largeWords]uint64
 	l1 [largeWords / 64]uint64
@@ -39,14 +39,12 @@ type largeBuckets struct {
 	shift uint8
 	used  int
 	spare [][]*Block // heaps of classes that emptied, kept for reuse
-	n     int
 
 	frontier []*Block // ascendHeap's, kept for the next walk
 
 	sums *wordSums // the close fit's counts and lowest blocks per word of l0 (closefit.go), from its first use
 
 	pages  []*classPage // its classes by word of l0, if it keeps them so (pages.go): nil for an empty word
-	npaged int          // classes in pages
 	spareP []*classPage // pages of words that emptied, zero, kept for reuse
 }
 
@@ -156,7 +154,6 @@ func (s *largeBuckets) slot(c int) int {
 // insert adds b to its class.
 func (s *largeBuckets) insert(b *Block) {
 	c := classOf(b.size)
-	s.n++
 	if s.sums != nil {
 		s.sums.added(c>>6, b)
 	}
@@ -175,19 +172,23 @@ func (s *largeBuckets) insert(b *Block) {
 		return
 	}
 	key := int32(c) + 1
-	s.l0[w] |= bit
-	s.l1[w>>6] |= 1 << (w & 63)
-	s.l2 |= 1 << (w >> 6)
 	if s.pages != nil {
-		p := s.pages[w]
-		if p == nil {
+		var p *classPage
+		if s.l0[w] != 0 {
+			p = s.pages[w]
+		} else { // the word's first class: its bits above and a page
+			s.l1[w>>6] |= 1 << (w & 63)
+			s.l2 |= 1 << (w >> 6)
 			p = s.newPage()
 			s.pages[w] = p
 		}
-		p[c&63] = bucket{class: key, first: b}
-		s.npaged++
+		s.l0[w] |= bit
+		p[c&63].class, p[c&63].first = key, b // an empty bucket is zero
 		return
 	}
+	s.l0[w] |= bit
+	s.l1[w>>6] |= 1 << (w & 63)
+	s.l2 |= 1 << (w >> 6)
 	if 2*(s.used+1) > len(s.tab) {
 		s.grow()
 	}
@@ -214,7 +215,6 @@ func (s *largeBuckets) newHeap() []*Block {
 // remove takes b out of its class.
 func (s *largeBuckets) remove(b *Block) {
 	c := classOf(b.size)
-	s.n--
 	if s.sums != nil {
 		s.sums.removed(c>>6, b)
 	}
@@ -239,7 +239,6 @@ func (s *largeBuckets) remove(b *Block) {
 	}
 	if slot < 0 {
 		*bk = bucket{}
-		s.npaged--
 	} else {
 		s.delete(slot)
 	}
@@ -259,20 +258,23 @@ func (s *largeBuckets) remove(b *Block) {
 
 // move refiles b, filed under the class of size old, under the class of
 // its size, in buckets that keep pages: a pending split that settles
-// (Index.settle). It is remove and then insert, less what they would undo
-// (the count of blocks, and of paged classes when a class empties and
-// another fills). Its heap steps are remove's and insert's written out:
-// the same steps as shared functions, which Go does not inline, cost the
-// policy 13 instructions per operation on random_mixed (891.3 against
-// 877.9, scripts/callgrind.sh policy) and the faithful default 3.
+// (Index.settle). It is remove and then insert, less what they would undo:
+// a page that the old class's word lets go of serves the new class's word
+// if that needs one (often the same word), and the bits above a word that
+// empties and fills again stay. Its heap steps are remove's and insert's
+// written out: the same steps as shared functions, which Go does not
+// inline, cost the policy 13 instructions per operation on random_mixed
+// (891.3 against 877.9, scripts/callgrind.sh policy) and the faithful
+// default 3.
 func (s *largeBuckets) move(b *Block, old uint64) {
 	oc, c := classOf(old), classOf(b.size)
 	if m := s.sums; m != nil {
 		m.removed(oc>>6, b)
 		m.added(c>>6, b)
 	}
-	paged := 0
-	if bk := &s.pages[oc>>6][oc&63]; len(bk.heap) > 0 {
+	var freed *classPage // the old class's page, zero, if its word emptied
+	ow := oc >> 6 & (largeWords - 1)
+	if bk := &s.pages[ow][oc&63]; len(bk.heap) > 0 {
 		h := heapRemove(bk.heap, int(b.heapIdx))
 		bk.first = h[0]
 		if len(h) == 1 {
@@ -283,20 +285,15 @@ func (s *largeBuckets) move(b *Block, old uint64) {
 		bk.heap = h
 	} else {
 		*bk = bucket{}
-		paged--
-		w, bit := classBit(oc)
-		if s.l0[w] &^= bit; s.l0[w] == 0 {
-			s.spareP = append(s.spareP, s.pages[w])
-			s.pages[w] = nil
-			s.l1[w>>6] &^= 1 << (w & 63)
-			if s.l1[w>>6] == 0 {
-				s.l2 &^= 1 << (w >> 6)
-			}
+		if s.l0[ow] &^= 1 << (oc & 63); s.l0[ow] == 0 {
+			freed = s.pages[ow]
+			s.pages[ow] = nil
 		}
 	}
 	w, bit := classBit(c)
-	if s.l0[w]&bit != 0 {
-		bk := &s.pages[c>>6][c&63]
+	switch {
+	case s.l0[w]&bit != 0:
+		bk := &s.pages[w][c&63]
 		h := bk.heap
 		if len(h) == 0 {
 			h = s.newHeap()
@@ -306,19 +303,39 @@ func (s *largeBuckets) move(b *Block, old uint64) {
 		h = append(h, b)
 		heapUp(h, len(h)-1, true)
 		bk.heap, bk.first = h, h[0]
-	} else {
+	case s.l0[w] != 0:
 		s.l0[w] |= bit
-		s.l1[w>>6] |= 1 << (w & 63)
-		s.l2 |= 1 << (w >> 6)
-		p := s.pages[w]
+		bk := &s.pages[w][c&63] // zero
+		bk.class, bk.first = int32(c)+1, b
+	default: // the word's first class
+		p := freed
 		if p == nil {
 			p = s.newPage()
+		} else if freed = nil; w == ow { // emptied and filled again: the bits above stay
+			s.l0[w] = bit
 			s.pages[w] = p
+			p[c&63].class, p[c&63].first = int32(c)+1, b // zero
+			return
+		} else {
+			s.clearWord(ow)
 		}
-		p[c&63] = bucket{class: int32(c) + 1, first: b}
-		paged++
+		s.l0[w] = bit
+		s.l1[w>>6] |= 1 << (w & 63)
+		s.l2 |= 1 << (w >> 6)
+		s.pages[w] = p
+		p[c&63].class, p[c&63].first = int32(c)+1, b // zero
 	}
-	s.npaged += paged
+	if freed != nil { // the old word stays empty
+		s.spareP = append(s.spareP, freed)
+		s.clearWord(ow)
+	}
+}
+
+// clearWord clears the bits above word w of l0, which emptied.
+func (s *largeBuckets) clearWord(w int) {
+	if s.l1[w>>6] &^= 1 << (w & 63); s.l1[w>>6] == 0 {
+		s.l2 &^= 1 << (w >> 6)
+	}
 }
 
 // delete empties a slot, shifting later entries of its probe run back so
@@ -485,7 +502,7 @@ func cmpPtr(x, y *Block) int {
 // check verifies the bitmaps, the table and the heaps, and returns a
 // description of the first fault found, or "".
 func (s *largeBuckets) check() string {
-	count, classes := 0, 0
+	classes := 0
 	if msg := s.checkPages(); msg != "" {
 		return msg
 	}
@@ -494,7 +511,6 @@ func (s *largeBuckets) check() string {
 		classes++
 		c := int(bk.class) - 1
 		fault = s.checkBucket(c, bk)
-		count += max(len(bk.heap), 1)
 		return fault == ""
 	})
 	if fault != "" {
@@ -512,8 +528,8 @@ func (s *largeBuckets) check() string {
 			return "a third-level bit disagrees with its word"
 		}
 	}
-	if bitsSet != classes || classes != s.used+s.npaged || count != s.n {
-		return "the counts of classes or blocks are wrong"
+	if bitsSet != classes || len(s.pages) == 0 && classes != s.used {
+		return "the count of classes is wrong"
 	}
 	return s.checkSums()
 }

@@ -64,6 +64,27 @@ func (x *Index) AscendAtLeast(size uint64, f func(*Block) bool) {
 	}
 }
 
+// FitClose is Fit(size) and then, when that finds a block b, CloseFit(b,
+// b's size plus that size >> shift, below, window): the low_fragmentation
+// policy's fit of a large request, in one call that finds the size class
+// of b once. Not for size buckets.
+func (x *Index) FitClose(size uint64, shift uint, below uint64, window int) *Block {
+	if x.pend != nil {
+		x.settle()
+	}
+	if x.inLarge(size) {
+		if c := x.large.firstAtLeast(classOf(size)); c >= 0 {
+			b := x.large.find(c).first
+			return x.closeFitFrom(b, c, b.size+b.size>>shift, below, window)
+		}
+	}
+	b := x.Fit(size)
+	if b == nil {
+		return nil
+	}
+	return x.CloseFit(b, b.size+b.size>>shift, below, window)
+}
+
 // CloseFit returns the block of the lowest address among at most window
 // free blocks of x from b (a best fit) up in (size, address) order, none
 // larger than limit, whose size is below below; b if none is lower. Of
@@ -73,18 +94,25 @@ func (x *Index) CloseFit(b *Block, limit, below uint64, window int) *Block {
 	if x.pend != nil {
 		x.settle()
 	}
-	best, n := b, 0
-	var l *treeLeaf
-	var i int
 	if x.inLarge(b.size) {
-		var done bool
-		if best, n, done = x.large.closeFit(classOf(b.size), limit, below, window, b); done {
-			return best
-		}
-		l = x.tree.first // then the blocks above 128 MiB
-	} else {
-		l, i = x.tree.seek(KeyOf(b))
+		return x.closeFitFrom(b, classOf(b.size), limit, below, window)
 	}
+	l, i := x.tree.seek(KeyOf(b))
+	return closeFitTree(l, i, b, 0, limit, below, window)
+}
+
+// closeFitFrom is CloseFit for b, of class c of the large buckets.
+func (x *Index) closeFitFrom(b *Block, c int, limit, below uint64, window int) *Block {
+	best, n, done := x.large.closeFit(c, limit, below, window, b)
+	if done {
+		return best
+	}
+	return closeFitTree(x.tree.first, 0, best, n, limit, below, window) // then the blocks above 128 MiB
+}
+
+// closeFitTree is CloseFit's walk of the tree from its leaf l at i, with
+// best the best block so far and n the blocks counted.
+func closeFitTree(l *treeLeaf, i int, best *Block, n int, limit, below uint64, window int) *Block {
 	ascendFrom(l, i, func(c *Block) bool {
 		if c.size > limit {
 			return false
