@@ -126,16 +126,30 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 	// oversize rows: column qSmall and all), as opDelta.of says; the other
 	// pool's value stays, and so within its limit (no limit falls below its
 	// value), so only the two changed quantities may have passed a limit,
-	// as in Cut, which runs Exceed for the changes alone.
+	// as in Cut, which runs Exceed for the changes alone. The shard's
+	// value and limit of each are read here, as shardParts.Part would,
+	// and the peaks run (Passed) only for a quantity that passed its limit.
 	k &= 1
 	for ; rows != 0; rows &= rows - 1 {
-		row := bits.TrailingZeros32(rows)
+		row := bits.TrailingZeros32(rows) % numRows
 		col := k
 		if row >= oversizeA {
 			col = qSmall
 		}
-		a.peaks.Exceed(ps, sh.id, statRow(row, col))
-		a.peaks.Exceed(ps, sh.id, statRow(row, qAll))
+		s := &sh.st[row]
+		v, all := s.pool[col].Value(), s.pool[0].Value()+s.pool[1].Value()
+		if d := derivedFrom[row]; d != 0 {
+			base := &sh.st[uint(d-1)%uint(numRows)]
+			v += base.pool[col].Value()
+			all += base.pool[0].Value() + base.pool[1].Value()
+		}
+		r := statRow(row, 0)
+		if lim := s.pool[col].Limit(); v > lim {
+			a.peaks.Passed(ps, sh.id, r+col, v, lim)
+		}
+		if lim := s.allLim; all > lim {
+			a.peaks.Passed(ps, sh.id, r+qAll, all, lim)
+		}
 	}
 	sh.refreshImplied()
 }

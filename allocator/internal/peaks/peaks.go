@@ -246,6 +246,15 @@ func (t *Table) Exceed(ps Parts, p, r int) {
 	if v <= lim {
 		return
 	}
+	t.Passed(ps, p, r, v, lim)
+}
+
+// Passed is Exceed for a caller that has read part p's value v and limit
+// lim of row r itself (what ps.Part returns), and found v > lim: it does
+// what Exceed does then, with one call of ps fewer. (A caller that reads
+// its own part without the interface skips Exceed's call where the part
+// is within its limit.)
+func (t *Table) Passed(ps Parts, p, r int, v, lim int64) {
 	if need, spare := v-lim, t.spare[r]; need <= spare {
 		// The others are within their limits, whose sum with lim and the
 		// spare room is at most the peak: the total is within the peak.

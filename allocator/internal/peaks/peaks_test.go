@@ -686,3 +686,53 @@ func TestExceedSharesAsTheLoop(t *testing.T) {
 		}
 	})
 }
+
+// clone returns a copy of t and of g that shares nothing with them.
+func clone(t *Table, g grid) (*Table, grid) {
+	c := &Table{Serial: t.Serial}
+	c.peak = append([]int64(nil), t.peak...)
+	c.spare = append([]int64(nil), t.spare...)
+	c.riser = append([]int32(nil), t.riser...)
+	c.lent = append([]int32(nil), t.lent...)
+	c.holder = append([]int32(nil), t.holder...)
+	h := newGrid(len(g), len(g[0]))
+	for p := range g {
+		copy(h[p], g[p])
+	}
+	return c, h
+}
+
+// TestPassedIsExceed: Passed, given the value and limit that Exceed reads,
+// leaves the table and the limits as Exceed does, over a run of random
+// rises in and out of Serial.
+func TestPassedIsExceed(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		nParts := rapid.IntRange(2, 6).Draw(t, "parts")
+		tab, g := newTable(1), newGrid(nParts, 1)
+		for i := range rapid.IntRange(1, 40).Draw(t, "steps") {
+			p := rapid.IntRange(0, nParts-1).Draw(t, "part")
+			if d := rapid.Int64Range(-3, 8).Draw(t, "delta"); d >= 0 || g[p][0].Value()+d >= 0 {
+				g[p][0].Carry(d)
+			}
+			tab.Serial = rapid.Bool().Draw(t, "serial")
+			v, lim := g.Part(p, 0)
+			ref, rg := clone(tab, g)
+			ref.Exceed(rg, p, 0)
+			if v > lim {
+				tab.Passed(g, p, 0, v, lim)
+			}
+			for q := range g {
+				if g[q][0].Limit() != rg[q][0].Limit() {
+					t.Fatalf("step %d: part %d's limit %d after Passed, %d after Exceed", i, q, g[q][0].Limit(), rg[q][0].Limit())
+				}
+			}
+			if tab.peak[0] != ref.peak[0] || tab.spare[0] != ref.spare[0] || tab.riser[0] != ref.riser[0] ||
+				tab.lent[0] != ref.lent[0] || tab.holder[0] != ref.holder[0] {
+				t.Fatalf("step %d: table differs after Passed from after Exceed", i)
+			}
+			if msg := broken(tab, g); msg != "" {
+				t.Fatalf("step %d: %s", i, msg)
+			}
+		}
+	})
+}
