@@ -419,6 +419,31 @@ func (s *shardParts) Tighten(r int) (total int64) {
 	return total
 }
 
+// SetLimitPair sets shard p's limit of row r to limP and shard q's to
+// limQ, as SetLimit does one at a time, with the shards and the row's
+// place found once.
+func (s *shardParts) SetLimitPair(p, q, r int, limP, limQ int64) {
+	if r >= numStatRows {
+		s.SetLimit(p, r, limP)
+		s.SetLimit(q, r, limQ)
+		return
+	}
+	shards := *s.byID.Load()
+	sp, sq := shards[p], shards[q]
+	row, k := r/numQ, r%numQ
+	if uint(row) >= uint(numRows) {
+		return // never: it lets the compiler drop the bounds checks
+	}
+	if k == qAll {
+		sp.st[row].allLim, sq.st[row].allLim = limP, limQ
+	} else {
+		k &= 1
+		sp.st[row].pool[k].SetLimit(limP)
+		sq.st[row].pool[k].SetLimit(limQ)
+	}
+	sp.activeImplied, sq.activeImplied = false, false
+}
+
 // SetLimit sets a limit. A shard whose stat limits change may no longer
 // have its active limits at least its allocation limits: it checks them
 // (activeImplied false) until refreshImplied looks again.

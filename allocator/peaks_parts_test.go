@@ -13,7 +13,8 @@ import (
 
 // TestShardPartsRowsAreTheParts: the shards' Row reads every shard's value
 // and limit of a row as Part does one at a time, and SetLimits
-// sets what SetLimit sets (the activeImplied it clears included), for the
+// sets what SetLimit sets (the activeImplied it clears included), as
+// SetLimitPair does for two, for the
 // rows of the stats and of the phases, on four streams with blocks of
 // several phases live.
 func TestShardPartsRowsAreTheParts(t *testing.T) {
@@ -70,6 +71,36 @@ func TestShardPartsRowsAreTheParts(t *testing.T) {
 				require.False(t, shards[p].activeImplied, "row %d, part %d", r, p)
 			}
 			ps.SetLimit(p, r, lims[p]-1)
+		}
+		for _, sh := range shards {
+			sh.refreshImplied()
+		}
+	}
+	// SetLimitPair: the two limits SetLimit would set, both shards'
+	// activeImplied cleared, the others' limits as they were.
+	for r := range a.peaks.Rows() {
+		ps.Row(r, vals, lims)
+		for p := range n {
+			q := (p + 1) % n
+			for _, sh := range shards {
+				sh.activeImplied = true
+			}
+			ps.SetLimitPair(p, q, r, lims[p]+1, lims[q]+2)
+			for o := range n {
+				want := lims[o]
+				switch o {
+				case p:
+					want++
+				case q:
+					want += 2
+				}
+				_, lim := ps.Part(o, r)
+				require.Equal(t, want, lim, "row %d, pair %d %d, part %d: limit", r, p, q, o)
+				if r < numStatRows {
+					require.Equal(t, o != p && o != q, shards[o].activeImplied, "row %d, pair %d %d, part %d", r, p, q, o)
+				}
+			}
+			ps.SetLimits(r, lims)
 		}
 		for _, sh := range shards {
 			sh.refreshImplied()

@@ -131,6 +131,9 @@ type Parts interface {
 	// Part returns part p's value and limit of row r.
 	Part(p, r int) (value, limit int64)
 	SetLimit(p, r int, lim int64)
+	// SetLimitPair is SetLimit(p, r, limP) and SetLimit(q, r, limQ) in
+	// one call, p != q: the room that passes from one part to another.
+	SetLimitPair(p, q, r int, limP, limQ int64)
 	// Row sets vals[p] and lims[p] to part p's value and limit of row r,
 	// for every part; vals and lims have Len() elements.
 	Row(r int, vals, lims []int64)
@@ -278,8 +281,7 @@ func (t *Table) Passed(ps Parts, p, r int, v, lim int64) {
 		if h := int(t.holder[r]); h != p && uint(h) < uint(n) {
 			hv, hl := ps.Part(h, r)
 			if room := hl - hv; room >= v-lim {
-				ps.SetLimit(h, r, hv)
-				ps.SetLimit(p, r, lim+room)
+				ps.SetLimitPair(h, p, r, hv, lim+room)
 				t.holder[r] = int32(p)
 				return
 			}
@@ -308,8 +310,7 @@ func (t *Table) Passed(ps Parts, p, r int, v, lim int64) {
 			} else {
 				t.lent[r] = int32(p)
 			}
-			ps.SetLimit(h, r, hl-need-give)
-			ps.SetLimit(p, r, v+give)
+			ps.SetLimitPair(h, p, r, hl-need-give, v+give)
 			return
 		}
 	}

@@ -26,6 +26,10 @@ func (g grid) Part(p, r int) (v, lim int64) { return g[p][r].Value(), g[p][r].Li
 func (g grid) Value(p, r int) int64         { return g[p][r].Value() }
 func (g grid) Limit(p, r int) int64         { return g[p][r].Limit() }
 func (g grid) SetLimit(p, r int, lim int64) { g[p][r].SetLimit(lim) }
+func (g grid) SetLimitPair(p, q, r int, limP, limQ int64) {
+	g[p][r].SetLimit(limP)
+	g[q][r].SetLimit(limQ)
+}
 
 func (g grid) Row(r int, vals, lims []int64) {
 	for p := range g {
