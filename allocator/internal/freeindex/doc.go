@@ -138,7 +138,8 @@
 //
 // block.go: blocks, segments, pools, spare structs, and the making and
 // mapping of segments. index.go: Index, its
-// best fit, split, merge and filing. walks.go: its ordered walks and its
+// best fit, split, merge and filing. expandable.go: ExpandableBestFit,
+// PyTorch's choice among blocks that could grow. walks.go: its ordered walks and its
 // list of whole free segments. index_check.go: its checks. buckets.go,
 // large.go, tree.go and tree_check.go: its structures. heap.go: the heap of a size class.
 // hash.go: the hash. ptrtable.go: PtrTable. cold.go: the cold view.
