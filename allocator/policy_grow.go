@@ -354,20 +354,9 @@ func (a *Allocator) reclaimLocked(x *freeindex.Index, want uint64, keep *freeind
 // pages are unmapped only for a growth the device has not the memory
 // for: first within reclaim's bounds (at most victims blocks, none freed
 // in the last minAge searches), then, if the device still refuses, as
-// many of the pool's as the map needs. Measured at each trace's smallest
-// device (`gpumem fit`) against the earlier floors (keep at all but the
-// slack's share of the device, ahead at half of it): random_mixed 771 to
-// 697 device calls, kv_dynamic 429 to 231, with fits 1.0141 to 1.0139
-// and 1.0219 to 1.0168; on kv_dynamic's faithful-default device (1.10 x
-// its peak requested) 91 to 15 calls. kv_legacy, which fitted one page
-// above its live bytes, needs one 2 MiB step more (1.0022 to 1.0041, 75
-// to 93 calls there): on twelve generation traces of its kind (batch 4,
-// 8, 16; 256 or 384 tokens; either cache) the smallest device moved
-// either way, one step larger on four, smaller on three (four steps in
-// all), and the calls there fell on nine. Unmapping earlier, at all but
-// the slack's share, kept about 4 % of the device out of use on a device
-// barely larger than the workload, and recycled memory through unmaps
-// and maps there instead.
+// many of the pool's as the map needs. POLICY.md ("The planned policy",
+// "Device calls") has the measurements that chose these floors, and what
+// they cost kv_legacy's smallest device.
 func (a *Allocator) roomyLimitsLocked() (keep, ahead uint64) {
 	c := a.total
 	if a.allowed > 0 {
