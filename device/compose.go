@@ -16,6 +16,9 @@ type Capabilities struct {
 	Copier        Copier
 	// StreamOrderedMemory is the device's stream-ordered pool.
 	StreamOrderedMemory StreamOrderedMemory
+	// ProgressReporter says which streams ran work since an earlier
+	// moment.
+	ProgressReporter ProgressReporter
 }
 
 // CapabilitiesOf returns the capabilities d offers, each field d itself

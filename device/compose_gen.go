@@ -12,6 +12,7 @@ func capabilitiesOf(d Device) Capabilities {
 	c.StreamWaiter, _ = d.(StreamWaiter)
 	c.Copier, _ = d.(Copier)
 	c.StreamOrderedMemory, _ = d.(StreamOrderedMemory)
+	c.ProgressReporter, _ = d.(ProgressReporter)
 	return c
 }
 
@@ -40,13 +41,16 @@ func (have Capabilities) offeredBy(impl Capabilities) Capabilities {
 	if have.StreamOrderedMemory != nil {
 		c.StreamOrderedMemory = impl.StreamOrderedMemory
 	}
+	if have.ProgressReporter != nil {
+		c.ProgressReporter = impl.ProgressReporter
+	}
 	return c
 }
 
 // compose returns a Device with base's Device methods and exactly the
 // non-nil capabilities of caps (see Compose); base is not nil.
 func compose(base Device, caps Capabilities) Device {
-	vm, h, c, u, w, cp, so := caps.VirtualMemory, caps.HostMemory, caps.StreamChecker, caps.UsageReporter, caps.StreamWaiter, caps.Copier, caps.StreamOrderedMemory
+	vm, h, c, u, w, cp, so, pr := caps.VirtualMemory, caps.HostMemory, caps.StreamChecker, caps.UsageReporter, caps.StreamWaiter, caps.Copier, caps.StreamOrderedMemory, caps.ProgressReporter
 	var mask int
 	if vm != nil {
 		mask |= 1 << 0
@@ -69,96 +73,99 @@ func compose(base Device, caps Capabilities) Device {
 	if so != nil {
 		mask |= 1 << 6
 	}
+	if pr != nil {
+		mask |= 1 << 7
+	}
 	switch mask {
-	case 0b0000000:
+	case 0b00000000:
 		return struct {
 			Device
 		}{base}
-	case 0b0000001:
+	case 0b00000001:
 		return struct {
 			Device
 			VirtualMemory
 		}{base, vm}
-	case 0b0000010:
+	case 0b00000010:
 		return struct {
 			Device
 			HostMemory
 		}{base, h}
-	case 0b0000011:
+	case 0b00000011:
 		return struct {
 			Device
 			VirtualMemory
 			HostMemory
 		}{base, vm, h}
-	case 0b0000100:
+	case 0b00000100:
 		return struct {
 			Device
 			StreamChecker
 		}{base, c}
-	case 0b0000101:
+	case 0b00000101:
 		return struct {
 			Device
 			VirtualMemory
 			StreamChecker
 		}{base, vm, c}
-	case 0b0000110:
+	case 0b00000110:
 		return struct {
 			Device
 			HostMemory
 			StreamChecker
 		}{base, h, c}
-	case 0b0000111:
+	case 0b00000111:
 		return struct {
 			Device
 			VirtualMemory
 			HostMemory
 			StreamChecker
 		}{base, vm, h, c}
-	case 0b0001000:
+	case 0b00001000:
 		return struct {
 			Device
 			UsageReporter
 		}{base, u}
-	case 0b0001001:
+	case 0b00001001:
 		return struct {
 			Device
 			VirtualMemory
 			UsageReporter
 		}{base, vm, u}
-	case 0b0001010:
+	case 0b00001010:
 		return struct {
 			Device
 			HostMemory
 			UsageReporter
 		}{base, h, u}
-	case 0b0001011:
+	case 0b00001011:
 		return struct {
 			Device
 			VirtualMemory
 			HostMemory
 			UsageReporter
 		}{base, vm, h, u}
-	case 0b0001100:
+	case 0b00001100:
 		return struct {
 			Device
 			StreamChecker
 			UsageReporter
 		}{base, c, u}
-	case 0b0001101:
+	case 0b00001101:
 		return struct {
 			Device
 			VirtualMemory
 			StreamChecker
 			UsageReporter
 		}{base, vm, c, u}
-	case 0b0001110:
+	case 0b00001110:
 		return struct {
 			Device
 			HostMemory
 			StreamChecker
 			UsageReporter
 		}{base, h, c, u}
-	case 0b0001111:
+	case 0b00001111:
 		return struct {
 			Device
 			VirtualMemory
@@ -166,51 +173,51 @@ func compose(base Device, caps Capabilities) Device {
 			StreamChecker
 			UsageReporter
 		}{base, vm, h, c, u}
-	case 0b0010000:
+	case 0b00010000:
 		return struct {
 			Device
 			StreamWaiter
 		}{base, w}
-	case 0b0010001:
+	case 0b00010001:
 		return struct {
 			Device
 			VirtualMemory
 			StreamWaiter
 		}{base, vm, w}
-	case 0b0010010:
+	case 0b00010010:
 		return struct {
 			Device
 			HostMemory
 			StreamWaiter
 		}{base, h, w}
-	case 0b0010011:
+	case 0b00010011:
 		return struct {
 			Device
 			VirtualMemory
 			HostMemory
 			StreamWaiter
 		}{base, vm, h, w}
-	case 0b0010100:
+	case 0b00010100:
 		return struct {
 			Device
 			StreamChecker
 			StreamWaiter
 		}{base, c, w}
-	case 0b0010101:
+	case 0b00010101:
 		return struct {
 			Device
 			VirtualMemory
 			StreamChecker
 			StreamWaiter
 		}{base, vm, c, w}
-	case 0b0010110:
+	case 0b00010110:
 		return struct {
 			Device
 			HostMemory
 			StreamChecker
 			StreamWaiter
 		}{base, h, c, w}
-	case 0b0010111:
+	case 0b00010111:
 		return struct {
 			Device
 			VirtualMemory
@@ -218,27 +225,27 @@ func compose(base Device, caps Capabilities) Device {
 			StreamChecker
 			StreamWaiter
 		}{base, vm, h, c, w}
-	case 0b0011000:
+	case 0b00011000:
 		return struct {
 			Device
 			UsageReporter
 			StreamWaiter
 		}{base, u, w}
-	case 0b0011001:
+	case 0b00011001:
 		return struct {
 			Device
 			VirtualMemory
 			UsageReporter
 			StreamWaiter
 		}{base, vm, u, w}
-	case 0b0011010:
+	case 0b00011010:
 		return struct {
 			Device
 			HostMemory
 			UsageReporter
 			StreamWaiter
 		}{base, h, u, w}
-	case 0b0011011:
+	case 0b00011011:
 		return struct {
 			Device
 			VirtualMemory
@@ -246,14 +253,14 @@ func compose(base Device, caps Capabilities) Device {
 			UsageReporter
 			StreamWaiter
 		}{base, vm, h, u, w}
-	case 0b0011100:
+	case 0b00011100:
 		return struct {
 			Device
 			StreamChecker
 			UsageReporter
 			StreamWaiter
 		}{base, c, u, w}
-	case 0b0011101:
+	case 0b00011101:
 		return struct {
 			Device
 			VirtualMemory
@@ -261,7 +268,7 @@ func compose(base Device, caps Capabilities) Device {
 			UsageReporter
 			StreamWaiter
 		}{base, vm, c, u, w}
-	case 0b0011110:
+	case 0b00011110:
 		return struct {
 			Device
 			HostMemory
@@ -269,7 +276,7 @@ func compose(base Device, caps Capabilities) Device {
 			UsageReporter
 			StreamWaiter
 		}{base, h, c, u, w}
-	case 0b0011111:
+	case 0b00011111:
 		return struct {
 			Device
 			VirtualMemory
@@ -278,51 +285,51 @@ func compose(base Device, caps Capabilities) Device {
 			UsageReporter
 			StreamWaiter
 		}{base, vm, h, c, u, w}
-	case 0b0100000:
+	case 0b00100000:
 		return struct {
 			Device
 			Copier
 		}{base, cp}
-	case 0b0100001:
+	case 0b00100001:
 		return struct {
 			Device
 			VirtualMemory
 			Copier
 		}{base, vm, cp}
-	case 0b0100010:
+	case 0b00100010:
 		return struct {
 			Device
 			HostMemory
 			Copier
 		}{base, h, cp}
-	case 0b0100011:
+	case 0b00100011:
 		return struct {
 			Device
 			VirtualMemory
 			HostMemory
 			Copier
 		}{base, vm, h, cp}
-	case 0b0100100:
+	case 0b00100100:
 		return struct {
 			Device
 			StreamChecker
 			Copier
 		}{base, c, cp}
-	case 0b0100101:
+	case 0b00100101:
 		return struct {
 			Device
 			VirtualMemory
 			StreamChecker
 			Copier
 		}{base, vm, c, cp}
-	case 0b0100110:
+	case 0b00100110:
 		return struct {
 			Device
 			HostMemory
 			StreamChecker
 			Copier
 		}{base, h, c, cp}
-	case 0b0100111:
+	case 0b00100111:
 		return struct {
 			Device
 			VirtualMemory
@@ -330,27 +337,27 @@ func compose(base Device, caps Capabilities) Device {
 			StreamChecker
 			Copier
 		}{base, vm, h, c, cp}
-	case 0b0101000:
+	case 0b00101000:
 		return struct {
 			Device
 			UsageReporter
 			Copier
 		}{base, u, cp}
-	case 0b0101001:
+	case 0b00101001:
 		return struct {
 			Device
 			VirtualMemory
 			UsageReporter
 			Copier
 		}{base, vm, u, cp}
-	case 0b0101010:
+	case 0b00101010:
 		return struct {
 			Device
 			HostMemory
 			UsageReporter
 			Copier
 		}{base, h, u, cp}
-	case 0b0101011:
+	case 0b00101011:
 		return struct {
 			Device
 			VirtualMemory
@@ -358,14 +365,14 @@ func compose(base Device, caps Capabilities) Device {
 			UsageReporter
 			Copier
 		}{base, vm, h, u, cp}
-	case 0b0101100:
+	case 0b00101100:
 		return struct {
 			Device
 			StreamChecker
 			UsageReporter
 			Copier
 		}{base, c, u, cp}
-	case 0b0101101:
+	case 0b00101101:
 		return struct {
 			Device
 			VirtualMemory
@@ -373,7 +380,7 @@ func compose(base Device, caps Capabilities) Device {
 			UsageReporter
 			Copier
 		}{base, vm, c, u, cp}
-	case 0b0101110:
+	case 0b00101110:
 		return struct {
 			Device
 			HostMemory
@@ -381,7 +388,7 @@ func compose(base Device, caps Capabilities) Device {
 			UsageReporter
 			Copier
 		}{base, h, c, u, cp}
-	case 0b0101111:
+	case 0b00101111:
 		return struct {
 			Device
 			VirtualMemory
@@ -390,27 +397,27 @@ func compose(base Device, caps Capabilities) Device {
 			UsageReporter
 			Copier
 		}{base, vm, h, c, u, cp}
-	case 0b0110000:
+	case 0b00110000:
 		return struct {
 			Device
 			StreamWaiter
 			Copier
 		}{base, w, cp}
-	case 0b0110001:
+	case 0b00110001:
 		return struct {
 			Device
 			VirtualMemory
 			StreamWaiter
 			Copier
 		}{base, vm, w, cp}
-	case 0b0110010:
+	case 0b00110010:
 		return struct {
 			Device
 			HostMemory
 			StreamWaiter
 			Copier
 		}{base, h, w, cp}
-	case 0b0110011:
+	case 0b00110011:
 		return struct {
 			Device
 			VirtualMemory
@@ -418,14 +425,14 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			Copier
 		}{base, vm, h, w, cp}
-	case 0b0110100:
+	case 0b00110100:
 		return struct {
 			Device
 			StreamChecker
 			StreamWaiter
 			Copier
 		}{base, c, w, cp}
-	case 0b0110101:
+	case 0b00110101:
 		return struct {
 			Device
 			VirtualMemory
@@ -433,7 +440,7 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			Copier
 		}{base, vm, c, w, cp}
-	case 0b0110110:
+	case 0b00110110:
 		return struct {
 			Device
 			HostMemory
@@ -441,7 +448,7 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			Copier
 		}{base, h, c, w, cp}
-	case 0b0110111:
+	case 0b00110111:
 		return struct {
 			Device
 			VirtualMemory
@@ -450,14 +457,14 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			Copier
 		}{base, vm, h, c, w, cp}
-	case 0b0111000:
+	case 0b00111000:
 		return struct {
 			Device
 			UsageReporter
 			StreamWaiter
 			Copier
 		}{base, u, w, cp}
-	case 0b0111001:
+	case 0b00111001:
 		return struct {
 			Device
 			VirtualMemory
@@ -465,7 +472,7 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			Copier
 		}{base, vm, u, w, cp}
-	case 0b0111010:
+	case 0b00111010:
 		return struct {
 			Device
 			HostMemory
@@ -473,7 +480,7 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			Copier
 		}{base, h, u, w, cp}
-	case 0b0111011:
+	case 0b00111011:
 		return struct {
 			Device
 			VirtualMemory
@@ -482,7 +489,7 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			Copier
 		}{base, vm, h, u, w, cp}
-	case 0b0111100:
+	case 0b00111100:
 		return struct {
 			Device
 			StreamChecker
@@ -490,7 +497,7 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			Copier
 		}{base, c, u, w, cp}
-	case 0b0111101:
+	case 0b00111101:
 		return struct {
 			Device
 			VirtualMemory
@@ -499,7 +506,7 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			Copier
 		}{base, vm, c, u, w, cp}
-	case 0b0111110:
+	case 0b00111110:
 		return struct {
 			Device
 			HostMemory
@@ -508,7 +515,7 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			Copier
 		}{base, h, c, u, w, cp}
-	case 0b0111111:
+	case 0b00111111:
 		return struct {
 			Device
 			VirtualMemory
@@ -518,51 +525,51 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			Copier
 		}{base, vm, h, c, u, w, cp}
-	case 0b1000000:
+	case 0b01000000:
 		return struct {
 			Device
 			StreamOrderedMemory
 		}{base, so}
-	case 0b1000001:
+	case 0b01000001:
 		return struct {
 			Device
 			VirtualMemory
 			StreamOrderedMemory
 		}{base, vm, so}
-	case 0b1000010:
+	case 0b01000010:
 		return struct {
 			Device
 			HostMemory
 			StreamOrderedMemory
 		}{base, h, so}
-	case 0b1000011:
+	case 0b01000011:
 		return struct {
 			Device
 			VirtualMemory
 			HostMemory
 			StreamOrderedMemory
 		}{base, vm, h, so}
-	case 0b1000100:
+	case 0b01000100:
 		return struct {
 			Device
 			StreamChecker
 			StreamOrderedMemory
 		}{base, c, so}
-	case 0b1000101:
+	case 0b01000101:
 		return struct {
 			Device
 			VirtualMemory
 			StreamChecker
 			StreamOrderedMemory
 		}{base, vm, c, so}
-	case 0b1000110:
+	case 0b01000110:
 		return struct {
 			Device
 			HostMemory
 			StreamChecker
 			StreamOrderedMemory
 		}{base, h, c, so}
-	case 0b1000111:
+	case 0b01000111:
 		return struct {
 			Device
 			VirtualMemory
@@ -570,27 +577,27 @@ func compose(base Device, caps Capabilities) Device {
 			StreamChecker
 			StreamOrderedMemory
 		}{base, vm, h, c, so}
-	case 0b1001000:
+	case 0b01001000:
 		return struct {
 			Device
 			UsageReporter
 			StreamOrderedMemory
 		}{base, u, so}
-	case 0b1001001:
+	case 0b01001001:
 		return struct {
 			Device
 			VirtualMemory
 			UsageReporter
 			StreamOrderedMemory
 		}{base, vm, u, so}
-	case 0b1001010:
+	case 0b01001010:
 		return struct {
 			Device
 			HostMemory
 			UsageReporter
 			StreamOrderedMemory
 		}{base, h, u, so}
-	case 0b1001011:
+	case 0b01001011:
 		return struct {
 			Device
 			VirtualMemory
@@ -598,14 +605,14 @@ func compose(base Device, caps Capabilities) Device {
 			UsageReporter
 			StreamOrderedMemory
 		}{base, vm, h, u, so}
-	case 0b1001100:
+	case 0b01001100:
 		return struct {
 			Device
 			StreamChecker
 			UsageReporter
 			StreamOrderedMemory
 		}{base, c, u, so}
-	case 0b1001101:
+	case 0b01001101:
 		return struct {
 			Device
 			VirtualMemory
@@ -613,7 +620,7 @@ func compose(base Device, caps Capabilities) Device {
 			UsageReporter
 			StreamOrderedMemory
 		}{base, vm, c, u, so}
-	case 0b1001110:
+	case 0b01001110:
 		return struct {
 			Device
 			HostMemory
@@ -621,7 +628,7 @@ func compose(base Device, caps Capabilities) Device {
 			UsageReporter
 			StreamOrderedMemory
 		}{base, h, c, u, so}
-	case 0b1001111:
+	case 0b01001111:
 		return struct {
 			Device
 			VirtualMemory
@@ -630,27 +637,27 @@ func compose(base Device, caps Capabilities) Device {
 			UsageReporter
 			StreamOrderedMemory
 		}{base, vm, h, c, u, so}
-	case 0b1010000:
+	case 0b01010000:
 		return struct {
 			Device
 			StreamWaiter
 			StreamOrderedMemory
 		}{base, w, so}
-	case 0b1010001:
+	case 0b01010001:
 		return struct {
 			Device
 			VirtualMemory
 			StreamWaiter
 			StreamOrderedMemory
 		}{base, vm, w, so}
-	case 0b1010010:
+	case 0b01010010:
 		return struct {
 			Device
 			HostMemory
 			StreamWaiter
 			StreamOrderedMemory
 		}{base, h, w, so}
-	case 0b1010011:
+	case 0b01010011:
 		return struct {
 			Device
 			VirtualMemory
@@ -658,14 +665,14 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			StreamOrderedMemory
 		}{base, vm, h, w, so}
-	case 0b1010100:
+	case 0b01010100:
 		return struct {
 			Device
 			StreamChecker
 			StreamWaiter
 			StreamOrderedMemory
 		}{base, c, w, so}
-	case 0b1010101:
+	case 0b01010101:
 		return struct {
 			Device
 			VirtualMemory
@@ -673,7 +680,7 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			StreamOrderedMemory
 		}{base, vm, c, w, so}
-	case 0b1010110:
+	case 0b01010110:
 		return struct {
 			Device
 			HostMemory
@@ -681,7 +688,7 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			StreamOrderedMemory
 		}{base, h, c, w, so}
-	case 0b1010111:
+	case 0b01010111:
 		return struct {
 			Device
 			VirtualMemory
@@ -690,14 +697,14 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			StreamOrderedMemory
 		}{base, vm, h, c, w, so}
-	case 0b1011000:
+	case 0b01011000:
 		return struct {
 			Device
 			UsageReporter
 			StreamWaiter
 			StreamOrderedMemory
 		}{base, u, w, so}
-	case 0b1011001:
+	case 0b01011001:
 		return struct {
 			Device
 			VirtualMemory
@@ -705,7 +712,7 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			StreamOrderedMemory
 		}{base, vm, u, w, so}
-	case 0b1011010:
+	case 0b01011010:
 		return struct {
 			Device
 			HostMemory
@@ -713,7 +720,7 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			StreamOrderedMemory
 		}{base, h, u, w, so}
-	case 0b1011011:
+	case 0b01011011:
 		return struct {
 			Device
 			VirtualMemory
@@ -722,7 +729,7 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			StreamOrderedMemory
 		}{base, vm, h, u, w, so}
-	case 0b1011100:
+	case 0b01011100:
 		return struct {
 			Device
 			StreamChecker
@@ -730,7 +737,7 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			StreamOrderedMemory
 		}{base, c, u, w, so}
-	case 0b1011101:
+	case 0b01011101:
 		return struct {
 			Device
 			VirtualMemory
@@ -739,7 +746,7 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			StreamOrderedMemory
 		}{base, vm, c, u, w, so}
-	case 0b1011110:
+	case 0b01011110:
 		return struct {
 			Device
 			HostMemory
@@ -748,7 +755,7 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			StreamOrderedMemory
 		}{base, h, c, u, w, so}
-	case 0b1011111:
+	case 0b01011111:
 		return struct {
 			Device
 			VirtualMemory
@@ -758,27 +765,27 @@ func compose(base Device, caps Capabilities) Device {
 			StreamWaiter
 			StreamOrderedMemory
 		}{base, vm, h, c, u, w, so}
-	case 0b1100000:
+	case 0b01100000:
 		return struct {
 			Device
 			Copier
 			StreamOrderedMemory
 		}{base, cp, so}
-	case 0b1100001:
+	case 0b01100001:
 		return struct {
 			Device
 			VirtualMemory
 			Copier
 			StreamOrderedMemory
 		}{base, vm, cp, so}
-	case 0b1100010:
+	case 0b01100010:
 		return struct {
 			Device
 			HostMemory
 			Copier
 			StreamOrderedMemory
 		}{base, h, cp, so}
-	case 0b1100011:
+	case 0b01100011:
 		return struct {
 			Device
 			VirtualMemory
@@ -786,14 +793,14 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, vm, h, cp, so}
-	case 0b1100100:
+	case 0b01100100:
 		return struct {
 			Device
 			StreamChecker
 			Copier
 			StreamOrderedMemory
 		}{base, c, cp, so}
-	case 0b1100101:
+	case 0b01100101:
 		return struct {
 			Device
 			VirtualMemory
@@ -801,7 +808,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, vm, c, cp, so}
-	case 0b1100110:
+	case 0b01100110:
 		return struct {
 			Device
 			HostMemory
@@ -809,7 +816,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, h, c, cp, so}
-	case 0b1100111:
+	case 0b01100111:
 		return struct {
 			Device
 			VirtualMemory
@@ -818,14 +825,14 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, vm, h, c, cp, so}
-	case 0b1101000:
+	case 0b01101000:
 		return struct {
 			Device
 			UsageReporter
 			Copier
 			StreamOrderedMemory
 		}{base, u, cp, so}
-	case 0b1101001:
+	case 0b01101001:
 		return struct {
 			Device
 			VirtualMemory
@@ -833,7 +840,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, vm, u, cp, so}
-	case 0b1101010:
+	case 0b01101010:
 		return struct {
 			Device
 			HostMemory
@@ -841,7 +848,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, h, u, cp, so}
-	case 0b1101011:
+	case 0b01101011:
 		return struct {
 			Device
 			VirtualMemory
@@ -850,7 +857,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, vm, h, u, cp, so}
-	case 0b1101100:
+	case 0b01101100:
 		return struct {
 			Device
 			StreamChecker
@@ -858,7 +865,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, c, u, cp, so}
-	case 0b1101101:
+	case 0b01101101:
 		return struct {
 			Device
 			VirtualMemory
@@ -867,7 +874,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, vm, c, u, cp, so}
-	case 0b1101110:
+	case 0b01101110:
 		return struct {
 			Device
 			HostMemory
@@ -876,7 +883,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, h, c, u, cp, so}
-	case 0b1101111:
+	case 0b01101111:
 		return struct {
 			Device
 			VirtualMemory
@@ -886,14 +893,14 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, vm, h, c, u, cp, so}
-	case 0b1110000:
+	case 0b01110000:
 		return struct {
 			Device
 			StreamWaiter
 			Copier
 			StreamOrderedMemory
 		}{base, w, cp, so}
-	case 0b1110001:
+	case 0b01110001:
 		return struct {
 			Device
 			VirtualMemory
@@ -901,7 +908,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, vm, w, cp, so}
-	case 0b1110010:
+	case 0b01110010:
 		return struct {
 			Device
 			HostMemory
@@ -909,7 +916,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, h, w, cp, so}
-	case 0b1110011:
+	case 0b01110011:
 		return struct {
 			Device
 			VirtualMemory
@@ -918,7 +925,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, vm, h, w, cp, so}
-	case 0b1110100:
+	case 0b01110100:
 		return struct {
 			Device
 			StreamChecker
@@ -926,7 +933,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, c, w, cp, so}
-	case 0b1110101:
+	case 0b01110101:
 		return struct {
 			Device
 			VirtualMemory
@@ -935,7 +942,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, vm, c, w, cp, so}
-	case 0b1110110:
+	case 0b01110110:
 		return struct {
 			Device
 			HostMemory
@@ -944,7 +951,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, h, c, w, cp, so}
-	case 0b1110111:
+	case 0b01110111:
 		return struct {
 			Device
 			VirtualMemory
@@ -954,7 +961,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, vm, h, c, w, cp, so}
-	case 0b1111000:
+	case 0b01111000:
 		return struct {
 			Device
 			UsageReporter
@@ -962,7 +969,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, u, w, cp, so}
-	case 0b1111001:
+	case 0b01111001:
 		return struct {
 			Device
 			VirtualMemory
@@ -971,7 +978,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, vm, u, w, cp, so}
-	case 0b1111010:
+	case 0b01111010:
 		return struct {
 			Device
 			HostMemory
@@ -980,7 +987,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, h, u, w, cp, so}
-	case 0b1111011:
+	case 0b01111011:
 		return struct {
 			Device
 			VirtualMemory
@@ -990,7 +997,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, vm, h, u, w, cp, so}
-	case 0b1111100:
+	case 0b01111100:
 		return struct {
 			Device
 			StreamChecker
@@ -999,7 +1006,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, c, u, w, cp, so}
-	case 0b1111101:
+	case 0b01111101:
 		return struct {
 			Device
 			VirtualMemory
@@ -1009,7 +1016,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, vm, c, u, w, cp, so}
-	case 0b1111110:
+	case 0b01111110:
 		return struct {
 			Device
 			HostMemory
@@ -1019,7 +1026,7 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, h, c, u, w, cp, so}
-	default:
+	case 0b01111111:
 		return struct {
 			Device
 			VirtualMemory
@@ -1030,5 +1037,1093 @@ func compose(base Device, caps Capabilities) Device {
 			Copier
 			StreamOrderedMemory
 		}{base, vm, h, c, u, w, cp, so}
+	case 0b10000000:
+		return struct {
+			Device
+			ProgressReporter
+		}{base, pr}
+	case 0b10000001:
+		return struct {
+			Device
+			VirtualMemory
+			ProgressReporter
+		}{base, vm, pr}
+	case 0b10000010:
+		return struct {
+			Device
+			HostMemory
+			ProgressReporter
+		}{base, h, pr}
+	case 0b10000011:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			ProgressReporter
+		}{base, vm, h, pr}
+	case 0b10000100:
+		return struct {
+			Device
+			StreamChecker
+			ProgressReporter
+		}{base, c, pr}
+	case 0b10000101:
+		return struct {
+			Device
+			VirtualMemory
+			StreamChecker
+			ProgressReporter
+		}{base, vm, c, pr}
+	case 0b10000110:
+		return struct {
+			Device
+			HostMemory
+			StreamChecker
+			ProgressReporter
+		}{base, h, c, pr}
+	case 0b10000111:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamChecker
+			ProgressReporter
+		}{base, vm, h, c, pr}
+	case 0b10001000:
+		return struct {
+			Device
+			UsageReporter
+			ProgressReporter
+		}{base, u, pr}
+	case 0b10001001:
+		return struct {
+			Device
+			VirtualMemory
+			UsageReporter
+			ProgressReporter
+		}{base, vm, u, pr}
+	case 0b10001010:
+		return struct {
+			Device
+			HostMemory
+			UsageReporter
+			ProgressReporter
+		}{base, h, u, pr}
+	case 0b10001011:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			UsageReporter
+			ProgressReporter
+		}{base, vm, h, u, pr}
+	case 0b10001100:
+		return struct {
+			Device
+			StreamChecker
+			UsageReporter
+			ProgressReporter
+		}{base, c, u, pr}
+	case 0b10001101:
+		return struct {
+			Device
+			VirtualMemory
+			StreamChecker
+			UsageReporter
+			ProgressReporter
+		}{base, vm, c, u, pr}
+	case 0b10001110:
+		return struct {
+			Device
+			HostMemory
+			StreamChecker
+			UsageReporter
+			ProgressReporter
+		}{base, h, c, u, pr}
+	case 0b10001111:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamChecker
+			UsageReporter
+			ProgressReporter
+		}{base, vm, h, c, u, pr}
+	case 0b10010000:
+		return struct {
+			Device
+			StreamWaiter
+			ProgressReporter
+		}{base, w, pr}
+	case 0b10010001:
+		return struct {
+			Device
+			VirtualMemory
+			StreamWaiter
+			ProgressReporter
+		}{base, vm, w, pr}
+	case 0b10010010:
+		return struct {
+			Device
+			HostMemory
+			StreamWaiter
+			ProgressReporter
+		}{base, h, w, pr}
+	case 0b10010011:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamWaiter
+			ProgressReporter
+		}{base, vm, h, w, pr}
+	case 0b10010100:
+		return struct {
+			Device
+			StreamChecker
+			StreamWaiter
+			ProgressReporter
+		}{base, c, w, pr}
+	case 0b10010101:
+		return struct {
+			Device
+			VirtualMemory
+			StreamChecker
+			StreamWaiter
+			ProgressReporter
+		}{base, vm, c, w, pr}
+	case 0b10010110:
+		return struct {
+			Device
+			HostMemory
+			StreamChecker
+			StreamWaiter
+			ProgressReporter
+		}{base, h, c, w, pr}
+	case 0b10010111:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamChecker
+			StreamWaiter
+			ProgressReporter
+		}{base, vm, h, c, w, pr}
+	case 0b10011000:
+		return struct {
+			Device
+			UsageReporter
+			StreamWaiter
+			ProgressReporter
+		}{base, u, w, pr}
+	case 0b10011001:
+		return struct {
+			Device
+			VirtualMemory
+			UsageReporter
+			StreamWaiter
+			ProgressReporter
+		}{base, vm, u, w, pr}
+	case 0b10011010:
+		return struct {
+			Device
+			HostMemory
+			UsageReporter
+			StreamWaiter
+			ProgressReporter
+		}{base, h, u, w, pr}
+	case 0b10011011:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			UsageReporter
+			StreamWaiter
+			ProgressReporter
+		}{base, vm, h, u, w, pr}
+	case 0b10011100:
+		return struct {
+			Device
+			StreamChecker
+			UsageReporter
+			StreamWaiter
+			ProgressReporter
+		}{base, c, u, w, pr}
+	case 0b10011101:
+		return struct {
+			Device
+			VirtualMemory
+			StreamChecker
+			UsageReporter
+			StreamWaiter
+			ProgressReporter
+		}{base, vm, c, u, w, pr}
+	case 0b10011110:
+		return struct {
+			Device
+			HostMemory
+			StreamChecker
+			UsageReporter
+			StreamWaiter
+			ProgressReporter
+		}{base, h, c, u, w, pr}
+	case 0b10011111:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamChecker
+			UsageReporter
+			StreamWaiter
+			ProgressReporter
+		}{base, vm, h, c, u, w, pr}
+	case 0b10100000:
+		return struct {
+			Device
+			Copier
+			ProgressReporter
+		}{base, cp, pr}
+	case 0b10100001:
+		return struct {
+			Device
+			VirtualMemory
+			Copier
+			ProgressReporter
+		}{base, vm, cp, pr}
+	case 0b10100010:
+		return struct {
+			Device
+			HostMemory
+			Copier
+			ProgressReporter
+		}{base, h, cp, pr}
+	case 0b10100011:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			Copier
+			ProgressReporter
+		}{base, vm, h, cp, pr}
+	case 0b10100100:
+		return struct {
+			Device
+			StreamChecker
+			Copier
+			ProgressReporter
+		}{base, c, cp, pr}
+	case 0b10100101:
+		return struct {
+			Device
+			VirtualMemory
+			StreamChecker
+			Copier
+			ProgressReporter
+		}{base, vm, c, cp, pr}
+	case 0b10100110:
+		return struct {
+			Device
+			HostMemory
+			StreamChecker
+			Copier
+			ProgressReporter
+		}{base, h, c, cp, pr}
+	case 0b10100111:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamChecker
+			Copier
+			ProgressReporter
+		}{base, vm, h, c, cp, pr}
+	case 0b10101000:
+		return struct {
+			Device
+			UsageReporter
+			Copier
+			ProgressReporter
+		}{base, u, cp, pr}
+	case 0b10101001:
+		return struct {
+			Device
+			VirtualMemory
+			UsageReporter
+			Copier
+			ProgressReporter
+		}{base, vm, u, cp, pr}
+	case 0b10101010:
+		return struct {
+			Device
+			HostMemory
+			UsageReporter
+			Copier
+			ProgressReporter
+		}{base, h, u, cp, pr}
+	case 0b10101011:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			UsageReporter
+			Copier
+			ProgressReporter
+		}{base, vm, h, u, cp, pr}
+	case 0b10101100:
+		return struct {
+			Device
+			StreamChecker
+			UsageReporter
+			Copier
+			ProgressReporter
+		}{base, c, u, cp, pr}
+	case 0b10101101:
+		return struct {
+			Device
+			VirtualMemory
+			StreamChecker
+			UsageReporter
+			Copier
+			ProgressReporter
+		}{base, vm, c, u, cp, pr}
+	case 0b10101110:
+		return struct {
+			Device
+			HostMemory
+			StreamChecker
+			UsageReporter
+			Copier
+			ProgressReporter
+		}{base, h, c, u, cp, pr}
+	case 0b10101111:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamChecker
+			UsageReporter
+			Copier
+			ProgressReporter
+		}{base, vm, h, c, u, cp, pr}
+	case 0b10110000:
+		return struct {
+			Device
+			StreamWaiter
+			Copier
+			ProgressReporter
+		}{base, w, cp, pr}
+	case 0b10110001:
+		return struct {
+			Device
+			VirtualMemory
+			StreamWaiter
+			Copier
+			ProgressReporter
+		}{base, vm, w, cp, pr}
+	case 0b10110010:
+		return struct {
+			Device
+			HostMemory
+			StreamWaiter
+			Copier
+			ProgressReporter
+		}{base, h, w, cp, pr}
+	case 0b10110011:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamWaiter
+			Copier
+			ProgressReporter
+		}{base, vm, h, w, cp, pr}
+	case 0b10110100:
+		return struct {
+			Device
+			StreamChecker
+			StreamWaiter
+			Copier
+			ProgressReporter
+		}{base, c, w, cp, pr}
+	case 0b10110101:
+		return struct {
+			Device
+			VirtualMemory
+			StreamChecker
+			StreamWaiter
+			Copier
+			ProgressReporter
+		}{base, vm, c, w, cp, pr}
+	case 0b10110110:
+		return struct {
+			Device
+			HostMemory
+			StreamChecker
+			StreamWaiter
+			Copier
+			ProgressReporter
+		}{base, h, c, w, cp, pr}
+	case 0b10110111:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamChecker
+			StreamWaiter
+			Copier
+			ProgressReporter
+		}{base, vm, h, c, w, cp, pr}
+	case 0b10111000:
+		return struct {
+			Device
+			UsageReporter
+			StreamWaiter
+			Copier
+			ProgressReporter
+		}{base, u, w, cp, pr}
+	case 0b10111001:
+		return struct {
+			Device
+			VirtualMemory
+			UsageReporter
+			StreamWaiter
+			Copier
+			ProgressReporter
+		}{base, vm, u, w, cp, pr}
+	case 0b10111010:
+		return struct {
+			Device
+			HostMemory
+			UsageReporter
+			StreamWaiter
+			Copier
+			ProgressReporter
+		}{base, h, u, w, cp, pr}
+	case 0b10111011:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			UsageReporter
+			StreamWaiter
+			Copier
+			ProgressReporter
+		}{base, vm, h, u, w, cp, pr}
+	case 0b10111100:
+		return struct {
+			Device
+			StreamChecker
+			UsageReporter
+			StreamWaiter
+			Copier
+			ProgressReporter
+		}{base, c, u, w, cp, pr}
+	case 0b10111101:
+		return struct {
+			Device
+			VirtualMemory
+			StreamChecker
+			UsageReporter
+			StreamWaiter
+			Copier
+			ProgressReporter
+		}{base, vm, c, u, w, cp, pr}
+	case 0b10111110:
+		return struct {
+			Device
+			HostMemory
+			StreamChecker
+			UsageReporter
+			StreamWaiter
+			Copier
+			ProgressReporter
+		}{base, h, c, u, w, cp, pr}
+	case 0b10111111:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamChecker
+			UsageReporter
+			StreamWaiter
+			Copier
+			ProgressReporter
+		}{base, vm, h, c, u, w, cp, pr}
+	case 0b11000000:
+		return struct {
+			Device
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, so, pr}
+	case 0b11000001:
+		return struct {
+			Device
+			VirtualMemory
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, so, pr}
+	case 0b11000010:
+		return struct {
+			Device
+			HostMemory
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, h, so, pr}
+	case 0b11000011:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, h, so, pr}
+	case 0b11000100:
+		return struct {
+			Device
+			StreamChecker
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, c, so, pr}
+	case 0b11000101:
+		return struct {
+			Device
+			VirtualMemory
+			StreamChecker
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, c, so, pr}
+	case 0b11000110:
+		return struct {
+			Device
+			HostMemory
+			StreamChecker
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, h, c, so, pr}
+	case 0b11000111:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamChecker
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, h, c, so, pr}
+	case 0b11001000:
+		return struct {
+			Device
+			UsageReporter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, u, so, pr}
+	case 0b11001001:
+		return struct {
+			Device
+			VirtualMemory
+			UsageReporter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, u, so, pr}
+	case 0b11001010:
+		return struct {
+			Device
+			HostMemory
+			UsageReporter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, h, u, so, pr}
+	case 0b11001011:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			UsageReporter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, h, u, so, pr}
+	case 0b11001100:
+		return struct {
+			Device
+			StreamChecker
+			UsageReporter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, c, u, so, pr}
+	case 0b11001101:
+		return struct {
+			Device
+			VirtualMemory
+			StreamChecker
+			UsageReporter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, c, u, so, pr}
+	case 0b11001110:
+		return struct {
+			Device
+			HostMemory
+			StreamChecker
+			UsageReporter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, h, c, u, so, pr}
+	case 0b11001111:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamChecker
+			UsageReporter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, h, c, u, so, pr}
+	case 0b11010000:
+		return struct {
+			Device
+			StreamWaiter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, w, so, pr}
+	case 0b11010001:
+		return struct {
+			Device
+			VirtualMemory
+			StreamWaiter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, w, so, pr}
+	case 0b11010010:
+		return struct {
+			Device
+			HostMemory
+			StreamWaiter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, h, w, so, pr}
+	case 0b11010011:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamWaiter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, h, w, so, pr}
+	case 0b11010100:
+		return struct {
+			Device
+			StreamChecker
+			StreamWaiter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, c, w, so, pr}
+	case 0b11010101:
+		return struct {
+			Device
+			VirtualMemory
+			StreamChecker
+			StreamWaiter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, c, w, so, pr}
+	case 0b11010110:
+		return struct {
+			Device
+			HostMemory
+			StreamChecker
+			StreamWaiter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, h, c, w, so, pr}
+	case 0b11010111:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamChecker
+			StreamWaiter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, h, c, w, so, pr}
+	case 0b11011000:
+		return struct {
+			Device
+			UsageReporter
+			StreamWaiter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, u, w, so, pr}
+	case 0b11011001:
+		return struct {
+			Device
+			VirtualMemory
+			UsageReporter
+			StreamWaiter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, u, w, so, pr}
+	case 0b11011010:
+		return struct {
+			Device
+			HostMemory
+			UsageReporter
+			StreamWaiter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, h, u, w, so, pr}
+	case 0b11011011:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			UsageReporter
+			StreamWaiter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, h, u, w, so, pr}
+	case 0b11011100:
+		return struct {
+			Device
+			StreamChecker
+			UsageReporter
+			StreamWaiter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, c, u, w, so, pr}
+	case 0b11011101:
+		return struct {
+			Device
+			VirtualMemory
+			StreamChecker
+			UsageReporter
+			StreamWaiter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, c, u, w, so, pr}
+	case 0b11011110:
+		return struct {
+			Device
+			HostMemory
+			StreamChecker
+			UsageReporter
+			StreamWaiter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, h, c, u, w, so, pr}
+	case 0b11011111:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamChecker
+			UsageReporter
+			StreamWaiter
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, h, c, u, w, so, pr}
+	case 0b11100000:
+		return struct {
+			Device
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, cp, so, pr}
+	case 0b11100001:
+		return struct {
+			Device
+			VirtualMemory
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, cp, so, pr}
+	case 0b11100010:
+		return struct {
+			Device
+			HostMemory
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, h, cp, so, pr}
+	case 0b11100011:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, h, cp, so, pr}
+	case 0b11100100:
+		return struct {
+			Device
+			StreamChecker
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, c, cp, so, pr}
+	case 0b11100101:
+		return struct {
+			Device
+			VirtualMemory
+			StreamChecker
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, c, cp, so, pr}
+	case 0b11100110:
+		return struct {
+			Device
+			HostMemory
+			StreamChecker
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, h, c, cp, so, pr}
+	case 0b11100111:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamChecker
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, h, c, cp, so, pr}
+	case 0b11101000:
+		return struct {
+			Device
+			UsageReporter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, u, cp, so, pr}
+	case 0b11101001:
+		return struct {
+			Device
+			VirtualMemory
+			UsageReporter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, u, cp, so, pr}
+	case 0b11101010:
+		return struct {
+			Device
+			HostMemory
+			UsageReporter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, h, u, cp, so, pr}
+	case 0b11101011:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			UsageReporter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, h, u, cp, so, pr}
+	case 0b11101100:
+		return struct {
+			Device
+			StreamChecker
+			UsageReporter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, c, u, cp, so, pr}
+	case 0b11101101:
+		return struct {
+			Device
+			VirtualMemory
+			StreamChecker
+			UsageReporter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, c, u, cp, so, pr}
+	case 0b11101110:
+		return struct {
+			Device
+			HostMemory
+			StreamChecker
+			UsageReporter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, h, c, u, cp, so, pr}
+	case 0b11101111:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamChecker
+			UsageReporter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, h, c, u, cp, so, pr}
+	case 0b11110000:
+		return struct {
+			Device
+			StreamWaiter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, w, cp, so, pr}
+	case 0b11110001:
+		return struct {
+			Device
+			VirtualMemory
+			StreamWaiter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, w, cp, so, pr}
+	case 0b11110010:
+		return struct {
+			Device
+			HostMemory
+			StreamWaiter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, h, w, cp, so, pr}
+	case 0b11110011:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamWaiter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, h, w, cp, so, pr}
+	case 0b11110100:
+		return struct {
+			Device
+			StreamChecker
+			StreamWaiter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, c, w, cp, so, pr}
+	case 0b11110101:
+		return struct {
+			Device
+			VirtualMemory
+			StreamChecker
+			StreamWaiter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, c, w, cp, so, pr}
+	case 0b11110110:
+		return struct {
+			Device
+			HostMemory
+			StreamChecker
+			StreamWaiter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, h, c, w, cp, so, pr}
+	case 0b11110111:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamChecker
+			StreamWaiter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, h, c, w, cp, so, pr}
+	case 0b11111000:
+		return struct {
+			Device
+			UsageReporter
+			StreamWaiter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, u, w, cp, so, pr}
+	case 0b11111001:
+		return struct {
+			Device
+			VirtualMemory
+			UsageReporter
+			StreamWaiter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, u, w, cp, so, pr}
+	case 0b11111010:
+		return struct {
+			Device
+			HostMemory
+			UsageReporter
+			StreamWaiter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, h, u, w, cp, so, pr}
+	case 0b11111011:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			UsageReporter
+			StreamWaiter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, h, u, w, cp, so, pr}
+	case 0b11111100:
+		return struct {
+			Device
+			StreamChecker
+			UsageReporter
+			StreamWaiter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, c, u, w, cp, so, pr}
+	case 0b11111101:
+		return struct {
+			Device
+			VirtualMemory
+			StreamChecker
+			UsageReporter
+			StreamWaiter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, c, u, w, cp, so, pr}
+	case 0b11111110:
+		return struct {
+			Device
+			HostMemory
+			StreamChecker
+			UsageReporter
+			StreamWaiter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, h, c, u, w, cp, so, pr}
+	default:
+		return struct {
+			Device
+			VirtualMemory
+			HostMemory
+			StreamChecker
+			UsageReporter
+			StreamWaiter
+			Copier
+			StreamOrderedMemory
+			ProgressReporter
+		}{base, vm, h, c, u, w, cp, so, pr}
 	}
 }

@@ -54,6 +54,11 @@ func (f *fake) PoolUsage() (device.PoolUsage, error) {
 	return device.PoolUsage{}, f.note("PoolUsage")
 }
 func (f *fake) ResetPoolPeaks() error { return f.note("ResetPoolPeaks") }
+func (f *fake) Progressed(mark uint64, fn func(device.Stream)) (uint64, bool) {
+	_ = f.note("Progressed")
+	fn(device.Stream(mark))
+	return mark + 1, true
+}
 
 // plain implements Device alone.
 type plain struct{ fake }
@@ -64,7 +69,7 @@ func (p *plain) Device() device.Device {
 
 // numCaps is the number of optional capabilities; offered and subset
 // list them in the order of device.Capabilities' fields.
-const numCaps = 7
+const numCaps = 8
 
 func offered(d device.Device) [numCaps]bool {
 	_, vm := d.(device.VirtualMemory)
@@ -74,7 +79,8 @@ func offered(d device.Device) [numCaps]bool {
 	_, w := d.(device.StreamWaiter)
 	_, cp := d.(device.Copier)
 	_, so := d.(device.StreamOrderedMemory)
-	return [numCaps]bool{vm, h, c, u, w, cp, so}
+	_, pr := d.(device.ProgressReporter)
+	return [numCaps]bool{vm, h, c, u, w, cp, so, pr}
 }
 
 // subset returns the capabilities of f that the low numCaps bits of mask
@@ -106,6 +112,9 @@ func subset(mask int, f *fake) (device.Capabilities, [numCaps]bool) {
 	if want[6] {
 		caps.StreamOrderedMemory = f
 	}
+	if want[7] {
+		caps.ProgressReporter = f
+	}
 	return caps, want
 }
 
@@ -119,6 +128,7 @@ func TestCapabilitiesOf(t *testing.T) {
 	assert.Same(t, f, c.StreamWaiter.(*fake))
 	assert.Same(t, f, c.Copier.(*fake))
 	assert.Same(t, f, c.StreamOrderedMemory.(*fake))
+	assert.Same(t, f, c.ProgressReporter.(*fake))
 	assert.Equal(t, device.Capabilities{}, device.CapabilitiesOf((&plain{}).Device()))
 }
 
@@ -131,7 +141,7 @@ func TestCompose(t *testing.T) {
 		base, parts := &fake{name: "base"}, &fake{name: "parts"}
 		caps, want := subset(mask, parts)
 		d := device.Compose(base, caps)
-		require.Equal(t, want, offered(d), "subset %07b", mask)
+		require.Equal(t, want, offered(d), "subset %08b", mask)
 		assert.Equal(t, "base", d.Name())
 
 		_, _ = d.Malloc(1)
@@ -188,8 +198,16 @@ func TestCompose(t *testing.T) {
 			wantParts = append(wantParts, "MallocAsync", "FreeAsync", "SetReleaseThreshold", "TrimPool",
 				"PoolUsage", "ResetPoolPeaks")
 		}
-		assert.Equal(t, wantParts, parts.calls, "subset %07b", mask)
-		assert.Len(t, base.calls, 10, "subset %07b: no capability call reached base", mask)
+		if pr, ok := d.(device.ProgressReporter); ok {
+			var seen []device.Stream
+			now, ok := pr.Progressed(3, func(s device.Stream) { seen = append(seen, s) })
+			assert.True(t, ok)
+			assert.Equal(t, uint64(4), now)
+			assert.Equal(t, []device.Stream{3}, seen)
+			wantParts = append(wantParts, "Progressed")
+		}
+		assert.Equal(t, wantParts, parts.calls, "subset %08b", mask)
+		assert.Len(t, base.calls, 10, "subset %08b: no capability call reached base", mask)
 	}
 }
 
@@ -209,7 +227,7 @@ func TestWithCapabilitiesOf(t *testing.T) {
 		inner := &fake{name: "inner"}
 		caps, want := subset(mask, inner)
 		d := device.WithCapabilitiesOf(adaptor, device.Compose(inner, caps))
-		require.Equal(t, want, offered(d), "inner subset %07b", mask)
+		require.Equal(t, want, offered(d), "inner subset %08b", mask)
 		assert.Equal(t, "adaptor", d.Name())
 		if vm, ok := d.(device.VirtualMemory); ok {
 			_ = vm.Map(0, 1)

@@ -35,9 +35,9 @@ func TestForwardsFaithfully(t *testing.T) {
 		},
 		func(i int, got devicetest.Result) {
 			counts := c.Counts()
-			assert.Equal(t, got.Tally.Calls, counts.Calls, "subset %07b", i)
-			assert.Equal(t, got.Tally.Failed, counts.Failed, "subset %07b", i)
-			assert.Equal(t, got.Tally.Bytes, counts.Bytes, "subset %07b", i)
+			assert.Equal(t, got.Tally.Calls, counts.Calls, "subset %08b", i)
+			assert.Equal(t, got.Tally.Failed, counts.Failed, "subset %08b", i)
+			assert.Equal(t, got.Tally.Bytes, counts.Bytes, "subset %08b", i)
 		})
 	assert.Zero(t, inner.BytesInUse())
 }

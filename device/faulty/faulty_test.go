@@ -78,7 +78,7 @@ func TestNoRulesForwardsFaithfully(t *testing.T) {
 		func(i int, got devicetest.Result) {
 			assert.Empty(t, j.Fired())
 			for k := range device.NumCalls {
-				assert.Equal(t, got.Tally.Calls[k], j.Calls(k), "subset %07b: %v calls", i, k)
+				assert.Equal(t, got.Tally.Calls[k], j.Calls(k), "subset %08b: %v calls", i, k)
 			}
 		})
 }

@@ -39,6 +39,7 @@ var caps = []capability{
 	{"StreamWaiter", "w"},
 	{"Copier", "cp"},
 	{"StreamOrderedMemory", "so"},
+	{"ProgressReporter", "pr"},
 }
 
 // generate returns the formatted source of compose_gen.go.

@@ -282,7 +282,7 @@ func (r *run) streamOrdered(so device.StreamOrderedMemory, s device.Stream) {
 	r.note(device.CallSetReleaseThreshold, 0, err, "0")
 }
 
-// Subsets returns d composed with each of the 128 subsets of its
+// Subsets returns d composed with each of the 256 subsets of its
 // capabilities (device.Compose), the one with none first; the capabilities
 // d lacks stay absent.
 func Subsets(d device.Device) []device.Device {
@@ -311,18 +311,22 @@ func Subsets(d device.Device) []device.Device {
 		if mask&64 != 0 {
 			c.StreamOrderedMemory = all.StreamOrderedMemory
 		}
+		if mask&128 != 0 {
+			c.ProgressReporter = all.ProgressReporter
+		}
 		out = append(out, device.Compose(d, c))
 	}
 	return out
 }
 
 // NumCapabilities is the number of fields of device.Capabilities.
-const NumCapabilities = 7
+const NumCapabilities = 8
 
 // Offered reports which capabilities d offers, in the order of the fields
 // of device.Capabilities.
 func Offered(d device.Device) [NumCapabilities]bool {
 	c := device.CapabilitiesOf(d)
 	return [NumCapabilities]bool{c.VirtualMemory != nil, c.HostMemory != nil, c.StreamChecker != nil,
-		c.UsageReporter != nil, c.StreamWaiter != nil, c.Copier != nil, c.StreamOrderedMemory != nil}
+		c.UsageReporter != nil, c.StreamWaiter != nil, c.Copier != nil, c.StreamOrderedMemory != nil,
+		c.ProgressReporter != nil}
 }

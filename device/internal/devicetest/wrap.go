@@ -13,7 +13,7 @@ import (
 // Wrap returns the device an adaptor under test gives over inner.
 type Wrap func(inner device.Device) device.Device
 
-// Faithful runs the script on each of the 128 capability subsets
+// Faithful runs the script on each of the 256 capability subsets
 // (Subsets) of a bare simulated device and, wrapped, on the same subset
 // of a twin: the lines must be the same, and the two simulators' counters
 // and clocks equal after each subset. check then sees the subset's index
@@ -26,9 +26,9 @@ func Faithful(t *testing.T, newSim func() *sim.Device, wrap Wrap, check func(i i
 	for i := range bareSubsets {
 		want := Run(bareSubsets[i])
 		got := Run(wrap(innerSubsets[i]))
-		require.Equal(t, want.Lines, got.Lines, "subset %07b", i)
-		require.Equal(t, bares.Counters(), inners.Counters(), "subset %07b", i)
-		require.Equal(t, bares.Clock(), inners.Clock(), "subset %07b", i)
+		require.Equal(t, want.Lines, got.Lines, "subset %08b", i)
+		require.Equal(t, bares.Counters(), inners.Counters(), "subset %08b", i)
+		require.Equal(t, bares.Clock(), inners.Clock(), "subset %08b", i)
 		check(i, got)
 	}
 	return inners
@@ -40,6 +40,6 @@ func Faithful(t *testing.T, newSim func() *sim.Device, wrap Wrap, check func(i i
 func SameCapabilities(t *testing.T, newDev func() device.Device, wrap Wrap) {
 	t.Helper()
 	for i, inner := range Subsets(newDev()) {
-		assert.Equal(t, Offered(inner), Offered(wrap(inner)), "subset %07b", i)
+		assert.Equal(t, Offered(inner), Offered(wrap(inner)), "subset %08b", i)
 	}
 }

@@ -287,8 +287,12 @@ func (w *wrapper) ResetPoolPeaks() error {
 	return err
 }
 
-// device.StreamChecker and device.UsageReporter: infallible reads,
-// forwarded as they are.
+// device.StreamChecker, device.UsageReporter and device.ProgressReporter:
+// infallible reads, forwarded as they are.
 
 func (w *wrapper) HasStream(s device.Stream) bool { return w.caps.StreamChecker.HasStream(s) }
 func (w *wrapper) BytesInUse() uint64             { return w.caps.UsageReporter.BytesInUse() }
+
+func (w *wrapper) Progressed(mark uint64, f func(device.Stream)) (uint64, bool) {
+	return w.caps.ProgressReporter.Progressed(mark, f)
+}
