@@ -463,7 +463,7 @@ func (a *Allocator) Free(p device.Ptr) error {
 				b = sh.live.Remove(p)
 			}
 			if b != nil {
-				if !b.Recorded {
+				if b.Uses == 0 {
 					b.Allocated = false
 					if selfCheck && a.shardOf(b.Seg().Free()) != sh {
 						panic("gpumem: a fast shard's live block belongs to another shard's free index")
@@ -503,7 +503,7 @@ func (a *Allocator) freeWorld(p device.Ptr) error {
 		err = a.invalidPointerLocked("free", p)
 	case sh.pool != nil && sh.pool.paused:
 		err = fmt.Errorf("allocator: free %v on device %d: its pool %q is paused; resume it first", p, a.ordinal, sh.pool.name)
-	case b.Recorded:
+	case b.Uses != 0:
 		sh.live.Remove(p)
 		err = a.freeRecordedLocked(sh, b)
 	default:

@@ -129,7 +129,6 @@ func (a *Allocator) deferUntilNoCaptureLocked(b *freeindex.Block) int {
 		i = 0
 	}
 	b.Uses = 0
-	b.Recorded = false
 	a.deferred = append(a.deferred, deferredFree{b: b, uses: i})
 	return 1
 }
@@ -181,7 +180,7 @@ func (a *Allocator) checkCaptureLocked(queued map[*freeindex.Block]int32, bad fu
 		bad("%d captures counted, %d streams capturing", a.captures, n)
 	}
 	for _, d := range a.deferred {
-		if d.b.Allocated || d.b.EventCount != 1 || queued[d.b] != 0 || d.b.Recorded {
+		if d.b.Allocated || d.b.EventCount != 1 || queued[d.b] != 0 || d.b.Uses != 0 {
 			bad("deferred free %v is not a pending block waiting for one event", d.b.Ptr())
 		}
 	}

@@ -203,7 +203,7 @@ func (a *Allocator) checkLocked() error {
 		next := s.Ptr()
 		var prev *freeindex.Block
 		for b := s.Head(); b != nil; b = b.Next() {
-			if b.Recorded || b.Uses != 0 {
+			if b.Uses != 0 {
 				recorded = append(recorded, b)
 			}
 			if b.Ptr() != next {
@@ -236,7 +236,7 @@ func (a *Allocator) checkLocked() error {
 					bad("segment %v: block %v is unmapped in a plain segment", s.Ptr(), b.Ptr())
 					break
 				}
-				if b.Allocated || b.EventCount != 0 || b.Recorded || inIndex[b] {
+				if b.Allocated || b.EventCount != 0 || b.Uses != 0 || inIndex[b] {
 					bad("unmapped block %v is allocated, pending or in the free index", b.Ptr())
 				}
 				if !s.Pool().HasUnmapped(b) {

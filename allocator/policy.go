@@ -386,7 +386,7 @@ func (a *Allocator) checkPolicyLocked(bad func(format string, args ...any)) {
 			bad("lent block %v is not an allocated block", b.Ptr())
 			continue
 		}
-		if s == b.Stream() || !b.Recorded || !slices.Contains(a.usesOf(b), s) {
+		if s == b.Stream() || b.Uses == 0 || !slices.Contains(a.usesOf(b), s) {
 			bad("lent block %v (stream %d) is not recorded on the stream %d that borrowed it", b.Ptr(), b.Stream(), s)
 		}
 	}

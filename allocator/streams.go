@@ -97,7 +97,7 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 // recorded on no other stream, or when the events could not be recorded
 // and the streams were synchronized instead. On an error nothing changed.
 func (a *Allocator) deferFreeLocked(b *freeindex.Block) (int, error) {
-	if !b.Recorded {
+	if b.Uses == 0 {
 		return 0, nil
 	}
 	if a.captures > 0 {
@@ -188,7 +188,6 @@ func (a *Allocator) addUseLocked(b *freeindex.Block, s device.Stream, capturing 
 	if capturing && !slices.Contains(u.capture, s) {
 		u.capture = append(u.capture, s)
 	}
-	b.Recorded = true
 }
 
 // newUsesLocked returns the name (1 + the index) of an empty record, from
@@ -218,12 +217,10 @@ func (a *Allocator) dropUsesLocked(b *freeindex.Block) {
 		a.freeUsesLocked(b.Uses)
 	}
 	b.Uses = 0
-	b.Recorded = false
 }
 
 // checkUsesLocked checks the records of recorded streams, given every
-// block of every segment with Recorded or Uses set: a block is recorded
-// exactly when it names a record; it is allocated; each record is named
+// block of every segment with Uses set (a recorded block): it is allocated; each record is named
 // by one block or one deferred free, or is on the free list, and not two
 // of these; a block's record lists at least one stream, none twice, and
 // its capture streams are among them; a record on the free list is
@@ -244,8 +241,8 @@ func (a *Allocator) checkUsesLocked(recorded []*freeindex.Block, bad func(string
 	}
 	for _, b := range recorded {
 		what := fmt.Sprintf("block %v", b.Ptr())
-		if lb, _ := a.liveBlockLocked(b.Ptr()); b.Recorded != (b.Uses != 0) || !b.Allocated || lb != b {
-			bad("stream uses are kept for %v, which is not an allocated, recorded block (recorded %v, record %d)", b.Ptr(), b.Recorded, b.Uses)
+		if lb, _ := a.liveBlockLocked(b.Ptr()); !b.Allocated || lb != b {
+			bad("stream uses are kept for %v, which is not an allocated, recorded block (record %d)", b.Ptr(), b.Uses)
 		}
 		if b.Uses == 0 || !claim(b.Uses, 1, what) {
 			continue

@@ -23,7 +23,7 @@ import (
 // links) are this package's, which alone writes them; the allocator reads
 // them through the methods of their names. The exported ones are the
 // allocator's bookkeeping of a block it handed out, which it alone
-// writes: Requested, Allocated, Recorded, Phase, EventCount and Uses. This
+// writes: Requested, Allocated, Phase, EventCount and Uses. This
 // package reads them only to merge free blocks alone (Busy) and in its
 // checks, and zeroes the struct of a block that no longer exists.
 //
@@ -67,12 +67,11 @@ type Block struct {
 	Allocated  bool
 	indexed    bool   // in its free index: set and cleared by the free index alone (add, drop, put, unfile, take)
 	listed     bool   // in its free index's list of whole free segments (Index.wholes)
-	Recorded   bool   // allocated and RecordStream added streams: they are in the allocator's uses
 	unmapped   bool   // an address range of an expandable segment with no memory behind it
 	grows      bool   // next is an unmapped range (CanGrow): kept where links and unmapped change, so that the test reads b alone
 	Phase      uint16 // the phase current when the block was handed out (the allocator's phases); set by the allocator's takeLocked
 	EventCount int32  // outstanding stream events before a pending free completes
-	Uses       int32  // 1 + the index of the allocator's record of the streams RecordStream added; 0 for none (nonzero exactly when Recorded)
+	Uses       int32  // 1 + the index of the allocator's record of the streams RecordStream added; 0 for none: the block is recorded (RecordStream added streams) exactly when Uses is not 0
 }
 
 // Ptr is the block's address.

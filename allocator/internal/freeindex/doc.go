@@ -68,7 +68,7 @@
 // enough to be inlined. The exported fields are the allocator's, written
 // only by it:
 //
-//   - Block.Requested, Allocated, Recorded, Phase, EventCount and Uses:
+//   - Block.Requested, Allocated, Phase, EventCount and Uses:
 //     its bookkeeping of a block it handed out (Uses names the
 //     allocator's record of the streams the block was recorded on). This package reads them only
 //     to merge free neighbours alone (Block.Busy) and to check that the

@@ -16,7 +16,7 @@ func (x *Index) Check(bad func(format string, args ...any)) {
 	if x.kind == KindTree && (x.pend != nil || x.front != nil) {
 		bad("the cold shard's stream %d keeps a pending split", s)
 	}
-	if f := x.front; f != nil && (f.Allocated || f.indexed || f.listed || f.Recorded || f.Uses != 0 || f.unmapped || f.EventCount != 0 || f.Requested != 0) {
+	if f := x.front; f != nil && (f.Allocated || f.indexed || f.listed || f.Uses != 0 || f.unmapped || f.EventCount != 0 || f.Requested != 0) {
 		bad("stream %d: the struct kept for the next split is in use", s)
 	} else if f != nil && (f.stream != x.stream || f.pool != x.pool) {
 		bad("stream %d: the struct kept for the next split is of stream %d, pool %s", s, f.stream, f.pool.stat)
