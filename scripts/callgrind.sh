@@ -17,7 +17,11 @@
 #   pair through the Go API), policy (random_mixed through replay.Run
 #   under the faithful default, gpumem_policy:low_fragmentation and
 #   gpumem_policy:planned, BenchmarkPolicyReplay: instructions per op of
-#   each and each policy's as a multiple of the default's), live
+#   each and each policy's as a multiple of the default's), policy-steps
+#   (bert_b2_x20, BERT's last step repeated to 20 steps, through
+#   replay.Run under the faithful default and gpumem_policy:planned, the
+#   third step planned and the rest served: instructions per replay, 1
+#   and 11 replays, and planned's as a multiple of the default's), live
 #   (BenchmarkLiveBlocks at 1k and 1M live blocks: instructions and
 #   last-level cache misses per op, with callgrind's cache simulation of
 #   an 8 MiB, 16-way last level; slow: the 1M set-up runs twice under
@@ -146,6 +150,11 @@ for w in "${what[@]}"; do
 			p=$(bench "BenchmarkPolicyReplay/random_mixed/$m" 1 3 "$n")
 			echo "random_mixed through replay.Run, $m: $p instructions per op, $(echo "scale=3; $p / $d" | bc) x the faithful default's $d"
 		done
+		;;
+	policy-steps)
+		d=$(bench BenchmarkPolicyReplay/bert_b2_x20/faithful_default 1 11 1)
+		p=$(bench BenchmarkPolicyReplay/bert_b2_x20/planned 1 11 1)
+		echo "bert_b2_x20 through replay.Run: the faithful default $d, planned $p instructions per replay ($(echo "scale=3; $p / $d" | bc) x)"
 		;;
 	live)
 		for n in 1k 1M; do

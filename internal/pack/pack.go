@@ -125,8 +125,10 @@ func Best(ctx context.Context, items []Item, ops int, bound uint64, parallel boo
 
 // Sorted returns the indices of items in the order Orders[k] places them,
 // ties by index. The first order, by size, which the allocator's planned
-// policy uses alone, is compared directly (a third of the instructions
-// of its Less, which evaluates every key, through a function value).
+// policy uses alone, sorts keys that hold the whole comparison
+// (sortedBySize) where they fit in 64 bits, else compares directly (a
+// third of the instructions of its Less, which evaluates every key,
+// through a function value).
 func Sorted(items []Item, k int) []int32 {
 	idx := make([]int32, len(items))
 	for i := range idx {
@@ -136,6 +138,9 @@ func Sorted(items []Item, k int) []int32 {
 		slices.SortFunc(idx, func(x, y int32) int {
 			return cmp.Or(Orders[k].Less(&items[x], &items[y]), cmp.Compare(x, y))
 		})
+		return idx
+	}
+	if sortedBySize(items, idx) {
 		return idx
 	}
 	slices.SortFunc(idx, func(x, y int32) int {
@@ -153,6 +158,45 @@ func Sorted(items []Item, k int) []int32 {
 	return idx
 }
 
+// sortedBySize sorts idx (0 to len(items)-1) in the first order, ties
+// by index, and reports true, when each item's keys fit in one 64-bit
+// number that sorts as they do: the size below the largest, the
+// lifetime below the longest, the start above the earliest and the
+// index, each in as many bits as its range needs (BERT's step: 59). A
+// sort of numbers compares without calls. It reports false, leaving
+// idx as it was, when the keys take more bits.
+func sortedBySize(items []Item, idx []int32) bool {
+	if len(items) == 0 {
+		return true
+	}
+	minB, maxB := items[0].Bytes, items[0].Bytes
+	minL, maxL := items[0].End-items[0].Start, items[0].End-items[0].Start
+	minS, maxS := items[0].Start, items[0].Start
+	for i := range items {
+		b := &items[i]
+		minB, maxB = min(minB, b.Bytes), max(maxB, b.Bytes)
+		minL, maxL = min(minL, b.End-b.Start), max(maxL, b.End-b.Start)
+		minS, maxS = min(minS, b.Start), max(maxS, b.Start)
+	}
+	wi := bits.Len64(uint64(len(items) - 1))
+	ws := bits.Len64(uint64(maxS) - uint64(minS))
+	wl := bits.Len64(uint64(maxL) - uint64(minL))
+	if bits.Len64(maxB-minB)+wl+ws+wi > 64 {
+		return false
+	}
+	keys := make([]uint64, len(items))
+	for i := range items {
+		b := &items[i]
+		keys[i] = (maxB-b.Bytes)<<(wl+ws+wi) | (uint64(maxL)-uint64(b.End-b.Start))<<(ws+wi) |
+			(uint64(b.Start)-uint64(minS))<<wi | uint64(i)
+	}
+	slices.Sort(keys)
+	for i, k := range keys {
+		idx[i] = int32(k & (1<<wi - 1))
+	}
+	return true
+}
+
 // Greedy places the items in the order idx (a permutation of their
 // indices), each at the best-fitting gap among the placed items that
 // overlap it in time, writes their offsets in offsets (it reads the items
@@ -166,7 +210,7 @@ func Sorted(items []Item, k int) []int32 {
 // that each item's lifetime touches, at about 4 times the cost each (its
 // lists are merged). On a training step, where most blocks are in use at
 // once (BERT's 1,004 blocks: 195,781 of 503,506 pairs overlap), reading
-// them all costs a third of the index's 29.9 M instructions; on a trace
+// them all costs about a quarter of the index's 29.9 M instructions; on a trace
 // of 10^5 blocks whose lifetimes are short beside it, the index reads
 // a sliver of the n^2.
 //
@@ -184,8 +228,9 @@ func Greedy(ctx context.Context, items []Item, ops int, idx []int32, offsets []u
 
 // scanCosts is how many items greedyBuckets reads for the cost of one
 // that greedyScan reads (callgrind on BERT's step: 29.9 M instructions
-// for 405,692 items read through the index, 9.2 M for 503,506 read in
-// address order, about 74 and 18 each).
+// for 405,692 items read through the index, 7.2 M for 503,506 read in
+// address order, about 74 and 14 each; 4 rather than 5 leaves to the
+// index the cases near the line, where it reads less memory).
 const scanCosts = 4
 
 // scanCheaper reports whether greedyScan reads the items for less than
@@ -235,11 +280,12 @@ func bucketWidth(items []Item, ops int) (w, nb int) {
 }
 
 // greedyScan is Greedy reading, for each item, every placed item in
-// address order: their lifetimes and places are kept in two lists in
-// that order, a new one inserted where it belongs.
+// address order: their starts, ends, offsets and tops are kept in four
+// lists in that order, a new one inserted where it belongs, so that the
+// search reads the lifetimes alone for the items not in use with the
+// one placed (three in five on BERT's step).
 func greedyScan(ctx context.Context, items []Item, idx []int32, offsets []uint64) uint64 {
-	var lives []uint64 // start<<32 | end, in address order
-	var places []place // in address order
+	var s scanLists
 	var footprint uint64
 	for n, x := range idx {
 		if n&1023 == 1023 && ctx.Err() != nil {
@@ -250,44 +296,74 @@ func greedyScan(ctx context.Context, items []Item, idx []int32, offsets []uint64
 		if b.Bytes == 0 || b.Start >= b.End {
 			continue
 		}
-		at := scanFit(lives, places, uint32(b.Start), uint32(b.End), b.Bytes)
+		at := s.fit(uint32(b.Start), uint32(b.End), b.Bytes)
 		offsets[x] = at
 		footprint = max(footprint, at+b.Bytes)
-		i, _ := slices.BinarySearchFunc(places, at, func(c place, at uint64) int { return cmp.Compare(c.off, at) })
-		places = slices.Insert(places, i, place{at, at + b.Bytes})
-		lives = slices.Insert(lives, i, uint64(b.Start)<<32|uint64(b.End))
+		s.insert(uint32(b.Start), uint32(b.End), at, at+b.Bytes)
 	}
 	return footprint
 }
 
-// A place is where a placed item lies: the bytes [off, top).
-type place struct{ off, top uint64 }
+// scanLists are the placed items of greedyScan in address order: the
+// i-th in use during [starts[i], ends[i]) at the bytes [offs[i], tops[i]).
+type scanLists struct {
+	starts, ends []uint32
+	offs, tops   []uint64
+}
 
-// scanFit returns the offset for an item of bytes in use during [start,
-// end), among the placed items (lives[i] the lifetime, start<<32 | end,
-// of the item at places[i], in address order): the smallest gap between
-// those in use at some op of [start, end) that holds it, the lowest of
-// those on a tie, else above them all.
-func scanFit(lives []uint64, places []place, start, end uint32, bytes uint64) uint64 {
+// insert adds an item in use during [start, end) at [off, top), after
+// the items below off and before those at or above it.
+func (s *scanLists) insert(start, end uint32, off, top uint64) {
+	i, _ := slices.BinarySearch(s.offs, off)
+	s.starts = slices.Insert(s.starts, i, start)
+	s.ends = slices.Insert(s.ends, i, end)
+	s.offs = slices.Insert(s.offs, i, off)
+	s.tops = slices.Insert(s.tops, i, top)
+}
+
+// fit returns the offset for an item of bytes in use during [start,
+// end), among the placed items: the smallest gap between those in use
+// at some op of [start, end) that holds it, the lowest of those on a
+// tie, else above them all. A gap of exactly bytes is the smallest
+// there can be, and the lowest such is the first found: the search
+// stops there.
+func (s *scanLists) fit(start, end uint32, bytes uint64) uint64 {
 	var top uint64
-	bestGap, at := uint64(math.MaxUint64), uint64(0)
-	places = places[:len(lives)]
-	for i := 0; i < len(lives); i++ {
-		if l := lives[i]; uint32(l>>32) >= end || uint32(l) <= start {
+	// best.slack is the best gap found less bytes: a gap g holds the
+	// item and is smaller when g-bytes < best.slack (g >= bytes, checked
+	// apart). It is read and written only where a gap holds the item,
+	// seldom: kept in memory, it leaves the loop's registers to the rest.
+	best := &scanBest{math.MaxUint64, math.MaxUint64}
+	n := len(s.starts)
+	ends, offs, tops := s.ends[:n], s.offs[:n], s.tops[:n]
+	for i, st := range s.starts {
+		if st >= end || ends[i] <= start {
 			continue
 		}
-		c := &places[i]
-		if c.off > top && c.off-top >= bytes && c.off-top < bestGap {
-			bestGap, at = c.off-top, top
+		if o := offs[i]; o >= top+bytes && best.better(o-top-bytes, top) {
+			return top
 		}
-		if c.top > top {
-			top = c.top
-		}
+		top = max(top, tops[i])
 	}
-	if bestGap == math.MaxUint64 {
+	if best.at == math.MaxUint64 {
 		return top
 	}
-	return at
+	return best.at
+}
+
+// scanBest is the best gap scanLists.fit has found: its size less the
+// item's and its offset.
+type scanBest struct{ slack, at uint64 }
+
+// better keeps a gap at of slack bytes more than the item's if it is
+// smaller than the best so far, and reports whether it fits exactly.
+//
+//go:noinline
+func (b *scanBest) better(slack, at uint64) bool {
+	if slack < b.slack {
+		b.slack, b.at = slack, at
+	}
+	return slack == 0
 }
 
 // greedyBuckets is Greedy through an index of time buckets: bucket k

@@ -194,14 +194,23 @@ func TestGreedyScansTrainingSteps(t *testing.T) {
 }
 
 // TestSortedFollowsOrders holds Sorted to each order's Less, ties by
-// index, on random items with many ties in each key.
+// index, on random items with many ties in each key, whose keys fit in
+// 64 bits and, one round in four, do not.
 func TestSortedFollowsOrders(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	for range 100 {
+	for round := range 100 {
 		items := make([]Item, 1+r.IntN(300))
 		for i := range items {
 			s := r.IntN(20)
 			items[i] = Item{Start: s, End: s + r.IntN(8), Bytes: uint64(r.IntN(6)) * 512}
+			if round%4 == 2 {
+				items[i].End = s - r.IntN(4) // no memory, sorted all the same
+			}
+			if round%4 == 3 {
+				// Sizes whose keys take more than 64 bits with the
+				// rest: sorted by comparisons.
+				items[i].Bytes = uint64(r.IntN(6)) << 58
+			}
 		}
 		for k, o := range Orders {
 			want := make([]int32, len(items))

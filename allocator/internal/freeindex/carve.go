@@ -14,9 +14,17 @@ import "github.com/gpumem/gpumem/device"
 // the invariants forbid; the caller hands it out in the same operation.
 // b must be free, filed in x, and hold the range; size is a positive
 // multiple of 512 and ptr is 512-aligned.
+//
+// A range at b's start is split off as Take splits (the rest keeps b's
+// struct and, until the index is next used, its key: a pending split),
+// so that a block freed before the next use merges back with no change
+// to the index; b whole is taken out of it.
 func (x *Index) Carve(b *Block, ptr device.Ptr, size uint64) *Block {
 	if x.pend != nil {
 		x.settle()
+	}
+	if ptr == b.ptr {
+		return x.Take(b, size, b.size > size)
 	}
 	x.unfile(b)
 	if ptr > b.ptr {

@@ -121,7 +121,8 @@
 // the cold indexes with whole free segments).
 //
 // The gpumem_invariants build also panics when Take finds a pending split
-// (the fit that found its block settles it).
+// (the fit that found its block settles it), unless it takes whole a
+// block in no index (Carve's).
 //
 // # Locking
 //

@@ -152,12 +152,13 @@ func (x *Index) Remembered(size uint64) *Block {
 // the rest, free; without, b itself, taken out of the index. b is in the
 // index (found by a fit, or mapped into an expandable segment) or is a
 // new segment's block in no index yet; x has no pending split (every fit
-// settles it, and the ladder's slow steps settle every index). The rest of
+// settles it, and the ladder's slow steps settle every index), unless b
+// is a block in no index taken whole (Carve's, which may leave one). The rest of
 // a block that was in the index keeps its old key until the index is used
 // again (pend; an index of the tree kind moves it at once); a new
 // segment's rest is filed.
 func (x *Index) Take(b *Block, size uint64, split bool) *Block {
-	if selfCheck && x.pend != nil {
+	if selfCheck && x.pend != nil && (split || b.indexed) {
 		panic("gpumem: take from a free index with a pending split: the fit that found the block settles it")
 	}
 	if !split {
