@@ -107,6 +107,7 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 		// Under the shard's lock alone: the other shards' counts are out of
 		// reach, so the peaks wait for a cut in the world (cutsLocked).
 		sh.cut, sh.cutOp = true, *d // the fast path makes the shard slow as it leaves
+		sh.cutRows, sh.cutK = rows, k
 		a.cutWaiting.Store(true)
 		return
 	}
@@ -158,11 +159,36 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 // when and why): their operations, kept as the shards' cutOp, are counted
 // by the peaks' Cut in the order of the shards. It looks for them only
 // when a shard said one waits (Allocator.cutWaiting).
+//
+// One operation waiting (the common case: the shard that left it takes
+// the world at once) is settled by exceedRows in the world, as if it had
+// run there: the peaks' Cut of one operation is Exceed for every row it
+// increased, and exceedRows runs it for the rows the operation passed a
+// limit of (shard.cutRows), the only ones where Exceed does anything.
 func (a *Allocator) cutsLocked() {
 	if !a.cutWaiting.Load() {
 		return
 	}
 	a.cutWaiting.Store(false)
+	var one *shard
+	for _, sh := range a.shards {
+		if sh.cut {
+			if one != nil {
+				a.cutManyLocked()
+				return
+			}
+			one = sh
+		}
+	}
+	if one != nil {
+		one.cut = false
+		a.exceedRows(one, one.cutK, one.cutRows, &one.cutOp)
+	}
+}
+
+// cutManyLocked is cutsLocked with several operations waiting: the peaks'
+// Cut counts them one after another.
+func (a *Allocator) cutManyLocked() {
 	cs, ops := a.cutChanges[:0], a.cutOps[:0]
 	for _, sh := range a.shards {
 		if sh.cut {

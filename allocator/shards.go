@@ -61,9 +61,13 @@ type shard struct {
 	fast atomic.Bool
 	// cut: a change of the shard's counts passed a limit while other
 	// shards exist, and its peaks wait for the world (cutsLocked); cutOp
-	// is that operation's change. Until then the shard is not fast.
-	cut   bool
-	cutOp opDelta
+	// is that operation's change, cutRows and cutK the rows it passed a
+	// limit of and its pool (exceedRows' arguments). Until then the shard
+	// is not fast.
+	cut     bool
+	cutRows uint32
+	cutK    int
+	cutOp   opDelta
 
 	// Named pools (pools.go), changed in the world: pool is the named
 	// pool whose blocks the shard keeps (nil for the default pool's
