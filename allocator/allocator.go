@@ -506,14 +506,7 @@ func (a *Allocator) freeWorld(p device.Ptr, hint *shard) error {
 	}
 	a.lockAll()
 	defer a.unlockAll()
-	var b *freeindex.Block
-	sh := hint
-	if sh != nil {
-		b = sh.live.Get(p)
-	}
-	if b == nil {
-		b, sh = a.liveBlockLocked(p)
-	}
+	b, sh := a.liveBlockLocked(p, hint)
 	var err error
 	switch {
 	case b == nil:

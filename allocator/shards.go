@@ -359,8 +359,14 @@ func (a *Allocator) startRoutesLocked() {
 }
 
 // liveBlockLocked returns the allocated block at p and its shard, or nil;
-// it runs in the world.
-func (a *Allocator) liveBlockLocked(p device.Ptr) (*freeindex.Block, *shard) {
+// it runs in the world. It looks in the address table of shard hint first,
+// if not nil (the shard of p's route that Free found).
+func (a *Allocator) liveBlockLocked(p device.Ptr, hint *shard) (*freeindex.Block, *shard) {
+	if hint != nil {
+		if b := hint.live.Get(p); b != nil {
+			return b, hint
+		}
+	}
 	if id, ok := a.routes.lookup(p); ok {
 		sh := (*a.byID.Load())[id]
 		if b := sh.live.Get(p); b != nil {
