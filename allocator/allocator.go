@@ -303,7 +303,7 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 		}
 		sh.mu.Unlock()
 	}
-	return a.allocWorld(size, s)
+	return a.allocWorld(size, s, sh)
 }
 
 // fitLocked runs steps 2 to 4 of the allocation ladder for a request of
@@ -360,13 +360,21 @@ func (a *Allocator) searchLocked(x *freeindex.Index, size uint64) *freeindex.Blo
 	return b
 }
 
-// allocWorld runs the whole allocation ladder in the world.
-func (a *Allocator) allocWorld(size uint64, s device.Stream) (device.Ptr, error) {
+// allocWorld runs the whole allocation ladder in the world. own is the
+// shard of stream s's own that Alloc found (lookupShard), or nil: its free
+// indexes are the stream's unless the stream is routed to a pool.
+func (a *Allocator) allocWorld(size uint64, s device.Stream, own *shard) (device.Ptr, error) {
 	if !a.made() {
 		return 0, errNotMade
 	}
 	a.lockAll()
-	xs, pool := a.routedIndexesLocked(s)
+	var xs *[2]freeindex.Index
+	var pool *Pool
+	if own != nil && len(a.route) == 0 {
+		xs = &own.free // as indexesLocked finds them
+	} else {
+		xs, pool = a.routedIndexesLocked(s)
+	}
 	if xs == nil {
 		a.unlockAll()
 		return 0, fmt.Errorf("allocator: stream %d is not a stream of device %d: %w", s, a.ordinal, device.ErrInvalidStream)
@@ -486,17 +494,19 @@ func (a *Allocator) Free(p device.Ptr) error {
 		}
 		sh.mu.Unlock()
 	}
-	return a.freeWorld(p)
+	return a.freeWorld(p, sh)
 }
 
-// freeWorld runs the free ladder in the world.
-func (a *Allocator) freeWorld(p device.Ptr) error {
+// freeWorld runs the free ladder in the world. hint is the shard whose
+// address table Free looked in (its route for p), or nil: the world looks
+// there first.
+func (a *Allocator) freeWorld(p device.Ptr, hint *shard) error {
 	if !a.made() {
 		return errNotMade
 	}
 	a.lockAll()
 	defer a.unlockAll()
-	b, sh := a.liveBlockLocked(p)
+	b, sh := a.liveBlockLocked(p, hint)
 	var err error
 	switch {
 	case b == nil:

@@ -118,18 +118,16 @@ const (
 func (sh *shard) refreshImplied() { sh.activeImplied = sh.impliedNow() }
 
 // impliedNow reports whether the shard has nothing pending and its active
-// limits are at least its allocation limits.
+// limits are at least its allocation limits, in each pool and in all:
+// the rows that derivedFrom names, written out (it runs for every shard
+// whose limits the peaks set, as the world leaves).
 func (sh *shard) impliedNow() bool {
-	return sh.impliedRow(int(stats.Active)) && sh.impliedRow(int(stats.ActiveBytes))
-}
-
-// impliedRow reports whether the derived row (active or active_bytes)
-// holds nothing pending and its limits are at least those of the row it
-// derives from, in each pool and in all.
-func (sh *shard) impliedRow(row int) bool {
-	d, b := &sh.st[row], &sh.st[derivedFrom[row]-1]
-	return d.pool[0].Value()|d.pool[1].Value() == 0 &&
-		d.pool[0].Limit() >= b.pool[0].Limit() && d.pool[1].Limit() >= b.pool[1].Limit() && d.allLim >= b.allLim
+	st := &sh.st
+	d, b := &st[stats.Active], &st[stats.Allocation]
+	db, bb := &st[stats.ActiveBytes], &st[stats.AllocatedBytes]
+	return d.pool[0].Value()|d.pool[1].Value()|db.pool[0].Value()|db.pool[1].Value() == 0 &&
+		d.pool[0].Limit() >= b.pool[0].Limit() && d.pool[1].Limit() >= b.pool[1].Limit() && d.allLim >= b.allLim &&
+		db.pool[0].Limit() >= bb.pool[0].Limit() && db.pool[1].Limit() >= bb.pool[1].Limit() && db.allLim >= bb.allLim
 }
 
 // opDelta is what one operation changed in one shard's counts: by row, in

@@ -13,7 +13,7 @@ const SelfCheck = selfCheck
 // liveBlock returns the allocated block at p, or nil, for tests that
 // reach into the allocator (which must not run concurrently with them).
 func (a *Allocator) liveBlock(p device.Ptr) *freeindex.Block {
-	b, _ := a.liveBlockLocked(p)
+	b, _ := a.liveBlockLocked(p, nil)
 	return b
 }
 

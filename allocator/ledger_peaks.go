@@ -107,6 +107,7 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 		// Under the shard's lock alone: the other shards' counts are out of
 		// reach, so the peaks wait for a cut in the world (cutsLocked).
 		sh.cut, sh.cutOp = true, *d // the fast path makes the shard slow as it leaves
+		sh.cutRows, sh.cutK = rows, k
 		a.cutWaiting.Store(true)
 		return
 	}
@@ -144,25 +145,97 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 			all += base.pool[0].Value() + base.pool[1].Value()
 		}
 		r := statRow(row, 0)
-		if lim := s.pool[col].Limit(); v > lim {
+		if lim := s.pool[col].Limit(); v > lim && !(a.peaks.Serial && a.holderLends(sh, row, col, r+col, v-lim, lim)) {
 			a.peaks.Passed(ps, sh.id, r+col, v, lim)
 		}
-		if lim := s.allLim; all > lim {
+		if lim := s.allLim; all > lim && !(a.peaks.Serial && a.holderLends(sh, row, qAll, r+qAll, all-lim, lim)) {
 			a.peaks.Passed(ps, sh.id, r+qAll, all, lim)
 		}
 	}
 	sh.refreshImplied()
 }
 
+// holderLends is the peaks' Passed where, in Serial, the holder of the
+// peaks' row r (quantity row in column col) holds room that covers shard
+// sh's need beyond its limit lim (peaks.Table.Holder): sh takes all of it,
+// and becomes the holder. It reads and sets the two shards' counts itself,
+// not through shardParts, and reports whether it did; if not, the caller
+// runs Passed.
+func (a *Allocator) holderLends(sh *shard, row, col, r int, need, lim int64) bool {
+	h := a.peaks.Holder(r, need)
+	ids := *a.byID.Load()
+	if h == sh.id || uint(h) >= uint(len(ids)) {
+		return false
+	}
+	o := ids[h]
+	c, base := &o.st[row], derivedFrom[row]-1 // -1: no base row
+	var hv, hl int64
+	if col == qAll {
+		hv, hl = c.pool[0].Value()+c.pool[1].Value(), c.allLim
+		if base >= 0 {
+			hv += o.st[base].pool[0].Value() + o.st[base].pool[1].Value()
+		}
+	} else {
+		hv, hl = c.pool[col&1].Value(), c.pool[col&1].Limit()
+		if base >= 0 {
+			hv += o.st[base].pool[col&1].Value()
+		}
+	}
+	room := hl - hv
+	if room < need {
+		return false
+	}
+	o.setLimit(row, col, hv)
+	sh.setLimit(row, col, lim+room)
+	o.activeImplied = false
+	a.peaks.SetHolder(r, sh.id)
+	return true
+}
+
+// setLimit sets shard sh's limit of quantity row in column k (qAll: the
+// limit of the sum of the pools).
+func (sh *shard) setLimit(row, k int, lim int64) {
+	if k == qAll {
+		sh.st[row].allLim = lim
+	} else {
+		sh.st[row].pool[k&1].SetLimit(lim)
+	}
+}
+
 // cutsLocked settles the peaks that shards left waiting (shards.go says
 // when and why): their operations, kept as the shards' cutOp, are counted
 // by the peaks' Cut in the order of the shards. It looks for them only
 // when a shard said one waits (Allocator.cutWaiting).
+//
+// One operation waiting (the common case: the shard that left it takes
+// the world at once) is settled by exceedRows in the world, as if it had
+// run there: the peaks' Cut of one operation is Exceed for every row it
+// increased, and exceedRows runs it for the rows the operation passed a
+// limit of (shard.cutRows), the only ones where Exceed does anything.
 func (a *Allocator) cutsLocked() {
 	if !a.cutWaiting.Load() {
 		return
 	}
 	a.cutWaiting.Store(false)
+	var one *shard
+	for _, sh := range a.shards {
+		if sh.cut {
+			if one != nil {
+				a.cutManyLocked()
+				return
+			}
+			one = sh
+		}
+	}
+	if one != nil {
+		one.cut = false
+		a.exceedRows(one, one.cutK, one.cutRows, &one.cutOp)
+	}
+}
+
+// cutManyLocked is cutsLocked with several operations waiting: the peaks'
+// Cut counts them one after another.
+func (a *Allocator) cutManyLocked() {
 	cs, ops := a.cutChanges[:0], a.cutOps[:0]
 	for _, sh := range a.shards {
 		if sh.cut {

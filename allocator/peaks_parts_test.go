@@ -131,8 +131,8 @@ func TestShardPartsRowsAreTheParts(t *testing.T) {
 	}
 }
 
-// impliedByRows is impliedNow as it was written before impliedRow: every
-// pool and the all column of both derived rows, through value and limit.
+// impliedByRows is impliedNow written row by row: every pool and the all
+// column of both derived rows, through value and limit.
 func impliedByRows(sh *shard) bool {
 	for _, row := range [2]int{int(stats.Active), int(stats.ActiveBytes)} {
 		base := derivedFrom[row] - 1

@@ -382,7 +382,7 @@ func (p *confParser) parsePolicyKey(c *Config, key string) (ok bool, err error) 
 func (a *Allocator) checkPolicyLocked(bad func(format string, args ...any)) {
 	p := a.pol
 	for b, s := range p.borrowed {
-		if lb, _ := a.liveBlockLocked(b.Ptr()); !b.Allocated || lb != b {
+		if lb, _ := a.liveBlockLocked(b.Ptr(), nil); !b.Allocated || lb != b {
 			bad("lent block %v is not an allocated block", b.Ptr())
 			continue
 		}

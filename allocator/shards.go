@@ -61,9 +61,13 @@ type shard struct {
 	fast atomic.Bool
 	// cut: a change of the shard's counts passed a limit while other
 	// shards exist, and its peaks wait for the world (cutsLocked); cutOp
-	// is that operation's change. Until then the shard is not fast.
-	cut   bool
-	cutOp opDelta
+	// is that operation's change, cutRows and cutK the rows it passed a
+	// limit of and its pool (exceedRows' arguments). Until then the shard
+	// is not fast.
+	cut     bool
+	cutRows uint32
+	cutK    int
+	cutOp   opDelta
 
 	// Named pools (pools.go), changed in the world: pool is the named
 	// pool whose blocks the shard keeps (nil for the default pool's
@@ -355,8 +359,14 @@ func (a *Allocator) startRoutesLocked() {
 }
 
 // liveBlockLocked returns the allocated block at p and its shard, or nil;
-// it runs in the world.
-func (a *Allocator) liveBlockLocked(p device.Ptr) (*freeindex.Block, *shard) {
+// it runs in the world. It looks in the address table of shard hint first,
+// if not nil (the shard of p's route that Free found).
+func (a *Allocator) liveBlockLocked(p device.Ptr, hint *shard) (*freeindex.Block, *shard) {
+	if hint != nil {
+		if b := hint.live.Get(p); b != nil {
+			return b, hint
+		}
+	}
 	if id, ok := a.routes.lookup(p); ok {
 		sh := (*a.byID.Load())[id]
 		if b := sh.live.Get(p); b != nil {

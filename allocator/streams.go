@@ -69,7 +69,7 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 	}
 	a.lockAll()
 	defer a.unlockAll()
-	b, sh := a.liveBlockLocked(p)
+	b, sh := a.liveBlockLocked(p, nil)
 	if b == nil {
 		return a.invalidPointerLocked("record stream for", p)
 	}
@@ -241,7 +241,7 @@ func (a *Allocator) checkUsesLocked(recorded []*freeindex.Block, bad func(string
 	}
 	for _, b := range recorded {
 		what := fmt.Sprintf("block %v", b.Ptr())
-		if lb, _ := a.liveBlockLocked(b.Ptr()); !b.Allocated || lb != b {
+		if lb, _ := a.liveBlockLocked(b.Ptr(), nil); !b.Allocated || lb != b {
 			bad("stream uses are kept for %v, which is not an allocated, recorded block (record %d)", b.Ptr(), b.Uses)
 		}
 		if b.Uses == 0 || !claim(b.Uses, 1, what) {

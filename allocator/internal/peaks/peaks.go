@@ -49,6 +49,10 @@
 //     value and p taking all the room; and then, until the next reading,
 //     a pass of another part takes the room the last taker still holds,
 //     when that covers it, without reading the row.
+//   - Table.Holder and Table.SetHolder: that last step of Exceed in
+//     Serial, for a caller that reads and sets the two parts' counts
+//     itself: Holder names the part whose room Exceed would take,
+//     SetHolder records that the passing part took it.
 //   - Table.Sole: Exceed with one part, whose limit is the peak: the peak
 //     becomes its value.
 //   - Table.Cut: operations that passed a limit while their parts ran
@@ -64,8 +68,9 @@
 // Neither type locks: the caller's locks guard them. A part's Counts are
 // guarded by the part's lock; Bump, Drop and Carry run under it. The
 // Table, and the limits of every part, change only with every part's
-// lock held (Exceed, Cut, ResetPeaks, AddRow, Check and the Parts they
-// call), with one exception: while there is one part, its lock alone
+// lock held (Exceed, Passed, Cut, ResetPeaks, AddRow, SetHolder, Check
+// and the Parts they call, and a caller that takes a holder's room
+// itself), with one exception: while there is one part, its lock alone
 // guards the Table, and Sole runs under it.
 //
 // # The serial order
@@ -369,6 +374,24 @@ func (t *Table) Passed(ps Parts, p, r int, v, lim int64) {
 	t.spare[r] = 0
 	ps.SetLimits(r, lims)
 }
+
+// Holder returns, in Serial, the part that holds row r's room (its
+// holder, -1 if none yet), where Passed would look to it for a pass by
+// need beyond a limit: when the spare room does not hold need. Else, or
+// outside Serial, it returns -1. A caller that reads and sets the parts'
+// counts itself can then do what Passed does when the holder's room (its
+// limit less its value) covers the need of another part p: the holder's
+// limit becomes its value, p's limit rises by that room, and p is the
+// holder (SetHolder).
+func (t *Table) Holder(r int, need int64) int {
+	if !t.Serial || need <= t.spare[r] {
+		return -1
+	}
+	return int(t.holder[r])
+}
+
+// SetHolder makes part p the holder of row r: it took the holder's room.
+func (t *Table) SetHolder(r, p int) { t.holder[r] = int32(p) }
 
 // riserShare: at a reading of a row outside Serial by the part that
 // passed its limit of the row at the row's last reading too (the row's

@@ -294,3 +294,57 @@ func TestPassedIsExceed(t *testing.T) {
 		}
 	})
 }
+
+// TestHolderIsPassed: a caller that, in Serial, takes the holder's room
+// itself where Holder names a holder whose room covers the need (the
+// holder's limit becoming its value, the part's rising by the room, and
+// SetHolder) leaves the table and the limits as Passed does, over a run
+// of random rises and falls, with spare room left by a part's lowered
+// limit now and then.
+func TestHolderIsPassed(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		nParts := rapid.IntRange(2, 6).Draw(t, "parts")
+		tab, g := newTable(1), newGrid(nParts, 1)
+		tab.Serial = true
+		tab.peak[0] = rapid.Int64Range(0, 20).Draw(t, "peak")
+		for i := range rapid.IntRange(1, 60).Draw(t, "steps") {
+			p := rapid.IntRange(0, nParts-1).Draw(t, "part")
+			if d := rapid.Int64Range(-3, 8).Draw(t, "delta"); d >= 0 || g[p][0].Value()+d >= 0 {
+				g[p][0].Carry(d)
+			}
+			if q := rapid.IntRange(0, nParts-1).Draw(t, "spare"); q != p {
+				// q's room below its limit goes to the spare room.
+				tab.spare[0] += g[q][0].Limit() - g[q][0].Value()
+				g[q][0].SetLimit(g[q][0].Value())
+			}
+			v, lim := g.Part(p, 0)
+			if v <= lim {
+				continue
+			}
+			ref, rg := clone(tab, g)
+			ref.Passed(rg, p, 0, v, lim)
+			if h := tab.Holder(0, v-lim); h != p && h >= 0 && h < nParts {
+				if hv, hl := g.Part(h, 0); hl-hv >= v-lim {
+					g.SetLimit(h, 0, hv)
+					g.SetLimit(p, 0, lim+hl-hv)
+					tab.SetHolder(0, p)
+				} else {
+					tab.Passed(g, p, 0, v, lim)
+				}
+			} else {
+				tab.Passed(g, p, 0, v, lim)
+			}
+			for q := range g {
+				if g[q][0].Limit() != rg[q][0].Limit() {
+					t.Fatalf("step %d: part %d's limit %d taken from the holder, %d after Passed", i, q, g[q][0].Limit(), rg[q][0].Limit())
+				}
+			}
+			if tab.peak[0] != ref.peak[0] || tab.spare[0] != ref.spare[0] || tab.holder[0] != ref.holder[0] {
+				t.Fatalf("step %d: the table differs from Passed's", i)
+			}
+			if msg := broken(tab, g); msg != "" {
+				t.Fatalf("step %d: %s", i, msg)
+			}
+		}
+	})
+}
