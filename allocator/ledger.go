@@ -267,15 +267,76 @@ func (a *Allocator) takeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block
 		sh.live.Put(f)
 	}
 	if a.listening {
-		if a.stepping {
-			sh.steps.note(f, +1)
-			if a.pol != nil && a.pol.plan != nil {
-				a.planAllocatedLocked(f, size, a.userStreamLocked(f))
-			}
+		a.handedOutLocked(sh, f, size)
+	}
+	return f
+}
+
+// handedOutLocked logs the hand-out of f, for a request rounded to size
+// bytes, where steps or observers listen (a.listening).
+func (a *Allocator) handedOutLocked(sh *shard, f *freeindex.Block, size uint64) {
+	if a.stepping {
+		sh.steps.note(f, +1)
+		if a.pol != nil && a.pol.plan != nil {
+			a.planAllocatedLocked(f, size, a.userStreamLocked(f))
 		}
-		if len(a.observers) > 0 {
-			a.notifyLocked(Action{Kind: ActionAlloc, Ptr: f.Ptr(), Size: f.Size(), Requested: f.Requested, Stream: a.userStreamLocked(f), Phase: a.phases[f.Phase].name})
-		}
+	}
+	if len(a.observers) > 0 {
+		a.notifyLocked(Action{Kind: ActionAlloc, Ptr: f.Ptr(), Size: f.Size(), Requested: f.Requested, Stream: a.userStreamLocked(f), Phase: a.phases[f.Phase].name})
+	}
+}
+
+// retakeLocked hands out again f, the held front of x's pending split
+// (freeindex.Index.Retake), for a request of requested bytes: the
+// hand-out that takeLocked would make of the block from before the split,
+// whose rest stays pending, recorded as takeLocked records it; the free
+// index has nothing more to do. It returns f.
+func (a *Allocator) retakeLocked(sh *shard, x *freeindex.Index, f *freeindex.Block, requested uint64) *freeindex.Block {
+	k := x.PoolIdx()
+	n := int64(f.Size())
+	// The block from before the split is f and the rest after it, in a
+	// plain segment: its split makes the rest a free block of a split
+	// segment, and takes f's bytes from inactive_split if it was one.
+	splitBlocks, splitBytes := int64(1), int64(f.Next().Size())
+	if f.Prev() != nil || f.Next().Next() != nil {
+		splitBlocks, splitBytes = 0, -n
+	}
+	st := &sh.st
+	var rows uint32 // the rows past a limit, as in takeLocked
+	if st[stats.Allocation].bump(k, 1) {
+		rows |= 1<<stats.Allocation | activeRows
+	}
+	if st[stats.AllocatedBytes].bump(k, n) {
+		rows |= 1<<stats.AllocatedBytes | activeRows
+	}
+	if st[stats.RequestedBytes].bump(k, int64(requested)) {
+		rows |= 1 << stats.RequestedBytes
+	}
+	if !sh.activeImplied && sh.activeOver(k) {
+		rows |= activeRows
+	}
+	oversize := uint64(n) >= a.rule.maxSplit
+	if oversize && st[oversizeA].bump(qSmall, 1) {
+		rows |= 1 << oversizeA
+	}
+	if st[stats.InactiveSplit].move(k, splitBlocks) {
+		rows |= 1 << stats.InactiveSplit
+	}
+	if st[stats.InactiveSplitBytes].move(k, splitBytes) {
+		rows |= 1 << stats.InactiveSplitBytes
+	}
+	if a.phased && sh.phaseCount(a.phase).add(n) {
+		rows |= phaseBit
+	}
+	if rows != 0 {
+		a.takeExceeded(sh, k, rows, n, int64(requested), splitBlocks, splitBytes, oversize)
+	}
+	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
+	if !sh.live.PutHome(f) {
+		sh.live.Put(f)
+	}
+	if a.listening {
+		a.handedOutLocked(sh, f, uint64(n))
 	}
 	return f
 }
@@ -346,6 +407,7 @@ func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) 
 // fewer. sh is the shard of b's free index.
 func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bool) {
 	x := b.Seg().Free()
+	x.Unhold() // b may be the held front's neighbour
 	var blocks, bytes int64
 	if !b.Seg().Expandable() {
 		prev, next := b.Prev(), b.Next()

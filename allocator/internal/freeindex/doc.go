@@ -92,8 +92,13 @@
 // structures never change. Every other method that reads or changes the
 // index moves the rest to its new key first (settle). The struct of the
 // front merged back is kept for the next split (front), so that the loop
-// neither recycles nor clears a struct. An Index of KindTree never keeps
-// a pending split.
+// neither recycles nor clears a struct. In size buckets even that merge
+// waits: Put holds the freed front (held), and a request of its size
+// whose best fit the buckets still remember as the block from before the
+// split takes it again as it is (Retake), so that the loop neither
+// splits nor merges; any other use merges the two first (settle, Unhold),
+// and until then the front and the rest stand for that one block. An
+// Index of KindTree never keeps a pending split.
 //
 // # Invariants
 //
@@ -104,7 +109,8 @@
 //     marked Indexed and filed where a lookup finds it, in the structure
 //     its size and the Index's Kind say; the structures of other kinds are
 //     absent; a pending split's rest follows its front, under the key of
-//     both;
+//     both; a held front is that front, free, in no structure, and its
+//     lower neighbour is not free;
 //   - the blocks that fill a plain segment (those releasing the cache
 //     returns to the device) are known without a walk: in size buckets
 //     the 2 MiB class; in the other kinds, wholes lists exactly them;

@@ -46,6 +46,14 @@ type Index struct {
 	// an unsplit: its fields but those a split sets are zero, so the next
 	// split reuses it without clearing and recycling it.
 	front *Block
+	// held is the front of the pending split, freed by its caller and
+	// not yet merged back (size buckets alone): the unsplit that Put owes
+	// waits too, as the usual next step, a request of the front's size
+	// whose best fit is still the block from before the split, hands the
+	// front out again as it is (Retake). Until then the index holds, as
+	// far as anyone outside sees, the block from before the split: every
+	// other method merges the two first (settle, Unhold).
+	held *Block
 }
 
 // Kind is the structure of a free index.
@@ -215,7 +223,9 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 // its pool's unmapped index. It returns the merged block. When b is the
 // front of the pending split and its lower neighbour stays, the merge
 // gives back the block from before the split, filed under the key the
-// pending rest still has: the index does not change (an unsplit).
+// pending rest still has: the index does not change (an unsplit). In
+// size buckets even that merge waits: b is held (Index.held) and Put
+// returns the rest, which stands for the block from before the split.
 func (x *Index) Put(b *Block) *Block {
 	if pb := x.pend; pb != nil {
 		// pb.prev is the front, busy until now: b.next == pb means b is
@@ -223,6 +233,10 @@ func (x *Index) Put(b *Block) *Block {
 		// finishFreeLocked). The neighbours are read apart here and below,
 		// so that nothing of the merge's path lives across this one.
 		if prev := b.prev; b.next == pb && !mergeable(b, prev) {
+			if x.kind == KindSmall {
+				x.held = b // the merge waits too (rejoin), or never comes (Retake)
+				return pb
+			}
 			x.pend = nil
 			pb.ptr, pb.size = b.ptr, b.size+pb.size
 			pb.prev = prev
@@ -436,8 +450,14 @@ func (x *Index) rekey(b *Block, old Key) {
 	}
 }
 
-// settle files the block whose split is pending under its new key.
+// settle files the block whose split is pending under its new key, or
+// with a held front merges the two back under the key the block is filed
+// under (rejoin).
 func (x *Index) settle() {
+	if x.held != nil {
+		x.rejoin()
+		return
+	}
 	b, old := x.pend, x.pendKey
 	x.pend = nil
 	if x.kind == KindTree { // a cold index
@@ -471,6 +491,61 @@ func (x *Index) settle() {
 		x.place(b)
 	}
 }
+
+// rejoin merges the held front back into the pending split's rest, which
+// then is the block from before the split again, filed under its key:
+// the unsplit that Put owed. The front's struct is kept for the next
+// split.
+func (x *Index) rejoin() {
+	b, pb := x.held, x.pend
+	x.held, x.pend = nil, nil
+	prev := b.prev
+	pb.ptr, pb.size = b.ptr, b.size+pb.size
+	pb.prev = prev
+	if prev != nil {
+		prev.next = pb
+	} else {
+		pb.seg.head = pb
+	}
+	if x.front == nil {
+		x.front = b
+	} else {
+		x.spares.put(b)
+	}
+}
+
+// Unhold merges a held front back (rejoin): before the allocator reads
+// the neighbours of a block of x's segments (the free of a block, which
+// may be the held front's neighbour, a walk of a segment's blocks).
+func (x *Index) Unhold() {
+	if x.held != nil {
+		x.rejoin()
+	}
+}
+
+// Retake hands the held front out again for a request of size (rounded)
+// bytes when the split it came from is the one a take would make: the
+// front has size bytes, and the size buckets remember the block from
+// before the split (the pending split's rest, under its old key) as the
+// best fit of size. The pending split stays, as after that take; the
+// block's fields are as its free left them (the allocator's record sets
+// the rest). Else it returns nil and changes nothing. Small enough to be
+// inlined in the allocator's fast path; ask Remembered first (it answers
+// nil while a split is pending).
+func (x *Index) Retake(size uint64) *Block {
+	f := x.held
+	if f == nil || f.size != size {
+		return nil
+	}
+	if bk := x.buckets; bk.memo != x.pend || bk.memoSize != size || bk.version != bk.memoVersion {
+		return nil
+	}
+	x.held = nil
+	return f
+}
+
+// Held returns the held front, nil when there is none.
+func (x *Index) Held() *Block { return x.held }
 
 // Pending reports whether a split's rest waits to move to its new key
 // (the package doc's pending split).
