@@ -11,7 +11,8 @@
 // are called here and nowhere else in the package, nor are the limits of
 // the all columns and the sums written elsewhere (TestOnlyTheLedgerWrites
 // checks the source). The other files read them. The changes of the
-// counts, the cuts and the resets are in ledger_peaks.go.
+// counts, the cuts and the resets are in ledger_peaks.go; the hand-out
+// and the free of a free index's held front in ledger_held.go.
 
 package allocator
 
@@ -286,61 +287,6 @@ func (a *Allocator) handedOutLocked(sh *shard, f *freeindex.Block, size uint64) 
 	}
 }
 
-// retakeLocked hands out again f, the held front of x's pending split
-// (freeindex.Index.Retake), for a request of requested bytes: the
-// hand-out that takeLocked would make of the block from before the split,
-// whose rest stays pending, recorded as takeLocked records it; the free
-// index has nothing more to do. It returns f.
-func (a *Allocator) retakeLocked(sh *shard, x *freeindex.Index, f *freeindex.Block, requested uint64) *freeindex.Block {
-	k := x.PoolIdx()
-	n := int64(f.Size())
-	// The block from before the split is f and the rest after it, in a
-	// plain segment: its split makes the rest a free block of a split
-	// segment, and takes f's bytes from inactive_split if it was one.
-	splitBlocks, splitBytes := int64(1), int64(f.Next().Size())
-	if f.Prev() != nil || f.Next().Next() != nil {
-		splitBlocks, splitBytes = 0, -n
-	}
-	st := &sh.st
-	var rows uint32 // the rows past a limit, as in takeLocked
-	if st[stats.Allocation].bump(k, 1) {
-		rows |= 1<<stats.Allocation | activeRows
-	}
-	if st[stats.AllocatedBytes].bump(k, n) {
-		rows |= 1<<stats.AllocatedBytes | activeRows
-	}
-	if st[stats.RequestedBytes].bump(k, int64(requested)) {
-		rows |= 1 << stats.RequestedBytes
-	}
-	if !sh.activeImplied && sh.activeOver(k) {
-		rows |= activeRows
-	}
-	oversize := uint64(n) >= a.rule.maxSplit
-	if oversize && st[oversizeA].bump(qSmall, 1) {
-		rows |= 1 << oversizeA
-	}
-	if st[stats.InactiveSplit].move(k, splitBlocks) {
-		rows |= 1 << stats.InactiveSplit
-	}
-	if st[stats.InactiveSplitBytes].move(k, splitBytes) {
-		rows |= 1 << stats.InactiveSplitBytes
-	}
-	if a.phased && sh.phaseCount(a.phase).add(n) {
-		rows |= phaseBit
-	}
-	if rows != 0 {
-		a.takeExceeded(sh, k, rows, n, int64(requested), splitBlocks, splitBytes, oversize)
-	}
-	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
-	if !sh.live.PutHome(f) {
-		sh.live.Put(f)
-	}
-	if a.listening {
-		a.handedOutLocked(sh, f, uint64(n))
-	}
-	return f
-}
-
 // takeExceeded runs exceedRows for a hand-out of n bytes (requested as
 // asked) in pool k of shard sh that passed a limit of the rows in rows; it
 // is apart from takeLocked so that the cached path's frame stays small.
@@ -397,7 +343,9 @@ func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) 
 // (free_completed: b is no longer active; with requested, the caller's
 // free too: free_requested, for a free that did not wait for events),
 // then the free index merges b with free neighbours and files the result
-// (freeindex.Index.Put, PyTorch's free_block). The merge's change to the free
+// (freeindex.Index.Put, PyTorch's free_block), or, for the front of its
+// pending split, holds it and leaves the merge for later
+// (freeindex.Index.Hold; the counts are the merge's all the same). The merge's change to the free
 // blocks of split plain segments counts in inactive_split: the neighbours
 // it absorbs go, the merged block counts if its segment stays split (an
 // unsplit is such a merge too: its rest goes, and the block from before
@@ -407,7 +355,13 @@ func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) 
 // fewer. sh is the shard of b's free index.
 func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bool) {
 	x := b.Seg().Free()
-	x.Unhold() // b may be the held front's neighbour
+	if x.Again() { // size buckets in a loop of one size
+		if requested && x.Hold(b) {
+			a.freeHeldLocked(sh, x, b)
+			return
+		}
+		x.Unhold() // b may be the held front's neighbour
+	}
 	var blocks, bytes int64
 	if !b.Seg().Expandable() {
 		prev, next := b.Prev(), b.Next()
@@ -446,43 +400,61 @@ func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bo
 		over := st[stats.InactiveSplit].move(k, blocks)
 		over = st[stats.InactiveSplitBytes].move(k, bytes) || over
 		if over {
-			d := opDelta{k: k}
-			if requested {
-				d.row[stats.Allocation], d.row[stats.AllocatedBytes] = -1, -size
-				if b.Size() >= a.rule.maxSplit {
-					d.row[oversizeA] = -1
-				}
-				if a.phased {
-					d.phased, d.phase, d.ph = true, b.Phase, [2]int64{-size, -1}
-				}
-			} else {
-				d.row[stats.Active], d.row[stats.ActiveBytes] = -1, -size
-			}
-			d.row[stats.RequestedBytes] = -int64(b.Requested)
-			d.row[stats.InactiveSplit], d.row[stats.InactiveSplitBytes] = blocks, bytes
-			a.exceedRows(sh, k, splitRows, &d)
+			a.freeExceeded(sh, k, b, requested, blocks, bytes)
 		}
 	} else {
 		st[stats.InactiveSplit].pool[k&1].Carry(blocks) // zero or less
 		st[stats.InactiveSplitBytes].pool[k&1].Carry(bytes)
 	}
 	if a.listening {
-		if requested && a.stepping {
-			sh.steps.note(b, -1)
-			if a.pol != nil && a.pol.plan != nil {
-				a.planFreedLocked(b.Ptr())
-			}
-		}
-		if len(a.observers) > 0 {
-			ph := a.phases[b.Phase].name
-			if requested {
-				a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested, Stream: b.Stream(), Phase: ph})
-			}
-			a.notifyLocked(Action{Kind: ActionFreeCompleted, Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested, Stream: b.Stream(), Phase: ph})
-		}
+		a.freedLocked(sh, b, requested)
 	}
 	b.Requested = 0
 	x.Put(b)
+}
+
+// freeExceeded runs exceedRows for the free of b (requested: by the
+// caller, else a pending free completed) in pool k of shard sh, whose
+// merge changed inactive_split by blocks and bytes and passed a limit; it
+// is apart from finishFreeLocked so that the cached path's frame stays
+// small.
+//
+//go:noinline
+func (a *Allocator) freeExceeded(sh *shard, k int, b *freeindex.Block, requested bool, blocks, bytes int64) {
+	size := int64(b.Size())
+	d := opDelta{k: k}
+	if requested {
+		d.row[stats.Allocation], d.row[stats.AllocatedBytes] = -1, -size
+		if b.Size() >= a.rule.maxSplit {
+			d.row[oversizeA] = -1
+		}
+		if a.phased {
+			d.phased, d.phase, d.ph = true, b.Phase, [2]int64{-size, -1}
+		}
+	} else {
+		d.row[stats.Active], d.row[stats.ActiveBytes] = -1, -size
+	}
+	d.row[stats.RequestedBytes] = -int64(b.Requested)
+	d.row[stats.InactiveSplit], d.row[stats.InactiveSplitBytes] = blocks, bytes
+	a.exceedRows(sh, k, splitRows, &d)
+}
+
+// freedLocked logs the free of b (requested: by the caller, else a
+// pending free completed) where steps or observers listen (a.listening).
+func (a *Allocator) freedLocked(sh *shard, b *freeindex.Block, requested bool) {
+	if requested && a.stepping {
+		sh.steps.note(b, -1)
+		if a.pol != nil && a.pol.plan != nil {
+			a.planFreedLocked(b.Ptr())
+		}
+	}
+	if len(a.observers) > 0 {
+		ph := a.phases[b.Phase].name
+		if requested {
+			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested, Stream: b.Stream(), Phase: ph})
+		}
+		a.notifyLocked(Action{Kind: ActionFreeCompleted, Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested, Stream: b.Stream(), Phase: ph})
+	}
 }
 
 // streamRecordedLocked tells observers that b was recorded on stream s

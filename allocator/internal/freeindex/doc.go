@@ -92,8 +92,9 @@
 // structures never change. Every other method that reads or changes the
 // index moves the rest to its new key first (settle). The struct of the
 // front merged back is kept for the next split (front), so that the loop
-// neither recycles nor clears a struct. In size buckets even that merge
-// waits: Put holds the freed front (held), and a request of its size
+// neither recycles nor clears a struct. In size buckets that hand out one
+// size in a loop even that merge waits: Hold keeps the freed front
+// (held), and a request of its size
 // whose best fit the buckets still remember as the block from before the
 // split takes it again as it is (Retake), so that the loop neither
 // splits nor merges; any other use merges the two first (settle, Unhold),
@@ -144,7 +145,8 @@
 //
 // block.go: blocks, segments, pools, spare structs, and the making and
 // mapping of segments. index.go: Index, its
-// best fit, split, merge and filing. expandable.go: ExpandableBestFit,
+// best fit, split, merge and filing. held.go: the held front (Hold,
+// Retake, Unhold). expandable.go: ExpandableBestFit,
 // PyTorch's choice among blocks that could grow. walks.go: its ordered walks and its
 // list of whole free segments. index_check.go: its checks. buckets.go,
 // large.go, tree.go and tree_check.go: its structures. heap.go: the heap of a size class.

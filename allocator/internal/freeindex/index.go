@@ -54,6 +54,11 @@ type Index struct {
 	// far as anyone outside sees, the block from before the split: every
 	// other method merges the two first (settle, Unhold).
 	held *Block
+	// again: size buckets whose last hand-out was their remembered best
+	// fit (Remembered) or a held front taken again (Retake), a loop of
+	// one size, so that a free of the front holds it (Hold); a search
+	// (BestFit) clears it. A held front is kept only while it is set.
+	again bool
 }
 
 // Kind is the structure of a free index.
@@ -124,6 +129,7 @@ func (x *Index) BestFit(size uint64) *Block {
 	if x.pend != nil {
 		x.settle()
 	}
+	x.again = false
 	var b *Block
 	switch {
 	case x.kind == KindSmall:
@@ -150,6 +156,7 @@ func (x *Index) BestFit(size uint64) *Block {
 // 20 MiB (the allocator's Config.validate).
 func (x *Index) Remembered(size uint64) *Block {
 	if bk := x.buckets; x.kind == KindSmall && x.pend == nil && size == bk.memoSize && bk.version == bk.memoVersion {
+		x.again = true
 		return bk.memo
 	}
 	return nil
@@ -223,9 +230,9 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 // its pool's unmapped index. It returns the merged block. When b is the
 // front of the pending split and its lower neighbour stays, the merge
 // gives back the block from before the split, filed under the key the
-// pending rest still has: the index does not change (an unsplit). In
-// size buckets even that merge waits: b is held (Index.held) and Put
-// returns the rest, which stands for the block from before the split.
+// pending rest still has: the index does not change (an unsplit). (In
+// size buckets the allocator asks Hold first, which keeps even that
+// merge waiting.)
 func (x *Index) Put(b *Block) *Block {
 	if pb := x.pend; pb != nil {
 		// pb.prev is the front, busy until now: b.next == pb means b is
@@ -233,10 +240,6 @@ func (x *Index) Put(b *Block) *Block {
 		// finishFreeLocked). The neighbours are read apart here and below,
 		// so that nothing of the merge's path lives across this one.
 		if prev := b.prev; b.next == pb && !mergeable(b, prev) {
-			if x.kind == KindSmall {
-				x.held = b // the merge waits too (rejoin), or never comes (Retake)
-				return pb
-			}
 			x.pend = nil
 			pb.ptr, pb.size = b.ptr, b.size+pb.size
 			pb.prev = prev
@@ -491,61 +494,6 @@ func (x *Index) settle() {
 		x.place(b)
 	}
 }
-
-// rejoin merges the held front back into the pending split's rest, which
-// then is the block from before the split again, filed under its key:
-// the unsplit that Put owed. The front's struct is kept for the next
-// split.
-func (x *Index) rejoin() {
-	b, pb := x.held, x.pend
-	x.held, x.pend = nil, nil
-	prev := b.prev
-	pb.ptr, pb.size = b.ptr, b.size+pb.size
-	pb.prev = prev
-	if prev != nil {
-		prev.next = pb
-	} else {
-		pb.seg.head = pb
-	}
-	if x.front == nil {
-		x.front = b
-	} else {
-		x.spares.put(b)
-	}
-}
-
-// Unhold merges a held front back (rejoin): before the allocator reads
-// the neighbours of a block of x's segments (the free of a block, which
-// may be the held front's neighbour, a walk of a segment's blocks).
-func (x *Index) Unhold() {
-	if x.held != nil {
-		x.rejoin()
-	}
-}
-
-// Retake hands the held front out again for a request of size (rounded)
-// bytes when the split it came from is the one a take would make: the
-// front has size bytes, and the size buckets remember the block from
-// before the split (the pending split's rest, under its old key) as the
-// best fit of size. The pending split stays, as after that take; the
-// block's fields are as its free left them (the allocator's record sets
-// the rest). Else it returns nil and changes nothing. Small enough to be
-// inlined in the allocator's fast path; ask Remembered first (it answers
-// nil while a split is pending).
-func (x *Index) Retake(size uint64) *Block {
-	f := x.held
-	if f == nil || f.size != size {
-		return nil
-	}
-	if bk := x.buckets; bk.memo != x.pend || bk.memoSize != size || bk.version != bk.memoVersion {
-		return nil
-	}
-	x.held = nil
-	return f
-}
-
-// Held returns the held front, nil when there is none.
-func (x *Index) Held() *Block { return x.held }
 
 // Pending reports whether a split's rest waits to move to its new key
 // (the package doc's pending split).
