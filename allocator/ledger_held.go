@@ -2,7 +2,10 @@
 // (freeindex.Index.Hold and Retake): the free of the front that leaves
 // its merge waiting, and the hand-out of the front again. Each records
 // what finishFreeLocked and takeLocked would for the merge and the split
-// that do not happen. It is part of the ledger: TestOnlyTheLedgerWrites
+// that do not happen. Held fronts are of size buckets, whose blocks are
+// at most 2 MiB, never oversize (max_split_size is at least the large
+// segment size, more than 10 MiB: Config.validate), so the oversize
+// counts do not move. It is part of the ledger: TestOnlyTheLedgerWrites
 // lets the ledger's files, and no other, change the counts.
 
 package allocator
@@ -41,10 +44,6 @@ func (a *Allocator) retakeLocked(sh *shard, x *freeindex.Index, f *freeindex.Blo
 	if !sh.activeImplied && sh.activeOver(k) {
 		rows |= activeRows
 	}
-	oversize := uint64(n) >= a.rule.maxSplit
-	if oversize && st[oversizeA].bump(qSmall, 1) {
-		rows |= 1 << oversizeA
-	}
 	if st[stats.InactiveSplit].move(k, splitBlocks) {
 		rows |= 1 << stats.InactiveSplit
 	}
@@ -55,7 +54,7 @@ func (a *Allocator) retakeLocked(sh *shard, x *freeindex.Index, f *freeindex.Blo
 		rows |= phaseBit
 	}
 	if rows != 0 {
-		a.takeExceeded(sh, k, rows, n, int64(requested), splitBlocks, splitBytes, oversize)
+		a.takeExceeded(sh, k, rows, n, int64(requested), splitBlocks, splitBytes, false)
 	}
 	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
 	if !sh.live.PutHome(f) {
@@ -81,9 +80,6 @@ func (a *Allocator) freeHeldLocked(sh *shard, x *freeindex.Index, b *freeindex.B
 	}
 	st[stats.Allocation].pool[k&1].Drop(1)
 	st[stats.AllocatedBytes].pool[k&1].Drop(size)
-	if b.Size() >= a.rule.maxSplit {
-		st[oversizeA].pool[qSmall].Drop(1)
-	}
 	if a.phased {
 		c := &sh.ph[b.Phase]
 		c.bytes.Drop(size)
