@@ -38,19 +38,19 @@ func (x *Index) Unhold() {
 
 // Retake hands the held front out again for a request of size (rounded)
 // bytes when the split it came from is the one a take would make: the
-// front has size bytes, and the size buckets remember the block from
-// before the split (the pending split's rest, under its old key) as the
-// best fit of size. The pending split stays, as after that take; the
-// block's fields are as its free left them (the allocator's record sets
-// the rest). Else it returns nil and changes nothing. Small enough to be
-// inlined in the allocator's fast path; ask Remembered first (it answers
-// nil while a split is pending).
+// front has size bytes. (The size buckets remember the block from before
+// the split, the pending split's rest under its old key, as the best fit
+// of the front's size: a front is held only after a hand-out of the
+// remembered best fit or a retake, whose split left the pending split,
+// and every change of the buckets or of what they remember merges it back
+// first; Check verifies it.) The pending split stays, as after that take;
+// the block's fields are as its free left them (the allocator's record
+// sets the rest). Else it returns nil and changes nothing. Small enough to
+// be inlined in the allocator's fast path; ask Remembered first (it
+// answers nil while a split is pending).
 func (x *Index) Retake(size uint64) *Block {
 	f := x.held
 	if f == nil || f.size != size {
-		return nil
-	}
-	if bk := x.buckets; bk.memo != x.pend || bk.memoSize != size || bk.version != bk.memoVersion {
 		return nil
 	}
 	x.held = nil
