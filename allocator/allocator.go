@@ -280,7 +280,7 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 			if b := x.Remembered(rounded); b != nil {
 				f = a.takeLocked(sh, x, b, rounded, size)
 			} else if f = x.Retake(rounded); f != nil {
-				f = a.retakeLocked(sh, x, f, size)
+				f = a.retakeLocked(sh, f, size)
 			} else if b = a.searchLocked(x, rounded); b != nil {
 				f = a.takeLocked(sh, x, b, rounded, size)
 			}

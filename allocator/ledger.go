@@ -357,7 +357,7 @@ func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bo
 	x := b.Seg().Free()
 	if x.Again() { // size buckets in a loop of one size
 		if requested && x.Hold(b) {
-			a.freeHeldLocked(sh, x, b)
+			a.freeHeldLocked(sh, b)
 			return
 		}
 		x.Unhold() // b may be the held front's neighbour

@@ -15,13 +15,13 @@ import (
 	"github.com/gpumem/gpumem/stats"
 )
 
-// retakeLocked hands out again f, the held front of x's pending split
-// (freeindex.Index.Retake), for a request of requested bytes: the
-// hand-out that takeLocked would make of the block from before the split,
-// whose rest stays pending, recorded as takeLocked records it; the free
-// index has nothing more to do. It returns f.
-func (a *Allocator) retakeLocked(sh *shard, x *freeindex.Index, f *freeindex.Block, requested uint64) *freeindex.Block {
-	k := x.PoolIdx()
+// retakeLocked hands out again f, the held front of its free index's
+// pending split (freeindex.Index.Retake), of shard sh, for a request of
+// requested bytes: the hand-out that takeLocked would make of the block
+// from before the split, whose rest stays pending, recorded as takeLocked
+// records it; the free index has nothing more to do. It returns f.
+func (a *Allocator) retakeLocked(sh *shard, f *freeindex.Block, requested uint64) *freeindex.Block {
+	const k = qSmall // size buckets are a small pool's (freeindex.Index.PoolIdx)
 	n := int64(f.Size())
 	// The block from before the split is f and the rest after it, in a
 	// plain segment: its split makes the rest a free block of a split
@@ -67,12 +67,13 @@ func (a *Allocator) retakeLocked(sh *shard, x *freeindex.Index, f *freeindex.Blo
 }
 
 // freeHeldLocked is finishFreeLocked for a caller's free of b that its
-// free index x held (freeindex.Index.Hold: b is the front of x's pending
+// free index held (freeindex.Index.Hold: b is the front of its pending
 // split): the counts are the unsplit's, whose rest goes into the block
 // from before the split, counted in inactive_split if its segment stays
 // split; the merge itself waits.
-func (a *Allocator) freeHeldLocked(sh *shard, x *freeindex.Index, b *freeindex.Block) {
-	k, st, size := x.PoolIdx(), &sh.st, int64(b.Size())
+func (a *Allocator) freeHeldLocked(sh *shard, b *freeindex.Block) {
+	const k = qSmall // size buckets are a small pool's (freeindex.Index.PoolIdx)
+	st, size := &sh.st, int64(b.Size())
 	rest := b.Next()
 	blocks, bytes := int64(-1), -int64(rest.Size())
 	if b.Prev() != nil || rest.Next() != nil {
