@@ -272,15 +272,20 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 	if sh != nil {
 		sh.mu.Lock()
 		if sh.fast.Load() {
-			// fitLocked, inlined.
+			// fitLocked, inlined, and the held front's hand-out
+			// (freeindex.Index.Retake) where the index remembers nothing.
 			rounded := a.round(size)
 			x := indexFor(&sh.free, rounded)
-			b := x.Remembered(rounded)
-			if b == nil {
-				b = a.searchLocked(x, rounded)
+			var f *freeindex.Block
+			if b := x.Remembered(rounded); b != nil {
+				f = a.takeLocked(sh, x, b, rounded, size)
+			} else if f = x.Retake(rounded); f != nil {
+				f = a.retakeLocked(sh, f, size)
+			} else if b = a.searchLocked(x, rounded); b != nil {
+				f = a.takeLocked(sh, x, b, rounded, size)
 			}
-			if b != nil {
-				ptr := a.takeLocked(sh, x, b, rounded, size).Ptr()
+			if f != nil {
+				ptr := f.Ptr()
 				if sh.cut {
 					sh.fast.Store(false) // the world settles the cut first
 					sh.mu.Unlock()

@@ -20,13 +20,15 @@ import (
 //     tile it exactly, in address order, with consistent prev/next links,
 //     the segment's head first, each block of the segment's pool and
 //     stream and a multiple of 512 bytes; no two neighbouring blocks are
-//     both free, nor both unmapped (neighbours are always merged); a
+//     both free, nor both unmapped (neighbours are always merged), but
+//     a free index's held front and the rest after it, one block as the
+//     stats count it; a
 //     block knows whether an unmapped range follows it (CanGrow); an
 //     unmapped block is in an expandable segment, page aligned, in its
 //     pool's unmapped index and nowhere else; with the policy and
 //     expandable segments, every segment's page is its pool's;
-//   - blocks and their indexes: every free block is in the free index of
-//     its stream and pool, once, where a lookup finds it, marked indexed,
+//   - blocks and their indexes: every free block but a held front is in
+//     the free index of its stream and pool, once, where a lookup finds it, marked indexed,
 //     and the indexes hold nothing else; every allocated block is in its
 //     shard's address table and nowhere else, without events; every
 //     pending block has as many queued events as its event count; the
@@ -36,7 +38,7 @@ import (
 //   - the free indexes: each is of the kind its stream and pool call for
 //     (size buckets, large buckets and a tree, or a tree), and its own
 //     structure checks out (heaps, bitmaps, tables, tree order and
-//     fill); a pending split is consistent; the index counts its segments
+//     fill); a pending split and its held front are consistent; the index counts its segments
 //     and is its pool's owner when it has some; the list of wholly free
 //     segments holds exactly them;
 //   - shards: the shards of their own are in stream order, the default
@@ -202,6 +204,7 @@ func (a *Allocator) checkLocked() error {
 		}
 		next := s.Ptr()
 		var prev *freeindex.Block
+		held := s.Free().Held() // with the rest after it, the block from before the split
 		for b := s.Head(); b != nil; b = b.Next() {
 			if b.Uses != 0 {
 				recorded = append(recorded, b)
@@ -278,17 +281,23 @@ func (a *Allocator) checkLocked() error {
 				want.Active.Increase(st, 1)
 				want.ActiveBytes.Increase(st, int64(b.Size()))
 				want.RequestedBytes.Increase(st, int64(b.Requested))
+			case b == held:
+				// Counted with the rest, as the one block it stands for
+				// (the free index checks the pair).
 			default:
 				seenFree++
 				if !inIndex[b] {
 					bad("free block %v is not in its pool's free index", b.Ptr())
 				}
-				if prev != nil && prev.IsFree() {
+				first, size := b, b.Size()
+				if prev != nil && prev == held {
+					first, size = prev, size+prev.Size()
+				} else if prev != nil && prev.IsFree() {
 					bad("segment %v: free blocks %v and %v are neighbours (not merged)", s.Ptr(), prev.Ptr(), b.Ptr())
 				}
-				if b.IsSplit() && !s.Expandable() {
+				if (first.Prev() != nil || b.Next() != nil) && !s.Expandable() {
 					want.InactiveSplit.Increase(st, 1)
-					want.InactiveSplitBytes.Increase(st, int64(b.Size()))
+					want.InactiveSplitBytes.Increase(st, int64(size))
 				}
 			}
 			next = b.Ptr() + device.Ptr(b.Size())

@@ -11,7 +11,8 @@
 // are called here and nowhere else in the package, nor are the limits of
 // the all columns and the sums written elsewhere (TestOnlyTheLedgerWrites
 // checks the source). The other files read them. The changes of the
-// counts, the cuts and the resets are in ledger_peaks.go.
+// counts, the cuts and the resets are in ledger_peaks.go; the hand-out
+// and the free of a free index's held front in ledger_held.go.
 
 package allocator
 
@@ -267,17 +268,23 @@ func (a *Allocator) takeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block
 		sh.live.Put(f)
 	}
 	if a.listening {
-		if a.stepping {
-			sh.steps.note(f, +1)
-			if a.pol != nil && a.pol.plan != nil {
-				a.planAllocatedLocked(f, size, a.userStreamLocked(f))
-			}
-		}
-		if len(a.observers) > 0 {
-			a.notifyLocked(Action{Kind: ActionAlloc, Ptr: f.Ptr(), Size: f.Size(), Requested: f.Requested, Stream: a.userStreamLocked(f), Phase: a.phases[f.Phase].name})
-		}
+		a.handedOutLocked(sh, f, size)
 	}
 	return f
+}
+
+// handedOutLocked logs the hand-out of f, for a request rounded to size
+// bytes, where steps or observers listen (a.listening).
+func (a *Allocator) handedOutLocked(sh *shard, f *freeindex.Block, size uint64) {
+	if a.stepping {
+		sh.steps.note(f, +1)
+		if a.pol != nil && a.pol.plan != nil {
+			a.planAllocatedLocked(f, size, a.userStreamLocked(f))
+		}
+	}
+	if len(a.observers) > 0 {
+		a.notifyLocked(Action{Kind: ActionAlloc, Ptr: f.Ptr(), Size: f.Size(), Requested: f.Requested, Stream: a.userStreamLocked(f), Phase: a.phases[f.Phase].name})
+	}
 }
 
 // takeExceeded runs exceedRows for a hand-out of n bytes (requested as
@@ -336,7 +343,9 @@ func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) 
 // (free_completed: b is no longer active; with requested, the caller's
 // free too: free_requested, for a free that did not wait for events),
 // then the free index merges b with free neighbours and files the result
-// (freeindex.Index.Put, PyTorch's free_block). The merge's change to the free
+// (freeindex.Index.Put, PyTorch's free_block), or, for the front of its
+// pending split, holds it and leaves the merge for later
+// (freeindex.Index.Hold; the counts are the merge's all the same). The merge's change to the free
 // blocks of split plain segments counts in inactive_split: the neighbours
 // it absorbs go, the merged block counts if its segment stays split (an
 // unsplit is such a merge too: its rest goes, and the block from before
@@ -346,6 +355,13 @@ func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) 
 // fewer. sh is the shard of b's free index.
 func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bool) {
 	x := b.Seg().Free()
+	if x.Again() { // size buckets in a loop of one size
+		if requested && x.Hold(b) {
+			a.freeHeldLocked(sh, b)
+			return
+		}
+		x.Unhold() // b may be the held front's neighbour
+	}
 	var blocks, bytes int64
 	if !b.Seg().Expandable() {
 		prev, next := b.Prev(), b.Next()
@@ -384,43 +400,61 @@ func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bo
 		over := st[stats.InactiveSplit].move(k, blocks)
 		over = st[stats.InactiveSplitBytes].move(k, bytes) || over
 		if over {
-			d := opDelta{k: k}
-			if requested {
-				d.row[stats.Allocation], d.row[stats.AllocatedBytes] = -1, -size
-				if b.Size() >= a.rule.maxSplit {
-					d.row[oversizeA] = -1
-				}
-				if a.phased {
-					d.phased, d.phase, d.ph = true, b.Phase, [2]int64{-size, -1}
-				}
-			} else {
-				d.row[stats.Active], d.row[stats.ActiveBytes] = -1, -size
-			}
-			d.row[stats.RequestedBytes] = -int64(b.Requested)
-			d.row[stats.InactiveSplit], d.row[stats.InactiveSplitBytes] = blocks, bytes
-			a.exceedRows(sh, k, splitRows, &d)
+			a.freeExceeded(sh, k, b, requested, blocks, bytes)
 		}
 	} else {
 		st[stats.InactiveSplit].pool[k&1].Carry(blocks) // zero or less
 		st[stats.InactiveSplitBytes].pool[k&1].Carry(bytes)
 	}
 	if a.listening {
-		if requested && a.stepping {
-			sh.steps.note(b, -1)
-			if a.pol != nil && a.pol.plan != nil {
-				a.planFreedLocked(b.Ptr())
-			}
-		}
-		if len(a.observers) > 0 {
-			ph := a.phases[b.Phase].name
-			if requested {
-				a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested, Stream: b.Stream(), Phase: ph})
-			}
-			a.notifyLocked(Action{Kind: ActionFreeCompleted, Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested, Stream: b.Stream(), Phase: ph})
-		}
+		a.freedLocked(sh, b, requested)
 	}
 	b.Requested = 0
 	x.Put(b)
+}
+
+// freeExceeded runs exceedRows for the free of b (requested: by the
+// caller, else a pending free completed) in pool k of shard sh, whose
+// merge changed inactive_split by blocks and bytes and passed a limit; it
+// is apart from finishFreeLocked so that the cached path's frame stays
+// small.
+//
+//go:noinline
+func (a *Allocator) freeExceeded(sh *shard, k int, b *freeindex.Block, requested bool, blocks, bytes int64) {
+	size := int64(b.Size())
+	d := opDelta{k: k}
+	if requested {
+		d.row[stats.Allocation], d.row[stats.AllocatedBytes] = -1, -size
+		if b.Size() >= a.rule.maxSplit {
+			d.row[oversizeA] = -1
+		}
+		if a.phased {
+			d.phased, d.phase, d.ph = true, b.Phase, [2]int64{-size, -1}
+		}
+	} else {
+		d.row[stats.Active], d.row[stats.ActiveBytes] = -1, -size
+	}
+	d.row[stats.RequestedBytes] = -int64(b.Requested)
+	d.row[stats.InactiveSplit], d.row[stats.InactiveSplitBytes] = blocks, bytes
+	a.exceedRows(sh, k, splitRows, &d)
+}
+
+// freedLocked logs the free of b (requested: by the caller, else a
+// pending free completed) where steps or observers listen (a.listening).
+func (a *Allocator) freedLocked(sh *shard, b *freeindex.Block, requested bool) {
+	if requested && a.stepping {
+		sh.steps.note(b, -1)
+		if a.pol != nil && a.pol.plan != nil {
+			a.planFreedLocked(b.Ptr())
+		}
+	}
+	if len(a.observers) > 0 {
+		ph := a.phases[b.Phase].name
+		if requested {
+			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested, Stream: b.Stream(), Phase: ph})
+		}
+		a.notifyLocked(Action{Kind: ActionFreeCompleted, Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested, Stream: b.Stream(), Phase: ph})
+	}
 }
 
 // streamRecordedLocked tells observers that b was recorded on stream s

@@ -77,6 +77,7 @@ func (a *Allocator) Snapshot() []SegmentInfo {
 	defer a.unlockAll()
 	segs := make([]SegmentInfo, 0, len(a.segments))
 	for _, s := range a.segments {
+		s.Free().Unhold() // the block from before the split, as one
 		// An expandable segment is reported as one segment per run of
 		// mapped blocks, as PyTorch reports it.
 		var info *SegmentInfo

@@ -92,8 +92,14 @@
 // structures never change. Every other method that reads or changes the
 // index moves the rest to its new key first (settle). The struct of the
 // front merged back is kept for the next split (front), so that the loop
-// neither recycles nor clears a struct. An Index of KindTree never keeps
-// a pending split.
+// neither recycles nor clears a struct. In size buckets that hand out one
+// size in a loop even that merge waits: Hold keeps the freed front
+// (held), and a request of its size
+// whose best fit the buckets still remember as the block from before the
+// split takes it again as it is (Retake), so that the loop neither
+// splits nor merges; any other use merges the two first (settle, Unhold),
+// and until then the front and the rest stand for that one block. An
+// Index of KindTree never keeps a pending split.
 //
 // # Invariants
 //
@@ -104,7 +110,8 @@
 //     marked Indexed and filed where a lookup finds it, in the structure
 //     its size and the Index's Kind say; the structures of other kinds are
 //     absent; a pending split's rest follows its front, under the key of
-//     both;
+//     both; a held front is that front, free, in no structure, and its
+//     lower neighbour is not free;
 //   - the blocks that fill a plain segment (those releasing the cache
 //     returns to the device) are known without a walk: in size buckets
 //     the 2 MiB class; in the other kinds, wholes lists exactly them;
@@ -139,7 +146,8 @@
 //
 // block.go: blocks, segments, pools, spare structs, and the making and
 // mapping of segments. index.go: Index, its
-// best fit, split, merge and filing. expandable.go: ExpandableBestFit,
+// best fit, split, merge and filing. held.go: the held front (Hold,
+// Retake, Unhold). expandable.go: ExpandableBestFit,
 // PyTorch's choice among blocks that could grow. walks.go: its ordered walks and its
 // list of whole free segments. index_check.go: its checks. buckets.go,
 // large.go, tree.go and tree_check.go: its structures. heap.go: the heap of a size class.

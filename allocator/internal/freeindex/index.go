@@ -46,6 +46,19 @@ type Index struct {
 	// an unsplit: its fields but those a split sets are zero, so the next
 	// split reuses it without clearing and recycling it.
 	front *Block
+	// held is the front of the pending split, freed by its caller and
+	// not yet merged back (size buckets alone): the unsplit that Put owes
+	// waits too, as the usual next step, a request of the front's size
+	// whose best fit is still the block from before the split, hands the
+	// front out again as it is (Retake). Until then the index holds, as
+	// far as anyone outside sees, the block from before the split: every
+	// other method merges the two first (settle, Unhold).
+	held *Block
+	// again: size buckets whose last hand-out was their remembered best
+	// fit (Remembered) or a held front taken again (Retake), a loop of
+	// one size, so that a free of the front holds it (Hold); a search
+	// (BestFit) clears it. A held front is kept only while it is set.
+	again bool
 }
 
 // Kind is the structure of a free index.
@@ -116,6 +129,7 @@ func (x *Index) BestFit(size uint64) *Block {
 	if x.pend != nil {
 		x.settle()
 	}
+	x.again = false
 	var b *Block
 	switch {
 	case x.kind == KindSmall:
@@ -142,6 +156,7 @@ func (x *Index) BestFit(size uint64) *Block {
 // 20 MiB (the allocator's Config.validate).
 func (x *Index) Remembered(size uint64) *Block {
 	if bk := x.buckets; x.kind == KindSmall && x.pend == nil && size == bk.memoSize && bk.version == bk.memoVersion {
+		x.again = true
 		return bk.memo
 	}
 	return nil
@@ -216,7 +231,9 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 // its pool's unmapped index. It returns the merged block. When b is the
 // front of the pending split and its lower neighbour stays, the merge
 // gives back the block from before the split, filed under the key the
-// pending rest still has: the index does not change (an unsplit).
+// pending rest still has: the index does not change (an unsplit). (In
+// size buckets the allocator asks Hold first, which keeps even that
+// merge waiting.)
 func (x *Index) Put(b *Block) *Block {
 	if pb := x.pend; pb != nil {
 		// pb.prev is the front, busy until now: b.next == pb means b is
@@ -437,8 +454,14 @@ func (x *Index) rekey(b *Block, old Key) {
 	}
 }
 
-// settle files the block whose split is pending under its new key.
+// settle files the block whose split is pending under its new key, or
+// with a held front merges the two back under the key the block is filed
+// under (rejoin).
 func (x *Index) settle() {
+	if x.held != nil {
+		x.rejoin()
+		return
+	}
 	b, old := x.pend, x.pendKey
 	x.pend = nil
 	if x.kind == KindTree { // a cold index

@@ -3,7 +3,7 @@
 package freeindex
 
 // Check verifies the invariants of x (Index): its kind's structures,
-// the pending split, that every block in it is marked indexed and filed
+// the pending split and its held front, that every block in it is marked indexed and filed
 // where a lookup finds it, the list of whole free segments, and the struct
 // kept for the next split. It reports each fault to bad and changes
 // nothing.
@@ -21,6 +21,11 @@ func (x *Index) Check(bad func(format string, args ...any)) {
 	} else if f != nil && (f.stream != x.stream || f.pool != x.pool) {
 		bad("stream %d: the struct kept for the next split is of stream %d, pool %s", s, f.stream, f.pool.stat)
 	}
+	if f := x.held; f != nil && (x.kind != KindSmall || x.pend == nil || f.next != x.pend || f.Allocated || f.indexed || f.Recorded || f.Uses != 0 || f.EventCount != 0 || f.Requested != 0 || mergeable(f, f.prev)) {
+		bad("stream %d: the held front %v is not the free front of the pending split", s, f.ptr)
+	} else if bk := x.buckets; f != nil && (!x.again || bk.memo != x.pend || bk.memoSize != f.size || bk.version != bk.memoVersion) {
+		bad("stream %d: the held front %v is not of a loop whose remembered best fit is the block from before its split", s, f.ptr)
+	}
 	x.checkFiling(bad)
 	x.checkWholes(bad)
 }
@@ -33,7 +38,7 @@ func (x *Index) checkFiling(bad func(format string, args ...any)) {
 		// The block whose split is pending is filed under its key from
 		// before the split: check the index with that key, and that the
 		// block split from it is its front.
-		if f := pb.prev; !pb.IsFree() || !pb.indexed || f == nil || !f.Busy() || f.ptr != x.pendKey.ptr || f.size+pb.size != x.pendKey.size {
+		if f := pb.prev; !pb.IsFree() || !pb.indexed || f == nil || f.Busy() == (f == x.held) || f.ptr != x.pendKey.ptr || f.size+pb.size != x.pendKey.size {
 			bad("the block %v whose split is pending is not free and indexed after its front %v", pb.ptr, x.pendKey.ptr)
 		}
 		k := KeyOf(pb)

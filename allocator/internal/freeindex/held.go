@@ -1,0 +1,84 @@
+// This file holds the held front of size buckets: the unsplit that a
+// free of the pending split's front owes waits until the index is used
+// again (Hold), and a request of the front's size takes it again as it is
+// (Retake); every other use merges the two first (rejoin).
+
+package freeindex
+
+// rejoin merges the held front back into the pending split's rest, which
+// then is the block from before the split again, filed under its key:
+// the unsplit that Put owed. The front's struct is kept for the next
+// split.
+func (x *Index) rejoin() {
+	b, pb := x.held, x.pend
+	x.held, x.pend = nil, nil
+	prev := b.prev
+	pb.ptr, pb.size = b.ptr, b.size+pb.size
+	pb.prev = prev
+	if prev != nil {
+		prev.next = pb
+	} else {
+		pb.seg.head = pb
+	}
+	if x.front == nil {
+		x.front = b
+	} else {
+		x.spares.put(b)
+	}
+}
+
+// Unhold merges a held front back (rejoin): before the allocator reads
+// the neighbours of a block of x's segments (the free of a block, which
+// may be the held front's neighbour, a walk of a segment's blocks).
+func (x *Index) Unhold() {
+	if x.held != nil {
+		x.rejoin()
+	}
+}
+
+// Retake hands the held front out again for a request of size (rounded)
+// bytes when the split it came from is the one a take would make: the
+// front has size bytes. (The size buckets remember the block from before
+// the split, the pending split's rest under its old key, as the best fit
+// of the front's size: a front is held only after a hand-out of the
+// remembered best fit or a retake, whose split left the pending split,
+// and every change of the buckets or of what they remember merges it back
+// first; Check verifies it.) The pending split stays, as after that take;
+// the block's fields are as its free left them (the allocator's record
+// sets the rest). Else it returns nil and changes nothing. Small enough to
+// be inlined in the allocator's fast path; ask Remembered first (it
+// answers nil while a split is pending).
+func (x *Index) Retake(size uint64) *Block {
+	f := x.held
+	if f == nil || f.size != size {
+		return nil
+	}
+	x.held = nil
+	return f
+}
+
+// Hold files b, a block just freed, as Put would when b is the front of
+// the pending split of size buckets that hand out one size in a loop
+// (again) and its lower neighbour is not free: then the
+// unsplit, which would give back the block from before the split under
+// the key its rest is still filed under, waits too (held), and Hold
+// reports true; else it changes nothing and reports false, and the
+// caller calls Put. (Out of a loop, the next request is seldom of the
+// front's size, and merging the front back later costs more than now.)
+// b's requested is zero by the time the caller lets go of the lock.
+// Small enough to be inlined in the allocator's free.
+func (x *Index) Hold(b *Block) bool {
+	if pb := x.pend; !x.again || pb == nil || b.next != pb || mergeable(b, b.prev) {
+		return false
+	}
+	x.held = b
+	return true
+}
+
+// Again reports whether the index is of size buckets that hand out one
+// size in a loop (again): only then may a free be held (Hold) or a front
+// be held (Unhold).
+func (x *Index) Again() bool { return x.again }
+
+// Held returns the held front, nil when there is none.
+func (x *Index) Held() *Block { return x.held }

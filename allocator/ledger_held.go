@@ -1,0 +1,102 @@
+// This file holds the ledger's records of a free index's held front
+// (freeindex.Index.Hold and Retake): the free of the front that leaves
+// its merge waiting, and the hand-out of the front again. Each records
+// what finishFreeLocked and takeLocked would for the merge and the split
+// that do not happen. Held fronts are of size buckets, whose blocks are
+// at most 2 MiB, never oversize (max_split_size is at least the large
+// segment size, more than 10 MiB: Config.validate), so the oversize
+// counts do not move. It is part of the ledger: TestOnlyTheLedgerWrites
+// lets the ledger's files, and no other, change the counts.
+
+package allocator
+
+import (
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
+	"github.com/gpumem/gpumem/stats"
+)
+
+// retakeLocked hands out again f, the held front of its free index's
+// pending split (freeindex.Index.Retake), of shard sh, for a request of
+// requested bytes: the hand-out that takeLocked would make of the block
+// from before the split, whose rest stays pending, recorded as takeLocked
+// records it; the free index has nothing more to do. It returns f.
+func (a *Allocator) retakeLocked(sh *shard, f *freeindex.Block, requested uint64) *freeindex.Block {
+	const k = qSmall // size buckets are a small pool's (freeindex.Index.PoolIdx)
+	n := int64(f.Size())
+	// The block from before the split is f and the rest after it, in a
+	// plain segment: its split makes the rest a free block of a split
+	// segment, and takes f's bytes from inactive_split if it was one.
+	splitBlocks, splitBytes := int64(1), int64(f.Next().Size())
+	if f.Prev() != nil || f.Next().Next() != nil {
+		splitBlocks, splitBytes = 0, -n
+	}
+	st := &sh.st
+	var rows uint32 // the rows past a limit, as in takeLocked
+	if st[stats.Allocation].bump(k, 1) {
+		rows |= 1<<stats.Allocation | activeRows
+	}
+	if st[stats.AllocatedBytes].bump(k, n) {
+		rows |= 1<<stats.AllocatedBytes | activeRows
+	}
+	if st[stats.RequestedBytes].bump(k, int64(requested)) {
+		rows |= 1 << stats.RequestedBytes
+	}
+	if !sh.activeImplied && sh.activeOver(k) {
+		rows |= activeRows
+	}
+	if st[stats.InactiveSplit].move(k, splitBlocks) {
+		rows |= 1 << stats.InactiveSplit
+	}
+	if st[stats.InactiveSplitBytes].move(k, splitBytes) {
+		rows |= 1 << stats.InactiveSplitBytes
+	}
+	if a.phased && sh.phaseCount(a.phase).add(n) {
+		rows |= phaseBit
+	}
+	if rows != 0 {
+		a.takeExceeded(sh, k, rows, n, int64(requested), splitBlocks, splitBytes, false)
+	}
+	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
+	if !sh.live.PutHome(f) {
+		sh.live.Put(f)
+	}
+	if a.listening {
+		a.handedOutLocked(sh, f, uint64(n))
+	}
+	return f
+}
+
+// freeHeldLocked is finishFreeLocked for a caller's free of b that its
+// free index held (freeindex.Index.Hold: b is the front of its pending
+// split): the counts are the unsplit's, whose rest goes into the block
+// from before the split, counted in inactive_split if its segment stays
+// split; the merge itself waits.
+func (a *Allocator) freeHeldLocked(sh *shard, b *freeindex.Block) {
+	const k = qSmall // size buckets are a small pool's (freeindex.Index.PoolIdx)
+	st, size := &sh.st, int64(b.Size())
+	rest := b.Next()
+	blocks, bytes := int64(-1), -int64(rest.Size())
+	if b.Prev() != nil || rest.Next() != nil {
+		blocks, bytes = 0, size
+	}
+	st[stats.Allocation].pool[k&1].Drop(1)
+	st[stats.AllocatedBytes].pool[k&1].Drop(size)
+	if a.phased {
+		c := &sh.ph[b.Phase]
+		c.bytes.Drop(size)
+		c.blocks.Drop(1)
+	}
+	st[stats.RequestedBytes].pool[k&1].Drop(int64(b.Requested))
+	if bytes > 0 { // blocks is zero
+		if st[stats.InactiveSplitBytes].bump(k, bytes) {
+			a.freeExceeded(sh, k, b, true, blocks, bytes)
+		}
+	} else {
+		st[stats.InactiveSplit].pool[k&1].Carry(blocks)
+		st[stats.InactiveSplitBytes].pool[k&1].Carry(bytes)
+	}
+	if a.listening {
+		a.freedLocked(sh, b, true)
+	}
+	b.Requested = 0
+}
