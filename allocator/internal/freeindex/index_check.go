@@ -21,7 +21,7 @@ func (x *Index) Check(bad func(format string, args ...any)) {
 	} else if f != nil && (f.stream != x.stream || f.pool != x.pool) {
 		bad("stream %d: the struct kept for the next split is of stream %d, pool %s", s, f.stream, f.pool.stat)
 	}
-	if f := x.held; f != nil && (x.kind != KindSmall || x.pend == nil || f.next != x.pend || f.Allocated || f.indexed || f.Recorded || f.Uses != 0 || f.EventCount != 0 || f.Requested != 0 || mergeable(f, f.prev)) {
+	if f := x.held; f != nil && (x.kind != KindSmall || x.pend == nil || f.next != x.pend || f.Allocated || f.indexed || f.Uses != 0 || f.EventCount != 0 || f.Requested != 0 || mergeable(f, f.prev)) {
 		bad("stream %d: the held front %v is not the free front of the pending split", s, f.ptr)
 	} else if bk := x.buckets; f != nil && (!x.again || bk.memo != x.pend || bk.memoSize != f.size || bk.version != bk.memoVersion) {
 		bad("stream %d: the held front %v is not of a loop whose remembered best fit is the block from before its split", s, f.ptr)
