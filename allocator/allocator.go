@@ -590,14 +590,3 @@ func (a *Allocator) segmentOfLocked(p device.Ptr) *freeindex.Segment {
 	}
 	return nil
 }
-
-// LargestFreeBlock returns the size of the largest cached free block.
-func (a *Allocator) LargestFreeBlock() uint64 {
-	if !a.made() {
-		return 0
-	}
-	a.lockAll()
-	defer a.unlockAll()
-	a.settleAllLocked()
-	return a.largestFreeLocked()
-}

@@ -1,4 +1,5 @@
-// This file holds the allocator snapshot: every segment and its blocks.
+// This file holds the allocator snapshot (every segment and its blocks)
+// and the largest free block.
 
 package allocator
 
@@ -116,4 +117,15 @@ func (a *Allocator) Snapshot() []SegmentInfo {
 		return 0
 	})
 	return segs
+}
+
+// LargestFreeBlock returns the size of the largest cached free block.
+func (a *Allocator) LargestFreeBlock() uint64 {
+	if !a.made() {
+		return 0
+	}
+	a.lockAll()
+	defer a.unlockAll()
+	a.settleAllLocked()
+	return a.largestFreeLocked()
 }
