@@ -3,7 +3,7 @@
 
 package device
 
-//go:generate go run ./internal/composegen compose_gen.go
+//go:generate go run ./internal/composegen .
 
 // Capabilities is a set of optional capabilities: each non-nil field is
 // one the set offers.
@@ -35,8 +35,9 @@ func CapabilitiesOf(d Device) Capabilities { return capabilitiesOf(d) }
 //	noVM := device.Compose(sim, device.Capabilities{HostMemory: sim})
 //
 // The result is one struct type per subset of capabilities (written by
-// composegen into compose_gen.go): embedding promotes exactly the methods
-// of the embedded interfaces, so a type assertion on the result sees
+// composegen into compose_gen.go, the cases into compose_gen0.go to
+// compose_gen3.go): embedding promotes exactly the methods of the
+// embedded interfaces, so a type assertion on the result sees
 // exactly the chosen capabilities. The method names of the capability
 // interfaces and Device are distinct, so no promotion is ambiguous.
 func Compose(base Device, caps Capabilities) Device {
