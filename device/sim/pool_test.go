@@ -264,13 +264,23 @@ type pendingFree struct {
 
 func (m *poolModel) done(f pendingFree) bool { return m.completed[f.stream] >= f.seq }
 
-// take drops the pending frees that a new block [lo, hi) overlaps (its
-// stream's own): the bytes are the new block's, ordered by its stream.
+// take removes a new block's bytes [lo, hi) from the pending frees it
+// overlaps (its stream's own): those bytes are the new block's, ordered
+// by its stream. What a pending free keeps on either side of the block
+// stays pending: a small block carved from a large pending free leaves
+// the rest of it waiting on the freeing stream's work.
 func (m *poolModel) take(lo, hi uint64) {
-	out := m.pending[:0]
+	var out []pendingFree
 	for _, f := range m.pending {
 		if !(lo < f.hi && f.lo < hi) {
 			out = append(out, f)
+			continue
+		}
+		if f.lo < lo {
+			out = append(out, pendingFree{lo: f.lo, hi: lo, stream: f.stream, seq: f.seq})
+		}
+		if hi < f.hi {
+			out = append(out, pendingFree{lo: hi, hi: f.hi, stream: f.stream, seq: f.seq})
 		}
 	}
 	m.pending = out
