@@ -101,3 +101,97 @@ func TestHeldFront(t *testing.T) {
 		require.NoError(t, a.CheckInvariants())
 	}
 }
+
+// TestHeldCredit follows the credit of a held front's free
+// (shard.credit): its hand-out again tests no limit only when the counts
+// come back to at most where they were before the free. A larger request,
+// the world (a reset of the peaks), a hand-out of another block in
+// between and a change of phase each make the hand-out test its limits,
+// and raise the peaks it passes. (Under the self-check, which takes the
+// world after every call, no credit is left to use.)
+func TestHeldCredit(t *testing.T) {
+	const front, big = 512 * kib, 20 * mib
+	// held makes a loop of front-byte requests of requested bytes, and
+	// checks that the shard holds the front with its credit.
+	held := func(t *testing.T, a *Allocator, requested uint64) device.Ptr {
+		t.Helper()
+		q := mustAlloc(t, a, requested, device.DefaultStream)
+		require.NoError(t, a.Free(q))
+		for range 2 {
+			require.Equal(t, q, mustAlloc(t, a, requested, device.DefaultStream))
+			require.NoError(t, a.Free(q))
+		}
+		f := a.def.free[qSmall].Held()
+		require.NotNil(t, f)
+		if !selfCheck { // the self-check takes the world after each call
+			require.Same(t, f, a.def.credit)
+		}
+		return q
+	}
+	t.Run("within", func(t *testing.T) {
+		a, _ := newTest(t, 0, Config{})
+		q := held(t, a, front)
+		require.Equal(t, q, mustAlloc(t, a, front-256, device.DefaultStream))
+		st := a.Stats()
+		require.Equal(t, int64(front), st.RequestedBytes[stats.All].Peak)
+		require.Equal(t, int64(front-256), st.RequestedBytes[stats.All].Current)
+		require.Equal(t, int64(4), st.Allocation[stats.All].Allocated)
+		require.NoError(t, a.CheckInvariants())
+	})
+	t.Run("requested rises", func(t *testing.T) {
+		a, _ := newTest(t, 0, Config{})
+		q := held(t, a, front-256)
+		require.Equal(t, q, mustAlloc(t, a, front, device.DefaultStream))
+		require.Equal(t, int64(front), a.Stats().RequestedBytes[stats.All].Peak)
+		require.NoError(t, a.CheckInvariants())
+	})
+	t.Run("world", func(t *testing.T) {
+		a, _ := newTest(t, 0, Config{})
+		q := held(t, a, front)
+		a.ResetPeakStats()
+		require.Nil(t, a.def.credit)
+		require.Equal(t, q, mustAlloc(t, a, front, device.DefaultStream))
+		st := a.Stats()
+		require.Equal(t, int64(front), st.AllocatedBytes[stats.All].Peak)
+		require.Equal(t, int64(1), st.Allocation[stats.SmallPool].Peak)
+		require.NoError(t, a.CheckInvariants())
+	})
+	t.Run("hand-out between", func(t *testing.T) {
+		a, _ := newTest(t, 0, Config{})
+		l := mustAlloc(t, a, big, device.DefaultStream)
+		require.NoError(t, a.Free(l)) // cached: its next hand-out needs no world
+		q := held(t, a, front)
+		r, err := a.Alloc(big, device.DefaultStream) // not mustAlloc: its check takes the world
+		require.NoError(t, err)
+		require.Equal(t, l, r)
+		require.Equal(t, q, mustAlloc(t, a, front, device.DefaultStream))
+		st := a.Stats()
+		require.Equal(t, int64(big+front), st.AllocatedBytes[stats.All].Peak)
+		require.Equal(t, int64(2), st.Allocation[stats.All].Peak)
+		require.NoError(t, a.CheckInvariants())
+	})
+	t.Run("phase", func(t *testing.T) {
+		a, _ := newTest(t, 0, Config{})
+		a.SetPhase("b") // b's counts exist, below what the hand-out brings
+		require.NoError(t, a.Free(mustAlloc(t, a, kib, device.DefaultStream)))
+		a.SetPhase("a")
+		q := held(t, a, front)
+		require.Equal(t, q, mustAlloc(t, a, front, device.DefaultStream))
+		a.SetPhase("b") // the world: no credit, and q is of phase a
+		require.NoError(t, a.Free(q))
+		require.NotNil(t, a.def.free[qSmall].Held())
+		if !selfCheck {
+			require.Same(t, a.def.free[qSmall].Held(), a.def.credit)
+		}
+		require.Equal(t, q, mustAlloc(t, a, front, device.DefaultStream))
+		var b stats.PhaseStats
+		for _, ps := range a.PhaseStats() {
+			if ps.Name == "b" {
+				b = ps
+			}
+		}
+		require.Equal(t, int64(1), b.Allocations.Peak)
+		require.Equal(t, int64(front), b.AllocatedBytes.Peak)
+		require.NoError(t, a.CheckInvariants())
+	})
+}

@@ -31,6 +31,40 @@ func (a *Allocator) retakeLocked(sh *shard, f *freeindex.Block, requested uint64
 		splitBlocks, splitBytes = 0, -n
 	}
 	st := &sh.st
+	if sh.credit == f && requested <= sh.creditReq && f.Phase == a.phase {
+		// The counts come back to at most where they were before f's free
+		// (shard.credit), in f's phase: no limit to test.
+		st[stats.Allocation].grow(k, 1)
+		st[stats.AllocatedBytes].grow(k, n)
+		st[stats.RequestedBytes].grow(k, int64(requested))
+		if splitBlocks > 0 {
+			st[stats.InactiveSplit].grow(k, 1)
+			st[stats.InactiveSplitBytes].grow(k, splitBytes)
+		} else {
+			st[stats.InactiveSplitBytes].pool[k&1].Carry(splitBytes)
+		}
+		if a.phased {
+			sh.ph[a.phase].grow(n)
+		}
+	} else {
+		a.retakeCounted(sh, n, int64(requested), splitBlocks, splitBytes)
+	}
+	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
+	if !sh.live.PutHome(f) {
+		sh.live.Put(f)
+	}
+	if a.listening {
+		a.handedOutLocked(sh, f, uint64(n))
+	}
+	return f
+}
+
+// retakeCounted records retakeLocked's hand-out of n bytes, requested as
+// asked, without a credit: each count tested against its limits, as
+// takeLocked does.
+func (a *Allocator) retakeCounted(sh *shard, n, requested, splitBlocks, splitBytes int64) {
+	const k = qSmall
+	st := &sh.st
 	var rows uint32 // the rows past a limit, as in takeLocked
 	if st[stats.Allocation].bump(k, 1) {
 		rows |= 1<<stats.Allocation | activeRows
@@ -38,7 +72,7 @@ func (a *Allocator) retakeLocked(sh *shard, f *freeindex.Block, requested uint64
 	if st[stats.AllocatedBytes].bump(k, n) {
 		rows |= 1<<stats.AllocatedBytes | activeRows
 	}
-	if st[stats.RequestedBytes].bump(k, int64(requested)) {
+	if st[stats.RequestedBytes].bump(k, requested) {
 		rows |= 1 << stats.RequestedBytes
 	}
 	if !sh.activeImplied && sh.activeOver(k) {
@@ -54,16 +88,8 @@ func (a *Allocator) retakeLocked(sh *shard, f *freeindex.Block, requested uint64
 		rows |= phaseBit
 	}
 	if rows != 0 {
-		a.takeExceeded(sh, k, rows, n, int64(requested), splitBlocks, splitBytes, false)
+		a.takeExceeded(sh, k, rows, n, requested, splitBlocks, splitBytes, false)
 	}
-	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
-	if !sh.live.PutHome(f) {
-		sh.live.Put(f)
-	}
-	if a.listening {
-		a.handedOutLocked(sh, f, uint64(n))
-	}
-	return f
 }
 
 // freeHeldLocked is finishFreeLocked for a caller's free of b that its
@@ -98,5 +124,6 @@ func (a *Allocator) freeHeldLocked(sh *shard, b *freeindex.Block) {
 	if a.listening {
 		a.freedLocked(sh, b, true)
 	}
+	sh.credit, sh.creditReq = b, b.Requested
 	b.Requested = 0
 }

@@ -34,8 +34,27 @@ func (s *shardCounts) move(k int, n int64) bool {
 	return false
 }
 
+// grow adds n > 0 to pool k without testing a limit, for a change that
+// the caller knows keeps the value and the total within their limits
+// (retakeLocked's credit).
+func (s *shardCounts) grow(k int, n int64) {
+	c := &s.pool[k&1]
+	c.increases += n
+	c.Carry(n)
+}
+
+// grow counts a block of n bytes handed out, as add, without testing a
+// limit (shardCounts.grow).
+func (c *phaseCount) grow(n int64) {
+	c.bytes.increases += n
+	c.blocks.increases++
+	c.bytes.Carry(n)
+	c.blocks.Carry(1)
+}
+
 // increase adds n > 0 to quantity row, pool k of shard sh.
 func (a *Allocator) increase(sh *shard, row, k int, n int64) {
+	sh.credit = nil // a count rises (shard.credit)
 	if sh.st[row].bump(k, n) {
 		d := opDelta{k: k}
 		d.row[row] = n

@@ -50,6 +50,14 @@ type shard struct {
 	// the allocation limits, so an Alloc within its allocation limits is
 	// within its active limits (see count).
 	activeImplied bool
+	// credit is the held front whose free (freeHeldLocked) came last
+	// among the changes of the shard's counts and limits, and creditReq
+	// its requested bytes then; nil when any count has risen or the world
+	// has run since. Its hand-out again (retakeLocked) for at most
+	// creditReq bytes brings every count back to at most its value before
+	// that free, which was within its limits, so it tests no limit.
+	credit    *freeindex.Block
+	creditReq uint64
 	// fast: Alloc and Free may run under mu alone: the world found them
 	// able to (fastLocked: no stream event pending, garbage collection
 	// off, the policy off or this the only shard, no observer attached),
@@ -173,8 +181,11 @@ func (a *Allocator) unlockAll() {
 		any := false
 		for _, sh := range a.shards {
 			want := fast && !sh.cut && !sh.cold && !sh.slow
-			if want && !sh.activeImplied {
-				sh.refreshImplied() // a limit set by the peaks may have cleared it (shardParts.SetLimit)
+			if want {
+				sh.credit = nil // the world may have set limits
+				if !sh.activeImplied {
+					sh.refreshImplied() // a limit set by the peaks may have cleared it (shardParts.SetLimit)
+				}
 			}
 			if sh.fast.Load() != want {
 				sh.fast.Store(want)
