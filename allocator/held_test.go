@@ -170,6 +170,20 @@ func TestHeldCredit(t *testing.T) {
 		require.Equal(t, int64(2), st.Allocation[stats.All].Peak)
 		require.NoError(t, a.CheckInvariants())
 	})
+	t.Run("large free between", func(t *testing.T) {
+		a, _ := newTest(t, 0, Config{})
+		const l = 4 * mib // two of a 20 MiB segment
+		l1 := mustAlloc(t, a, l, device.DefaultStream)
+		mustAlloc(t, a, l, device.DefaultStream)
+		q := held(t, a, front)
+		// l1's free keeps its segment split: inactive_split_bytes of the
+		// large pool rise back to their peak, and no allocation rises.
+		require.NoError(t, a.Free(l1))
+		require.Equal(t, q, mustAlloc(t, a, front, device.DefaultStream))
+		st := a.Stats()
+		require.Equal(t, int64(20*mib-l+2*mib-front), st.InactiveSplitBytes[stats.All].Peak)
+		require.NoError(t, a.CheckInvariants())
+	})
 	t.Run("phase", func(t *testing.T) {
 		a, _ := newTest(t, 0, Config{})
 		a.SetPhase("b") // b's counts exist, below what the hand-out brings

@@ -233,7 +233,6 @@ func (a *Allocator) takeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block
 		}
 	}
 	st := &sh.st
-	sh.credit = nil // the counts rise (shard.credit)
 	var rows uint32 // the rows past a limit
 	if st[stats.Allocation].bump(k, 1) {
 		rows |= 1<<stats.Allocation | activeRows
@@ -398,7 +397,6 @@ func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bo
 	}
 	st[stats.RequestedBytes].pool[k&1].Drop(int64(b.Requested))
 	if blocks > 0 || bytes > 0 {
-		sh.credit = nil // a count rises (shard.credit)
 		over := st[stats.InactiveSplit].move(k, blocks)
 		over = st[stats.InactiveSplitBytes].move(k, bytes) || over
 		if over {

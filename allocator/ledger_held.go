@@ -23,31 +23,25 @@ import (
 func (a *Allocator) retakeLocked(sh *shard, f *freeindex.Block, requested uint64) *freeindex.Block {
 	const k = qSmall // size buckets are a small pool's (freeindex.Index.PoolIdx)
 	n := int64(f.Size())
-	// The block from before the split is f and the rest after it, in a
-	// plain segment: its split makes the rest a free block of a split
-	// segment, and takes f's bytes from inactive_split if it was one.
-	splitBlocks, splitBytes := int64(1), int64(f.Next().Size())
-	if f.Prev() != nil || f.Next().Next() != nil {
-		splitBlocks, splitBytes = 0, -n
-	}
-	st := &sh.st
-	if sh.credit == f && requested <= sh.creditReq && f.Phase == a.phase {
+	if sh.credit == f && requested <= sh.creditReq && f.Phase == a.phase && sh.largeRises() == sh.creditLarge {
 		// The counts come back to at most where they were before f's free
-		// (shard.credit), in f's phase: no limit to test.
+		// (shard.credit), in f's phase: no limit to test. inactive_split
+		// moves back as that free moved it (creditSplit).
+		st := &sh.st
 		st[stats.Allocation].grow(k, 1)
 		st[stats.AllocatedBytes].grow(k, n)
 		st[stats.RequestedBytes].grow(k, int64(requested))
-		if splitBlocks > 0 {
+		if rest := -sh.creditSplit; rest > 0 { // the segment was whole
 			st[stats.InactiveSplit].grow(k, 1)
-			st[stats.InactiveSplitBytes].grow(k, splitBytes)
+			st[stats.InactiveSplitBytes].grow(k, rest)
 		} else {
-			st[stats.InactiveSplitBytes].pool[k&1].Carry(splitBytes)
+			st[stats.InactiveSplitBytes].pool[k&1].Carry(rest)
 		}
 		if a.phased {
 			sh.ph[a.phase].grow(n)
 		}
 	} else {
-		a.retakeCounted(sh, n, int64(requested), splitBlocks, splitBytes)
+		a.retakeCounted(sh, f, n, int64(requested))
 	}
 	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
 	if !sh.live.PutHome(f) {
@@ -59,11 +53,18 @@ func (a *Allocator) retakeLocked(sh *shard, f *freeindex.Block, requested uint64
 	return f
 }
 
-// retakeCounted records retakeLocked's hand-out of n bytes, requested as
+// retakeCounted records retakeLocked's hand-out of f, of n bytes, requested as
 // asked, without a credit: each count tested against its limits, as
 // takeLocked does.
-func (a *Allocator) retakeCounted(sh *shard, n, requested, splitBlocks, splitBytes int64) {
+func (a *Allocator) retakeCounted(sh *shard, f *freeindex.Block, n, requested int64) {
 	const k = qSmall
+	// The block from before the split is f and the rest after it, in a
+	// plain segment: its split makes the rest a free block of a split
+	// segment, and takes f's bytes from inactive_split if it was one.
+	splitBlocks, splitBytes := int64(1), int64(f.Next().Size())
+	if f.Prev() != nil || f.Next().Next() != nil {
+		splitBlocks, splitBytes = 0, -n
+	}
 	st := &sh.st
 	var rows uint32 // the rows past a limit, as in takeLocked
 	if st[stats.Allocation].bump(k, 1) {
@@ -124,6 +125,6 @@ func (a *Allocator) freeHeldLocked(sh *shard, b *freeindex.Block) {
 	if a.listening {
 		a.freedLocked(sh, b, true)
 	}
-	sh.credit, sh.creditReq = b, b.Requested
+	sh.credit, sh.creditReq, sh.creditSplit, sh.creditLarge = b, b.Requested, bytes, sh.largeRises()
 	b.Requested = 0
 }

@@ -34,6 +34,16 @@ func (s *shardCounts) move(k int, n int64) bool {
 	return false
 }
 
+// largeRises returns a sum that grows with every rise of the large
+// pool's counts that a held front's hand-out again tests (shard.credit):
+// the sums of increases of its allocations, which every hand-out counts
+// (allocated and requested bytes, active and a phase's counts rise only
+// with one), and of its inactive_split_bytes, which rise with every rise
+// of inactive_split.
+func (sh *shard) largeRises() int64 {
+	return sh.st[stats.Allocation].pool[qLarge].increases + sh.st[stats.InactiveSplitBytes].pool[qLarge].increases
+}
+
 // grow adds n > 0 to pool k without testing a limit, for a change that
 // the caller knows keeps the value and the total within their limits
 // (retakeLocked's credit).
@@ -54,7 +64,6 @@ func (c *phaseCount) grow(n int64) {
 
 // increase adds n > 0 to quantity row, pool k of shard sh.
 func (a *Allocator) increase(sh *shard, row, k int, n int64) {
-	sh.credit = nil // a count rises (shard.credit)
 	if sh.st[row].bump(k, n) {
 		d := opDelta{k: k}
 		d.row[row] = n

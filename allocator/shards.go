@@ -50,14 +50,21 @@ type shard struct {
 	// the allocation limits, so an Alloc within its allocation limits is
 	// within its active limits (see count).
 	activeImplied bool
-	// credit is the held front whose free (freeHeldLocked) came last
-	// among the changes of the shard's counts and limits, and creditReq
-	// its requested bytes then; nil when any count has risen or the world
-	// has run since. Its hand-out again (retakeLocked) for at most
-	// creditReq bytes brings every count back to at most its value before
-	// that free, which was within its limits, so it tests no limit.
-	credit    *freeindex.Block
-	creditReq uint64
+	// credit is the held front whose free (freeHeldLocked) was the last
+	// change of the small pool's counts, creditReq its requested bytes
+	// then, and creditLarge the large pool's rises then (largeRises); the
+	// world clears it (it may set limits). Its hand-out again
+	// (retakeLocked) for at most creditReq bytes, in its phase, with no
+	// rise of the large pool since, brings every count it changes back to
+	// at most its value before that free, which was within its limits, so
+	// it tests no limit. (Any other change of the small pool merges the
+	// held front back first: freeindex.Index.Retake.) creditSplit is the
+	// change of inactive_split_bytes that the free counted: the rest's
+	// bytes, negated, when the segment became whole, else the front's.
+	credit      *freeindex.Block
+	creditReq   uint64
+	creditSplit int64
+	creditLarge int64
 	// fast: Alloc and Free may run under mu alone: the world found them
 	// able to (fastLocked: no stream event pending, garbage collection
 	// off, the policy off or this the only shard, no observer attached),
