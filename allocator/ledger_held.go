@@ -2,10 +2,11 @@
 // (freeindex.Index.Hold and Retake): the free of the front that leaves
 // its merge waiting, and the hand-out of the front again. Each records
 // what finishFreeLocked and takeLocked would for the merge and the split
-// that do not happen. Held fronts are of size buckets, whose blocks are
-// at most 2 MiB, never oversize (max_split_size is at least the large
-// segment size, more than 10 MiB: Config.validate), so the oversize
-// counts do not move. It is part of the ledger: TestOnlyTheLedgerWrites
+// that do not happen; the free leaves a credit (shard.credit) that lets
+// the hand-out again skip the limit tests. Held fronts are of size
+// buckets, whose blocks are at most 2 MiB, never oversize
+// (max_split_size is at least the large segment size, more than 10 MiB:
+// Config.validate), so the oversize counts do not move. It is part of the ledger: TestOnlyTheLedgerWrites
 // lets the ledger's files, and no other, change the counts.
 
 package allocator
