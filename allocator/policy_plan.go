@@ -21,7 +21,9 @@ import (
 //
 //   - Recording: from the first step boundary on, every block handed out
 //     and every free of the step is logged (its position among the step's
-//     allocations, its address, its rounded size, its stream).
+//     allocations, its address, its rounded size, its stream); while there
+//     is a plan, the rounded sizes and the stream alone, all that the
+//     boundary reads of such a step.
 //   - Planning: at a boundary, if the step just seen repeats the step
 //     before it (the same rounded sizes in the same order, all on one
 //     stream), the blocks allocated and freed within the step are
@@ -101,6 +103,12 @@ type planReq struct {
 type planState struct {
 	// The step being recorded since the last boundary.
 	recording bool
+	// logOps: the step's operations are logged in rec, as they are
+	// while there is no plan. A step recorded under a plan is planned
+	// only if it repeats the step before it without the plan's pattern,
+	// which that step has (a step with another pattern ends the plan):
+	// its sizes and stream are compared, its operations never read.
+	logOps    bool
 	rec       []planOp
 	recSize   []uint64 // by position, the rounded size
 	recStream device.Stream
@@ -229,16 +237,17 @@ func (a *Allocator) planAllocatedLocked(b *freeindex.Block, rounded uint64, s de
 	} else if s != p.recStream {
 		p.recMixed = true
 	}
-	pos := int32(len(p.recSize))
+	if p.logOps {
+		p.rec = append(p.rec, planOp{ptr: b.Ptr(), pos: int32(len(p.recSize))})
+	}
 	p.recSize = append(p.recSize, rounded)
-	p.rec = append(p.rec, planOp{ptr: b.Ptr(), pos: pos})
 }
 
 // planFreedLocked logs the free of the block at ptr in the step being
 // recorded.
 func (a *Allocator) planFreedLocked(ptr device.Ptr) {
 	p := a.pol.plan
-	if p.recording {
+	if p.logOps {
 		p.rec = append(p.rec, planOp{ptr: ptr, pos: -1})
 	}
 }
@@ -261,7 +270,7 @@ func (a *Allocator) planStepLocked() {
 		kept = p.reqs[k].size == p.recSize[k]
 	}
 	if p.recording && !kept && len(p.recSize) > 0 {
-		if !p.recMixed && p.recStream == p.prevStream && slices.Equal(p.recSize, p.prevSize) {
+		if p.logOps && !p.recMixed && p.recStream == p.prevStream && slices.Equal(p.recSize, p.prevSize) {
 			a.buildPlanLocked() // the pattern repeats
 		} else {
 			p.reqs = nil // a new pattern: planned once it repeats
@@ -273,6 +282,7 @@ func (a *Allocator) planStepLocked() {
 	}
 	p.rec, p.recSize = p.rec[:0], p.recSize[:0]
 	p.recMixed, p.recording = false, true
+	p.logOps = p.reqs == nil
 	p.pos = 0
 	p.follow = p.reqs != nil && a.arenaLocked()
 }
@@ -473,8 +483,8 @@ func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	for _, xs := range a.coldIdx {
 		merged(xs)
 	}
-	if p.recording && len(p.rec) < len(p.recSize) {
-		bad("the planned policy logged %d operations for %d allocations", len(p.rec), len(p.recSize))
+	if p.logOps && len(p.rec) < len(p.recSize) || !p.logOps && len(p.rec) > 0 {
+		bad("the planned policy logged %d operations for %d allocations (logging them: %v)", len(p.rec), len(p.recSize), p.logOps)
 	}
 	if p.reqs == nil {
 		return

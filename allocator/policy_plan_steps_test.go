@@ -239,7 +239,11 @@ func TestCheckInvariantsCatchesPlanCorruption(t *testing.T) {
 		{"a planned block past the arena", "past its arena", func(a *Allocator) { a.pol.plan.reqs[0].off = a.pol.plan.foot }},
 		{"an arena outside its segment", "outside a segment", func(a *Allocator) { a.pol.plan.addr = a.pol.plan.seg.Ptr() + device.Ptr(a.pol.plan.seg.Size()) }},
 		{"a log that lost its operations", "logged", func(a *Allocator) {
+			a.pol.plan.logOps = true // as with no plan
 			a.pol.plan.recSize = append(a.pol.plan.recSize, 512)
+		}},
+		{"operations logged under a plan", "logged", func(a *Allocator) {
+			a.pol.plan.rec = append(a.pol.plan.rec, planOp{pos: -1})
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
