@@ -121,6 +121,7 @@ type planState struct {
 
 	// The plan, nil when there is none.
 	reqs   []planReq
+	sizes  []uint64 // by position, the rounded size (reqs[k].size), compared at a boundary
 	stream device.Stream
 	foot   uint64             // the arena's bytes (whole pages of the large pool)
 	addr   device.Ptr         // the arena's address
@@ -265,10 +266,7 @@ func (a *Allocator) planFreedLocked(ptr device.Ptr) {
 // is then found for the next step, and recording starts again.
 func (a *Allocator) planStepLocked() {
 	p := a.pol.plan
-	kept := p.reqs != nil && len(p.recSize) == len(p.reqs) && !p.recMixed && p.recStream == p.stream
-	for k := 0; kept && k < len(p.reqs); k++ {
-		kept = p.reqs[k].size == p.recSize[k]
-	}
+	kept := p.reqs != nil && !p.recMixed && p.recStream == p.stream && slices.Equal(p.recSize, p.sizes)
 	if p.recording && !kept && len(p.recSize) > 0 {
 		if p.logOps && !p.recMixed && p.recStream == p.prevStream && slices.Equal(p.recSize, p.prevSize) {
 			a.buildPlanLocked() // the pattern repeats
@@ -341,6 +339,7 @@ func (a *Allocator) buildPlanLocked() {
 		planBelow(reqs, p.rec, freed)
 	}
 	p.reqs, p.stream = reqs, p.recStream
+	p.sizes = append(p.sizes[:0], p.recSize...)
 	p.plans++
 }
 
@@ -466,7 +465,8 @@ func (a *Allocator) arenaLocked() bool {
 // CheckInvariants: with virtual memory every stream's small-pool index is
 // merged into the large pool's and holds no segment (without, none is
 // merged); every planned block lies within the arena, and the arena
-// within a segment of the large pool.
+// within a segment of the large pool; the sizes a boundary compares are
+// the plan's.
 func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	p := a.pol.plan
 	one := a.onePoolLocked()
@@ -489,9 +489,15 @@ func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	if p.reqs == nil {
 		return
 	}
+	if len(p.sizes) != len(p.reqs) {
+		bad("the plan has %d sizes for %d allocations", len(p.sizes), len(p.reqs))
+	}
 	for k, r := range p.reqs {
 		if r.arena && r.off+r.size > p.foot {
 			bad("the plan's allocation %d ends at %d, past its arena's %d bytes", k, r.off+r.size, p.foot)
+		}
+		if k < len(p.sizes) && p.sizes[k] != r.size {
+			bad("the plan's allocation %d has %d bytes, its size %d", k, r.size, p.sizes[k])
 		}
 	}
 	if !p.follow || p.foot == 0 {

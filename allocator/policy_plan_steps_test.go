@@ -242,6 +242,7 @@ func TestCheckInvariantsCatchesPlanCorruption(t *testing.T) {
 			a.pol.plan.logOps = true // as with no plan
 			a.pol.plan.recSize = append(a.pol.plan.recSize, 512)
 		}},
+		{"sizes that are not the plan's", "its size", func(a *Allocator) { a.pol.plan.sizes[1]++ }},
 		{"operations logged under a plan", "logged", func(a *Allocator) {
 			a.pol.plan.rec = append(a.pol.plan.rec, planOp{pos: -1})
 		}},
