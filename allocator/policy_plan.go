@@ -6,6 +6,7 @@ package allocator
 
 import (
 	"context"
+	"math"
 	"math/bits"
 	"slices"
 
@@ -350,23 +351,9 @@ func (a *Allocator) buildPlanLocked() {
 // offset: each holds at least 512 bytes), and each request takes the one
 // just below its place, the highest bit below its own.
 func planBelow(reqs []planReq, rec []planOp, freed []int32) {
-	var offs []uint64
-	for k := range reqs {
-		if reqs[k].arena {
-			offs = append(offs, reqs[k].off)
-		}
-	}
-	slices.Sort(offs)
-	offs = slices.Compact(offs)
-	rank := make([]int32, len(reqs)) // by position, of an arena request
-	for k := range reqs {
-		if reqs[k].arena {
-			r, _ := slices.BinarySearch(offs, reqs[k].off)
-			rank[k] = int32(r)
-		}
-	}
-	inUse := make([]uint64, (len(offs)+63)/64) // bit r: a block at offs[r] in use
-	owner := make([]int32, len(offs))          // the position in use at offs[r]
+	rank, nr := offsetRanks(reqs)
+	inUse := make([]uint64, (nr+63)/64) // bit r: a block at the r-th offset in use
+	owner := make([]int32, nr)          // the position in use at the r-th offset
 	for t, op := range rec {
 		switch k := op.pos; {
 		case k >= 0 && reqs[k].arena:
@@ -382,6 +369,55 @@ func planBelow(reqs []planReq, rec []planOp, freed []int32) {
 			}
 		}
 	}
+}
+
+// offsetRanks returns, by position, the rank of each arena request's
+// offset among the arena's distinct offsets, and their number. Where
+// offset*n+position fits in 64 bits (n requests), the requests are sorted
+// by that one key; else the offsets are sorted and each searched.
+func offsetRanks(reqs []planReq) ([]int32, int) {
+	rank := make([]int32, len(reqs))
+	n := uint64(len(reqs))
+	var top uint64
+	var m int
+	for k := range reqs {
+		if reqs[k].arena {
+			top = max(top, reqs[k].off)
+			m++
+		}
+	}
+	if top <= (math.MaxUint64-n)/n {
+		keys := make([]uint64, 0, m)
+		for k := range reqs {
+			if reqs[k].arena {
+				keys = append(keys, reqs[k].off*n+uint64(k))
+			}
+		}
+		slices.Sort(keys)
+		r := int32(-1)
+		for i, key := range keys {
+			if i == 0 || key/n != keys[i-1]/n {
+				r++
+			}
+			rank[key%n] = r
+		}
+		return rank, int(r + 1)
+	}
+	var offs []uint64
+	for k := range reqs {
+		if reqs[k].arena {
+			offs = append(offs, reqs[k].off)
+		}
+	}
+	slices.Sort(offs)
+	offs = slices.Compact(offs)
+	for k := range reqs {
+		if reqs[k].arena {
+			r, _ := slices.BinarySearch(offs, reqs[k].off)
+			rank[k] = int32(r)
+		}
+	}
+	return rank, len(offs)
 }
 
 // highestBelow returns the highest bit set in set below bit r, or -1.

@@ -4,6 +4,7 @@
 package allocator
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -345,4 +346,43 @@ func TestPlannedReclaimsOnlyWhenTheDeviceIsShort(t *testing.T) {
 	assert.Positive(t, unmaps, "the device short, free pages are unmapped")
 	assert.Greater(t, peak, uint64(960*mib), "all of the device is used before a page is unmapped")
 	assert.Zero(t, refused, "no map refused by the device")
+}
+
+// TestOffsetRanks checks the ranks of the arena requests' offsets, by one
+// sort of packed keys and, for offsets too large to pack, by a search
+// among the sorted offsets, against their definition: the number of
+// distinct arena offsets below each.
+func TestOffsetRanks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, big := range []bool{false, true} {
+		for range 50 {
+			reqs := make([]planReq, rng.IntN(300))
+			for k := range reqs {
+				reqs[k] = planReq{arena: rng.IntN(4) > 0, off: uint64(rng.IntN(40)) << 9}
+				if big {
+					reqs[k].off <<= 50
+				}
+			}
+			rank, nr := offsetRanks(reqs)
+			distinct := map[uint64]bool{}
+			for _, r := range reqs {
+				if r.arena {
+					distinct[r.off] = true
+				}
+			}
+			require.Equal(t, len(distinct), nr)
+			for k, r := range reqs {
+				if !r.arena {
+					continue
+				}
+				var below int32
+				for o := range distinct {
+					if o < r.off {
+						below++
+					}
+				}
+				require.Equal(t, below, rank[k], "big offsets %v, request %d", big, k)
+			}
+		}
+	}
 }
