@@ -235,8 +235,10 @@ func (a *Allocator) userStreamLocked(b *freeindex.Block) device.Stream {
 		if a.pol.lending {
 			return a.pol.lendTo
 		}
-		if s, ok := a.pol.borrowed[b]; ok {
-			return s
+		if len(a.pol.borrowed) > 0 { // no lookup in the common case
+			if s, ok := a.pol.borrowed[b]; ok {
+				return s
+			}
 		}
 	}
 	return b.Stream()

@@ -6,6 +6,7 @@ package allocator
 
 import (
 	"context"
+	"math"
 	"math/bits"
 	"slices"
 
@@ -21,7 +22,9 @@ import (
 //
 //   - Recording: from the first step boundary on, every block handed out
 //     and every free of the step is logged (its position among the step's
-//     allocations, its address, its rounded size, its stream).
+//     allocations, its address, its rounded size, its stream); while there
+//     is a plan, the rounded sizes and the stream alone, all that the
+//     boundary reads of such a step.
 //   - Planning: at a boundary, if the step just seen repeats the step
 //     before it (the same rounded sizes in the same order, all on one
 //     stream), the blocks allocated and freed within the step are
@@ -101,6 +104,12 @@ type planReq struct {
 type planState struct {
 	// The step being recorded since the last boundary.
 	recording bool
+	// logOps: the step's operations are logged in rec, as they are
+	// while there is no plan. A step recorded under a plan is planned
+	// only if it repeats the step before it without the plan's pattern,
+	// which that step has (a step with another pattern ends the plan):
+	// its sizes and stream are compared, its operations never read.
+	logOps    bool
 	rec       []planOp
 	recSize   []uint64 // by position, the rounded size
 	recStream device.Stream
@@ -113,6 +122,7 @@ type planState struct {
 
 	// The plan, nil when there is none.
 	reqs   []planReq
+	sizes  []uint64 // by position, the rounded size (reqs[k].size), compared at a boundary
 	stream device.Stream
 	foot   uint64             // the arena's bytes (whole pages of the large pool)
 	addr   device.Ptr         // the arena's address
@@ -229,16 +239,17 @@ func (a *Allocator) planAllocatedLocked(b *freeindex.Block, rounded uint64, s de
 	} else if s != p.recStream {
 		p.recMixed = true
 	}
-	pos := int32(len(p.recSize))
+	if p.logOps {
+		p.rec = append(p.rec, planOp{ptr: b.Ptr(), pos: int32(len(p.recSize))})
+	}
 	p.recSize = append(p.recSize, rounded)
-	p.rec = append(p.rec, planOp{ptr: b.Ptr(), pos: pos})
 }
 
 // planFreedLocked logs the free of the block at ptr in the step being
 // recorded.
 func (a *Allocator) planFreedLocked(ptr device.Ptr) {
 	p := a.pol.plan
-	if p.recording {
+	if p.logOps {
 		p.rec = append(p.rec, planOp{ptr: ptr, pos: -1})
 	}
 }
@@ -248,20 +259,17 @@ func (a *Allocator) planFreedLocked(ptr device.Ptr) {
 // allocated nothing, keeps it; a step that repeats the one before it (the
 // same rounded sizes in the same order, on the same stream) is planned;
 // any other ends the plan, and is the pattern the next step is compared
-// with. Planning costs about n^2/2 reads of blocks for a step whose
-// blocks are mostly in use at once (internal/pack's Greedy: 8 M
+// with. Planning costs up to n^2/2 reads of blocks for a step whose
+// blocks are mostly in use at once (internal/pack's Greedy: 5.7 M
 // instructions for BERT's 1,004-block step), so a step is planned only
 // once its pattern has repeated: the first step of a training loop, which also
 // makes the optimizer's state, is seldom the one that repeats. The arena
 // is then found for the next step, and recording starts again.
 func (a *Allocator) planStepLocked() {
 	p := a.pol.plan
-	kept := p.reqs != nil && len(p.recSize) == len(p.reqs) && !p.recMixed && p.recStream == p.stream
-	for k := 0; kept && k < len(p.reqs); k++ {
-		kept = p.reqs[k].size == p.recSize[k]
-	}
+	kept := p.reqs != nil && !p.recMixed && p.recStream == p.stream && slices.Equal(p.recSize, p.sizes)
 	if p.recording && !kept && len(p.recSize) > 0 {
-		if !p.recMixed && p.recStream == p.prevStream && slices.Equal(p.recSize, p.prevSize) {
+		if p.logOps && !p.recMixed && p.recStream == p.prevStream && slices.Equal(p.recSize, p.prevSize) {
 			a.buildPlanLocked() // the pattern repeats
 		} else {
 			p.reqs = nil // a new pattern: planned once it repeats
@@ -273,6 +281,7 @@ func (a *Allocator) planStepLocked() {
 	}
 	p.rec, p.recSize = p.rec[:0], p.recSize[:0]
 	p.recMixed, p.recording = false, true
+	p.logOps = p.reqs == nil
 	p.pos = 0
 	p.follow = p.reqs != nil && a.arenaLocked()
 }
@@ -331,6 +340,7 @@ func (a *Allocator) buildPlanLocked() {
 		planBelow(reqs, p.rec, freed)
 	}
 	p.reqs, p.stream = reqs, p.recStream
+	p.sizes = append(p.sizes[:0], p.recSize...)
 	p.plans++
 }
 
@@ -341,23 +351,9 @@ func (a *Allocator) buildPlanLocked() {
 // offset: each holds at least 512 bytes), and each request takes the one
 // just below its place, the highest bit below its own.
 func planBelow(reqs []planReq, rec []planOp, freed []int32) {
-	var offs []uint64
-	for k := range reqs {
-		if reqs[k].arena {
-			offs = append(offs, reqs[k].off)
-		}
-	}
-	slices.Sort(offs)
-	offs = slices.Compact(offs)
-	rank := make([]int32, len(reqs)) // by position, of an arena request
-	for k := range reqs {
-		if reqs[k].arena {
-			r, _ := slices.BinarySearch(offs, reqs[k].off)
-			rank[k] = int32(r)
-		}
-	}
-	inUse := make([]uint64, (len(offs)+63)/64) // bit r: a block at offs[r] in use
-	owner := make([]int32, len(offs))          // the position in use at offs[r]
+	rank, nr := offsetRanks(reqs)
+	inUse := make([]uint64, (nr+63)/64) // bit r: a block at the r-th offset in use
+	owner := make([]int32, nr)          // the position in use at the r-th offset
 	for t, op := range rec {
 		switch k := op.pos; {
 		case k >= 0 && reqs[k].arena:
@@ -373,6 +369,55 @@ func planBelow(reqs []planReq, rec []planOp, freed []int32) {
 			}
 		}
 	}
+}
+
+// offsetRanks returns, by position, the rank of each arena request's
+// offset among the arena's distinct offsets, and their number. Where
+// offset*n+position fits in 64 bits (n requests), the requests are sorted
+// by that one key; else the offsets are sorted and each searched.
+func offsetRanks(reqs []planReq) ([]int32, int) {
+	rank := make([]int32, len(reqs))
+	n := uint64(len(reqs))
+	var top uint64
+	var m int
+	for k := range reqs {
+		if reqs[k].arena {
+			top = max(top, reqs[k].off)
+			m++
+		}
+	}
+	if top <= (math.MaxUint64-n)/n {
+		keys := make([]uint64, 0, m)
+		for k := range reqs {
+			if reqs[k].arena {
+				keys = append(keys, reqs[k].off*n+uint64(k))
+			}
+		}
+		slices.Sort(keys)
+		r := int32(-1)
+		for i, key := range keys {
+			if i == 0 || key/n != keys[i-1]/n {
+				r++
+			}
+			rank[key%n] = r
+		}
+		return rank, int(r + 1)
+	}
+	var offs []uint64
+	for k := range reqs {
+		if reqs[k].arena {
+			offs = append(offs, reqs[k].off)
+		}
+	}
+	slices.Sort(offs)
+	offs = slices.Compact(offs)
+	for k := range reqs {
+		if reqs[k].arena {
+			r, _ := slices.BinarySearch(offs, reqs[k].off)
+			rank[k] = int32(r)
+		}
+	}
+	return rank, len(offs)
 }
 
 // highestBelow returns the highest bit set in set below bit r, or -1.
@@ -456,7 +501,8 @@ func (a *Allocator) arenaLocked() bool {
 // CheckInvariants: with virtual memory every stream's small-pool index is
 // merged into the large pool's and holds no segment (without, none is
 // merged); every planned block lies within the arena, and the arena
-// within a segment of the large pool.
+// within a segment of the large pool; the sizes a boundary compares are
+// the plan's.
 func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	p := a.pol.plan
 	one := a.onePoolLocked()
@@ -473,15 +519,21 @@ func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	for _, xs := range a.coldIdx {
 		merged(xs)
 	}
-	if p.recording && len(p.rec) < len(p.recSize) {
-		bad("the planned policy logged %d operations for %d allocations", len(p.rec), len(p.recSize))
+	if p.logOps && len(p.rec) < len(p.recSize) || !p.logOps && len(p.rec) > 0 {
+		bad("the planned policy logged %d operations for %d allocations (logging them: %v)", len(p.rec), len(p.recSize), p.logOps)
 	}
 	if p.reqs == nil {
 		return
 	}
+	if len(p.sizes) != len(p.reqs) {
+		bad("the plan has %d sizes for %d allocations", len(p.sizes), len(p.reqs))
+	}
 	for k, r := range p.reqs {
 		if r.arena && r.off+r.size > p.foot {
 			bad("the plan's allocation %d ends at %d, past its arena's %d bytes", k, r.off+r.size, p.foot)
+		}
+		if k < len(p.sizes) && p.sizes[k] != r.size {
+			bad("the plan's allocation %d has %d bytes, its size %d", k, r.size, p.sizes[k])
 		}
 	}
 	if !p.follow || p.foot == 0 {

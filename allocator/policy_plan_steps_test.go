@@ -4,6 +4,7 @@
 package allocator
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -239,7 +240,12 @@ func TestCheckInvariantsCatchesPlanCorruption(t *testing.T) {
 		{"a planned block past the arena", "past its arena", func(a *Allocator) { a.pol.plan.reqs[0].off = a.pol.plan.foot }},
 		{"an arena outside its segment", "outside a segment", func(a *Allocator) { a.pol.plan.addr = a.pol.plan.seg.Ptr() + device.Ptr(a.pol.plan.seg.Size()) }},
 		{"a log that lost its operations", "logged", func(a *Allocator) {
+			a.pol.plan.logOps = true // as with no plan
 			a.pol.plan.recSize = append(a.pol.plan.recSize, 512)
+		}},
+		{"sizes that are not the plan's", "its size", func(a *Allocator) { a.pol.plan.sizes[1]++ }},
+		{"operations logged under a plan", "logged", func(a *Allocator) {
+			a.pol.plan.rec = append(a.pol.plan.rec, planOp{pos: -1})
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -340,4 +346,43 @@ func TestPlannedReclaimsOnlyWhenTheDeviceIsShort(t *testing.T) {
 	assert.Positive(t, unmaps, "the device short, free pages are unmapped")
 	assert.Greater(t, peak, uint64(960*mib), "all of the device is used before a page is unmapped")
 	assert.Zero(t, refused, "no map refused by the device")
+}
+
+// TestOffsetRanks checks the ranks of the arena requests' offsets, by one
+// sort of packed keys and, for offsets too large to pack, by a search
+// among the sorted offsets, against their definition: the number of
+// distinct arena offsets below each.
+func TestOffsetRanks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, big := range []bool{false, true} {
+		for range 50 {
+			reqs := make([]planReq, rng.IntN(300))
+			for k := range reqs {
+				reqs[k] = planReq{arena: rng.IntN(4) > 0, off: uint64(rng.IntN(40)) << 9}
+				if big {
+					reqs[k].off <<= 50
+				}
+			}
+			rank, nr := offsetRanks(reqs)
+			distinct := map[uint64]bool{}
+			for _, r := range reqs {
+				if r.arena {
+					distinct[r.off] = true
+				}
+			}
+			require.Equal(t, len(distinct), nr)
+			for k, r := range reqs {
+				if !r.arena {
+					continue
+				}
+				var below int32
+				for o := range distinct {
+					if o < r.off {
+						below++
+					}
+				}
+				require.Equal(t, below, rank[k], "big offsets %v, request %d", big, k)
+			}
+		}
+	}
 }
