@@ -280,7 +280,7 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 			if b := x.Remembered(rounded); b != nil {
 				f = a.takeLocked(sh, x, b, rounded, size)
 			} else if f = x.Retake(rounded); f != nil {
-				f = a.retakeLocked(sh, f, size)
+				f = a.retakeLocked(sh, x, f, size)
 			} else if b = a.searchLocked(x, rounded); b != nil {
 				f = a.takeLocked(sh, x, b, rounded, size)
 			}
@@ -471,6 +471,21 @@ func (a *Allocator) Free(p device.Ptr) error {
 	if sh != nil {
 		sh.mu.Lock()
 		if sh.fast.Load() {
+			if x := &sh.free[0]; x.Again() { // size buckets in a loop: a free that holds
+				if h := x.Held(); h != nil && h.Ptr() == p {
+					sh.mu.Unlock() // a held front is not allocated: the world says so
+					return a.freeWorld(p, sh)
+				}
+				// The front of the pending split, in its home slot, stays
+				// there, parked (freeindex.PtrTable.Park): its hand-out again
+				// need not add it.
+				if b := sh.live.AtHome(p); b != nil && b.Uses == 0 && b.Seg().Free() == x && x.Hold(b) {
+					b.Allocated = false
+					a.freeHeldLocked(sh, b)
+					x.Park()
+					return a.freedFast(sh)
+				}
+			}
 			b := sh.live.RemoveHome(p)
 			if b == nil {
 				b = sh.live.Remove(p)
@@ -500,6 +515,22 @@ func (a *Allocator) Free(p device.Ptr) error {
 		sh.mu.Unlock()
 	}
 	return a.freeWorld(p, sh)
+}
+
+// freedFast ends a free that shard sh's fast path made: it lets go of
+// the lock, after which the world settles a cut if there is one.
+func (a *Allocator) freedFast(sh *shard) error {
+	if sh.cut {
+		sh.fast.Store(false) // the world settles the cut first
+		sh.mu.Unlock()
+		a.settleCut()
+	} else {
+		sh.mu.Unlock()
+	}
+	if selfCheck {
+		a.selfCheck("Free")
+	}
+	return nil
 }
 
 // freeWorld runs the free ladder in the world. hint is the shard whose

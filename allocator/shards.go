@@ -117,6 +117,8 @@ func (a *Allocator) newShard(s device.Stream) *shard {
 	}
 	sh.free[0].Init(sh.id, &sh.spare, s, a.small, small)
 	sh.free[1].Init(sh.id, &sh.spare, s, a.large, freeindex.KindLarge)
+	sh.free[0].SetTable(&sh.live)
+	sh.free[1].SetTable(&sh.live)
 	sh.free[0].Merged = a.onePoolLocked()
 	// Classes in pages, not the hash table, where blocks split and merge
 	// with almost every operation: the index of the small requests when
