@@ -594,30 +594,3 @@ func (a *Allocator) freeRecordedLocked(sh *shard, b *freeindex.Block) error {
 	b.EventCount = int32(n)
 	return nil
 }
-
-// invalidPointerLocked builds the error for a pointer that is not an
-// allocated block, saying what it is if the allocator knows.
-func (a *Allocator) invalidPointerLocked(op string, p device.Ptr) error {
-	what := "not allocated by this allocator"
-	for b := range a.events.Items() {
-		if b.Ptr() == p {
-			what = "already freed (its free is waiting for stream events): double free"
-			break
-		}
-	}
-	if seg := a.segmentOfLocked(p); seg != nil && what == "not allocated by this allocator" {
-		what = "inside a cached segment but not the start of an allocated block: double free or bad pointer"
-	}
-	return fmt.Errorf("allocator: %s %v on device %d: %s: %w", op, p, a.ordinal, what, device.ErrInvalidPointer)
-}
-
-// segmentOfLocked returns the segment containing p, or nil. Only used on
-// error paths: it scans every segment.
-func (a *Allocator) segmentOfLocked(p device.Ptr) *freeindex.Segment {
-	for _, s := range a.segments {
-		if p >= s.Ptr() && uint64(p-s.Ptr()) < s.Size() {
-			return s
-		}
-	}
-	return nil
-}

@@ -20,7 +20,9 @@ import (
 // pending split (freeindex.Index.Retake), of shard sh, for a request of
 // requested bytes: the hand-out that takeLocked would make of the block
 // from before the split, whose rest stays pending, recorded as takeLocked
-// records it; the free index has nothing more to do. It returns f.
+// records it; the free index x has nothing more to do. A front that its
+// free left parked in the address table (freeindex.Index.Parked) is
+// there already. It returns f.
 func (a *Allocator) retakeLocked(sh *shard, x *freeindex.Index, f *freeindex.Block, requested uint64) *freeindex.Block {
 	const k = qSmall // size buckets are a small pool's (freeindex.Index.PoolIdx)
 	n := int64(f.Size())
