@@ -483,7 +483,7 @@ func (a *Allocator) Free(p device.Ptr) error {
 					b.Allocated = false
 					a.freeHeldLocked(sh, b)
 					x.Park()
-					return a.freedFast(sh)
+					goto freed
 				}
 			}
 			b := sh.live.RemoveHome(p)
@@ -497,17 +497,7 @@ func (a *Allocator) Free(p device.Ptr) error {
 						panic("gpumem: a fast shard's live block belongs to another shard's free index")
 					}
 					a.finishFreeLocked(sh, b, true)
-					if sh.cut {
-						sh.fast.Store(false) // the world settles the cut first
-						sh.mu.Unlock()
-						a.settleCut()
-					} else {
-						sh.mu.Unlock()
-					}
-					if selfCheck {
-						a.selfCheck("Free")
-					}
-					return nil
+					goto freed
 				}
 				sh.live.Put(b) // the world frees it
 			}
@@ -515,11 +505,7 @@ func (a *Allocator) Free(p device.Ptr) error {
 		sh.mu.Unlock()
 	}
 	return a.freeWorld(p, sh)
-}
-
-// freedFast ends a free that shard sh's fast path made: it lets go of
-// the lock, after which the world settles a cut if there is one.
-func (a *Allocator) freedFast(sh *shard) error {
+freed: // a free of shard sh's fast path
 	if sh.cut {
 		sh.fast.Store(false) // the world settles the cut first
 		sh.mu.Unlock()
