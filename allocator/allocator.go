@@ -280,7 +280,7 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 			if b := x.Remembered(rounded); b != nil {
 				f = a.takeLocked(sh, x, b, rounded, size)
 			} else if f = x.Retake(rounded); f != nil {
-				f = a.retakeLocked(sh, f, size)
+				f = a.retakeLocked(sh, x, f, size)
 			} else if b = a.searchLocked(x, rounded); b != nil {
 				f = a.takeLocked(sh, x, b, rounded, size)
 			}
@@ -471,6 +471,21 @@ func (a *Allocator) Free(p device.Ptr) error {
 	if sh != nil {
 		sh.mu.Lock()
 		if sh.fast.Load() {
+			if x := &sh.free[0]; x.Again() { // size buckets in a loop: a free that holds
+				if h := x.Held(); h != nil && h.Ptr() == p {
+					sh.mu.Unlock() // a held front is not allocated: the world says so
+					return a.freeWorld(p, sh)
+				}
+				// The front of the pending split, in its home slot, stays
+				// there, parked (freeindex.PtrTable.Park): its hand-out again
+				// need not add it.
+				if b := sh.live.AtHome(p); b != nil && b.Uses == 0 && b.Seg().Free() == x && x.Hold(b) {
+					b.Allocated = false
+					a.freeHeldLocked(sh, b)
+					x.Park()
+					goto freed
+				}
+			}
 			b := sh.live.RemoveHome(p)
 			if b == nil {
 				b = sh.live.Remove(p)
@@ -482,17 +497,7 @@ func (a *Allocator) Free(p device.Ptr) error {
 						panic("gpumem: a fast shard's live block belongs to another shard's free index")
 					}
 					a.finishFreeLocked(sh, b, true)
-					if sh.cut {
-						sh.fast.Store(false) // the world settles the cut first
-						sh.mu.Unlock()
-						a.settleCut()
-					} else {
-						sh.mu.Unlock()
-					}
-					if selfCheck {
-						a.selfCheck("Free")
-					}
-					return nil
+					goto freed
 				}
 				sh.live.Put(b) // the world frees it
 			}
@@ -500,6 +505,18 @@ func (a *Allocator) Free(p device.Ptr) error {
 		sh.mu.Unlock()
 	}
 	return a.freeWorld(p, sh)
+freed: // a free of shard sh's fast path
+	if sh.cut {
+		sh.fast.Store(false) // the world settles the cut first
+		sh.mu.Unlock()
+		a.settleCut()
+	} else {
+		sh.mu.Unlock()
+	}
+	if selfCheck {
+		a.selfCheck("Free")
+	}
+	return nil
 }
 
 // freeWorld runs the free ladder in the world. hint is the shard whose
@@ -561,32 +578,5 @@ func (a *Allocator) freeRecordedLocked(sh *shard, b *freeindex.Block) error {
 	}
 	a.freeRequestedLocked(b.Seg().Free(), b)
 	b.EventCount = int32(n)
-	return nil
-}
-
-// invalidPointerLocked builds the error for a pointer that is not an
-// allocated block, saying what it is if the allocator knows.
-func (a *Allocator) invalidPointerLocked(op string, p device.Ptr) error {
-	what := "not allocated by this allocator"
-	for b := range a.events.Items() {
-		if b.Ptr() == p {
-			what = "already freed (its free is waiting for stream events): double free"
-			break
-		}
-	}
-	if seg := a.segmentOfLocked(p); seg != nil && what == "not allocated by this allocator" {
-		what = "inside a cached segment but not the start of an allocated block: double free or bad pointer"
-	}
-	return fmt.Errorf("allocator: %s %v on device %d: %s: %w", op, p, a.ordinal, what, device.ErrInvalidPointer)
-}
-
-// segmentOfLocked returns the segment containing p, or nil. Only used on
-// error paths: it scans every segment.
-func (a *Allocator) segmentOfLocked(p device.Ptr) *freeindex.Segment {
-	for _, s := range a.segments {
-		if p >= s.Ptr() && uint64(p-s.Ptr()) < s.Size() {
-			return s
-		}
-	}
 	return nil
 }

@@ -275,7 +275,7 @@ func (a *Allocator) checkLocked() error {
 				if !a.isDeferred(b) && (b.EventCount <= 0 || queued[b] != b.EventCount) {
 					bad("pending block %v has event count %d but %d queued events", b.Ptr(), b.EventCount, queued[b])
 				}
-				if inIndex[b] || sh.live.Get(b.Ptr()) == b {
+				if inIndex[b] || sh.live.Entry(b.Ptr()) == b {
 					bad("pending block %v is in the free index or the address table", b.Ptr())
 				}
 				want.Active.Increase(st, 1)
@@ -284,6 +284,9 @@ func (a *Allocator) checkLocked() error {
 			case b == held:
 				// Counted with the rest, as the one block it stands for
 				// (the free index checks the pair).
+				if (sh.live.Entry(b.Ptr()) == b) != s.Free().IsParked() {
+					bad("held front %v is parked in its shard's address table: %v, its free index says %v", b.Ptr(), !s.Free().IsParked(), s.Free().IsParked())
+				}
 			default:
 				seenFree++
 				if !inIndex[b] {

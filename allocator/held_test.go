@@ -209,3 +209,60 @@ func TestHeldCredit(t *testing.T) {
 		require.NoError(t, a.CheckInvariants())
 	})
 }
+
+// TestHeldDoubleFree frees a held front again: freed from its home slot,
+// it stays parked in its shard's address table (freeindex.PtrTable.Park),
+// yet a second free fails as any double free does and changes nothing,
+// and no reader of the table takes it for an allocated block.
+func TestHeldDoubleFree(t *testing.T) {
+	a, dev := newTest(t, 0, Config{})
+	x := &a.def.free[qSmall]
+	const head, front = 256 * kib, 512 * kib
+	p := mustAlloc(t, a, head, device.DefaultStream) // keeps the segment split
+	q := mustAlloc(t, a, front, device.DefaultStream)
+	mustFree(t, a, q)
+	require.Equal(t, q, mustAlloc(t, a, front, device.DefaultStream)) // a loop
+	mustFree(t, a, q)
+	require.NotNil(t, x.Held())
+	require.True(t, x.IsParked(), "freed from its home slot, the front stays in the table")
+	require.Equal(t, 1, a.def.live.Len(), "a parked entry is not an allocated block")
+	st := a.Stats()
+	var held string
+	for range 2 {
+		err := a.Free(q)
+		require.ErrorIs(t, err, device.ErrInvalidPointer)
+		require.Contains(t, err.Error(), "double free")
+		held = err.Error()
+		require.ErrorIs(t, a.RecordStream(q, device.DefaultStream), device.ErrInvalidPointer)
+		require.Equal(t, st, a.Stats())
+		require.True(t, x.IsParked())
+		require.NoError(t, a.CheckInvariants())
+	}
+	// (capture's snapshot merges the held front back.)
+	before := capture(a, dev)
+	require.ErrorIs(t, a.Free(q), device.ErrInvalidPointer)
+	require.Equal(t, before, capture(a, dev))
+	for range 2 { // a loop again
+		require.Equal(t, q, mustAlloc(t, a, front, device.DefaultStream))
+		mustFree(t, a, q)
+	}
+
+	// Taken again, it is allocated once more: one free, then a double
+	// free again.
+	require.Equal(t, q, mustAlloc(t, a, front, device.DefaultStream))
+	require.False(t, x.IsParked())
+	require.Equal(t, 2, a.def.live.Len())
+	require.NoError(t, a.CheckInvariants())
+	mustFree(t, a, q)
+	require.True(t, x.IsParked())
+	require.ErrorIs(t, a.Free(q), device.ErrInvalidPointer)
+
+	// Merged back (the free of its neighbour), it leaves the table; the
+	// double free of the same address fails with the same error.
+	mustFree(t, a, p)
+	require.Nil(t, x.Held())
+	require.False(t, x.IsParked())
+	require.Equal(t, 0, a.def.live.Len())
+	require.NoError(t, a.CheckInvariants())
+	require.EqualError(t, a.Free(q), held)
+}

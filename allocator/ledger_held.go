@@ -20,8 +20,10 @@ import (
 // pending split (freeindex.Index.Retake), of shard sh, for a request of
 // requested bytes: the hand-out that takeLocked would make of the block
 // from before the split, whose rest stays pending, recorded as takeLocked
-// records it; the free index has nothing more to do. It returns f.
-func (a *Allocator) retakeLocked(sh *shard, f *freeindex.Block, requested uint64) *freeindex.Block {
+// records it; the free index x has nothing more to do. A front that its
+// free left parked in the address table (freeindex.Index.Parked) is
+// there already. It returns f.
+func (a *Allocator) retakeLocked(sh *shard, x *freeindex.Index, f *freeindex.Block, requested uint64) *freeindex.Block {
 	const k = qSmall // size buckets are a small pool's (freeindex.Index.PoolIdx)
 	n := int64(f.Size())
 	if sh.credit == f && requested <= sh.creditReq && f.Phase == a.phase && sh.largeRises() == sh.creditLarge {
@@ -45,7 +47,7 @@ func (a *Allocator) retakeLocked(sh *shard, f *freeindex.Block, requested uint64
 		a.retakeCounted(sh, f, n, int64(requested))
 	}
 	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
-	if !sh.live.PutHome(f) {
+	if !x.Parked() && !sh.live.PutHome(f) {
 		sh.live.Put(f)
 	}
 	if a.listening {

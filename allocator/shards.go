@@ -1,11 +1,13 @@
 // This file holds the shards, one per stream, and the locking that lets
 // Alloc and Free on different streams run at once: each shard's own
-// lock for the common case, every lock ("the world") for the rest.
+// lock for the common case, every lock ("the world") for the rest; and
+// the lookup of a pointer's block and shard.
 
 package allocator
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -117,6 +119,8 @@ func (a *Allocator) newShard(s device.Stream) *shard {
 	}
 	sh.free[0].Init(sh.id, &sh.spare, s, a.small, small)
 	sh.free[1].Init(sh.id, &sh.spare, s, a.large, freeindex.KindLarge)
+	sh.free[0].SetTable(&sh.live)
+	sh.free[1].SetTable(&sh.live)
 	sh.free[0].Merged = a.onePoolLocked()
 	// Classes in pages, not the hash table, where blocks split and merge
 	// with almost every operation: the index of the small requests when
@@ -406,6 +410,33 @@ func (a *Allocator) liveCountLocked() int {
 		n += sh.live.Len()
 	}
 	return n
+}
+
+// invalidPointerLocked builds the error for a pointer that is not an
+// allocated block, saying what it is if the allocator knows.
+func (a *Allocator) invalidPointerLocked(op string, p device.Ptr) error {
+	what := "not allocated by this allocator"
+	for b := range a.events.Items() {
+		if b.Ptr() == p {
+			what = "already freed (its free is waiting for stream events): double free"
+			break
+		}
+	}
+	if seg := a.segmentOfLocked(p); seg != nil && what == "not allocated by this allocator" {
+		what = "inside a cached segment but not the start of an allocated block: double free or bad pointer"
+	}
+	return fmt.Errorf("allocator: %s %v on device %d: %s: %w", op, p, a.ordinal, what, device.ErrInvalidPointer)
+}
+
+// segmentOfLocked returns the segment containing p, or nil. Only used on
+// error paths: it scans every segment.
+func (a *Allocator) segmentOfLocked(p device.Ptr) *freeindex.Segment {
+	for _, s := range a.segments {
+		if p >= s.Ptr() && uint64(p-s.Ptr()) < s.Size() {
+			return s
+		}
+	}
+	return nil
 }
 
 // shardOf returns the shard of the free index x, whose lock guards it.

@@ -12,6 +12,10 @@ package freeindex
 func (x *Index) rejoin() {
 	b, pb := x.held, x.pend
 	x.held, x.pend = nil, nil
+	if x.parked {
+		x.parked = false
+		x.table.Unpark(b.ptr)
+	}
 	prev := b.prev
 	pb.ptr, pb.size = b.ptr, b.size+pb.size
 	pb.prev = prev
@@ -82,3 +86,32 @@ func (x *Index) Again() bool { return x.again }
 
 // Held returns the held front, nil when there is none.
 func (x *Index) Held() *Block { return x.held }
+
+// SetTable names t, the address table of the index's shard, where its
+// held front may stay parked (Park).
+func (x *Index) SetTable(t *PtrTable) { x.table = t }
+
+// Park records that the held front, freed by its shard's Free from its
+// home slot, stays parked in the index's address table (PtrTable.Park):
+// a merge back deletes it there (Unhold), a hand-out again takes it as it
+// is (Parked).
+func (x *Index) Park() {
+	x.parked = true
+	x.table.Park()
+}
+
+// Parked reports whether the held front just handed out again (Retake)
+// was parked in the address table, and ends that: then its entry is the
+// allocated block's again, else the caller adds it.
+func (x *Index) Parked() bool {
+	if !x.parked {
+		return false
+	}
+	x.parked = false
+	x.table.Retaken()
+	return true
+}
+
+// IsParked reports whether the held front is parked in the address table
+// (Park), for the checker.
+func (x *Index) IsParked() bool { return x.parked }

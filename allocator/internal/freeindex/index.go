@@ -59,6 +59,10 @@ type Index struct {
 	// one size, so that a free of the front holds it (Hold); a search
 	// (BestFit) clears it. A held front is kept only while it is set.
 	again bool
+	// parked: the held front stays in table, its shard's address table
+	// (PtrTable.Park), set only while held is.
+	parked bool
+	table  *PtrTable
 }
 
 // Kind is the structure of a free index.

@@ -26,6 +26,9 @@ func (x *Index) Check(bad func(format string, args ...any)) {
 	} else if bk := x.buckets; f != nil && (!x.again || bk.memo != x.pend || bk.memoSize != f.size || bk.version != bk.memoVersion) {
 		bad("stream %d: the held front %v is not of a loop whose remembered best fit is the block from before its split", s, f.ptr)
 	}
+	if x.parked && (x.held == nil || x.table == nil || x.table.Entry(x.held.ptr) != x.held) {
+		bad("stream %d: a held front parked in the address table is not there", s)
+	}
 	x.checkFiling(bad)
 	x.checkWholes(bad)
 }

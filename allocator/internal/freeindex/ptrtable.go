@@ -15,12 +15,18 @@ import "github.com/gpumem/gpumem/device"
 // delete. A nil slot is empty. Each shard has one, guarded by its lock.
 // A slot holds only the block pointer (the key is the
 // block's address field), so the table costs 8 bytes a slot.
+//
+// A held front (Index.Hold) freed by its shard's Free from its home slot
+// stays in the table, parked, until it is handed out again (Index.Retake)
+// or merged back (Index.Unhold): a parked entry is not allocated, and Get,
+// Len and Each, which answer for the allocated blocks, skip it.
 type PtrTable struct {
-	slots []*Block // a block's key is its own ptr field
-	mask  uint64
-	shift uint8
-	n     int
-	limit int // n at which the table grows: a quarter of its slots
+	slots  []*Block // a block's key is its own ptr field
+	mask   uint64
+	shift  uint8
+	n      int
+	limit  int // n at which the table grows: a quarter of its slots
+	parked int // entries not allocated: held fronts left in the table (Park)
 }
 
 const ptrTableMinSize = 64
@@ -39,8 +45,16 @@ func (t *PtrTable) init(size int) {
 // the compiler, which then drops its code for shifts of 64 and more.
 func (t *PtrTable) home(p device.Ptr) uint64 { return fibHash(uint64(p)>>9, t.shift&63) }
 
-// Get returns the block at p, or nil.
+// Get returns the allocated block at p, or nil: a parked entry is not.
 func (t *PtrTable) Get(p device.Ptr) *Block {
+	if b := t.Entry(p); b != nil && b.Allocated {
+		return b
+	}
+	return nil
+}
+
+// Entry returns the entry at p, allocated or parked, or nil.
+func (t *PtrTable) Entry(p device.Ptr) *Block {
 	if t.n == 0 {
 		return nil
 	}
@@ -97,6 +111,32 @@ func (t *PtrTable) RemoveHome(p device.Ptr) *Block {
 	return b
 }
 
+// AtHome returns the entry at p when it is in its home slot, else nil.
+// It is small enough to be inlined into the hot path.
+func (t *PtrTable) AtHome(p device.Ptr) *Block {
+	if t.n == 0 {
+		return nil
+	}
+	if b := t.slots[t.home(p)]; b != nil && b.ptr == p {
+		return b
+	}
+	return nil
+}
+
+// Park leaves the entry of b, a held front just freed (Index.Hold),
+// in the table; Unpark or Retaken ends it.
+func (t *PtrTable) Park() { t.parked++ }
+
+// Unpark deletes the parked entry at p (a held front merged back).
+func (t *PtrTable) Unpark(p device.Ptr) {
+	t.Remove(p)
+	t.parked--
+}
+
+// Retaken makes the parked entry of a held front handed out again an
+// allocated block's again (its caller set Allocated).
+func (t *PtrTable) Retaken() { t.parked-- }
+
 // Remove deletes the entry at p and returns its block, or nil. It shifts
 // later entries of the probe run back so that no tombstones accumulate.
 func (t *PtrTable) Remove(p device.Ptr) *Block {
@@ -151,13 +191,14 @@ func (t *PtrTable) grow() {
 	}
 }
 
-// Len returns the number of entries.
-func (t *PtrTable) Len() int { return t.n }
+// Len returns the number of allocated blocks: the entries but the parked.
+func (t *PtrTable) Len() int { return t.n - t.parked }
 
-// Each calls f for every block in the table, in no particular order.
+// Each calls f for every allocated block in the table (not the parked
+// entries), in no particular order.
 func (t *PtrTable) Each(f func(*Block)) {
 	for _, b := range t.slots {
-		if b != nil {
+		if b != nil && b.Allocated {
 			f(b)
 		}
 	}

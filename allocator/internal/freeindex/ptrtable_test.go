@@ -25,7 +25,7 @@ func TestPtrTableMatchesMap(t *testing.T) {
 				if ref[p] != nil {
 					break // put takes addresses that are not in the table
 				}
-				b := &Block{ptr: p}
+				b := &Block{ptr: p, Allocated: true}
 				// PutHome first, as the hot path does, or Put alone.
 				if n := tab.Len(); !rapid.Bool().Draw(t, "home") || !tab.PutHome(b) {
 					if tab.Len() != n {
