@@ -284,8 +284,8 @@ func (a *Allocator) checkLocked() error {
 			case b == held:
 				// Counted with the rest, as the one block it stands for
 				// (the free index checks the pair).
-				if (sh.live.Entry(b.Ptr()) == b) != s.Free().IsParked() {
-					bad("held front %v is parked in its shard's address table: %v, its free index says %v", b.Ptr(), !s.Free().IsParked(), s.Free().IsParked())
+				if inTable, parked := sh.live.Entry(b.Ptr()) == b, s.Free().IsParked(); inTable != parked {
+					bad("held front %v: in its shard's address table %v, but its free index says parked %v", b.Ptr(), inTable, parked)
 				}
 			default:
 				seenFree++

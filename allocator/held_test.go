@@ -208,6 +208,47 @@ func TestHeldCredit(t *testing.T) {
 		require.Equal(t, int64(front), b.AllocatedBytes.Peak)
 		require.NoError(t, a.CheckInvariants())
 	})
+	t.Run("events pending", func(t *testing.T) {
+		// A stream event pending keeps every shard off its fast path, so
+		// the world that resets the peaks leaves the credit in place; the
+		// hand-out again, in the world, still tests its limits.
+		a, dev := newTest(t, 0, Config{})
+		side, err := dev.NewStream()
+		require.NoError(t, err)
+		r := mustAlloc(t, a, 4*mib, device.DefaultStream)
+		require.NoError(t, a.RecordStream(r, side))
+		require.NoError(t, dev.SetStreamBusy(side, true)) // its free waits for the event
+		mustFree(t, a, r)
+		// Calls without the invariant checker, whose world polls the
+		// pending event and so merges a held front back.
+		alloc := func() device.Ptr {
+			p, err := a.Alloc(front, device.DefaultStream)
+			require.NoError(t, err)
+			return p
+		}
+		q := alloc()
+		require.NoError(t, a.Free(q))
+		for range 4 { // until a free holds the front
+			if a.def.free[qSmall].Held() != nil {
+				break
+			}
+			require.Equal(t, q, alloc())
+			require.NoError(t, a.Free(q))
+		}
+		require.NotNil(t, a.def.free[qSmall].Held())
+		require.False(t, a.def.fast.Load())
+		if !selfCheck {
+			require.Same(t, a.def.free[qSmall].Held(), a.def.credit)
+		}
+		a.ResetPeakStats()
+		require.Equal(t, q, alloc())
+		require.NoError(t, a.Free(q))
+		st := a.Stats()
+		require.Equal(t, int64(0), st.AllocatedBytes[stats.SmallPool].Current)
+		require.Equal(t, int64(front), st.AllocatedBytes[stats.SmallPool].Peak)
+		require.Equal(t, int64(1), st.Allocation[stats.SmallPool].Peak)
+		require.NoError(t, dev.SetStreamBusy(side, false))
+	})
 }
 
 // TestHeldDoubleFree frees a held front again: freed from its home slot,

@@ -6,8 +6,9 @@
 // the hand-out again skip the limit tests. Held fronts are of size
 // buckets, whose blocks are at most 2 MiB, never oversize
 // (max_split_size is at least the large segment size, more than 10 MiB:
-// Config.validate), so the oversize counts do not move. It is part of the ledger: TestOnlyTheLedgerWrites
-// lets the ledger's files, and no other, change the counts.
+// Config.validate), so the oversize counts do not move. It is part of
+// the ledger: TestOnlyTheLedgerWrites lets the ledger's files, and no
+// other, change the counts.
 
 package allocator
 
