@@ -376,6 +376,9 @@ func planBelow(reqs []planReq, rec []planOp, freed []int32) {
 // offset*n+position fits in 64 bits (n requests), the requests are sorted
 // by that one key; else the offsets are sorted and each searched.
 func offsetRanks(reqs []planReq) ([]int32, int) {
+	if len(reqs) == 0 {
+		return nil, 0 // and no key to divide by n
+	}
 	rank := make([]int32, len(reqs))
 	n := uint64(len(reqs))
 	var top uint64

@@ -353,6 +353,9 @@ func TestPlannedReclaimsOnlyWhenTheDeviceIsShort(t *testing.T) {
 // among the sorted offsets, against their definition: the number of
 // distinct arena offsets below each.
 func TestOffsetRanks(t *testing.T) {
+	rank, nr := offsetRanks(nil)
+	require.Empty(t, rank)
+	require.Zero(t, nr)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, big := range []bool{false, true} {
 		for range 50 {
