@@ -486,6 +486,10 @@ func (x *Index) settle() {
 		x.large.insert(b)
 		return
 	}
+	if x.kind == KindLarge && old.size > maxLargeSize && k.size > maxLargeSize {
+		x.tree.rekey(b, old) // in the tree before and after: moved in its leaf where it can
+		return
+	}
 	b.ptr, b.size = old.ptr, old.size
 	if x.kind == KindSmall {
 		x.buckets.remove(b)

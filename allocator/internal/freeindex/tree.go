@@ -275,9 +275,10 @@ func (n *treeInner) insertChild(i int, sep Key, inner *treeInner, leaf *treeLeaf
 
 // rekey moves b, filed under old, to its current key (b's size and
 // address changed, as a split or a merge changes them). When the new key
-// falls strictly between two other keys of b's leaf, b moves within the
-// leaf, shifting the entries between its two places: one search instead
-// of a remove and an insert.
+// falls strictly between two other keys of b's leaf, or below all keys of
+// the first leaf or above all keys of the last (no other leaf's range
+// then bounds it), b moves within the leaf, shifting the entries between
+// its two places: one search instead of a remove and an insert.
 func (t *freeTree) rekey(b *Block, old Key) {
 	k := KeyOf(b)
 	l := t.leafFor(old)
@@ -285,9 +286,10 @@ func (t *freeTree) rekey(b *Block, old Key) {
 	if i < l.n && l.vals[i] == b {
 		if k.less(old) {
 			// Moving down: the first key not less than k, among those
-			// before b, needs a smaller key before it in the leaf.
+			// before b, needs a smaller key before it in the leaf, or
+			// the leaf to be the first.
 			j := l.searchIn(k, 0, i)
-			if j > 0 {
+			if j > 0 || l == t.first {
 				copy(l.keys[j+1:i+1], l.keys[j:i])
 				copy(l.vals[j+1:i+1], l.vals[j:i])
 				l.keys[j], l.vals[j] = k, b
@@ -295,9 +297,9 @@ func (t *freeTree) rekey(b *Block, old Key) {
 			}
 		} else {
 			// Moving up: the first key not less than k, among those after
-			// b, must be in the leaf.
+			// b, must be in the leaf, or the leaf be the last.
 			j := l.searchIn(k, i+1, l.n)
-			if j < l.n {
+			if j < l.n || l == t.last {
 				copy(l.keys[i:j-1], l.keys[i+1:j])
 				copy(l.vals[i:j-1], l.vals[i+1:j])
 				l.keys[j-1], l.vals[j-1] = k, b
