@@ -184,7 +184,17 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		// The block just below the place, handed out in this step and in
 		// use, is a block of the segment unless the caller freed it
 		// early (its struct then merged away, or the merged free block).
-		if c := p.reqs[r.below].at; freeindex.InSegment(c, p.seg) {
+		// Busy (allocated, or freed with events pending), a struct of the
+		// segment is one of its blocks (a block leaves the list only
+		// free), and the place is most often in the block after it.
+		switch c := p.reqs[r.below].at; {
+		case c != nil && c.Seg() == p.seg && c.Busy():
+			if n := c.Next(); n != nil && n.Ptr() <= ptr && ptr < n.Ptr()+device.Ptr(n.Size()) {
+				b = n
+			} else {
+				b = freeindex.Containing(c, ptr)
+			}
+		case freeindex.InSegment(c, p.seg):
 			b = freeindex.Containing(c, ptr)
 		}
 	}
