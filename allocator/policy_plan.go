@@ -270,7 +270,7 @@ func (a *Allocator) planFreedLocked(ptr device.Ptr) {
 // same rounded sizes in the same order, on the same stream) is planned;
 // any other ends the plan, and is the pattern the next step is compared
 // with. Planning costs up to n^2/2 reads of blocks for a step whose
-// blocks are mostly in use at once (internal/pack's Greedy: 5.1 M
+// blocks are mostly in use at once (internal/pack's Greedy: 5.05 M
 // instructions for BERT's 1,004-block step), so a step is planned only
 // once its pattern has repeated: the first step of a training loop, which also
 // makes the optimizer's state, is seldom the one that repeats. The arena
