@@ -486,22 +486,21 @@ func (x *Index) settle() {
 		x.large.insert(b)
 		return
 	}
-	if x.kind == KindLarge && old.size > maxLargeSize && k.size > maxLargeSize {
+	if x.kind == KindSmall {
+		b.ptr, b.size = old.ptr, old.size
+		x.buckets.remove(b)
+		b.ptr, b.size = k.ptr, k.size
+		x.buckets.insert(b)
+		return
+	}
+	if old.size > maxLargeSize && k.size > maxLargeSize {
 		x.tree.rekey(b, old) // in the tree before and after: moved in its leaf where it can
 		return
 	}
 	b.ptr, b.size = old.ptr, old.size
-	if x.kind == KindSmall {
-		x.buckets.remove(b)
-	} else {
-		x.displace(b)
-	}
+	x.displace(b)
 	b.ptr, b.size = k.ptr, k.size
-	if x.kind == KindSmall {
-		x.buckets.insert(b)
-	} else {
-		x.place(b)
-	}
+	x.place(b)
 }
 
 // Pending reports whether a split's rest waits to move to its new key
