@@ -472,18 +472,21 @@ func (a *Allocator) Free(p device.Ptr) error {
 		sh.mu.Lock()
 		if sh.fast.Load() {
 			if x := &sh.free[0]; x.Again() { // size buckets in a loop: a free that holds
-				if h := x.Held(); h != nil && h.Ptr() == p {
-					sh.mu.Unlock() // a held front is not allocated: the world says so
-					return a.freeWorld(p, sh)
-				}
-				// The front of the pending split, in its home slot, stays
-				// there, parked (freeindex.PtrTable.Park): its hand-out again
-				// need not add it.
-				if b := sh.live.AtHome(p); b != nil && b.Uses == 0 && b.Seg().Free() == x && x.Hold(b) {
-					b.Allocated = false
-					a.freeHeldLocked(sh, b)
-					x.Park()
-					goto freed
+				// The front of the pending split, allocated, is in the
+				// address table and stays there, parked
+				// (freeindex.PtrTable.Park): its hand-out again need not add
+				// it. A held front is not allocated: the world says so.
+				if b := x.FrontAt(p); b != nil {
+					if !b.Allocated {
+						sh.mu.Unlock()
+						return a.freeWorld(p, sh)
+					}
+					if b.Uses == 0 && x.Hold(b) {
+						b.Allocated = false
+						a.freeHeldLocked(sh, b)
+						x.Park()
+						goto freed
+					}
 				}
 			}
 			b := sh.live.RemoveHome(p)

@@ -251,7 +251,7 @@ func TestHeldCredit(t *testing.T) {
 	})
 }
 
-// TestHeldDoubleFree frees a held front again: freed from its home slot,
+// TestHeldDoubleFree frees a held front again: freed by the fast path,
 // it stays parked in its shard's address table (freeindex.PtrTable.Park),
 // yet a second free fails as any double free does and changes nothing,
 // and no reader of the table takes it for an allocated block.
@@ -265,7 +265,7 @@ func TestHeldDoubleFree(t *testing.T) {
 	require.Equal(t, q, mustAlloc(t, a, front, device.DefaultStream)) // a loop
 	mustFree(t, a, q)
 	require.NotNil(t, x.Held())
-	require.True(t, x.IsParked(), "freed from its home slot, the front stays in the table")
+	require.True(t, x.IsParked(), "freed by the fast path, the front stays in the table")
 	require.Equal(t, 1, a.def.live.Len(), "a parked entry is not an allocated block")
 	st := a.Stats()
 	var held string

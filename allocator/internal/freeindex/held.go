@@ -5,6 +5,8 @@
 
 package freeindex
 
+import "github.com/gpumem/gpumem/device"
+
 // rejoin merges the held front back into the pending split's rest, which
 // then is the block from before the split again, filed under its key:
 // the unsplit that Put owed. The front's struct is kept for the next
@@ -79,6 +81,20 @@ func (x *Index) Hold(b *Block) bool {
 	return true
 }
 
+// FrontAt returns the front of the pending split (the block the take
+// that left it handed out, the rest's lower neighbour) when its address
+// is p, else nil: the block a free at p holds (Hold), or the held front
+// itself. Small enough to be inlined in the allocator's free, which then
+// finds that block without its address table.
+func (x *Index) FrontAt(p device.Ptr) *Block {
+	if pb := x.pend; pb != nil {
+		if f := pb.prev; f != nil && f.ptr == p {
+			return f
+		}
+	}
+	return nil
+}
+
 // Again reports whether the index is of size buckets that hand out one
 // size in a loop (again): only then may a free be held (Hold) or a front
 // be held (Unhold).
@@ -91,10 +107,10 @@ func (x *Index) Held() *Block { return x.held }
 // held front may stay parked (Park).
 func (x *Index) SetTable(t *PtrTable) { x.table = t }
 
-// Park records that the held front, freed by its shard's Free from its
-// home slot, stays parked in the index's address table (PtrTable.Park):
-// a merge back deletes it there (Unhold), a hand-out again takes it as it
-// is (Parked).
+// Park records that the held front, freed by its shard's Free, which
+// found it through FrontAt, stays parked in the index's address table
+// (PtrTable.Park): a merge back deletes it there (Unhold), a hand-out
+// again takes it as it is (Parked).
 func (x *Index) Park() {
 	x.parked = true
 	x.table.Park()
