@@ -27,10 +27,11 @@ import (
 func (a *Allocator) retakeLocked(sh *shard, x *freeindex.Index, f *freeindex.Block, requested uint64) *freeindex.Block {
 	const k = qSmall // size buckets are a small pool's (freeindex.Index.PoolIdx)
 	n := int64(f.Size())
-	if sh.credit == f && requested <= sh.creditReq && f.Phase == a.phase && sh.largeRises() == sh.creditLarge {
+	if sh.credit == f && requested <= sh.creditReq && sh.largeRises() == sh.creditLarge {
 		// The counts come back to at most where they were before f's free
-		// (shard.credit), in f's phase: no limit to test. inactive_split
-		// moves back as that free moved it (creditSplit).
+		// (shard.credit), in f's phase, the current one still (only the
+		// world changes it, and it clears the credit): no limit to test.
+		// inactive_split moves back as that free moved it (creditSplit).
 		st := &sh.st
 		st[stats.Allocation].grow(k, 1)
 		st[stats.AllocatedBytes].grow(k, n)
@@ -112,10 +113,14 @@ func (a *Allocator) freeHeldLocked(sh *shard, b *freeindex.Block) {
 	}
 	st[stats.Allocation].pool[k&1].Drop(1)
 	st[stats.AllocatedBytes].pool[k&1].Drop(size)
+	credit := b
 	if a.phased {
 		c := &sh.ph[b.Phase]
 		c.bytes.Drop(size)
 		c.blocks.Drop(1)
+		if b.Phase != a.phase {
+			credit = nil // its hand-out again counts in another phase: retakeCounted
+		}
 	}
 	st[stats.RequestedBytes].pool[k&1].Drop(int64(b.Requested))
 	if bytes > 0 { // blocks is zero
@@ -129,6 +134,6 @@ func (a *Allocator) freeHeldLocked(sh *shard, b *freeindex.Block) {
 	if a.listening {
 		a.freedLocked(sh, b, true)
 	}
-	sh.credit, sh.creditReq, sh.creditSplit, sh.creditLarge = b, b.Requested, bytes, sh.largeRises()
+	sh.credit, sh.creditReq, sh.creditSplit, sh.creditLarge = credit, b.Requested, bytes, sh.largeRises()
 	b.Requested = 0
 }
