@@ -23,31 +23,44 @@ import (
 // from before the split, whose rest stays pending, recorded as takeLocked
 // records it; the free index x has nothing more to do. A front that its
 // free left parked in the address table (freeindex.Index.Parked) is
-// there already. It returns f.
+// there already. It returns f. The hand-out with a credit of a parked
+// front while no one listens, the loop's, calls nothing; retakeOther
+// makes every other.
 func (a *Allocator) retakeLocked(sh *shard, x *freeindex.Index, f *freeindex.Block, requested uint64) *freeindex.Block {
+	// x.Parked, last, ends the parking when it answers true.
+	if sh.credit != f || requested > sh.creditReq || sh.largeRises() != sh.creditLarge || a.listening || !x.Parked() {
+		return a.retakeOther(sh, x, f, requested)
+	}
+	// The counts come back to at most where they were before f's free
+	// (shard.credit), in f's phase, the current one still (only the
+	// world changes it, and it clears the credit): no limit to test.
+	// inactive_split moves back as that free moved it (creditSplit).
 	const k = qSmall // size buckets are a small pool's (freeindex.Index.PoolIdx)
 	n := int64(f.Size())
-	if sh.credit == f && requested <= sh.creditReq && sh.largeRises() == sh.creditLarge {
-		// The counts come back to at most where they were before f's free
-		// (shard.credit), in f's phase, the current one still (only the
-		// world changes it, and it clears the credit): no limit to test.
-		// inactive_split moves back as that free moved it (creditSplit).
-		st := &sh.st
-		st[stats.Allocation].grow(k, 1)
-		st[stats.AllocatedBytes].grow(k, n)
-		st[stats.RequestedBytes].grow(k, int64(requested))
-		if rest := -sh.creditSplit; rest > 0 { // the segment was whole
-			st[stats.InactiveSplit].grow(k, 1)
-			st[stats.InactiveSplitBytes].grow(k, rest)
-		} else {
-			st[stats.InactiveSplitBytes].pool[k&1].Carry(rest)
-		}
-		if a.phased {
-			sh.ph[a.phase].grow(n)
-		}
+	st := &sh.st
+	st[stats.Allocation].grow(k, 1)
+	st[stats.AllocatedBytes].grow(k, n)
+	st[stats.RequestedBytes].grow(k, int64(requested))
+	if rest := -sh.creditSplit; rest > 0 { // the segment was whole
+		st[stats.InactiveSplit].grow(k, 1)
+		st[stats.InactiveSplitBytes].grow(k, rest)
 	} else {
-		a.retakeCounted(sh, f, n, int64(requested))
+		st[stats.InactiveSplitBytes].pool[k&1].Carry(rest)
 	}
+	if a.phased {
+		sh.ph[a.phase].grow(n)
+	}
+	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
+	return f
+}
+
+// retakeOther is retakeLocked's hand-out again of f without a credit, or
+// of a front not parked, or while observers listen: its counts tested
+// against their limits (retakeCounted), f added to the address table
+// unless parked, the observers told.
+func (a *Allocator) retakeOther(sh *shard, x *freeindex.Index, f *freeindex.Block, requested uint64) *freeindex.Block {
+	n := int64(f.Size())
+	a.retakeCounted(sh, f, n, int64(requested))
 	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
 	if !x.Parked() && !sh.live.PutHome(f) {
 		sh.live.Put(f)
