@@ -277,10 +277,10 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 			rounded := a.round(size)
 			x := indexFor(&sh.free, rounded)
 			var f *freeindex.Block
-			if b := x.Remembered(rounded); b != nil {
-				f = a.takeLocked(sh, x, b, rounded, size)
-			} else if f = x.Retake(rounded); f != nil {
+			if f = x.Retake(rounded); f != nil {
 				f = a.retakeLocked(sh, x, f, size)
+			} else if b := x.Remembered(rounded); b != nil {
+				f = a.takeLocked(sh, x, b, rounded, size)
 			} else if b = a.searchLocked(x, rounded); b != nil {
 				f = a.takeLocked(sh, x, b, rounded, size)
 			}

@@ -52,8 +52,10 @@ func (x *Index) Unhold() {
 // first; Check verifies it.) The pending split stays, as after that take;
 // the block's fields are as its free left them (the allocator's record
 // sets the rest). Else it returns nil and changes nothing. Small enough to
-// be inlined in the allocator's fast path; ask Remembered first (it
-// answers nil while a split is pending).
+// be inlined in the allocator's fast path, which asks it before
+// Remembered: a front is held only while a split is pending, when
+// Remembered answers nil, so the order changes no answer, and this one
+// tests less.
 func (x *Index) Retake(size uint64) *Block {
 	f := x.held
 	if f == nil || f.size != size {
