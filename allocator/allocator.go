@@ -481,10 +481,9 @@ func (a *Allocator) Free(p device.Ptr) error {
 						sh.mu.Unlock()
 						return a.freeWorld(p, sh)
 					}
-					if b.Uses == 0 && x.Hold(b) {
+					if b.Uses == 0 && x.HoldFront(b) {
 						b.Allocated = false
 						a.freeHeldLocked(sh, b)
-						x.Park()
 						goto freed
 					}
 				}
