@@ -467,45 +467,46 @@ func (a *Allocator) Free(p device.Ptr) error {
 				sh = ids[id]
 			}
 		}
+		if sh == nil {
+			return a.freeWorld(p, nil)
+		}
 	}
-	if sh != nil {
-		sh.mu.Lock()
-		if sh.fast.Load() {
-			if x := &sh.free[0]; x.Again() { // size buckets in a loop: a free that holds
-				// The front of the pending split, allocated, is in the
-				// address table and stays there, parked
-				// (freeindex.PtrTable.Park): its hand-out again need not add
-				// it. A held front is not allocated: the world says so.
-				if b := x.FrontAt(p); b != nil {
-					if !b.Allocated {
-						sh.mu.Unlock()
-						return a.freeWorld(p, sh)
-					}
-					if b.Uses == 0 && x.HoldFront(b) {
-						b.Allocated = false
-						a.freeHeldLocked(sh, b)
-						goto freed
-					}
+	sh.mu.Lock()
+	if sh.fast.Load() {
+		if x := &sh.free[0]; x.Again() { // size buckets in a loop: a free that holds
+			// The front of the pending split, allocated, is in the
+			// address table and stays there, parked
+			// (freeindex.PtrTable.Park): its hand-out again need not add
+			// it. A held front is not allocated: the world says so.
+			if b := x.FrontAt(p); b != nil {
+				if !b.Allocated {
+					sh.mu.Unlock()
+					return a.freeWorld(p, sh)
 				}
-			}
-			b := sh.live.RemoveHome(p)
-			if b == nil {
-				b = sh.live.Remove(p)
-			}
-			if b != nil {
-				if b.Uses == 0 {
+				if b.Uses == 0 && x.HoldFront(b) {
 					b.Allocated = false
-					if selfCheck && a.shardOf(b.Seg().Free()) != sh {
-						panic("gpumem: a fast shard's live block belongs to another shard's free index")
-					}
-					a.finishFreeLocked(sh, b, true)
+					a.freeHeldLocked(sh, b)
 					goto freed
 				}
-				sh.live.Put(b) // the world frees it
 			}
 		}
-		sh.mu.Unlock()
+		b := sh.live.RemoveHome(p)
+		if b == nil {
+			b = sh.live.Remove(p)
+		}
+		if b != nil {
+			if b.Uses == 0 {
+				b.Allocated = false
+				if selfCheck && a.shardOf(b.Seg().Free()) != sh {
+					panic("gpumem: a fast shard's live block belongs to another shard's free index")
+				}
+				a.finishFreeLocked(sh, b, true)
+				goto freed
+			}
+			sh.live.Put(b) // the world frees it
+		}
 	}
+	sh.mu.Unlock()
 	return a.freeWorld(p, sh)
 freed: // a free of shard sh's fast path
 	if sh.cut {
