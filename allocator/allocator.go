@@ -483,7 +483,8 @@ func (a *Allocator) Free(p device.Ptr) error {
 					sh.mu.Unlock()
 					return a.freeWorld(p, sh)
 				}
-				if b.Uses == 0 && x.HoldFront(b) {
+				if b.Uses == 0 && x.FrontHolds(b) {
+					x.HoldFront(b)
 					b.Allocated = false
 					a.freeHeldLocked(sh, b)
 					goto freed

@@ -97,20 +97,20 @@ func (x *Index) FrontAt(p device.Ptr) *Block {
 	return nil
 }
 
+// FrontHolds reports whether the free of b, the allocated front that
+// FrontAt found, may hold it (HoldFront): b's lower neighbour is not
+// free, Hold's one test that FrontAt did not make.
+func (x *Index) FrontHolds(b *Block) bool { return !mergeable(b, b.prev) }
+
 // HoldFront is Hold for b, the allocated front that FrontAt found, freed
-// by its shard's Free in a loop (Again): it holds b unless b's lower
-// neighbour is free, and leaves b's entry in the address table, parked
-// (PtrTable.Park): a merge back deletes it there (Unhold), a hand-out
-// again takes it as it is (Parked). It reports whether it held b; else
-// it changes nothing. Small enough to be inlined in the allocator's
-// free.
-func (x *Index) HoldFront(b *Block) bool {
-	if mergeable(b, b.prev) {
-		return false
-	}
+// by its shard's Free in a loop (Again), when FrontHolds: it holds b and
+// leaves b's entry in the address table, parked (PtrTable.Park): a merge
+// back deletes it there (Unhold), a hand-out again takes it as it is
+// (Parked). Small enough, with FrontAt and FrontHolds, to be inlined in
+// the allocator's free.
+func (x *Index) HoldFront(b *Block) {
 	x.held, x.parked = b, true
 	x.table.Park()
-	return true
 }
 
 // Again reports whether the index is of size buckets that hand out one
