@@ -277,8 +277,8 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 			rounded := a.round(size)
 			x := indexFor(&sh.free, rounded)
 			var f *freeindex.Block
-			if f = x.Retake(rounded); f != nil {
-				f = a.retakeLocked(sh, x, f, size)
+			if h := x.Held(); h != nil && h.Size() == rounded {
+				f = a.retakeLocked(sh, x, h, size)
 			} else if b := x.Remembered(rounded); b != nil {
 				f = a.takeLocked(sh, x, b, rounded, size)
 			} else if b = a.searchLocked(x, rounded); b != nil {

@@ -17,16 +17,18 @@ import (
 	"github.com/gpumem/gpumem/stats"
 )
 
-// retakeLocked hands out again f, the held front of its free index's
-// pending split (freeindex.Index.Retake), of shard sh, for a request of
-// requested bytes: the hand-out that takeLocked would make of the block
-// from before the split, whose rest stays pending, recorded as takeLocked
-// records it; the free index x has nothing more to do. A front that its
-// free left parked in the address table (freeindex.Index.Parked) is
-// there already. It returns f. The hand-out with a credit of a parked
-// front while no one listens, the loop's, calls nothing; retakeOther
-// makes every other.
+// retakeLocked hands out again f, the held front of its free index x's
+// pending split, of the request's rounded size, of shard sh, for a
+// request of requested bytes: it takes f out of x
+// (freeindex.Index.Retake), and records the hand-out that takeLocked
+// would make of the block from before the split, whose rest stays
+// pending, as takeLocked records it; x has nothing more to do. A front
+// that its free left parked in the address table
+// (freeindex.Index.Parked) is there already. It returns f. The hand-out
+// with a credit of a parked front while no one listens, the loop's,
+// calls nothing; retakeOther makes every other.
 func (a *Allocator) retakeLocked(sh *shard, x *freeindex.Index, f *freeindex.Block, requested uint64) *freeindex.Block {
+	x.Retake()
 	// x.Parked, last, ends the parking when it answers true.
 	if sh.credit != f || requested > sh.creditReq || sh.largeRises() != sh.creditLarge || a.listening || !x.Parked() {
 		return a.retakeOther(sh, x, f, requested)

@@ -42,28 +42,20 @@ func (x *Index) Unhold() {
 	}
 }
 
-// Retake hands the held front out again for a request of size (rounded)
-// bytes when the split it came from is the one a take would make: the
-// front has size bytes. (The size buckets remember the block from before
-// the split, the pending split's rest under its old key, as the best fit
-// of the front's size: a front is held only after a hand-out of the
-// remembered best fit or a retake, whose split left the pending split,
-// and every change of the buckets or of what they remember merges it back
-// first; Check verifies it.) The pending split stays, as after that take;
-// the block's fields are as its free left them (the allocator's record
-// sets the rest). Else it returns nil and changes nothing. Small enough to
-// be inlined in the allocator's fast path, which asks it before
-// Remembered: a front is held only while a split is pending, when
-// Remembered answers nil, so the order changes no answer, and this one
-// tests less.
-func (x *Index) Retake(size uint64) *Block {
-	f := x.held
-	if f == nil || f.size != size {
-		return nil
-	}
-	x.held = nil
-	return f
-}
+// Retake takes the held front out to hand it out again for a request of
+// its size (rounded), which its caller found with Held and compared: the
+// split it came from is the one a take would make. (The size buckets
+// remember the block from before the split, the pending split's rest
+// under its old key, as the best fit of the front's size: a front is
+// held only after a hand-out of the remembered best fit or a retake,
+// whose split left the pending split, and every change of the buckets or
+// of what they remember merges it back first; Check verifies it.) The
+// pending split stays, as after that take; the block's fields are as its
+// free left them (the allocator's record sets the rest). The allocator's
+// fast path asks Held before Remembered: a front is held only while a
+// split is pending, when Remembered answers nil, so the order changes no
+// answer, and Held tests less.
+func (x *Index) Retake() { x.held = nil }
 
 // Hold files b, a block just freed, as Put would when b is the front of
 // the pending split of size buckets that hand out one size in a loop
