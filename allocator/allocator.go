@@ -473,12 +473,13 @@ func (a *Allocator) Free(p device.Ptr) error {
 	}
 	sh.mu.Lock()
 	if sh.fast.Load() {
-		if x := &sh.free[0]; x.Again() { // size buckets in a loop: a free that holds
-			// The front of the pending split, allocated, is in the
-			// address table and stays there, parked
-			// (freeindex.PtrTable.Park): its hand-out again need not add
-			// it. A held front is not allocated: the world says so.
-			if b := x.FrontAt(p); b != nil {
+		// Size buckets in a loop, with a split pending: a free of its front
+		// holds. The front, allocated, is in the address table and stays
+		// there, parked (freeindex.PtrTable.Park): its hand-out again
+		// need not add it. A held front is not allocated: the world says
+		// so.
+		if x := &sh.free[0]; x.Again() && x.Pending() {
+			if b := x.Front(); b.Ptr() == p {
 				if !b.Allocated {
 					sh.mu.Unlock()
 					return a.freeWorld(p, sh)

@@ -5,8 +5,6 @@
 
 package freeindex
 
-import "github.com/gpumem/gpumem/device"
-
 // rejoin merges the held front back into the pending split's rest, which
 // then is the block from before the split again, filed under its key:
 // the unsplit that Put owed. The front's struct is kept for the next
@@ -75,30 +73,23 @@ func (x *Index) Hold(b *Block) bool {
 	return true
 }
 
-// FrontAt returns the front of the pending split (the block the take
-// that left it handed out, the rest's lower neighbour) when its address
-// is p, else nil: the block a free at p holds (Hold), or the held front
-// itself. Small enough to be inlined in the allocator's free, which then
-// finds that block without its address table.
-func (x *Index) FrontAt(p device.Ptr) *Block {
-	if pb := x.pend; pb != nil {
-		if f := pb.prev; f != nil && f.ptr == p {
-			return f
-		}
-	}
-	return nil
-}
+// Front returns the front of the pending split (the block the take
+// that left it handed out, the rest's lower neighbour), while a split is
+// pending (Pending): the block a free of its address holds (Hold), or
+// the held front itself. Small enough to be inlined in the allocator's
+// free, which then finds that block without its address table.
+func (x *Index) Front() *Block { return x.pend.prev }
 
-// FrontHolds reports whether the free of b, the allocated front that
-// FrontAt found, may hold it (HoldFront): b's lower neighbour is not
-// free, Hold's one test that FrontAt did not make.
+// FrontHolds reports whether the free of b, the allocated front (Front),
+// may hold it (HoldFront): b's lower neighbour is not free, the one test
+// of Hold's that the front's free needs.
 func (x *Index) FrontHolds(b *Block) bool { return !mergeable(b, b.prev) }
 
-// HoldFront is Hold for b, the allocated front that FrontAt found, freed
+// HoldFront is Hold for b, the allocated front (Front), freed
 // by its shard's Free in a loop (Again), when FrontHolds: it holds b and
 // leaves b's entry in the address table, parked (PtrTable.Park): a merge
 // back deletes it there (Unhold), a hand-out again takes it as it is
-// (Parked). Small enough, with FrontAt and FrontHolds, to be inlined in
+// (Parked). Small enough, with Front and FrontHolds, to be inlined in
 // the allocator's free.
 func (x *Index) HoldFront(b *Block) {
 	x.held, x.parked = b, true
