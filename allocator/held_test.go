@@ -128,6 +128,27 @@ func TestHeldCredit(t *testing.T) {
 		}
 		return q
 	}
+	t.Run("steps", func(t *testing.T) {
+		// While steps are logged (the ledger listens, and the shard stays
+		// fast), a free leaves no credit: every hand-out again is logged
+		// (retakeOther), and the next boundary counts the one block
+		// alive.
+		a, _ := newTest(t, 0, Config{})
+		a.MarkStep("first")
+		q := mustAlloc(t, a, front, device.DefaultStream)
+		require.NoError(t, a.Free(q))
+		for range 4 {
+			require.Equal(t, q, mustAlloc(t, a, front, device.DefaultStream))
+			require.NoError(t, a.Free(q))
+		}
+		require.NotNil(t, a.def.free[qSmall].Held())
+		require.True(t, a.def.fast.Load() || selfCheck)
+		require.Nil(t, a.def.credit)
+		require.Equal(t, q, mustAlloc(t, a, front, device.DefaultStream))
+		a.MarkStep("second")
+		require.Equal(t, map[leakKey]int64{{0, front}: 1}, a.def.steps.alive)
+		require.NoError(t, a.CheckInvariants())
+	})
 	t.Run("within", func(t *testing.T) {
 		a, _ := newTest(t, 0, Config{})
 		q := held(t, a, front)
@@ -305,3 +326,4 @@ func TestHeldDoubleFree(t *testing.T) {
 	require.NoError(t, a.CheckInvariants())
 	require.EqualError(t, a.Free(q), held)
 }
+

@@ -25,14 +25,14 @@ import (
 // pending, as takeLocked records it; x has nothing more to do. A front
 // that its free left parked in the address table
 // (freeindex.Index.Parked) is there already. It returns f. The hand-out
-// with a credit of a parked front while no one listens, the loop's,
-// calls nothing; retakeOther makes every other.
+// with a credit (which no free leaves while observers listen) of a
+// parked front, the loop's, calls nothing; retakeOther makes every
+// other.
 func (a *Allocator) retakeLocked(sh *shard, x *freeindex.Index, f *freeindex.Block, requested uint64) *freeindex.Block {
-	x.Retake()
-	// x.Parked, last, ends the parking when it answers true.
-	if sh.credit != f || requested > sh.creditReq || sh.largeRises() != sh.creditLarge || a.listening || !x.Parked() {
+	if sh.credit != f || requested > sh.creditReq || sh.largeRises() != sh.creditLarge || !x.IsParked() {
 		return a.retakeOther(sh, x, f, requested)
 	}
+	x.RetakeParked()
 	// The counts come back to at most where they were before f's free
 	// (shard.credit), in f's phase, the current one still (only the
 	// world changes it, and it clears the credit): no limit to test.
@@ -56,11 +56,12 @@ func (a *Allocator) retakeLocked(sh *shard, x *freeindex.Index, f *freeindex.Blo
 	return f
 }
 
-// retakeOther is retakeLocked's hand-out again of f without a credit, or
-// of a front not parked, or while observers listen: its counts tested
-// against their limits (retakeCounted), f added to the address table
-// unless parked, the observers told.
+// retakeOther is retakeLocked's hand-out again of f without a credit
+// (observers may listen), or of a front not parked: it takes f out of x,
+// its counts tested against their limits (retakeCounted), f added to the
+// address table unless parked, the observers told.
 func (a *Allocator) retakeOther(sh *shard, x *freeindex.Index, f *freeindex.Block, requested uint64) *freeindex.Block {
+	x.Retake()
 	n := int64(f.Size())
 	a.retakeCounted(sh, f, n, int64(requested))
 	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
@@ -148,6 +149,7 @@ func (a *Allocator) freeHeldLocked(sh *shard, b *freeindex.Block) {
 	}
 	if a.listening {
 		a.freedLocked(sh, b, true)
+		credit = nil // its hand-out again tells them: retakeOther
 	}
 	sh.credit, sh.creditReq, sh.creditSplit, sh.creditLarge = credit, b.Requested, bytes, sh.largeRises()
 	b.Requested = 0

@@ -55,6 +55,14 @@ func (x *Index) Unhold() {
 // answer, and Held tests less.
 func (x *Index) Retake() { x.held = nil }
 
+// RetakeParked is Retake for a held front parked in the address table
+// (IsParked): it ends the parking too, and the entry is the allocated
+// block's again.
+func (x *Index) RetakeParked() {
+	x.held, x.parked = nil, false
+	x.table.Retaken()
+}
+
 // Hold files b, a block just freed, as Put would when b is the front of
 // the pending split of size buckets that hand out one size in a loop
 // (again) and its lower neighbour is not free: then the
