@@ -326,4 +326,3 @@ func TestHeldDoubleFree(t *testing.T) {
 	require.NoError(t, a.CheckInvariants())
 	require.EqualError(t, a.Free(q), held)
 }
-
