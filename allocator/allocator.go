@@ -277,10 +277,10 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 			rounded := a.round(size)
 			x := indexFor(&sh.free, rounded)
 			var f *freeindex.Block
-			if b := x.Remembered(rounded); b != nil {
+			if h := x.Held(); h != nil && h.Size() == rounded {
+				f = a.retakeLocked(sh, x, h, size)
+			} else if b := x.Remembered(rounded); b != nil {
 				f = a.takeLocked(sh, x, b, rounded, size)
-			} else if f = x.Retake(rounded); f != nil {
-				f = a.retakeLocked(sh, x, f, size)
 			} else if b = a.searchLocked(x, rounded); b != nil {
 				f = a.takeLocked(sh, x, b, rounded, size)
 			}
@@ -467,43 +467,48 @@ func (a *Allocator) Free(p device.Ptr) error {
 				sh = ids[id]
 			}
 		}
+		if sh == nil {
+			return a.freeWorld(p, nil)
+		}
 	}
-	if sh != nil {
-		sh.mu.Lock()
-		if sh.fast.Load() {
-			if x := &sh.free[0]; x.Again() { // size buckets in a loop: a free that holds
-				if h := x.Held(); h != nil && h.Ptr() == p {
-					sh.mu.Unlock() // a held front is not allocated: the world says so
+	sh.mu.Lock()
+	if sh.fast.Load() {
+		// Size buckets in a loop, with a split pending: a free of its front
+		// holds. The front, allocated, is in the address table and stays
+		// there, parked (freeindex.PtrTable.Park): its hand-out again
+		// need not add it. A held front is not allocated: the world says
+		// so.
+		if x := &sh.free[0]; x.Again() && x.Pending() {
+			if b := x.Front(); b.Ptr() == p {
+				if !b.Allocated {
+					sh.mu.Unlock()
 					return a.freeWorld(p, sh)
 				}
-				// The front of the pending split, in its home slot, stays
-				// there, parked (freeindex.PtrTable.Park): its hand-out again
-				// need not add it.
-				if b := sh.live.AtHome(p); b != nil && b.Uses == 0 && b.Seg().Free() == x && x.Hold(b) {
+				if b.Uses == 0 && x.FrontHolds(b) {
+					x.HoldFront(b)
 					b.Allocated = false
 					a.freeHeldLocked(sh, b)
-					x.Park()
 					goto freed
 				}
-			}
-			b := sh.live.RemoveHome(p)
-			if b == nil {
-				b = sh.live.Remove(p)
-			}
-			if b != nil {
-				if b.Uses == 0 {
-					b.Allocated = false
-					if selfCheck && a.shardOf(b.Seg().Free()) != sh {
-						panic("gpumem: a fast shard's live block belongs to another shard's free index")
-					}
-					a.finishFreeLocked(sh, b, true)
-					goto freed
-				}
-				sh.live.Put(b) // the world frees it
 			}
 		}
-		sh.mu.Unlock()
+		b := sh.live.RemoveHome(p)
+		if b == nil {
+			b = sh.live.Remove(p)
+		}
+		if b != nil {
+			if b.Uses == 0 {
+				b.Allocated = false
+				if selfCheck && a.shardOf(b.Seg().Free()) != sh {
+					panic("gpumem: a fast shard's live block belongs to another shard's free index")
+				}
+				a.finishFreeLocked(sh, b, true)
+				goto freed
+			}
+			sh.live.Put(b) // the world frees it
+		}
 	}
+	sh.mu.Unlock()
 	return a.freeWorld(p, sh)
 freed: // a free of shard sh's fast path
 	if sh.cut {

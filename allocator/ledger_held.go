@@ -17,36 +17,53 @@ import (
 	"github.com/gpumem/gpumem/stats"
 )
 
-// retakeLocked hands out again f, the held front of its free index's
-// pending split (freeindex.Index.Retake), of shard sh, for a request of
-// requested bytes: the hand-out that takeLocked would make of the block
-// from before the split, whose rest stays pending, recorded as takeLocked
-// records it; the free index x has nothing more to do. A front that its
-// free left parked in the address table (freeindex.Index.Parked) is
-// there already. It returns f.
+// retakeLocked hands out again f, the held front of its free index x's
+// pending split, of the request's rounded size, of shard sh, for a
+// request of requested bytes: it takes f out of x
+// (freeindex.Index.Retake), and records the hand-out that takeLocked
+// would make of the block from before the split, whose rest stays
+// pending, as takeLocked records it; x has nothing more to do. A front
+// that its free left parked in the address table
+// (freeindex.Index.Parked) is there already. It returns f. The hand-out
+// with a credit (which no free leaves while observers listen) of a
+// parked front, the loop's, calls nothing; retakeOther makes every
+// other.
 func (a *Allocator) retakeLocked(sh *shard, x *freeindex.Index, f *freeindex.Block, requested uint64) *freeindex.Block {
+	if sh.credit != f || requested > sh.creditReq || sh.largeRises() != sh.creditLarge || !x.IsParked() {
+		return a.retakeOther(sh, x, f, requested)
+	}
+	x.RetakeParked()
+	// The counts come back to at most where they were before f's free
+	// (shard.credit), in f's phase, the current one still (only the
+	// world changes it, and it clears the credit): no limit to test.
+	// inactive_split moves back as that free moved it (creditSplit).
 	const k = qSmall // size buckets are a small pool's (freeindex.Index.PoolIdx)
 	n := int64(f.Size())
-	if sh.credit == f && requested <= sh.creditReq && f.Phase == a.phase && sh.largeRises() == sh.creditLarge {
-		// The counts come back to at most where they were before f's free
-		// (shard.credit), in f's phase: no limit to test. inactive_split
-		// moves back as that free moved it (creditSplit).
-		st := &sh.st
-		st[stats.Allocation].grow(k, 1)
-		st[stats.AllocatedBytes].grow(k, n)
-		st[stats.RequestedBytes].grow(k, int64(requested))
-		if rest := -sh.creditSplit; rest > 0 { // the segment was whole
-			st[stats.InactiveSplit].grow(k, 1)
-			st[stats.InactiveSplitBytes].grow(k, rest)
-		} else {
-			st[stats.InactiveSplitBytes].pool[k&1].Carry(rest)
-		}
-		if a.phased {
-			sh.ph[a.phase].grow(n)
-		}
+	st := &sh.st
+	st[stats.Allocation].grow(k, 1)
+	st[stats.AllocatedBytes].grow(k, n)
+	st[stats.RequestedBytes].grow(k, int64(requested))
+	if rest := -sh.creditSplit; rest > 0 { // the segment was whole
+		st[stats.InactiveSplit].grow(k, 1)
+		st[stats.InactiveSplitBytes].grow(k, rest)
 	} else {
-		a.retakeCounted(sh, f, n, int64(requested))
+		st[stats.InactiveSplitBytes].pool[k&1].Carry(rest)
 	}
+	if a.phased {
+		sh.ph[a.phase].grow(n)
+	}
+	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
+	return f
+}
+
+// retakeOther is retakeLocked's hand-out again of f without a credit
+// (observers may listen), or of a front not parked: it takes f out of x,
+// its counts tested against their limits (retakeCounted), f added to the
+// address table unless parked, the observers told.
+func (a *Allocator) retakeOther(sh *shard, x *freeindex.Index, f *freeindex.Block, requested uint64) *freeindex.Block {
+	x.Retake()
+	n := int64(f.Size())
+	a.retakeCounted(sh, f, n, int64(requested))
 	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
 	if !x.Parked() && !sh.live.PutHome(f) {
 		sh.live.Put(f)
@@ -112,10 +129,14 @@ func (a *Allocator) freeHeldLocked(sh *shard, b *freeindex.Block) {
 	}
 	st[stats.Allocation].pool[k&1].Drop(1)
 	st[stats.AllocatedBytes].pool[k&1].Drop(size)
+	credit := b
 	if a.phased {
 		c := &sh.ph[b.Phase]
 		c.bytes.Drop(size)
 		c.blocks.Drop(1)
+		if b.Phase != a.phase {
+			credit = nil // its hand-out again counts in another phase: retakeCounted
+		}
 	}
 	st[stats.RequestedBytes].pool[k&1].Drop(int64(b.Requested))
 	if bytes > 0 { // blocks is zero
@@ -128,7 +149,8 @@ func (a *Allocator) freeHeldLocked(sh *shard, b *freeindex.Block) {
 	}
 	if a.listening {
 		a.freedLocked(sh, b, true)
+		credit = nil // its hand-out again tells them: retakeOther
 	}
-	sh.credit, sh.creditReq, sh.creditSplit, sh.creditLarge = b, b.Requested, bytes, sh.largeRises()
+	sh.credit, sh.creditReq, sh.creditSplit, sh.creditLarge = credit, b.Requested, bytes, sh.largeRises()
 	b.Requested = 0
 }

@@ -49,17 +49,14 @@ func (sh *shard) largeRises() int64 {
 // (retakeLocked's credit).
 func (s *shardCounts) grow(k int, n int64) {
 	c := &s.pool[k&1]
-	c.increases += n
-	c.Carry(n)
+	c.increases += c.Carried(n)
 }
 
 // grow counts a block of n bytes handed out, as add, without testing a
 // limit (shardCounts.grow).
 func (c *phaseCount) grow(n int64) {
-	c.bytes.increases += n
-	c.blocks.increases++
-	c.bytes.Carry(n)
-	c.blocks.Carry(1)
+	c.bytes.increases += c.bytes.Carried(n)
+	c.blocks.increases += c.blocks.Carried(1)
 }
 
 // increase adds n > 0 to quantity row, pool k of shard sh.

@@ -40,25 +40,27 @@ func (x *Index) Unhold() {
 	}
 }
 
-// Retake hands the held front out again for a request of size (rounded)
-// bytes when the split it came from is the one a take would make: the
-// front has size bytes. (The size buckets remember the block from before
-// the split, the pending split's rest under its old key, as the best fit
-// of the front's size: a front is held only after a hand-out of the
-// remembered best fit or a retake, whose split left the pending split,
-// and every change of the buckets or of what they remember merges it back
-// first; Check verifies it.) The pending split stays, as after that take;
-// the block's fields are as its free left them (the allocator's record
-// sets the rest). Else it returns nil and changes nothing. Small enough to
-// be inlined in the allocator's fast path; ask Remembered first (it
-// answers nil while a split is pending).
-func (x *Index) Retake(size uint64) *Block {
-	f := x.held
-	if f == nil || f.size != size {
-		return nil
-	}
-	x.held = nil
-	return f
+// Retake takes the held front out to hand it out again for a request of
+// its size (rounded), which its caller found with Held and compared: the
+// split it came from is the one a take would make. (The size buckets
+// remember the block from before the split, the pending split's rest
+// under its old key, as the best fit of the front's size: a front is
+// held only after a hand-out of the remembered best fit or a retake,
+// whose split left the pending split, and every change of the buckets or
+// of what they remember merges it back first; Check verifies it.) The
+// pending split stays, as after that take; the block's fields are as its
+// free left them (the allocator's record sets the rest). The allocator's
+// fast path asks Held before Remembered: a front is held only while a
+// split is pending, when Remembered answers nil, so the order changes no
+// answer, and Held tests less.
+func (x *Index) Retake() { x.held = nil }
+
+// RetakeParked is Retake for a held front parked in the address table
+// (IsParked): it ends the parking too, and the entry is the allocated
+// block's again.
+func (x *Index) RetakeParked() {
+	x.held, x.parked = nil, false
+	x.table.Retaken()
 }
 
 // Hold files b, a block just freed, as Put would when b is the front of
@@ -79,6 +81,29 @@ func (x *Index) Hold(b *Block) bool {
 	return true
 }
 
+// Front returns the front of the pending split (the block the take
+// that left it handed out, the rest's lower neighbour), while a split is
+// pending (Pending): the block a free of its address holds (Hold), or
+// the held front itself. Small enough to be inlined in the allocator's
+// free, which then finds that block without its address table.
+func (x *Index) Front() *Block { return x.pend.prev }
+
+// FrontHolds reports whether the free of b, the allocated front (Front),
+// may hold it (HoldFront): b's lower neighbour is not free, the one test
+// of Hold's that the front's free needs.
+func (x *Index) FrontHolds(b *Block) bool { return !mergeable(b, b.prev) }
+
+// HoldFront is Hold for b, the allocated front (Front), freed
+// by its shard's Free in a loop (Again), when FrontHolds: it holds b and
+// leaves b's entry in the address table, parked (PtrTable.Park): a merge
+// back deletes it there (Unhold), a hand-out again takes it as it is
+// (Parked). Small enough, with Front and FrontHolds, to be inlined in
+// the allocator's free.
+func (x *Index) HoldFront(b *Block) {
+	x.held, x.parked = b, true
+	x.table.Park()
+}
+
 // Again reports whether the index is of size buckets that hand out one
 // size in a loop (again): only then may a free be held (Hold) or a front
 // be held (Unhold).
@@ -88,17 +113,8 @@ func (x *Index) Again() bool { return x.again }
 func (x *Index) Held() *Block { return x.held }
 
 // SetTable names t, the address table of the index's shard, where its
-// held front may stay parked (Park).
+// held front may stay parked (HoldFront).
 func (x *Index) SetTable(t *PtrTable) { x.table = t }
-
-// Park records that the held front, freed by its shard's Free from its
-// home slot, stays parked in the index's address table (PtrTable.Park):
-// a merge back deletes it there (Unhold), a hand-out again takes it as it
-// is (Parked).
-func (x *Index) Park() {
-	x.parked = true
-	x.table.Park()
-}
 
 // Parked reports whether the held front just handed out again (Retake)
 // was parked in the address table, and ends that: then its entry is the
@@ -113,5 +129,5 @@ func (x *Index) Parked() bool {
 }
 
 // IsParked reports whether the held front is parked in the address table
-// (Park), for the checker.
+// (HoldFront), for the checker.
 func (x *Index) IsParked() bool { return x.parked }

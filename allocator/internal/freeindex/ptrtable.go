@@ -16,10 +16,10 @@ import "github.com/gpumem/gpumem/device"
 // A slot holds only the block pointer (the key is the
 // block's address field), so the table costs 8 bytes a slot.
 //
-// A held front (Index.Hold) freed by its shard's Free from its home slot
-// stays in the table, parked, until it is handed out again (Index.Retake)
-// or merged back (Index.Unhold): a parked entry is not allocated, and Get,
-// Len and Each, which answer for the allocated blocks, skip it.
+// A held front (Index.Hold) freed by its shard's fast Free stays in the
+// table, parked, until it is handed out again (Index.Retake) or merged
+// back (Index.Unhold): a parked entry is not allocated, and Get, Len and
+// Each, which answer for the allocated blocks, skip it.
 type PtrTable struct {
 	slots  []*Block // a block's key is its own ptr field
 	mask   uint64
@@ -109,18 +109,6 @@ func (t *PtrTable) RemoveHome(p device.Ptr) *Block {
 	slots[i] = nil
 	t.n--
 	return b
-}
-
-// AtHome returns the entry at p when it is in its home slot, else nil.
-// It is small enough to be inlined into the hot path.
-func (t *PtrTable) AtHome(p device.Ptr) *Block {
-	if t.n == 0 {
-		return nil
-	}
-	if b := t.slots[t.home(p)]; b != nil && b.ptr == p {
-		return b
-	}
-	return nil
 }
 
 // Park leaves the entry of b, a held front just freed (Index.Hold),

@@ -30,9 +30,9 @@
 //   - Count.Bump: a part adds n > 0 to its value and learns whether the
 //     value passed its limit: then a new peak is possible, and the part
 //     must run Exceed or leave its operation waiting for a Cut.
-//   - Count.Drop and Count.Carry: a part lowers its value, or moves value
-//     between two of its counts whose rows' totals the move leaves
-//     unchanged. Neither can pass a limit.
+//   - Count.Drop and Count.Carry (Carried): a part lowers its value, or
+//     moves value between two of its counts whose rows' totals the move
+//     leaves unchanged. Neither can pass a limit.
 //   - Table.Exceed: part p passed its limit of row r. When the row's
 //     spare room holds what p needs, p takes it from there, and the row
 //     is not read: the total cannot pass the peak. Likewise when the
@@ -66,9 +66,9 @@
 // # Concurrency
 //
 // Neither type locks: the caller's locks guard them. A part's Counts are
-// guarded by the part's lock; Bump, Drop and Carry run under it. The
-// Table, and the limits of every part, change only with every part's
-// lock held (Exceed, Passed, Cut, ResetPeaks, AddRow, SetHolder, Check
+// guarded by the part's lock; Bump, Drop, Carry and Carried run under
+// it. The Table, and the limits of every part, change only with every
+// part's lock held (Exceed, Passed, Cut, ResetPeaks, AddRow, SetHolder, Check
 // and the Parts they call, and a caller that takes a holder's room
 // itself), with one exception: while there is one part, its lock alone
 // guards the Table, and Sole runs under it.
@@ -113,6 +113,13 @@ func (c *Count) Drop(n int64) { c.cur -= n }
 // for a change that an opposite change of another count of the same part
 // cancels in the total of every row the peaks track.
 func (c *Count) Carry(n int64) { c.cur += n }
+
+// Carried is Carry returning n, for a caller that adds the change to sums
+// of its own in the same statement.
+func (c *Count) Carried(n int64) int64 {
+	c.cur += n
+	return n
+}
 
 // Value returns the value.
 func (c *Count) Value() int64 { return c.cur }

@@ -94,6 +94,9 @@ func TestBumpReportsPassingTheLimit(t *testing.T) {
 	if c.Value() != 6 || c.Limit() != 10 {
 		t.Fatalf("value %d, limit %d; want 6 and 10", c.Value(), c.Limit())
 	}
+	if n := c.Carried(3); n != 3 || c.Value() != 9 || c.Limit() != 10 {
+		t.Fatalf("Carried(3) returned %d: value %d, limit %d; want 3, 9 and 10", n, c.Value(), c.Limit())
+	}
 }
 
 // TestExceedShrinksTheOthers: part 0 passes its limit by more than the
