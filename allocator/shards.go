@@ -57,11 +57,11 @@ type shard struct {
 	// then, and creditLarge the large pool's rises then (largeRises); the
 	// world clears it (it may set limits, the phase, or the observers),
 	// and the free leaves none when the front's phase is not the current
-	// one or observers listen. Its
-	// hand-out again (retakeLocked) for at most creditReq bytes, with no
-	// rise of the large pool since, in its phase then, brings every count it changes back to
-	// at most its value before that free, which was within its limits, so
-	// it tests no limit. (Any other change of the small pool merges the
+	// one or observers listen. Its hand-out again (retakeLocked) for at
+	// most creditReq bytes, with no rise of the large pool since (and so
+	// in the front's phase, the current one still), brings every count it
+	// changes back to at most its value before that free, which was
+	// within its limits, so it tests no limit. (Any other change of the small pool merges the
 	// held front back first: freeindex.Index.Retake.) creditSplit is the
 	// change of inactive_split_bytes that the free counted: the rest's
 	// bytes, negated, when the segment became whole, else the front's.

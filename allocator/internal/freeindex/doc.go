@@ -147,7 +147,7 @@
 // block.go: blocks, segments, pools, spare structs, and the making and
 // mapping of segments. index.go: Index, its
 // best fit, split, merge and filing. held.go: the held front (Hold,
-// Retake, Unhold). expandable.go: ExpandableBestFit,
+// HoldFront, Retake, RetakeParked, Unhold). expandable.go: ExpandableBestFit,
 // PyTorch's choice among blocks that could grow. walks.go: its ordered walks and its
 // list of whole free segments. index_check.go: its checks. buckets.go,
 // large.go, tree.go and tree_check.go: its structures. heap.go: the heap of a size class.

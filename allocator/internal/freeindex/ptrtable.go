@@ -16,10 +16,11 @@ import "github.com/gpumem/gpumem/device"
 // A slot holds only the block pointer (the key is the
 // block's address field), so the table costs 8 bytes a slot.
 //
-// A held front (Index.Hold) freed by its shard's fast Free stays in the
-// table, parked, until it is handed out again (Index.Retake) or merged
-// back (Index.Unhold): a parked entry is not allocated, and Get, Len and
-// Each, which answer for the allocated blocks, skip it.
+// A front held by its shard's fast Free (Index.HoldFront) stays in the
+// table, parked, until it is handed out again (Index.RetakeParked, or
+// Retake and Parked) or merged back (Index.Unhold): a parked entry is not
+// allocated, and Get, Len and Each, which answer for the allocated
+// blocks, skip it.
 type PtrTable struct {
 	slots  []*Block // a block's key is its own ptr field
 	mask   uint64
@@ -111,7 +112,7 @@ func (t *PtrTable) RemoveHome(p device.Ptr) *Block {
 	return b
 }
 
-// Park leaves the entry of b, a held front just freed (Index.Hold),
+// Park leaves the entry of b, a held front just freed (Index.HoldFront),
 // in the table; Unpark or Retaken ends it.
 func (t *PtrTable) Park() { t.parked++ }
 
