@@ -232,12 +232,15 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 // Put files b, a block just freed or an unmapped range of x's pool and
 // stream, in no index: merged with its neighbours of the same kind
 // (PyTorch's try_merge_blocks), in the index, or for an unmapped range in
-// its pool's unmapped index. It returns the merged block. When b is the
-// front of the pending split and its lower neighbour stays, the merge
-// gives back the block from before the split, filed under the key the
-// pending rest still has: the index does not change (an unsplit). (In
-// size buckets the allocator asks Hold first, which keeps even that
-// merge waiting.)
+// its pool's unmapped index. It returns the merged block: b's struct, or
+// where a free block merges into a neighbour that its index's tree holds
+// (any, in an index of the tree kind; one over maxLargeSize, in a large
+// index), that neighbour's, moved to its new key in place (mergeInto).
+// When b is the front of the pending split and its lower neighbour
+// stays, the merge gives back the block from before the split, filed
+// under the key the pending rest still has: the index does not change
+// (an unsplit). (In size buckets the allocator asks Hold first, which
+// keeps even that merge waiting.)
 func (x *Index) Put(b *Block) *Block {
 	if pb := x.pend; pb != nil {
 		// pb.prev is the front, busy until now: b.next == pb means b is
@@ -270,8 +273,17 @@ func (x *Index) Put(b *Block) *Block {
 	}
 	prev, next := b.prev, b.next
 	mergePrev, mergeNext := mergeable(b, prev), mergeable(b, next)
-	if x.kind == KindTree && !b.unmapped && (mergePrev || mergeNext) {
-		return x.mergeInto(b, mergePrev, mergeNext)
+	if x.kind != KindSmall && !b.unmapped && (mergePrev || mergeNext) {
+		// A neighbour in the tree (any, in an index of the tree kind; in
+		// a large one, over maxLargeSize) stays there, larger: merged in
+		// place (mergeInto).
+		m := prev
+		if mergeNext {
+			m = next
+		}
+		if !x.inLarge(m.size) {
+			return x.mergeInto(b, mergePrev, mergeNext)
+		}
 	}
 	if mergePrev {
 		x.unfile(prev)
@@ -316,11 +328,12 @@ func (x *Index) Put(b *Block) *Block {
 // neighbour n: n is of the same kind.
 func mergeable(b, n *Block) bool { return n != nil && !n.Busy() && n.unmapped == b.unmapped }
 
-// mergeInto merges b, a free block in no index, into its free neighbours
-// (one or both merge) in x, an index of the tree kind, and returns the
-// merged block: a neighbour's struct (the next one's if it merges), moved
-// to its new key in place (freeTree.rekey), which saves a remove and an
-// insert when it stays in its leaf.
+// mergeInto merges b, a mapped free block in no index, into its free
+// neighbours (one or both merge) in x, an index of the tree kind or a
+// large one, and returns the merged block: a neighbour's struct (the next
+// one's if it merges), which is in x's tree, moved to its new key in place
+// (freeTree.rekey), which saves a remove and an insert when it stays in
+// its leaf.
 func (x *Index) mergeInto(b *Block, mergePrev, mergeNext bool) *Block {
 	prev, next := b.prev, b.next
 	m := prev

@@ -2,6 +2,7 @@ package freeindex
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -199,4 +200,84 @@ func TestExpandableBestFitFollowsTheRule(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestPutMergesIntoTheTree frees a block between neighbours of a large
+// index, free or busy, of sizes in the large buckets or over
+// maxLargeSize (in the tree), and checks the merged block: where it
+// merges into a neighbour in the tree, that neighbour's struct, filed
+// under its new key (mergeInto); else the freed block's; the index whole.
+func TestPutMergesIntoTheTree(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		below, above uint64 // the free neighbours' sizes, 0: busy
+	}{
+		{"into the block above", 2 << 20, 1 << 30},
+		{"into the block below", 1 << 30, 2 << 20},
+		{"into the block below alone", 1 << 30, 0},
+		{"into the block above alone", 0, 1 << 30},
+		{"both in the tree", 1 << 30, 1 << 30},
+		{"both in large buckets", 2 << 20, 4 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := &Pool{idx: 1}
+			seg := &Segment{page: SmallBuffer}
+			var x Index
+			x.Init(0, new(Spares), 0, p, KindLarge)
+			sizes := []uint64{max(c.below, 2<<20), 4 << 20, max(c.above, 2<<20), 2 << 20}
+			busy := []bool{c.below == 0, true, c.above == 0, true}
+			var bs []*Block
+			ptr := device.Ptr(1 << 40)
+			for i, size := range sizes {
+				b := &Block{ptr: ptr, size: size, seg: seg, pool: p, Allocated: busy[i]}
+				ptr += device.Ptr(size)
+				if i == 0 {
+					seg.head = b
+				} else {
+					bs[i-1].linkAfter(b)
+				}
+				bs = append(bs, b)
+			}
+			for _, b := range bs {
+				if !b.Allocated {
+					x.Insert(b)
+				}
+			}
+			first, last := 1, 1
+			if !busy[0] {
+				first = 0
+			}
+			if !busy[2] {
+				last = 2
+			}
+			var total uint64
+			for _, b := range bs[first : last+1] {
+				total += b.size
+			}
+			start := bs[first].ptr
+			want, n := bs[1], bs[0] // the merged block's struct, the neighbour that may keep it
+			if last == 2 {
+				n = bs[2]
+			}
+			if (first == 0 || last == 2) && n.size > maxLargeSize {
+				want = n
+			}
+			bs[1].Allocated = false
+			m := x.Put(bs[1])
+			if m.ptr != start || m.size != total || m != want {
+				t.Fatalf("merged %v+%d (struct %p), want %v+%d (struct %p)", m.ptr, m.size, m, start, total, want)
+			}
+			var msgs []string
+			x.Check(func(format string, args ...any) { msgs = append(msgs, fmt.Sprintf(format, args...)) })
+			if len(msgs) > 0 {
+				t.Fatal(msgs)
+			}
+			if got := x.Fit(total); got != m {
+				t.Fatalf("fit(%d) = %p, want the merged block %p", total, got, m)
+			}
+			if m.prev != nil && m.prev.next != m || m.next != bs[last+1] || bs[last+1].prev != m {
+				t.Fatal("the merged block is not linked in its segment")
+			}
+		})
+	}
 }

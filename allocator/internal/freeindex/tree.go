@@ -282,12 +282,19 @@ func (n *treeInner) insertChild(i int, sep Key, inner *treeInner, leaf *treeLeaf
 func (t *freeTree) rekey(b *Block, old Key) {
 	k := KeyOf(b)
 	l := t.leafFor(old)
-	i := l.search(old)
+	i := l.n - 1 // the leaf's highest, as the free top of a pool with one segment is
+	if i < 0 || l.vals[i] != b {
+		i = l.search(old)
+	}
 	if i < l.n && l.vals[i] == b {
 		if k.less(old) {
 			// Moving down: the first key not less than k, among those
 			// before b, needs a smaller key before it in the leaf, or
-			// the leaf to be the first.
+			// the leaf to be the first. Most often b keeps its slot.
+			if i > 0 && l.keys[i-1].less(k) {
+				l.keys[i] = k
+				return
+			}
 			j := l.searchIn(k, 0, i)
 			if j > 0 || l == t.first {
 				copy(l.keys[j+1:i+1], l.keys[j:i])
@@ -298,6 +305,10 @@ func (t *freeTree) rekey(b *Block, old Key) {
 		} else {
 			// Moving up: the first key not less than k, among those after
 			// b, must be in the leaf, or the leaf be the last.
+			if i+1 < l.n && k.less(l.keys[i+1]) {
+				l.keys[i] = k
+				return
+			}
 			j := l.searchIn(k, i+1, l.n)
 			if j < l.n || l == t.last {
 				copy(l.keys[i:j-1], l.keys[i+1:j])
