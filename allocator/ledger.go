@@ -279,7 +279,9 @@ func (a *Allocator) handedOutLocked(sh *shard, f *freeindex.Block, size uint64) 
 	if a.stepping {
 		sh.steps.note(f, +1)
 		if a.pol != nil && a.pol.plan != nil {
-			a.planAllocatedLocked(f, size, a.userStreamLocked(f))
+			if s := a.userStreamLocked(f); !a.pol.plan.countSameLocked(size, s) {
+				a.planAllocatedLocked(f, size, s)
+			}
 		}
 	}
 	if len(a.observers) > 0 {

@@ -109,7 +109,16 @@ type planState struct {
 	// only if it repeats the step before it without the plan's pattern,
 	// which that step has (a step with another pattern ends the plan):
 	// its sizes and stream are compared, its operations never read.
-	logOps    bool
+	logOps bool
+	// same, recSame: under a plan, same is the plan's sizes until the
+	// step logs a size (nil otherwise), and the step's first recSame
+	// allocations had them (same[:recSame]) on the plan's stream: they
+	// are not copied into recSize, which stays empty; the first that
+	// differs copies them there, and the log goes on as usual (a
+	// boundary copies them too). A step that follows the plan appends
+	// nothing.
+	same      []uint64
+	recSame   int
 	rec       []planOp
 	recSize   []uint64 // by position, the rounded size
 	recStream device.Stream
@@ -171,13 +180,6 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		p.asked = true
 		return nil
 	}
-	if h := p.seg.Head(); h == nil || h.Seg() != p.seg {
-		// The arena's segment was released (EmptyCache): its head
-		// went back to the spares.
-		p.follow = false
-		p.departures++
-		return nil
-	}
 	ptr := p.addr + device.Ptr(r.off)
 	var b *freeindex.Block
 	if r.below >= 0 {
@@ -199,6 +201,13 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		}
 	}
 	if b == nil {
+		if h := p.seg.Head(); h == nil || h.Seg() != p.seg {
+			// The arena's segment was released (EmptyCache): its head
+			// went back to the spares. (A block below in use holds it.)
+			p.follow = false
+			p.departures++
+			return nil
+		}
 		p.walks++
 		if b = r.at; !freeindex.InSegment(b, p.seg) || ptr < b.Ptr() || ptr >= b.Ptr()+device.Ptr(b.Size()) {
 			b = freeindex.Containing(p.walkStart(), ptr)
@@ -239,10 +248,14 @@ func (p *planState) walkStart() *freeindex.Block {
 
 // planAllocatedLocked logs the allocation of b, of rounded bytes on
 // stream s, in the step being recorded.
+// The ledger's hand-out asks countSameLocked first.
 func (a *Allocator) planAllocatedLocked(b *freeindex.Block, rounded uint64, s device.Stream) {
 	p := a.pol.plan
 	if !p.recording {
 		return
+	}
+	if p.same != nil {
+		p.spellSameLocked()
 	}
 	if len(p.recSize) == 0 {
 		p.recStream = s
@@ -253,6 +266,30 @@ func (a *Allocator) planAllocatedLocked(b *freeindex.Block, rounded uint64, s de
 		p.rec = append(p.rec, planOp{ptr: b.Ptr(), pos: int32(len(p.recSize))})
 	}
 	p.recSize = append(p.recSize, rounded)
+}
+
+// countSameLocked counts an allocation of rounded bytes on stream s as
+// the plan's (recSame) and reports true when the step so far has the
+// plan's sizes and this one is the plan's next on its stream; small
+// enough to be inlined into the ledger's hand-out, which logs the
+// allocation (planAllocatedLocked) otherwise.
+func (p *planState) countSameLocked(rounded uint64, s device.Stream) bool {
+	if k := p.recSame; k < len(p.same) && p.same[k] == rounded && s == p.stream {
+		p.recSame++
+		return true
+	}
+	return false
+}
+
+// spellSameLocked copies the recSame sizes that the step shares with the
+// plan into recSize, its stream into recStream.
+func (p *planState) spellSameLocked() {
+	if p.recSame > 0 {
+		p.recSize = append(p.recSize[:0], p.same[:p.recSame]...)
+		p.recStream = p.stream
+		p.recSame = 0
+	}
+	p.same = nil
 }
 
 // planFreedLocked logs the free of the block at ptr in the step being
@@ -277,7 +314,14 @@ func (a *Allocator) planFreedLocked(ptr device.Ptr) {
 // is then found for the next step, and recording starts again.
 func (a *Allocator) planStepLocked() {
 	p := a.pol.plan
-	kept := p.reqs != nil && !p.recMixed && p.recStream == p.stream && slices.Equal(p.recSize, p.sizes)
+	// A step that had the plan's sizes whole has nothing in recSize; the
+	// sizes of the last step recorded (prevSize) are the plan's already.
+	same := p.same != nil && p.recSame > 0 && p.recSame == len(p.same)
+	if !same {
+		p.spellSameLocked()
+	}
+	p.same, p.recSame = nil, 0
+	kept := same || p.reqs != nil && !p.recMixed && p.recStream == p.stream && slices.Equal(p.recSize, p.sizes)
 	if p.recording && !kept && len(p.recSize) > 0 {
 		if p.logOps && !p.recMixed && p.recStream == p.prevStream && slices.Equal(p.recSize, p.prevSize) {
 			a.buildPlanLocked() // the pattern repeats
@@ -292,6 +336,9 @@ func (a *Allocator) planStepLocked() {
 	p.rec, p.recSize = p.rec[:0], p.recSize[:0]
 	p.recMixed, p.recording = false, true
 	p.logOps = p.reqs == nil
+	if !p.logOps {
+		p.same = p.sizes
+	}
 	p.pos = 0
 	p.follow = p.reqs != nil && a.arenaLocked()
 }
@@ -534,6 +581,12 @@ func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	}
 	if p.logOps && len(p.rec) < len(p.recSize) || !p.logOps && len(p.rec) > 0 {
 		bad("the planned policy logged %d operations for %d allocations (logging them: %v)", len(p.rec), len(p.recSize), p.logOps)
+	}
+	if p.recSame > len(p.same) || p.same != nil && (p.logOps || len(p.recSize) > 0 || !slices.Equal(p.same, p.sizes)) {
+		bad("the planned policy counts %d allocations as the plan's (%d sizes) beside %d logged (logging operations: %v; the plan's sizes: %d)", p.recSame, len(p.same), len(p.recSize), p.logOps, len(p.sizes))
+	}
+	if p.reqs != nil && (!slices.Equal(p.prevSize, p.sizes) || p.prevStream != p.stream) {
+		bad("the last step recorded has %d sizes on stream %d, not the plan's %d on stream %d", len(p.prevSize), p.prevStream, len(p.sizes), p.stream)
 	}
 	if p.reqs == nil {
 		return

@@ -244,6 +244,11 @@ func TestCheckInvariantsCatchesPlanCorruption(t *testing.T) {
 			a.pol.plan.recSize = append(a.pol.plan.recSize, 512)
 		}},
 		{"sizes that are not the plan's", "its size", func(a *Allocator) { a.pol.plan.sizes[1]++ }},
+		{"a last step that is not the plan's", "the last step recorded", func(a *Allocator) { a.pol.plan.prevSize[0]++ }},
+		{"the plan's sizes counted beside a log", "as the plan's", func(a *Allocator) {
+			a.pol.plan.recSame = 1
+			a.pol.plan.recSize = append(a.pol.plan.recSize, 512)
+		}},
 		{"operations logged under a plan", "logged", func(a *Allocator) {
 			a.pol.plan.rec = append(a.pol.plan.rec, planOp{pos: -1})
 		}},
