@@ -24,7 +24,8 @@ import (
 //     and every free of the step is logged (its position among the step's
 //     allocations, its address, its rounded size, its stream); while there
 //     is a plan, the rounded sizes and the stream alone, all that the
-//     boundary reads of such a step.
+//     boundary reads of such a step, and of a step that has the plan's
+//     sizes so far only their count (planState.recSame).
 //   - Planning: at a boundary, if the step just seen repeats the step
 //     before it (the same rounded sizes in the same order, all on one
 //     stream), the blocks allocated and freed within the step are
