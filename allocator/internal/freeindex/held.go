@@ -88,17 +88,15 @@ func (x *Index) Hold(b *Block) bool {
 // free, which then finds that block without its address table.
 func (x *Index) Front() *Block { return x.pend.prev }
 
-// FrontHolds reports whether the free of b, the allocated front (Front),
-// may hold it (HoldFront): b's lower neighbour is not free, the one test
-// of Hold's that the front's free needs.
-func (x *Index) FrontHolds(b *Block) bool { return !mergeable(b, b.prev) }
-
 // HoldFront is Hold for b, the allocated front (Front), freed
-// by its shard's Free in a loop (Again), when FrontHolds: it holds b and
+// by its shard's Free in a loop (Again): it holds b and
 // leaves b's entry in the address table, parked (PtrTable.Park): a merge
 // back deletes it there (Unhold), a hand-out again takes it as it is
-// (Parked). Small enough, with Front and FrontHolds, to be inlined in
-// the allocator's free.
+// (Parked). It needs no test of Hold's: while a split is pending, its
+// front's lower neighbour is never free (every free of a block of x is
+// filed by Put, which settles the split first; Check verifies it), so the
+// front's free would merge with nothing but the rest. Small enough, with
+// Front, to be inlined in the allocator's free.
 func (x *Index) HoldFront(b *Block) {
 	x.held, x.parked = b, true
 	x.table.Park()
