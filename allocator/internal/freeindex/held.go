@@ -65,16 +65,16 @@ func (x *Index) RetakeParked() {
 
 // Hold files b, a block just freed, as Put would when b is the front of
 // the pending split of size buckets that hand out one size in a loop
-// (again) and its lower neighbour is not free: then the
-// unsplit, which would give back the block from before the split under
-// the key its rest is still filed under, waits too (held), and Hold
-// reports true; else it changes nothing and reports false, and the
-// caller calls Put. (Out of a loop, the next request is seldom of the
+// (again): then the unsplit, which would give back the block from before
+// the split under the key its rest is still filed under, waits too
+// (held), and Hold reports true; else it changes nothing and reports
+// false, and the caller calls Put. (The front's lower neighbour is never
+// free while its split is pending: HoldFront.) (Out of a loop, the next request is seldom of the
 // front's size, and merging the front back later costs more than now.)
 // b's requested is zero by the time the caller lets go of the lock.
 // Small enough to be inlined in the allocator's free.
 func (x *Index) Hold(b *Block) bool {
-	if pb := x.pend; !x.again || pb == nil || b.next != pb || mergeable(b, b.prev) {
+	if pb := x.pend; !x.again || pb == nil || b.next != pb {
 		return false
 	}
 	x.held = b
