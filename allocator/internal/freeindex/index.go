@@ -233,9 +233,10 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 // stream, in no index: merged with its neighbours of the same kind
 // (PyTorch's try_merge_blocks), in the index, or for an unmapped range in
 // its pool's unmapped index. It returns the merged block. When b is the
-// front of the pending split and its lower neighbour stays, the merge
-// gives back the block from before the split, filed under the key the
-// pending rest still has: the index does not change (an unsplit). (In
+// front of the pending split (whose lower neighbour is never free: the
+// split is settled by every other Put), the merge gives back the block
+// from before the split, filed under the key the pending rest still
+// has: the index does not change (an unsplit). (In
 // size buckets the allocator asks Hold first, which keeps even that
 // merge waiting.)
 func (x *Index) Put(b *Block) *Block {
@@ -244,7 +245,7 @@ func (x *Index) Put(b *Block) *Block {
 		// it. Its requested is zero already (the allocator's
 		// finishFreeLocked). The neighbours are read apart here and below,
 		// so that nothing of the merge's path lives across this one.
-		if prev := b.prev; b.next == pb && !mergeable(b, prev) {
+		if prev := b.prev; b.next == pb {
 			x.pend = nil
 			pb.ptr, pb.size = b.ptr, b.size+pb.size
 			pb.prev = prev
