@@ -189,7 +189,7 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 		case x.inLarge(b.size): // drop, written out
 			b.indexed = false
 			x.large.remove(b)
-			if b.listed {
+			if !b.IsSplit() && b.listed { // only a whole block may be listed
 				x.unlist(b)
 			}
 		default:
@@ -216,7 +216,7 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 	if x.kind != KindSmall {
 		// Stamped and unlisted now, as filing it anew would.
 		rest.gcCountBase = x.pool.GCCalls
-		if rest.listed {
+		if b.prev == nil && rest.next == nil && rest.listed { // whole before the split
 			x.unlist(rest)
 		}
 		x.pend, x.pendKey = rest, old
@@ -532,7 +532,7 @@ func (x *Index) unfile(b *Block) {
 	case x.inLarge(b.size): // drop, written out
 		b.indexed = false
 		x.large.remove(b)
-		if b.listed {
+		if !b.IsSplit() && b.listed { // only a whole block may be listed
 			x.unlist(b)
 		}
 	default:
