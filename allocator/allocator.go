@@ -484,7 +484,7 @@ func (a *Allocator) Free(p device.Ptr) error {
 					sh.mu.Unlock()
 					return a.freeWorld(p, sh)
 				}
-				if b.Uses == 0 && x.FrontHolds(b) {
+				if b.Uses == 0 {
 					x.HoldFront(b)
 					b.Allocated = false
 					a.freeHeldLocked(sh, b)

@@ -263,7 +263,10 @@ func (a *Allocator) takeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block
 		a.takeExceeded(sh, k, rows, n, int64(requested), splitBlocks, splitBytes, oversize)
 	}
 	f := x.Take(b, size, split) // with split, b is the rest
-	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
+	f.Allocated, f.Requested = true, requested
+	if a.phased { // else the phase is the first, 0, as every block's (checkPhasesLocked)
+		f.Phase = a.phase
+	}
 	if !sh.live.PutHome(f) {
 		sh.live.Put(f)
 	}

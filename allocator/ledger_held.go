@@ -52,7 +52,7 @@ func (a *Allocator) retakeLocked(sh *shard, x *freeindex.Index, f *freeindex.Blo
 	if a.phased {
 		sh.ph[a.phase].grow(n)
 	}
-	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
+	f.Allocated, f.Requested = true, requested // f.Phase is the current phase
 	return f
 }
 
@@ -64,7 +64,10 @@ func (a *Allocator) retakeOther(sh *shard, x *freeindex.Index, f *freeindex.Bloc
 	x.Retake()
 	n := int64(f.Size())
 	a.retakeCounted(sh, f, n, int64(requested))
-	f.Allocated, f.Requested, f.Phase = true, requested, a.phase
+	f.Allocated, f.Requested = true, requested
+	if a.phased { // else 0 (checkPhasesLocked)
+		f.Phase = a.phase
+	}
 	if !x.Parked() && !sh.live.PutHome(f) {
 		sh.live.Put(f)
 	}

@@ -266,10 +266,12 @@ type PhaseBytes struct {
 }
 
 // checkPhasesLocked adds the phases' invariants to CheckInvariants: the
-// current phase and every block's phase are phases; while blocks are
-// counted by phase, every shard's count of a phase equals its allocated
-// blocks of that phase, and the peaks have two rows per phase (their
-// limits and peaks are checked with the other rows, checkPeaksLocked).
+// current phase and every block's phase are phases (so 0, the first,
+// until others are named: the hand-out writes a block's phase only while
+// blocks are counted by phase); while blocks are counted by phase, every
+// shard's count of a phase equals its allocated blocks of that phase,
+// and the peaks have two rows per phase (their limits and peaks are
+// checked with the other rows, checkPeaksLocked).
 func (a *Allocator) checkPhasesLocked(bad func(format string, args ...any)) {
 	if a.phase >= uint16(len(a.phases)) {
 		bad("the current phase %d is not a phase", a.phase)

@@ -42,16 +42,35 @@ import (
 // once), nor two unmapped ones; a block's stream and pool are its
 // segment's; size is a positive multiple of 512.
 type Block struct {
-	// The free index's key comes first, so that comparing two blocks
-	// touches one cache line of each.
+	// The first 64 bytes are what a search, a split, a free and a merge
+	// read of a block and its neighbours; a block is 128 bytes and its
+	// slab (Spares) a multiple of them, so they are one cache line. The
+	// free index's key comes first, so that comparing two blocks reads
+	// 16 bytes of each.
 	ptr       device.Ptr
 	size      uint64 // bytes, a multiple of 512
-	stream    device.Stream
-	Requested uint64 // bytes the caller asked for (allocated or pending blocks)
-	pool      *Pool
-	seg       *Segment
 	prev      *Block // lower neighbour in the segment, nil for the first block
 	next      *Block // higher neighbour in the segment, nil for the last block
+	seg       *Segment
+	Requested uint64 // bytes the caller asked for (allocated or pending blocks)
+
+	heapIdx    int32 // position in its size class's heap (sizeBuckets, largeBuckets), while indexed there
+	EventCount int32 // outstanding stream events before a pending free completes
+	Uses       int32 // 1 + the index of the allocator's record of the streams RecordStream added; 0 for none: the block is recorded (RecordStream added streams) exactly when Uses is not 0
+	Allocated  bool
+	indexed    bool // in its free index: set and cleared by the free index alone (add, drop, put, unfile, take)
+	unmapped   bool // an address range of an expandable segment with no memory behind it
+	grows      bool // next is an unmapped range (CanGrow): kept where links and unmapped change, so that the test reads b alone
+
+	// The second cache line: what only the hand-out writes, blocks
+	// counted by phase read, and the aging of free blocks and the list
+	// of whole segments use. listed is read only of a block that fills
+	// its segment (every listed one does), so that the merge's
+	// neighbours are read in their first line alone.
+	listed bool   // in its free index's list of whole free segments (Index.wholes)
+	Phase  uint16 // the phase current when the block was handed out (the allocator's phases); set by the allocator's takeLocked
+	stream device.Stream
+	pool   *Pool
 
 	// gcCountBase is the pool's free-block search count (Pool.GCCalls)
 	// when the block was last filed in the free index; its age is the
@@ -62,16 +81,7 @@ type Block struct {
 	// free segments while listed is set.
 	prevWhole, nextWhole *Block
 
-	heapIdx int32 // position in its size class's heap (sizeBuckets, largeBuckets), while indexed there
-
-	Allocated  bool
-	indexed    bool   // in its free index: set and cleared by the free index alone (add, drop, put, unfile, take)
-	listed     bool   // in its free index's list of whole free segments (Index.wholes)
-	unmapped   bool   // an address range of an expandable segment with no memory behind it
-	grows      bool   // next is an unmapped range (CanGrow): kept where links and unmapped change, so that the test reads b alone
-	Phase      uint16 // the phase current when the block was handed out (the allocator's phases); set by the allocator's takeLocked
-	EventCount int32  // outstanding stream events before a pending free completes
-	Uses       int32  // 1 + the index of the allocator's record of the streams RecordStream added; 0 for none: the block is recorded (RecordStream added streams) exactly when Uses is not 0
+	_ [16]byte // to 128 bytes
 }
 
 // Ptr is the block's address.
@@ -354,20 +364,31 @@ func (sp *Spares) get() *Block {
 }
 
 // slab makes blockSlab block structs, keeps all but the first as spares
-// and returns the first.
+// and returns the first. They are made in groups of blockGroup, 512
+// bytes: Go lays an object of that size with no header, at an address
+// that is a multiple of 512, so that every block starts a cache line
+// (a larger object that holds pointers starts with an 8-byte header,
+// which would put every block's first 64 bytes across two lines).
 func (sp *Spares) slab() *Block {
-	slab := make([]Block, blockSlab)
-	for i := 1; i < blockSlab-1; i++ {
-		slab[i].next = &slab[i+1]
+	var head *Block
+	for range blockSlab / blockGroup {
+		g := new([blockGroup]Block)
+		for i := range blockGroup - 1 {
+			g[i].next = &g[i+1]
+		}
+		g[blockGroup-1].next = head
+		head = &g[0]
 	}
-	sp.head = &slab[1]
+	sp.head = head.next
+	head.next = nil
 	sp.n += blockSlab - 1
-	return &slab[0]
+	return head
 }
 
 const (
-	blockSlab = 64
-	maxSpare  = 4096 // spare block structs kept at most, per shard
+	blockSlab  = 64
+	blockGroup = 4    // 512 bytes of blocks
+	maxSpare   = 4096 // spare block structs kept at most, per shard
 )
 
 // put keeps a dead block struct for reuse, linked through next.

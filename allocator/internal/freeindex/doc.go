@@ -110,8 +110,10 @@
 //     marked Indexed and filed where a lookup finds it, in the structure
 //     its size and the Index's Kind say; the structures of other kinds are
 //     absent; a pending split's rest follows its front, under the key of
-//     both; a held front is that front, free, in no structure, and its
-//     lower neighbour is not free;
+//     both, and the front's lower neighbour is not free (the block split
+//     had none, and every free is filed by Put, which settles the split
+//     first: so the front's free, held or not, merges with the rest
+//     alone); a held front is that front, free, in no structure;
 //   - the blocks that fill a plain segment (those releasing the cache
 //     returns to the device) are known without a walk: in size buckets
 //     the 2 MiB class; in the other kinds, wholes lists exactly them;

@@ -65,16 +65,16 @@ func (x *Index) RetakeParked() {
 
 // Hold files b, a block just freed, as Put would when b is the front of
 // the pending split of size buckets that hand out one size in a loop
-// (again) and its lower neighbour is not free: then the
-// unsplit, which would give back the block from before the split under
-// the key its rest is still filed under, waits too (held), and Hold
-// reports true; else it changes nothing and reports false, and the
-// caller calls Put. (Out of a loop, the next request is seldom of the
+// (again): then the unsplit, which would give back the block from before
+// the split under the key its rest is still filed under, waits too
+// (held), and Hold reports true; else it changes nothing and reports
+// false, and the caller calls Put. (The front's lower neighbour is never
+// free while its split is pending: HoldFront.) (Out of a loop, the next request is seldom of the
 // front's size, and merging the front back later costs more than now.)
 // b's requested is zero by the time the caller lets go of the lock.
 // Small enough to be inlined in the allocator's free.
 func (x *Index) Hold(b *Block) bool {
-	if pb := x.pend; !x.again || pb == nil || b.next != pb || mergeable(b, b.prev) {
+	if pb := x.pend; !x.again || pb == nil || b.next != pb {
 		return false
 	}
 	x.held = b
@@ -88,17 +88,15 @@ func (x *Index) Hold(b *Block) bool {
 // free, which then finds that block without its address table.
 func (x *Index) Front() *Block { return x.pend.prev }
 
-// FrontHolds reports whether the free of b, the allocated front (Front),
-// may hold it (HoldFront): b's lower neighbour is not free, the one test
-// of Hold's that the front's free needs.
-func (x *Index) FrontHolds(b *Block) bool { return !mergeable(b, b.prev) }
-
 // HoldFront is Hold for b, the allocated front (Front), freed
-// by its shard's Free in a loop (Again), when FrontHolds: it holds b and
+// by its shard's Free in a loop (Again): it holds b and
 // leaves b's entry in the address table, parked (PtrTable.Park): a merge
 // back deletes it there (Unhold), a hand-out again takes it as it is
-// (Parked). Small enough, with Front and FrontHolds, to be inlined in
-// the allocator's free.
+// (Parked). It needs no test of Hold's: while a split is pending, its
+// front's lower neighbour is never free (every free of a block of x is
+// filed by Put, which settles the split first; Check verifies it), so the
+// front's free would merge with nothing but the rest. Small enough, with
+// Front, to be inlined in the allocator's free.
 func (x *Index) HoldFront(b *Block) {
 	x.held, x.parked = b, true
 	x.table.Park()

@@ -189,7 +189,7 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 		case x.inLarge(b.size): // drop, written out
 			b.indexed = false
 			x.large.remove(b)
-			if b.listed {
+			if !b.IsSplit() && b.listed { // only a whole block may be listed
 				x.unlist(b)
 			}
 		default:
@@ -216,7 +216,7 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 	if x.kind != KindSmall {
 		// Stamped and unlisted now, as filing it anew would.
 		rest.gcCountBase = x.pool.GCCalls
-		if rest.listed {
+		if b.prev == nil && rest.next == nil && rest.listed { // whole before the split
 			x.unlist(rest)
 		}
 		x.pend, x.pendKey = rest, old
@@ -236,18 +236,19 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 // where a free block merges into a neighbour that its index's tree holds
 // (any, in an index of the tree kind; one over maxLargeSize, in a large
 // index), that neighbour's, moved to its new key in place (mergeInto).
-// When b is the front of the pending split and its lower neighbour
-// stays, the merge gives back the block from before the split, filed
-// under the key the pending rest still has: the index does not change
-// (an unsplit). (In size buckets the allocator asks Hold first, which
-// keeps even that merge waiting.)
+// When b is the front of the pending split (whose lower neighbour is
+// never free: the split is settled by every other Put), the merge gives
+// back the block from before the split, filed under the key the pending
+// rest still has: the index does not change (an unsplit). (In size
+// buckets the allocator asks Hold first, which keeps even that merge
+// waiting.)
 func (x *Index) Put(b *Block) *Block {
 	if pb := x.pend; pb != nil {
 		// pb.prev is the front, busy until now: b.next == pb means b is
 		// it. Its requested is zero already (the allocator's
 		// finishFreeLocked). The neighbours are read apart here and below,
 		// so that nothing of the merge's path lives across this one.
-		if prev := b.prev; b.next == pb && !mergeable(b, prev) {
+		if prev := b.prev; b.next == pb {
 			x.pend = nil
 			pb.ptr, pb.size = b.ptr, b.size+pb.size
 			pb.prev = prev
@@ -544,7 +545,7 @@ func (x *Index) unfile(b *Block) {
 	case x.inLarge(b.size): // drop, written out
 		b.indexed = false
 		x.large.remove(b)
-		if b.listed {
+		if !b.IsSplit() && b.listed { // only a whole block may be listed
 			x.unlist(b)
 		}
 	default:

@@ -43,6 +43,13 @@ func (x *Index) checkFiling(bad func(format string, args ...any)) {
 		// block split from it is its front.
 		if f := pb.prev; !pb.IsFree() || !pb.indexed || f == nil || f.Busy() == (f == x.held) || f.ptr != x.pendKey.ptr || f.size+pb.size != x.pendKey.size {
 			bad("the block %v whose split is pending is not free and indexed after its front %v", pb.ptr, x.pendKey.ptr)
+		} else if mergeable(f, f.prev) {
+			// The block split had no free lower neighbour (free
+			// neighbours are merged), and every free of a block of x
+			// files it (Put), which settles the split first: while a
+			// split is pending, its front's lower neighbour is not free,
+			// so a free of the front may hold it (HoldFront).
+			bad("the front %v of the pending split has a free lower neighbour %v", f.ptr, f.prev.ptr)
 		}
 		k := KeyOf(pb)
 		pb.ptr, pb.size = x.pendKey.ptr, x.pendKey.size

@@ -99,6 +99,13 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 			ti.x.pendKey.ptr += 512
 			return ti
 		}},
+		{"a pending split whose front has a free lower neighbour", "free lower neighbour", func() *testIndex {
+			ti := newTestIndex(KindSmall)
+			a := ti.alloc(4096, SmallBuffer)
+			ti.alloc(4096, SmallBuffer) // its front's lower neighbour is a
+			a.Allocated = false         // freed without a Put, which would settle the split
+			return ti
+		}},
 		{"a whole free segment missing from its list", "fills its segment", func() *testIndex {
 			ti := newTestIndex(KindLarge)
 			ti.segment(20 * mib)
