@@ -43,10 +43,10 @@ import (
 // segment's; size is a positive multiple of 512.
 type Block struct {
 	// The first 64 bytes are what a search, a split, a free and a merge
-	// read of a block and its neighbours; a block is 128 bytes and its
-	// slab (Spares) a multiple of them, so they are one cache line. The
-	// free index's key comes first, so that comparing two blocks reads
-	// 16 bytes of each.
+	// read of a block and its neighbours; a block is 128 bytes, made in
+	// groups of four that Go places at a multiple of 512 (Spares.slab),
+	// so they are one cache line. The free index's key comes first, so
+	// that comparing two blocks reads 16 bytes of each.
 	ptr       device.Ptr
 	size      uint64 // bytes, a multiple of 512
 	prev      *Block // lower neighbour in the segment, nil for the first block
@@ -68,7 +68,7 @@ type Block struct {
 	// its segment (every listed one does), so that the merge's
 	// neighbours are read in their first line alone.
 	listed bool   // in its free index's list of whole free segments (Index.wholes)
-	Phase  uint16 // the phase current when the block was handed out (the allocator's phases); set by the allocator's takeLocked
+	Phase  uint16 // the phase current when the block was handed out (the allocator's phases); written by the allocator's hand-out while blocks are counted by phase, 0 before
 	stream device.Stream
 	pool   *Pool
 

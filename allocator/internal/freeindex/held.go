@@ -68,10 +68,11 @@ func (x *Index) RetakeParked() {
 // (again): then the unsplit, which would give back the block from before
 // the split under the key its rest is still filed under, waits too
 // (held), and Hold reports true; else it changes nothing and reports
-// false, and the caller calls Put. (The front's lower neighbour is never
-// free while its split is pending: HoldFront.) (Out of a loop, the next request is seldom of the
-// front's size, and merging the front back later costs more than now.)
-// b's requested is zero by the time the caller lets go of the lock.
+// false, and the caller calls Put. The front's lower neighbour is never
+// free while its split is pending (HoldFront), so the unsplit is the
+// whole merge. (Out of a loop, the next request is seldom of the front's
+// size, and merging the front back later costs more than now.) b's
+// requested is zero by the time the caller lets go of the lock.
 // Small enough to be inlined in the allocator's free.
 func (x *Index) Hold(b *Block) bool {
 	if pb := x.pend; !x.again || pb == nil || b.next != pb {
