@@ -1,6 +1,7 @@
 // This file holds the planned policy: the low_fragmentation policy with
 // one pool that, once a step repeats the one before it, serves the steps
-// that repeat it from an arena laid out for that step in advance.
+// that repeat it from an arena laid out for that step in advance. Its
+// record of a step and the step boundary are in policy_plan_steps.go.
 
 package allocator
 
@@ -245,103 +246,6 @@ func (p *planState) walkStart() *freeindex.Block {
 		return p.last
 	}
 	return p.seg.Head()
-}
-
-// planAllocatedLocked logs the allocation of b, of rounded bytes on
-// stream s, in the step being recorded.
-// The ledger's hand-out asks countSameLocked first.
-func (a *Allocator) planAllocatedLocked(b *freeindex.Block, rounded uint64, s device.Stream) {
-	p := a.pol.plan
-	if !p.recording {
-		return
-	}
-	if p.same != nil {
-		p.spellSameLocked()
-	}
-	if len(p.recSize) == 0 {
-		p.recStream = s
-	} else if s != p.recStream {
-		p.recMixed = true
-	}
-	if p.logOps {
-		p.rec = append(p.rec, planOp{ptr: b.Ptr(), pos: int32(len(p.recSize))})
-	}
-	p.recSize = append(p.recSize, rounded)
-}
-
-// countSameLocked counts an allocation of rounded bytes on stream s as
-// the plan's (recSame) and reports true when the step so far has the
-// plan's sizes and this one is the plan's next on its stream; small
-// enough to be inlined into the ledger's hand-out, which logs the
-// allocation (planAllocatedLocked) otherwise.
-func (p *planState) countSameLocked(rounded uint64, s device.Stream) bool {
-	if k := p.recSame; k < len(p.same) && p.same[k] == rounded && s == p.stream {
-		p.recSame++
-		return true
-	}
-	return false
-}
-
-// spellSameLocked copies the recSame sizes that the step shares with the
-// plan into recSize, its stream into recStream.
-func (p *planState) spellSameLocked() {
-	if p.recSame > 0 {
-		p.recSize = append(p.recSize[:0], p.same[:p.recSame]...)
-		p.recStream = p.stream
-		p.recSame = 0
-	}
-	p.same = nil
-}
-
-// planFreedLocked logs the free of the block at ptr in the step being
-// recorded.
-func (a *Allocator) planFreedLocked(ptr device.Ptr) {
-	p := a.pol.plan
-	if p.logOps {
-		p.rec = append(p.rec, planOp{ptr: ptr, pos: -1})
-	}
-}
-
-// planStepLocked runs at a step boundary under the planned policy: a step
-// with the plan's pattern (served from the arena or not), or one that
-// allocated nothing, keeps it; a step that repeats the one before it (the
-// same rounded sizes in the same order, on the same stream) is planned;
-// any other ends the plan, and is the pattern the next step is compared
-// with. Planning costs up to n^2/2 reads of blocks for a step whose
-// blocks are mostly in use at once (internal/pack's Greedy: 5.05 M
-// instructions for BERT's 1,004-block step), so a step is planned only
-// once its pattern has repeated: the first step of a training loop, which also
-// makes the optimizer's state, is seldom the one that repeats. The arena
-// is then found for the next step, and recording starts again.
-func (a *Allocator) planStepLocked() {
-	p := a.pol.plan
-	// A step that had the plan's sizes whole has nothing in recSize; the
-	// sizes of the last step recorded (prevSize) are the plan's already.
-	same := p.same != nil && p.recSame > 0 && p.recSame == len(p.same)
-	if !same {
-		p.spellSameLocked()
-	}
-	p.same, p.recSame = nil, 0
-	kept := same || p.reqs != nil && !p.recMixed && p.recStream == p.stream && slices.Equal(p.recSize, p.sizes)
-	if p.recording && !kept && len(p.recSize) > 0 {
-		if p.logOps && !p.recMixed && p.recStream == p.prevStream && slices.Equal(p.recSize, p.prevSize) {
-			a.buildPlanLocked() // the pattern repeats
-		} else {
-			p.reqs = nil // a new pattern: planned once it repeats
-		}
-	}
-	if len(p.recSize) > 0 {
-		p.prevSize, p.recSize = p.recSize, p.prevSize
-		p.prevStream = p.recStream
-	}
-	p.rec, p.recSize = p.rec[:0], p.recSize[:0]
-	p.recMixed, p.recording = false, true
-	p.logOps = p.reqs == nil
-	if !p.logOps {
-		p.same = p.sizes
-	}
-	p.pos = 0
-	p.follow = p.reqs != nil && a.arenaLocked()
 }
 
 // buildPlanLocked plans the recorded step: the blocks it allocated and
