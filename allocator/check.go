@@ -288,9 +288,13 @@ func (a *Allocator) checkLocked() error {
 					bad("held front %v: in its shard's address table %v, but its free index says parked %v", b.Ptr(), inTable, parked)
 				}
 			default:
-				seenFree++
-				if !inIndex[b] {
+				switch held := s.Free().InArena(b); {
+				case held && inIndex[b]:
+					bad("free block %v of a held arena is in its pool's free index", b.Ptr())
+				case !held && !inIndex[b]:
 					bad("free block %v is not in its pool's free index", b.Ptr())
+				case !held:
+					seenFree++
 				}
 				first, size := b, b.Size()
 				if prev != nil && prev == held {

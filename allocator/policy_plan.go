@@ -45,8 +45,8 @@ import (
 //     growth maps the footprint, if the device's memory holds it. When it
 //     cannot, the step runs online and the next boundary tries again.
 //     The arena is ordinary cached memory: reserved bytes (segments'
-//     pages), free blocks in the free index; nothing is held aside, so
-//     the stats keep their meaning.
+//     pages), free blocks of its segment, so the stats keep their
+//     meaning.
 //   - Serving: while the step follows the plan (the n-th allocation has
 //     the plan's rounded size and stream), a planned request is handed the
 //     block at its offset in the arena, carved out of the free block that
@@ -54,7 +54,13 @@ import (
 //     block is found from the block handed out in the step for the
 //     request whose place lies just below, in use then (planReq.below,
 //     worked out when the step is planned): its next block, as the plan
-//     has it. A request of a position the plan leaves out is served
+//     has it. The first carve takes the free block it carves from out of
+//     the free index and holds its range (the free index's held arena):
+//     the carves after it and the frees of the range's blocks change the
+//     segment's list of blocks alone, until any other use of the index
+//     (a fit, a free elsewhere, a walk of the world) files the range's
+//     free blocks back, as it settles a pending split; the next carve
+//     holds again. A request of a position the plan leaves out is served
 //     online.
 //   - Departure: a request of another size or stream, one past the plan's
 //     end, or one whose range in the arena is not wholly free (a block of

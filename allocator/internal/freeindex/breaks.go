@@ -4,6 +4,8 @@
 
 package freeindex
 
+import "github.com/gpumem/gpumem/device"
+
 // BreakFree points the segment at the free index x, which need not be of
 // its pool and stream.
 func (s *Segment) BreakFree(x *Index) { s.free = x }
@@ -20,3 +22,7 @@ func (b *Block) BreakIndexed() { b.indexed = false }
 // BreakKind sets the index's kind to k, leaving its structures as they
 // are.
 func (x *Index) BreakKind(k Kind) { x.kind = k }
+
+// BreakArenaEnd moves the end of the arena x holds to n bytes past its
+// start.
+func (x *Index) BreakArenaEnd(n uint64) { x.arenaEnd = x.arena.ptr + device.Ptr(n) }

@@ -9,19 +9,32 @@ import "github.com/gpumem/gpumem/device"
 // Carve takes out of x the free block b, which holds [ptr, ptr+size), and
 // returns a block of exactly that range, in no index, for the caller to
 // hand out at once (Take without a split): the bytes of b before ptr and
-// after ptr+size stay free blocks of their own, filed in x. Until the
+// after ptr+size stay free blocks of their own, of x. Until the
 // returned block is handed out it is a free neighbour of those, which
 // the invariants forbid; the caller hands it out in the same operation.
-// b must be free, filed in x, and hold the range; size is a positive
+// b must be free, filed in x or a block of the arena x holds, and hold
+// the range; size is a positive
 // multiple of 512 and ptr is 512-aligned.
 //
-// A range at b's start is split off as Take splits (the rest keeps b's
-// struct and, until the index is next used, its key: a pending split),
-// so that a block freed before the next use merges back with no change
-// to the index; b whole is taken out of it.
+// In an index of the large kind, b of an expandable segment is taken
+// out of the index and its range held (holdArena; b may then be a free
+// block of the held arena): the bytes before and after the block stay
+// free blocks of that range, in no structure, until the index is next
+// used otherwise (package doc, the held arena). Elsewhere, a range at
+// b's start is split off as Take splits (the rest keeps b's struct and,
+// until the index is next used, its key: a pending split), so that a
+// block freed before the next use merges back with no change to the
+// index; b whole is taken out of it.
 func (x *Index) Carve(b *Block, ptr device.Ptr, size uint64) *Block {
+	if x.pend == arenaMark && x.inArena(b) {
+		return x.carveArena(b, ptr, size)
+	}
 	if x.pend != nil {
 		x.settle()
+	}
+	if x.kind == KindLarge && b.seg.Expandable() {
+		x.holdArena(b)
+		return x.carveArena(b, ptr, size)
 	}
 	if ptr == b.ptr {
 		return x.Take(b, size, b.size > size)

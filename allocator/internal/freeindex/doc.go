@@ -101,6 +101,22 @@
 // and until then the front and the rest stand for that one block. An
 // Index of KindTree never keeps a pending split.
 //
+// # The held arena
+//
+// The allocator's planned policy hands blocks out at addresses planned
+// in advance (Carve). In an index of the large kind, a carve from a
+// block of an expandable segment takes that free block out of the large
+// buckets or the tree and holds its range (arena.go): while held, the
+// carves from its free blocks and the frees of its blocks (Put, when no
+// free neighbour is filed in the index) change the segment's list alone,
+// each change stamping the age base filing would; pend is then arenaMark,
+// so that every other method, which settles a pending split first, files
+// the range's free blocks back instead (fileArena, keeping their age
+// bases), and the index answers as if they had never left it. The
+// range's first block keeps its struct while held (a carve at its start
+// hands that struct out, a merge keeps the lower struct), where the
+// filing back starts.
+//
 // # Invariants
 //
 // Checked by Index.Check, Index.CheckSegments and Pool.CheckOwners, which
@@ -120,7 +136,12 @@
 //   - NSeg counts the segments of the Index's pool and stream, and the
 //     Index is among its Pool's owners exactly when NSeg > 0;
 //   - the struct kept for the next split is unused, of the Index's stream
-//     and pool.
+//     and pool;
+//   - a held arena's range starts at its first block, of an expandable
+//     segment of the Index's pool and stream, and ends at a block's end;
+//     its free blocks are in no structure and none neighbours another
+//     free block (the allocator's check: every other free block is
+//     filed).
 //
 // The allocator's check covers the rest: the segments (their blocks tile
 // them; two free neighbours never both exist, nor two unmapped ones; a
@@ -155,6 +176,7 @@
 // large.go, tree.go and tree_check.go: its structures. heap.go: the heap of a size class.
 // hash.go: the hash. ptrtable.go: PtrTable. cold.go: the cold view.
 // carve.go: Carve and Containing, for a block handed out at an address
-// planned in advance (the allocator's planned policy). breaks.go: the
+// planned in advance (the allocator's planned policy); arena.go: the
+// held arena Carve keeps. breaks.go: the
 // breaks the allocator's check tests make.
 package freeindex

@@ -40,6 +40,8 @@ type Index struct {
 	// key (unsplit), and then the index never changes. Every other method
 	// that reads or changes the index moves it first (settle). Its age
 	// base and its place in wholes are already those of its new key.
+	// While x holds an arena (arena.go), pend is arenaMark, and settle
+	// files the arena's free blocks back instead.
 	pend    *Block
 	pendKey Key
 	// front is the struct of the last block handed out and merged back by
@@ -63,6 +65,11 @@ type Index struct {
 	// (PtrTable.Park), set only while held is.
 	parked bool
 	table  *PtrTable
+	// arena and arenaEnd: while x holds an arena (pend is arenaMark;
+	// arena.go), its first block, whose struct stays that block's while
+	// held, and the end of its range.
+	arena    *Block
+	arenaEnd device.Ptr
 }
 
 // Kind is the structure of a free index.
@@ -241,9 +248,16 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 // back the block from before the split, filed under the key the pending
 // rest still has: the index does not change (an unsplit). (In size
 // buckets the allocator asks Hold first, which keeps even that merge
-// waiting.)
+// waiting.) A block of the arena x holds merges with its held free
+// neighbours and stays held (putArena), unless one of them is filed in
+// the index: then the arena is filed back first.
 func (x *Index) Put(b *Block) *Block {
 	if pb := x.pend; pb != nil {
+		if pb == arenaMark && x.inArena(b) {
+			if m, ok := x.putArena(b); ok {
+				return m
+			}
+		}
 		// pb.prev is the front, busy until now: b.next == pb means b is
 		// it. Its requested is zero already (the allocator's
 		// finishFreeLocked). The neighbours are read apart here and below,
@@ -480,6 +494,10 @@ func (x *Index) settle() {
 		x.rejoin()
 		return
 	}
+	if x.pend == arenaMark {
+		x.fileArena()
+		return
+	}
 	b, old := x.pend, x.pendKey
 	x.pend = nil
 	if x.kind == KindTree { // a cold index
@@ -521,8 +539,9 @@ func (x *Index) settle() {
 // (the package doc's pending split).
 func (x *Index) Pending() bool { return x.pend != nil }
 
-// Flush settles the pending split and lets go of the struct kept for the
-// next split, before a walk or a change of more than one index.
+// Flush settles the pending split (or files a held arena back) and lets
+// go of the struct kept for the next split, before a walk or a change of
+// more than one index.
 func (x *Index) Flush() {
 	if x.pend != nil {
 		x.settle()

@@ -29,6 +29,11 @@ func (x *Index) Check(bad func(format string, args ...any)) {
 	if x.parked && (x.held == nil || x.table == nil || x.table.Entry(x.held.ptr) != x.held) {
 		bad("stream %d: a held front parked in the address table is not there", s)
 	}
+	if x.pend == arenaMark {
+		x.checkArena(bad)
+	} else if x.arena != nil {
+		bad("stream %d: the free index keeps an arena's first block %v but holds no arena", s, x.arena.ptr)
+	}
 	x.checkFiling(bad)
 	x.checkWholes(bad)
 }
@@ -37,7 +42,7 @@ func (x *Index) Check(bad func(format string, args ...any)) {
 // indexed and filed where a lookup finds it.
 func (x *Index) checkFiling(bad func(format string, args ...any)) {
 	s, p := x.stream, x.pool.stat
-	if pb := x.pend; pb != nil {
+	if pb := x.pend; pb != nil && pb != arenaMark {
 		// The block whose split is pending is filed under its key from
 		// before the split: check the index with that key, and that the
 		// block split from it is its front.
