@@ -342,14 +342,14 @@ type scanLists struct {
 }
 
 // scanRun is one chunk of scanLists: byTop lists its items' positions
-// from the highest top down, and weak has bit i set where item i's
+// from the highest top down, 4 bits each from the lowest, and weak has bit i set where item i's
 // support is out of use at some op of its lifetime.
 type scanRun struct {
 	times      uint64
 	exposed    uint64
 	n          int
 	weak       uint16
-	byTop      [scanChunk]uint8
+	byTop      uint64
 	starts     [scanChunk]uint32
 	ends       [scanChunk]uint32
 	offs, tops [scanChunk]uint64
@@ -411,19 +411,26 @@ func (s *scanLists) insert(start, end uint32, off, top uint64, sup [2]uint32) {
 	copy(r.tops[i+1:r.n+1], r.tops[i:r.n])
 	copy(r.sups[i+1:r.n+1], r.sups[i:r.n])
 	r.starts[i], r.ends[i], r.offs[i], r.tops[i], r.sups[i] = start, end, off, top, sup
-	// Positions from i move up one, in byTop and weak.
-	t := r.n
-	for k, j := range r.byTop[:r.n] {
-		if j >= uint8(i) {
-			j++
-			r.byTop[k] = j
-		}
-		if t == r.n && r.tops[j] < top {
-			t = k // the first of a lower top: the new item goes before it
+	// Positions from i move up one, in byTop (its even and its odd
+	// nibbles as bytes: a byte of at least i gets its bit 7 set by
+	// |0x80 - i, which borrows from no other) and in weak.
+	const ones, low = 0x0101_0101_0101_0101, 0x0f0f_0f0f_0f0f_0f0f
+	ev, od, bi := r.byTop&low, r.byTop>>4&low, uint64(i)*ones
+	ev += ((ev | ones<<7) - bi) >> 7 & ones
+	od += ((od | ones<<7) - bi) >> 7 & ones
+	by := ev&low | (od&low)<<4
+	// The new item goes before the first of a lower top.
+	lo, hi := 0, r.n
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if r.tops[by>>(4*m)&15] >= top {
+			lo = m + 1
+		} else {
+			hi = m
 		}
 	}
-	copy(r.byTop[t+1:r.n+1], r.byTop[t:r.n])
-	r.byTop[t] = uint8(i)
+	below := uint64(1)<<(4*lo) - 1
+	r.byTop = by&below | (by&^below)<<4 | uint64(i)<<(4*lo)
 	r.weak += r.weak &^ (1<<i - 1)
 	if sup[0] > start || sup[1] < end {
 		r.weak |= 1 << i
@@ -433,15 +440,20 @@ func (s *scanLists) insert(start, end uint32, off, top uint64, sup [2]uint32) {
 	r.times |= s.times(start, end)
 }
 
-// rank sorts r.byTop: positions from the highest top down, the first on
+// rank sets r.byTop: positions from the highest top down, the first on
 // a tie.
 func (r *scanRun) rank() {
+	var by [scanChunk]uint8
 	for i := range r.n {
 		k := i
-		for ; k > 0 && r.tops[r.byTop[k-1]] < r.tops[i]; k-- {
-			r.byTop[k] = r.byTop[k-1]
+		for ; k > 0 && r.tops[by[k-1]] < r.tops[i]; k-- {
+			by[k] = by[k-1]
 		}
-		r.byTop[k] = uint8(i)
+		by[k] = uint8(i)
+	}
+	r.byTop = 0
+	for k, i := range by[:r.n] {
+		r.byTop |= uint64(i) << (4 * k)
 	}
 }
 
@@ -509,7 +521,8 @@ func (s *scanLists) fit(start, end uint32, bytes uint64) (uint64, [2]uint32) {
 		}
 		// None: the running top rises to the highest top of r's items
 		// in use during [start, end), if above it.
-		for _, i := range r.byTop[:r.n] {
+		for by, k := r.byTop, r.n; k > 0; by, k = by>>4, k-1 {
+			i := by & 15
 			if r.tops[i] <= top {
 				break
 			}
