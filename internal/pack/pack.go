@@ -16,8 +16,10 @@
 // number of pairs of items in use at the same time rather than n^2; or,
 // where most pairs are in use at once (a training step's blocks), by
 // reading the placed items in address order, in chunks that are skipped
-// whole where no item of theirs is in use in the item's time, which
-// costs less then.
+// whole where no item of theirs is in use in the item's time, and
+// settled from their highest top down where no gap can start in them
+// (each placed item keeps the lifetime of the item it was placed on),
+// which costs less then.
 //
 // Orders lists the passes tried: greedy by size first; sizes grouped in
 // classes (powers of 4 by start, powers of 2 by lifetime) and lifetime
@@ -209,14 +211,16 @@ func sortedBySize(items []Item, idx []int32) bool {
 // order (greedyScan), or through an index of time buckets
 // (greedyBuckets), whichever reads fewer: the first reads at most n^2/2
 // items in all, each cheaply (a chunk of 16 whose items are all out of
-// use in the item's time is skipped whole); the second about the items
-// of the buckets that each item's lifetime touches, at about 4 times the
-// cost each (its lists are merged). On a training step, where most
-// blocks are in use at once (BERT's 1,004 blocks: 195,781 of 503,506
-// pairs overlap; the scan reads 306,563 items and 50,823 chunks), the
-// scan costs about a fifth of the index's 29.9 M instructions; on a trace
-// of 10^5 blocks whose lifetimes are short beside it, the index reads a
-// sliver of the n^2.
+// use in the item's time is skipped whole, and most of the others are
+// settled by the first of their items, from the highest top down, in
+// use then); the second about the items of the buckets that each item's
+// lifetime touches, at about 4 times the cost each (its lists are
+// merged). On a training step, where most blocks are in use at once
+// (BERT's 1,004 blocks: 195,781 of 503,506 pairs overlap; the scan looks
+// at 48,606 chunks, skips 17,371, settles 26,698 and reads 4,537 item by
+// item), the scan costs about a seventh of the index's 29.9 M
+// instructions; on a trace of 10^5 blocks whose lifetimes are short
+// beside it, the index reads a sliver of the n^2.
 //
 // It stops early, leaving the rest unplaced, once ctx is done (checked
 // every 1024 items).
@@ -235,8 +239,9 @@ func Greedy(ctx context.Context, items []Item, ops int, idx []int32, offsets []u
 // for 405,692 items read through the index, 7.2 M for 503,506 read in
 // address order, about 74 and 14 each, before greedyScan skipped chunks
 // (5.7 M since, then 5.05 M skipping too the chunks that their item of
-// the highest top settles); 4 rather than 5 leaves to the index the
-// cases near the line, where it reads less memory).
+// the highest top settles, 4.22 M settling the chunks where no gap can
+// start); 4 rather than 5 leaves to the index the cases near the line,
+// where it reads less memory).
 const scanCosts = 4
 
 // scanCheaper reports whether greedyScan reads the items for less than
@@ -251,7 +256,7 @@ func scanCheaper(items []Item, ops int) bool {
 	bucket := func(t int) int { return min(t/w, nb-1) }
 	for i := range items {
 		if b := &items[i]; b.Bytes > 0 && b.Start < b.End {
-			if b.Start < 0 || uint64(b.End) >= math.MaxUint32 {
+			if b.Start < 0 || uint64(b.End) > math.MaxUint32 {
 				return false
 			}
 			touch[bucket(b.Start)]++
@@ -289,16 +294,22 @@ func bucketWidth(items []Item, ops int) (w, nb int) {
 // address order: their starts, ends, offsets, tops and supports are kept
 // in lists in that order, cut into chunks of at most scanChunk items, a
 // new one inserted where it belongs. An item's support is the lifetime
-// of the placed item whose top is its offset, the running top at the
-// gap or the top where it was placed (the whole of time for an item at
-// 0). A placed item whose support is in use with the item placed lies
-// at or below the running top when the search reaches it, so no gap
-// starts at it, and most items' supports hold their own lifetimes (a
-// chunk's weak items are the others). So a chunk none of whose weak
-// items in use with the item placed has its support out of use changes
-// only the running top, to the highest top of its items in use then:
-// read from the highest top down, it is known at the first such item
-// (scanLists.fit). A chunk is skipped whole where none of its items
+// of the placed item whose top is its offset: the one that set the
+// running top where the item was placed (the whole of time for an item
+// at 0). A placed item whose support is in use with the item placed
+// lies at or below the running top when the search reaches it (the
+// support lies before it in address order), so no gap starts at it. A
+// chunk's weak items are those whose support is out of use at some op
+// of their own lifetime (277 of BERT's 1,004 blocks), and its exposed
+// times the 64ths of the ops of those ops. Where none of the weak items
+// in use with the item placed has its support out of use, no gap starts
+// in the chunk, and it changes only the running top, to the highest top
+// of its items in use with the item placed: the chunk's items are read
+// from the highest top down (byTop) to the first such, or to one no
+// higher than the running top (scanLists.fit). Only a chunk whose
+// exposed times meet the item's lifetime's is looked at for weak items,
+// and only one with a weak item whose support is out of use is read
+// item by item. A chunk is skipped whole where none of its items
 // touches the 64th of the ops that the item's lifetime touches.
 func greedyScan(ctx context.Context, items []Item, idx []int32, offsets []uint64) uint64 {
 	var last uint32
@@ -327,8 +338,8 @@ func greedyScan(ctx context.Context, items []Item, idx []int32, offsets []uint64
 }
 
 // scanChunk is the most placed items a chunk of scanLists holds (at most
-// 16, the bits of scanRun.weak): the fewer, the more chunks are skipped
-// whole and the more are looked at.
+// 16: the bits of scanRun.weak, the 4-bit positions of its byTop): the
+// fewer, the more chunks are skipped whole and the more are looked at.
 const scanChunk = 16
 
 // scanLists are the placed items of greedyScan in address order, in
@@ -342,8 +353,10 @@ type scanLists struct {
 }
 
 // scanRun is one chunk of scanLists: byTop lists its items' positions
-// from the highest top down, 4 bits each from the lowest, and weak has bit i set where item i's
-// support is out of use at some op of its lifetime.
+// from the highest top down (the first on a tie), 4 bits each from the
+// lowest; weak has bit i set where item i's support is out of use at
+// some op of its lifetime, and exposed the bits of the times of those
+// ops.
 type scanRun struct {
 	times      uint64
 	exposed    uint64
@@ -510,7 +523,8 @@ func (s *scanLists) fit(start, end uint32, bytes uint64) (uint64, [2]uint32) {
 			continue // no item of r in use during [start, end)
 		}
 		// A gap may start only at a weak item in use during [start,
-		// end) whose support is not.
+		// end) whose support is not, which can be only where r's
+		// exposed times meet the item's.
 		if r.exposed&want != 0 {
 			for u := r.weak; u != 0; u &= u - 1 {
 				i := bits.TrailingZeros16(u)

@@ -218,11 +218,11 @@ func stepLike(r *rand.Rand, n int) ([]Item, int) {
 // top, whose supports are often out of use.
 func TestGreedyScanAgreesOnSteps(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
-	for round := range 400 {
+	for round := range 200 {
 		var items []Item
 		var ops int
 		if round%2 == 0 {
-			items, ops = stepLike(r, 1+r.IntN(400))
+			items, ops = stepLike(r, 1+r.IntN(300))
 		} else {
 			n := 1 + r.IntN(300)
 			ops = 1 + r.IntN(3*n)
