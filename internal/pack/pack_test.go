@@ -167,6 +167,92 @@ func TestGreedyAgreesWithPairs(t *testing.T) {
 	check("BERT's step", items, ops)
 }
 
+// stepLike returns n items shaped like a training step's blocks, of a
+// few sizes: activations allocated one after another in the forward
+// pass and freed in the reverse order in the backward pass, each
+// backward op's short-lived gradients and temporaries among them, and a
+// few blocks in use for the whole step; and the number of ops.
+func stepLike(r *rand.Rand, n int) ([]Item, int) {
+	sizes := make([]uint64, 1+r.IntN(6))
+	for i := range sizes {
+		sizes[i] = uint64(1+r.IntN(64)) * 512
+	}
+	size := func() uint64 { return sizes[r.IntN(len(sizes))] }
+	var items []Item
+	var forward []int // the activations still held, by start
+	t := 0
+	for len(items) < n {
+		switch k := r.IntN(10); {
+		case k < 4 && t < 4*n: // forward: an activation, held
+			forward = append(forward, len(items))
+			items = append(items, Item{Start: t, End: -1, Bytes: size()})
+		case k < 7 && len(forward) > 0: // backward: the last activation freed
+			items[forward[len(forward)-1]].End = t + 1
+			forward = forward[:len(forward)-1]
+		case k < 9: // a temporary of a few ops
+			items = append(items, Item{Start: t, End: t + 1 + r.IntN(4), Bytes: size()})
+		default: // a block for the whole step
+			items = append(items, Item{Start: 0, End: -2, Bytes: size()})
+		}
+		t += 1 + r.IntN(2)
+	}
+	ops := t + 8
+	for i := range items {
+		switch items[i].End {
+		case -1: // an activation never freed: freed at the end, in reverse
+			items[i].End = ops - 1 - i%4
+		case -2:
+			items[i].End = ops
+		}
+		items[i].End = min(items[i].End, ops)
+	}
+	return items, ops
+}
+
+// TestGreedyScanAgreesOnSteps holds greedyScan, whose chunks settle the
+// running top without reading their items one by one where no gap can
+// start at them, to the packing as its model states it (greedyPairs):
+// the same offset for every item, in every order, on step-like items of
+// a few sizes (most of them in use at once, the scan's case), and on
+// random items of a few sizes, many of the same size placed at the same
+// top, whose supports are often out of use.
+func TestGreedyScanAgreesOnSteps(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for round := range 200 {
+		var items []Item
+		var ops int
+		if round%2 == 0 {
+			items, ops = stepLike(r, 1+r.IntN(300))
+		} else {
+			n := 1 + r.IntN(300)
+			ops = 1 + r.IntN(3*n)
+			items = make([]Item, n)
+			for i := range items {
+				s := r.IntN(ops)
+				items[i] = Item{Start: s, End: min(ops, s+1+r.IntN(1+r.IntN(ops))), Bytes: uint64(1+r.IntN(3)) * 512}
+			}
+		}
+		for k, o := range Orders {
+			idx := make([]int32, len(items))
+			for i := range idx {
+				idx[i] = int32(i)
+			}
+			slices.SortFunc(idx, func(x, y int32) int { return cmp.Or(o.Less(&items[x], &items[y]), cmp.Compare(x, y)) })
+			want, wantFP := greedyPairs(items, idx)
+			got := make([]uint64, len(items))
+			if fp := greedyScan(context.Background(), items, idx, got); fp != wantFP || !slices.Equal(got, want) {
+				for i := range got {
+					if got[i] != want[i] {
+						t.Fatalf("round %d (%d items, %d ops), order %d: item %d %+v at %d, want %d; footprint %d, want %d",
+							round, len(items), ops, k, i, items[i], got[i], want[i], fp, wantFP)
+					}
+				}
+				t.Fatalf("round %d, order %d: footprint %d, want %d", round, k, fp, wantFP)
+			}
+		}
+	}
+}
+
 // TestGreedyScansTrainingSteps holds Greedy's choice of search to what
 // it is for: BERT's step, most of whose blocks are in use at once, is
 // read in address order; items whose lifetimes are short beside the
