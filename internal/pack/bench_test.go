@@ -1,9 +1,7 @@
 package pack
 
 import (
-	"cmp"
 	"context"
-	"slices"
 	"testing"
 
 	"github.com/gpumem/gpumem/trace"
@@ -50,11 +48,7 @@ func stepItems(tb testing.TB) ([]Item, int) {
 // at a step boundary.
 func BenchmarkGreedyStep(b *testing.B) {
 	items, ops := stepItems(b)
-	idx := make([]int32, len(items))
-	for i := range idx {
-		idx[i] = int32(i)
-	}
-	slices.SortFunc(idx, func(x, y int32) int { return cmp.Or(Orders[0].Less(&items[x], &items[y]), cmp.Compare(x, y)) })
+	idx := orderOf(items, Orders[0])
 	offsets := make([]uint64, len(items))
 	var fp uint64
 	for b.Loop() {

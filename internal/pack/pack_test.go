@@ -130,11 +130,7 @@ func TestGreedyAgreesWithPairs(t *testing.T) {
 	check := func(name string, items []Item, ops int) {
 		t.Helper()
 		for k, o := range Orders {
-			idx := make([]int32, len(items))
-			for i := range idx {
-				idx[i] = int32(i)
-			}
-			slices.SortFunc(idx, func(x, y int32) int { return cmp.Or(o.Less(&items[x], &items[y]), cmp.Compare(x, y)) })
+			idx := orderOf(items, o)
 			want, wantFP := greedyPairs(items, idx)
 			for _, g := range []struct {
 				name string
@@ -233,11 +229,7 @@ func TestGreedyScanAgreesOnSteps(t *testing.T) {
 			}
 		}
 		for k, o := range Orders {
-			idx := make([]int32, len(items))
-			for i := range idx {
-				idx[i] = int32(i)
-			}
-			slices.SortFunc(idx, func(x, y int32) int { return cmp.Or(o.Less(&items[x], &items[y]), cmp.Compare(x, y)) })
+			idx := orderOf(items, o)
 			want, wantFP := greedyPairs(items, idx)
 			got := make([]uint64, len(items))
 			if fp := greedyScan(context.Background(), items, idx, got); fp != wantFP || !slices.Equal(got, want) {
@@ -309,4 +301,16 @@ func TestSortedFollowsOrders(t *testing.T) {
 			}
 		}
 	}
+}
+
+// orderOf returns the indices of items in the order o places them, ties
+// by index, sorted here by o's Less alone: the tests' own account of an
+// order, apart from Sorted's.
+func orderOf(items []Item, o Order) []int32 {
+	idx := make([]int32, len(items))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	slices.SortFunc(idx, func(x, y int32) int { return cmp.Or(o.Less(&items[x], &items[y]), cmp.Compare(x, y)) })
+	return idx
 }
