@@ -5,7 +5,10 @@
 #
 # Usage: scripts/callgrind.sh [WHAT...]
 #   WHAT: pair (a cached 1 MiB alloc+free), pair-phases (the same with
-#   blocks counted by phase), mixed (the allocator alone on
+#   blocks counted by phase), streams-pair (BenchmarkStreamsScaling's
+#   pair with one goroutine on one stream, and with two goroutines on two
+#   streams, which GOMAXPROCS=1 runs in turns: what a pair costs once a
+#   second stream has a shard), mixed (the allocator alone on
 #   random_mixed), cs336 (the allocator alone on the cs336 step), replay
 #   (`gpumem replay` of plain random_mixed, parsing included), replay-cs336,
 #   streams (the allocator alone on BenchmarkReplayStreams' trace: 10
@@ -138,6 +141,11 @@ offload=trace/replay/testdata/offload10.trace.gz
 for w in "${what[@]}"; do
 	case $w in
 	pair) echo "cached alloc+free pair (BenchmarkAllocFreeCached): $(bench BenchmarkAllocFreeCached 100000 500000 1) instructions per pair" ;;
+	streams-pair)
+		g1=$(bench 'BenchmarkStreamsScaling/goroutines=1' 100000 500000 1)
+		g2=$(bench 'BenchmarkStreamsScaling/goroutines=2' 100000 500000 1)
+		echo "cached 1 MiB pair, one stream (BenchmarkStreamsScaling/goroutines=1): $g1; two goroutines on two streams, run one after the other: $g2 instructions per pair ($(echo "scale=3; $g2 / $g1" | bc) x; two cores at full speed give at most $(echo "scale=2; 2 * $g1 / $g2" | bc) x the pairs of one)"
+		;;
 	pair-phases) echo "cached pair, phases counted (BenchmarkAllocFreeCachedPhases): $(bench BenchmarkAllocFreeCachedPhases 100000 500000 1) instructions per pair" ;;
 	mixed) echo "allocator on random_mixed (BenchmarkReplayRandomMixed): $(bench BenchmarkReplayRandomMixed 1 3 "$(ops $mixed)") instructions per op" ;;
 	cs336) echo "allocator on cs336 (BenchmarkReplayTransformerStep): $(bench BenchmarkReplayTransformerStep 20 100 "$(ops $cs336)") instructions per op" ;;
