@@ -178,12 +178,13 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 	k := p.pos
 	p.pos++
 	p.asked = false
-	if k >= len(p.reqs) || x.Stream() != p.stream || x.PoolIdx() != qLarge || p.reqs[k].size != rounded {
-		p.follow = false
-		p.departures++
-		return nil
+	if k >= len(p.reqs) {
+		return p.departLocked()
 	}
 	r := &p.reqs[k]
+	if r.size != rounded || x.Stream() != p.stream || x.PoolIdx() != qLarge {
+		return p.departLocked()
+	}
 	if !r.arena {
 		p.asked = true
 		return nil
@@ -199,11 +200,15 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		// free), and the place is most often in the block after it.
 		switch c := p.reqs[r.below].at; {
 		case c != nil && c.Seg() == p.seg && c.Busy():
-			if n := c.Next(); n != nil && n.Ptr() <= ptr && ptr < n.Ptr()+device.Ptr(n.Size()) {
-				b = n
-			} else {
-				b = freeindex.Containing(c, ptr)
+			if n := c.Next(); n != nil && n.Ptr() <= ptr && ptr+device.Ptr(rounded) <= n.Ptr()+device.Ptr(n.Size()) {
+				// The common case, the place in the block after it,
+				// whose segment is the arena's.
+				if !n.IsFree() || p.seg.Free() != x {
+					return p.departLocked()
+				}
+				return p.serveLocked(x, r, n, ptr, rounded)
 			}
+			b = freeindex.Containing(c, ptr)
 		case freeindex.InSegment(c, p.seg):
 			b = freeindex.Containing(c, ptr)
 		}
@@ -212,9 +217,7 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		if h := p.seg.Head(); h == nil || h.Seg() != p.seg {
 			// The arena's segment was released (EmptyCache): its head
 			// went back to the spares. (A block below in use holds it.)
-			p.follow = false
-			p.departures++
-			return nil
+			return p.departLocked()
 		}
 		p.walks++
 		if b = r.at; !freeindex.InSegment(b, p.seg) || ptr < b.Ptr() || ptr >= b.Ptr()+device.Ptr(b.Size()) {
@@ -222,14 +225,26 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		}
 	}
 	if b == nil || !b.IsFree() || b.Ptr()+device.Ptr(b.Size()) < ptr+device.Ptr(rounded) || b.Seg().Free() != x {
-		p.follow = false
-		p.departures++
-		return nil
+		return p.departLocked()
 	}
+	return p.serveLocked(x, r, b, ptr, rounded)
+}
+
+// serveLocked serves the request r from b, a free block of x that holds
+// its place [ptr, ptr+rounded): the block carved there.
+func (p *planState) serveLocked(x *freeindex.Index, r *planReq, b *freeindex.Block, ptr device.Ptr, rounded uint64) *freeindex.Block {
 	p.served++
 	b = x.Carve(b, ptr, rounded)
 	r.at, p.last = b, b
 	return b
+}
+
+// departLocked ends the plan for the rest of the step: the request and
+// those after it are served online.
+func (p *planState) departLocked() *freeindex.Block {
+	p.follow = false
+	p.departures++
+	return nil
 }
 
 // unplanLocked gives back the position that the last planFitLocked took
