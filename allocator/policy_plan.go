@@ -286,17 +286,18 @@ func (a *Allocator) buildPlanLocked() {
 	for k := range end {
 		end[k] = -1
 	}
-	live := make(map[device.Ptr]int32, n)
+	live := newLiveTable(n)
 	freed := make([]int32, len(p.rec)) // by operation, the position a free ends, else -1
 	for t, op := range p.rec {
 		freed[t] = -1
+		s := live.slot(op.ptr)
 		if op.pos >= 0 {
 			start[op.pos] = t
-			live[op.ptr] = op.pos
-		} else if k, ok := live[op.ptr]; ok { // a block the step allocated
+			s.ptr, s.pos = op.ptr, op.pos+1
+		} else if k := s.pos - 1; k >= 0 { // a block the step allocated
 			end[k] = t
 			freed[t] = k
-			delete(live, op.ptr)
+			s.pos = 0
 		}
 	}
 	reqs := make([]planReq, n)
@@ -325,6 +326,51 @@ func (a *Allocator) buildPlanLocked() {
 	p.reqs, p.stream = reqs, p.recStream
 	p.sizes = append(p.sizes[:0], p.recSize...)
 	p.plans++
+}
+
+// liveTable is, while buildPlanLocked matches a step's frees with its
+// allocations, the position of the block the step allocated at each
+// address and has not freed yet: open addressing over twice as many
+// slots as the step has allocations, with no deletion (a free clears the
+// slot's position, the address keeps its slot), several times cheaper
+// than a map's insertions, look-ups and deletions.
+type liveTable struct {
+	slots []liveSlot
+	shift uint
+}
+
+// liveSlot is a slot of a liveTable: an address (when set), and 1 + the
+// position of the block the step allocated there and has not freed yet,
+// 0 when none.
+type liveSlot struct {
+	ptr device.Ptr
+	pos int32
+	set bool // the slot holds ptr
+}
+
+// newLiveTable returns an empty table for a step of n > 0 allocations
+// (so at most n addresses).
+func newLiveTable(n int) liveTable {
+	b := bits.Len(uint(2 * n))
+	return liveTable{slots: make([]liveSlot, 1<<b), shift: uint(64 - b)}
+}
+
+// slot returns the slot of ptr: the one that holds it, else the empty
+// slot it takes (marked as holding ptr, with no position).
+func (t liveTable) slot(ptr device.Ptr) *liveSlot {
+	mask := len(t.slots) - 1
+	i := int((uint64(ptr) >> 9 * 0x9e3779b97f4a7c15) >> t.shift)
+	for {
+		s := &t.slots[i]
+		if !s.set {
+			s.ptr, s.set = ptr, true
+			return s
+		}
+		if s.ptr == ptr {
+			return s
+		}
+		i = (i + 1) & mask
+	}
 }
 
 // planBelow sets each arena request's below: the operations of the step
