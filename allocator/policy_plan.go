@@ -178,12 +178,13 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 	k := p.pos
 	p.pos++
 	p.asked = false
-	if k >= len(p.reqs) || x.Stream() != p.stream || x.PoolIdx() != qLarge || p.reqs[k].size != rounded {
-		p.follow = false
-		p.departures++
-		return nil
+	if k >= len(p.reqs) {
+		return p.departLocked()
 	}
 	r := &p.reqs[k]
+	if r.size != rounded || x.Stream() != p.stream || x.PoolIdx() != qLarge {
+		return p.departLocked()
+	}
 	if !r.arena {
 		p.asked = true
 		return nil
@@ -199,11 +200,15 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		// free), and the place is most often in the block after it.
 		switch c := p.reqs[r.below].at; {
 		case c != nil && c.Seg() == p.seg && c.Busy():
-			if n := c.Next(); n != nil && n.Ptr() <= ptr && ptr < n.Ptr()+device.Ptr(n.Size()) {
-				b = n
-			} else {
-				b = freeindex.Containing(c, ptr)
+			if n := c.Next(); n != nil && n.Ptr() <= ptr && ptr+device.Ptr(rounded) <= n.Ptr()+device.Ptr(n.Size()) {
+				// The common case, the place in the block after it,
+				// whose segment is the arena's.
+				if !n.IsFree() || p.seg.Free() != x {
+					return p.departLocked()
+				}
+				return p.serveLocked(x, r, n, ptr, rounded)
 			}
+			b = freeindex.Containing(c, ptr)
 		case freeindex.InSegment(c, p.seg):
 			b = freeindex.Containing(c, ptr)
 		}
@@ -212,9 +217,7 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		if h := p.seg.Head(); h == nil || h.Seg() != p.seg {
 			// The arena's segment was released (EmptyCache): its head
 			// went back to the spares. (A block below in use holds it.)
-			p.follow = false
-			p.departures++
-			return nil
+			return p.departLocked()
 		}
 		p.walks++
 		if b = r.at; !freeindex.InSegment(b, p.seg) || ptr < b.Ptr() || ptr >= b.Ptr()+device.Ptr(b.Size()) {
@@ -222,14 +225,26 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		}
 	}
 	if b == nil || !b.IsFree() || b.Ptr()+device.Ptr(b.Size()) < ptr+device.Ptr(rounded) || b.Seg().Free() != x {
-		p.follow = false
-		p.departures++
-		return nil
+		return p.departLocked()
 	}
+	return p.serveLocked(x, r, b, ptr, rounded)
+}
+
+// serveLocked serves the request r from b, a free block of x that holds
+// its place [ptr, ptr+rounded): the block carved there.
+func (p *planState) serveLocked(x *freeindex.Index, r *planReq, b *freeindex.Block, ptr device.Ptr, rounded uint64) *freeindex.Block {
 	p.served++
 	b = x.Carve(b, ptr, rounded)
 	r.at, p.last = b, b
 	return b
+}
+
+// departLocked ends the plan for the rest of the step: the request and
+// those after it are served online.
+func (p *planState) departLocked() *freeindex.Block {
+	p.follow = false
+	p.departures++
+	return nil
 }
 
 // unplanLocked gives back the position that the last planFitLocked took
@@ -271,17 +286,18 @@ func (a *Allocator) buildPlanLocked() {
 	for k := range end {
 		end[k] = -1
 	}
-	live := make(map[device.Ptr]int32, n)
+	live := newLiveTable(n)
 	freed := make([]int32, len(p.rec)) // by operation, the position a free ends, else -1
 	for t, op := range p.rec {
 		freed[t] = -1
+		s := live.slot(op.ptr)
 		if op.pos >= 0 {
 			start[op.pos] = t
-			live[op.ptr] = op.pos
-		} else if k, ok := live[op.ptr]; ok { // a block the step allocated
+			s.ptr, s.pos = op.ptr, op.pos+1
+		} else if k := s.pos - 1; k >= 0 { // a block the step allocated
 			end[k] = t
 			freed[t] = k
-			delete(live, op.ptr)
+			s.pos = 0
 		}
 	}
 	reqs := make([]planReq, n)
@@ -310,6 +326,51 @@ func (a *Allocator) buildPlanLocked() {
 	p.reqs, p.stream = reqs, p.recStream
 	p.sizes = append(p.sizes[:0], p.recSize...)
 	p.plans++
+}
+
+// liveTable is, while buildPlanLocked matches a step's frees with its
+// allocations, the position of the block the step allocated at each
+// address and has not freed yet: open addressing over twice as many
+// slots as the step has allocations, with no deletion (a free clears the
+// slot's position, the address keeps its slot), several times cheaper
+// than a map's insertions, look-ups and deletions.
+type liveTable struct {
+	slots []liveSlot
+	shift uint
+}
+
+// liveSlot is a slot of a liveTable: an address (when set), and 1 + the
+// position of the block the step allocated there and has not freed yet,
+// 0 when none.
+type liveSlot struct {
+	ptr device.Ptr
+	pos int32
+	set bool // the slot holds ptr
+}
+
+// newLiveTable returns an empty table for a step of n > 0 allocations
+// (so at most n addresses).
+func newLiveTable(n int) liveTable {
+	b := bits.Len(uint(2 * n))
+	return liveTable{slots: make([]liveSlot, 1<<b), shift: uint(64 - b)}
+}
+
+// slot returns the slot of ptr: the one that holds it, else the empty
+// slot it takes (marked as holding ptr, with no position).
+func (t liveTable) slot(ptr device.Ptr) *liveSlot {
+	mask := len(t.slots) - 1
+	i := int((uint64(ptr) >> 9 * 0x9e3779b97f4a7c15) >> t.shift)
+	for {
+		s := &t.slots[i]
+		if !s.set {
+			s.ptr, s.set = ptr, true
+			return s
+		}
+		if s.ptr == ptr {
+			return s
+		}
+		i = (i + 1) & mask
+	}
 }
 
 // planBelow sets each arena request's below: the operations of the step

@@ -55,7 +55,16 @@ func (x *Index) carveArena(c *Block, ptr device.Ptr, size uint64) *Block {
 		c.gcCountBase = x.pool.GCCalls
 	}
 	if b.size > size {
-		r := x.spares.get()
+		// Spares.get written out (it does not inline): a spare taken in
+		// line, get called only for a new slab.
+		sp := x.spares
+		r := sp.head
+		if r == nil {
+			r = sp.get()
+		} else {
+			sp.head, r.next = r.next, nil
+			sp.n--
+		}
 		r.stream, r.pool, r.seg = b.stream, b.pool, b.seg
 		r.ptr, r.size = b.ptr+device.Ptr(size), b.size-size
 		b.linkAfter(r)
