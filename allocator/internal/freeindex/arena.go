@@ -87,24 +87,26 @@ func (x *Index) putArena(b *Block) (*Block, bool) {
 	}
 	m := b
 	if mergePrev {
-		prev.size += b.size
-		prev.next, prev.grows = b.next, b.grows
-		if b.next != nil {
-			b.next.prev = prev
-		}
-		x.spares.put(b)
 		m = prev
+		x.absorbNext(m) // b
 	}
 	if mergeNext {
-		m.size += next.size
-		m.next, m.grows = next.next, next.grows
-		if m.next != nil {
-			m.next.prev = m
-		}
-		x.spares.put(next)
+		x.absorbNext(m) // next
 	}
 	m.gcCountBase = x.pool.GCCalls // as filing it would
 	return m, true
+}
+
+// absorbNext merges m's next block into m, in the segment's list alone,
+// and gives the next block's struct back to the spares.
+func (x *Index) absorbNext(m *Block) {
+	n := m.next
+	m.size += n.size
+	m.next, m.grows = n.next, n.grows
+	if m.next != nil {
+		m.next.prev = m
+	}
+	x.spares.put(n)
 }
 
 // fileArena files the held arena's free blocks back in the index, each
