@@ -1,0 +1,325 @@
+// This file holds greedyScan, Greedy reading the placed items in address
+// order (scanLists), which Greedy takes where most items are in use at
+// once, as in a training step.
+
+package pack
+
+import (
+	"context"
+	"math"
+	"math/bits"
+	"slices"
+)
+
+// greedyScan is Greedy reading, for each item, the placed items in
+// address order: their starts, ends, offsets, tops and supports are kept
+// in lists in that order, cut into chunks of at most scanChunk items, a
+// new one inserted where it belongs. An item's support is the lifetime
+// of the placed item whose top is its offset: the one that set the
+// running top where the item was placed (the whole of time for an item
+// at 0). A placed item whose support is in use with the item placed
+// lies at or below the running top when the search reaches it (the
+// support lies before it in address order), so no gap starts at it. A
+// chunk's weak items are those whose support is out of use at some op
+// of their own lifetime (277 of BERT's 1,004 blocks), and its exposed
+// times the 64ths of the ops of those ops. Where none of the weak items
+// in use with the item placed has its support out of use, no gap starts
+// in the chunk, and it changes only the running top, to the highest top
+// of its items in use with the item placed: the chunk's items are read
+// from the highest top down (byTop) to the first such, or to one no
+// higher than the running top (scanLists.fit), or by its item of the
+// highest top alone where that lies below the running top plus the
+// item's size and is in use or no higher. Only a chunk whose
+// exposed times meet the item's lifetime's is looked at for weak items,
+// and only one with a weak item whose support is out of use is read
+// item by item. A chunk is skipped whole where none of its items
+// touches the 64th of the ops that the item's lifetime touches.
+func greedyScan(ctx context.Context, items []Item, idx []int32, offsets []uint64) uint64 {
+	var last uint32
+	for i := range items {
+		if b := &items[i]; b.Bytes > 0 && b.Start < b.End {
+			last = max(last, uint32(b.End))
+		}
+	}
+	s := scanLists{shift: uint(max(0, bits.Len32(last)-6))}
+	var footprint uint64
+	for n, x := range idx {
+		if n&1023 == 1023 && ctx.Err() != nil {
+			break
+		}
+		b := &items[x]
+		offsets[x] = 0
+		if b.Bytes == 0 || b.Start >= b.End {
+			continue
+		}
+		at, sup := s.fit(uint32(b.Start), uint32(b.End), b.Bytes)
+		offsets[x] = at
+		footprint = max(footprint, at+b.Bytes)
+		s.insert(uint32(b.Start), uint32(b.End), at, at+b.Bytes, sup)
+	}
+	return footprint
+}
+
+// scanChunk is the most placed items a chunk of scanLists holds (at most
+// 16: the bits of scanRun.weak, the 4-bit positions of its byTop): the
+// fewer, the more chunks are skipped whole and the more are looked at.
+const scanChunk = 16
+
+// scanLists are the placed items of greedyScan in address order, in
+// chunks: the i-th of a chunk in use during [starts[i], ends[i]) at the
+// bytes [offs[i], tops[i]), its support in use during sups[i]; a chunk's
+// times has bit k set where one of its items is in use at some op t with
+// t>>shift == k (shift makes the last op's k less than 64).
+type scanLists struct {
+	chunks []*scanRun
+	shift  uint
+}
+
+// scanRun is one chunk of scanLists: byTop lists its items' positions
+// from the highest top down (the first on a tie), 4 bits each from the
+// lowest; weak has bit i set where item i's support is out of use at
+// some op of its lifetime, and exposed the bits of the times of those
+// ops.
+type scanRun struct {
+	times      uint64
+	exposed    uint64
+	n          int
+	weak       uint16
+	byTop      uint64
+	starts     [scanChunk]uint32
+	ends       [scanChunk]uint32
+	offs, tops [scanChunk]uint64
+	sups       [scanChunk][2]uint32
+}
+
+// times returns the bits of the 64ths of the ops that [start, end)
+// touches.
+func (s *scanLists) times(start, end uint32) uint64 {
+	a, b := start>>s.shift, (end-1)>>s.shift
+	return ^uint64(0) >> (63 - (b - a)) << a
+}
+
+// insert adds an item in use during [start, end) at [off, top), whose
+// support is in use during sup, after the items below off and before
+// those at or above it.
+func (s *scanLists) insert(start, end uint32, off, top uint64, sup [2]uint32) {
+	// The chunk of the first item at or above off, else the last.
+	c := len(s.chunks) - 1
+	for lo, hi := 0, len(s.chunks); lo < hi; {
+		m := int(uint(lo+hi) >> 1)
+		if r := s.chunks[m]; r.offs[r.n-1] >= off {
+			c, hi = m, m
+		} else {
+			lo = m + 1
+		}
+	}
+	if c < 0 {
+		s.chunks = append(s.chunks, &scanRun{})
+		c = 0
+	}
+	r := s.chunks[c]
+	i, _ := slices.BinarySearch(r.offs[:r.n], off)
+	if r.n == scanChunk {
+		// Split the chunk in two halves, and insert into the one that
+		// holds the place.
+		h := scanChunk / 2
+		q := &scanRun{n: scanChunk - h}
+		copy(q.starts[:], r.starts[h:])
+		copy(q.ends[:], r.ends[h:])
+		copy(q.offs[:], r.offs[h:])
+		copy(q.tops[:], r.tops[h:])
+		copy(q.sups[:], r.sups[h:])
+		q.weak = r.weak >> h
+		r.n = h
+		r.weak &= 1<<h - 1
+		r.times, q.times = s.timesOf(r), s.timesOf(q)
+		r.exposed, q.exposed = s.exposedOf(r), s.exposedOf(q)
+		r.rank()
+		q.rank()
+		s.chunks = slices.Insert(s.chunks, c+1, q)
+		if i > h {
+			r, i = q, i-h
+		}
+	}
+	copy(r.starts[i+1:r.n+1], r.starts[i:r.n])
+	copy(r.ends[i+1:r.n+1], r.ends[i:r.n])
+	copy(r.offs[i+1:r.n+1], r.offs[i:r.n])
+	copy(r.tops[i+1:r.n+1], r.tops[i:r.n])
+	copy(r.sups[i+1:r.n+1], r.sups[i:r.n])
+	r.starts[i], r.ends[i], r.offs[i], r.tops[i], r.sups[i] = start, end, off, top, sup
+	// Positions from i move up one, in byTop (its even and its odd
+	// nibbles as bytes: a byte of at least i gets its bit 7 set by
+	// |0x80 - i, which borrows from no other) and in weak.
+	const ones, low = 0x0101_0101_0101_0101, 0x0f0f_0f0f_0f0f_0f0f
+	ev, od, bi := r.byTop&low, r.byTop>>4&low, uint64(i)*ones
+	ev += ((ev | ones<<7) - bi) >> 7 & ones
+	od += ((od | ones<<7) - bi) >> 7 & ones
+	by := ev&low | (od&low)<<4
+	// The new item goes before the first of a lower top.
+	lo, hi := 0, r.n
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if r.tops[by>>(4*m)&15] >= top {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	below := uint64(1)<<(4*lo) - 1
+	r.byTop = by&below | (by&^below)<<4 | uint64(i)<<(4*lo)
+	r.weak += r.weak &^ (1<<i - 1)
+	if sup[0] > start || sup[1] < end {
+		r.weak |= 1 << i
+		r.exposed |= s.exposed(start, end, sup)
+	}
+	r.n++
+	r.times |= s.times(start, end)
+}
+
+// rank sets r.byTop: positions from the highest top down, the first on
+// a tie.
+func (r *scanRun) rank() {
+	var by [scanChunk]uint8
+	for i := range r.n {
+		k := i
+		for ; k > 0 && r.tops[by[k-1]] < r.tops[i]; k-- {
+			by[k] = by[k-1]
+		}
+		by[k] = uint8(i)
+	}
+	r.byTop = 0
+	for k, i := range by[:r.n] {
+		r.byTop |= uint64(i) << (4 * k)
+	}
+}
+
+// exposed returns the bits of the 64ths of the ops that the part of
+// [start, end) out of sup touches.
+func (s *scanLists) exposed(start, end uint32, sup [2]uint32) uint64 {
+	var t uint64
+	if sup[0] > start {
+		t |= s.times(start, min(end, sup[0]))
+	}
+	if sup[1] < end {
+		t |= s.times(max(start, sup[1]), end)
+	}
+	return t
+}
+
+// exposedOf returns the bits of the exposed times of r's weak items.
+func (s *scanLists) exposedOf(r *scanRun) uint64 {
+	var t uint64
+	for u := r.weak; u != 0; u &= u - 1 {
+		i := bits.TrailingZeros16(u)
+		t |= s.exposed(r.starts[i], r.ends[i], r.sups[i])
+	}
+	return t
+}
+
+// timesOf returns the bits of the times of r's items.
+func (s *scanLists) timesOf(r *scanRun) uint64 {
+	var t uint64
+	for i := range r.n {
+		t |= s.times(r.starts[i], r.ends[i])
+	}
+	return t
+}
+
+// fit returns the offset for an item of bytes in use during [start,
+// end), among the placed items: the smallest gap between those in use
+// at some op of [start, end) that holds it, the lowest of those on a
+// tie, else above them all; and the lifetime of the placed item whose
+// top it is (the whole of time at 0). A gap of exactly bytes is the
+// smallest there can be, and the lowest such is the first found: the
+// search stops there.
+func (s *scanLists) fit(start, end uint32, bytes uint64) (uint64, [2]uint32) {
+	var top uint64
+	sup := [2]uint32{0, math.MaxUint32}
+	// best.slack is the best gap found less bytes: a gap g holds the
+	// item and is smaller when g-bytes < best.slack (g >= bytes, checked
+	// apart). It is read and written only where a gap holds the item,
+	// seldom: kept in memory, it leaves the loop's registers to the rest.
+	best := &scanBest{slack: math.MaxUint64, at: math.MaxUint64}
+	want := s.times(start, end)
+	for _, r := range s.chunks {
+		if r.times&want == 0 {
+			continue // no item of r in use during [start, end)
+		}
+		// Item h of r has the highest top. If its offset is below
+		// top+bytes, no gap that holds the item starts at h or before
+		// it (their offsets are no higher, and top only rises); then,
+		// when h's top is no higher than top, no item of r raises top
+		// or starts a gap (each lies below its own top), and when h is
+		// in use during [start, end), top rises to h's, above every
+		// item after it. Either way r is known without its weak items.
+		if h := r.byTop & 15; r.offs[h] < top+bytes {
+			if r.tops[h] <= top {
+				continue
+			}
+			if r.starts[h] < end && r.ends[h] > start {
+				top, sup = r.tops[h], [2]uint32{r.starts[h], r.ends[h]}
+				continue
+			}
+		}
+		// A gap may start only at a weak item in use during [start,
+		// end) whose support is not, which can be only where r's
+		// exposed times meet the item's.
+		if r.exposed&want != 0 {
+			for u := r.weak; u != 0; u &= u - 1 {
+				i := bits.TrailingZeros16(u)
+				if (r.sups[i][0] >= end || r.sups[i][1] <= start) && r.starts[i] < end && r.ends[i] > start {
+					goto read
+				}
+			}
+		}
+		// None: the running top rises to the highest top of r's items
+		// in use during [start, end), if above it.
+		for by, k := r.byTop, r.n; k > 0; by, k = by>>4, k-1 {
+			i := by & 15
+			if r.tops[i] <= top {
+				break
+			}
+			if r.starts[i] < end && r.ends[i] > start {
+				top, sup = r.tops[i], [2]uint32{r.starts[i], r.ends[i]}
+				break
+			}
+		}
+		continue
+	read:
+		starts, ends, offs, tops := r.starts[:r.n], r.ends[:r.n], r.offs[:r.n], r.tops[:r.n]
+		for i, st := range starts {
+			if st >= end || ends[i] <= start {
+				continue
+			}
+			if o := offs[i]; o >= top+bytes && best.better(o-top-bytes, top, sup) {
+				return top, sup
+			}
+			if tops[i] > top {
+				top, sup = tops[i], [2]uint32{st, ends[i]}
+			}
+		}
+	}
+	if best.at == math.MaxUint64 {
+		return top, sup
+	}
+	return best.at, best.sup
+}
+
+// scanBest is the best gap scanLists.fit has found: its size less the
+// item's, its offset and the lifetime of the item whose top it is.
+type scanBest struct {
+	slack, at uint64
+	sup       [2]uint32
+}
+
+// better keeps a gap at of slack bytes more than the item's, above an
+// item in use during sup, if it is smaller than the best so far, and
+// reports whether it fits exactly.
+//
+//go:noinline
+func (b *scanBest) better(slack, at uint64, sup [2]uint32) bool {
+	if slack < b.slack {
+		b.slack, b.at, b.sup = slack, at, sup
+	}
+	return slack == 0
+}
