@@ -290,11 +290,11 @@ func (a *Allocator) buildPlanLocked() {
 	freed := make([]int32, len(p.rec)) // by operation, the position a free ends, else -1
 	for t, op := range p.rec {
 		freed[t] = -1
-		s := live.slot(op.ptr)
 		if op.pos >= 0 {
 			start[op.pos] = t
-			s.ptr, s.pos = op.ptr, op.pos+1
-		} else if k := s.pos - 1; k >= 0 { // a block the step allocated
+			live.slot(op.ptr).pos = op.pos + 1
+		} else if s := live.find(op.ptr); s != nil && s.pos > 0 { // a block the step allocated
+			k := s.pos - 1
 			end[k] = t
 			freed[t] = k
 			s.pos = 0
@@ -330,10 +330,13 @@ func (a *Allocator) buildPlanLocked() {
 
 // liveTable is, while buildPlanLocked matches a step's frees with its
 // allocations, the position of the block the step allocated at each
-// address and has not freed yet: open addressing over twice as many
-// slots as the step has allocations, with no deletion (a free clears the
-// slot's position, the address keeps its slot), several times cheaper
-// than a map's insertions, look-ups and deletions.
+// address and has not freed yet: open addressing over more than twice as
+// many slots as the step has allocations, with no deletion (a free
+// clears the slot's position, the address keeps its slot), several times
+// cheaper than a map's insertions, look-ups and deletions. Only an
+// allocation takes a slot (slot); a free looks its address up (find), so
+// that the frees of blocks allocated before the step, however many, never
+// fill the table.
 type liveTable struct {
 	slots []liveSlot
 	shift uint
@@ -355,11 +358,13 @@ func newLiveTable(n int) liveTable {
 	return liveTable{slots: make([]liveSlot, 1<<b), shift: uint(64 - b)}
 }
 
-// slot returns the slot of ptr: the one that holds it, else the empty
-// slot it takes (marked as holding ptr, with no position).
+// slot returns the slot of ptr, for an allocation: the one that holds
+// it, else the empty slot it takes (marked as holding ptr, with no
+// position). At most one slot per allocation is taken, fewer than half
+// of them, so an empty slot is always found.
 func (t liveTable) slot(ptr device.Ptr) *liveSlot {
 	mask := len(t.slots) - 1
-	i := int((uint64(ptr) >> 9 * 0x9e3779b97f4a7c15) >> t.shift)
+	i := t.home(ptr)
 	for {
 		s := &t.slots[i]
 		if !s.set {
@@ -371,6 +376,26 @@ func (t liveTable) slot(ptr device.Ptr) *liveSlot {
 		}
 		i = (i + 1) & mask
 	}
+}
+
+// find returns the slot that holds ptr, for a free, nil when no
+// allocation of the step took one.
+func (t liveTable) find(ptr device.Ptr) *liveSlot {
+	mask := len(t.slots) - 1
+	for i := t.home(ptr); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if !s.set {
+			return nil
+		}
+		if s.ptr == ptr {
+			return s
+		}
+	}
+}
+
+// home returns the slot where the probe for ptr starts.
+func (t liveTable) home(ptr device.Ptr) int {
+	return int((uint64(ptr) >> 9 * 0x9e3779b97f4a7c15) >> t.shift)
 }
 
 // planBelow sets each arena request's below: the operations of the step

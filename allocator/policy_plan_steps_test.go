@@ -394,3 +394,26 @@ func TestOffsetRanks(t *testing.T) {
 		}
 	}
 }
+
+// TestPlannedStepFreesManyOlderBlocks plans a step of one allocation that
+// also frees many blocks allocated before it (as a step may free the last
+// step's activations): the boundary matches its frees with its one
+// allocation and plans it, and the next step is served.
+func TestPlannedStepFreesManyOlderBlocks(t *testing.T) {
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	var old []device.Ptr
+	for range 300 {
+		old = append(old, mustAlloc(t, a, 4096, 0))
+	}
+	runStep(t, a, []uint64{1 << 20})
+	a.MarkStep("step")
+	p := mustAlloc(t, a, 1<<20, 0)
+	mustFree(t, a, old...)
+	mustFree(t, a, p)
+	runStep(t, a, []uint64{1 << 20}) // plans the step before it
+	runStep(t, a, []uint64{1 << 20})
+	plans, served, _ := planCounts(a)
+	assert.Equal(t, int64(1), plans)
+	assert.Equal(t, int64(2), served)
+	require.NoError(t, a.CheckInvariants())
+}
