@@ -44,10 +44,10 @@ type Allocator struct {
 	phase     uint16 // the current phase (SetPhase): the phase of the blocks handed out
 
 	// Read without a lock; written in the world.
-	single   atomic.Pointer[shard]         // the one shard while there is one (the default stream's), then nil
-	byStream atomic.Pointer[[]streamShard] // every shard, by stream: a copy of shards
-	byID     atomic.Pointer[[]*shard]      // every shard, by id (its place in the order of creation), for routes
-	routes   routes                        // address to shard, while there is more than one shard
+	single   atomic.Pointer[shard]       // the one shard while there is one (the default stream's), then nil
+	byStream atomic.Pointer[streamTable] // every shard of its own, by stream: a copy of shards
+	byID     atomic.Pointer[[]*shard]    // every shard, by id (its place in the order of creation), for routes
+	routes   routes                      // address to shard, while there is more than one shard
 
 	// mu and every shard's lock together (the world) guard everything
 	// below: it changes only in the world, and a shard's fast path, which
@@ -267,7 +267,9 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 	}
 	sh := a.def
 	if s != device.DefaultStream {
-		sh = a.lookupShard(s)
+		if sh = a.slotShard(s); sh == nil {
+			sh = a.lookupShard(s)
+		}
 	}
 	if sh != nil {
 		sh.mu.Lock()
@@ -462,13 +464,10 @@ func (a *Allocator) Free(p device.Ptr) error {
 	}
 	sh := a.single.Load()
 	if sh == nil {
-		if id, ok := a.routes.lookup(p); ok {
-			if ids := *a.byID.Load(); int(id) < len(ids) {
-				sh = ids[id]
+		if sh = a.routes.cached(p); sh == nil {
+			if sh = a.routedShard(p); sh == nil {
+				return a.freeWorld(p, nil)
 			}
-		}
-		if sh == nil {
-			return a.freeWorld(p, nil)
 		}
 	}
 	sh.mu.Lock()

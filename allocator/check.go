@@ -504,7 +504,7 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 	if single := a.single.Load(); (single != nil) != (len(a.shards) == 1) || single != nil && single != a.def {
 		bad("the single shard is %v with %d shards", single != nil, len(a.shards))
 	}
-	if list := *a.byStream.Load(); !slices.Equal(list, *streamList(a.shards)) {
+	if t, want := a.byStream.Load(), streamList(a.shards); !slices.Equal(t.list, want.list) || t.slot != want.slot {
 		bad("the lock-free list of shards differs from the shards")
 	}
 	ids := *a.byID.Load()

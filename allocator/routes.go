@@ -34,9 +34,38 @@ import (
 // use it. A reader looks up the address of a block it allocated, whose
 // memory was registered before that allocation, hence before the lookup:
 // what it reads is current for that address.
+//
+// In front of the tree sits a cache (cached), direct-mapped by 2 MiB
+// chunk of addresses: a slot holds the shard of a chunk that lies whole
+// in one piece, stamped with the generation of the routes it was read
+// from. Every change of the routes advances the generation (gen, stamp)
+// after it has stored its lists, which makes every slot filled before it
+// stale at once; a lookup fills the slot of its chunk with the stamp it
+// read before it read the lists. A slot of the current stamp was so
+// filled from lists at least as new as the last change before it, and no
+// change has come since, so the chunk is still that shard's: the memory
+// of a live block is registered before it is allocated and stays until
+// it is freed. A chunk shared by two pieces (segments that are not 2 MiB
+// aligned) is never cached; its lookups search the tree.
+//
+// A stamp is the generation's low routeStampBits: when they come round
+// to zero the change empties every slot, so that a slot cannot match
+// again 2^22 changes after it was filled. Only a lookup that read the
+// stamp before that change and fills its slot after it can leave one
+// behind; if its chunk changed hands by the time the stamp comes round,
+// Free finds the block missing from that shard's address table and
+// takes the world, which looks again. A wrong answer costs time, never
+// correctness.
 type routes struct {
 	on  bool                                // kept up to date (more than one shard)
+	gen uint64                              // the changes so far (add); written in the world
 	top [routeTop]atomic.Pointer[routeLeaf] // by address>>routeLeafShift
+
+	_      [64]byte      // stamp and the slots share no line with top's last pointers
+	stamp  atomic.Uint64 // gen's low routeStampBits, as a slot holds them (routeStamp)
+	_      [56]byte      // the slots, written on misses, share no line with stamp
+	cache  [routeCacheSize]atomic.Uint64
+	owners [routeCacheIDs]atomic.Pointer[shard] // the shard of each id below routeCacheIDs, set as its memory is added
 }
 
 const (
@@ -46,6 +75,41 @@ const (
 	routeLeafSize  = 1 << (routeLeafShift - regionShift)
 	routeLimit     = 1 << 48 // addresses from here on are not kept
 )
+
+// The cache: routeCacheSize slots, the slot of the 2 MiB chunk at
+// address p at p>>21%routeCacheSize. A slot holds, from the top: p's bits
+// from 31 on (the chunk's bits above its slot number), the stamp
+// (routeStampBits), a bit set (routeValid) that the zero value of an
+// empty slot lacks, and the shard id; a shard id of routeCacheIDs or more
+// is not cached. The tag of a slot, all but the id, is then p's top bits
+// or'ed with the stamp word: two instructions. Addresses at or above
+// routeLimit are never filled, and their top bits are in their tag, so
+// they match no slot.
+const (
+	routeChunkShift = 21
+	routeCacheBits  = 10
+	routeCacheSize  = 1 << routeCacheBits
+	routeTagShift   = routeChunkShift + routeCacheBits // p's bits from here on are in the tag
+	routeValid      = 1 << 8
+	routeCacheIDs   = routeValid // ids below it fit under the tag
+	routeStampBits  = routeTagShift - 9
+)
+
+// routeStamp is the stamp word of generation gen.
+func routeStamp(gen uint64) uint64 {
+	return gen&(1<<routeStampBits-1)<<9 | routeValid
+}
+
+// cached returns the shard of the memory at p as the cache holds it, or
+// nil when p's slot holds another chunk or generation. Small enough to be
+// inlined into Free, it reads three words.
+func (r *routes) cached(p device.Ptr) *shard {
+	e := r.cache[uint64(p)>>routeChunkShift&(routeCacheSize-1)].Load()
+	if e^(uint64(p)&^(1<<routeTagShift-1)|r.stamp.Load()) < routeCacheIDs {
+		return r.owners[uint8(e)].Load()
+	}
+	return nil
+}
 
 // routeLeaf holds the lists of 512 regions; nil: no memory there.
 type routeLeaf [routeLeafSize]atomic.Pointer[[]routePiece]
@@ -75,8 +139,10 @@ func (r *routes) list(p uint64, grow bool) *atomic.Pointer[[]routePiece] {
 }
 
 // lookup returns the id of the shard that owns the memory at p, and true;
-// false when no shard does (or p is not kept).
+// false when no shard does (or p is not kept). It searches the tree and
+// fills the cache's slot of p's chunk when one piece holds all of it.
 func (r *routes) lookup(p device.Ptr) (uint32, bool) {
+	stamp := r.stamp.Load() // before the lists: see routes
 	slot := r.list(uint64(p), false)
 	if slot == nil {
 		return 0, false
@@ -96,7 +162,12 @@ func (r *routes) lookup(p device.Ptr) (uint32, bool) {
 		}
 	}
 	if lo < len(ps) && ps[lo].start <= uint64(p) {
-		return ps[lo].id, true
+		x := ps[lo]
+		c := uint64(p) >> routeChunkShift
+		if x.start <= c<<routeChunkShift && (c+1)<<routeChunkShift <= x.end && x.id < routeCacheIDs {
+			r.cache[c&(routeCacheSize-1)].Store(uint64(p)&^(1<<routeTagShift-1) | stamp | uint64(x.id))
+		}
+		return x.id, true
 	}
 	return 0, false
 }
@@ -111,6 +182,9 @@ func (r *routes) add(p device.Ptr, n uint64, sh *shard, change int32) {
 		return
 	}
 	id := uint32(sh.id)
+	if change > 0 && id < routeCacheIDs {
+		r.owners[id].Store(sh) // before the lists: a slot names no id the owners lack
+	}
 	end := min(uint64(p)+n, routeLimit)
 	for s := uint64(p); s < end; {
 		e := min(end, (s>>regionShift+1)<<regionShift) // the end of s's region
@@ -132,6 +206,14 @@ func (r *routes) add(p device.Ptr, n uint64, sh *shard, change int32) {
 		}
 		s = e
 	}
+	// After the lists: see routes.
+	r.gen++
+	if r.gen&(1<<routeStampBits-1) == 0 {
+		for i := range r.cache {
+			r.cache[i].Store(0)
+		}
+	}
+	r.stamp.Store(routeStamp(r.gen))
 }
 
 // insertPiece returns a new list: ps with x added, merged with the pieces

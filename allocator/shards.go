@@ -252,15 +252,59 @@ type streamShard struct {
 	sh     *shard
 }
 
+// streamTable is Allocator.byStream, the lock-free copy of the shards of
+// their own: every one in list, sorted by stream, and in slot, a table
+// direct-mapped by a hash of the stream (streamSlot), each shard at its
+// stream's slot unless a shard before it in list took the slot. With a
+// few streams, every stream is found in its slot; the others by a binary
+// search of list. It is never changed once published: the world stores
+// a new one.
+type streamTable struct {
+	slot [streamSlots]streamShard
+	list []streamShard
+}
+
+// streamSlots is the size of streamTable.slot: twice maxShards, so that
+// the streams of a program's first shards seldom share a slot.
+const streamSlots = 64
+
+// streamSlot returns stream s's slot in a streamTable: the top bits of s
+// times the golden ratio (Fibonacci hashing), which spreads the small
+// integers of the simulated device and the aligned addresses of CUDA's
+// stream handles alike.
+func streamSlot(s device.Stream) int {
+	return int(uint64(s) * 0x9e3779b97f4a7c15 >> (64 - 6))
+}
+
 // lookupShard returns the shard of its own of stream s without a lock,
-// or nil if s has none: a binary search of the lock-free list, sorted by
-// stream.
+// or nil if s has none: its slot in the lock-free table, else a binary
+// search of its list.
 func (a *Allocator) lookupShard(s device.Stream) *shard {
-	l := a.byStream.Load()
-	if l == nil {
-		return nil // the zero Allocator
+	if sh := a.slotShard(s); sh != nil {
+		return sh
 	}
-	list := *l
+	if t := a.byStream.Load(); t != nil { // nil: the zero Allocator
+		return t.lookup(s)
+	}
+	return nil
+}
+
+// slotShard returns the shard of stream s if s holds its slot of the
+// lock-free table, else nil. Small enough to be inlined into Alloc, which
+// calls lookupShard when it finds nil.
+func (a *Allocator) slotShard(s device.Stream) *shard {
+	if t := a.byStream.Load(); t != nil {
+		if e := &t.slot[streamSlot(s)]; e.stream == s {
+			return e.sh // nil in an empty slot: stream 0's, which has no shard if it is not there
+		}
+	}
+	return nil
+}
+
+// lookup returns the shard of stream s in t's list, or nil: a binary
+// search, for the streams that found their slot taken.
+func (t *streamTable) lookup(s device.Stream) *shard {
+	list := t.list
 	lo, hi := 0, len(list)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
@@ -353,16 +397,19 @@ func (a *Allocator) ownShardsLocked() int {
 	return n
 }
 
-// streamList returns the lock-free list of the shards of their own, by
-// stream.
-func streamList(shards []*shard) *[]streamShard {
-	list := make([]streamShard, 0, len(shards))
+// streamList returns the lock-free table of the shards of their own.
+func streamList(shards []*shard) *streamTable {
+	t := &streamTable{list: make([]streamShard, 0, len(shards))}
 	for _, sh := range shards {
 		if !sh.cold && sh.pool == nil && !sh.idle {
-			list = append(list, streamShard{sh.stream, sh})
+			e := streamShard{sh.stream, sh}
+			t.list = append(t.list, e)
+			if slot := &t.slot[streamSlot(sh.stream)]; slot.sh == nil {
+				*slot = e
+			}
 		}
 	}
-	return &list
+	return t
 }
 
 // startRoutesLocked fills the routes with every segment's memory, when a
@@ -380,6 +427,17 @@ func (a *Allocator) startRoutesLocked() {
 		}
 		seg.MappedRuns(func(p device.Ptr, n uint64) { a.routePagesLocked(seg, p, n, +1) })
 	}
+}
+
+// routedShard returns the shard of the memory at p as the routes' tree
+// says, or nil: Free's lookup when the cache does not know p's chunk.
+func (a *Allocator) routedShard(p device.Ptr) *shard {
+	if id, ok := a.routes.lookup(p); ok {
+		if ids := *a.byID.Load(); int(id) < len(ids) {
+			return ids[id]
+		}
+	}
+	return nil
 }
 
 // liveBlockLocked returns the allocated block at p and its shard, or nil;

@@ -1,6 +1,8 @@
 package allocator
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"testing"
 
@@ -205,10 +207,14 @@ const chunkShift = 21
 // some touching, some across regions, registered whole and unregistered
 // whole or in parts, against a model that keeps the shard of every range.
 func TestRoutesMatchModel(t *testing.T) {
+	hits := 0
 	rapid.Check(t, func(t *rapid.T) {
 		shards := []*shard{{id: 0}, {id: 1}, {id: 2}}
 		var r routes
 		r.on = true
+		// Some runs start where the stamp is about to come round.
+		r.gen = rapid.SampledFrom([]uint64{0, 1<<routeStampBits - 3}).Draw(t, "gen")
+		r.stamp.Store(routeStamp(r.gen))
 		type unit struct {
 			p  uint64
 			n  uint64
@@ -262,11 +268,20 @@ func TestRoutesMatchModel(t *testing.T) {
 				probes = append(probes, u.p, u.p+u.n-1, u.p+u.n, u.p-1, u.p+u.n/2)
 			}
 			for _, p := range probes {
-				id, ok := r.lookup(device.Ptr(p))
+				// The cache first, as Free asks: an answer must be the
+				// owner's, whatever generation filled the slot.
 				wid, wok := owner(p)
+				if sh := r.cached(device.Ptr(p)); sh != nil && (!wok || uint32(sh.id) != wid) {
+					t.Fatalf("%#x: the cache says shard %d, want %d (%v)", p, sh.id, wid, wok)
+				}
+				id, ok := r.lookup(device.Ptr(p))
 				if ok != wok || ok && id != wid {
 					t.Fatalf("%#x: shard %d (%v), want %d (%v)", p, id, ok, wid, wok)
 				}
+				if sh := r.cached(device.Ptr(p)); sh != nil && (!wok || uint32(sh.id) != wid) {
+					t.Fatalf("%#x: the cache, just filled, says shard %d, want %d (%v)", p, sh.id, wid, wok)
+				}
+				hits += bool2int(r.cached(device.Ptr(p)) != nil)
 			}
 			r.each(func(region uint64, ps []routePiece) {
 				for i, x := range ps {
@@ -278,6 +293,46 @@ func TestRoutesMatchModel(t *testing.T) {
 			})
 		}
 	})
+	assert.Positive(t, hits, "the cache answered some lookups")
+}
+
+func bool2int(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestRouteCacheStampComesRound: a slot filled at one stamp must not
+// answer when the generation comes round to the same stamp with its
+// chunk another shard's: the change that brings the stamp round to zero
+// empties the cache.
+func TestRouteCacheStampComesRound(t *testing.T) {
+	sa, sb := &shard{id: 1}, &shard{id: 2}
+	const p = 7 << 30
+	var r routes
+	r.on = true
+	r.gen = 1<<routeStampBits - 2
+	r.add(p, 2*mib, sa, +1) // generation 2^22-1
+	id, ok := r.lookup(p)
+	require.True(t, ok)
+	require.Equal(t, uint32(1), id)
+	require.Same(t, sa, r.cached(p), "the lookup filled the slot")
+	r.add(p, 2*mib, sa, -1) // 2^22: the stamp is 0 again
+	r.add(p, 2*mib, sb, +1)
+	// Changes elsewhere, which pass no other multiple of 2^22, bring the
+	// generation to the stamp of the fill.
+	r.gen = 1<<(routeStampBits+1) - 3
+	r.add(p+1<<40, 2*mib, sa, +1)
+	r.add(p+1<<40, 2*mib, sa, -1)
+	require.Equal(t, routeStamp(1<<routeStampBits-1), r.stamp.Load(), "the fill's stamp")
+	if sh := r.cached(p); sh != nil {
+		t.Fatalf("the cache says shard %d for memory now shard 2's", sh.id)
+	}
+	id, ok = r.lookup(p)
+	require.True(t, ok)
+	assert.Equal(t, uint32(2), id)
+	assert.Same(t, sb, r.cached(p))
 }
 
 // TestCutsOfTwoWaitingOperations: two operations on two shards pass their
@@ -443,4 +498,36 @@ func TestRisingShardRunsAloneBelowThePeak(t *testing.T) {
 	assert.EqualValues(t, run+20, get(t, a, "allocation.all.current"))
 	assert.EqualValues(t, (run+20)*n, get(t, a, "allocated_bytes.all.peak"))
 	require.NoError(t, a.CheckInvariants())
+}
+
+// TestStreamTableFindsEveryShard: streams that share a slot of the
+// lock-free table, and streams that have none, are found by the list; a
+// stream without a shard is not found, even where its slot holds another.
+func TestStreamTableFindsEveryShard(t *testing.T) {
+	var shards []*shard
+	bySlot := map[int]int{}
+	s := device.Stream(1)
+	for ; len(shards) < maxShards; s++ {
+		if streamSlot(s) < 8 { // 32 streams in 8 slots
+			shards = append(shards, &shard{stream: s, id: len(shards)})
+			bySlot[streamSlot(s)]++
+		}
+	}
+	shared := 0
+	for _, n := range bySlot {
+		shared += n - 1
+	}
+	require.Positive(t, shared, "some streams share a slot: what the test is about")
+	slices.SortFunc(shards, func(x, y *shard) int { return cmp.Compare(x.stream, y.stream) })
+	var a Allocator
+	a.byStream.Store(streamList(shards))
+	for _, sh := range shards {
+		assert.Same(t, sh, a.lookupShard(sh.stream), "stream %d", sh.stream)
+	}
+	for n := 0; n < 20; s++ {
+		if streamSlot(s) < 8 {
+			assert.Nil(t, a.lookupShard(s), "stream %d has no shard", s)
+			n++
+		}
+	}
 }
