@@ -535,6 +535,7 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 	if !a.routes.on {
 		return
 	}
+	a.routes.checkCache(bad) // first: the lookups below fill slots
 	var want routes // the routes the segments make, built afresh
 	want.on = true
 	for _, seg := range a.segments {

@@ -99,6 +99,11 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			twoShards(a, dev)
 			a.routes.add(p+1<<40, 2*mib, a.def, +1)
 		}},
+		{"a cache slot of the routes naming the wrong shard", "the routes' cache names shard", func(a *Allocator, dev *sim.Device, p device.Ptr) {
+			twoShards(a, dev)
+			_, _ = a.routes.lookup(p) // fills p's slot: the default stream's shard, id 0
+			a.routes.cache[uint64(p)>>routeChunkShift&(routeCacheSize-1)].Add(1)
+		}},
 		{"a stale lock-free list of shards", "lock-free list", func(a *Allocator, dev *sim.Device, _ device.Ptr) {
 			twoShards(a, dev)
 			a.byStream.Store(streamList([]*shard{a.def}))

@@ -143,33 +143,68 @@ func (r *routes) list(p uint64, grow bool) *atomic.Pointer[[]routePiece] {
 // fills the cache's slot of p's chunk when one piece holds all of it.
 func (r *routes) lookup(p device.Ptr) (uint32, bool) {
 	stamp := r.stamp.Load() // before the lists: see routes
-	slot := r.list(uint64(p), false)
-	if slot == nil {
+	x, ok := r.piece(uint64(p))
+	if !ok {
 		return 0, false
+	}
+	if c := uint64(p) >> routeChunkShift; x.holds(c) {
+		r.cache[c&(routeCacheSize-1)].Store(uint64(p)&^(1<<routeTagShift-1) | stamp | uint64(x.id))
+	}
+	return x.id, true
+}
+
+// piece returns the piece that holds address p, and true; false when
+// none does.
+func (r *routes) piece(p uint64) (routePiece, bool) {
+	slot := r.list(p, false)
+	if slot == nil {
+		return routePiece{}, false
 	}
 	lp := slot.Load()
 	if lp == nil {
-		return 0, false
+		return routePiece{}, false
 	}
 	ps := *lp
 	lo, hi := 0, len(ps)
 	for lo < hi { // the first piece that ends after p
 		m := int(uint(lo+hi) >> 1)
-		if ps[m].end <= uint64(p) {
+		if ps[m].end <= p {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
-	if lo < len(ps) && ps[lo].start <= uint64(p) {
-		x := ps[lo]
-		c := uint64(p) >> routeChunkShift
-		if x.start <= c<<routeChunkShift && (c+1)<<routeChunkShift <= x.end && x.id < routeCacheIDs {
-			r.cache[c&(routeCacheSize-1)].Store(uint64(p)&^(1<<routeTagShift-1) | stamp | uint64(x.id))
-		}
-		return x.id, true
+	if lo < len(ps) && ps[lo].start <= p {
+		return ps[lo], true
 	}
-	return 0, false
+	return routePiece{}, false
+}
+
+// holds reports whether x may be cached as the shard of chunk c: it
+// holds all of the chunk, and its id fits in a slot.
+func (x routePiece) holds(c uint64) bool {
+	return x.start <= c<<routeChunkShift && (c+1)<<routeChunkShift <= x.end && x.id < routeCacheIDs
+}
+
+// checkCache calls bad for every slot of the current stamp whose chunk is
+// not held whole by a piece of the shard it names, or whose shard is not
+// the owner of its id.
+func (r *routes) checkCache(bad func(string, ...any)) {
+	stamp := r.stamp.Load()
+	for i := range r.cache {
+		e := r.cache[i].Load()
+		if e&(1<<routeTagShift-1)&^(routeCacheIDs-1) != stamp {
+			continue // another stamp, or empty
+		}
+		c := e>>routeTagShift<<routeCacheBits | uint64(i)
+		id := uint32(e & (routeCacheIDs - 1))
+		if x, ok := r.piece(c << routeChunkShift); !ok || x.id != id || !x.holds(c) {
+			bad("the routes' cache names shard %d for the chunk at %#x, the routes say %v (%v)", id, c<<routeChunkShift, x, ok)
+		}
+		if sh := r.owners[id].Load(); sh == nil || uint32(sh.id) != id {
+			bad("the routes' cache names shard %d, whose owner is missing or another", id)
+		}
+	}
 }
 
 // add registers the n bytes at p, memory of shard sh (a plain segment, or

@@ -531,3 +531,30 @@ func TestStreamTableFindsEveryShard(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteCacheAfterAddressReuse: a 2 MiB chunk cached as one stream's
+// and released (EmptyCache) comes back as another stream's segment at the
+// same address; the cache must not name the first stream's shard, and the
+// free of the new block fills it with the second's.
+func TestRouteCacheAfterAddressReuse(t *testing.T) {
+	a, dev := newTest(t, 0, Config{})
+	s1, _ := dev.NewStream()
+	s2, _ := dev.NewStream()
+	// Alloc, not mustAlloc: the invariant checker's lookups would fill
+	// the cache first.
+	p, err := a.Alloc(mib, s1)
+	require.NoError(t, err)
+	require.NoError(t, a.Free(p))
+	sh1 := a.lookupShard(s1)
+	require.Same(t, sh1, a.routes.cached(p), "the free filled the slot of p's chunk")
+	require.NoError(t, a.EmptyCache())
+	q, err := a.Alloc(mib, s2)
+	require.NoError(t, err)
+	require.Equal(t, p>>routeChunkShift, q>>routeChunkShift, "the device gave the same chunk again")
+	if sh := a.routes.cached(q); sh != nil {
+		require.Same(t, a.lookupShard(s2), sh, "the cache names the shard of the segment released")
+	}
+	require.NoError(t, a.Free(q))
+	assert.Same(t, a.lookupShard(s2), a.routes.cached(q))
+	require.NoError(t, a.CheckInvariants())
+}
