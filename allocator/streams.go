@@ -16,7 +16,7 @@ import (
 // giving it free indexes: a stream a block is recorded on need not
 // allocate. Streams are asked of the device once, when it can tell
 // (device.StreamChecker), and remembered: those with free indexes by
-// them (a binary search of the shards, a map of the cold shard's
+// them (the lock-free table of the shards, a map of the cold shard's
 // streams), the others in a set, so that a known stream costs a lookup
 // (and no allocation) however many streams there are.
 //
