@@ -11,7 +11,8 @@
 // are called here and nowhere else in the package, nor are the limits of
 // the all columns and the sums written elsewhere (TestOnlyTheLedgerWrites
 // checks the source). The other files read them. The changes of the
-// counts, the cuts and the resets are in ledger_peaks.go; the hand-out
+// counts, the cuts and the resets are in ledger_peaks.go, their passes
+// of limits while no shard runs alone in ledger_serial.go; the hand-out
 // and the free of a free index's held front in ledger_held.go.
 
 package allocator

@@ -155,6 +155,15 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 	// as in Cut, which runs Exceed for the changes alone. The shard's
 	// value and limit of each are read here, as shardParts.Part would,
 	// and the peaks run (Passed) only for a quantity that passed its limit.
+	// In Serial, serialExceeded (ledger_serial.go) takes the rows' room
+	// from their risers first.
+	if a.peaks.Serial {
+		if rows != 0 {
+			a.serialExceeded(sh, k, rows)
+		}
+		sh.refreshImplied()
+		return
+	}
 	k &= 1
 	for ; rows != 0; rows &= rows - 1 {
 		row := bits.TrailingZeros32(rows) % numRows
@@ -170,61 +179,14 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 			all += base.pool[0].Value() + base.pool[1].Value()
 		}
 		r := statRow(row, 0)
-		if lim := s.pool[col].Limit(); v > lim && !(a.peaks.Serial && a.holderLends(sh, row, col, r+col, v-lim, lim)) {
+		if lim := s.pool[col].Limit(); v > lim {
 			a.peaks.Passed(ps, sh.id, r+col, v, lim)
 		}
-		if lim := s.allLim; all > lim && !(a.peaks.Serial && a.holderLends(sh, row, qAll, r+qAll, all-lim, lim)) {
+		if lim := s.allLim; all > lim {
 			a.peaks.Passed(ps, sh.id, r+qAll, all, lim)
 		}
 	}
 	sh.refreshImplied()
-}
-
-// holderLends is the peaks' Passed where, in Serial, the holder of the
-// peaks' row r (quantity row in column col) holds room that covers shard
-// sh's need beyond its limit lim (peaks.Table.Holder): sh takes all of it,
-// and becomes the holder. It reads and sets the two shards' counts itself,
-// not through shardParts, and reports whether it did; if not, the caller
-// runs Passed.
-func (a *Allocator) holderLends(sh *shard, row, col, r int, need, lim int64) bool {
-	h := a.peaks.Holder(r, need)
-	ids := *a.byID.Load()
-	if h == sh.id || uint(h) >= uint(len(ids)) {
-		return false
-	}
-	o := ids[h]
-	c, base := &o.st[row], derivedFrom[row]-1 // -1: no base row
-	var hv, hl int64
-	if col == qAll {
-		hv, hl = c.pool[0].Value()+c.pool[1].Value(), c.allLim
-		if base >= 0 {
-			hv += o.st[base].pool[0].Value() + o.st[base].pool[1].Value()
-		}
-	} else {
-		hv, hl = c.pool[col&1].Value(), c.pool[col&1].Limit()
-		if base >= 0 {
-			hv += o.st[base].pool[col&1].Value()
-		}
-	}
-	room := hl - hv
-	if room < need {
-		return false
-	}
-	o.setLimit(row, col, hv)
-	sh.setLimit(row, col, lim+room)
-	o.activeImplied = false
-	a.peaks.SetHolder(r, sh.id)
-	return true
-}
-
-// setLimit sets shard sh's limit of quantity row in column k (qAll: the
-// limit of the sum of the pools).
-func (sh *shard) setLimit(row, k int, lim int64) {
-	if k == qAll {
-		sh.st[row].allLim = lim
-	} else {
-		sh.st[row].pool[k&1].SetLimit(lim)
-	}
 }
 
 // cutsLocked settles the peaks that shards left waiting (shards.go says
