@@ -114,8 +114,11 @@ const (
 	phaseBit   = 1 << numRows // the counts of the block's phase (phases.go)
 )
 
-// refreshImplied recomputes sh.activeImplied.
-func (sh *shard) refreshImplied() { sh.activeImplied = sh.impliedNow() }
+// refreshImplied recomputes sh.activeImplied (and impliedOff).
+func (sh *shard) refreshImplied() {
+	sh.activeImplied = sh.impliedNow()
+	sh.impliedOff = !sh.activeImplied
+}
 
 // impliedNow reports whether the shard has nothing pending and its active
 // limits are at least its allocation limits, in each pool and in all:

@@ -325,7 +325,7 @@ func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) 
 	// Active (allocation + pending) stays as it is: the block is pending.
 	st[stats.Active].pool[x.PoolIdx()].Carry(1)
 	st[stats.ActiveBytes].pool[x.PoolIdx()].Carry(int64(b.Size()))
-	sh.activeImplied = false
+	sh.activeImplied, sh.impliedOff = false, true // something is pending
 	if a.phased {
 		c := &sh.ph[b.Phase]
 		c.bytes.Drop(int64(b.Size()))

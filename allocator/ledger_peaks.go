@@ -423,14 +423,14 @@ func (s *shardParts) SetLimits(r int, lims []int64) {
 	if k == qAll {
 		for p, sh := range shards {
 			sh.st[row].allLim = lims[p]
-			sh.activeImplied = false
+			sh.activeImplied, sh.impliedOff = false, false
 		}
 		return
 	}
 	k &= 1
 	for p, sh := range shards {
 		sh.st[row].pool[k].SetLimit(lims[p])
-		sh.activeImplied = false
+		sh.activeImplied, sh.impliedOff = false, false
 	}
 }
 
@@ -460,7 +460,7 @@ func (s *shardParts) Tighten(r int) (total int64) {
 				v += sh.st[base].pool[0].Value() + sh.st[base].pool[1].Value()
 			}
 			c.allLim = v
-			sh.activeImplied = false
+			sh.activeImplied, sh.impliedOff = false, false
 			total += v
 		}
 	default:
@@ -472,7 +472,7 @@ func (s *shardParts) Tighten(r int) (total int64) {
 				v += sh.st[base].pool[k].Value()
 			}
 			c.SetLimit(v)
-			sh.activeImplied = false
+			sh.activeImplied, sh.impliedOff = false, false
 			total += v
 		}
 	}
@@ -502,6 +502,7 @@ func (s *shardParts) SetLimitPair(p, q, r int, limP, limQ int64) {
 		sq.st[row].pool[k].SetLimit(limQ)
 	}
 	sp.activeImplied, sq.activeImplied = false, false
+	sp.impliedOff, sq.impliedOff = false, false
 }
 
 // SetLimit sets a limit. A shard whose stat limits change may no longer
@@ -516,7 +517,7 @@ func (s *shardParts) SetLimit(p, r int, lim int64) {
 		} else {
 			sh.st[row].pool[k].SetLimit(lim)
 		}
-		sh.activeImplied = false
+		sh.activeImplied, sh.impliedOff = false, false
 		return
 	}
 	id := uint16((r - numStatRows) / 2)

@@ -47,7 +47,7 @@ func (a *Allocator) serialExceeded(sh *shard, k int, rows uint32) {
 				if room := oc.Limit() - hv; room > 0 {
 					oc.SetLimit(hv)
 					c.pool[col].SetLimit(c.pool[col].Limit() + room)
-					o.activeImplied = false
+					o.activeImplied, o.impliedOff = false, false
 				}
 				hs[r+col] = id
 			}
@@ -62,7 +62,7 @@ func (a *Allocator) serialExceeded(sh *shard, k int, rows uint32) {
 			if room := oc.allLim - hv; room > 0 {
 				oc.allLim = hv
 				c.allLim += room
-				o.activeImplied = false
+				o.activeImplied, o.impliedOff = false, false
 			}
 			hs[r+qAll] = id
 		}
