@@ -182,3 +182,40 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// activeOverByRows is activeOver written through value and limit: active
+// and active bytes in pool k and in all.
+func activeOverByRows(sh *shard, k int) bool {
+	for _, row := range [2]int{int(stats.Active), int(stats.ActiveBytes)} {
+		if sh.value(row, k) > sh.limit(row, k) || sh.value(row, qAll) > sh.limit(row, qAll) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestActiveOverByRows: activeOver answers as the reference through value
+// and limit, in both pools, on random counts and limits of the active and
+// allocation rows.
+func TestActiveOverByRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	var seen [2]int
+	for range 20000 {
+		var sh shard
+		for _, row := range []stats.Metric{stats.Active, stats.ActiveBytes, stats.Allocation, stats.AllocatedBytes} {
+			s := &sh.st[row]
+			for k := range s.pool {
+				s.pool[k].Carry(int64(rng.IntN(3)))
+				s.pool[k].SetLimit(int64(rng.IntN(6)))
+			}
+			s.allLim = int64(rng.IntN(10))
+		}
+		for k := range 2 {
+			got := sh.activeOver(k)
+			require.Equal(t, activeOverByRows(&sh, k), got, "pool %d", k)
+			seen[btoi(got)]++
+		}
+	}
+	require.Positive(t, seen[0])
+	require.Positive(t, seen[1])
+}
