@@ -191,8 +191,9 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 
 // cutsLocked settles the peaks that shards left waiting (shards.go says
 // when and why): their operations, kept as the shards' cutOp, are counted
-// by the peaks' Cut in the order of the shards. It looks for them only
-// when a shard said one waits (Allocator.cutWaiting).
+// by the peaks' Cut in the order of the shards. lockAll calls it only
+// when a shard said one waits (Allocator.cutWaiting), testing that
+// itself, so that the world costs no call where none waits.
 //
 // One operation waiting (the common case: the shard that left it takes
 // the world at once) is settled by exceedRows in the world, as if it had
@@ -200,9 +201,6 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 // increased, and exceedRows runs it for the rows the operation passed a
 // limit of (shard.cutRows), the only ones where Exceed does anything.
 func (a *Allocator) cutsLocked() {
-	if !a.cutWaiting.Load() {
-		return
-	}
 	a.cutWaiting.Store(false)
 	var one *shard
 	for _, sh := range a.shards {

@@ -182,7 +182,9 @@ func (a *Allocator) lockAll() {
 		}
 	}
 	a.world = true
-	a.cutsLocked()
+	if a.cutWaiting.Load() {
+		a.cutsLocked()
+	}
 }
 
 // unlockAll leaves the world, deciding first which shards may run their
