@@ -179,14 +179,57 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 			all += base.pool[0].Value() + base.pool[1].Value()
 		}
 		r := statRow(row, 0)
-		if lim := s.pool[col].Limit(); v > lim {
+		if lim := s.pool[col].Limit(); v > lim && !a.riserLends(sh, row, col, r+col, v, lim) {
 			a.peaks.Passed(ps, sh.id, r+col, v, lim)
 		}
-		if lim := s.allLim; all > lim {
+		if lim := s.allLim; all > lim && !a.riserLends(sh, row, qAll, r+qAll, all, lim) {
 			a.peaks.Passed(ps, sh.id, r+qAll, all, lim)
 		}
 	}
 	sh.refreshImplied()
+}
+
+// riserLends is the peaks' Passed where, outside Serial, the riser of the
+// peaks' row r (quantity row in column col) is another shard whose room
+// covers what shard sh's value v needs beyond its limit lim
+// (peaks.Table.Lender): sh takes the need and what Table.Lend gives from
+// the riser's room. It reads and sets the two shards' counts itself, not
+// through shardParts, and reports whether it did; if not, the caller runs
+// Passed.
+func (a *Allocator) riserLends(sh *shard, row, col, r int, v, lim int64) bool {
+	need := v - lim
+	h := a.peaks.Lender(r, need)
+	ids := *a.byID.Load()
+	if h == sh.id || uint(h) >= uint(len(ids)) {
+		return false
+	}
+	o := ids[h]
+	c, base := &o.st[row], derivedFrom[row]-1 // -1: no base row
+	var hv, hl int64
+	if col == qAll {
+		hv, hl = c.pool[0].Value()+c.pool[1].Value(), c.allLim
+		if base >= 0 {
+			hv += o.st[base].pool[0].Value() + o.st[base].pool[1].Value()
+		}
+	} else {
+		hv, hl = c.pool[col&1].Value(), c.pool[col&1].Limit()
+		if base >= 0 {
+			hv += o.st[base].pool[col&1].Value()
+		}
+	}
+	room := hl - hv
+	if room < need {
+		return false
+	}
+	give := a.peaks.Lend(sh.id, r, need, room)
+	if col == qAll {
+		c.allLim, sh.st[row].allLim = hl-need-give, v+give
+	} else {
+		c.pool[col&1].SetLimit(hl - need - give)
+		sh.st[row].pool[col&1].SetLimit(v + give)
+	}
+	o.activeImplied, o.impliedOff = false, false
+	return true
 }
 
 // cutsLocked settles the peaks that shards left waiting (shards.go says

@@ -52,7 +52,8 @@
 //   - Table.Risers: the riser of every row, for a caller that reads and
 //     sets the parts' counts itself: in Serial it may move a riser's room
 //     to a part that passes its limit, whatever that part needs, and make
-//     that part the riser.
+//     that part the riser. Table.Lender and Lend: Exceed's loan from the
+//     riser outside Serial, for such a caller.
 //   - Table.Sole: Exceed with one part, whose limit is the peak: the peak
 //     becomes its value.
 //   - Table.Cut: operations that passed a limit while their parts ran
@@ -190,8 +191,7 @@ type Table struct {
 	// row rises, and takes the riser's place. One riser for both modes: a
 	// row whose rises switch between them (stream events pending, then
 	// none) finds the room where the other mode left it, without a
-	// reading. (With a riser of Serial apart, the holder, measured on the
-	// 10-stream offload trace: 1,628 instructions per op against 1,606.)
+	// reading.
 	riser, lent []int32
 
 	vals, lims []int64 // a row of the parts (row), reused
@@ -318,13 +318,7 @@ func (t *Table) Passed(ps Parts, p, r int, v, lim int64) {
 	if h := int(t.riser[r]); h != p && uint(h) < uint(n) {
 		hv, hl := ps.Part(h, r)
 		if need, room := v-lim, hl-hv; room >= need {
-			give := (room - need) / riserLends
-			if t.lent[r] == int32(p) {
-				give = (room - need) * 3 / 4
-				t.riser[r], t.lent[r] = int32(p), -1
-			} else {
-				t.lent[r] = int32(p)
-			}
+			give := t.Lend(p, r, need, room)
 			ps.SetLimitPair(h, p, r, hl-need-give, v+give)
 			return
 		}
@@ -383,6 +377,31 @@ func (t *Table) Passed(ps Parts, p, r int, v, lim int64) {
 	}
 	t.spare[r] = 0
 	ps.SetLimits(r, lims)
+}
+
+// Lender returns, outside Serial, the riser that Passed would ask for a
+// loan where a part passes its limit of row r by need more than the spare
+// room (else -1). Where it is another part p's and its room (its limit
+// less its value) covers need, a caller can do what Passed does: p takes
+// need and what Lend returns from it, the riser's limit falling as much.
+func (t *Table) Lender(r int, need int64) int {
+	if t.Serial || need <= t.spare[r] {
+		return -1
+	}
+	return int(t.riser[r])
+}
+
+// Lend records the loan of need, out of room, from row r's riser to part
+// p (Lender), and returns what p takes beyond need: an eighth of the rest
+// (riserLends), or, if the riser lent to p last too, three quarters of it
+// and the riser's place.
+func (t *Table) Lend(p, r int, need, room int64) (give int64) {
+	if t.lent[r] == int32(p) {
+		t.riser[r], t.lent[r] = int32(p), -1
+		return (room - need) * 3 / 4
+	}
+	t.lent[r] = int32(p)
+	return (room - need) / riserLends
 }
 
 // Risers returns the riser of every row (Table), by row: the part that

@@ -399,3 +399,59 @@ func TestRiserAcrossSerial(t *testing.T) {
 		t.Fatal(s)
 	}
 }
+
+// TestLendIsPassed: a caller that, outside Serial, lends from the riser
+// itself where Lender names a riser whose room covers the need (the
+// riser's limit falling by the need and what Lend gives, the part's
+// rising by as much) leaves the limits, the peak, the spare room, the
+// riser and its last loan as Passed does, over a run of random rises and
+// falls, with spare room left by a part's lowered limit now and then.
+func TestLendIsPassed(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		nParts := rapid.IntRange(2, 6).Draw(t, "parts")
+		tab, g := newTable(1), newGrid(nParts, 1)
+		tab.peak[0] = rapid.Int64Range(0, 40).Draw(t, "peak")
+		lends := 0
+		for i := range rapid.IntRange(1, 80).Draw(t, "steps") {
+			p := rapid.IntRange(0, nParts-1).Draw(t, "part")
+			if d := rapid.Int64Range(-3, 8).Draw(t, "delta"); d >= 0 || g[p][0].Value()+d >= 0 {
+				g[p][0].Carry(d)
+			}
+			if q := rapid.IntRange(0, 3*nParts).Draw(t, "spare"); q < nParts && q != p {
+				// q's room below its limit goes to the spare room.
+				tab.spare[0] += g[q][0].Limit() - g[q][0].Value()
+				g[q][0].SetLimit(g[q][0].Value())
+			}
+			v, lim := g.Part(p, 0)
+			if v <= lim {
+				continue
+			}
+			ref, rg := clone(tab, g)
+			ref.Passed(rg, p, 0, v, lim)
+			passed := true
+			if h := tab.Lender(0, v-lim); h != p && h >= 0 && h < nParts {
+				if hv, hl := g.Part(h, 0); hl-hv >= v-lim {
+					give := tab.Lend(p, 0, v-lim, hl-hv)
+					g.SetLimit(h, 0, hl-(v-lim)-give)
+					g.SetLimit(p, 0, v+give)
+					passed = false
+					lends++
+				}
+			}
+			if passed {
+				tab.Passed(g, p, 0, v, lim)
+			}
+			for q := range g {
+				if g[q][0].Limit() != rg[q][0].Limit() {
+					t.Fatalf("step %d: part %d's limit %d lent by the riser, %d after Passed", i, q, g[q][0].Limit(), rg[q][0].Limit())
+				}
+			}
+			if tab.peak[0] != ref.peak[0] || tab.spare[0] != ref.spare[0] || tab.riser[0] != ref.riser[0] || tab.lent[0] != ref.lent[0] {
+				t.Fatalf("step %d: the table differs from Passed's", i)
+			}
+			if msg := broken(tab, g); msg != "" {
+				t.Fatalf("step %d: %s", i, msg)
+			}
+		}
+	})
+}
