@@ -94,15 +94,19 @@ type globalCounts struct {
 }
 
 // activeOver reports whether shard sh's active or active bytes in pool k
-// (or in all) passed a limit, for an Alloc that is not sure
-// (!sh.activeImplied).
+// (qSmall or qLarge) or in all passed a limit, for an Alloc that is not
+// sure (!sh.activeImplied): shard.value and shard.limit of the rows that
+// derivedFrom names, written out (it runs for every Alloc while blocks
+// are pending).
 func (sh *shard) activeOver(k int) bool {
-	for _, row := range [2]int{int(stats.Active), int(stats.ActiveBytes)} {
-		if sh.value(row, k) > sh.limit(row, k) || sh.value(row, qAll) > sh.limit(row, qAll) {
-			return true
-		}
-	}
-	return false
+	st := &sh.st
+	k &= 1
+	d, b := &st[stats.Active], &st[stats.Allocation]
+	db, bb := &st[stats.ActiveBytes], &st[stats.AllocatedBytes]
+	return d.pool[k].Value()+b.pool[k].Value() > d.pool[k].Limit() ||
+		d.pool[0].Value()+d.pool[1].Value()+b.pool[0].Value()+b.pool[1].Value() > d.allLim ||
+		db.pool[k].Value()+bb.pool[k].Value() > db.pool[k].Limit() ||
+		db.pool[0].Value()+db.pool[1].Value()+bb.pool[0].Value()+bb.pool[1].Value() > db.allLim
 }
 
 // Rows as bit sets, for exceedRows. An Alloc that passes a limit of
@@ -114,8 +118,11 @@ const (
 	phaseBit   = 1 << numRows // the counts of the block's phase (phases.go)
 )
 
-// refreshImplied recomputes sh.activeImplied.
-func (sh *shard) refreshImplied() { sh.activeImplied = sh.impliedNow() }
+// refreshImplied recomputes sh.activeImplied (and impliedOff).
+func (sh *shard) refreshImplied() {
+	sh.activeImplied = sh.impliedNow()
+	sh.impliedOff = !sh.activeImplied
+}
 
 // impliedNow reports whether the shard has nothing pending and its active
 // limits are at least its allocation limits, in each pool and in all:

@@ -11,7 +11,8 @@
 // are called here and nowhere else in the package, nor are the limits of
 // the all columns and the sums written elsewhere (TestOnlyTheLedgerWrites
 // checks the source). The other files read them. The changes of the
-// counts, the cuts and the resets are in ledger_peaks.go; the hand-out
+// counts, the cuts and the resets are in ledger_peaks.go, their passes
+// of limits while no shard runs alone in ledger_serial.go; the hand-out
 // and the free of a free index's held front in ledger_held.go.
 
 package allocator
@@ -324,7 +325,7 @@ func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) 
 	// Active (allocation + pending) stays as it is: the block is pending.
 	st[stats.Active].pool[x.PoolIdx()].Carry(1)
 	st[stats.ActiveBytes].pool[x.PoolIdx()].Carry(int64(b.Size()))
-	sh.activeImplied = false
+	sh.activeImplied, sh.impliedOff = false, true // something is pending
 	if a.phased {
 		c := &sh.ph[b.Phase]
 		c.bytes.Drop(int64(b.Size()))

@@ -155,6 +155,15 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 	// as in Cut, which runs Exceed for the changes alone. The shard's
 	// value and limit of each are read here, as shardParts.Part would,
 	// and the peaks run (Passed) only for a quantity that passed its limit.
+	// In Serial, serialExceeded (ledger_serial.go) takes the rows' room
+	// from their risers first.
+	if a.peaks.Serial {
+		if rows != 0 {
+			a.serialExceeded(sh, k, rows)
+		}
+		sh.refreshImplied()
+		return
+	}
 	k &= 1
 	for ; rows != 0; rows &= rows - 1 {
 		row := bits.TrailingZeros32(rows) % numRows
@@ -170,24 +179,26 @@ func (a *Allocator) exceedRows(sh *shard, k int, rows uint32, d *opDelta) {
 			all += base.pool[0].Value() + base.pool[1].Value()
 		}
 		r := statRow(row, 0)
-		if lim := s.pool[col].Limit(); v > lim && !(a.peaks.Serial && a.holderLends(sh, row, col, r+col, v-lim, lim)) {
+		if lim := s.pool[col].Limit(); v > lim && !a.riserLends(sh, row, col, r+col, v, lim) {
 			a.peaks.Passed(ps, sh.id, r+col, v, lim)
 		}
-		if lim := s.allLim; all > lim && !(a.peaks.Serial && a.holderLends(sh, row, qAll, r+qAll, all-lim, lim)) {
+		if lim := s.allLim; all > lim && !a.riserLends(sh, row, qAll, r+qAll, all, lim) {
 			a.peaks.Passed(ps, sh.id, r+qAll, all, lim)
 		}
 	}
 	sh.refreshImplied()
 }
 
-// holderLends is the peaks' Passed where, in Serial, the holder of the
-// peaks' row r (quantity row in column col) holds room that covers shard
-// sh's need beyond its limit lim (peaks.Table.Holder): sh takes all of it,
-// and becomes the holder. It reads and sets the two shards' counts itself,
-// not through shardParts, and reports whether it did; if not, the caller
-// runs Passed.
-func (a *Allocator) holderLends(sh *shard, row, col, r int, need, lim int64) bool {
-	h := a.peaks.Holder(r, need)
+// riserLends is the peaks' Passed where, outside Serial, the riser of the
+// peaks' row r (quantity row in column col) is another shard whose room
+// covers what shard sh's value v needs beyond its limit lim
+// (peaks.Table.Lender): sh takes the need and what Table.Lend gives from
+// the riser's room. It reads and sets the two shards' counts itself, not
+// through shardParts, and reports whether it did; if not, the caller runs
+// Passed.
+func (a *Allocator) riserLends(sh *shard, row, col, r int, v, lim int64) bool {
+	need := v - lim
+	h := a.peaks.Lender(r, need)
 	ids := *a.byID.Load()
 	if h == sh.id || uint(h) >= uint(len(ids)) {
 		return false
@@ -210,27 +221,22 @@ func (a *Allocator) holderLends(sh *shard, row, col, r int, need, lim int64) boo
 	if room < need {
 		return false
 	}
-	o.setLimit(row, col, hv)
-	sh.setLimit(row, col, lim+room)
-	o.activeImplied = false
-	a.peaks.SetHolder(r, sh.id)
-	return true
-}
-
-// setLimit sets shard sh's limit of quantity row in column k (qAll: the
-// limit of the sum of the pools).
-func (sh *shard) setLimit(row, k int, lim int64) {
-	if k == qAll {
-		sh.st[row].allLim = lim
+	give := a.peaks.Lend(sh.id, r, need, room)
+	if col == qAll {
+		c.allLim, sh.st[row].allLim = hl-need-give, v+give
 	} else {
-		sh.st[row].pool[k&1].SetLimit(lim)
+		c.pool[col&1].SetLimit(hl - need - give)
+		sh.st[row].pool[col&1].SetLimit(v + give)
 	}
+	o.activeImplied, o.impliedOff = false, false
+	return true
 }
 
 // cutsLocked settles the peaks that shards left waiting (shards.go says
 // when and why): their operations, kept as the shards' cutOp, are counted
-// by the peaks' Cut in the order of the shards. It looks for them only
-// when a shard said one waits (Allocator.cutWaiting).
+// by the peaks' Cut in the order of the shards. lockAll calls it only
+// when a shard said one waits (Allocator.cutWaiting), testing that
+// itself, so that the world costs no call where none waits.
 //
 // One operation waiting (the common case: the shard that left it takes
 // the world at once) is settled by exceedRows in the world, as if it had
@@ -238,9 +244,6 @@ func (sh *shard) setLimit(row, k int, lim int64) {
 // increased, and exceedRows runs it for the rows the operation passed a
 // limit of (shard.cutRows), the only ones where Exceed does anything.
 func (a *Allocator) cutsLocked() {
-	if !a.cutWaiting.Load() {
-		return
-	}
 	a.cutWaiting.Store(false)
 	var one *shard
 	for _, sh := range a.shards {
@@ -461,14 +464,14 @@ func (s *shardParts) SetLimits(r int, lims []int64) {
 	if k == qAll {
 		for p, sh := range shards {
 			sh.st[row].allLim = lims[p]
-			sh.activeImplied = false
+			sh.activeImplied, sh.impliedOff = false, false
 		}
 		return
 	}
 	k &= 1
 	for p, sh := range shards {
 		sh.st[row].pool[k].SetLimit(lims[p])
-		sh.activeImplied = false
+		sh.activeImplied, sh.impliedOff = false, false
 	}
 }
 
@@ -498,7 +501,7 @@ func (s *shardParts) Tighten(r int) (total int64) {
 				v += sh.st[base].pool[0].Value() + sh.st[base].pool[1].Value()
 			}
 			c.allLim = v
-			sh.activeImplied = false
+			sh.activeImplied, sh.impliedOff = false, false
 			total += v
 		}
 	default:
@@ -510,7 +513,7 @@ func (s *shardParts) Tighten(r int) (total int64) {
 				v += sh.st[base].pool[k].Value()
 			}
 			c.SetLimit(v)
-			sh.activeImplied = false
+			sh.activeImplied, sh.impliedOff = false, false
 			total += v
 		}
 	}
@@ -540,6 +543,7 @@ func (s *shardParts) SetLimitPair(p, q, r int, limP, limQ int64) {
 		sq.st[row].pool[k].SetLimit(limQ)
 	}
 	sp.activeImplied, sq.activeImplied = false, false
+	sp.impliedOff, sq.impliedOff = false, false
 }
 
 // SetLimit sets a limit. A shard whose stat limits change may no longer
@@ -554,7 +558,7 @@ func (s *shardParts) SetLimit(p, r int, lim int64) {
 		} else {
 			sh.st[row].pool[k].SetLimit(lim)
 		}
-		sh.activeImplied = false
+		sh.activeImplied, sh.impliedOff = false, false
 		return
 	}
 	id := uint16((r - numStatRows) / 2)

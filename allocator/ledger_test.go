@@ -15,7 +15,7 @@ import (
 // changes a count's value or limit or a peak, nor assigns a count's
 // cumulative sums or the limit of an all column.
 func TestOnlyTheLedgerWrites(t *testing.T) {
-	writers := map[string]bool{"Bump": true, "Drop": true, "Carry": true, "Carried": true, "SetLimit": true, "AddRow": true, "Sole": true, "Exceed": true, "Passed": true, "SetHolder": true, "setLimit": true, "Cut": true, "ResetPeaks": true}
+	writers := map[string]bool{"Bump": true, "Drop": true, "Carry": true, "Carried": true, "SetLimit": true, "AddRow": true, "Sole": true, "Exceed": true, "Passed": true, "Risers": true, "Lend": true, "setLimit": true, "Cut": true, "ResetPeaks": true}
 	fields := map[string]bool{"allLim": true, "increases": true, "base": true}
 	entries, err := os.ReadDir(".")
 	if err != nil {
@@ -25,7 +25,7 @@ func TestOnlyTheLedgerWrites(t *testing.T) {
 	files := 0
 	for _, e := range entries {
 		name := e.Name()
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || name == "ledger.go" || name == "ledger_peaks.go" || name == "ledger_held.go" {
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || name == "ledger.go" || name == "ledger_peaks.go" || name == "ledger_held.go" || name == "ledger_serial.go" {
 			continue
 		}
 		f, err := parser.ParseFile(fset, name, nil, 0)

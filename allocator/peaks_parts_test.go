@@ -13,7 +13,7 @@ import (
 
 // TestShardPartsRowsAreTheParts: the shards' Row reads every shard's value
 // and limit of a row as Part does one at a time, and SetLimits
-// sets what SetLimit sets (the activeImplied it clears included), as
+// sets what SetLimit sets (the activeImplied and impliedOff it clears included), as
 // SetLimitPair does for two, for the
 // rows of the stats and of the phases, on four streams with blocks of
 // several phases live.
@@ -55,13 +55,13 @@ func TestShardPartsRowsAreTheParts(t *testing.T) {
 		}
 	}
 	// Raise every limit by one and back, through SetLimits, and compare
-	// with SetLimit's; each set clears activeImplied.
+	// with SetLimit's; each set clears activeImplied and impliedOff.
 	shards := *a.byID.Load()
 	for r := range a.peaks.Rows() {
 		ps.Row(r, vals, lims)
 		for p := range n {
 			lims[p]++
-			shards[p].activeImplied = true
+			shards[p].activeImplied, shards[p].impliedOff = true, true
 		}
 		ps.SetLimits(r, lims)
 		for p := range n {
@@ -69,6 +69,7 @@ func TestShardPartsRowsAreTheParts(t *testing.T) {
 			require.Equal(t, lims[p], lim, "row %d, part %d: limit set", r, p)
 			if r < numStatRows {
 				require.False(t, shards[p].activeImplied, "row %d, part %d", r, p)
+				require.False(t, shards[p].impliedOff, "row %d, part %d: impliedOff", r, p)
 			}
 			ps.SetLimit(p, r, lims[p]-1)
 		}
@@ -77,13 +78,13 @@ func TestShardPartsRowsAreTheParts(t *testing.T) {
 		}
 	}
 	// SetLimitPair: the two limits SetLimit would set, both shards'
-	// activeImplied cleared, the others' limits as they were.
+	// activeImplied and impliedOff cleared, the others' limits as they were.
 	for r := range a.peaks.Rows() {
 		ps.Row(r, vals, lims)
 		for p := range n {
 			q := (p + 1) % n
 			for _, sh := range shards {
-				sh.activeImplied = true
+				sh.activeImplied, sh.impliedOff = true, true
 			}
 			ps.SetLimitPair(p, q, r, lims[p]+1, lims[q]+2)
 			for o := range n {
@@ -98,6 +99,7 @@ func TestShardPartsRowsAreTheParts(t *testing.T) {
 				require.Equal(t, want, lim, "row %d, pair %d %d, part %d: limit", r, p, q, o)
 				if r < numStatRows {
 					require.Equal(t, o != p && o != q, shards[o].activeImplied, "row %d, pair %d %d, part %d", r, p, q, o)
+					require.Equal(t, o != p && o != q, shards[o].impliedOff, "row %d, pair %d %d, part %d: impliedOff", r, p, q, o)
 				}
 			}
 			ps.SetLimits(r, lims)
@@ -107,13 +109,13 @@ func TestShardPartsRowsAreTheParts(t *testing.T) {
 		}
 	}
 	// Tighten: every limit its value, the total their sum, activeImplied
-	// cleared; then the limits as they were.
+	// and impliedOff cleared; then the limits as they were.
 	for r := range a.peaks.Rows() {
 		ps.Row(r, vals, lims)
 		var want int64
 		for p := range n {
 			want += vals[p]
-			shards[p].activeImplied = true
+			shards[p].activeImplied, shards[p].impliedOff = true, true
 		}
 		require.Equal(t, want, ps.Tighten(r), "row %d: total", r)
 		for p := range n {
@@ -122,6 +124,7 @@ func TestShardPartsRowsAreTheParts(t *testing.T) {
 			require.Equal(t, v, lim, "row %d, part %d: limit tightened", r, p)
 			if r < numStatRows {
 				require.False(t, shards[p].activeImplied, "row %d, part %d", r, p)
+				require.False(t, shards[p].impliedOff, "row %d, part %d: impliedOff", r, p)
 			}
 		}
 		ps.SetLimits(r, lims)
@@ -178,4 +181,41 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// activeOverByRows is activeOver written through value and limit: active
+// and active bytes in pool k and in all.
+func activeOverByRows(sh *shard, k int) bool {
+	for _, row := range [2]int{int(stats.Active), int(stats.ActiveBytes)} {
+		if sh.value(row, k) > sh.limit(row, k) || sh.value(row, qAll) > sh.limit(row, qAll) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestActiveOverByRows: activeOver answers as the reference through value
+// and limit, in both pools, on random counts and limits of the active and
+// allocation rows.
+func TestActiveOverByRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	var seen [2]int
+	for range 20000 {
+		var sh shard
+		for _, row := range []stats.Metric{stats.Active, stats.ActiveBytes, stats.Allocation, stats.AllocatedBytes} {
+			s := &sh.st[row]
+			for k := range s.pool {
+				s.pool[k].Carry(int64(rng.IntN(3)))
+				s.pool[k].SetLimit(int64(rng.IntN(6)))
+			}
+			s.allLim = int64(rng.IntN(10))
+		}
+		for k := range 2 {
+			got := sh.activeOver(k)
+			require.Equal(t, activeOverByRows(&sh, k), got, "pool %d", k)
+			seen[btoi(got)]++
+		}
+	}
+	require.Positive(t, seen[0])
+	require.Positive(t, seen[1])
 }

@@ -52,6 +52,11 @@ type shard struct {
 	// the allocation limits, so an Alloc within its allocation limits is
 	// within its active limits (see count).
 	activeImplied bool
+	// impliedOff: activeImplied is false as refreshImplied found it, and
+	// no limit has changed since (every writer that clears activeImplied
+	// clears it too), nor has anything pending ended (finishFreeLocked
+	// refreshes): the world as it leaves need not look again.
+	impliedOff bool
 	// credit is the held front whose free (freeHeldLocked) was the last
 	// change of the small pool's counts, creditReq its requested bytes
 	// then, and creditLarge the large pool's rises then (largeRises); the
@@ -177,7 +182,9 @@ func (a *Allocator) lockAll() {
 		}
 	}
 	a.world = true
-	a.cutsLocked()
+	if a.cutWaiting.Load() {
+		a.cutsLocked()
+	}
 }
 
 // unlockAll leaves the world, deciding first which shards may run their
@@ -196,7 +203,7 @@ func (a *Allocator) unlockAll() {
 			want := fast && !sh.cut && !sh.cold && !sh.slow
 			if want {
 				sh.credit = nil // the world may have set limits
-				if !sh.activeImplied {
+				if !sh.activeImplied && !sh.impliedOff {
 					sh.refreshImplied() // a limit set by the peaks may have cleared it (shardParts.SetLimit)
 				}
 			}

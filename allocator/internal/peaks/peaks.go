@@ -36,9 +36,9 @@
 //   - Table.Exceed: part p passed its limit of row r. When the row's
 //     spare room holds what p needs, p takes it from there, and the row
 //     is not read: the total cannot pass the peak. Likewise when the
-//     part that took the room last (the riser, or in Serial the holder)
-//     holds room that covers it: p takes it from there, and takes its
-//     place if it rises. Else the row's total
+//     part that took the room last (the row's riser) holds room that
+//     covers it: p takes it from there, and takes its place if it rises
+//     (in Serial, at once). Else the row's total
 //     over every part raises the peak if it passes it, and the room below
 //     the peak (the peak less the total) is shared out again: evenly,
 //     every other part's limit becoming its value plus its share and p
@@ -46,13 +46,14 @@
 //     reading of r too (it rises, as a stream allocating a run of
 //     blocks), most of it to p, the others sharing a quarter; or, while
 //     no part runs alone (Table.Serial), every limit becoming its part's
-//     value and p taking all the room; and then, until the next reading,
-//     a pass of another part takes the room the last taker still holds,
-//     when that covers it, without reading the row.
-//   - Table.Holder and Table.SetHolder: that last step of Exceed in
-//     Serial, for a caller that reads and sets the two parts' counts
-//     itself: Holder names the part whose room Exceed would take,
-//     SetHolder records that the passing part took it.
+//     value and p taking all the room. The part that took the room is
+//     the row's riser in and out of Serial: room a part took in Serial
+//     is lent from outside it, and the other way round.
+//   - Table.Risers: the riser of every row, for a caller that reads and
+//     sets the parts' counts itself: in Serial it may move a riser's room
+//     to a part that passes its limit, whatever that part needs, and make
+//     that part the riser. Table.Lender and Lend: Exceed's loan from the
+//     riser outside Serial, for such a caller.
 //   - Table.Sole: Exceed with one part, whose limit is the peak: the peak
 //     becomes its value.
 //   - Table.Cut: operations that passed a limit while their parts ran
@@ -68,9 +69,9 @@
 // Neither type locks: the caller's locks guard them. A part's Counts are
 // guarded by the part's lock; Bump, Drop, Carry and Carried run under
 // it. The Table, and the limits of every part, change only with every
-// part's lock held (Exceed, Passed, Cut, ResetPeaks, AddRow, SetHolder, Check
-// and the Parts they call, and a caller that takes a holder's room
-// itself), with one exception: while there is one part, its lock alone
+// part's lock held (Exceed, Passed, Cut, ResetPeaks, AddRow, Check and
+// the Parts they call, and a caller that takes a riser's room itself
+// through Risers), with one exception: while there is one part, its lock alone
 // guards the Table, and Sole runs under it.
 //
 // # The serial order
@@ -164,7 +165,7 @@ type Table struct {
 	// runs with every lock held, so that a part's limit spares it no
 	// world, and a reading of a row gives all the room to the part that
 	// rises (the others' rises ask Exceed anyway, which takes it from
-	// that part when it covers them: holder). The caller sets it
+	// that part when it covers them: riser). The caller sets it
 	// before Exceed or Cut; it changes how the room is shared, never the
 	// peaks.
 	Serial bool
@@ -178,17 +179,20 @@ type Table struct {
 	spare []int64
 
 	// riser is, per row, the part that passed its limit at the last
-	// reading of the row outside Serial, or that took the riser's place
-	// since (-1: none yet): the part that rises. Exceed gives it most of
-	// the room when it passes its limit of the row again, and lends from
-	// its room to the other parts that pass theirs. lent is, per row, the
-	// part the riser lent to last (-1: none since the last reading): a
-	// part that borrows twice in a row rises, and takes the riser's place.
+	// reading of the row, or that took the riser's place since (-1: none
+	// yet): the part that rises, which holds most of the room (in Serial,
+	// all of it but what the others freed since). Outside Serial, Exceed
+	// gives it most of the room when it passes its limit of the row
+	// again, and lends from its room to the other parts that pass theirs;
+	// in Serial, a part that passes its limit takes all the riser's room
+	// when it covers the need, and the riser's place. lent is, per row,
+	// the part the riser lent to last outside Serial (-1: none since the
+	// last reading or change of riser): a part that borrows twice in a
+	// row rises, and takes the riser's place. One riser for both modes: a
+	// row whose rises switch between them (stream events pending, then
+	// none) finds the room where the other mode left it, without a
+	// reading.
 	riser, lent []int32
-	// holder is, per row, the part that took the room at the last reading
-	// of the row in Serial, or from the holder before it (-1: none yet):
-	// in Serial, Exceed takes a passing part's room from it first.
-	holder []int32
 
 	vals, lims []int64 // a row of the parts (row), reused
 }
@@ -229,7 +233,6 @@ func (t *Table) AddRow(peak int64) int {
 	t.peak = append(t.peak, peak)
 	t.spare = append(t.spare, 0)
 	t.riser = append(t.riser, -1)
-	t.holder = append(t.holder, -1)
 	t.lent = append(t.lent, -1)
 	return len(t.peak) - 1
 }
@@ -246,9 +249,9 @@ func (t *Table) Sole(r int, v int64) { t.peak[r], t.spare[r] = v, 0 }
 // peak stay. Otherwise the row's total raises the peak if it passes it,
 // and the room below the peak (the peak less the total) is shared out
 // again: in Serial, every limit becomes its part's value and p takes all
-// the room (tighten), unless the row's holder, the part that took the room
+// the room (tighten), unless the row's riser, the part that took the room
 // last, still holds room enough for p's need: then p takes it all from the
-// holder, reading no row. Outside Serial, when the row's riser (Table) is
+// riser, and its place, reading no row. Outside Serial, when the row's riser (Table) is
 // another part whose room covers p's need, p takes the need and an eighth
 // of the rest from it (riserLends), reading no row, or three quarters of
 // the rest and the riser's place if the riser lent to p last too; else,
@@ -286,15 +289,15 @@ func (t *Table) Passed(ps Parts, p, r int, v, lim int64) {
 	// below the peak again.
 	n := ps.Len()
 	if t.Serial && n > 1 {
-		// The room is mostly in the holder's limit (the others' are at
+		// The room is mostly in the riser's limit (the others' are at
 		// their values since the reading, but for what they freed): if
-		// the holder's room covers p's need, p takes all of it, and the
-		// row is not read. The limits' sum stays.
-		if h := int(t.holder[r]); h != p && uint(h) < uint(n) {
+		// the riser's room covers p's need, p takes all of it and the
+		// riser's place, and the row is not read. The limits' sum stays.
+		if h := int(t.riser[r]); h != p && uint(h) < uint(n) {
 			hv, hl := ps.Part(h, r)
 			if room := hl - hv; room >= v-lim {
 				ps.SetLimitPair(h, p, r, hv, lim+room)
-				t.holder[r] = int32(p)
+				t.riser[r], t.lent[r] = int32(p), -1
 				return
 			}
 		}
@@ -315,13 +318,7 @@ func (t *Table) Passed(ps Parts, p, r int, v, lim int64) {
 	if h := int(t.riser[r]); h != p && uint(h) < uint(n) {
 		hv, hl := ps.Part(h, r)
 		if need, room := v-lim, hl-hv; room >= need {
-			give := (room - need) / riserLends
-			if t.lent[r] == int32(p) {
-				give = (room - need) * 3 / 4
-				t.riser[r], t.lent[r] = int32(p), -1
-			} else {
-				t.lent[r] = int32(p)
-			}
+			give := t.Lend(p, r, need, room)
 			ps.SetLimitPair(h, p, r, hl-need-give, v+give)
 			return
 		}
@@ -382,23 +379,42 @@ func (t *Table) Passed(ps Parts, p, r int, v, lim int64) {
 	ps.SetLimits(r, lims)
 }
 
-// Holder returns, in Serial, the part that holds row r's room (its
-// holder, -1 if none yet), where Passed would look to it for a pass by
-// need beyond a limit: when the spare room does not hold need. Else, or
-// outside Serial, it returns -1. A caller that reads and sets the parts'
-// counts itself can then do what Passed does when the holder's room (its
-// limit less its value) covers the need of another part p: the holder's
-// limit becomes its value, p's limit rises by that room, and p is the
-// holder (SetHolder).
-func (t *Table) Holder(r int, need int64) int {
-	if !t.Serial || need <= t.spare[r] {
+// Lender returns, outside Serial, the riser that Passed would ask for a
+// loan where a part passes its limit of row r by need more than the spare
+// room (else -1). Where it is another part p's and its room (its limit
+// less its value) covers need, a caller can do what Passed does: p takes
+// need and what Lend returns from it, the riser's limit falling as much.
+func (t *Table) Lender(r int, need int64) int {
+	if t.Serial || need <= t.spare[r] {
 		return -1
 	}
-	return int(t.holder[r])
+	return int(t.riser[r])
 }
 
-// SetHolder makes part p the holder of row r: it took the holder's room.
-func (t *Table) SetHolder(r, p int) { t.holder[r] = int32(p) }
+// Lend records the loan of need, out of room, from row r's riser to part
+// p (Lender), and returns what p takes beyond need: an eighth of the rest
+// (riserLends), or, if the riser lent to p last too, three quarters of it
+// and the riser's place.
+func (t *Table) Lend(p, r int, need, room int64) (give int64) {
+	if t.lent[r] == int32(p) {
+		t.riser[r], t.lent[r] = int32(p), -1
+		return (room - need) * 3 / 4
+	}
+	t.lent[r] = int32(p)
+	return (room - need) / riserLends
+}
+
+// Risers returns the riser of every row (Table), by row: the part that
+// took the row's room last (-1: none yet). In Serial, a caller that reads
+// and sets the parts' counts itself may, with every part's lock held,
+// move the room of a row's riser (its limit less its value) to another
+// part p whatever p needs, and make p the riser by setting p's number
+// there: the limits' sum stays, and Passed would have done the same had
+// the room covered p's need. (The riser's last loan outside Serial, lent,
+// may then name a part that borrowed from another riser: it takes the
+// riser's place at its next loan, a step early, which shares the room
+// differently, never the peaks.)
+func (t *Table) Risers() []int32 { return t.riser }
 
 // riserShare: at a reading of a row outside Serial by the part that
 // passed its limit of the row at the row's last reading too (the row's
@@ -428,12 +444,12 @@ const riserLends = 8
 // tighten is Exceed's reading of row r in Serial: every limit becomes its
 // part's value, the total raises the peak if it passes it, and p, whose
 // value is v, takes all the room below the peak, and becomes the row's
-// holder. (No part runs alone: any other part that rises asks Exceed,
-// which takes the room from the holder where it covers the need, else
+// riser. (No part runs alone: any other part that rises asks Exceed,
+// which takes the room from the riser where it covers the need, else
 // reads the row again; p, which rose, is the likeliest to rise again.)
 func (t *Table) tighten(ps Parts, p, r int, v int64) {
 	total := ps.Tighten(r)
-	t.holder[r] = int32(p)
+	t.riser[r], t.lent[r] = int32(p), -1
 	peak := max(t.peak[r], total)
 	t.peak[r] = peak
 	t.spare[r] = 0

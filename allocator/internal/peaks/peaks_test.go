@@ -189,9 +189,9 @@ func (g *rowReads) Tighten(r int) int64 {
 
 // TestSerialExceedTakesFromTheSpareRoom: in Serial, a reading of the row
 // sets every limit to its value and gives the room below the peak to the
-// part that passed its limit, the row's holder; a later pass by another
-// part that the holder's room (its limit less its value) covers takes all
-// of it, reading no row, and makes that part the holder; a pass that the
+// part that passed its limit, the row's riser; a later pass by another
+// part that the riser's room (its limit less its value) covers takes all
+// of it, reading no row, and makes that part the riser; a pass that the
 // spare room (as a cut of several operations leaves it) holds takes what
 // it needs and half the rest from it; a pass that neither covers reads
 // the row again.
@@ -204,7 +204,7 @@ func TestSerialExceedTakesFromTheSpareRoom(t *testing.T) {
 	tab.peak[0] = 30     // limits 10, 10 and 4: the spare room is 6, unknown to the table (0)
 	g.grid[2][0].Bump(3) // 7 passes 4
 	tab.Exceed(g, 2, 0)
-	// Total 23, room 7: limits 10, 6 and 7 + 7; spare room 0; part 2 holds the room.
+	// Total 23, room 7: limits 10, 6 and 7 + 7; spare room 0; part 2, the riser, holds the room.
 	want := func(rows int, peak, l0, l1, l2, spare int64) {
 		t.Helper()
 		if g.rows != rows || tab.Peak(0) != peak || g.Limit(0, 0) != l0 || g.Limit(1, 0) != l1 || g.Limit(2, 0) != l2 || tab.spare[0] != spare {
@@ -225,10 +225,10 @@ func TestSerialExceedTakesFromTheSpareRoom(t *testing.T) {
 	g.grid[2][0].Bump(2) // 9 passes 7 by 2: the spare room 4 holds it, and gives half the rest
 	tab.Exceed(g, 2, 0)
 	want(1, 30, 6, 13, 10, 1)
-	g.grid[0][0].Bump(5) // 11 passes 6 by 5: the holder, part 1, has 13 - 8
+	g.grid[0][0].Bump(5) // 11 passes 6 by 5: the riser, part 1, has 13 - 8
 	tab.Exceed(g, 0, 0)
 	want(1, 30, 11, 8, 10, 1)
-	g.grid[2][0].Bump(5) // 14 passes 10 by 4: the holder has no room, the spare room 1: the row is read
+	g.grid[2][0].Bump(5) // 14 passes 10 by 4: the riser has no room, the spare room 1: the row is read
 	tab.Exceed(g, 2, 0)
 	// Total 11 + 8 + 14 = 33: a new peak, no room.
 	want(2, 33, 11, 8, 14, 0)

@@ -252,7 +252,6 @@ func clone(t *Table, g grid) (*Table, grid) {
 	c.spare = append([]int64(nil), t.spare...)
 	c.riser = append([]int32(nil), t.riser...)
 	c.lent = append([]int32(nil), t.lent...)
-	c.holder = append([]int32(nil), t.holder...)
 	h := newGrid(len(g), len(g[0]))
 	for p := range g {
 		copy(h[p], g[p])
@@ -285,7 +284,7 @@ func TestPassedIsExceed(t *testing.T) {
 				}
 			}
 			if tab.peak[0] != ref.peak[0] || tab.spare[0] != ref.spare[0] || tab.riser[0] != ref.riser[0] ||
-				tab.lent[0] != ref.lent[0] || tab.holder[0] != ref.holder[0] {
+				tab.lent[0] != ref.lent[0] {
 				t.Fatalf("step %d: table differs after Passed from after Exceed", i)
 			}
 			if msg := broken(tab, g); msg != "" {
@@ -295,13 +294,13 @@ func TestPassedIsExceed(t *testing.T) {
 	})
 }
 
-// TestHolderIsPassed: a caller that, in Serial, takes the holder's room
-// itself where Holder names a holder whose room covers the need (the
-// holder's limit becoming its value, the part's rising by the room, and
-// SetHolder) leaves the table and the limits as Passed does, over a run
-// of random rises and falls, with spare room left by a part's lowered
-// limit now and then.
-func TestHolderIsPassed(t *testing.T) {
+// TestRiserTakenIsPassed: a caller that, in Serial, takes the riser's
+// room itself where Risers names a riser whose room covers the need (the
+// riser's limit becoming its value, the part's rising by the room, and
+// the part named the riser) leaves the limits, the peak, the spare room
+// and the riser as Passed does, over a run of random rises and falls,
+// with spare room left by a part's lowered limit now and then.
+func TestRiserTakenIsPassed(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		nParts := rapid.IntRange(2, 6).Draw(t, "parts")
 		tab, g := newTable(1), newGrid(nParts, 1)
@@ -323,11 +322,12 @@ func TestHolderIsPassed(t *testing.T) {
 			}
 			ref, rg := clone(tab, g)
 			ref.Passed(rg, p, 0, v, lim)
-			if h := tab.Holder(0, v-lim); h != p && h >= 0 && h < nParts {
+			rs := tab.Risers()
+			if h := int(rs[0]); v-lim > tab.spare[0] && h != p && h >= 0 && h < nParts {
 				if hv, hl := g.Part(h, 0); hl-hv >= v-lim {
 					g.SetLimit(h, 0, hv)
 					g.SetLimit(p, 0, lim+hl-hv)
-					tab.SetHolder(0, p)
+					rs[0] = int32(p)
 				} else {
 					tab.Passed(g, p, 0, v, lim)
 				}
@@ -336,10 +336,117 @@ func TestHolderIsPassed(t *testing.T) {
 			}
 			for q := range g {
 				if g[q][0].Limit() != rg[q][0].Limit() {
-					t.Fatalf("step %d: part %d's limit %d taken from the holder, %d after Passed", i, q, g[q][0].Limit(), rg[q][0].Limit())
+					t.Fatalf("step %d: part %d's limit %d taken from the riser, %d after Passed", i, q, g[q][0].Limit(), rg[q][0].Limit())
 				}
 			}
-			if tab.peak[0] != ref.peak[0] || tab.spare[0] != ref.spare[0] || tab.holder[0] != ref.holder[0] {
+			if tab.peak[0] != ref.peak[0] || tab.spare[0] != ref.spare[0] || tab.riser[0] != ref.riser[0] {
+				t.Fatalf("step %d: the table differs from Passed's", i)
+			}
+			if msg := broken(tab, g); msg != "" {
+				t.Fatalf("step %d: %s", i, msg)
+			}
+		}
+	})
+}
+
+// TestRiserAcrossSerial: the part that took a row's room in Serial is the
+// row's riser outside Serial too, and the other way round, so that a row
+// whose rises switch between the modes (stream events pending, then
+// none) finds the room where the other mode left it: a pass that the
+// room covers borrows it, reading no row.
+func TestRiserAcrossSerial(t *testing.T) {
+	tab := newTable(1)
+	g := &rowReads{grid: newGrid(4, 1)}
+	tab.peak[0] = 100
+	// Outside Serial, part 1 rises twice: the second reading makes it the
+	// riser, with most of the room.
+	for range 2 {
+		g.grid[1][0].Bump(g.Limit(1, 0) - g.Value(1, 0) + 1)
+		tab.Exceed(g, 1, 0)
+	}
+	if tab.riser[0] != 1 || g.rows != 2 {
+		t.Fatalf("riser %d after %d readings; want 1 after 2", tab.riser[0], g.rows)
+	}
+	// In Serial, part 2 passes its limit by 5: part 1's room covers it,
+	// part 2 takes all of it and the riser's place, reading no row.
+	tab.Serial = true
+	room := g.Limit(1, 0) - g.Value(1, 0)
+	lim2 := g.Limit(2, 0)
+	g.grid[2][0].Bump(lim2 - g.Value(2, 0) + 5)
+	tab.Exceed(g, 2, 0)
+	if g.rows != 2 || tab.riser[0] != 2 || g.Limit(2, 0) != lim2+room || g.Limit(1, 0) != g.Value(1, 0) {
+		t.Fatalf("Serial: %d readings, riser %d, limits %d and %d; want 2, 2, %d and %d", g.rows, tab.riser[0], g.Limit(2, 0), g.Limit(1, 0), lim2+room, g.Value(1, 0))
+	}
+	// Outside Serial again, part 3 passes by 1: part 2, the riser of
+	// Serial, lends it the need and an eighth of the rest, reading no row.
+	tab.Serial = false
+	room = g.Limit(2, 0) - g.Value(2, 0)
+	lim3 := g.Limit(3, 0)
+	g.grid[3][0].Bump(lim3 - g.Value(3, 0) + 1)
+	tab.Exceed(g, 3, 0)
+	give := (room - 1) / riserLends
+	if g.rows != 2 || g.Limit(3, 0) != g.Value(3, 0)+give || tab.riser[0] != 2 || tab.lent[0] != 3 {
+		t.Fatalf("outside Serial: %d readings, part 3's limit %d, riser %d, lent %d; want 2, %d, 2, 3", g.rows, g.Limit(3, 0), tab.riser[0], tab.lent[0], g.Value(3, 0)+give)
+	}
+	// In Serial again, part 0 passes by 1: part 2's room covers it.
+	tab.Serial = true
+	g.grid[0][0].Bump(g.Limit(0, 0) - g.Value(0, 0) + 1)
+	tab.Exceed(g, 0, 0)
+	if g.rows != 2 || tab.riser[0] != 0 {
+		t.Fatalf("Serial again: %d readings, riser %d; want 2, 0", g.rows, tab.riser[0])
+	}
+	if s := broken(tab, &g.grid); s != "" {
+		t.Fatal(s)
+	}
+}
+
+// TestLendIsPassed: a caller that, outside Serial, lends from the riser
+// itself where Lender names a riser whose room covers the need (the
+// riser's limit falling by the need and what Lend gives, the part's
+// rising by as much) leaves the limits, the peak, the spare room, the
+// riser and its last loan as Passed does, over a run of random rises and
+// falls, with spare room left by a part's lowered limit now and then.
+func TestLendIsPassed(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		nParts := rapid.IntRange(2, 6).Draw(t, "parts")
+		tab, g := newTable(1), newGrid(nParts, 1)
+		tab.peak[0] = rapid.Int64Range(0, 40).Draw(t, "peak")
+		lends := 0
+		for i := range rapid.IntRange(1, 80).Draw(t, "steps") {
+			p := rapid.IntRange(0, nParts-1).Draw(t, "part")
+			if d := rapid.Int64Range(-3, 8).Draw(t, "delta"); d >= 0 || g[p][0].Value()+d >= 0 {
+				g[p][0].Carry(d)
+			}
+			if q := rapid.IntRange(0, 3*nParts).Draw(t, "spare"); q < nParts && q != p {
+				// q's room below its limit goes to the spare room.
+				tab.spare[0] += g[q][0].Limit() - g[q][0].Value()
+				g[q][0].SetLimit(g[q][0].Value())
+			}
+			v, lim := g.Part(p, 0)
+			if v <= lim {
+				continue
+			}
+			ref, rg := clone(tab, g)
+			ref.Passed(rg, p, 0, v, lim)
+			passed := true
+			if h := tab.Lender(0, v-lim); h != p && h >= 0 && h < nParts {
+				if hv, hl := g.Part(h, 0); hl-hv >= v-lim {
+					give := tab.Lend(p, 0, v-lim, hl-hv)
+					g.SetLimit(h, 0, hl-(v-lim)-give)
+					g.SetLimit(p, 0, v+give)
+					passed = false
+					lends++
+				}
+			}
+			if passed {
+				tab.Passed(g, p, 0, v, lim)
+			}
+			for q := range g {
+				if g[q][0].Limit() != rg[q][0].Limit() {
+					t.Fatalf("step %d: part %d's limit %d lent by the riser, %d after Passed", i, q, g[q][0].Limit(), rg[q][0].Limit())
+				}
+			}
+			if tab.peak[0] != ref.peak[0] || tab.spare[0] != ref.spare[0] || tab.riser[0] != ref.riser[0] || tab.lent[0] != ref.lent[0] {
 				t.Fatalf("step %d: the table differs from Passed's", i)
 			}
 			if msg := broken(tab, g); msg != "" {
