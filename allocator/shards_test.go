@@ -281,7 +281,7 @@ func TestRoutesMatchModel(t *testing.T) {
 				if sh := r.cached(device.Ptr(p)); sh != nil && (!wok || uint32(sh.id) != wid) {
 					t.Fatalf("%#x: the cache, just filled, says shard %d, want %d (%v)", p, sh.id, wid, wok)
 				}
-				hits += bool2int(r.cached(device.Ptr(p)) != nil)
+				hits += btoi(r.cached(device.Ptr(p)) != nil)
 			}
 			r.each(func(region uint64, ps []routePiece) {
 				for i, x := range ps {
@@ -294,13 +294,6 @@ func TestRoutesMatchModel(t *testing.T) {
 		}
 	})
 	assert.Positive(t, hits, "the cache answered some lookups")
-}
-
-func bool2int(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // TestRouteCacheStampComesRound: a slot filled at one stamp must not
