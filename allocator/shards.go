@@ -449,8 +449,12 @@ func (a *Allocator) routedShard(p device.Ptr) *shard {
 
 // liveBlockLocked returns the allocated block at p and its shard, or nil;
 // it runs in the world. It looks in the address table of shard hint first,
-// if not nil (the shard of p's route that Free found).
+// if not nil (the shard of p's route that Free found), else of the shard
+// the routes' cache names.
 func (a *Allocator) liveBlockLocked(p device.Ptr, hint *shard) (*freeindex.Block, *shard) {
+	if hint == nil {
+		hint = a.routes.cached(p) // nil with one shard: the routes are not kept
+	}
 	if hint != nil {
 		if b := hint.live.Get(p); b != nil {
 			return b, hint
