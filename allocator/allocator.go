@@ -53,8 +53,7 @@ type Allocator struct {
 	// below: it changes only in the world, and a shard's fast path, which
 	// holds only its shard's lock, may read it.
 	mu    sync.Mutex
-	world bool     // the world is held
-	held  []*shard // the shards whose locks the world holds: those that were fast
+	world bool // the world is held
 	// anyFast: the world, as it left last, made some shard fast (or New
 	// did). While it is false no shard is fast, so that the world takes
 	// no shard's lock and has none to make slow (lockAll, unlockAll).

@@ -520,9 +520,10 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 		if sh.cut {
 			bad("stream %d: a cut waits in the world", sh.stream)
 		}
-		// A shard held may have left fast since (a fast path that left a
-		// cut while lockAll waited for its lock); one not held cannot be.
-		if sh.fast.Load() && !slices.Contains(a.held, sh) {
+		// The world holds the lock of every fast shard (lockAll): a
+		// TryLock of one fails.
+		if sh.fast.Load() && sh.mu.TryLock() {
+			sh.mu.Unlock()
 			bad("stream %d is fast, but the world does not hold its lock", sh.stream)
 		}
 		if sh.cold && sh.fast.Load() {

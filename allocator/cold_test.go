@@ -1,7 +1,9 @@
 package allocator
 
 import (
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -66,13 +68,14 @@ func threeShards(t *testing.T) (a *Allocator, dev *sim.Device, s1, s2 device.Str
 func TestWorldLocksFastShardsOnly(t *testing.T) {
 	a, dev, s1, _, p := threeShards(t)
 	a.lockAll()
-	assert.Len(t, a.held, 3)
+	assert.Equal(t, 3, lockedShards(a))
 	a.unlockAll()
+	assert.Zero(t, lockedShards(a))
 	require.NoError(t, a.RecordStream(p, s1))
 	require.NoError(t, dev.SetStreamBusy(s1, true)) // its work does not finish: the free waits for its event
 	mustFree(t, a, p)
 	a.lockAll()
-	assert.Empty(t, a.held)
+	assert.Zero(t, lockedShards(a))
 	a.unlockAll()
 	for _, sh := range a.shards {
 		assert.False(t, sh.fast.Load())
@@ -106,9 +109,23 @@ func TestWorldSkipsShardsWhileNoneIsFast(t *testing.T) {
 		assert.True(t, sh.fast.Load())
 	}
 	a.lockAll()
-	assert.Len(t, a.held, 3)
+	assert.Equal(t, 3, lockedShards(a))
 	a.unlockAll()
+	assert.Zero(t, lockedShards(a))
 	require.NoError(t, a.CheckInvariants())
+}
+
+// lockedShards returns how many of a's shards' locks are held.
+func lockedShards(a *Allocator) int {
+	n := 0
+	for _, sh := range a.shards {
+		if sh.mu.TryLock() {
+			sh.mu.Unlock()
+		} else {
+			n++
+		}
+	}
+	return n
 }
 
 // TestUnsplitStampsTheAge: the free of a block just split off merges it
@@ -209,4 +226,37 @@ func allocUnchecked(t testing.TB, a *Allocator, size uint64, s device.Stream) de
 	p, err := a.Alloc(size, s)
 	require.NoError(t, err)
 	return p
+}
+
+// TestWorldLetsGoOfAShardThatLeftFast: lockAll finds a shard fast and
+// waits for its lock, held by a fast path that then leaves fast (as one
+// that leaves a cut does) and unlocks. The world must let that lock go
+// again: unlockAll unlocks only the shards that are fast, and a lock
+// kept would stop the shard's next operation for ever.
+func TestWorldLetsGoOfAShardThatLeftFast(t *testing.T) {
+	a, _, _, _, _ := threeShards(t)
+	sh := a.def
+	require.Equal(t, true, sh.fast.Load())
+	sh.mu.Lock() // the fast path
+	done := make(chan struct{})
+	go func() {
+		a.lockAll()
+		a.unlockAll()
+		close(done)
+	}()
+	for a.mu.TryLock() { // until the world has begun
+		a.mu.Unlock()
+		runtime.Gosched()
+	}
+	time.Sleep(20 * time.Millisecond) // and waits for sh's lock
+	sh.fast.Store(false)
+	sh.mu.Unlock()
+	<-done
+	if !sh.mu.TryLock() {
+		sh.mu.Unlock() // for the checks that end the test
+		t.Fatal("the world kept the lock of a shard no longer fast")
+	}
+	sh.mu.Unlock()
+	mustFree(t, a, mustAlloc(t, a, 4096, 0)) // the world makes it fast again
+	assert.Equal(t, true, sh.fast.Load())
 }

@@ -168,6 +168,13 @@ func (a *Allocator) fastLocked() bool {
 // policy with several shards, or observers, no shard is fast and the
 // world is one lock.
 //
+// A shard found fast may have left fast while lockAll waited for its
+// lock (a fast path that left a cut clears fast, unlocks, and then waits
+// for the world itself): lockAll lets its lock go again. So in the world
+// the shards whose locks it holds are exactly the fast ones, and
+// unlockAll, which reads every shard's fast flag anyway, needs no list of
+// them.
+//
 // Deadlock: a fast path holds one shard lock and takes no other lock
 // while holding it, and every taker of more than one lock takes
 // Allocator.mu first, so no two goroutines wait for each other.
@@ -177,7 +184,9 @@ func (a *Allocator) lockAll() {
 		for _, sh := range a.shards {
 			if sh.fast.Load() {
 				sh.mu.Lock()
-				a.held = append(a.held, sh)
+				if !sh.fast.Load() { // it left a cut while we waited
+					sh.mu.Unlock()
+				}
 			}
 		}
 	}
@@ -193,7 +202,10 @@ func (a *Allocator) lockAll() {
 //
 // With no shard fast as it comes (anyFast false) and none to make fast,
 // it has no shard to look at: the common case while stream events are
-// pending, when every operation takes the world.
+// pending, when every operation takes the world. Otherwise it lets go of
+// each shard's lock as it leaves the shard: the world holds the lock of
+// the shards that were fast (lockAll), and a fast path that then starts
+// on a shard touches that shard alone.
 func (a *Allocator) unlockAll() {
 	fast := a.fastLocked()
 	a.world = false
@@ -207,19 +219,17 @@ func (a *Allocator) unlockAll() {
 					sh.refreshImplied() // a limit set by the peaks may have cleared it (shardParts.SetLimit)
 				}
 			}
-			if sh.fast.Load() != want {
+			was := sh.fast.Load()
+			if was != want {
 				sh.fast.Store(want)
+			}
+			if was {
+				sh.mu.Unlock()
 			}
 			any = any || want
 		}
 		a.anyFast = any
 	}
-	for _, sh := range a.held {
-		sh.mu.Unlock()
-	}
-	// held keeps its pointers: the shards live as long as the allocator
-	// (Allocator.byID), so clearing them would free nothing.
-	a.held = a.held[:0]
 	a.mu.Unlock()
 }
 
