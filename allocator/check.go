@@ -538,7 +538,7 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 	}
 	a.routes.checkCache(bad) // first: the lookups below fill slots
 	var want routes          // the routes the segments make, built afresh
-	want.on = true
+	want.start()
 	for _, seg := range a.segments {
 		if p := a.shardOf(seg.Free()).pool; p != nil && p.paused {
 			continue // its pages are unmapped

@@ -95,6 +95,14 @@ const (
 	routeStampBits  = routeTagShift - 9
 )
 
+// start turns the routes on (kept from now on) and stores the stamp word
+// of their generation: until then it is zero, which an empty slot
+// matches.
+func (r *routes) start() {
+	r.on = true
+	r.stamp.Store(routeStamp(r.gen))
+}
+
 // routeStamp is the stamp word of generation gen.
 func routeStamp(gen uint64) uint64 {
 	return gen&(1<<routeStampBits-1)<<9 | routeValid

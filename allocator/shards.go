@@ -433,7 +433,7 @@ func streamList(shards []*shard) *streamTable {
 // second shard appears. (The limits need no change then: the first
 // shard's are the peaks, the new shard's are zero, as its counts are.)
 func (a *Allocator) startRoutesLocked() {
-	a.routes.on = true
+	a.routes.start()
 	for _, seg := range a.segments {
 		if p := a.shardOf(seg.Free()).pool; p != nil && p.paused {
 			continue // its pages are unmapped (pause.go)

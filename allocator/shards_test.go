@@ -211,10 +211,9 @@ func TestRoutesMatchModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		shards := []*shard{{id: 0}, {id: 1}, {id: 2}}
 		var r routes
-		r.on = true
 		// Some runs start where the stamp is about to come round.
 		r.gen = rapid.SampledFrom([]uint64{0, 1<<routeStampBits - 3}).Draw(t, "gen")
-		r.stamp.Store(routeStamp(r.gen))
+		r.start()
 		type unit struct {
 			p  uint64
 			n  uint64
@@ -304,8 +303,8 @@ func TestRouteCacheStampComesRound(t *testing.T) {
 	sa, sb := &shard{id: 1}, &shard{id: 2}
 	const p = 7 << 30
 	var r routes
-	r.on = true
 	r.gen = 1<<routeStampBits - 2
+	r.start()
 	r.add(p, 2*mib, sa, +1) // generation 2^22-1
 	id, ok := r.lookup(p)
 	require.True(t, ok)
@@ -550,4 +549,21 @@ func TestRouteCacheAfterAddressReuse(t *testing.T) {
 	require.NoError(t, a.Free(q))
 	assert.Same(t, a.lookupShard(s2), a.routes.cached(q))
 	require.NoError(t, a.CheckInvariants())
+}
+
+// TestRoutesStartedWithoutMemory: routes that start with no segment (a
+// second stream's first Alloc fails, say) have changed nothing yet, and
+// their cache must answer nothing: an empty slot is zero, and so was the
+// stamp word before start.
+func TestRoutesStartedWithoutMemory(t *testing.T) {
+	a, dev := newTest(t, 8*mib, Config{})
+	s1, _ := dev.NewStream()
+	_, err := a.Alloc(64*mib, s1)
+	require.ErrorIs(t, err, device.ErrOutOfMemory)
+	require.True(t, a.routes.on)
+	require.NoError(t, a.CheckInvariants())
+	for p := device.Ptr(0); p < 64*mib; p += 2 * mib {
+		require.Nil(t, a.routes.cached(p), "chunk at %#x", p)
+	}
+	mustFree(t, a, mustAlloc(t, a, mib, s1))
 }
