@@ -154,26 +154,33 @@ func TestImpliedNowByRows(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	var seen [2]int
 	for range 20000 {
+		// Pending counts are mostly zero; limits close together.
 		var sh shard
-		for _, row := range []stats.Metric{stats.Active, stats.ActiveBytes, stats.Allocation, stats.AllocatedBytes} {
-			s := &sh.st[row]
-			for k := range s.pool {
-				// Pending counts are mostly zero; limits close together.
-				v := int64(0)
-				if rng.IntN(8) == 0 {
-					v = int64(rng.IntN(3))
-				}
-				s.pool[k].Carry(v)
-				s.pool[k].SetLimit(int64(rng.IntN(4)))
+		randomActiveRows(&sh, func() int64 {
+			if rng.IntN(8) == 0 {
+				return int64(rng.IntN(3))
 			}
-			s.allLim = int64(rng.IntN(6))
-		}
+			return 0
+		}, func() int64 { return int64(rng.IntN(4)) }, func() int64 { return int64(rng.IntN(6)) })
 		got := sh.impliedNow()
 		require.Equal(t, impliedByRows(&sh), got)
 		seen[btoi(got)]++
 	}
 	require.Positive(t, seen[0])
 	require.Positive(t, seen[1])
+}
+
+// randomActiveRows gives the active and allocation rows of sh counts and
+// limits drawn from value, limit (each pool) and allLim.
+func randomActiveRows(sh *shard, value, limit, allLim func() int64) {
+	for _, row := range []stats.Metric{stats.Active, stats.ActiveBytes, stats.Allocation, stats.AllocatedBytes} {
+		s := &sh.st[row]
+		for k := range s.pool {
+			s.pool[k].Carry(value())
+			s.pool[k].SetLimit(limit())
+		}
+		s.allLim = allLim()
+	}
 }
 
 func btoi(b bool) int {
@@ -202,14 +209,8 @@ func TestActiveOverByRows(t *testing.T) {
 	var seen [2]int
 	for range 20000 {
 		var sh shard
-		for _, row := range []stats.Metric{stats.Active, stats.ActiveBytes, stats.Allocation, stats.AllocatedBytes} {
-			s := &sh.st[row]
-			for k := range s.pool {
-				s.pool[k].Carry(int64(rng.IntN(3)))
-				s.pool[k].SetLimit(int64(rng.IntN(6)))
-			}
-			s.allLim = int64(rng.IntN(10))
-		}
+		randomActiveRows(&sh, func() int64 { return int64(rng.IntN(3)) },
+			func() int64 { return int64(rng.IntN(6)) }, func() int64 { return int64(rng.IntN(10)) })
 		for k := range 2 {
 			got := sh.activeOver(k)
 			require.Equal(t, activeOverByRows(&sh, k), got, "pool %d", k)
