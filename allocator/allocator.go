@@ -59,6 +59,11 @@ type Allocator struct {
 	// no shard's lock and has none to make slow (lockAll, unlockAll).
 	// Guarded by mu alone.
 	anyFast bool
+	// settling: while there are several shards, how many more times the
+	// world must leave with no stream event pending before it makes a
+	// shard fast again (fastLocked); set to settleExits by a world that
+	// leaves with events pending. Guarded by mu alone.
+	settling int32
 	// cutWaiting: a shard left a cut waiting since the world settled the
 	// last (shard.cut). Stored by the fast path that leaves the cut,
 	// before its shard's last write (fast cleared), so that the world,

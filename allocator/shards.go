@@ -75,8 +75,9 @@ type shard struct {
 	creditSplit int64
 	creditLarge int64
 	// fast: Alloc and Free may run under mu alone: the world found them
-	// able to (fastLocked: no stream event pending, garbage collection
-	// off, the policy off or this the only shard, no observer attached),
+	// able to (fastLocked: no stream event pending, or settled with
+	// several shards, garbage collection off, the policy off or this the
+	// only shard, no observer attached),
 	// no cut waits, and the shard is not the cold one. Set by the world
 	// as it leaves, cleared by the world or by the fast path that leaves
 	// a cut, as its last write before unlocking; read under mu (lockAll
@@ -110,6 +111,13 @@ type shard struct {
 // stream's included, before the cold shard. The world takes the lock of
 // every fast shard, so its cost grows with them.
 const maxShards = 32
+
+// settleExits is how many times the world leaves with no stream event
+// pending, after it left with some, before it makes shards fast again
+// while there are several (Allocator.settling, fastLocked). On the
+// 10-stream offload trace 8 saved little (1,436 instructions an op
+// against 1,498), 64 and 256 nearly all (1,243 and 1,246).
+const settleExits = 64
 
 func (a *Allocator) newShard(s device.Stream) *shard {
 	sh := &shard{stream: s}
@@ -149,8 +157,24 @@ func (a *Allocator) newShard(s device.Stream) *shard {
 // each search, the policy lends and ages them too, unless the default
 // stream's shard is the only one (a hit then touches that shard and its
 // pools' clocks alone, and a miss takes the world anyway).
+//
+// With several shards, the events must also have settled: the world has
+// left settleExits times with none pending since it last left with some
+// (Allocator.settling). A program whose events come and go every few
+// operations (frees recorded on other streams, then a synchronize) would
+// otherwise make every shard fast at each synchronize, and slow again at
+// the next recorded free a few operations later: the world's entry and
+// exit then take and let go of every shard's lock, and a shard that ran
+// alone under the serial peaks (no room: peaks.Table.Serial) leaves a cut
+// at nearly every Alloc. On the 10-stream offload trace that cost 255
+// instructions an op (scripts/callgrind.sh offload: 1,498 against 1,243
+// with the window, 1,232 with no shard ever fast); a program whose events
+// stop pays settleExits operations in the world once.
 func (a *Allocator) fastLocked() bool {
-	return !a.gcActive && (a.pol == nil || len(a.shards) == 1) && a.events.Len() == 0 && len(a.observers) == 0
+	if len(a.shards) == 1 {
+		return !a.gcActive && a.events.Len() == 0 && len(a.observers) == 0
+	}
+	return !a.gcActive && a.pol == nil && a.events.Len() == 0 && a.settling == 0 && len(a.observers) == 0
 }
 
 // lockAll takes the world: the allocator's own lock (Allocator.mu), then
@@ -207,6 +231,11 @@ func (a *Allocator) lockAll() {
 // the shards that were fast (lockAll), and a fast path that then starts
 // on a shard touches that shard alone.
 func (a *Allocator) unlockAll() {
+	if a.events.Len() > 0 {
+		a.settling = settleExits
+	} else if a.settling > 0 {
+		a.settling--
+	}
 	fast := a.fastLocked()
 	a.world = false
 	if fast || a.anyFast {

@@ -567,3 +567,67 @@ func TestRoutesStartedWithoutMemory(t *testing.T) {
 	}
 	mustFree(t, a, mustAlloc(t, a, mib, s1))
 }
+
+// TestShardsRunAloneOnceEventsSettle: while a stream event is pending no
+// shard runs alone; once none is, the world makes the shards fast again
+// only after it has left settleExits times with none pending (it counts
+// the operation that found the events done), so that a program whose
+// events come and go every few operations does not pay for making ten
+// shards fast and slow again each time. With one shard there is nothing
+// to settle: it runs alone from the first operation that finds the event
+// done.
+func TestShardsRunAloneOnceEventsSettle(t *testing.T) {
+	setup := func(t *testing.T) (*Allocator, *sim.Device, device.Stream, device.Stream) {
+		a, dev := newTest(t, 0, Config{})
+		streams := simtest.Streams(t, dev, 2)
+		require.NoError(t, dev.SetStreamBusy(streams[2], true))
+		return a, dev, streams[1], streams[2]
+	}
+	t.Run("one shard", func(t *testing.T) {
+		a, dev, _, u := setup(t)
+		p := mustAlloc(t, a, 4096, 0)
+		require.NoError(t, a.RecordStream(p, u))
+		mustFree(t, a, p)
+		require.False(t, a.def.fast.Load(), "an event is pending")
+		require.NoError(t, dev.SetStreamBusy(u, false))
+		mustFree(t, a, mustAlloc(t, a, 4096, 0)) // the Alloc finds the event done
+		require.True(t, a.def.fast.Load(), "one shard runs alone at once")
+	})
+	t.Run("two shards", func(t *testing.T) {
+		a, dev, s, u := setup(t)
+		mustFree(t, a, mustAlloc(t, a, 4096, s))
+		sh := a.lookupShard(s)
+		require.NotNil(t, sh)
+		require.True(t, sh.fast.Load(), "no event was pending: nothing to settle")
+		p := mustAlloc(t, a, 4096, s)
+		require.NoError(t, a.RecordStream(p, u))
+		mustFree(t, a, p)
+		var held []device.Ptr
+		for i := range 3 * settleExits {
+			require.False(t, sh.fast.Load() || a.def.fast.Load(), "op %d: an event is pending", i)
+			if i%2 == 0 {
+				held = append(held, mustAlloc(t, a, 4096, s))
+			} else {
+				mustFree(t, a, held[len(held)-1])
+				held = held[:len(held)-1]
+			}
+		}
+		require.NoError(t, dev.SetStreamBusy(u, false))
+		exits := 0
+		for !sh.fast.Load() {
+			require.Less(t, exits, 4*settleExits, "the shard never ran alone again")
+			require.False(t, a.def.fast.Load())
+			p, err := a.Alloc(4096, s) // one world operation (mustAlloc's check is another)
+			require.NoError(t, err)
+			held = append(held, p)
+			exits++
+		}
+		assert.Equal(t, settleExits, exits, "world operations before the shards run alone again")
+		assert.True(t, a.def.fast.Load(), "every shard runs alone again")
+		for _, p := range held {
+			mustFree(t, a, p)
+		}
+		assert.EqualValues(t, 0, get(t, a, "allocation.all.current"))
+		require.NoError(t, a.CheckInvariants())
+	})
+}
