@@ -104,7 +104,8 @@ func TestWorldSkipsShardsWhileNoneIsFast(t *testing.T) {
 	require.NoError(t, dev.SetStreamBusy(s1, false))
 	mustFree(t, a, q)
 	mustFree(t, a, mustAlloc(t, a, 4096, s2)) // the world sees the event done
-	for range settleExits { // and once it has settled (TestShardsRunAloneOnceEventsSettle)
+	// and once it has settled (TestShardsRunAloneOnceEventsSettle):
+	for range settleExits {
 		a.lockAll()
 		a.unlockAll()
 	}
