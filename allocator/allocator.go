@@ -62,7 +62,9 @@ type Allocator struct {
 	// settling: while there are several shards, how many more times the
 	// world must leave with no stream event pending before it makes a
 	// shard fast again (fastLocked); set to settleExits by a world that
-	// leaves with events pending. Guarded by mu alone.
+	// leaves with events pending and several shards (so that no shard is
+	// fast while it is above 0: shards are never taken away). Guarded by
+	// mu alone.
 	settling int32
 	// cutWaiting: a shard left a cut waiting since the world settled the
 	// last (shard.cut). Stored by the fast path that leaves the cut,

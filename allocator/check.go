@@ -529,6 +529,12 @@ func (a *Allocator) checkShardsLocked(bad func(string, ...any)) {
 		if sh.cold && sh.fast.Load() {
 			bad("the cold shard is fast")
 		}
+		if sh.fast.Load() && a.settling != 0 {
+			bad("stream %d is fast while stream events settle (%d world exits to go)", sh.stream, a.settling)
+		}
+	}
+	if a.settling < 0 || a.settling > settleExits {
+		bad("settling %d is not within 0 to %d", a.settling, settleExits)
 	}
 	if a.routes.on != (len(a.shards) > 1) {
 		bad("routes kept: %v, with %d shards", a.routes.on, len(a.shards))

@@ -79,6 +79,13 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			}
 			a.cold.fast.Store(true)
 		}},
+		{"a shard fast while stream events settle", "fast while stream events settle", func(a *Allocator, dev *sim.Device, _ device.Ptr) {
+			twoShards(a, dev) // no event: both shards fast
+			a.settling = 1
+		}},
+		{"settling out of its range", "settling -1 is not within", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
+			a.settling = -1
+		}},
 		{"active taken to follow allocation while a block is pending", "taken to follow allocation", func(a *Allocator, _ *sim.Device, _ device.Ptr) {
 			a.def.st[stats.Active].pool[qLarge].Carry(1) // a pending block, as the stats see it
 			a.def.st[stats.Allocation].pool[qLarge].Carry(-1)

@@ -171,10 +171,10 @@ func (a *Allocator) newShard(s device.Stream) *shard {
 // with the window, 1,232 with no shard ever fast); a program whose events
 // stop pays settleExits operations in the world once.
 func (a *Allocator) fastLocked() bool {
-	if len(a.shards) == 1 {
-		return !a.gcActive && a.events.Len() == 0 && len(a.observers) == 0
+	if a.gcActive || a.events.Len() != 0 || len(a.observers) != 0 {
+		return false
 	}
-	return !a.gcActive && a.pol == nil && a.events.Len() == 0 && a.settling == 0 && len(a.observers) == 0
+	return len(a.shards) == 1 || a.pol == nil && a.settling == 0
 }
 
 // lockAll takes the world: the allocator's own lock (Allocator.mu), then
@@ -232,7 +232,9 @@ func (a *Allocator) lockAll() {
 // on a shard touches that shard alone.
 func (a *Allocator) unlockAll() {
 	if a.events.Len() > 0 {
-		a.settling = settleExits
+		if len(a.shards) > 1 {
+			a.settling = settleExits
+		}
 	} else if a.settling > 0 {
 		a.settling--
 	}
