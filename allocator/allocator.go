@@ -190,6 +190,7 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 	if a.pol != nil {
 		a.small.Cold().SetWaited(a.pol.hostWaited)
 		a.large.Cold().SetWaited(a.pol.hostWaited)
+		a.pol.waiter, _ = dev.(device.StreamWaiter)
 	}
 	if cfg.RoundupPower2Divisions != [NumRoundupIntervals]uint64{} {
 		d := cfg.RoundupPower2Divisions

@@ -25,7 +25,7 @@ func (a *Allocator) Lent() int {
 	if a.pol == nil {
 		return 0
 	}
-	return len(a.pol.borrowed)
+	return a.pol.borrowed
 }
 
 // PlanCounts returns the planned policy's counts: steps planned, requests

@@ -176,19 +176,23 @@ type policyState struct {
 	// bytes never exceed it.
 	hwm uint64
 
-	// borrowed holds, for every allocated block lent to a stream other
-	// than its segment's, that stream (the caller's). The block is also
-	// recorded on it (Allocator.uses).
-	borrowed map[*freeindex.Block]device.Stream
+	// borrowed counts the allocated blocks lent to a stream other than
+	// their segment's: each is marked Lent, with that stream (the
+	// caller's) its Borrower, and recorded on it (Allocator.uses).
+	borrowed int
 	// waited is, per borrower, lender and pool, the pool's search count
 	// (freeindex.Pool.GCCalls) when the last wait of the borrower on the lender's
 	// work was recorded.
-	waited map[lendKey]int64
+	waited lendWaits
 	// hostWaited holds the streams RecordStream has named: never lent to
-	// or from (see policy_streams.go).
-	hostWaited map[device.Stream]struct{}
-	lending    bool          // allocWorld's takeLocked is handing out a block of another stream's cache...
-	lendTo     device.Stream // ...to this stream (lentLocked then records it as lent)
+	// or from (see policy_streams.go); the cold views read it too.
+	// hostWaitedFew holds them as well while they are few
+	// (maxHostWaitedFew), for lendLocked's test of every other stream.
+	hostWaited    map[device.Stream]struct{}
+	hostWaitedFew []device.Stream
+	waiter        device.StreamWaiter // the device's, or nil: lending waits on the host
+	lending       bool                // allocWorld's takeLocked is handing out a block of another stream's cache...
+	lendTo        device.Stream       // ...to this stream (lentLocked then records it as lent)
 
 	// candidates is reclaimLocked's list of blocks, kept for its next call.
 	candidates []candidate
@@ -222,8 +226,6 @@ func newPolicyState(cfg *Config) *policyState {
 		fitWindow:  orDefault(l.FitWindow, defaultFitWindow),
 		reclaim:    !l.NoReclaim,
 		lend:       !l.NoCrossStream,
-		borrowed:   make(map[*freeindex.Block]device.Stream),
-		waited:     make(map[lendKey]int64),
 		hostWaited: make(map[device.Stream]struct{}),
 	}
 }
@@ -235,10 +237,8 @@ func (a *Allocator) userStreamLocked(b *freeindex.Block) device.Stream {
 		if a.pol.lending {
 			return a.pol.lendTo
 		}
-		if len(a.pol.borrowed) > 0 { // no lookup in the common case
-			if s, ok := a.pol.borrowed[b]; ok {
-				return s
-			}
+		if b.Lent {
+			return b.Borrower
 		}
 	}
 	return b.Stream()
@@ -383,14 +383,24 @@ func (p *confParser) parsePolicyKey(c *Config, key string) (ok bool, err error) 
 //     the small pool, LargePage in the large one).
 func (a *Allocator) checkPolicyLocked(bad func(format string, args ...any)) {
 	p := a.pol
-	for b, s := range p.borrowed {
-		if lb, _ := a.liveBlockLocked(b.Ptr(), nil); !b.Allocated || lb != b {
-			bad("lent block %v is not an allocated block", b.Ptr())
-			continue
+	lent := 0
+	for _, seg := range a.segments {
+		for b := seg.Head(); b != nil; b = b.Next() {
+			if !b.Lent {
+				continue
+			}
+			lent++
+			if lb, _ := a.liveBlockLocked(b.Ptr(), nil); !b.Allocated || lb != b {
+				bad("lent block %v is not an allocated block", b.Ptr())
+				continue
+			}
+			if s := b.Borrower; s == b.Stream() || b.Uses == 0 || !slices.Contains(a.usesOf(b), s) {
+				bad("lent block %v (stream %d) is not recorded on the stream %d that borrowed it", b.Ptr(), b.Stream(), s)
+			}
 		}
-		if s == b.Stream() || b.Uses == 0 || !slices.Contains(a.usesOf(b), s) {
-			bad("lent block %v (stream %d) is not recorded on the stream %d that borrowed it", b.Ptr(), b.Stream(), s)
-		}
+	}
+	if lent != p.borrowed {
+		bad("%d blocks are lent, the policy counts %d", lent, p.borrowed)
 	}
 	if p.lending {
 		bad("a block is being lent outside Alloc")

@@ -5,6 +5,7 @@
 package allocator
 
 import (
+	"math/bits"
 	"slices"
 
 	"github.com/gpumem/gpumem/allocator/internal/freeindex"
@@ -27,7 +28,8 @@ import (
 //     and its shard: it stays in the lender's address table and counts,
 //     so that Free finds it by its address as any block; while allocated
 //     it is recorded on the borrower (Allocator.uses), which makes its
-//     Free take the world, and listed in policyState.borrowed. Lending
+//     Free take the world, and marked Lent, with the borrower its
+//     Borrower (policyState.borrowed counts them). Lending
 //     reads and changes two streams' shards: it runs in the world, as
 //     every operation under the policy does once a second stream has a
 //     shard (shards.go).
@@ -94,11 +96,11 @@ func (a *Allocator) lendLocked(x *freeindex.Index, size uint64) (*freeindex.Inde
 	// A wait made since best was freed covers it: a stream that borrows
 	// several blocks freed together waits once.
 	key := lendKey{borrower: s, lender: best.Stream(), small: p.Small()}
-	if at, ok := a.pol.waited[key]; !ok || at <= best.GCCountBase() {
+	if w := a.pol.waited.slot(key); !w.waited || w.at <= best.GCCountBase() {
 		if !a.waitForLocked(s, best.Stream()) {
 			return x, nil
 		}
-		a.pol.waited[key] = p.GCCalls
+		w.waited, w.at = true, p.GCCalls
 	}
 	a.pol.lent++
 	return from, best
@@ -112,6 +114,66 @@ type lendKey struct {
 	small            bool
 }
 
+// lendWaits keeps, per lendKey, whether the borrower waited for the
+// lender and the pool's search count at the last wait, as lendLocked
+// reads and sets them on every lend: a table of open addressing with
+// linear probing, at most half full, whose entries stay (a borrower that
+// waited on a lender once is likely to again), where a Go map would hash
+// the key's 17 bytes on every lend.
+type lendWaits struct {
+	slots []lendWait
+	n     int
+	shift uint8
+}
+
+type lendWait struct {
+	key    lendKey
+	used   bool  // the slot holds key's entry
+	waited bool  // key's borrower waited for its lender...
+	at     int64 // ...when the pool's search count was at
+}
+
+// slot returns the entry of k, made (not waited) if it has none.
+func (w *lendWaits) slot(k lendKey) *lendWait {
+	if 2*(w.n+1) > len(w.slots) {
+		w.grow()
+	}
+	mask := len(w.slots) - 1
+	for i := w.home(k); ; i = (i + 1) & mask {
+		e := &w.slots[i]
+		if !e.used {
+			e.key, e.used = k, true
+			w.n++
+			return e
+		}
+		if e.key == k {
+			return e
+		}
+	}
+}
+
+// home is k's first slot: Fibonacci hashing of the two streams and the
+// pool.
+func (w *lendWaits) home(k lendKey) int {
+	h := uint64(k.borrower)*0x9e3779b97f4a7c15 ^ uint64(k.lender)
+	if k.small {
+		h = ^h
+	}
+	return int((h * 0x9e3779b97f4a7c15) >> w.shift)
+}
+
+// grow doubles the table (16 slots at first) and files its entries anew.
+func (w *lendWaits) grow() {
+	old := w.slots
+	n := max(2*len(old), 16)
+	w.slots, w.shift, w.n = make([]lendWait, n), uint8(64-bits.TrailingZeros(uint(n))), 0
+	for _, e := range old {
+		if e.used {
+			*w.slot(e.key) = e
+		}
+	}
+}
+
 // waitForLocked makes stream s wait for the work queued on stream t so
 // far: on the device when it can, else on the host. It reports whether
 // the wait was made.
@@ -120,7 +182,7 @@ func (a *Allocator) waitForLocked(s, t device.Stream) bool {
 	if err != nil {
 		return false
 	}
-	if w, ok := a.dev.(device.StreamWaiter); ok {
+	if w := a.pol.waiter; w != nil {
 		err = w.WaitEvent(s, e)
 	} else {
 		err = a.dev.SynchronizeEvent(e)
@@ -134,7 +196,8 @@ func (a *Allocator) waitForLocked(s, t device.Stream) bool {
 // allocation on s), as lent to s.
 func (a *Allocator) lentLocked(b *freeindex.Block, s device.Stream) {
 	a.pol.lending = false
-	a.pol.borrowed[b] = s
+	b.Lent, b.Borrower = true, s
+	a.pol.borrowed++
 	a.addUseLocked(b, s, false)
 }
 
@@ -144,11 +207,14 @@ func (a *Allocator) lentLocked(b *freeindex.Block, s device.Stream) {
 // cannot be made, the borrower stays recorded and the free waits for it
 // as for any recorded stream. On an error nothing changed.
 func (a *Allocator) returnLentLocked(b *freeindex.Block) (int, error) {
-	s, ok := a.pol.borrowed[b]
-	if !ok || a.pol.hostWaitedLocked(b.Stream()) || !a.waitForLocked(b.Stream(), s) {
+	if !b.Lent {
+		return a.deferFreeLocked(b)
+	}
+	s := b.Borrower
+	if a.pol.hostWaitedLocked(b.Stream()) || !a.waitForLocked(b.Stream(), s) {
 		n, err := a.deferFreeLocked(b)
 		if err == nil {
-			delete(a.pol.borrowed, b)
+			a.returnedLocked(b)
 		}
 		return n, err
 	}
@@ -159,7 +225,7 @@ func (a *Allocator) returnLentLocked(b *freeindex.Block) (int, error) {
 	u.streams = slices.Delete(u.streams, at, at+1)
 	if len(u.streams) == 0 {
 		a.dropUsesLocked(b)
-		delete(a.pol.borrowed, b)
+		a.returnedLocked(b)
 		return 0, nil
 	}
 	n, err := a.deferFreeLocked(b)
@@ -168,8 +234,14 @@ func (a *Allocator) returnLentLocked(b *freeindex.Block) (int, error) {
 		u.streams = slices.Insert(u.streams, at, s) // nothing changed (the device wait made is harmless)
 		return 0, err
 	}
-	delete(a.pol.borrowed, b)
+	a.returnedLocked(b)
 	return n, nil
+}
+
+// returnedLocked unmarks b, a lent block that returned to its lender.
+func (a *Allocator) returnedLocked(b *freeindex.Block) {
+	b.Lent, b.Borrower = false, 0
+	a.pol.borrowed--
 }
 
 // noteRecordedLocked remembers that RecordStream named stream s.
@@ -180,6 +252,9 @@ func (a *Allocator) noteRecordedLocked(s device.Stream) {
 		return
 	}
 	p.hostWaited[s] = struct{}{}
+	if len(p.hostWaitedFew)+1 == len(p.hostWaited) && len(p.hostWaitedFew) < maxHostWaitedFew {
+		p.hostWaitedFew = append(p.hostWaitedFew, s)
+	}
 	if xs := a.coldIdx[s]; xs != nil {
 		for i := range xs {
 			x := &xs[i]
@@ -191,8 +266,15 @@ func (a *Allocator) noteRecordedLocked(s device.Stream) {
 	}
 }
 
+// maxHostWaitedFew bounds policyState.hostWaitedFew: past it the map
+// answers.
+const maxHostWaitedFew = 8
+
 // hostWaitedLocked reports whether RecordStream ever named stream s.
 func (p *policyState) hostWaitedLocked(s device.Stream) bool {
+	if len(p.hostWaitedFew) == len(p.hostWaited) { // all of them, in the list
+		return slices.Contains(p.hostWaitedFew, s)
+	}
 	_, ok := p.hostWaited[s]
 	return ok
 }

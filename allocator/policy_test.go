@@ -159,7 +159,7 @@ func TestPolicyLendsAcrossStreams(t *testing.T) {
 	mustFree(t, a, q)
 	assert.EqualValues(t, 0, get(t, a, "active.all.current"), "the free completes at once: no host wait")
 	assert.EqualValues(t, 2, dev.Counters().EventWaits-c0.EventWaits, "the lender waits for the borrower on the device")
-	assert.Empty(t, a.pol.borrowed)
+	assert.Zero(t, a.pol.borrowed)
 	r := mustAlloc(t, a, 8*mib, lender)
 	assert.Equal(t, p, r, "back in the lender's cache")
 	mustFree(t, a, r)
@@ -266,14 +266,12 @@ func TestPolicyLendingSurvivesEventFailures(t *testing.T) {
 	// for the borrower on the host.
 	dev = mustSim(t, 0)
 	caps := device.CapabilitiesOf(dev)
-	caps.StreamWaiter = failingWaiter{caps.StreamWaiter}
+	caps.StreamWaiter = okOnce(caps.StreamWaiter) // the lend's wait works, the return's fails
 	a := onDevice(t, device.Compose(dev, caps), lowFrag)
 	s, _ = dev.NewStream()
 	require.NoError(t, dev.SetStreamBusy(s, true))
 	p := mustAlloc(t, a, 8*mib, 0)
 	mustFree(t, a, p)
-	caps.StreamWaiter = okOnce(caps.StreamWaiter) // the lend's wait works, the return's fails
-	a.dev = device.Compose(dev, caps)
 	q, err := a.Alloc(8*mib, s)
 	require.NoError(t, err)
 	require.Equal(t, p, q)
@@ -289,12 +287,7 @@ func TestPolicyLendingSurvivesEventFailures(t *testing.T) {
 }
 
 // okOnce passes the first wait to w and fails the others.
-func okOnce(w device.StreamWaiter) device.StreamWaiter {
-	if f, ok := w.(failingWaiter); ok {
-		w = f.StreamWaiter
-	}
-	return &onceWaiter{inner: w}
-}
+func okOnce(w device.StreamWaiter) device.StreamWaiter { return &onceWaiter{inner: w} }
 
 type onceWaiter struct {
 	inner device.StreamWaiter
@@ -307,12 +300,6 @@ func (o *onceWaiter) WaitEvent(s device.Stream, e device.Event) error {
 	}
 	o.used = true
 	return o.inner.WaitEvent(s, e)
-}
-
-type failingWaiter struct{ device.StreamWaiter }
-
-func (failingWaiter) WaitEvent(device.Stream, device.Event) error {
-	return errors.New("injected wait failure")
 }
 
 // strandPages is the pattern of the reclaim tests: 64 blocks of 10 MiB on

@@ -15,18 +15,22 @@ import (
 // block. It is kept only while the allocator has more than one shard
 // (with one, every block is the default stream's).
 //
-// It is a radix tree of two levels over the addresses below 2^48: the
-// top (routeTop entries) names a leaf per 2^39 bytes, a leaf a list per
-// region of 1 GiB (regionShift). A region's list holds the pieces of
-// memory in that region, each a range of addresses clipped to the region
-// and the shard that owns it, sorted by address, disjoint, and
+// It is a radix tree of two levels over each zone of 2^48 addresses: the
+// zone's top (routeTop entries) names a leaf per 2^39 bytes, a leaf a
+// list per region of 1 GiB (regionShift). A region's list holds the
+// pieces of memory in that region, each a range of addresses clipped to
+// the region and the shard that owns it, sorted by address, disjoint, and
 // coalesced: two pieces that touch have different shards. A segment
 // costs one list per region it reaches into, however large it is (a
-// 4 GiB segment is 5 lists at most), and a lookup is a
-// binary search in one list. Memory at or above 2^48 is not kept: a
-// lookup there finds nothing. A lookup that finds nothing makes Free take
-// every lock, so routes may say "ask everyone", never name the wrong
-// shard; Free checks the shard's address table anyway.
+// 4 GiB segment is 5 lists at most), and a lookup is a binary search in
+// one list. The zone of the addresses below 2^48, where a device's
+// memory usually is, is built in; routeZones more (virtual-memory
+// reservations may lie higher: the simulated device's start at 2^56)
+// are made as memory arrives in them, each for the first address of its
+// zone seen, and kept. Memory in any further zone is not kept: a lookup
+// there finds nothing. A lookup that finds nothing makes Free take every
+// lock, so routes may say "ask everyone", never name the wrong shard;
+// Free checks the shard's address table anyway.
 //
 // Writers hold every lock (Allocator.lockAll). Readers hold none: a list
 // is never changed once published; a writer makes a new one and stores
@@ -57,9 +61,10 @@ import (
 // takes the world, which looks again. A wrong answer costs time, never
 // correctness.
 type routes struct {
-	on  bool                                // kept up to date (more than one shard)
-	gen uint64                              // the changes so far (add); written in the world
-	top [routeTop]atomic.Pointer[routeLeaf] // by address>>routeLeafShift
+	on    bool                                  // kept up to date (more than one shard)
+	gen   uint64                                // the changes so far (add); written in the world
+	top   [routeTop]atomic.Pointer[routeLeaf]   // the zone below 2^48, by address>>routeLeafShift
+	zones [routeZones]atomic.Pointer[routeZone] // the zones above it that hold memory, in the order they came; nil from the first unused one on
 
 	_      [64]byte      // stamp and the slots share no line with top's last pointers
 	stamp  atomic.Uint64 // gen's low routeStampBits, as a slot holds them (routeStamp)
@@ -71,10 +76,19 @@ type routes struct {
 const (
 	regionShift    = 30 // a region is 1 GiB of addresses
 	routeLeafShift = 39 // a leaf covers 512 regions
-	routeTop       = 1 << (48 - routeLeafShift)
+	routeTop       = 1 << (routeZoneShift - routeLeafShift)
 	routeLeafSize  = 1 << (routeLeafShift - regionShift)
-	routeLimit     = 1 << 48 // addresses from here on are not kept
+	routeZoneShift = 48 // a zone is 2^48 addresses, with a top of its own
+	routeZones     = 4  // zones kept above the first
 )
+
+// routeZone is the tree of one zone of addresses above the first: its
+// number (address>>routeZoneShift), set before the zone is published,
+// and its top.
+type routeZone struct {
+	num uint64
+	top [routeTop]atomic.Pointer[routeLeaf]
+}
 
 // The cache: routeCacheSize slots, the slot of the 2 MiB chunk at
 // address p at p>>21%routeCacheSize. A slot holds, from the top: p's bits
@@ -82,9 +96,8 @@ const (
 // (routeStampBits), a bit set (routeValid) that the zero value of an
 // empty slot lacks, and the shard id; a shard id of routeCacheIDs or more
 // is not cached. The tag of a slot, all but the id, is then p's top bits
-// or'ed with the stamp word: two instructions. Addresses at or above
-// routeLimit are never filled, and their top bits are in their tag, so
-// they match no slot.
+// or'ed with the stamp word: two instructions. A slot is filled only for
+// an address that the tree keeps; its top bits are in its tag.
 const (
 	routeChunkShift = 21
 	routeCacheBits  = 10
@@ -129,12 +142,16 @@ type routePiece struct {
 }
 
 // list returns the slot of the list of the region of address p, or nil
-// when its leaf does not exist (grow false) or p is not kept.
+// when its zone or leaf does not exist (grow false) or p is not kept.
 func (r *routes) list(p uint64, grow bool) *atomic.Pointer[[]routePiece] {
-	if p >= routeLimit {
+	var top *atomic.Pointer[routeLeaf]
+	if z := p >> routeZoneShift; z == 0 {
+		top = &r.top[p>>routeLeafShift]
+	} else if zt := r.zone(z, grow); zt != nil {
+		top = &zt[p>>routeLeafShift&(routeTop-1)]
+	} else {
 		return nil
 	}
-	top := &r.top[p>>routeLeafShift]
 	leaf := top.Load()
 	if leaf == nil {
 		if !grow {
@@ -144,6 +161,25 @@ func (r *routes) list(p uint64, grow bool) *atomic.Pointer[[]routePiece] {
 		top.Store(leaf)
 	}
 	return &leaf[p>>regionShift&(routeLeafSize-1)]
+}
+
+// zone returns the top of zone z (not 0), made if grow and a zone is
+// free, or nil when it is not kept.
+func (r *routes) zone(z uint64, grow bool) *[routeTop]atomic.Pointer[routeLeaf] {
+	for i := range r.zones {
+		zt := r.zones[i].Load()
+		if zt == nil {
+			if !grow {
+				return nil
+			}
+			zt = &routeZone{num: z}
+			r.zones[i].Store(zt)
+		}
+		if zt.num == z {
+			return &zt.top
+		}
+	}
+	return nil
 }
 
 // lookup returns the id of the shard that owns the memory at p, and true;
@@ -228,10 +264,20 @@ func (r *routes) add(p device.Ptr, n uint64, sh *shard, change int32) {
 	if change > 0 && id < routeCacheIDs {
 		r.owners[id].Store(sh) // before the lists: a slot names no id the owners lack
 	}
-	end := min(uint64(p)+n, routeLimit)
+	end := uint64(p) + n
+	if end < n {
+		return // it reaches the end of the address space: not kept (a piece's end would overflow)
+	}
 	for s := uint64(p); s < end; {
-		e := min(end, (s>>regionShift+1)<<regionShift) // the end of s's region
+		e := end // the end of s's region, or of the range
+		if next := (s>>regionShift + 1) << regionShift; next != 0 && next < e {
+			e = next
+		}
 		slot := r.list(s, true)
+		if slot == nil { // a zone not kept
+			s = e
+			continue
+		}
 		var old []routePiece
 		if lp := slot.Load(); lp != nil {
 			old = *lp
@@ -301,17 +347,28 @@ func removePiece(ps []routePiece, x routePiece) []routePiece {
 	return append(out, ps[i+1:]...)
 }
 
-// each calls f with every region that has memory, in address order, and
-// its pieces.
+// each calls f with every region that has memory, and its pieces: the
+// zones in the order they came (the first zone first), each in address
+// order.
 func (r *routes) each(f func(region uint64, ps []routePiece)) {
-	for t := range r.top {
-		leaf := r.top[t].Load()
+	eachInTop(0, &r.top, f)
+	for i := range r.zones {
+		if zt := r.zones[i].Load(); zt != nil {
+			eachInTop(zt.num, &zt.top, f)
+		}
+	}
+}
+
+// eachInTop is each for the top of zone z.
+func eachInTop(z uint64, top *[routeTop]atomic.Pointer[routeLeaf], f func(region uint64, ps []routePiece)) {
+	for t := range top {
+		leaf := top[t].Load()
 		if leaf == nil {
 			continue
 		}
 		for j := range leaf {
 			if lp := leaf[j].Load(); lp != nil {
-				f(uint64(t)<<(routeLeafShift-regionShift)|uint64(j), *lp)
+				f(z<<(routeZoneShift-regionShift)|uint64(t)<<(routeLeafShift-regionShift)|uint64(j), *lp)
 			}
 		}
 	}

@@ -199,13 +199,61 @@ func TestRoutesShareChunks(t *testing.T) {
 	a.routes.each(func(region uint64, ps []routePiece) { t.Errorf("region %#x keeps %v", region, ps) })
 }
 
+// TestRoutesKeepVirtualMemory: the simulated device reserves virtual
+// memory from 2^56 on, above the routes' first zone; the routes keep the
+// mapped pages of two streams' expandable segments there, so that Free
+// finds each block's shard by its address, not by asking every shard.
+func TestRoutesKeepVirtualMemory(t *testing.T) {
+	for _, conf := range []string{"expandable_segments:True", "gpumem_policy:low_fragmentation"} {
+		t.Run(conf, func(t *testing.T) {
+			cfg, err := ParseConf(conf)
+			require.NoError(t, err)
+			dev := simtest.New(t)
+			a := onDevice(t, dev, cfg)
+			s1, _ := dev.NewStream()
+			var ps []device.Ptr
+			for i := range 12 {
+				s := device.DefaultStream
+				if i%2 == 1 {
+					s = s1
+				}
+				ps = append(ps, mustAlloc(t, a, uint64(1+i%3)*mib, s))
+			}
+			require.NoError(t, a.CheckInvariants()) // the routes are the segments' mapped pages
+			for i, p := range ps {
+				require.GreaterOrEqual(t, uint64(p), uint64(1)<<routeZoneShift, "block %d is not in virtual memory above the first zone", i)
+				id, ok := a.routes.lookup(p)
+				require.True(t, ok, "block %d at %#x has no route", i, p)
+				// The shard of the block's segment (the policy may lend a
+				// block of the other stream's cache).
+				want := a.shardOf(a.liveBlock(p).Seg().Free())
+				assert.Equal(t, uint32(want.id), id, "block %d", i)
+				if sh := a.routes.cached(p); assert.NotNil(t, sh, "block %d: the cache, filled by the lookup", i) {
+					assert.Equal(t, want.id, sh.id, "block %d: the cache", i)
+				}
+				if i%2 == 1 && conf == "expandable_segments:True" {
+					assert.Equal(t, s1, want.stream, "block %d", i)
+				}
+			}
+			for _, p := range ps {
+				mustFree(t, a, p)
+			}
+			require.NoError(t, a.EmptyCache())
+			require.NoError(t, a.CheckInvariants())
+			a.routes.each(func(region uint64, ps []routePiece) { t.Errorf("region %#x keeps %v", region, ps) })
+		})
+	}
+}
+
 // chunkShift is a 2 MiB chunk of addresses, the unit of the routes of
 // old, which could not tell two shards apart within one.
 const chunkShift = 21
 
 // TestRoutesMatchModel drives routes with random ranges of random shards,
-// some touching, some across regions, registered whole and unregistered
-// whole or in parts, against a model that keeps the shard of every range.
+// some touching, some across regions, some in zones of addresses above
+// 2^48 (more of them than the routes keep), registered whole and
+// unregistered whole or in parts, against a model that keeps the shard of
+// every range and the zones kept.
 func TestRoutesMatchModel(t *testing.T) {
 	hits := 0
 	rapid.Check(t, func(t *rapid.T) {
@@ -220,6 +268,11 @@ func TestRoutesMatchModel(t *testing.T) {
 			sh *shard
 		}
 		var units []unit
+		var zones []uint64 // the zones above the first that the routes keep, as they came
+		kept := func(p uint64) bool {
+			z := p >> routeZoneShift
+			return z == 0 || slices.Contains(zones, z)
+		}
 		for range rapid.IntRange(0, 60).Draw(t, "ops") {
 			if len(units) > 0 && rapid.Bool().Draw(t, "remove") {
 				i := rapid.IntRange(0, len(units)-1).Draw(t, "which")
@@ -242,6 +295,9 @@ func TestRoutesMatchModel(t *testing.T) {
 				if rapid.Bool().Draw(t, "high") {
 					u.p += 1 << 45 // another leaf
 				}
+				// Another zone: the simulated device's virtual memory
+				// starts at 2^56; six zones, of which four are kept.
+				u.p += rapid.SampledFrom([]uint64{0, 0, 1 << 56, 1<<56 + 1<<50, 2 << 56, 3 << 56, 4 << 56, 5 << 56}).Draw(t, "zone")
 				clash := false
 				for _, v := range units {
 					if u.p < v.p+v.n && v.p < u.p+u.n {
@@ -253,8 +309,14 @@ func TestRoutesMatchModel(t *testing.T) {
 				}
 				r.add(device.Ptr(u.p), u.n, u.sh, +1)
 				units = append(units, u)
+				if z := u.p >> routeZoneShift; z != 0 && !slices.Contains(zones, z) && len(zones) < routeZones {
+					zones = append(zones, z)
+				}
 			}
 			owner := func(p uint64) (uint32, bool) {
+				if !kept(p) {
+					return 0, false // not kept: "ask everyone"
+				}
 				for _, u := range units {
 					if u.p <= p && p < u.p+u.n {
 						return uint32(u.sh.id), true
@@ -284,7 +346,7 @@ func TestRoutesMatchModel(t *testing.T) {
 			}
 			r.each(func(region uint64, ps []routePiece) {
 				for i, x := range ps {
-					if x.start >= x.end || x.start>>regionShift != region || (x.end-1)>>regionShift != region ||
+					if !kept(x.start) || x.start >= x.end || x.start>>regionShift != region || (x.end-1)>>regionShift != region ||
 						i > 0 && (ps[i-1].end > x.start || ps[i-1].end == x.start && ps[i-1].id == x.id) {
 						t.Fatalf("region %#x: not sorted, disjoint, coalesced pieces: %v", region, ps)
 					}

@@ -332,11 +332,16 @@ func (d *Device) RecordEvent(s device.Stream) (device.Event, error) {
 // queueLocked queues one unit of work on stream i (an event, or a free of
 // the stream-ordered pool): on a stream that is not busy it finishes at
 // once, unless the stream waits for other streams' work.
+//
+// A stream that is not busy and waits for nothing has run all its work
+// (every change of the streams settles them, settleLocked), and no
+// stream can wait for the work just queued, so the new work finishes and
+// nothing else moves: only a stream with waits of its own settles them.
 func (d *Device) queueLocked(i int) {
 	st := &d.streams[i]
 	st.queued++
 	if !st.busy {
-		if d.waits == 0 {
+		if len(st.waits) == 0 {
 			st.completed = st.queued
 			d.progressedLocked(i)
 		} else {

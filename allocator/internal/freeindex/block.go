@@ -68,6 +68,7 @@ type Block struct {
 	// its segment (every listed one does), so that the merge's
 	// neighbours are read in their first line alone.
 	listed bool   // in its free index's list of whole free segments (Index.wholes)
+	Lent   bool   // allocated to Borrower, a stream other than its own (the allocator's cross-stream lending); the allocator sets and clears it
 	Phase  uint16 // the phase current when the block was handed out (the allocator's phases); written by the allocator's hand-out while blocks are counted by phase, 0 before
 	stream device.Stream
 	pool   *Pool
@@ -81,7 +82,9 @@ type Block struct {
 	// free segments while listed is set.
 	prevWhole, nextWhole *Block
 
-	_ [16]byte // to 128 bytes
+	Borrower device.Stream // the stream a Lent block was lent to
+
+	_ [8]byte // to 128 bytes
 }
 
 // Ptr is the block's address.
