@@ -237,6 +237,9 @@ func TestCheckInvariantsCatchesPolicyCorruption(t *testing.T) {
 		{"a lent block not counted", "the policy counts", func(a *Allocator, _, _ device.Ptr) {
 			a.pol.borrowed--
 		}},
+		{"a shard unaware its stream was recorded", "says its stream was recorded", func(a *Allocator, _, _ device.Ptr) {
+			a.pol.hostWaited[a.def.stream] = struct{}{}
+		}},
 		{"a lending left half done", "outside Alloc", func(a *Allocator, _, _ device.Ptr) {
 			a.pol.lending = true
 		}},

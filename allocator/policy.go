@@ -376,7 +376,10 @@ func (p *confParser) parsePolicyKey(c *Config, key string) (ok bool, err error) 
 //
 //   - every lent block is allocated, in its shard's address table (its
 //     segment's, the lender's), and recorded on the stream that borrowed
-//     it, which is not its own;
+//     it, which is not its own; the blocks marked Lent are as many as
+//     the policy counts (borrowed);
+//   - a shard of a stream of its own says its stream was recorded
+//     (hostWaited) exactly when the policy's set holds the stream;
 //   - no block is being lent outside Alloc;
 //   - with expandable segments, reserved bytes never exceed the
 //     high-water mark, and every segment's page is its pool's (2 MiB in
@@ -401,6 +404,11 @@ func (a *Allocator) checkPolicyLocked(bad func(format string, args ...any)) {
 	}
 	if lent != p.borrowed {
 		bad("%d blocks are lent, the policy counts %d", lent, p.borrowed)
+	}
+	for _, sh := range a.shards {
+		if !sh.cold && sh.hostWaited != p.hostWaitedLocked(sh.stream) {
+			bad("shard %d of stream %d says its stream was recorded: %v, the policy: %v", sh.id, sh.stream, sh.hostWaited, !sh.hostWaited)
+		}
 	}
 	if p.lending {
 		bad("a block is being lent outside Alloc")

@@ -63,22 +63,28 @@ func (a *Allocator) lendLocked(x *freeindex.Index, size uint64) (*freeindex.Inde
 	var best *freeindex.Block
 	var from *freeindex.Index
 	// Any order: the best is the smallest, then lowest, block. The shards
-	// of their own one by one; the cold shard's streams through the cold
-	// view, from the request's size up, to the first that may serve (what
-	// may serve is a bound on the size, splitRule.servesBelow).
-	a.hotIndexesLocked(p, func(y *freeindex.Index) {
-		t := y.Stream()
-		if t == s || a.pol.hostWaitedLocked(t) {
-			return
+	// of their own one by one (hotIndexesLocked's, written out: it runs at
+	// every lend); the cold shard's streams through the cold view, from
+	// the request's size up, to the first that may serve (what may serve
+	// is a bound on the size, splitRule.servesBelow).
+	k := p.Idx()
+	for _, sh := range a.shards {
+		y := &sh.free[k]
+		if sh.cold || y.NSeg() == 0 || y.Pool() != p {
+			continue
+		}
+		a.visited++
+		if sh.stream == s || sh.hostWaited {
+			continue
 		}
 		b := y.Fit(size)
 		if b == nil || !a.rule.mayServe(b.Size(), size) {
-			return
+			continue
 		}
 		if best == nil || b.Size() < best.Size() || b.Size() == best.Size() && b.Ptr() < best.Ptr() {
 			best, from = b, y
 		}
-	})
+	}
 	p.Cold().AscendLenders(size, func(b *freeindex.Block) bool {
 		a.visited++
 		if !a.rule.mayServe(b.Size(), size) || best != nil && (b.Size() > best.Size() || b.Size() == best.Size() && b.Ptr() > best.Ptr()) {
@@ -254,6 +260,11 @@ func (a *Allocator) noteRecordedLocked(s device.Stream) {
 	p.hostWaited[s] = struct{}{}
 	if len(p.hostWaitedFew)+1 == len(p.hostWaited) && len(p.hostWaitedFew) < maxHostWaitedFew {
 		p.hostWaitedFew = append(p.hostWaitedFew, s)
+	}
+	for _, sh := range a.shards {
+		if sh.stream == s && !sh.cold {
+			sh.hostWaited = true
+		}
 	}
 	if xs := a.coldIdx[s]; xs != nil {
 		for i := range xs {

@@ -38,15 +38,16 @@ type shard struct {
 	mu sync.Mutex
 	_  [56]byte // the lock's cache line holds nothing else
 
-	id     int // its place in Allocator.byID, for routes
-	stream device.Stream
-	cold   bool                 // the cold shard: its free is unused, its streams' indexes are in Allocator.coldIdx
-	free   [2]freeindex.Index   // by freeindex.Pool.Idx
-	live   freeindex.PtrTable   // its allocated blocks by address
-	st     [numRows]shardCounts // by stats.Metric, then oversizeA and oversizeS
-	ph     []phaseCount         // by phase id, while blocks are counted by phase; grown on use
-	spare  freeindex.Spares     // recycled block structs
-	steps  stepLog              // live blocks at the last step boundary, and the changes since (steps.go)
+	id         int // its place in Allocator.byID, for routes
+	stream     device.Stream
+	cold       bool                 // the cold shard: its free is unused, its streams' indexes are in Allocator.coldIdx
+	hostWaited bool                 // the policy's: RecordStream named its stream (policyState.hostWaited), so it neither lends nor borrows
+	free       [2]freeindex.Index   // by freeindex.Pool.Idx
+	live       freeindex.PtrTable   // its allocated blocks by address
+	st         [numRows]shardCounts // by stats.Metric, then oversizeA and oversizeS
+	ph         []phaseCount         // by phase id, while blocks are counted by phase; grown on use
+	spare      freeindex.Spares     // recycled block structs
+	steps      stepLog              // live blocks at the last step boundary, and the changes since (steps.go)
 
 	// activeImplied: nothing is pending and the active limits are at least
 	// the allocation limits, so an Alloc within its allocation limits is
@@ -120,7 +121,7 @@ const maxShards = 32
 const settleExits = 64
 
 func (a *Allocator) newShard(s device.Stream) *shard {
-	sh := &shard{stream: s}
+	sh := &shard{stream: s, hostWaited: a.pol != nil && a.pol.hostWaitedLocked(s)}
 	if ids := a.byID.Load(); ids != nil {
 		sh.id = len(*ids)
 	}

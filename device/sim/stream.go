@@ -232,12 +232,18 @@ func (d *Device) Streams() int {
 	return len(d.streams)
 }
 
+// streamLocked returns the state of stream s, or the error of op on a
+// stream that is not this device's.
 func (d *Device) streamLocked(op string, s device.Stream) (*streamState, error) {
-	i, ok := d.streamIndex(s)
-	if !ok {
-		return nil, d.fail(op, device.ErrInvalidStream, "stream %#x is not a stream of device %d (it has %d)", uint64(s), d.ordinal, len(d.streams))
+	if i, ok := d.streamIndex(s); ok {
+		return &d.streams[i], nil
 	}
-	return &d.streams[i], nil
+	return nil, d.noStream(op, s)
+}
+
+// noStream is streamLocked's error.
+func (d *Device) noStream(op string, s device.Stream) error {
+	return d.fail(op, device.ErrInvalidStream, "stream %#x is not a stream of device %d (it has %d)", uint64(s), d.ordinal, len(d.streams))
 }
 
 // SynchronizeStream finishes the work queued on s so far.
@@ -314,13 +320,14 @@ func (d *Device) PendingWork(s device.Stream) (uint64, error) {
 func (d *Device) RecordEvent(s device.Stream) (device.Event, error) {
 	d.mu.Lock()
 	t := d.payLocked(d.costs.EventRecord)
-	st, err := d.streamLocked("record event", s)
-	if err != nil {
+	idx, ok := d.streamIndex(s) // streamLocked's, written out: one lookup for the state and the index
+	if !ok {
+		err := d.noStream("record event", s)
 		d.mu.Unlock()
 		nap(t)
 		return 0, err
 	}
-	idx, _ := d.streamIndex(s)
+	st := &d.streams[idx]
 	d.queueLocked(idx)
 	e := d.events.add(eventState{stream: idx, seq: st.queued})
 	d.c.EventsRecorded++
@@ -427,13 +434,15 @@ func (d *Device) ReleaseEvent(e device.Event) error {
 func (d *Device) WaitEvent(s device.Stream, e device.Event) error {
 	d.mu.Lock()
 	t := d.payLocked(d.costs.EventWait)
-	st, err := d.streamLocked("wait event", s)
-	if err == nil {
+	var err error
+	if i, ok := d.streamIndex(s); !ok { // streamLocked's, written out, as in RecordEvent
+		err = d.noStream("wait event", s)
+	} else {
+		st := &d.streams[i]
 		ev, ok := d.events.get(e)
 		if !ok {
 			err = d.fail("wait event", device.ErrInvalidEvent, "event %d does not exist or was released", e)
 		} else {
-			i, _ := d.streamIndex(s)
 			if ev.stream != i && d.streams[ev.stream].completed < ev.seq {
 				st.waits = append(st.waits, streamWait{pos: st.queued, seq: ev.seq, dep: ev.stream})
 				d.waits++
