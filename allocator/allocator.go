@@ -94,6 +94,7 @@ type Allocator struct {
 	phases   []phaseInfo       // by phase id; 0 is the phase before any SetPhase
 	phaseIDs map[string]uint16 // phase ids by name
 	steps    stats.StepCounts[leakKey]
+	stepNets leakNets // markStepLocked's, kept for the next boundary
 
 	useRecs  []streamUses                      // the records of the streams blocks were recorded on, named by Block.Uses (streams.go)
 	freeUses []int32                           // the names of the records no block holds

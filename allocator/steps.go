@@ -4,7 +4,11 @@
 
 package allocator
 
-import "github.com/gpumem/gpumem/allocator/internal/freeindex"
+import (
+	"math/bits"
+
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
+)
 
 // A stepLog is one shard's count of its live (allocated) blocks by
 // (phase, requested size) at the last step boundary, and the changes
@@ -54,13 +58,20 @@ func (a *Allocator) markStepLocked() map[leakKey]int64 {
 				l.alive[leakKey{b.Phase, b.Requested}]++
 			})
 		} else {
+			// The log's changes netted by key first: most blocks of a step
+			// are handed out and freed within it, and their +1 and -1
+			// cancel in the table, which the map would hash twice each.
+			a.stepNets.reset(len(l.log))
 			for _, d := range l.log {
-				if n := l.alive[d.key] + d.d; n != 0 {
-					l.alive[d.key] = n
-				} else {
-					delete(l.alive, d.key)
-				}
+				a.stepNets.add(d.key, d.d)
 			}
+			a.stepNets.each(func(k leakKey, d int64) {
+				if n := l.alive[k] + d; n != 0 {
+					l.alive[k] = n
+				} else {
+					delete(l.alive, k)
+				}
+			})
 		}
 		clear(l.log)
 		l.log, l.lost = l.log[:0], false
@@ -102,6 +113,61 @@ func (a *Allocator) checkStepsLocked(bad func(string, ...any)) {
 			if n != 0 {
 				bad("shard of stream %d: %d live blocks of phase %d and %d bytes requested are not in its step log", sh.stream, n, k.phase, k.size)
 			}
+		}
+	}
+}
+
+// leakNets sums changes by leakKey, for markStepLocked: a table of open
+// addressing with linear probing, reset for each log and kept for the
+// next (Allocator.stepNets).
+type leakNets struct {
+	slots []leakNet
+	used  []int32 // the slots filled, in the order they were
+	shift uint8
+}
+
+type leakNet struct {
+	key  leakKey
+	d    int64
+	used bool
+}
+
+// reset empties the table and makes room for n keys (at most half of
+// its slots full).
+func (t *leakNets) reset(n int) {
+	for _, i := range t.used {
+		t.slots[i] = leakNet{}
+	}
+	t.used = t.used[:0]
+	if want := max(16, 1<<bits.Len(uint(2*n))); want > len(t.slots) {
+		t.slots, t.shift = make([]leakNet, want), uint8(64-bits.TrailingZeros(uint(want)))
+	}
+}
+
+// add adds d to k's sum; the table has room for k (reset).
+func (t *leakNets) add(k leakKey, d int64) {
+	mask := len(t.slots) - 1
+	h := (k.size ^ uint64(k.phase)<<48) * 0x9e3779b97f4a7c15
+	for i := int(h >> t.shift); ; i = (i + 1) & mask {
+		e := &t.slots[i]
+		if !e.used {
+			*e = leakNet{key: k, d: d, used: true}
+			t.used = append(t.used, int32(i))
+			return
+		}
+		if e.key == k {
+			e.d += d
+			return
+		}
+	}
+}
+
+// each calls f with every key whose sum is not zero, in the order the
+// keys came.
+func (t *leakNets) each(f func(k leakKey, d int64)) {
+	for _, i := range t.used {
+		if e := &t.slots[i]; e.d != 0 {
+			f(e.key, e.d)
 		}
 	}
 }

@@ -1,11 +1,13 @@
 package allocator
 
 import (
+	"maps"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
 
 	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
@@ -151,4 +153,41 @@ func TestMarkStepUnderConcurrency(t *testing.T) {
 		total += int64(n)
 	}
 	assert.Equal(t, total, live, "the blocks the goroutines kept")
+}
+
+// TestLeakNetsMatchMap sums random changes by key, over several resets
+// of one table (as markStepLocked reuses it), against a Go map.
+func TestLeakNetsMatchMap(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var nets leakNets
+		for range rapid.IntRange(1, 4).Draw(t, "logs") {
+			n := rapid.IntRange(0, 200).Draw(t, "changes")
+			nets.reset(n)
+			want := map[leakKey]int64{}
+			for range n {
+				k := leakKey{
+					phase: uint16(rapid.IntRange(0, 3).Draw(t, "phase")),
+					size:  rapid.SampledFrom([]uint64{0, 512, 4096, 1 << 20, 1<<20 + 512, 1 << 48}).Draw(t, "size"),
+				}
+				d := int64(rapid.SampledFrom([]int{-1, 1}).Draw(t, "d"))
+				nets.add(k, d)
+				want[k] += d
+			}
+			got := map[leakKey]int64{}
+			nets.each(func(k leakKey, d int64) {
+				if _, twice := got[k]; twice {
+					t.Fatalf("%+v given twice", k)
+				}
+				got[k] = d
+			})
+			for k, d := range want {
+				if d == 0 {
+					delete(want, k)
+				}
+			}
+			if !maps.Equal(got, want) {
+				t.Fatalf("sums %v, want %v", got, want)
+			}
+		}
+	})
 }
