@@ -109,7 +109,13 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 		{"a cache slot of the routes naming the wrong shard", "the routes' cache names shard", func(a *Allocator, dev *sim.Device, p device.Ptr) {
 			twoShards(a, dev)
 			_, _ = a.routes.lookup(p) // fills p's slot: the default stream's shard, id 0
-			a.routes.cache[uint64(p)>>routeChunkShift&(routeCacheSize-1)].Add(1)
+			a.routes.cache[routeSlot(uint64(p)>>routeChunkShift)].Add(1)
+		}},
+		{"a cache slot of the routes holding another slot's chunk", "not its own", func(a *Allocator, dev *sim.Device, p device.Ptr) {
+			twoShards(a, dev)
+			_, _ = a.routes.lookup(p)
+			i := routeSlot(uint64(p) >> routeChunkShift)
+			a.routes.cache[(i+1)%routeCacheSize].Store(a.routes.cache[i].Load())
 		}},
 		{"a stale lock-free list of shards", "lock-free list", func(a *Allocator, dev *sim.Device, _ device.Ptr) {
 			twoShards(a, dev)

@@ -39,8 +39,11 @@ import (
 // memory was registered before that allocation, hence before the lookup:
 // what it reads is current for that address.
 //
-// In front of the tree sits a cache (cached), direct-mapped by 2 MiB
-// chunk of addresses: a slot holds the shard of a chunk that lies whole
+// In front of the tree sits a cache (cached), by 2 MiB chunk of
+// addresses, each chunk in one slot, found by a hash of the chunk's
+// number (ranges reserved for expandable segments start at multiples of
+// gigabytes, where the chunk's low bits would put the start of every
+// segment in one slot): a slot holds the shard of a chunk that lies whole
 // in one piece, stamped with the generation of the routes it was read
 // from. Every change of the routes advances the generation (gen, stamp)
 // after it has stored its lists, which makes every slot filled before it
@@ -54,7 +57,7 @@ import (
 //
 // A stamp is the generation's low routeStampBits: when they come round
 // to zero the change empties every slot, so that a slot cannot match
-// again 2^22 changes after it was filled. Only a lookup that read the
+// again 2^12 changes after it was filled. Only a lookup that read the
 // stamp before that change and fills its slot after it can leave one
 // behind; if its chunk changed hands by the time the stamp comes round,
 // Free finds the block missing from that shard's address table and
@@ -91,22 +94,31 @@ type routeZone struct {
 }
 
 // The cache: routeCacheSize slots, the slot of the 2 MiB chunk at
-// address p at p>>21%routeCacheSize. A slot holds, from the top: p's bits
-// from 31 on (the chunk's bits above its slot number), the stamp
-// (routeStampBits), a bit set (routeValid) that the zero value of an
-// empty slot lacks, and the shard id; a shard id of routeCacheIDs or more
-// is not cached. The tag of a slot, all but the id, is then p's top bits
-// or'ed with the stamp word: two instructions. A slot is filled only for
-// an address that the tree keeps; its top bits are in its tag.
+// address p at routeSlot(p>>21). A slot holds, from the top: p's bits
+// from 21 on (the chunk's number), the stamp (routeStampBits), a bit set
+// (routeValid) that the zero value of an empty slot lacks, and the shard
+// id; a shard id of routeCacheIDs or more is not cached. The tag of a
+// slot, all but the id, is then p's top bits or'ed with the stamp word:
+// two instructions. A slot is filled only for an address that the tree
+// keeps.
 const (
 	routeChunkShift = 21
 	routeCacheBits  = 10
 	routeCacheSize  = 1 << routeCacheBits
-	routeTagShift   = routeChunkShift + routeCacheBits // p's bits from here on are in the tag
+	routeTagShift   = routeChunkShift // p's bits from here on are in the tag: the chunk's number
 	routeValid      = 1 << 8
 	routeCacheIDs   = routeValid // ids below it fit under the tag
 	routeStampBits  = routeTagShift - 9
 )
+
+// routeSlot returns the cache slot of chunk c: its low bits folded with
+// the bits above them, which tell apart the segments that start at
+// multiples of 2 GiB (shifts and xors: a multiplication by a 64-bit
+// constant, inlined into Free, cost its path with one shard 4
+// instructions a free, though it never runs there).
+func routeSlot(c uint64) uint64 {
+	return (c ^ c>>routeCacheBits ^ c>>(2*routeCacheBits)) & (routeCacheSize - 1)
+}
 
 // start turns the routes on (kept from now on) and stores the stamp word
 // of their generation: until then it is zero, which an empty slot
@@ -125,7 +137,7 @@ func routeStamp(gen uint64) uint64 {
 // nil when p's slot holds another chunk or generation. Small enough to be
 // inlined into Free, it reads three words.
 func (r *routes) cached(p device.Ptr) *shard {
-	e := r.cache[uint64(p)>>routeChunkShift&(routeCacheSize-1)].Load()
+	e := r.cache[routeSlot(uint64(p)>>routeChunkShift)].Load()
 	if e^(uint64(p)&^(1<<routeTagShift-1)|r.stamp.Load()) < routeCacheIDs {
 		return r.owners[uint8(e)].Load()
 	}
@@ -192,7 +204,7 @@ func (r *routes) lookup(p device.Ptr) (uint32, bool) {
 		return 0, false
 	}
 	if c := uint64(p) >> routeChunkShift; x.holds(c) {
-		r.cache[c&(routeCacheSize-1)].Store(uint64(p)&^(1<<routeTagShift-1) | stamp | uint64(x.id))
+		r.cache[routeSlot(c)].Store(uint64(p)&^(1<<routeTagShift-1) | stamp | uint64(x.id))
 	}
 	return x.id, true
 }
@@ -240,7 +252,10 @@ func (r *routes) checkCache(bad func(string, ...any)) {
 		if e&(1<<routeTagShift-1)&^(routeCacheIDs-1) != stamp {
 			continue // another stamp, or empty
 		}
-		c := e>>routeTagShift<<routeCacheBits | uint64(i)
+		c := e >> routeTagShift
+		if routeSlot(c) != uint64(i) {
+			bad("the routes' cache holds the chunk at %#x in slot %d, not its own %d", c<<routeChunkShift, i, routeSlot(c))
+		}
 		id := uint32(e & (routeCacheIDs - 1))
 		if x, ok := r.piece(c << routeChunkShift); !ok || x.id != id || !x.holds(c) {
 			bad("the routes' cache names shard %d for the chunk at %#x, the routes say %v (%v)", id, c<<routeChunkShift, x, ok)
