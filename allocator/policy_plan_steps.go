@@ -14,10 +14,11 @@ import (
 
 // planAllocatedLocked logs the allocation of b, of rounded bytes on
 // stream s, in the step being recorded; the ledger's hand-out asks
-// countSameLocked first.
+// countSameLocked first. A step on a second stream is no pattern: from
+// then on it logs nothing (recMixed).
 func (a *Allocator) planAllocatedLocked(b *freeindex.Block, rounded uint64, s device.Stream) {
 	p := a.pol.plan
-	if !p.recording {
+	if !p.recording || p.recMixed {
 		return
 	}
 	if p.same != nil {
@@ -27,6 +28,7 @@ func (a *Allocator) planAllocatedLocked(b *freeindex.Block, rounded uint64, s de
 		p.recStream = s
 	} else if s != p.recStream {
 		p.recMixed = true
+		return
 	}
 	if p.logOps {
 		p.rec = append(p.rec, planOp{ptr: b.Ptr(), pos: int32(len(p.recSize))})
@@ -62,7 +64,7 @@ func (p *planState) spellSameLocked() {
 // recorded.
 func (a *Allocator) planFreedLocked(ptr device.Ptr) {
 	p := a.pol.plan
-	if p.logOps {
+	if p.logOps && !p.recMixed {
 		p.rec = append(p.rec, planOp{ptr: ptr, pos: -1})
 	}
 }
@@ -72,7 +74,8 @@ func (a *Allocator) planFreedLocked(ptr device.Ptr) {
 // allocated nothing, keeps it; a step that repeats the one before it (the
 // same rounded sizes in the same order, on the same stream) is planned;
 // any other ends the plan, and is the pattern the next step is compared
-// with. Planning costs up to n^2/2 reads of blocks for a step whose
+// with, unless it allocated on several streams: that is no pattern, and
+// the next step repeats nothing. Planning costs up to n^2/2 reads of blocks for a step whose
 // blocks are mostly in use at once (internal/pack's Greedy: 5.05 M
 // instructions for BERT's 1,004-block step), so a step is planned only
 // once its pattern has repeated: the first step of a training loop, which also
@@ -95,7 +98,9 @@ func (a *Allocator) planStepLocked() {
 			p.reqs = nil // a new pattern: planned once it repeats
 		}
 	}
-	if len(p.recSize) > 0 {
+	if p.recMixed {
+		p.prevSize = p.prevSize[:0] // its log stopped at its second stream
+	} else if len(p.recSize) > 0 {
 		p.prevSize, p.recSize = p.recSize, p.prevSize
 		p.prevStream = p.recStream
 	}

@@ -85,6 +85,40 @@ func TestPlannedServesARepeatedStep(t *testing.T) {
 	assert.Zero(t, dev.BytesInUse())
 }
 
+// TestPlannedStepsOnSeveralStreamsAreNoPattern: a step that allocates on
+// a second stream stops its log there and is never planned, nor is the
+// step after it, whatever its sizes; two repeats on one stream then are.
+func TestPlannedStepsOnSeveralStreamsAreNoPattern(t *testing.T) {
+	a, dev := newOn(t, Config{Policy: PolicyPlanned})
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	mixed := func() {
+		a.MarkStep("step")
+		for i, size := range stepSizes {
+			st := device.DefaultStream
+			if i == 1 {
+				st = s
+			}
+			mustFree(t, a, mustAlloc(t, a, size, st))
+		}
+	}
+	mixed()
+	mixed()
+	p := a.pol.plan
+	assert.True(t, p.recMixed)
+	assert.Len(t, p.recSize, 1, "the log stops at the second stream")
+	assert.Len(t, p.rec, 2, "the first allocation and its free")
+	runStep(t, a, stepSizes) // after a step on two streams: a repeat of nothing
+	plans, _, _ := planCounts(a)
+	assert.Zero(t, plans)
+	runStep(t, a, stepSizes) // repeats the one before: planned at the next mark
+	runStep(t, a, stepSizes)
+	plans, served, _ := planCounts(a)
+	assert.EqualValues(t, 1, plans)
+	assert.EqualValues(t, len(stepSizes), served)
+	require.NoError(t, a.CheckInvariants())
+}
+
 func TestPlannedDepartsAndReplans(t *testing.T) {
 	a, _ := newOn(t, Config{Policy: PolicyPlanned})
 	runStep(t, a, stepSizes)
