@@ -69,14 +69,14 @@ func (a *Allocator) lendLocked(x *freeindex.Index, size uint64) (*freeindex.Inde
 	// is a bound on the size, splitRule.servesBelow).
 	k := p.Idx()
 	for _, sh := range a.shards {
+		if sh.cold || sh.stream == s || sh.hostWaited { // the shard's own fields first: its index is further in
+			continue
+		}
 		y := &sh.free[k]
-		if sh.cold || y.NSeg() == 0 || y.Pool() != p {
+		if y.NSeg() == 0 || y.Pool() != p {
 			continue
 		}
 		a.visited++
-		if sh.stream == s || sh.hostWaited {
-			continue
-		}
 		b := y.Fit(size)
 		if b == nil || !a.rule.mayServe(b.Size(), size) {
 			continue
