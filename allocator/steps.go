@@ -61,7 +61,7 @@ func (a *Allocator) markStepLocked() map[leakKey]int64 {
 			// The log's changes netted by key first: most blocks of a step
 			// are handed out and freed within it, and their +1 and -1
 			// cancel in the table, which the map would hash twice each.
-			a.stepNets.reset(len(l.log))
+			a.stepNets.reset()
 			for _, d := range l.log {
 				a.stepNets.add(d.key, d.d)
 			}
@@ -118,8 +118,10 @@ func (a *Allocator) checkStepsLocked(bad func(string, ...any)) {
 }
 
 // leakNets sums changes by leakKey, for markStepLocked: a table of open
-// addressing with linear probing, reset for each log and kept for the
-// next (Allocator.stepNets).
+// addressing with linear probing, at most half full, reset for each log
+// and kept for the next (Allocator.stepNets). It grows with the keys, not
+// with the log: a log may hold twice the live blocks, and its keys are
+// few (a step's blocks come in few sizes).
 type leakNets struct {
 	slots []leakNet
 	used  []int32 // the slots filled, in the order they were
@@ -132,20 +134,19 @@ type leakNet struct {
 	used bool
 }
 
-// reset empties the table and makes room for n keys (at most half of
-// its slots full).
-func (t *leakNets) reset(n int) {
+// reset empties the table.
+func (t *leakNets) reset() {
 	for _, i := range t.used {
 		t.slots[i] = leakNet{}
 	}
 	t.used = t.used[:0]
-	if want := max(16, 1<<bits.Len(uint(2*n))); want > len(t.slots) {
-		t.slots, t.shift = make([]leakNet, want), uint8(64-bits.TrailingZeros(uint(want)))
-	}
 }
 
-// add adds d to k's sum; the table has room for k (reset).
+// add adds d to k's sum.
 func (t *leakNets) add(k leakKey, d int64) {
+	if 2*(len(t.used)+1) > len(t.slots) {
+		t.grow()
+	}
 	mask := len(t.slots) - 1
 	h := (k.size ^ uint64(k.phase)<<48) * 0x9e3779b97f4a7c15
 	for i := int(h >> t.shift); ; i = (i + 1) & mask {
@@ -159,6 +160,17 @@ func (t *leakNets) add(k leakKey, d int64) {
 			e.d += d
 			return
 		}
+	}
+}
+
+// grow doubles the table (16 slots at first) and files its sums anew.
+func (t *leakNets) grow() {
+	old, used := t.slots, t.used
+	n := max(16, 2*len(old))
+	t.slots, t.shift, t.used = make([]leakNet, n), uint8(64-bits.TrailingZeros(uint(n))), make([]int32, 0, n/2)
+	for _, i := range used {
+		e := old[i]
+		t.add(e.key, e.d)
 	}
 }
 
