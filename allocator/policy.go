@@ -185,14 +185,12 @@ type policyState struct {
 	// work was recorded.
 	waited lendWaits
 	// hostWaited holds the streams RecordStream has named: never lent to
-	// or from (see policy_streams.go); the cold views read it too.
-	// hostWaitedFew holds them as well while they are few
-	// (maxHostWaitedFew), for lendLocked's test of every other stream.
-	hostWaited    map[device.Stream]struct{}
-	hostWaitedFew []device.Stream
-	waiter        device.StreamWaiter // the device's, or nil: lending waits on the host
-	lending       bool                // allocWorld's takeLocked is handing out a block of another stream's cache...
-	lendTo        device.Stream       // ...to this stream (lentLocked then records it as lent)
+	// or from (see policy_streams.go); the cold views read it too, and
+	// each shard of its own stream keeps the answer (shard.hostWaited).
+	hostWaited map[device.Stream]struct{}
+	waiter     device.StreamWaiter // the device's, or nil: lending waits on the host
+	lending    bool                // allocWorld's takeLocked is handing out a block of another stream's cache...
+	lendTo     device.Stream       // ...to this stream (lentLocked then records it as lent)
 
 	// candidates is reclaimLocked's list of blocks, kept for its next call.
 	candidates []candidate

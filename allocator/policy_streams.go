@@ -258,9 +258,6 @@ func (a *Allocator) noteRecordedLocked(s device.Stream) {
 		return
 	}
 	p.hostWaited[s] = struct{}{}
-	if len(p.hostWaitedFew)+1 == len(p.hostWaited) && len(p.hostWaitedFew) < maxHostWaitedFew {
-		p.hostWaitedFew = append(p.hostWaitedFew, s)
-	}
 	for _, sh := range a.shards {
 		if sh.stream == s && !sh.cold {
 			sh.hostWaited = true
@@ -277,15 +274,8 @@ func (a *Allocator) noteRecordedLocked(s device.Stream) {
 	}
 }
 
-// maxHostWaitedFew bounds policyState.hostWaitedFew: past it the map
-// answers.
-const maxHostWaitedFew = 8
-
 // hostWaitedLocked reports whether RecordStream ever named stream s.
 func (p *policyState) hostWaitedLocked(s device.Stream) bool {
-	if len(p.hostWaitedFew) == len(p.hostWaited) { // all of them, in the list
-		return slices.Contains(p.hostWaitedFew, s)
-	}
 	_, ok := p.hostWaited[s]
 	return ok
 }

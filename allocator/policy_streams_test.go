@@ -46,28 +46,32 @@ func TestLendWaitsMatchMap(t *testing.T) {
 	})
 }
 
-// TestHostWaitedPastTheFew: the streams RecordStream names are found
-// through the short list while they are few, and through the map past
-// it; a stream never named is found in neither.
-func TestHostWaitedPastTheFew(t *testing.T) {
+// TestShardsKnowTheirStreamWasRecorded: a shard whose stream
+// RecordStream names learns it then (noteRecordedLocked), a shard made
+// for a stream named before learns it as it is made (newShard), and a
+// shard of a stream never named does not; the invariant checker holds
+// every shard's flag to the policy's set.
+func TestShardsKnowTheirStreamWasRecorded(t *testing.T) {
 	a, dev := newOn(t, Config{Policy: PolicyLowFragmentation})
-	var named []device.Stream
-	for i := range maxHostWaitedFew + 3 {
-		s, err := dev.NewStream()
-		require.NoError(t, err)
-		other, err := dev.NewStream()
-		require.NoError(t, err)
+	before, err := dev.NewStream() // a shard first, named after
+	require.NoError(t, err)
+	after, err := dev.NewStream() // named first, a shard after
+	require.NoError(t, err)
+	never, err := dev.NewStream()
+	require.NoError(t, err)
+	mustFree(t, a, mustAlloc(t, a, mib, before))
+	mustFree(t, a, mustAlloc(t, a, mib, never))
+	for _, s := range []device.Stream{before, after} {
 		p := mustAlloc(t, a, mib, device.DefaultStream)
 		require.NoError(t, a.RecordStream(p, s))
-		named = append(named, s)
 		mustFree(t, a, p)
-		a.lockAll()
-		for _, n := range named {
-			assert.True(t, a.pol.hostWaitedLocked(n), "after %d streams: stream %d", i+1, n)
-		}
-		assert.False(t, a.pol.hostWaitedLocked(other), "after %d streams: a stream never named", i+1)
-		assert.Equal(t, min(len(named), maxHostWaitedFew), len(a.pol.hostWaitedFew))
-		a.unlockAll()
 	}
+	mustFree(t, a, mustAlloc(t, a, mib, after))
 	require.NoError(t, a.CheckInvariants())
+	for s, want := range map[device.Stream]bool{before: true, after: true, never: false, device.DefaultStream: false} {
+		sh := a.lookupShard(s)
+		require.NotNil(t, sh, "stream %d has a shard", s)
+		assert.Equal(t, want, sh.hostWaited, "stream %d", s)
+		assert.Equal(t, want, a.pol.hostWaitedLocked(s), "stream %d", s)
+	}
 }

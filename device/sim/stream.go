@@ -437,18 +437,14 @@ func (d *Device) WaitEvent(s device.Stream, e device.Event) error {
 	var err error
 	if i, ok := d.streamIndex(s); !ok { // streamLocked's, written out, as in RecordEvent
 		err = d.noStream("wait event", s)
+	} else if ev, ok := d.events.get(e); !ok {
+		err = d.fail("wait event", device.ErrInvalidEvent, "event %d does not exist or was released", e)
 	} else {
-		st := &d.streams[i]
-		ev, ok := d.events.get(e)
-		if !ok {
-			err = d.fail("wait event", device.ErrInvalidEvent, "event %d does not exist or was released", e)
-		} else {
-			if ev.stream != i && d.streams[ev.stream].completed < ev.seq {
-				st.waits = append(st.waits, streamWait{pos: st.queued, seq: ev.seq, dep: ev.stream})
-				d.waits++
-			}
-			d.c.EventWaits++
+		if st := &d.streams[i]; ev.stream != i && d.streams[ev.stream].completed < ev.seq {
+			st.waits = append(st.waits, streamWait{pos: st.queued, seq: ev.seq, dep: ev.stream})
+			d.waits++
 		}
+		d.c.EventWaits++
 	}
 	d.mu.Unlock()
 	nap(t)
