@@ -57,23 +57,21 @@ import (
 // fits, or when an event call fails.
 func (a *Allocator) lendLocked(x *freeindex.Index, size uint64) (*freeindex.Index, *freeindex.Block) {
 	p, s := x.Pool(), x.Stream()
-	if !a.pol.lend || a.pol.hostWaitedLocked(s) {
+	if !a.pol.lend || a.recordedLocked(x) {
 		return x, nil
 	}
 	var best *freeindex.Block
 	var from *freeindex.Index
-	// Any order: the best is the smallest, then lowest, block. The shards
-	// of their own one by one (hotIndexesLocked's, written out: it runs at
-	// every lend); the cold shard's streams through the cold view, from
-	// the request's size up, to the first that may serve (what may serve
-	// is a bound on the size, splitRule.servesBelow).
-	k := p.Idx()
-	for _, sh := range a.shards {
-		if sh.cold || sh.stream == s || sh.hostWaited { // the shard's own fields first: its index is further in
-			continue
-		}
-		y := &sh.free[k]
-		if y.NSeg() == 0 || y.Pool() != p {
+	// Any order: the best is the smallest, then lowest, block. The free
+	// indexes of the pool that hold segments (the pool's owners: a lend
+	// visits the streams that hold memory in the pool, not every shard),
+	// but the cold shard's, one by one; the cold shard's streams through
+	// the cold view, from the request's size up, to the first that may
+	// serve (what may serve is a bound on the size, splitRule.servesBelow).
+	ids := *a.byID.Load()
+	for _, y := range p.Owners() {
+		sh := ids[y.Shard()]
+		if sh.cold || sh.stream == s || sh.hostWaited {
 			continue
 		}
 		a.visited++
@@ -217,7 +215,7 @@ func (a *Allocator) returnLentLocked(b *freeindex.Block) (int, error) {
 		return a.deferFreeLocked(b)
 	}
 	s := b.Borrower
-	if a.pol.hostWaitedLocked(b.Stream()) || !a.waitForLocked(b.Stream(), s) {
+	if a.recordedLocked(b.Seg().Free()) || !a.waitForLocked(b.Stream(), s) {
 		n, err := a.deferFreeLocked(b)
 		if err == nil {
 			a.returnedLocked(b)
@@ -254,6 +252,9 @@ func (a *Allocator) returnedLocked(b *freeindex.Block) {
 // The cold shard's blocks of s leave the cold views' lenders.
 func (a *Allocator) noteRecordedLocked(s device.Stream) {
 	p := a.pol
+	if sh := a.lookupShard(s); sh != nil && sh.hostWaited {
+		return // named before (the shard's flag, a map lookup spared)
+	}
 	if _, ok := p.hostWaited[s]; ok {
 		return
 	}
@@ -272,6 +273,16 @@ func (a *Allocator) noteRecordedLocked(s device.Stream) {
 			})
 		}
 	}
+}
+
+// recordedLocked reports whether RecordStream ever named the stream of
+// free index x: the flag of x's shard, or, for the cold shard's streams,
+// which share it, the policy's set.
+func (a *Allocator) recordedLocked(x *freeindex.Index) bool {
+	if sh := a.shardOf(x); !sh.cold {
+		return sh.hostWaited
+	}
+	return a.pol.hostWaitedLocked(x.Stream())
 }
 
 // hostWaitedLocked reports whether RecordStream ever named stream s.

@@ -262,7 +262,7 @@ func addrLess(a, b *Block) bool {
 // Whose fields: the unexported ones are this package's, which alone
 // writes them (small, idx and stat never change after NewPool); the
 // allocator reads them through Small, Idx, Stat, Expandable, Cold,
-// NumOwners and the walks of the unmapped ranges. GCCalls is the
+// NumOwners, Owners and the walks of the unmapped ranges. GCCalls is the
 // allocator's: it counts its searches there, and this package reads it to
 // stamp the blocks it files.
 //
@@ -317,6 +317,11 @@ func (p *Pool) Cold() *ColdView { return &p.cold }
 
 // NumOwners is the number of free indexes of p that have segments.
 func (p *Pool) NumOwners() int { return len(p.owners) }
+
+// Owners returns the free indexes of p that have segments, in no order:
+// p's own slice, for reading, valid until a segment of p is added or
+// removed (SegmentAdded, SegmentRemoved).
+func (p *Pool) Owners() []*Index { return p.owners }
 
 // AscendUnmapped calls f on the unmapped ranges of p on stream s, in
 // address order, while f returns true.

@@ -151,6 +151,12 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 			clear(ti.x.large.l0[:])
 			return ti
 		}},
+		{"a large class above the bound of the classes", "above the bound", func() *testIndex {
+			ti := newTestIndex(KindLarge)
+			ti.segment(20 * mib)
+			ti.x.large.top = classOf(20*mib) - 1 // a fit for 20 MiB would miss the block
+			return ti
+		}},
 		{"a large bitmap's second level wrong", "second-level bit", func() *testIndex {
 			ti := newTestIndex(KindLarge)
 			ti.segment(20 * mib)

@@ -281,3 +281,56 @@ func TestPutMergesIntoTheTree(t *testing.T) {
 		})
 	}
 }
+
+// TestFitBetweenChanges checks Fit against a sorted list of the same
+// blocks after every insert and remove, so that a fit that found nothing
+// (and lowered the large buckets' bound of their classes) is followed by
+// blocks of larger classes, which a later fit must find. It fails if the
+// bound is not raised as a class fills.
+func TestFitBetweenChanges(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := &Pool{idx: 1}
+		seg := &Segment{page: SmallBuffer}
+		var x Index
+		x.Init(0, new(Spares), 0, p, KindLarge)
+		if rapid.Bool().Draw(t, "direct") {
+			x.KeepPages()
+		}
+		sizes := []uint64{512, 4096, 2 << 20, 20 << 20, 100 << 20, maxLargeSize, maxLargeSize + 512}
+		var live []*Block
+		used := map[device.Ptr]bool{}
+		for i, n := 0, rapid.IntRange(1, 100).Draw(t, "ops"); i < n; i++ {
+			switch rapid.IntRange(0, 2).Draw(t, "op") {
+			case 0:
+				if len(live) > 0 {
+					j := rapid.IntRange(0, len(live)-1).Draw(t, "victim")
+					x.Remove(live[j])
+					delete(used, live[j].ptr)
+					live = slices.Delete(live, j, j+1)
+				}
+			case 1:
+				ptr := device.Ptr(rapid.IntRange(1, 1<<10).Draw(t, "ptr")) << 12
+				if !used[ptr] {
+					used[ptr] = true
+					b := &Block{ptr: ptr, size: rapid.SampledFrom(sizes).Draw(t, "size"), seg: seg, pool: p}
+					x.Insert(b)
+					live = append(live, b)
+				}
+			case 2:
+				size := rapid.SampledFrom(sizes).Draw(t, "fit")
+				var want *Block
+				for _, b := range live {
+					if b.size >= size && (want == nil || b.size < want.size || b.size == want.size && b.ptr < want.ptr) {
+						want = b
+					}
+				}
+				if got := x.Fit(size); got != want {
+					t.Fatalf("Fit(%d) = %v, want %v", size, KeyOf(got), KeyOf(want))
+				}
+			}
+		}
+		if msg := x.large.check(); msg != "" {
+			t.Fatal(msg)
+		}
+	})
+}

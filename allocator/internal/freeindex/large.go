@@ -46,6 +46,13 @@ type largeBuckets struct {
 
 	pages  []*classPage // its classes by word of l0, if it keeps them so (pages.go): nil for an empty word
 	spareP []*classPage // pages of words that emptied, zero, kept for reuse
+
+	// top bounds the classes that hold blocks: none is above it. It
+	// rises as a class fills (insert, move), and falls only where fit
+	// finds no class at or above one (to the class below it), so that a
+	// fit above every block it holds, as a lend asks of every other
+	// stream, costs a comparison and no read of the bitmap.
+	top int
 }
 
 // A bucket is one class's blocks; a zero class marks an empty slot.
@@ -103,8 +110,13 @@ func (s *largeBuckets) lastBelow(c int) int {
 // fit returns the free block of the lowest (size, address) with at least
 // size bytes (at most 128 MiB), or nil.
 func (s *largeBuckets) fit(size uint64) *Block {
-	c := s.firstAtLeast(classOf(size))
+	want := classOf(size)
+	if want > s.top {
+		return nil
+	}
+	c := s.firstAtLeast(want)
 	if c < 0 {
+		s.top = want - 1
 		return nil
 	}
 	return s.find(c).first
@@ -172,6 +184,7 @@ func (s *largeBuckets) insert(b *Block) {
 		return
 	}
 	key := int32(c) + 1
+	s.top = max(s.top, c) // a class fills
 	if s.pages != nil {
 		var p *classPage
 		if s.l0[w] != 0 {
@@ -291,6 +304,7 @@ func (s *largeBuckets) move(b *Block, old uint64) {
 		}
 	}
 	w, bit := classBit(c)
+	s.top = max(s.top, c)
 	switch {
 	case s.l0[w]&bit != 0:
 		bk := &s.pages[w][c&63]
@@ -530,6 +544,9 @@ func (s *largeBuckets) check() string {
 	}
 	if bitsSet != classes || len(s.pages) == 0 && classes != s.used {
 		return "the count of classes is wrong"
+	}
+	if c := s.lastBelow(largeClasses); c > s.top {
+		return "a class holds blocks above the bound of the classes"
 	}
 	return s.checkSums()
 }
