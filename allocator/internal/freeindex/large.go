@@ -304,7 +304,9 @@ func (s *largeBuckets) move(b *Block, old uint64) {
 		}
 	}
 	w, bit := classBit(c)
-	s.top = max(s.top, c)
+	if c > s.top { // c may be empty (the cases below but the first)
+		s.top = c
+	}
 	switch {
 	case s.l0[w]&bit != 0:
 		bk := &s.pages[w][c&63]
