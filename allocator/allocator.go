@@ -279,7 +279,10 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 			sh = a.lookupShard(s)
 		}
 	}
-	if sh != nil {
+	// A shard that is not fast (stream events pending, say) takes the
+	// world without its own lock: the world serves any shard, made fast
+	// since the read or not (see shard.fast).
+	if sh != nil && sh.fast.Load() {
 		sh.mu.Lock()
 		if sh.fast.Load() {
 			// fitLocked, inlined, and the held front's hand-out
@@ -477,6 +480,9 @@ func (a *Allocator) Free(p device.Ptr) error {
 				return a.freeWorld(p, nil)
 			}
 		}
+	}
+	if !sh.fast.Load() { // the world without the shard's lock, as in Alloc
+		return a.freeWorld(p, sh)
 	}
 	sh.mu.Lock()
 	if sh.fast.Load() {

@@ -82,8 +82,11 @@ type shard struct {
 	// no cut waits, and the shard is not the cold one. Set by the world
 	// as it leaves, cleared by the world or by the fast path that leaves
 	// a cut, as its last write before unlocking; read under mu (lockAll
-	// reads it to know which locks to take). Atomic: the world may change
-	// it without the lock of a shard that is not fast (see lockAll).
+	// reads it to know which locks to take), and before it by Alloc and
+	// Free, which take the world without mu where it is false (the world
+	// serves any shard: one made fast since the read loses only its fast
+	// path, once). Atomic: the world may change it without the lock of a
+	// shard that is not fast (see lockAll).
 	fast atomic.Bool
 	// cut: a change of the shard's counts passed a limit while other
 	// shards exist, and its peaks wait for the world (cutsLocked); cutOp
