@@ -33,7 +33,9 @@
 //     and the policy's large pool keep their classes in pages by word of
 //     the bitmap instead of the table (KeepPages, pages.go); the close
 //     fit reads whole words of the bitmap from their counts and lowest
-//     blocks (closefit.go).
+//     blocks (closefit.go). A bound of the classes that hold blocks
+//     (largeBuckets.top) answers a fit above every block without the
+//     bitmap: what the policy's lends ask of most other streams.
 //   - KindTree: the tree alone, for the many streams of the allocator's
 //     cold shard, where size classes would cost tens of KiB a stream.
 //     Their free blocks are also in their Pool's cold view (cold.go), so
