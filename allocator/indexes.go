@@ -86,12 +86,17 @@ func (a *Allocator) segmentRemovedLocked(seg *freeindex.Segment) {
 }
 
 // hotIndexesLocked calls f on the free index of pool p of every shard of
-// its own that has segments in p (a named pool's freeindex pools are its
-// own, so a walk of the default pool's passes its shards over): with the cold view, every stream's
-// cache, at a cost of at most maxShards visits.
+// its own that has segments in p, in no order: p's owners (the free
+// indexes that hold its segments; a named pool's freeindex pools are its
+// own, so a walk of the default pool's passes its shards over) but the
+// cold shard's, which the cold view covers: with it, every stream's
+// cache, at a cost of the streams that hold memory in p. Its callers
+// sort, sum or take the largest of what they find; lendLocked walks the
+// same indexes, written out.
 func (a *Allocator) hotIndexesLocked(p *freeindex.Pool, f func(*freeindex.Index)) {
-	for _, sh := range a.shards {
-		if x := &sh.free[p.Idx()]; !sh.cold && x.NSeg() > 0 && x.Pool() == p {
+	ids := *a.byID.Load()
+	for _, x := range p.Owners() {
+		if !ids[x.Shard()].cold {
 			a.visited++
 			f(x)
 		}

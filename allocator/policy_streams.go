@@ -63,11 +63,11 @@ func (a *Allocator) lendLocked(x *freeindex.Index, size uint64) (*freeindex.Inde
 	var best *freeindex.Block
 	var from *freeindex.Index
 	// Any order: the best is the smallest, then lowest, block. The free
-	// indexes of the pool that hold segments (the pool's owners: a lend
-	// visits the streams that hold memory in the pool, not every shard),
-	// but the cold shard's, one by one; the cold shard's streams through
-	// the cold view, from the request's size up, to the first that may
-	// serve (what may serve is a bound on the size, splitRule.servesBelow).
+	// indexes of the pool that hold segments but the cold shard's
+	// (hotIndexesLocked's walk, written out: it runs at every lend), one
+	// by one; the cold shard's streams through the cold view, from the
+	// request's size up, to the first that may serve (what may serve is
+	// a bound on the size, splitRule.servesBelow).
 	ids := *a.byID.Load()
 	for _, y := range p.Owners() {
 		sh := ids[y.Shard()]
