@@ -25,11 +25,12 @@ import (
 //     the pool keeps what it reserves across synchronizations;
 //   - Free of a block used only on its stream frees it on that stream. A
 //     block recorded on other streams (RecordStream) is freed on a stream
-//     of the allocator's own, made to wait (device.StreamWaiter) for an
-//     event on the block's stream and on each recorded stream, so that the
-//     pool reuses it only after all of them ran (PyTorch's "unifying free
-//     stream"). On a device without StreamWaiter, Free synchronizes the
-//     recorded streams and frees on the block's stream instead;
+//     of the allocator's own, made to wait (device.StreamWaiter's
+//     WaitStream) for the block's stream and each recorded stream, so
+//     that the pool reuses it only after all of them ran (PyTorch's
+//     "unifying free stream"). On a device without StreamWaiter, Free
+//     synchronizes the recorded streams and frees on the block's stream
+//     instead;
 //   - EmptyCache synchronizes the device and trims the pool to 0;
 //   - a cap (Config.MemoryFraction of the device's memory, and
 //     Config.MemoryLimit) bounds the sum of the sizes allocated and not
@@ -189,7 +190,7 @@ func (a *Async) Free(p device.Ptr) error {
 
 // joinLocked orders the free of a block used on several streams after the
 // work of each, and returns the stream to free it on: the free stream,
-// made to wait for an event on each, or, without StreamWaiter, the
+// made to wait for each (WaitStream), or, without StreamWaiter, the
 // block's own stream once the others are synchronized.
 func (a *Async) joinLocked(b *asyncBlock) (device.Stream, error) {
 	if a.waiter == nil {
@@ -201,17 +202,8 @@ func (a *Async) joinLocked(b *asyncBlock) (device.Stream, error) {
 		return b.stream, nil
 	}
 	for _, s := range append([]device.Stream{b.stream}, b.uses...) {
-		e, err := a.dev.RecordEvent(s)
-		if err != nil {
-			return 0, fmt.Errorf("recording an event on stream %d: %w", s, err)
-		}
-		werr := a.waiter.WaitEvent(a.unifier, e)
-		rerr := a.dev.ReleaseEvent(e)
-		if werr != nil {
-			return 0, fmt.Errorf("making the free stream wait for stream %d: %w", s, werr)
-		}
-		if rerr != nil {
-			return 0, fmt.Errorf("releasing an event of stream %d: %w", s, rerr)
+		if err := a.waiter.WaitStream(a.unifier, s); err != nil {
+			return 0, fmt.Errorf("making the free stream wait for stream %d: %w", s, err)
 		}
 	}
 	return a.unifier, nil

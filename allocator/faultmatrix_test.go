@@ -284,10 +284,11 @@ func (m *matrixRun) finish() {
 
 // notCalled are the kinds of device call the allocator never makes (the
 // host allocator makes HostAlloc and HostFree; streams are the caller's;
-// the copies and the stream-ordered pool belong to other allocators):
-// their faults never fire.
+// the copies and the stream-ordered pool belong to other allocators; a
+// lend's waits are WaitStream calls, not WaitEvent): their faults never
+// fire.
 var notCalled = map[device.Call]bool{
-	device.CallSynchronize: true, device.CallNewStream: true,
+	device.CallSynchronize: true, device.CallNewStream: true, device.CallWaitEvent: true,
 	device.CallHostAlloc: true, device.CallHostFree: true,
 	device.CallCopyToHost: true, device.CallCopyFromHost: true,
 	device.CallMallocAsync: true, device.CallFreeAsync: true, device.CallSetReleaseThreshold: true,

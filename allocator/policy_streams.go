@@ -179,19 +179,18 @@ func (w *lendWaits) grow() {
 }
 
 // waitForLocked makes stream s wait for the work queued on stream t so
-// far: on the device when it can, else on the host. It reports whether
-// the wait was made.
+// far: on the device when it can (one WaitStream call, no event to keep
+// or release), else on the host. It reports whether the wait was made.
 func (a *Allocator) waitForLocked(s, t device.Stream) bool {
+	if w := a.pol.waiter; w != nil {
+		return w.WaitStream(s, t) == nil
+	}
 	e, err := a.dev.RecordEvent(t)
 	if err != nil {
 		return false
 	}
-	if w := a.pol.waiter; w != nil {
-		err = w.WaitEvent(s, e)
-	} else {
-		err = a.dev.SynchronizeEvent(e)
-	}
-	a.events.Release(e) // the wait stands; a release the device refuses is retried by the events queue
+	err = a.dev.SynchronizeEvent(e)
+	a.events.Release(e) // a release the device refuses is retried by the events queue
 	return err == nil
 }
 

@@ -88,7 +88,7 @@ var policyModes = []struct{ name, conf string }{
 type measure struct {
 	peakReserved, peakRequested int64
 	calls                       int64 // num_device_alloc + num_device_free
-	events                      int64 // events recorded and waits, on the device
+	events                      int64 // events recorded and waits, on the device (a WaitStream is both)
 	deviceTime                  time.Duration
 	ooms                        int64
 	nsPerOp                     float64
@@ -103,7 +103,7 @@ func replayPolicy(t testing.TB, ops []trace.Op, cfg allocator.Config, capacity u
 	c := dev.Counters()
 	return measure{
 		peakReserved: res.PeakReserved, peakRequested: res.PeakRequested,
-		calls: res.DeviceAllocs + res.DeviceFrees, events: c.EventsRecorded + c.EventWaits,
+		calls: res.DeviceAllocs + res.DeviceFrees, events: c.EventsRecorded + c.EventWaits + 2*c.StreamWaits,
 		deviceTime: dev.Clock(), ooms: res.OOMs, nsPerOp: res.NsPerOp,
 	}
 }

@@ -140,7 +140,7 @@ func TestPolicyLendsAcrossStreams(t *testing.T) {
 	assert.Equal(t, p, q, "the lender's cached block is lent")
 	assert.Equal(t, reserved, get(t, a, "reserved_bytes.all.current"), "no growth")
 	c1 := dev.Counters()
-	assert.EqualValues(t, 1, c1.EventWaits-c0.EventWaits, "the borrower waits for the lender on the device")
+	assert.EqualValues(t, 1, c1.StreamWaits-c0.StreamWaits, "the borrower waits for the lender on the device")
 	assert.Equal(t, c1.EventsRecorded-c0.EventsRecorded, c1.EventsReleased-c0.EventsReleased, "no event is kept")
 	assert.Equal(t, borrower, obs.last(ActionAlloc).Stream, "the alloc action names the borrowing stream")
 	assert.EqualValues(t, 1, a.pol.lent)
@@ -158,7 +158,7 @@ func TestPolicyLendsAcrossStreams(t *testing.T) {
 
 	mustFree(t, a, q)
 	assert.EqualValues(t, 0, get(t, a, "active.all.current"), "the free completes at once: no host wait")
-	assert.EqualValues(t, 2, dev.Counters().EventWaits-c0.EventWaits, "the lender waits for the borrower on the device")
+	assert.EqualValues(t, 2, dev.Counters().StreamWaits-c0.StreamWaits, "the lender waits for the borrower on the device")
 	assert.Zero(t, a.pol.borrowed)
 	r := mustAlloc(t, a, 8*mib, lender)
 	assert.Equal(t, p, r, "back in the lender's cache")
@@ -244,7 +244,7 @@ func TestPolicyLendingWaitsOnTheHostWithoutStreamWaiter(t *testing.T) {
 	mustFree(t, a, q)
 	c := inner.Counters()
 	assert.EqualValues(t, 2, c.EventSynchronizations, "lend and return each wait on the host")
-	assert.Zero(t, c.EventWaits)
+	assert.Zero(t, c.EventWaits+c.StreamWaits)
 	require.NoError(t, a.CheckInvariants())
 }
 
@@ -300,6 +300,14 @@ func (o *onceWaiter) WaitEvent(s device.Stream, e device.Event) error {
 	}
 	o.used = true
 	return o.inner.WaitEvent(s, e)
+}
+
+func (o *onceWaiter) WaitStream(s, t device.Stream) error {
+	if o.used {
+		return errors.New("injected wait failure")
+	}
+	o.used = true
+	return o.inner.WaitStream(s, t)
 }
 
 // strandPages is the pattern of the reclaim tests: 64 blocks of 10 MiB on
@@ -493,26 +501,29 @@ func TestPolicyLendingWaitsOncePerFree(t *testing.T) {
 	for _, p := range ps[:3] {
 		mustFree(t, a, p)
 	}
-	w0 := dev.Counters().EventWaits
+	w0 := dev.Counters().StreamWaits
 	for range 3 {
 		mustAlloc(t, a, 8*mib, borrower)
 	}
-	assert.EqualValues(t, 1, dev.Counters().EventWaits-w0, "one wait covers the three frees")
+	assert.EqualValues(t, 1, dev.Counters().StreamWaits-w0, "one wait covers the three frees")
 	mustFree(t, a, ps[3]) // freed after the wait
 	mustAlloc(t, a, 8*mib, borrower)
-	assert.EqualValues(t, 2, dev.Counters().EventWaits-w0, "a later free needs a new wait")
+	assert.EqualValues(t, 2, dev.Counters().StreamWaits-w0, "a later free needs a new wait")
 }
 
 // TestPolicyLendingReleasesEveryEvent: a release of a lending wait's
 // event that the device refuses is retried, by the next flush of the
 // events, so that after Synchronize and EmptyCache every event recorded is
-// released (one was lost for good before).
+// released (one was lost for good before). The waits record events on a
+// device without StreamWaiter, where they are made on the host.
 func TestPolicyLendingReleasesEveryEvent(t *testing.T) {
 	for _, at := range []string{"lend", "return"} {
 		t.Run(at, func(t *testing.T) {
 			inner := mustSim(t, 0)
 			j := faulty.New(inner)
-			a := onDevice(t, j.Device(), lowFrag)
+			caps := device.CapabilitiesOf(j.Device())
+			caps.StreamWaiter = nil
+			a := onDevice(t, device.Compose(j.Device(), caps), lowFrag)
 			s, err := inner.NewStream()
 			require.NoError(t, err)
 			require.NoError(t, inner.SetStreamBusy(s, true))

@@ -144,7 +144,7 @@ func (m *machine) alloc(t *rapid.T, size uint64, s device.Stream, fail bool) dev
 		m.dev.FailNthMalloc(1)
 	}
 	syncs := m.a.Stats().NumSyncAllStreams
-	waits := m.dev.Counters().EventWaits
+	waits := m.deviceWaits()
 	p, err := m.a.Alloc(size, s)
 	m.dev.FailNthMalloc(0)
 	if m.a.Stats().NumSyncAllStreams != syncs {
@@ -197,7 +197,7 @@ func (m *machine) alloc(t *rapid.T, size uint64, s device.Stream, fail bool) dev
 			t.Fatalf("block %v for stream %d lies in a segment of stream %d", p, s, seg.Stream)
 		}
 		key := [2]device.Stream{s, seg.Stream}
-		if m.dev.Counters().EventWaits > waits {
+		if m.deviceWaits() > waits {
 			m.lastWait[key] = m.ops
 		}
 		last := -1
@@ -268,15 +268,22 @@ func (m *machine) Free(t *rapid.T) {
 	m.free(t, p)
 }
 
+// deviceWaits counts the waits of one stream for another made on the
+// device so far, on events or on streams.
+func (m *machine) deviceWaits() int64 {
+	c := m.dev.Counters()
+	return c.EventWaits + c.StreamWaits
+}
+
 // free frees the live block at p and checks the model's properties.
 func (m *machine) free(t *rapid.T, p device.Ptr) {
 	b := m.live[p]
 	lent := m.segmentOf(p).Stream != b.stream
-	waits, active := m.dev.Counters().EventWaits, m.a.Stats().Active[stats.All].Current
+	waits, active := m.deviceWaits(), m.a.Stats().Active[stats.All].Current
 	if err := m.a.Free(p); err != nil {
 		t.Fatalf("Free(%v): %v", p, err)
 	}
-	if lent && m.dev.Counters().EventWaits == waits && m.a.Stats().Active[stats.All].Current != active {
+	if lent && m.deviceWaits() == waits && m.a.Stats().Active[stats.All].Current != active {
 		t.Fatalf("lent block %v returned to its lender without a wait for the borrower, on the device or the host", p)
 	}
 	m.ops++

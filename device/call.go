@@ -43,6 +43,7 @@ const (
 	CallTrimPool                        // StreamOrderedMemory.TrimPool
 	CallPoolUsage                       // StreamOrderedMemory.PoolUsage
 	CallResetPoolPeaks                  // StreamOrderedMemory.ResetPoolPeaks
+	CallWaitStream                      // StreamWaiter.WaitStream
 
 	// NumCalls is the number of Calls: arrays indexed by Call have this
 	// length, and Calls run from 0 to NumCalls-1.
@@ -75,6 +76,7 @@ var callNames = [NumCalls]string{
 	CallTrimPool:            "trim pool",
 	CallPoolUsage:           "pool usage",
 	CallResetPoolPeaks:      "reset pool peaks",
+	CallWaitStream:          "wait stream",
 }
 
 // String returns the operation's name, as in Error.Op ("malloc", "query

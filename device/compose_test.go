@@ -42,6 +42,7 @@ func (f *fake) HostFree([]byte) error                           { return f.note(
 func (f *fake) HasStream(device.Stream) bool                    { _ = f.note("HasStream"); return true }
 func (f *fake) BytesInUse() uint64                              { _ = f.note("BytesInUse"); return 7 }
 func (f *fake) WaitEvent(device.Stream, device.Event) error     { return f.note("WaitEvent") }
+func (f *fake) WaitStream(device.Stream, device.Stream) error   { return f.note("WaitStream") }
 func (f *fake) CopyToHost([]byte, device.Ptr) error             { return f.note("CopyToHost") }
 func (f *fake) CopyFromHost(device.Ptr, []byte) error           { return f.note("CopyFromHost") }
 func (f *fake) MallocAsync(uint64, device.Stream) (device.Ptr, error) {
@@ -181,7 +182,8 @@ func TestCompose(t *testing.T) {
 		}
 		if w, ok := d.(device.StreamWaiter); ok {
 			_ = w.WaitEvent(0, 1)
-			wantParts = append(wantParts, "WaitEvent")
+			_ = w.WaitStream(0, 1)
+			wantParts = append(wantParts, "WaitEvent", "WaitStream")
 		}
 		if cp, ok := d.(device.Copier); ok {
 			_ = cp.CopyToHost(nil, 0)
@@ -253,14 +255,15 @@ func TestCall(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, c, got)
 	}
-	assert.Len(t, names, 25)
+	assert.Len(t, names, 26)
 	assert.Equal(t, "malloc", device.CallMalloc.String())
 	assert.Equal(t, "query event", device.CallEventDone.String())
 	assert.Equal(t, "host free", device.CallHostFree.String())
 	assert.Equal(t, "wait event", device.CallWaitEvent.String())
+	assert.Equal(t, "wait stream", device.CallWaitStream.String())
 	assert.Equal(t, "copy to host", device.CallCopyToHost.String())
 	assert.Equal(t, "reset pool peaks", device.CallResetPoolPeaks.String())
-	assert.Equal(t, "Call(25)", device.NumCalls.String())
+	assert.Equal(t, "Call(26)", device.NumCalls.String())
 	assert.Equal(t, "Call(255)", device.Call(255).String())
 	for _, bad := range []string{"", "Malloc", "mallocs", string(make([]byte, 1<<20))} {
 		_, err := device.ParseCall(bad)

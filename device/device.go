@@ -34,9 +34,10 @@
 //   - UsageReporter (the bytes the device's own allocations hold) lets the
 //     caching allocator's self-check compare its books with the device's.
 //   - StreamWaiter (a stream waits, on the device, for an event recorded
-//     on another) lets the caching allocator's low_fragmentation policy
-//     lend a block cached on one stream to a request on another without
-//     blocking the host (cuStreamWaitEvent).
+//     on another, or for another stream's work so far) lets the caching
+//     allocator's low_fragmentation policy lend a block cached on one
+//     stream to a request on another without blocking the host
+//     (cuStreamWaitEvent).
 //   - ProgressReporter (which streams ran work since an earlier moment)
 //     lets the allocators poll the events of their deferred frees on the
 //     streams that ran, not on every stream with events pending.
@@ -238,18 +239,26 @@ type UsageReporter interface {
 	BytesInUse() uint64
 }
 
-// StreamWaiter is the optional capability to make a stream wait for an
-// event on the device, without blocking the caller, as the CUDA driver's
-// cuStreamWaitEvent does: work queued on s after the call starts only once
-// e is done. The event may be released right after the call; the wait
-// stays in force. The caching allocator's low_fragmentation policy uses it
-// to hand a block freed on one stream to a request on another (as RMM and
-// CUDA's stream-ordered allocator do).
+// StreamWaiter is the optional capability to make a stream wait, on the
+// device and without blocking the caller, for an event or for another
+// stream's work, as the CUDA driver's cuStreamWaitEvent does: work queued
+// on s after the call starts only once what it waits for is done. The
+// caching allocator's low_fragmentation policy uses it to hand a block
+// freed on one stream to a request on another (as RMM and CUDA's
+// stream-ordered allocator do), and its cudaMallocAsync backend to order a
+// free after every stream that used the block.
 type StreamWaiter interface {
 	// WaitEvent makes the work queued on s from now on wait until e is
 	// done. Waiting on an event of s itself, or on one already done,
-	// changes nothing.
+	// changes nothing. The event may be released right after the call;
+	// the wait stays in force.
 	WaitEvent(s Stream, e Event) error
+	// WaitStream makes the work queued on s from now on wait until the
+	// work queued on t so far is done: WaitEvent on an event just recorded
+	// on t, with no event left to release (CUDA records an event the
+	// backend keeps for the purpose, then waits on it). Waiting on s
+	// itself changes nothing.
+	WaitStream(s, t Stream) error
 }
 
 // Copier is the optional capability to copy bytes between device memory

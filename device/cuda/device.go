@@ -50,6 +50,16 @@ type Device struct {
 	events    map[device.Event]cu.Event // guarded by eventMu
 	nextEvent device.Event              // guarded by eventMu
 
+	// waitMu guards waitEvent, the event WaitStream records on the awaited
+	// stream and makes the waiting stream wait on. It is not in the event
+	// table: the device creates it on the first WaitStream, reuses it for
+	// every later one, and Close destroys it (Close holds life for
+	// writing, so it touches waitEvent without waitMu). waitMu is held
+	// across the record and the wait, so that no other WaitStream
+	// re-records the event in between.
+	waitMu    sync.Mutex
+	waitEvent cu.Event // the zero Event until the first WaitStream; guarded by waitMu
+
 	vmMu         sync.Mutex
 	reservations []*reservation // sorted by base; guarded by vmMu
 
@@ -264,13 +274,14 @@ func (d *Device) Synchronize() error {
 	return nil
 }
 
-// Close releases everything this Device still holds: its events and the
-// streams it created (adopted streams are only forgotten), mapped pages and
+// Close releases everything this Device still holds: its events (those of
+// RecordEvent and the one WaitStream keeps, if it made one), the streams it
+// created (adopted streams are only forgotten), mapped pages and
 // reservations, pinned host memory, device memory from Malloc, and finally
 // its reference to the primary context (a caller's context of OpenContext
-// stays the caller's). Pointers and handles it gave out become invalid. Calls after Close fail with
-// ErrClosed; a second Close does nothing. Errors from the driver are
-// joined, and the teardown goes on past them.
+// stays the caller's). Pointers and handles it gave out become invalid.
+// Calls after Close fail with ErrClosed; a second Close does nothing.
+// Errors from the driver are joined, and the teardown goes on past them.
 func (d *Device) Close() error {
 	d.life.Lock()
 	defer d.life.Unlock()
@@ -288,6 +299,11 @@ func (d *Device) Close() error {
 		for h, ev := range d.events {
 			note("release event", codeOf(cu.DestroyEvent(&ev)), subjectEvent)
 			delete(d.events, h)
+		}
+		// WaitStream's event exists only if WaitStream ever created it;
+		// DestroyEvent sets it back to the zero Event.
+		if d.waitEvent != (cu.Event{}) {
+			note("release event", codeOf(cu.DestroyEvent(&d.waitEvent)), subjectEvent)
 		}
 		for h, e := range d.streams {
 			if !e.adopted {

@@ -3,10 +3,10 @@
 // Package cuda is gpumem's CUDA backend: a device.Device on the CUDA driver
 // API through gorgonia.org/cu, with the virtual memory (device.VirtualMemory),
 // pinned host memory (device.HostMemory), stream checking
-// (device.StreamChecker), stream-waits-for-event (device.StreamWaiter,
-// cuStreamWaitEvent), copy (device.Copier, cuMemcpyDtoH / cuMemcpyHtoD) and
-// stream-ordered memory (device.StreamOrderedMemory, the device's default
-// memory pool) capabilities.
+// (device.StreamChecker), stream waits (device.StreamWaiter: WaitEvent and
+// WaitStream, both cuStreamWaitEvent), copy (device.Copier, cuMemcpyDtoH /
+// cuMemcpyHtoD) and stream-ordered memory (device.StreamOrderedMemory, the
+// device's default memory pool) capabilities.
 //
 //	dev, err := cuda.Open(0)
 //	if err != nil { ... }
@@ -76,6 +76,15 @@
 // did not return, a double free, or an unmap of unmapped pages fails with
 // a clear error before the driver sees it.
 //
+// Stream waits: WaitEvent is cuStreamWaitEvent on the event's driver
+// event. WaitStream(s, t) needs no event from the caller: the Device keeps
+// one event of its own outside the table, created without timing on the
+// first WaitStream and destroyed by Close, records it on t and makes s
+// wait on it. CUDA's wait is for the record most recent at the time of the
+// call, so the one event serves every call; a lock of its own keeps the
+// record and the wait of one call together. WaitStream of a stream on
+// itself makes no driver call.
+//
 // Virtual memory: Map creates one physical allocation (cuMemCreate) per
 // granularity page and maps it, then grants read-write access to the whole
 // range; Unmap unmaps and releases page by page. Any page-aligned sub-range
@@ -122,10 +131,11 @@
 //
 // Device.life is read-held by every call for its whole duration and
 // write-held by Close. Under it, each table has its own lock (memMu,
-// streamMu, eventMu, vmMu, hostMu); streamMu is taken before eventMu. The
-// stream and event table locks are read-held across the driver call that
-// uses the handle, so a handle cannot be destroyed under a call; vmMu is
-// held across Map and Unmap.
+// streamMu, eventMu, vmMu, hostMu), and WaitStream's event has waitMu;
+// streamMu is taken before eventMu and before waitMu. The stream and event
+// table locks are read-held across the driver call that uses the handle,
+// so a handle cannot be destroyed under a call; vmMu is held across Map
+// and Unmap, and waitMu across WaitStream's record and wait.
 //
 // # Tests
 //

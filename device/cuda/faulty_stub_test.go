@@ -27,7 +27,7 @@ var driverFuncs = []string{
 	"cuEventCreate", "cuEventDestroy", "cuEventQuery", "cuEventRecord", "cuEventSynchronize",
 	"cuMemAddressFree", "cuMemAddressReserve", "cuMemAlloc", "cuMemCreate", "cuMemFree", "cuMemFreeHost",
 	"cuMemGetInfo", "cuMemHostAlloc", "cuMemMap", "cuMemRelease", "cuMemSetAccess", "cuMemUnmap",
-	"cuStreamCreate", "cuStreamDestroy", "cuStreamSynchronize",
+	"cuStreamCreate", "cuStreamDestroy", "cuStreamSynchronize", "cuStreamWaitEvent",
 	"cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemAllocFromPoolAsync", "cuMemFreeAsync",
 	"cuMemPoolSetAttribute", "cuMemPoolGetAttribute", "cuMemPoolTrimTo",
 }
@@ -153,6 +153,14 @@ func TestStubFaultyEveryCall(t *testing.T) {
 			s, err := d.NewStream()
 			require.NoError(t, err)
 			return func(dev device.Device, i int) error { return dev.(device.StreamWaiter).WaitEvent(s, es[i]) }
+		},
+		device.CallWaitStream: func(t *testing.T, d *Device) call {
+			cudastub.HoldEvents(true) // u's work stays pending, so each wait is a real one
+			s, err := d.NewStream()
+			require.NoError(t, err)
+			u, err := d.NewStream()
+			require.NoError(t, err)
+			return func(dev device.Device, _ int) error { return dev.(device.StreamWaiter).WaitStream(s, u) }
 		},
 		device.CallReserve: func(*testing.T, *Device) call {
 			return func(d device.Device, _ int) error { _, err := vm(d).Reserve(g); return err }
@@ -304,8 +312,9 @@ func TestStubFaultyAllocator(t *testing.T) {
 
 // TestStubPolicyLendsWithStreamWaits: under the low_fragmentation policy
 // a block freed on one stream serves a request on another through
-// cuStreamWaitEvent on the driver, wrapped or not, and nothing is left on
-// the driver at the end.
+// WaitStream (a record and a cuStreamWaitEvent on the driver, on the one
+// event the backend keeps), wrapped or not, and nothing but that event is
+// left on the driver at the end.
 func TestStubPolicyLendsWithStreamWaits(t *testing.T) {
 	for _, wrap := range []bool{false, true} {
 		t.Run(map[bool]string{false: "bare", true: "wrapped"}[wrap], func(t *testing.T) {
@@ -328,7 +337,9 @@ func TestStubPolicyLendsWithStreamWaits(t *testing.T) {
 			assert.Equal(t, 1, cudastub.Calls("cuStreamWaitEvent"))
 			require.NoError(t, a.Free(q))
 			assert.Equal(t, 2, cudastub.Calls("cuStreamWaitEvent"), "the lender waits for the borrower")
-			assert.Zero(t, cudastub.Live("event"), "the events are released at once")
+			assert.Equal(t, 2, cudastub.Calls("cuEventRecord"), "one record per wait")
+			assert.Equal(t, 1, cudastub.Calls("cuEventCreate"), "both waits record the same event")
+			assert.Equal(t, 1, cudastub.Live("event"), "no event is left but the one the backend keeps until Close")
 			assert.Positive(t, cudastub.Calls("cuMemMap"), "expandable segments on the driver's virtual memory")
 			require.NoError(t, a.CheckInvariants())
 			require.NoError(t, a.EmptyCache())

@@ -6,10 +6,12 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gorgonia.org/cu"
 
 	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/cuda/internal/cudastub"
@@ -74,6 +76,52 @@ func TestGPUStreamsAndEvents(t *testing.T) {
 	require.NoError(t, d.ReleaseEvent(e))
 	assert.ErrorIs(t, d.ReleaseEvent(e), device.ErrInvalidEvent)
 	assert.ErrorIs(t, d.SynchronizeStream(s+99), device.ErrInvalidStream)
+}
+
+// TestGPUWaitStream: a copy queued on stream b after WaitStream(b, a)
+// reads what memsets queued on stream a before it wrote, though only b is
+// synchronized (both streams are non-blocking, so nothing else orders
+// them); waiting on oneself and on unknown streams behaves as documented.
+func TestGPUWaitStream(t *testing.T) {
+	d := openGPU(t)
+	a, err := d.NewStream()
+	require.NoError(t, err)
+	b, err := d.NewStream()
+	require.NoError(t, err)
+	const n = 256 * mib
+	src, err := d.Malloc(n)
+	require.NoError(t, err)
+	dst, err := d.Malloc(n)
+	require.NoError(t, err)
+	ca, err := d.DriverStream(a)
+	require.NoError(t, err)
+	cb, err := d.DriverStream(b)
+	require.NoError(t, err)
+	for round := uint(1); round <= 3; round++ {
+		// Several passes over src keep a busy while b's copy is queued;
+		// the last pass writes the value the copy must see.
+		require.Equal(t, 0, d.call(func() int {
+			for pass := uint(0); pass < 8; pass++ {
+				if c := codeOf(cu.MemsetD32Async(DevicePtr(src), 100*round+pass, n/4, ca)); c != 0 {
+					return c
+				}
+			}
+			return 0
+		}))
+		require.NoError(t, d.WaitStream(b, a))
+		require.Equal(t, 0, d.call(func() int { return codeOf(cu.MemcpyDtoDAsync(DevicePtr(dst), DevicePtr(src), n, cb)) }))
+		require.NoError(t, d.SynchronizeStream(b))
+		out := make([]byte, 4)
+		require.NoError(t, d.CopyToHost(out, dst+n-4))
+		assert.Equal(t, uint32(100*round+7), binary.LittleEndian.Uint32(out), "round %d: b's copy ran after a's memsets", round)
+	}
+	require.NoError(t, d.WaitStream(b, b))
+	require.NoError(t, d.WaitStream(device.DefaultStream, b))
+	assert.ErrorIs(t, d.WaitStream(b+99, a), device.ErrInvalidStream)
+	assert.ErrorIs(t, d.WaitStream(a, b+99), device.ErrInvalidStream)
+	require.NoError(t, d.Synchronize())
+	require.NoError(t, d.Free(src))
+	require.NoError(t, d.Free(dst))
 }
 
 func TestGPUVirtualMemory(t *testing.T) {

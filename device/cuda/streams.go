@@ -224,3 +224,64 @@ func (d *Device) WaitEvent(s device.Stream, e device.Event) error {
 	}
 	return nil
 }
+
+// WaitStream makes the work queued on s from now on wait until the work
+// queued on t so far is done, without blocking the caller
+// (device.StreamWaiter): it records an event on t (cuEventRecord) and makes
+// s wait on it (cuStreamWaitEvent), leaving no event to release. The event
+// is the device's own: the first call creates it without timing
+// (CU_EVENT_DISABLE_TIMING), later calls record the same one again, and
+// Close destroys it. One event is enough because cuStreamWaitEvent waits
+// for the record that is most recent when it is called, and the event may
+// be recorded again or destroyed right after; d.waitMu keeps another
+// WaitStream from recording it between this call's record and wait.
+// Waiting on s itself changes nothing and makes no driver call. Unknown
+// streams fail with device.ErrInvalidStream before the driver sees them.
+func (d *Device) WaitStream(s, t device.Stream) error {
+	if err := d.enter("wait stream"); err != nil {
+		return err
+	}
+	defer d.life.RUnlock()
+	d.streamMu.RLock()
+	defer d.streamMu.RUnlock()
+	cs, err := d.streamLocked("wait stream", s)
+	if err != nil {
+		return err
+	}
+	ct, err := d.streamLocked("wait stream", t)
+	if err != nil {
+		return err
+	}
+	if s == t {
+		return nil
+	}
+	d.waitMu.Lock()
+	defer d.waitMu.Unlock()
+	var what subject
+	c := d.call(func() int {
+		if d.waitEvent == (cu.Event{}) {
+			ev, err := cu.MakeEvent(cu.DisableTiming)
+			if c := codeOf(err); c != cudadrv.Success {
+				what = subjectNone
+				return c
+			}
+			d.waitEvent = ev
+		}
+		// A failed record or wait leaves the event as it was, fit to be
+		// recorded by the next call; an invalid handle can only be one of
+		// the streams, since the event is the device's own.
+		if c := codeOf(d.waitEvent.Record(ct)); c != cudadrv.Success {
+			what = subjectStream
+			return c
+		}
+		if c := codeOf(cs.Wait(d.waitEvent, 0)); c != cudadrv.Success {
+			what = subjectStream
+			return c
+		}
+		return cudadrv.Success
+	})
+	if c != cudadrv.Success {
+		return driverError("wait stream", d.ordinal, c, what)
+	}
+	return nil
+}

@@ -182,6 +182,14 @@ func callCases() map[device.Call]callCase {
 			require.NoError(t, err)
 			return func(d device.Device, i int) error { return d.(device.StreamWaiter).WaitEvent(st, es[i]) }
 		}},
+		device.CallWaitStream: {func(t *testing.T, s *sim.Device, n int) func(device.Device, int) error {
+			a, err := s.NewStream() // busy: each wait holds b
+			require.NoError(t, err)
+			require.NoError(t, s.SetStreamBusy(a, true))
+			b, err := s.NewStream()
+			require.NoError(t, err)
+			return func(d device.Device, _ int) error { return d.(device.StreamWaiter).WaitStream(b, a) }
+		}},
 		device.CallCopyToHost: {func(t *testing.T, s *sim.Device, n int) func(device.Device, int) error {
 			p, err := s.Malloc(mib)
 			require.NoError(t, err)

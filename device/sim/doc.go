@@ -81,6 +81,9 @@
 // later event, SetStreamBusy(s, false)) first finishes the awaited work of
 // e's stream, as the device would have run it; once e is done, s runs on.
 // Waiting on an event already done, or on one of s itself, holds nothing.
+// WaitStream(s, t) is WaitEvent(s, e) on an event e recorded on t at the
+// call, without e: nothing is left to release, and it counts as a
+// StreamWait.
 //
 // A stream can also be adopted: AdoptStreamHandle(h) takes a stream a runtime
 // names h (on a GPU, its CUstream) and numbers it like a stream NewStream

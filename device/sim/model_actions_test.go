@@ -146,6 +146,27 @@ func (m *model) actions() map[string]func(*rapid.T) {
 				}
 			}
 		},
+		"WaitStream": func(t *rapid.T) {
+			s, u := m.stream(t), m.stream(t)
+			err := m.d.WaitStream(s, u)
+			m.pay(m.costs.EventRecord + m.costs.EventWait)
+			i, st := m.modelStream(s)
+			j, su := m.modelStream(u)
+			if st == nil || su == nil {
+				require.ErrorIs(t, err, device.ErrInvalidStream)
+				return
+			}
+			require.NoError(t, err)
+			m.c.StreamWaits++
+			if i == j {
+				return // waiting on itself queues and holds nothing
+			}
+			su.queued++ // the record on u, as RecordEvent's
+			m.settle()
+			if su.completed < su.queued {
+				st.waits = append(st.waits, modelWait{pos: st.queued, seq: su.queued, dep: j})
+			}
+		},
 		"ReleaseEvent": func(t *rapid.T) {
 			e := m.event(t)
 			err := m.d.ReleaseEvent(e)

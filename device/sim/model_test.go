@@ -106,7 +106,7 @@ func faultIf(on bool) error {
 type modelStream struct {
 	busy              bool
 	queued, completed uint64
-	waits             []modelWait // every WaitEvent that had to wait, in order
+	waits             []modelWait // every WaitEvent and WaitStream that had to wait, in order
 }
 
 // modelWait: unit k of a stream's work (the k-th event recorded on it)

@@ -75,10 +75,13 @@ type Counters struct {
 	EventsReleased   int64
 	EventQueries     int64
 	EventWaits       int64 // successful WaitEvent calls
-	StreamsCreated   int64
-	Maps, Unmaps     int64
-	Reserves         int64
-	Releases         int64
+	// StreamWaits counts successful WaitStream calls: each a record on
+	// the awaited stream and a wait, without an event to release.
+	StreamWaits    int64
+	StreamsCreated int64
+	Maps, Unmaps   int64
+	Reserves       int64
+	Releases       int64
 
 	MemInfos               int64
 	StreamSynchronizations int64

@@ -8,14 +8,16 @@ import "github.com/gpumem/gpumem/device"
 // streamState is one stream's queue. The only work the simulation knows
 // about is recorded events, so a queue is two positions: how many events
 // were recorded on it and how many of those have finished (a prefix, since
-// a stream runs its work in order). WaitEvent adds waits: the stream's
-// work past a wait's position runs only once the awaited work of another
-// stream has run.
+// a stream runs its work in order); WaitStream's record on the awaited
+// stream and the stream-ordered pool's frees count as events here.
+// WaitEvent and WaitStream add waits: the stream's work past a wait's
+// position runs only once the awaited work of another stream has run.
 type streamState struct {
 	busy      bool         // recorded work stays pending until completed
 	queued    uint64       // events recorded so far
 	completed uint64       // events finished; completed <= queued
-	waits     []streamWait // waits not yet passed, by position
+	waits     []streamWait // waits[head:]: waits not yet passed, by position
+	head      int          // waits[:head] are passed; 0 when none is left
 	listed    bool         // in Device.unfinished
 	logged    uint64       // 1 + the mark of the stream's newest entry in Device.progress; 0: none
 	external  uintptr      // the name it was adopted under (AdoptStreamHandle); 0 for NewStream's
@@ -29,6 +31,41 @@ type streamWait struct {
 	dep      int
 }
 
+// hasWaits reports whether the stream has waits not yet passed.
+func (st *streamState) hasWaits() bool { return st.head < len(st.waits) }
+
+// popWait passes the stream's first wait. The stream's waits keep one
+// array: it starts over once every wait is passed, and an append that
+// would grow it moves the waits left to the front first.
+func (st *streamState) popWait() {
+	st.head++
+	if st.head == len(st.waits) {
+		st.clearWaits()
+	}
+}
+
+// clearWaits drops every wait of the stream.
+func (st *streamState) clearWaits() { st.waits, st.head = st.waits[:0], 0 }
+
+// pushWait adds w after the stream's other waits.
+func (st *streamState) pushWait(w streamWait) {
+	if st.head > 0 && len(st.waits) == cap(st.waits) {
+		st.waits = st.waits[:copy(st.waits, st.waits[st.head:])]
+		st.head = 0
+	}
+	st.waits = append(st.waits, w)
+}
+
+// waitLocked makes the work queued on stream i from now on wait until
+// stream dep has finished its first seq events: nothing if dep is i or
+// has finished them.
+func (d *Device) waitLocked(i, dep int, seq uint64) {
+	if st := &d.streams[i]; dep != i && d.streams[dep].completed < seq {
+		st.pushWait(streamWait{pos: st.queued, seq: seq, dep: dep})
+		d.waits++
+	}
+}
+
 // finishLocked runs the work of stream i up to its first upTo events, and
 // first the awaited work of other streams that this work waits for. A
 // wait can only name work recorded before it, so the recursion ends.
@@ -38,11 +75,11 @@ func (d *Device) finishLocked(i int, upTo uint64) {
 		d.progressedLocked(i)
 	}
 	for st.completed < upTo {
-		if len(st.waits) > 0 && st.waits[0].pos < upTo {
-			w := st.waits[0]
+		if st.hasWaits() && st.waits[st.head].pos < upTo {
+			w := st.waits[st.head]
 			st.completed = max(st.completed, w.pos)
 			d.finishLocked(w.dep, w.seq)
-			st.waits = st.waits[1:]
+			st.popWait()
 			d.waits--
 			continue
 		}
@@ -59,8 +96,8 @@ func (d *Device) settleLocked() {
 		for i := range d.streams {
 			st := &d.streams[i]
 			for !st.busy && st.completed < st.queued {
-				if len(st.waits) > 0 {
-					w := st.waits[0]
+				if st.hasWaits() {
+					w := st.waits[st.head]
 					if d.streams[w.dep].completed < w.seq {
 						if w.pos > st.completed {
 							st.completed, moved = w.pos, true
@@ -68,7 +105,7 @@ func (d *Device) settleLocked() {
 						}
 						break
 					}
-					st.waits = st.waits[1:]
+					st.popWait()
 					d.waits--
 					continue
 				}
@@ -156,7 +193,8 @@ func (d *Device) Synchronize() error {
 			if st.completed < st.queued {
 				d.progressedLocked(i)
 			}
-			st.completed, st.waits = st.queued, nil
+			st.completed = st.queued
+			st.clearWaits()
 		}
 		d.waits = 0
 	} else {
@@ -348,7 +386,7 @@ func (d *Device) queueLocked(i int) {
 	st := &d.streams[i]
 	st.queued++
 	if !st.busy {
-		if len(st.waits) == 0 {
+		if !st.hasWaits() {
 			st.completed = st.queued
 			d.progressedLocked(i)
 		} else {
@@ -440,13 +478,39 @@ func (d *Device) WaitEvent(s device.Stream, e device.Event) error {
 	} else if ev, ok := d.events.get(e); !ok {
 		err = d.fail("wait event", device.ErrInvalidEvent, "event %d does not exist or was released", e)
 	} else {
-		if st := &d.streams[i]; ev.stream != i && d.streams[ev.stream].completed < ev.seq {
-			st.waits = append(st.waits, streamWait{pos: st.queued, seq: ev.seq, dep: ev.stream})
-			d.waits++
-		}
+		d.waitLocked(i, ev.stream, ev.seq)
 		d.c.EventWaits++
 	}
 	d.mu.Unlock()
 	nap(t)
+	return err
+}
+
+// WaitStream makes the work recorded on s from now on wait until the work
+// queued on t so far is done (device.StreamWaiter): what RecordEvent on t,
+// WaitEvent on s and ReleaseEvent do together, with no event in the table.
+// It costs a record and a wait on the clock (a CUDA backend records an
+// event it keeps and waits on it) and counts as a StreamWait. Waiting on
+// s itself changes nothing.
+func (d *Device) WaitStream(s, t device.Stream) error {
+	d.mu.Lock()
+	tm := d.payLocked(d.costs.EventRecord + d.costs.EventWait)
+	i, iok := d.streamIndex(s)
+	j, jok := d.streamIndex(t)
+	var err error
+	switch {
+	case !iok:
+		err = d.noStream("wait stream", s)
+	case !jok:
+		err = d.noStream("wait stream", t)
+	default:
+		if i != j {
+			d.queueLocked(j) // the record's place in t's queue
+			d.waitLocked(i, j, d.streams[j].queued)
+		}
+		d.c.StreamWaits++
+	}
+	d.mu.Unlock()
+	nap(tm)
 	return err
 }

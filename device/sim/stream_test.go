@@ -353,6 +353,66 @@ func TestWaitEvent(t *testing.T) {
 	requireUnchanged(t, d, before2, nil)
 }
 
+// TestWaitStream: a stream that waits for a busy stream holds its later
+// work until the work queued on that stream before the wait has run, and
+// no more: work queued there after the wait does not hold it. No event is
+// left in the table, and a wait on the stream itself holds nothing.
+func TestWaitStream(t *testing.T) {
+	d := newDev(t, Config{})
+	a, err := d.NewStream()
+	require.NoError(t, err)
+	b, err := d.NewStream()
+	require.NoError(t, err)
+	require.NoError(t, d.SetStreamBusy(a, true))
+	c0 := d.Counters()
+
+	require.NoError(t, d.WaitStream(b, a))
+	eb, err := d.RecordEvent(b)
+	require.NoError(t, err)
+	assert.False(t, eventDone(t, d, eb), "b's later work waits for a's")
+	n, _ := d.PendingWork(a)
+	assert.EqualValues(t, 1, n, "the wait's record is a's pending work")
+	c1 := d.Counters()
+	assert.EqualValues(t, 1, c1.StreamWaits-c0.StreamWaits)
+	assert.Zero(t, c1.EventWaits-c0.EventWaits)
+	assert.EqualValues(t, 1, c1.EventsRecorded-c0.EventsRecorded, "b's event only")
+	assert.Equal(t, 1, d.events.len(), "the wait leaves no event behind")
+
+	// Work queued on a after the wait does not hold b: running a's
+	// first unit (the wait's record) is enough.
+	ea, _ := d.RecordEvent(a)
+	require.NoError(t, d.SynchronizeEvent(eb))
+	assert.False(t, eventDone(t, d, ea), "a's later work still pending")
+	assert.True(t, eventDone(t, d, eb))
+
+	// A stream waiting on itself, or on one with nothing pending, holds
+	// nothing.
+	require.NoError(t, d.WaitStream(b, b))
+	require.NoError(t, d.CompleteStream(a))
+	require.NoError(t, d.SetStreamBusy(a, false))
+	require.NoError(t, d.WaitStream(b, a))
+	assert.True(t, eventDone(t, d, recordOn(t, d, b)))
+	assert.EqualValues(t, 3, d.Counters().StreamWaits-c0.StreamWaits)
+
+	// The clock charges a record and a wait.
+	costs := d.Costs()
+	before := d.Clock()
+	require.NoError(t, d.WaitStream(b, a))
+	assert.Equal(t, costs.EventRecord+costs.EventWait, d.Clock()-before)
+
+	before2 := stateOf(d)
+	assert.ErrorIs(t, d.WaitStream(99, a), device.ErrInvalidStream)
+	assert.ErrorIs(t, d.WaitStream(b, 99), device.ErrInvalidStream)
+	requireUnchanged(t, d, before2, nil)
+}
+
+func recordOn(t *testing.T, d *Device, s device.Stream) device.Event {
+	t.Helper()
+	e, err := d.RecordEvent(s)
+	require.NoError(t, err)
+	return e
+}
+
 func TestProgressed(t *testing.T) {
 	d, err := New(Config{})
 	require.NoError(t, err)
@@ -460,4 +520,36 @@ func TestSynchronizeVisitsPendingStreams(t *testing.T) {
 	require.NoError(t, d.WaitEvent(device.DefaultStream, e))
 	require.NoError(t, d.Synchronize())
 	assert.EqualValues(t, n+n+2, d.Counters().StreamVisits)
+}
+
+// TestStreamWaitsArray: the waits of a stream keep their order through
+// passes and pushes, the array starts over once every wait is passed,
+// and a push that would grow it moves the waits left to the front.
+func TestStreamWaitsArray(t *testing.T) {
+	var st streamState
+	for i := range 4 {
+		st.pushWait(streamWait{pos: uint64(i)})
+	}
+	st.popWait()
+	st.popWait()
+	c := cap(st.waits)
+	for i := 4; len(st.waits) < c; i++ {
+		st.pushWait(streamWait{pos: uint64(i)})
+	}
+	st.pushWait(streamWait{pos: 99}) // full: moves the two left to the front
+	assert.Equal(t, 0, st.head)
+	assert.Equal(t, c, cap(st.waits), "room made without growing")
+	var got []uint64
+	for st.hasWaits() {
+		got = append(got, st.waits[st.head].pos)
+		st.popWait()
+	}
+	assert.Equal(t, uint64(2), got[0])
+	assert.Equal(t, uint64(99), got[len(got)-1])
+	for i := 1; i < len(got)-1; i++ {
+		assert.Equal(t, got[i-1]+1, got[i])
+	}
+	assert.Equal(t, 0, st.head)
+	assert.Empty(t, st.waits)
+	assert.Equal(t, c, cap(st.waits), "the array is kept")
 }

@@ -134,6 +134,10 @@ func Run(d device.Device) Result {
 			err := w.WaitEvent(s, e)
 			r.note(device.CallWaitEvent, 0, err, "%d on %d", s, e)
 		}
+		for _, c := range [][2]device.Stream{{s, device.DefaultStream}, {s, s}, {12345, s}, {s, 12345}} {
+			err := w.WaitStream(c[0], c[1])
+			r.note(device.CallWaitStream, 0, err, "%d on stream %d", c[0], c[1])
+		}
 	}
 	for _, e := range append(events, bad) {
 		err := d.ReleaseEvent(e)

@@ -209,6 +209,15 @@ func (w *wrapper) WaitEvent(s device.Stream, e device.Event) error {
 	return err
 }
 
+func (w *wrapper) WaitStream(s, t device.Stream) error {
+	if err := w.h.Before(device.CallWaitStream, 0); err != nil {
+		return err
+	}
+	err := w.caps.StreamWaiter.WaitStream(s, t)
+	w.h.After(device.CallWaitStream, 0, err)
+	return err
+}
+
 // device.Copier
 
 func (w *wrapper) CopyToHost(dst []byte, src device.Ptr) error {
