@@ -123,10 +123,10 @@
 // leaves PyTorch's decisions where they waste memory; the faithful policy
 // stays the default. It builds every pool from expandable segments of
 // 2 MiB pages when the device has virtual memory, prefers low addresses
-// among close fits, lends free blocks across streams (with device events
-// between them), and unmaps old free pages before it maps new ones.
-// POLICY.md measures each part. Under the policy with several streams,
-// every operation takes every lock.
+// among close fits, lends free blocks across streams (one stream waiting
+// for the other on the device), and unmaps old free pages before it maps
+// new ones. POLICY.md measures each part. Under the policy with several
+// streams, every operation takes every lock.
 //
 // Config.Policy = PolicyPlanned (gpumem_policy:planned) is that policy
 // with one pool (every request from the large pool's 2 MiB pages, so

@@ -282,7 +282,7 @@ func (a *Allocator) takeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block
 func (a *Allocator) handedOutLocked(sh *shard, f *freeindex.Block, size uint64) {
 	if a.stepping {
 		sh.steps.note(f, +1)
-		if a.pol != nil && a.pol.plan != nil {
+		if a.pol != nil && a.pol.plan != nil && a.pol.plan.recording { // a quiet step logs nothing
 			if s := a.userStreamLocked(f); !a.pol.plan.countSameLocked(size, s) {
 				a.planAllocatedLocked(f, size, s)
 			}

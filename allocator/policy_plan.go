@@ -138,6 +138,17 @@ type planState struct {
 	prevSize   []uint64
 	prevStream device.Stream
 
+	// Quiet steps, where steps do not repeat (generation, whose caches
+	// grow by a token a step): misses counts the steps in a row, recorded
+	// with allocations and without a plan, that repeated nothing; from
+	// the fourth on, every second miss is followed by quiet steps that log
+	// nothing (recording false), 1, 2, 4, ... up to maxQuiet. A repeat
+	// or a plan ends them. The step before a recorded step is recorded
+	// too (quiet ends a pair of misses), so a repeat is still found
+	// between neighbours, at most maxQuiet+2 steps late.
+	misses int
+	quiet  int
+
 	// The plan, nil when there is none.
 	reqs   []planReq
 	sizes  []uint64 // by position, the rounded size (reqs[k].size), compared at a boundary
@@ -512,6 +523,11 @@ func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	}
 	if p.recSame > len(p.same) || p.same != nil && (p.logOps || len(p.recSize) > 0 || !slices.Equal(p.same, p.sizes)) {
 		bad("the planned policy counts %d allocations as the plan's (%d sizes) beside %d logged (logging operations: %v; the plan's sizes: %d)", p.recSame, len(p.same), len(p.recSize), p.logOps, len(p.sizes))
+	}
+	if p.quiet < 0 || p.quiet >= maxQuiet || p.quiet > 0 && (p.recording || p.reqs != nil) ||
+		!p.recording && (p.logOps || len(p.recSize) > 0 || p.recSame > 0) {
+		bad("the planned policy has %d quiet steps to come (recording: %v, logging operations: %v, %d sizes logged, %d counted as the plan's, a plan: %v)",
+			p.quiet, p.recording, p.logOps, len(p.recSize), p.recSame, p.reqs != nil)
 	}
 	if p.reqs != nil && (!slices.Equal(p.prevSize, p.sizes) || p.prevStream != p.stream) {
 		bad("the last step recorded has %d sizes on stream %d, not the plan's %d on stream %d", len(p.prevSize), p.prevStream, len(p.sizes), p.stream)

@@ -91,11 +91,16 @@ func (a *Allocator) planStepLocked() {
 	}
 	p.same, p.recSame = nil, 0
 	kept := same || p.reqs != nil && !p.recMixed && p.recStream == p.stream && slices.Equal(p.recSize, p.sizes)
-	if p.recording && !kept && len(p.recSize) > 0 {
+	recorded := p.recording
+	if kept {
+		p.misses = 0
+	} else if p.recording && len(p.recSize) > 0 {
 		if p.logOps && !p.recMixed && p.recStream == p.prevStream && slices.Equal(p.recSize, p.prevSize) {
 			a.buildPlanLocked() // the pattern repeats
+			p.misses = 0
 		} else {
 			p.reqs = nil // a new pattern: planned once it repeats
+			p.misses++
 		}
 	}
 	if p.recMixed {
@@ -106,10 +111,33 @@ func (a *Allocator) planStepLocked() {
 	}
 	p.rec, p.recSize = p.rec[:0], p.recSize[:0]
 	p.recMixed, p.recording = false, true
-	p.logOps = p.reqs == nil
-	if !p.logOps {
+	if p.reqs == nil && p.quietLocked(recorded) {
+		p.recording = false // a quiet step: nothing is logged
+	}
+	p.logOps = p.reqs == nil && p.recording
+	if p.reqs != nil {
 		p.same = p.sizes
 	}
 	p.pos = 0
 	p.follow = p.reqs != nil && a.arenaLocked()
+}
+
+// maxQuiet bounds a run of quiet steps (planState.quiet).
+const maxQuiet = 64
+
+// quietLocked reports whether the next step is quiet, at a boundary
+// without a plan; recorded says whether the step that ended was
+// recorded. From the fourth miss in a row, every second one starts a run
+// of quiet steps twice as long as the one before, up to maxQuiet.
+func (p *planState) quietLocked(recorded bool) bool {
+	if p.quiet > 0 {
+		p.quiet--
+		return true
+	}
+	if recorded && p.misses >= 4 && p.misses%2 == 0 {
+		p.quiet = min(1<<(p.misses/2-2), maxQuiet) - 1 // this step is the first
+		p.prevSize = p.prevSize[:0]                    // the next recorded step is compared with none
+		return true
+	}
+	return false
 }

@@ -286,6 +286,11 @@ func TestCheckInvariantsCatchesPlanCorruption(t *testing.T) {
 		{"operations logged under a plan", "logged", func(a *Allocator) {
 			a.pol.plan.rec = append(a.pol.plan.rec, planOp{pos: -1})
 		}},
+		{"quiet steps under a plan", "quiet steps", func(a *Allocator) { a.pol.plan.quiet = 3 }},
+		{"a quiet step that logs", "quiet steps", func(a *Allocator) {
+			a.pol.plan.recording = false
+			a.pol.plan.recSame = 1 // what the step so far counted as the plan's
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a := setup(t)
@@ -293,6 +298,58 @@ func TestCheckInvariantsCatchesPlanCorruption(t *testing.T) {
 			require.ErrorContains(t, a.CheckInvariants(), c.want)
 		})
 	}
+}
+
+// TestPlannedQuietWhereNothingRepeats: where no step repeats the one
+// before it, the policy stops logging most steps, in runs of quiet steps
+// that double up to maxQuiet, each after two recorded steps in a row; once
+// the steps repeat, a plan is made within maxQuiet+3 steps and served.
+func TestPlannedQuietWhereNothingRepeats(t *testing.T) {
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	p := a.pol.plan
+	var recorded []bool
+	for i := range 300 {
+		sizes := append([]uint64(nil), stepSizes...)
+		sizes[2] += uint64(i+1) << 20 // a cache that grows a step
+		runStep(t, a, sizes)
+		recorded = append(recorded, p.recording)
+		require.NoError(t, a.CheckInvariants())
+	}
+	plans, _, _ := planCounts(a)
+	require.Zero(t, plans)
+	assert.Equal(t, []bool{true, true, true, true, false, true, true, false, false, true, true}, recorded[:11],
+		"the fourth miss in a row starts the first quiet run, of one step; then two recorded, two quiet")
+	n, run, longest := 0, 0, 0
+	for i, r := range recorded {
+		if !r {
+			run++
+			longest = max(longest, run)
+			continue
+		}
+		n++
+		if run > 0 {
+			require.True(t, recorded[i+1], "step %d: a quiet run ends in two recorded steps", i)
+		}
+		run = 0
+	}
+	assert.Equal(t, maxQuiet, longest, "runs double up to maxQuiet")
+	assert.Less(t, n, 30, "recorded steps of 300")
+
+	// The steps repeat from now on: planned, then served, in time.
+	for i := range maxQuiet + 3 {
+		runStep(t, a, stepSizes)
+		if plans, _, _ = planCounts(a); plans > 0 {
+			t.Logf("planned at the mark of the %dth repeated step", i+1)
+			break
+		}
+	}
+	require.EqualValues(t, 1, plans, "a plan within maxQuiet+3 steps of the first repeat")
+	_, before, _ := planCounts(a)
+	runStep(t, a, stepSizes)
+	_, served, _ := planCounts(a)
+	assert.EqualValues(t, len(stepSizes), served-before, "the next step is served from the arena")
+	assert.Zero(t, p.quiet)
+	require.NoError(t, a.CheckInvariants())
 }
 
 // TestPlannedConcurrent runs steps on the default stream from one

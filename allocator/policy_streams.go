@@ -18,12 +18,13 @@ import (
 //   - A request that no free block of its own stream can serve takes the
 //     best-fitting free block of another stream's cache (the lender's),
 //     before any device allocation. The borrowing stream first waits, on
-//     the device, for an event recorded on the lender's stream now: the
-//     work queued there so far, which includes every use of the block
+//     the device, for the lender's stream (device.StreamWaiter's
+//     WaitStream: on CUDA an event the device keeps, recorded there now):
+//     the work queued there so far, which includes every use of the block
 //     before it was freed, runs before the borrower's work that follows.
 //     A wait of the borrower on the lender made after the block was freed
 //     (it was filed in the free index before the search count at which
-//     that wait's event was recorded) already orders it: no new one.
+//     that wait was made) already orders it: no new one.
 //   - The block keeps its segment's stream (blocks never change stream)
 //     and its shard: it stays in the lender's address table and counts,
 //     so that Free finds it by its address as any block; while allocated
@@ -33,10 +34,10 @@ import (
 //     reads and changes two streams' shards: it runs in the world, as
 //     every operation under the policy does once a second stream has a
 //     shard (shards.go).
-//   - When the caller frees it, the lender's stream waits for an event
-//     recorded on the borrower's stream, and the block returns to the
-//     lender's cache at once, free for any stream: the lender's later work
-//     follows the borrower's, and a later borrower waits for the lender's.
+//   - When the caller frees it, the lender's stream waits for the
+//     borrower's stream, and the block returns to the lender's cache at
+//     once, free for any stream: the lender's later work follows the
+//     borrower's, and a later borrower waits for the lender's.
 //     Streams recorded with RecordStream are waited for on the host as
 //     always (the block is pending until their events are done).
 //   - Streams named by RecordStream are neither lent to nor lent from:
@@ -46,7 +47,7 @@ import (
 //     wait on the host for the borrower, as for any recorded stream).
 //   - Without the StreamWaiter capability the waits are made on the host
 //     (SynchronizeEvent), which is correct but blocks the caller.
-//   - If an event call fails, the block is not lent (the ladder goes on to
+//   - If a wait fails, the block is not lent (the ladder goes on to
 //     the device), or at the free the borrower stays recorded and the free
 //     waits for it on the host.
 
