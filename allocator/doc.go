@@ -137,6 +137,8 @@
 // that repeat it (same order, same sizes) from there, with no fit and no
 // device call; a request that departs is served by the policy, and the
 // step is planned anew. Memory kept across steps stays out of the plan.
+// Where steps do not repeat, most of them log nothing (runs of quiet
+// steps, up to 64 long), so a repeat is planned at most 66 steps late.
 //
 // # Design
 //
