@@ -368,10 +368,7 @@ func TestStubStreamsAndEvents(t *testing.T) {
 func TestStubWaitEvent(t *testing.T) {
 	d := openStub(t)
 	var w device.StreamWaiter = d
-	a, err := d.NewStream()
-	require.NoError(t, err)
-	b, err := d.NewStream()
-	require.NoError(t, err)
+	a, b := twoStreams(t, d)
 
 	cudastub.HoldEvents(true)
 	ea := mustRecord(t, d, a)
@@ -398,7 +395,7 @@ func TestStubWaitEvent(t *testing.T) {
 	assert.Equal(t, calls, cudastub.Calls("cuStreamWaitEvent"), "unknown handles never reach the driver")
 
 	cudastub.Fail("cuStreamWaitEvent", 400, 0, 1) // CUDA_ERROR_INVALID_HANDLE
-	err = w.WaitEvent(b, eb)
+	err := w.WaitEvent(b, eb)
 	requireDeviceError(t, err, device.ErrInvalidEvent, 400)
 	require.NoError(t, w.WaitEvent(b, eb), "once only")
 	for _, e := range []device.Event{eb, ea2} {

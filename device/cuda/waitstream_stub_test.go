@@ -17,6 +17,16 @@ import (
 	"github.com/gpumem/gpumem/device/cuda/internal/cudastub"
 )
 
+// twoStreams makes two streams on d.
+func twoStreams(t *testing.T, d *Device) (a, b device.Stream) {
+	t.Helper()
+	a, err := d.NewStream()
+	require.NoError(t, err)
+	b, err = d.NewStream()
+	require.NoError(t, err)
+	return a, b
+}
+
 // waitCalls counts the driver calls WaitStream can make.
 type waitCalls struct{ create, record, wait, destroy int }
 
@@ -37,10 +47,7 @@ func stubWaitCalls() waitCalls {
 func TestStubWaitStream(t *testing.T) {
 	d := openStub(t)
 	var w device.StreamWaiter = d
-	a, err := d.NewStream()
-	require.NoError(t, err)
-	b, err := d.NewStream()
-	require.NoError(t, err)
+	a, b := twoStreams(t, d)
 
 	cudastub.HoldEvents(true)
 	ea := mustRecord(t, d, a) // work queued on a, not done
@@ -96,10 +103,7 @@ func TestStubWaitStream(t *testing.T) {
 // call depends on, and leaves no extra event.
 func TestStubWaitStreamErrors(t *testing.T) {
 	d := openStub(t)
-	a, err := d.NewStream()
-	require.NoError(t, err)
-	b, err := d.NewStream()
-	require.NoError(t, err)
+	a, b := twoStreams(t, d)
 
 	before := stubWaitCalls()
 	for _, p := range [][2]device.Stream{{b + 1000, a}, {a, b + 1000}, {b + 1000, b + 1000}, {1<<32 | a, a}, {a, 1<<32 | a}} {

@@ -282,11 +282,7 @@ func TestReleasedEvent(t *testing.T) {
 // wait on a done event, or on the stream's own event, holds nothing.
 func TestWaitEvent(t *testing.T) {
 	d := newDev(t, Config{})
-	a, err := d.NewStream()
-	require.NoError(t, err)
-	b, err := d.NewStream()
-	require.NoError(t, err)
-	require.NoError(t, d.SetStreamBusy(a, true))
+	a, b := busyAndIdle(t, d)
 	ea, err := d.RecordEvent(a) // pending: a is busy
 	require.NoError(t, err)
 
@@ -359,11 +355,7 @@ func TestWaitEvent(t *testing.T) {
 // left in the table, and a wait on the stream itself holds nothing.
 func TestWaitStream(t *testing.T) {
 	d := newDev(t, Config{})
-	a, err := d.NewStream()
-	require.NoError(t, err)
-	b, err := d.NewStream()
-	require.NoError(t, err)
-	require.NoError(t, d.SetStreamBusy(a, true))
+	a, b := busyAndIdle(t, d)
 	c0 := d.Counters()
 
 	require.NoError(t, d.WaitStream(b, a))
@@ -404,6 +396,17 @@ func TestWaitStream(t *testing.T) {
 	assert.ErrorIs(t, d.WaitStream(99, a), device.ErrInvalidStream)
 	assert.ErrorIs(t, d.WaitStream(b, 99), device.ErrInvalidStream)
 	requireUnchanged(t, d, before2, nil)
+}
+
+// busyAndIdle makes two streams, the first busy.
+func busyAndIdle(t *testing.T, d *Device) (busy, idle device.Stream) {
+	t.Helper()
+	busy, err := d.NewStream()
+	require.NoError(t, err)
+	idle, err = d.NewStream()
+	require.NoError(t, err)
+	require.NoError(t, d.SetStreamBusy(busy, true))
+	return busy, idle
 }
 
 func recordOn(t *testing.T, d *Device, s device.Stream) device.Event {
