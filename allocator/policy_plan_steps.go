@@ -91,7 +91,7 @@ func (a *Allocator) planStepLocked() {
 	}
 	p.same, p.recSame = nil, 0
 	kept := same || p.reqs != nil && !p.recMixed && p.recStream == p.stream && slices.Equal(p.recSize, p.sizes)
-	recorded := p.recording
+	missed := false
 	if kept {
 		p.misses = 0
 	} else if p.recording && len(p.recSize) > 0 {
@@ -100,7 +100,7 @@ func (a *Allocator) planStepLocked() {
 			p.misses = 0
 		} else {
 			p.reqs = nil // a new pattern: planned once it repeats
-			p.misses++
+			p.misses, missed = p.misses+1, true
 		}
 	}
 	if p.recMixed {
@@ -111,7 +111,7 @@ func (a *Allocator) planStepLocked() {
 	}
 	p.rec, p.recSize = p.rec[:0], p.recSize[:0]
 	p.recMixed, p.recording = false, true
-	if p.reqs == nil && p.quietLocked(recorded) {
+	if p.reqs == nil && p.quietLocked(missed) {
 		p.recording = false // a quiet step: nothing is logged
 	}
 	p.logOps = p.reqs == nil && p.recording
@@ -126,15 +126,17 @@ func (a *Allocator) planStepLocked() {
 const maxQuiet = 64
 
 // quietLocked reports whether the next step is quiet, at a boundary
-// without a plan; recorded says whether the step that ended was
-// recorded. From the fourth miss in a row, every second one starts a run
-// of quiet steps twice as long as the one before, up to maxQuiet.
-func (p *planState) quietLocked(recorded bool) bool {
+// without a plan; missed says whether the step that ended was a miss (a
+// step recorded with allocations that repeated nothing). From the fourth
+// miss in a row, every second one starts a run of quiet steps twice as
+// long as the one before, up to maxQuiet; a step without allocations is
+// no miss and starts none.
+func (p *planState) quietLocked(missed bool) bool {
 	if p.quiet > 0 {
 		p.quiet--
 		return true
 	}
-	if recorded && p.misses >= 4 && p.misses%2 == 0 {
+	if missed && p.misses >= 4 && p.misses%2 == 0 {
 		p.quiet = min(1<<(p.misses/2-2), maxQuiet) - 1 // this step is the first
 		p.prevSize = p.prevSize[:0]                    // the next recorded step is compared with none
 		return true

@@ -319,6 +319,21 @@ func TestPlannedQuietWhereNothingRepeats(t *testing.T) {
 	require.Zero(t, plans)
 	assert.Equal(t, []bool{true, true, true, true, false, true, true, false, false, true, true}, recorded[:11],
 		"the fourth miss in a row starts the first quiet run, of one step; then two recorded, two quiet")
+
+	// A step that allocates nothing is no miss: after a quiet run, it
+	// starts no other run.
+	b, _ := newOn(t, Config{Policy: PolicyPlanned})
+	for i := range 5 { // four misses, then the first quiet step
+		sizes := append([]uint64(nil), stepSizes...)
+		sizes[2] += uint64(i+1) << 20
+		runStep(t, b, sizes)
+	}
+	require.False(t, b.pol.plan.recording)
+	b.MarkStep("step") // recorded, and empty
+	require.True(t, b.pol.plan.recording)
+	b.MarkStep("step")
+	assert.True(t, b.pol.plan.recording, "the step after an empty one is recorded")
+	require.NoError(t, b.CheckInvariants())
 	n, run, longest := 0, 0, 0
 	for i, r := range recorded {
 		if !r {

@@ -55,7 +55,7 @@ import (
 // other than x's for a request of size (rounded) bytes, and makes x's
 // stream wait for the lender's work so far. It returns the block and the
 // free index it is in, or x and nil when lending is off, when no block
-// fits, or when an event call fails.
+// fits, or when the wait fails.
 func (a *Allocator) lendLocked(x *freeindex.Index, size uint64) (*freeindex.Index, *freeindex.Block) {
 	p, s := x.Pool(), x.Stream()
 	if !a.pol.lend || a.recordedLocked(x) {
