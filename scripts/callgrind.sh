@@ -33,6 +33,10 @@
 #   1M set-up runs twice under the simulation).
 #   Default: pair mixed cs336 streams replay offload.
 #
+# The command is built as `go install` builds it, with its profile
+# (cmd/gpumem/default.pgo, scripts/pgo.sh); GOFLAGS=-pgo=off gives its
+# figures without. The test binaries have no profile.
+#
 # Method: Go binaries built with CGO_ENABLED=0 and run with GOMAXPROCS=1
 # GODEBUG=asyncpreemptoff=1 GOGC=off (callgrind aborts on Go's preemption
 # signal otherwise). Each figure is the difference between two runs that
