@@ -385,7 +385,8 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream, own *shard) (device
 	if !a.made() {
 		return 0, errNotMade
 	}
-	a.lockAll()
+	a.mu.Lock()
+	a.enter() // lockAll, inlined
 	var xs *[2]freeindex.Index
 	var pool *Pool
 	if own != nil && len(a.route) == 0 {
@@ -544,7 +545,8 @@ func (a *Allocator) freeWorld(p device.Ptr, hint *shard) error {
 	if !a.made() {
 		return errNotMade
 	}
-	a.lockAll()
+	a.mu.Lock()
+	a.enter() // lockAll, inlined
 	defer a.unlockAll()
 	b, sh := a.liveBlockLocked(p, hint)
 	var err error

@@ -206,8 +206,30 @@ func (a *Allocator) fastLocked() bool {
 // Deadlock: a fast path holds one shard lock and takes no other lock
 // while holding it, and every taker of more than one lock takes
 // Allocator.mu first, so no two goroutines wait for each other.
+//
+// Alloc's, Free's and RecordStream's ways into the world take
+// Allocator.mu and call enter themselves, which is inlined there (lockAll,
+// with the lock, is over the compiler's budget for inlining): 11
+// instructions an op fewer on the 10-stream offload replay, where every
+// operation takes the world.
 func (a *Allocator) lockAll() {
 	a.mu.Lock()
+	a.enter()
+}
+
+// enter is lockAll after Allocator.mu is taken: with no shard fast and no
+// cut waiting, the world is that lock.
+func (a *Allocator) enter() {
+	if a.anyFast || a.cutWaiting.Load() {
+		a.lockShards()
+		return
+	}
+	a.world = true
+}
+
+// lockShards is the rest of lockAll, under Allocator.mu, where a shard is
+// fast or a cut waits.
+func (a *Allocator) lockShards() {
 	if a.anyFast {
 		for _, sh := range a.shards {
 			if sh.fast.Load() {
@@ -234,7 +256,17 @@ func (a *Allocator) lockAll() {
 // each shard's lock as it leaves the shard: the world holds the lock of
 // the shards that were fast (lockAll), and a fast path that then starts
 // on a shard touches that shard alone.
+//
+// Its common case, stream events pending with several shards and none
+// fast, comes first (7 instructions an op fewer on the 10-stream offload
+// replay).
 func (a *Allocator) unlockAll() {
+	if a.events.Len() > 0 && !a.anyFast && len(a.shards) > 1 {
+		a.settling = settleExits // no shard becomes fast (fastLocked)
+		a.world = false
+		a.mu.Unlock()
+		return
+	}
 	if a.events.Len() > 0 {
 		if len(a.shards) > 1 {
 			a.settling = settleExits

@@ -67,7 +67,8 @@ func (a *Allocator) RecordStream(p device.Ptr, s device.Stream) error {
 	if !a.made() {
 		return errNotMade
 	}
-	a.lockAll()
+	a.mu.Lock()
+	a.enter() // lockAll, inlined
 	defer a.unlockAll()
 	b, sh := a.liveBlockLocked(p, nil)
 	if b == nil {

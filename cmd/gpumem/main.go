@@ -276,7 +276,7 @@ var version = ""
 // versionString returns "gpumem VERSION (REVISION), GO OS/ARCH".
 func versionString() string {
 	v := version
-	var rev, modified string
+	var rev, modified, pgo string
 	if info, ok := debug.ReadBuildInfo(); ok {
 		if v == "" {
 			v = info.Main.Version
@@ -289,6 +289,10 @@ func versionString() string {
 				if s.Value == "true" {
 					modified = ", modified"
 				}
+			case "-pgo": // the profile's path where it was built: not said
+				if s.Value != "" {
+					pgo = ", profile-guided"
+				}
 			}
 		}
 	}
@@ -299,7 +303,7 @@ func versionString() string {
 	if rev != "" {
 		s += " (" + rev[:min(12, len(rev))] + modified + ")"
 	}
-	return s + ", " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
+	return s + ", " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + pgo
 }
 
 // flagSet is a subcommand's flags and its help.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -326,10 +327,19 @@ func TestCompareJSONAndWidth(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	// A build with a profile (default.pgo, as go test builds this package
+	// unless told -pgo=off) says so.
+	pgo := false
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			pgo = pgo || s.Key == "-pgo" && s.Value != ""
+		}
+	}
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		out, errOut, code := runCmd(t, args...)
 		require.Equal(t, 0, code, errOut)
 		assert.Regexp(t, `^gpumem \S+.*, go\d`, out)
+		assert.Equal(t, pgo, strings.Contains(out, ", profile-guided"), out)
 	}
 	_, _, code := runCmd(t, "version", "x")
 	assert.Equal(t, 2, code)
