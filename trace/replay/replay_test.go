@@ -277,6 +277,41 @@ f 4
 	assert.Equal(t, res, res2, "replays are deterministic")
 }
 
+// TestReplayStreamsAreLabels checks that a trace stream's number is only
+// its name, below 64 (the replay's table of streams, which its loop reads
+// through a mask) and above: trace streams 70 and 6 are two streams, as 7
+// and 6 are. A block cached on one is not reused by the other, and a
+// block recorded on the other and freed waits for it.
+func TestReplayStreamsAreLabels(t *testing.T) {
+	const text = `a 0 12000000 6
+f 0
+a 1 12000000 70
+a 2 12000000 6
+r 2 70
+f 2
+a 3 12000000 6
+a 4 100 70
+r 4 6
+f 4
+a 5 100 70
+`
+	res, a, _, err := replayString(t, text, 0, allocator.Config{})
+	require.NoError(t, err)
+	require.NoError(t, a.CheckInvariants())
+	// Block 0's segment is cached on stream 6: a 1 on stream 70 makes
+	// its own, a 2 reuses block 0's; freed after "r 2 70", block 2 waits
+	// for stream 70, so a 3 makes a third. a 4 makes a small segment on
+	// stream 70, and a 5 fits beside block 4, which waits for stream 6.
+	// Stream 70's record taken for stream 6's would free block 2 at
+	// once, for a 3 to reuse; its allocations taken for stream 6's would
+	// change the stats, which the replay with stream 7 for 70 compares.
+	assert.EqualValues(t, 4, res.DeviceAllocs)
+	res7, _, _, err := replayString(t, strings.ReplaceAll(text, " 70", " 7"), 0, allocator.Config{})
+	require.NoError(t, err)
+	res.ReplaySeconds, res.NsPerOp, res7.ReplaySeconds, res7.NsPerOp = 0, 0, 0, 0
+	assert.Equal(t, res7, res)
+}
+
 func TestReplayBaseline(t *testing.T) {
 	var p *allocator.Passthrough
 	res := replayPath(t, "testdata/random_mixed_2000.trace.gz", func(dev *sim.Device) Target {
