@@ -488,10 +488,9 @@ func (a *Allocator) Free(p device.Ptr) error {
 	sh.mu.Lock()
 	if sh.fast.Load() {
 		// Size buckets in a loop, with a split pending: a free of its front
-		// holds. The front, allocated, is in the address table and stays
-		// there, parked (freeindex.PtrTable.Park): its hand-out again
-		// need not add it. A held front is not allocated: the world says
-		// so.
+		// holds. The front, allocated, stays parked in the address table
+		// (freeindex.PtrTable.Park), for its hand-out again; a held front
+		// is not allocated: the world says so.
 		if x := &sh.free[0]; x.Again() && x.Pending() {
 			if b := x.Front(); b.Ptr() == p {
 				if !b.Allocated {
@@ -539,8 +538,7 @@ freed: // a free of shard sh's fast path
 }
 
 // freeWorld runs the free ladder in the world. hint is the shard whose
-// address table Free looked in (its route for p), or nil: the world looks
-// there first.
+// address table Free looked in (its route for p), or nil.
 func (a *Allocator) freeWorld(p device.Ptr, hint *shard) error {
 	if !a.made() {
 		return errNotMade
