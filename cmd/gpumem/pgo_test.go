@@ -19,11 +19,11 @@ import (
 var pgoWorkload = flag.Bool("pgo.workload", false, "run the workload that scripts/pgo.sh profiles into default.pgo")
 
 // TestProfileWorkload runs what users run most: replays of the shared
-// traces (gzipped, of one stream and of ten), by PyTorch's default and,
-// one in three hundred, by the low_fragmentation policy. fit, compare, scale and
-// tune replay too; compare's and fit's offline packing, a loop without
-// calls, is left out, as it would take most of the samples and gains
-// nothing from a profile.
+// traces (gzipped, of one stream and of ten), 300 of each by PyTorch's
+// default and one by the low_fragmentation policy. fit, compare, scale
+// and tune replay too; compare's and fit's offline packing, a loop
+// without calls, is left out, as it would take most of the samples and
+// gains nothing from a profile.
 func TestProfileWorkload(t *testing.T) {
 	if !*pgoWorkload {
 		t.Skip("the profile's workload runs with -pgo.workload (scripts/pgo.sh)")
