@@ -122,8 +122,11 @@ func (a *Allocator) planStepLocked() {
 	p.follow = p.reqs != nil && a.arenaLocked()
 }
 
-// maxQuiet bounds a run of quiet steps (planState.quiet).
-const maxQuiet = 64
+// maxQuiet bounds a run of quiet steps (planState.quiet): 1 << quietShifts.
+const (
+	quietShifts = 6
+	maxQuiet    = 1 << quietShifts
+)
 
 // quietLocked reports whether the next step is quiet, at a boundary
 // without a plan; missed says whether the step that ended was a miss (a
@@ -137,8 +140,10 @@ func (p *planState) quietLocked(missed bool) bool {
 		return true
 	}
 	if missed && p.misses >= 4 && p.misses%2 == 0 {
-		p.quiet = min(1<<(p.misses/2-2), maxQuiet) - 1 // this step is the first
-		p.prevSize = p.prevSize[:0]                    // the next recorded step is compared with none
+		// Runs of 1, 2, 4, ... steps, the doubling bounded before the shift:
+		// misses grows without bound where nothing repeats.
+		p.quiet = 1<<min(p.misses/2-2, quietShifts) - 1 // this step is the first
+		p.prevSize = p.prevSize[:0]                     // the next recorded step is compared with none
 		return true
 	}
 	return false

@@ -367,6 +367,61 @@ func TestPlannedQuietWhereNothingRepeats(t *testing.T) {
 	require.NoError(t, a.CheckInvariants())
 }
 
+// TestPlannedQuietRunsStayBounded: misses keeps counting where no step
+// ever repeats, and the quiet runs stay maxQuiet steps long however many
+// there were (a run's length was a shift of the count: from the 130th miss
+// in a row it wrapped, and the policy stopped recording for good).
+func TestPlannedQuietRunsStayBounded(t *testing.T) {
+	var p planState
+	recorded, run, runs := true, 0, 0
+	for step := range 40_000 {
+		missed := recorded // every recorded step repeats nothing
+		if missed {
+			p.misses++
+		}
+		recorded = !p.quietLocked(missed)
+		require.True(t, p.quiet >= 0 && p.quiet < maxQuiet, "step %d, %d misses: %d quiet steps to come", step, p.misses, p.quiet)
+		if !recorded {
+			run++
+			continue
+		}
+		if run > 0 && p.misses > 20 {
+			require.Equal(t, maxQuiet, run, "step %d, %d misses: a run of %d quiet steps", step, p.misses, run)
+			runs++
+		}
+		run = 0
+	}
+	require.Greater(t, p.misses, 1000)
+	require.Greater(t, runs, 500)
+}
+
+// TestPlannedFindsARepeatAfterThousandsOfMisses: after 5,000 steps of
+// which none repeats the one before (past the 130 misses in a row at
+// which the quiet runs' length wrapped), steps that repeat are still
+// planned within maxQuiet+3 steps.
+func TestPlannedFindsARepeatAfterThousandsOfMisses(t *testing.T) {
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	p := a.pol.plan
+	step := []uint64{1 << 20, 0}
+	for i := range 5_000 {
+		step[1] = uint64(i%7+1) << 9 // never the step before's
+		runStep(t, a, step)
+		require.True(t, p.quiet >= 0 && p.quiet < maxQuiet, "step %d: %d quiet steps to come", i, p.quiet)
+	}
+	require.Greater(t, p.misses, 130)
+	require.NoError(t, a.CheckInvariants())
+	plans := int64(0)
+	step[1] = 8 << 9
+	for range maxQuiet + 3 {
+		runStep(t, a, step)
+		if plans, _, _ = planCounts(a); plans > 0 {
+			break
+		}
+	}
+	require.EqualValues(t, 1, plans, "a plan within maxQuiet+3 steps of the first repeat")
+	require.NoError(t, a.CheckInvariants())
+}
+
 // TestPlannedConcurrent runs steps on the default stream from one
 // goroutine while others allocate and free on it and on a second stream,
 // and marks steps from another: the plan's log is written under the
