@@ -192,7 +192,8 @@ type policyState struct {
 	lending    bool                // allocWorld's takeLocked is handing out a block of another stream's cache...
 	lendTo     device.Stream       // ...to this stream (lentLocked then records it as lent)
 
-	// candidates is reclaimLocked's list of blocks, kept for its next call.
+	// candidates is the list reclaim chooses its victims from
+	// (victimsLocked), kept for its next call; clearCandidates empties it.
 	candidates []candidate
 
 	// lent counts blocks lent, reclaimed the free blocks unmapped by
