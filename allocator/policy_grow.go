@@ -289,8 +289,8 @@ func pagesAt(off, size, page uint64) uint64 {
 // give want bytes, nothing is unmapped), and then blocks freed fewer than
 // minAge best-fit searches ago stay (the requests that follow a free tend
 // to reuse it: unmapping it would be undone at once). The free blocks
-// beside keep, an unmapped range about to be mapped, stay too. It returns the bytes
-// unmapped; a device error leaves that block mapped.
+// beside keep, an unmapped range about to be mapped, stay too. It
+// returns the bytes unmapped; a device error leaves that block mapped.
 func (a *Allocator) reclaimLocked(x *freeindex.Index, want uint64, keep *freeindex.Block, bounded bool) uint64 {
 	list := a.victimsLocked(x, want, keep, bounded)
 	defer a.clearCandidates()
