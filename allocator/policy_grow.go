@@ -319,10 +319,8 @@ func (a *Allocator) victimsLocked(x *freeindex.Index, want uint64, keep *freeind
 		list = a.pol.candidates[:0]
 		// A block smaller than a page holds no whole page.
 		x.AscendAtLeast(keep.Seg().Page(), func(b *freeindex.Block) bool {
-			if b != keep.Prev() && b != keep.Next() {
-				if n := wholePages(b); n > 0 {
-					list = append(list, candidate{b, n})
-				}
+			if n := a.reclaimable(x.Pool(), b, keep, false); n > 0 {
+				list = append(list, candidate{b, n})
 			}
 			return true
 		})
@@ -330,6 +328,17 @@ func (a *Allocator) victimsLocked(x *freeindex.Index, want uint64, keep *freeind
 		a.examined += len(list)
 	}
 	return chooseVictims(list, want, a.pol.victims, bounded)
+}
+
+// reclaimable returns the bytes of the whole pages of b, a free block of
+// pool p, that reclaim may unmap: none of keep's neighbours', nor, when
+// bounded, of a block freed fewer than minAge searches ago (the next
+// requests are likely to reuse it).
+func (a *Allocator) reclaimable(p *freeindex.Pool, b, keep *freeindex.Block, bounded bool) uint64 {
+	if b == keep.Prev() || b == keep.Next() || bounded && p.GCCalls-b.GCCountBase() < a.pol.minAge {
+		return 0
+	}
+	return wholePages(b)
 }
 
 // clearCandidates drops the candidates that victimsLocked found, so that
@@ -375,8 +384,8 @@ func chooseVictims(list []candidate, want uint64, victims int, bounded bool) []c
 // as from all of them, found without walking every free block (the walk
 // of every block of a page or more cost random_mixed under
 // low_fragmentation about 2% of its replay: a hundred blocks a growth).
-// The candidates are the blocks, not keep's neighbours, freed at least
-// minAge searches ago, with whole pages. Its two walks stop early
+// The candidates are the blocks with whole pages that a bounded reclaim
+// may unmap (reclaimable). Its two walks stop early
 // because a block of s bytes holds between minPages(s) and maxPages(s)
 // of them:
 //
@@ -392,20 +401,14 @@ func chooseVictims(list []candidate, want uint64, victims int, bounded bool) []c
 //
 // The list it returns is a.pol.candidates (clearCandidates empties it).
 func (a *Allocator) boundedCandidatesLocked(x *freeindex.Index, want uint64, keep *freeindex.Block) []candidate {
-	page, p, age := keep.Seg().Page(), x.Pool(), a.pol.minAge
-	pages := func(b *freeindex.Block) uint64 { // 0: not a candidate
-		if b == keep.Prev() || b == keep.Next() || p.GCCalls-b.GCCountBase() < age {
-			return 0 // freed just now: the next requests are likely to reuse it
-		}
-		return wholePages(b)
-	}
+	page, p := keep.Seg().Page(), x.Pool()
 	var best candidate
 	seen := 0
 	x.AscendAtLeast(max(page, want), func(b *freeindex.Block) bool {
 		if best.b != nil && minPages(b.Size(), page) > best.pages {
 			return false
 		}
-		if n := pages(b); n > 0 {
+		if n := a.reclaimable(p, b, keep, true); n > 0 {
 			seen++
 			if c := (candidate{b, n}); n >= want && (best.b == nil || candidateBefore(best, c)) {
 				best = c
@@ -425,7 +428,7 @@ func (a *Allocator) boundedCandidatesLocked(x *freeindex.Index, want uint64, kee
 		if b.Size() < page || len(list) > victims && maxPages(b.Size(), page) < least {
 			return false
 		}
-		if n := pages(b); n > 0 {
+		if n := a.reclaimable(p, b, keep, true); n > 0 {
 			if len(list) < victims && (len(list) == 0 || n < least) {
 				least = n
 			}
