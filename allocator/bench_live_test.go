@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -22,6 +23,8 @@ func logUniformSizes(rng *rand.Rand, n int, lo, hi float64) []uint64 {
 	return sizes
 }
 
+var liveHugePages = flag.Bool("live.hugepages", false, "BenchmarkLiveBlocks: advise the heap to use transparent huge pages first (Linux)")
+
 // BenchmarkLiveBlocks is the cost of one free and one allocation as the
 // number of live blocks grows: with live blocks allocated (sizes
 // log-uniform between 512 B and 4 MiB, one stream), each op frees a
@@ -29,13 +32,21 @@ func logUniformSizes(rng *rand.Rand, n int, lo, hi float64) []uint64 {
 // place. The sizes and the choices come from a fixed seed, so every run
 // makes the same requests. It reports ns/op (a free and an alloc); the
 // ratio of live=1M to live=1k is what the caches and TLB cost as the
-// allocator's structures outgrow them.
+// allocator's structures outgrow them. With -live.hugepages the process's
+// heap is first advised to use transparent huge pages (Linux), which
+// takes the TLB's part out where the system gives huge pages only to
+// memory that asks.
 func BenchmarkLiveBlocks(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		n    int
 	}{{"1k", 1_000}, {"10k", 10_000}, {"100k", 100_000}, {"1M", 1_000_000}} {
 		b.Run("live="+c.name, func(b *testing.B) {
+			if *liveHugePages { // before the blocks are made
+				if _, err := adviseHugePages(1 << 30); err != nil {
+					b.Fatal(err)
+				}
+			}
 			a, _ := newOn(b, Config{}, simtest.Capacity(sim.MaxCapacity))
 			rng := rand.New(rand.NewPCG(27, uint64(c.n)))
 			sizes := logUniformSizes(rng, 1<<16, 512, 4<<20)
