@@ -317,9 +317,10 @@ func (a *Allocator) victimsLocked(x *freeindex.Index, want uint64, keep *freeind
 		list = a.boundedCandidatesLocked(x, want, keep)
 	} else {
 		list = a.pol.candidates[:0]
+		p := x.Pool()
 		// A block smaller than a page holds no whole page.
 		x.AscendAtLeast(keep.Seg().Page(), func(b *freeindex.Block) bool {
-			if n := a.reclaimable(x.Pool(), b, keep, false); n > 0 {
+			if n := a.reclaimable(p, b, keep, false); n > 0 {
 				list = append(list, candidate{b, n})
 			}
 			return true
@@ -416,12 +417,12 @@ func (a *Allocator) boundedCandidatesLocked(x *freeindex.Index, want uint64, kee
 		}
 		return true
 	})
-	list := a.pol.candidates[:0]
-	defer func() { a.pol.candidates = list }()
 	if best.b != nil {
 		a.examined += seen
-		return append(list, best)
+		a.pol.candidates = append(a.pol.candidates[:0], best)
+		return a.pol.candidates
 	}
+	list := a.pol.candidates[:0]
 	victims := a.pol.victims
 	least := uint64(0) // the fewest pages among the first victims found
 	x.DescendBelow(^uint64(0), func(b *freeindex.Block) bool {
@@ -437,6 +438,7 @@ func (a *Allocator) boundedCandidatesLocked(x *freeindex.Index, want uint64, kee
 		return true
 	})
 	a.examined += seen + len(list)
+	a.pol.candidates = list
 	return list
 }
 

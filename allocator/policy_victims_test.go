@@ -96,6 +96,9 @@ func TestReclaimBoundedChoosesAsTheWholeWalk(t *testing.T) {
 				for _, want := range []uint64{512, 1 << 20, 2 << 20, 3 << 20, 20 << 20, 21 << 20, 45 << 20, 100 << 20, 1 << 40} {
 					got := slices.Clone(a.victimsLocked(x, want, keep, true))
 					a.clearCandidates()
+					if all := a.pol.candidates[:cap(a.pol.candidates)]; slices.ContainsFunc(all, func(c candidate) bool { return c.b != nil }) {
+						t.Fatalf("pool %d, want %d: the cleared candidates still hold a block", k, want)
+					}
 					if w := wholeWalkVictims(a, x, want, keep); !slices.Equal(got, w) {
 						t.Fatalf("pool %d, want %d beside %v: the bounded walks chose %v, every candidate gives %v", k, want, keep.Ptr(), got, w)
 					}
