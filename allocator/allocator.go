@@ -512,10 +512,14 @@ func (a *Allocator) Free(p device.Ptr) error {
 		if b != nil {
 			if b.Uses == 0 {
 				b.Allocated = false
-				if selfCheck && a.shardOf(b.Seg().Free()) != sh {
-					panic("gpumem: a fast shard's live block belongs to another shard's free index")
+				// Its free index from its own first cache line, not
+				// its segment's: at a million live blocks, the
+				// segment is a cache miss of its own.
+				x := &sh.free[b.PoolIdx()]
+				if selfCheck && b.Seg().Free() != x {
+					panic("gpumem: a fast shard's live block belongs to another free index")
 				}
-				a.finishFreeLocked(sh, b, true)
+				a.finishFreeLocked(sh, x, b, true)
 				goto freed
 			}
 			sh.live.Put(b) // the world frees it
@@ -559,7 +563,7 @@ func (a *Allocator) freeWorld(p device.Ptr, hint *shard) error {
 	default:
 		sh.live.Remove(p)
 		b.Allocated = false
-		a.finishFreeLocked(a.shardOf(b.Seg().Free()), b, true)
+		a.completeFreeLocked(b, true)
 	}
 	if a.releasing > 0 && err == nil {
 		// A released pool's memory goes with its last busy block; a device
@@ -591,7 +595,7 @@ func (a *Allocator) freeRecordedLocked(sh *shard, b *freeindex.Block) error {
 	}
 	b.Allocated = false
 	if n == 0 {
-		a.finishFreeLocked(a.shardOf(b.Seg().Free()), b, true)
+		a.completeFreeLocked(b, true)
 		return nil
 	}
 	a.freeRequestedLocked(b.Seg().Free(), b)

@@ -155,7 +155,7 @@ func (a *Allocator) insertDeferredLocked() error {
 			a.freeUsesLocked(d.uses)
 		}
 		if d.b.EventCount = int32(n); n == 0 {
-			a.finishFreeLocked(a.shardOf(d.b.Seg().Free()), d.b, false)
+			a.completeFreeLocked(d.b, false)
 		}
 		a.deferred[i] = deferredFree{}
 	}

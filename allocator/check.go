@@ -23,7 +23,8 @@ import (
 //     both free, nor both unmapped (neighbours are always merged), but
 //     a free index's held front and the rest after it, one block as the
 //     stats count it; a
-//     block knows whether an unmapped range follows it (CanGrow); an
+//     block knows whether an unmapped range follows it (CanGrow), and
+//     its segment's pool and kind (PoolIdx, SegExpandable); an
 //     unmapped block is in an expandable segment, page aligned, in its
 //     pool's unmapped index and nowhere else; with the policy and
 //     expandable segments, every segment's page is its pool's;
@@ -217,6 +218,9 @@ func (a *Allocator) checkLocked() error {
 			}
 			if b.Seg() != s || b.Pool() != s.Pool() {
 				bad("segment %v: block %v points to another segment or pool", s.Ptr(), b.Ptr())
+			}
+			if b.PoolIdx() != s.Pool().Idx() || b.SegExpandable() != s.Expandable() {
+				bad("segment %v: block %v's copy of its segment's kind says pool %d, expandable %v; the segment's pool is %d, expandable %v", s.Ptr(), b.Ptr(), b.PoolIdx(), b.SegExpandable(), s.Pool().Idx(), s.Expandable())
 			}
 			if freeindex.CanGrow(b) != (b.Next() != nil && b.Next().Unmapped()) {
 				bad("segment %v: block %v says %v of an unmapped range after it", s.Ptr(), b.Ptr(), freeindex.CanGrow(b))

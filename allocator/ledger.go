@@ -223,7 +223,7 @@ func (a *Allocator) takeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block
 	if split {
 		n = int64(size)
 	}
-	if !b.Seg().Expandable() {
+	if !b.SegExpandable() {
 		switch wasSplit := b.IsSplit(); {
 		case split && wasSplit:
 			splitBytes = -n
@@ -358,9 +358,9 @@ func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) 
 // the split counts if its segment stays split); expandable blocks never
 // count. Observers see the merge as part of free_completed. The record
 // and the merge are one function, so that the cached path makes one call
-// fewer. sh is the shard of b's free index.
-func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bool) {
-	x := b.Seg().Free()
+// fewer. x is b's free index (its segment's, which the fast path finds
+// from b's own flags: freeindex.Block.PoolIdx), sh x's shard.
+func (a *Allocator) finishFreeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block, requested bool) {
 	if x.Again() { // size buckets in a loop of one size
 		if requested && x.Hold(b) {
 			a.freeHeldLocked(sh, b)
@@ -369,7 +369,7 @@ func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bo
 		x.Unhold() // b may be the held front's neighbour
 	}
 	var blocks, bytes int64
-	if !b.Seg().Expandable() {
+	if !b.SegExpandable() {
 		prev, next := b.Prev(), b.Next()
 		first, last, size := b, b, b.Size()
 		if prev != nil && prev.IsFree() {
@@ -417,6 +417,14 @@ func (a *Allocator) finishFreeLocked(sh *shard, b *freeindex.Block, requested bo
 	}
 	b.Requested = 0
 	x.Put(b)
+}
+
+// completeFreeLocked is finishFreeLocked for b in the free index of its
+// segment, found through the segment: the free ladder's way, which knows
+// no shard.
+func (a *Allocator) completeFreeLocked(b *freeindex.Block, requested bool) {
+	x := b.Seg().Free()
+	a.finishFreeLocked(a.shardOf(x), x, b, requested)
 }
 
 // freeExceeded runs exceedRows for the free of b (requested: by the

@@ -41,7 +41,7 @@ func (a *Allocator) policyFitLocked(x *freeindex.Index, size uint64) *freeindex.
 	if b == nil {
 		return nil
 	}
-	if b.Seg().Expandable() && freeindex.CanGrow(b) { // else the rule keeps b
+	if freeindex.CanGrow(b) { // an expandable segment's block; else the rule keeps b
 		b = freeindex.ExpandableBestFit(x, b)
 	}
 	return b

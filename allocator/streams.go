@@ -117,7 +117,7 @@ func (a *Allocator) deferFreeLocked(b *freeindex.Block) (int, error) {
 func (a *Allocator) eventDoneLocked(b *freeindex.Block) {
 	b.EventCount--
 	if b.EventCount == 0 {
-		a.finishFreeLocked(a.shardOf(b.Seg().Free()), b, false)
+		a.completeFreeLocked(b, false)
 	}
 }
 

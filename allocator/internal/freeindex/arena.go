@@ -48,7 +48,8 @@ func (x *Index) carveArena(c *Block, ptr device.Ptr, size uint64) *Block {
 	b := c
 	if ptr > c.ptr {
 		b = x.spares.get()
-		b.stream, b.pool, b.seg = c.stream, c.pool, c.seg
+		b.stream, b.pool = c.stream, c.pool
+		b.sameSeg(c)
 		b.ptr, b.size = ptr, c.size-uint64(ptr-c.ptr)
 		c.linkAfter(b)
 		c.size = uint64(ptr - c.ptr)
@@ -65,7 +66,8 @@ func (x *Index) carveArena(c *Block, ptr device.Ptr, size uint64) *Block {
 			sp.head, r.next = r.next, nil
 			sp.n--
 		}
-		r.stream, r.pool, r.seg = b.stream, b.pool, b.seg
+		r.stream, r.pool = b.stream, b.pool
+		r.sameSeg(b)
 		r.ptr, r.size = b.ptr+device.Ptr(size), b.size-size
 		b.linkAfter(r)
 		b.size = size
@@ -102,7 +104,8 @@ func (x *Index) putArena(b *Block) (*Block, bool) {
 func (x *Index) absorbNext(m *Block) {
 	n := m.next
 	m.size += n.size
-	m.next, m.grows = n.next, n.grows
+	m.next = n.next
+	m.growsAs(n)
 	if m.next != nil {
 		m.next.prev = m
 	}

@@ -49,7 +49,7 @@ func TestHeldArena(t *testing.T) {
 		t.Fatal("a carve at the arena's start hands out the first block's struct")
 	}
 	check("carve the first")
-	if !x.InArena(b.Next()) || x.InArena(&Block{seg: seg, ptr: base + 64*page}) {
+	if !x.InArena(b.Next()) || x.InArena(onSeg(&Block{ptr: base + 64*page}, seg)) {
 		t.Fatal("InArena: the range is the first free block's")
 	}
 

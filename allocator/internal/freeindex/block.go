@@ -60,7 +60,11 @@ type Block struct {
 	Allocated  bool
 	indexed    bool // in its free index: set and cleared by the free index alone (add, drop, put, unfile, take)
 	unmapped   bool // an address range of an expandable segment with no memory behind it
-	grows      bool // next is an unmapped range (CanGrow): kept where links and unmapped change, so that the test reads b alone
+	// flags holds flagGrows, kept where links and unmapped change, and
+	// a copy of its segment's flags (setSeg), so that a free and a
+	// hand-out learn the segment's free index and kind from b's first
+	// line alone, without reading the segment.
+	flags uint8
 
 	// The second cache line: what only the hand-out writes, blocks
 	// counted by phase read, and the aging of free blocks and the list
@@ -134,22 +138,23 @@ func (b *Block) IsFree() bool { return !b.Busy() && !b.unmapped }
 // blocks' unmapped as they are now).
 func (b *Block) linkAfter(n *Block) {
 	n.prev, n.next = b, b.next
-	n.grows = b.grows
+	n.growsAs(b)
 	if b.next != nil {
 		b.next.prev = n
 	}
-	b.next, b.grows = n, n.unmapped
+	b.next = n
+	b.setGrows(n.unmapped)
 }
 
 // linkBefore puts n right before b in b's segment (grows follows, with
 // the blocks' unmapped as they are now).
 func (b *Block) linkBefore(n *Block) {
 	n.prev, n.next = b.prev, b
-	n.grows = b.unmapped
+	n.setGrows(b.unmapped)
 	if b.prev != nil {
 		b.prev.next = n
 		if n.unmapped != b.unmapped { // else its grows stays
-			b.prev.grows = n.unmapped
+			b.prev.setGrows(n.unmapped)
 		}
 	} else {
 		b.seg.head = n
@@ -161,7 +166,7 @@ func (b *Block) linkBefore(n *Block) {
 func (b *Block) setUnmapped(u bool) {
 	b.unmapped = u
 	if b.prev != nil {
-		b.prev.grows = u
+		b.prev.setGrows(u)
 	}
 }
 
@@ -170,7 +175,7 @@ func (b *Block) setUnmapped(u bool) {
 // Index.NewSegment. Its fields belong to this package, which alone writes
 // them; the allocator reads them through the methods of their names. The
 // head is guarded by the lock of its shard (or the world); ptr, size,
-// stream, pool, free and page never change.
+// stream, pool, free, page and flags never change.
 //
 // Invariant: the blocks from head to the last tile [ptr, ptr+size).
 type Segment struct {
@@ -182,8 +187,61 @@ type Segment struct {
 	head   *Block // the block at ptr
 	// page is the mapping unit of an expandable segment (2 MiB for the
 	// small pool, 20 MiB for the large one); 0 for a plain segment.
-	page uint64
+	page  uint64
+	flags uint8 // flagLarge and flagExpandable, as its pool and page say; each of its blocks has a copy (Block.setSeg)
 }
+
+// The bits of a block's flags. The first two are its segment's, copied
+// (setSeg); flagGrows is the block's own.
+const (
+	flagLarge      = 1 << iota // the segment's pool is the large one (Pool.Idx 1)
+	flagExpandable             // the segment is expandable (Segment.Expandable)
+	flagGrows                  // the next block is an unmapped range (CanGrow)
+
+	segFlags = flagLarge | flagExpandable
+)
+
+// segFlagsOf returns the flags of a segment of pool p with pages of page
+// bytes (0 for a plain segment).
+func segFlagsOf(p *Pool, page uint64) uint8 {
+	f := uint8(p.idx & 1) // flagLarge
+	if page != 0 {
+		f |= flagExpandable
+	}
+	return f
+}
+
+// setSeg makes seg b's segment, with the copy of its flags, for a
+// segment's first block, which has no neighbours (grows is cleared).
+func (b *Block) setSeg(seg *Segment) { b.seg, b.flags = seg, seg.flags }
+
+// sameSeg makes o's segment b's, with the copy of its flags taken from o,
+// so that the segment is not read. b's grows is cleared: the caller links
+// b among o's segment's blocks (linkAfter, linkBefore), which sets it.
+func (b *Block) sameSeg(o *Block) { b.seg, b.flags = o.seg, o.flags&segFlags }
+
+// growsAs sets b's grows to o's: b takes o's place before o's next block.
+func (b *Block) growsAs(o *Block) { b.flags = b.flags&^flagGrows | o.flags&flagGrows }
+
+// grows reports whether the next block is an unmapped range.
+func (b *Block) grows() bool { return b.flags&flagGrows != 0 }
+
+// setGrows sets whether the next block is an unmapped range.
+func (b *Block) setGrows(g bool) {
+	if g {
+		b.flags |= flagGrows
+	} else {
+		b.flags &^= flagGrows
+	}
+}
+
+// PoolIdx is the Idx of b's pool (b.Seg().Pool().Idx()), read from b's
+// first cache line alone.
+func (b *Block) PoolIdx() int { return int(b.flags & flagLarge) }
+
+// SegExpandable reports whether b's segment is expandable
+// (b.Seg().Expandable()), read from b's first cache line alone.
+func (b *Block) SegExpandable() bool { return b.flags&flagExpandable != 0 }
 
 // NewSegment makes a segment of x's pool and stream, size bytes at ptr
 // obtained from the device, expandable with pages of page bytes when page
@@ -192,9 +250,10 @@ type Segment struct {
 // unmapped range, filed in the pool's unmapped index. The caller counts
 // the segment (SegmentAdded).
 func (x *Index) NewSegment(ptr device.Ptr, size, page uint64) *Block {
-	seg := &Segment{ptr: ptr, size: size, stream: x.stream, pool: x.pool, free: x, page: page}
+	seg := &Segment{ptr: ptr, size: size, stream: x.stream, pool: x.pool, free: x, page: page, flags: segFlagsOf(x.pool, page)}
 	b := x.spares.get()
-	b.ptr, b.size, b.stream, b.pool, b.seg = ptr, size, x.stream, x.pool, seg
+	b.ptr, b.size, b.stream, b.pool = ptr, size, x.stream, x.pool
+	b.setSeg(seg)
 	seg.head = b
 	if page != 0 {
 		b.unmapped = true
@@ -435,18 +494,20 @@ func (seg *Segment) MappedRuns(f func(p device.Ptr, n uint64)) {
 // block (Put), which merges it with its free neighbours. x is the index of
 // u's segment.
 func (x *Index) MapPages(u *Block, off, n uint64) *Block {
-	seg, p := u.seg, u.pool
+	p := u.pool
 	p.unmapped.Delete(u)
 	if off > 0 {
 		head := x.spares.get()
-		head.ptr, head.size, head.stream, head.pool, head.seg, head.unmapped = u.ptr, off, u.stream, p, seg, true
+		head.ptr, head.size, head.stream, head.pool, head.unmapped = u.ptr, off, u.stream, p, true
+		head.sameSeg(u)
 		u.linkBefore(head)
 		p.unmapped.ReplaceOrInsert(head)
 		u.ptr, u.size = u.ptr+device.Ptr(off), u.size-off
 	}
 	if n < u.size {
 		rest := x.spares.get()
-		rest.ptr, rest.size, rest.stream, rest.pool, rest.seg, rest.unmapped = u.ptr+device.Ptr(n), u.size-n, u.stream, p, seg, true
+		rest.ptr, rest.size, rest.stream, rest.pool, rest.unmapped = u.ptr+device.Ptr(n), u.size-n, u.stream, p, true
+		rest.sameSeg(u)
 		u.linkAfter(rest)
 		p.unmapped.ReplaceOrInsert(rest)
 		u.size = n
@@ -464,13 +525,15 @@ func (x *Index) UnmapPages(b *Block, ptr device.Ptr, n uint64) *Block {
 	x.Remove(b)
 	if before := uint64(ptr - b.ptr); before > 0 {
 		f := x.spares.get()
-		f.ptr, f.size, f.stream, f.pool, f.seg = b.ptr, before, b.stream, b.pool, b.seg
+		f.ptr, f.size, f.stream, f.pool = b.ptr, before, b.stream, b.pool
+		f.sameSeg(b)
 		b.linkBefore(f)
 		x.Insert(f)
 	}
 	if after := b.size - uint64(ptr-b.ptr) - n; after > 0 {
 		f := x.spares.get()
-		f.ptr, f.size, f.stream, f.pool, f.seg = ptr+device.Ptr(n), after, b.stream, b.pool, b.seg
+		f.ptr, f.size, f.stream, f.pool = ptr+device.Ptr(n), after, b.stream, b.pool
+		f.sameSeg(b)
 		b.linkAfter(f)
 		x.Insert(f)
 	}

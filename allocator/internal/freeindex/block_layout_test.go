@@ -24,7 +24,7 @@ func TestBlockLayout(t *testing.T) {
 		"heapIdx":    unsafe.Offsetof(b.heapIdx) + unsafe.Sizeof(b.heapIdx),
 		"EventCount": unsafe.Offsetof(b.EventCount) + unsafe.Sizeof(b.EventCount), "Uses": unsafe.Offsetof(b.Uses) + unsafe.Sizeof(b.Uses),
 		"Allocated": unsafe.Offsetof(b.Allocated) + 1, "indexed": unsafe.Offsetof(b.indexed) + 1,
-		"unmapped": unsafe.Offsetof(b.unmapped) + 1, "grows": unsafe.Offsetof(b.grows) + 1,
+		"unmapped": unsafe.Offsetof(b.unmapped) + 1, "flags": unsafe.Offsetof(b.flags) + 1,
 	}
 	for name, end := range hot {
 		if end > 64 {

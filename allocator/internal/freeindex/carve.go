@@ -32,7 +32,7 @@ func (x *Index) Carve(b *Block, ptr device.Ptr, size uint64) *Block {
 	if x.pend != nil {
 		x.settle()
 	}
-	if x.kind == KindLarge && b.seg.Expandable() {
+	if x.kind == KindLarge && b.SegExpandable() {
 		x.holdArena(b)
 		return x.carveArena(b, ptr, size)
 	}
@@ -42,7 +42,8 @@ func (x *Index) Carve(b *Block, ptr device.Ptr, size uint64) *Block {
 	x.unfile(b)
 	if ptr > b.ptr {
 		m := x.spares.get()
-		m.stream, m.pool, m.seg = b.stream, b.pool, b.seg
+		m.stream, m.pool = b.stream, b.pool
+		m.sameSeg(b)
 		m.ptr, m.size = ptr, b.size-uint64(ptr-b.ptr)
 		b.linkAfter(m)
 		b.size = uint64(ptr - b.ptr)
@@ -51,7 +52,8 @@ func (x *Index) Carve(b *Block, ptr device.Ptr, size uint64) *Block {
 	}
 	if b.size > size {
 		r := x.spares.get()
-		r.stream, r.pool, r.seg = b.stream, b.pool, b.seg
+		r.stream, r.pool = b.stream, b.pool
+		r.sameSeg(b)
 		r.ptr, r.size = b.ptr+device.Ptr(size), b.size-size
 		b.linkAfter(r)
 		b.size = size

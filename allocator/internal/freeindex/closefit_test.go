@@ -61,7 +61,7 @@ func closeFitWalk(s *largeBuckets, c int, limit, below uint64, window int, best 
 func TestCloseFitAsTheWalk(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := &Pool{idx: 1}
-		seg := &Segment{page: SmallBuffer} // expandable: no list of whole segments
+		seg := testSeg(p, SmallBuffer) // expandable: no list of whole segments
 		var x Index
 		x.Init(0, new(Spares), 0, p, KindLarge)
 		if rapid.Bool().Draw(t, "direct") {
@@ -84,7 +84,7 @@ func TestCloseFitAsTheWalk(t *testing.T) {
 				// moves up by less than that and stays unique.
 				next++
 				ptr := device.Ptr(rapid.IntRange(0, 1<<20).Draw(t, "ptr"))<<44 | next<<32
-				b := &Block{ptr: ptr, size: size("size"), seg: seg, pool: p}
+				b := onSeg(&Block{ptr: ptr, size: size("size"), pool: p}, seg)
 				x.Insert(b)
 				live = append(live, b)
 			case op < 8:

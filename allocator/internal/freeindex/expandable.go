@@ -76,12 +76,12 @@ func expandableRest(s *largeBuckets, c int, l *treeLeaf, i int, b, cur *Block) *
 // an unmapped range after it: whether ExpandableBestFit may choose
 // another block than b. Small enough to be inlined where the test saves
 // the call.
-func CanGrow(b *Block) bool { return b.grows }
+func CanGrow(b *Block) bool { return b.grows() }
 
 // expandableSize is what a free block could grow to by mapping the
 // unmapped range after it.
 func expandableSize(b *Block) uint64 {
-	if b.grows {
+	if b.grows() {
 		return b.size + b.next.size
 	}
 	return b.size

@@ -152,7 +152,7 @@ func (x *Index) BestFit(size uint64) *Block {
 	default:
 		b = x.tree.lowerBound(size)
 	}
-	if b != nil && b.seg.Expandable() {
+	if b != nil && b.SegExpandable() {
 		b = ExpandableBestFit(x, b)
 	}
 	return b
@@ -212,7 +212,8 @@ func (x *Index) Take(b *Block, size uint64, split bool) *Block {
 		b.stream, b.pool = rest.stream, rest.pool
 	}
 	old := KeyOf(rest) // after the struct's get, so that nothing lives across that call
-	b.ptr, b.size, b.seg = rest.ptr, size, rest.seg
+	b.ptr, b.size = rest.ptr, size
+	b.sameSeg(rest)
 	rest.linkBefore(b)
 	rest.ptr += device.Ptr(size)
 	rest.size -= size
@@ -278,7 +279,7 @@ func (x *Index) Put(b *Block) *Block {
 			}
 			if x.kind != KindSmall {
 				pb.gcCountBase = x.pool.GCCalls // as filing it anew would
-				if !pb.seg.Expandable() && !pb.IsSplit() {
+				if !pb.SegExpandable() && !pb.IsSplit() {
 					x.list(pb) // it fills its segment again
 				}
 			}
@@ -314,7 +315,8 @@ func (x *Index) Put(b *Block) *Block {
 	if mergeNext {
 		x.unfile(next)
 		b.size += next.size
-		b.next, b.grows = next.next, next.grows
+		b.next = next.next
+		b.growsAs(next)
 		if b.next != nil {
 			b.next.prev = b
 		}
@@ -330,7 +332,7 @@ func (x *Index) Put(b *Block) *Block {
 		b.indexed = true
 		b.gcCountBase = x.pool.GCCalls
 		x.large.insert(b)
-		if !b.IsSplit() && !b.seg.Expandable() {
+		if !b.IsSplit() && !b.SegExpandable() {
 			x.list(b)
 		}
 	default:
@@ -367,7 +369,8 @@ func (x *Index) mergeInto(b *Block, mergePrev, mergeNext bool) *Block {
 		last, total = next, total+next.size
 	}
 	m.ptr, m.size = first.ptr, total
-	m.prev, m.next, m.grows = first.prev, last.next, last.grows
+	m.prev, m.next = first.prev, last.next
+	m.growsAs(last)
 	if m.prev != nil {
 		m.prev.next = m
 	} else {
@@ -417,7 +420,7 @@ func (x *Index) add(b *Block) {
 			x.pool.cold.add(b)
 		}
 	}
-	if !b.IsSplit() && !b.seg.Expandable() {
+	if !b.IsSplit() && !b.SegExpandable() {
 		x.list(b)
 	}
 }
@@ -477,7 +480,7 @@ func (x *Index) rekey(b *Block, old Key) {
 		x.pool.cold.drop(old)
 		x.pool.cold.add(b)
 	}
-	if whole := !b.IsSplit() && !b.seg.Expandable(); whole != b.listed {
+	if whole := !b.IsSplit() && !b.SegExpandable(); whole != b.listed {
 		if whole {
 			x.list(b)
 		} else {

@@ -21,7 +21,7 @@ import (
 func TestIndexWalksFollowTheOrder(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := &Pool{idx: 1}
-		seg := &Segment{page: SmallBuffer} // expandable: no list of whole segments
+		seg := testSeg(p, SmallBuffer) // expandable: no list of whole segments
 		var x Index
 		kind := KindLarge
 		if rapid.Bool().Draw(t, "treeOnly") {
@@ -49,7 +49,7 @@ func TestIndexWalksFollowTheOrder(t *testing.T) {
 				continue
 			}
 			used[ptr] = true
-			b := &Block{ptr: ptr, size: rapid.SampledFrom(sizes).Draw(t, "size"), seg: seg, pool: p}
+			b := onSeg(&Block{ptr: ptr, size: rapid.SampledFrom(sizes).Draw(t, "size"), pool: p}, seg)
 			x.Insert(b)
 			live = append(live, b)
 		}
@@ -135,7 +135,7 @@ func keys(bs []*Block) []Key {
 func TestExpandableBestFitFollowsTheRule(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := &Pool{idx: 1}
-		expandable, plain := &Segment{page: SmallBuffer}, &Segment{}
+		expandable, plain := testSeg(p, SmallBuffer), testSeg(p, 0)
 		var x Index
 		kind := KindLarge
 		if rapid.IntRange(0, 3).Draw(t, "kind") == 0 {
@@ -161,12 +161,12 @@ func TestExpandableBestFitFollowsTheRule(t *testing.T) {
 			if rapid.IntRange(0, 5).Draw(t, "big") == 0 {
 				size = rapid.SampledFrom(big).Draw(t, "size")
 			}
-			b := &Block{ptr: ptr, size: size, seg: expandable, pool: p}
+			b := onSeg(&Block{ptr: ptr, size: size, pool: p}, expandable)
 			if rapid.IntRange(0, 4).Draw(t, "plain") == 0 {
-				b.seg = plain
+				b.setSeg(plain)
 			} else if rapid.Bool().Draw(t, "grows") {
-				b.next = &Block{ptr: ptr + device.Ptr(b.size), size: uint64(rapid.IntRange(1, 16).Draw(t, "unmapped")) * MinBlockSize, seg: expandable, pool: p, unmapped: true}
-				b.grows = true
+				b.next = onSeg(&Block{ptr: ptr + device.Ptr(b.size), size: uint64(rapid.IntRange(1, 16).Draw(t, "unmapped")) * MinBlockSize, pool: p, unmapped: true}, expandable)
+				b.setGrows(true)
 			}
 			x.Insert(b)
 			live = append(live, b)
@@ -221,7 +221,7 @@ func TestPutMergesIntoTheTree(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := &Pool{idx: 1}
-			seg := &Segment{page: SmallBuffer}
+			seg := testSeg(p, SmallBuffer)
 			var x Index
 			x.Init(0, new(Spares), 0, p, KindLarge)
 			sizes := []uint64{max(c.below, 2<<20), 4 << 20, max(c.above, 2<<20), 2 << 20}
@@ -229,7 +229,7 @@ func TestPutMergesIntoTheTree(t *testing.T) {
 			var bs []*Block
 			ptr := device.Ptr(1 << 40)
 			for i, size := range sizes {
-				b := &Block{ptr: ptr, size: size, seg: seg, pool: p, Allocated: busy[i]}
+				b := onSeg(&Block{ptr: ptr, size: size, pool: p, Allocated: busy[i]}, seg)
 				ptr += device.Ptr(size)
 				if i == 0 {
 					seg.head = b
@@ -290,7 +290,7 @@ func TestPutMergesIntoTheTree(t *testing.T) {
 func TestFitBetweenChanges(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := &Pool{idx: 1}
-		seg := &Segment{page: SmallBuffer}
+		seg := testSeg(p, SmallBuffer)
 		var x Index
 		x.Init(0, new(Spares), 0, p, KindLarge)
 		if rapid.Bool().Draw(t, "direct") {
@@ -312,7 +312,7 @@ func TestFitBetweenChanges(t *testing.T) {
 				ptr := device.Ptr(rapid.IntRange(1, 1<<10).Draw(t, "ptr")) << 12
 				if !used[ptr] {
 					used[ptr] = true
-					b := &Block{ptr: ptr, size: rapid.SampledFrom(sizes).Draw(t, "size"), seg: seg, pool: p}
+					b := onSeg(&Block{ptr: ptr, size: rapid.SampledFrom(sizes).Draw(t, "size"), pool: p}, seg)
 					x.Insert(b)
 					live = append(live, b)
 				}
