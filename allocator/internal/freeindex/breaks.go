@@ -16,6 +16,10 @@ func (s *Segment) BreakPage(page uint64) { s.page = page }
 // BreakSize sets the block's size to size bytes.
 func (b *Block) BreakSize(size uint64) { b.size = size }
 
+// BreakPoolCopy flips the block's copy of its segment's pool (flagLarge),
+// leaving the segment as it is.
+func (b *Block) BreakPoolCopy() { b.flags ^= flagLarge }
+
 // BreakIndexed clears the block's mark of being in its free index.
 func (b *Block) BreakIndexed() { b.indexed = false }
 
