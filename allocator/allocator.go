@@ -215,8 +215,7 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 }
 
 // setCapLocked sets the memory fraction and recomputes the cap on reserved
-// bytes: the fraction of the device's memory, or the byte limit, whichever
-// is lower.
+// bytes: the fraction of the device's memory or the byte limit, the lower.
 func (a *Allocator) setCapLocked(fraction float64) {
 	a.cfg.MemoryFraction = fraction
 	var allowed uint64
@@ -435,8 +434,7 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream, own *shard) (device
 	return ptr, nil
 }
 
-// outOfRange is Alloc's answer to size 0 (no error) or a size of 1 EiB
-// or more.
+// outOfRange is Alloc's answer to size 0 (no error) or one of 1 EiB or more.
 func outOfRange(size uint64) error {
 	if size == 0 {
 		return nil
@@ -489,8 +487,8 @@ func (a *Allocator) Free(p device.Ptr) error {
 	if sh.fast.Load() {
 		// Size buckets in a loop, with a split pending: a free of its front
 		// holds. The front, allocated, stays parked in the address table
-		// (freeindex.PtrTable.Park), for its hand-out again; a held front
-		// is not allocated: the world says so.
+		// (freeindex.PtrTable.Park), for its hand-out again; a held
+		// front is not allocated: the world says so.
 		if x := &sh.free[0]; x.Again() && x.Pending() {
 			if b := x.Front(); b.Ptr() == p {
 				if !b.Allocated {
@@ -512,9 +510,7 @@ func (a *Allocator) Free(p device.Ptr) error {
 		if b != nil {
 			if b.Uses == 0 {
 				b.Allocated = false
-				// Its free index from its own first cache line, not
-				// its segment's: at a million live blocks, the
-				// segment is a cache miss of its own.
+				// Its index from b's first line: the segment is a miss of its own.
 				x := &sh.free[b.PoolIdx()]
 				if selfCheck && b.Seg().Free() != x {
 					panic("gpumem: a fast shard's live block belongs to another free index")

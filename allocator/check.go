@@ -219,11 +219,8 @@ func (a *Allocator) checkLocked() error {
 			if b.Seg() != s || b.Pool() != s.Pool() {
 				bad("segment %v: block %v points to another segment or pool", s.Ptr(), b.Ptr())
 			}
-			if b.PoolIdx() != s.Pool().Idx() || b.SegExpandable() != s.Expandable() {
-				bad("segment %v: block %v's copy of its segment's kind says pool %d, expandable %v; the segment's pool is %d, expandable %v", s.Ptr(), b.Ptr(), b.PoolIdx(), b.SegExpandable(), s.Pool().Idx(), s.Expandable())
-			}
-			if freeindex.CanGrow(b) != (b.Next() != nil && b.Next().Unmapped()) {
-				bad("segment %v: block %v says %v of an unmapped range after it", s.Ptr(), b.Ptr(), freeindex.CanGrow(b))
+			if b.PoolIdx() != s.Pool().Idx() || b.SegExpandable() != s.Expandable() || freeindex.CanGrow(b) != (b.Next() != nil && b.Next().Unmapped()) {
+				bad("segment %v: block %v's copy of its segment's kind says pool %d, expandable %v (the segment's: %d, %v); it says %v of an unmapped range after it", s.Ptr(), b.Ptr(), b.PoolIdx(), b.SegExpandable(), s.Pool().Idx(), s.Expandable(), freeindex.CanGrow(b))
 			}
 			if b.Size() == 0 || b.Size()%kMinBlockSize != 0 {
 				bad("segment %v: block %v has size %d", s.Ptr(), b.Ptr(), b.Size())
