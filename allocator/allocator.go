@@ -487,8 +487,8 @@ func (a *Allocator) Free(p device.Ptr) error {
 	if sh.fast.Load() {
 		// Size buckets in a loop, with a split pending: a free of its front
 		// holds. The front, allocated, stays parked in the address table
-		// (freeindex.PtrTable.Park), for its hand-out again; a held
-		// front is not allocated: the world says so.
+		// (freeindex.PtrTable.Park), for its hand-out again; a held front
+		// is not allocated: the world says so.
 		if x := &sh.free[0]; x.Again() && x.Pending() {
 			if b := x.Front(); b.Ptr() == p {
 				if !b.Allocated {

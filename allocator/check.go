@@ -220,7 +220,7 @@ func (a *Allocator) checkLocked() error {
 				bad("segment %v: block %v points to another segment or pool", s.Ptr(), b.Ptr())
 			}
 			if b.PoolIdx() != s.Pool().Idx() || b.SegExpandable() != s.Expandable() || freeindex.CanGrow(b) != (b.Next() != nil && b.Next().Unmapped()) {
-				bad("segment %v: block %v's copy of its segment's kind says pool %d, expandable %v (the segment's: %d, %v); it says %v of an unmapped range after it", s.Ptr(), b.Ptr(), b.PoolIdx(), b.SegExpandable(), s.Pool().Idx(), s.Expandable(), freeindex.CanGrow(b))
+				bad("segment %v: block %v says pool %d, expandable %v, an unmapped range after it %v; its segment and next block say %d, %v, %v", s.Ptr(), b.Ptr(), b.PoolIdx(), b.SegExpandable(), freeindex.CanGrow(b), s.Pool().Idx(), s.Expandable(), b.Next() != nil && b.Next().Unmapped())
 			}
 			if b.Size() == 0 || b.Size()%kMinBlockSize != 0 {
 				bad("segment %v: block %v has size %d", s.Ptr(), b.Ptr(), b.Size())

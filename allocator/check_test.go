@@ -38,7 +38,7 @@ func TestCheckInvariantsCatchesCorruption(t *testing.T) {
 			b.Allocated = false
 			a.def.free[1].Insert(b)
 		}},
-		{"a block's copy of its segment's pool that differs", "copy of its segment's kind says pool 0", func(a *Allocator, _ *sim.Device, p device.Ptr) {
+		{"a block's copy of its segment's pool that differs", "says pool 0, expandable false, an unmapped range after it false; its segment and next block say 1, false, false", func(a *Allocator, _ *sim.Device, p device.Ptr) {
 			a.def.live.Get(p).BreakPoolCopy()
 		}},
 		{"free block missing from the index", "not in its pool's free index", func(a *Allocator, _ *sim.Device, p device.Ptr) {

@@ -61,7 +61,7 @@ type Block struct {
 	indexed    bool // in its free index: set and cleared by the free index alone (add, drop, put, unfile, take)
 	unmapped   bool // an address range of an expandable segment with no memory behind it
 	// flags holds flagGrows, kept where links and unmapped change, and
-	// a copy of its segment's flags (setSeg), so that a free and a
+	// a copy of its segment's pool and kind (setSeg), so that a free and a
 	// hand-out learn the segment's free index and kind from b's first
 	// line alone, without reading the segment.
 	flags uint8
@@ -175,7 +175,7 @@ func (b *Block) setUnmapped(u bool) {
 // Index.NewSegment. Its fields belong to this package, which alone writes
 // them; the allocator reads them through the methods of their names. The
 // head is guarded by the lock of its shard (or the world); ptr, size,
-// stream, pool, free, page and flags never change.
+// stream, pool, free and page never change.
 //
 // Invariant: the blocks from head to the last tile [ptr, ptr+size).
 type Segment struct {
@@ -187,12 +187,11 @@ type Segment struct {
 	head   *Block // the block at ptr
 	// page is the mapping unit of an expandable segment (2 MiB for the
 	// small pool, 20 MiB for the large one); 0 for a plain segment.
-	page  uint64
-	flags uint8 // flagLarge and flagExpandable, as its pool and page say; each of its blocks has a copy (Block.setSeg)
+	page uint64
 }
 
-// The bits of a block's flags. The first two are its segment's, copied
-// (setSeg); flagGrows is the block's own.
+// The bits of a block's flags. The first two are its segment's pool and
+// kind, copied (setSeg, sameSeg); flagGrows is the block's own.
 const (
 	flagLarge      = 1 << iota // the segment's pool is the large one (Pool.Idx 1)
 	flagExpandable             // the segment is expandable (Segment.Expandable)
@@ -201,19 +200,15 @@ const (
 	segFlags = flagLarge | flagExpandable
 )
 
-// segFlagsOf returns the flags of a segment of pool p with pages of page
-// bytes (0 for a plain segment).
-func segFlagsOf(p *Pool, page uint64) uint8 {
-	f := uint8(p.idx & 1) // flagLarge
-	if page != 0 {
+// setSeg makes seg b's segment, with the copy of its pool and kind, for
+// a segment's first block, which has no neighbours (grows is cleared).
+func (b *Block) setSeg(seg *Segment) {
+	f := uint8(seg.pool.idx & 1) // flagLarge
+	if seg.page != 0 {
 		f |= flagExpandable
 	}
-	return f
+	b.seg, b.flags = seg, f
 }
-
-// setSeg makes seg b's segment, with the copy of its flags, for a
-// segment's first block, which has no neighbours (grows is cleared).
-func (b *Block) setSeg(seg *Segment) { b.seg, b.flags = seg, seg.flags }
 
 // sameSeg makes o's segment b's, with the copy of its flags taken from o,
 // so that the segment is not read. b's grows is cleared: the caller links
@@ -250,7 +245,7 @@ func (b *Block) SegExpandable() bool { return b.flags&flagExpandable != 0 }
 // unmapped range, filed in the pool's unmapped index. The caller counts
 // the segment (SegmentAdded).
 func (x *Index) NewSegment(ptr device.Ptr, size, page uint64) *Block {
-	seg := &Segment{ptr: ptr, size: size, stream: x.stream, pool: x.pool, free: x, page: page, flags: segFlagsOf(x.pool, page)}
+	seg := &Segment{ptr: ptr, size: size, stream: x.stream, pool: x.pool, free: x, page: page}
 	b := x.spares.get()
 	b.ptr, b.size, b.stream, b.pool = ptr, size, x.stream, x.pool
 	b.setSeg(seg)

@@ -30,7 +30,7 @@ func newTestIndex(k Kind) *testIndex {
 // segment files a new plain segment of size bytes, free, and returns its
 // block.
 func (ti *testIndex) segment(size uint64) *Block {
-	seg := &Segment{ptr: ti.next, size: size, pool: ti.p, free: &ti.x, flags: segFlagsOf(ti.p, 0)}
+	seg := &Segment{ptr: ti.next, size: size, pool: ti.p, free: &ti.x}
 	ti.next += device.Ptr(size)
 	b := onSeg(&Block{ptr: seg.ptr, size: size, pool: ti.p}, seg)
 	seg.head = b
@@ -289,10 +289,8 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 const mib = 1 << 20
 
 // testSeg returns a segment of pool p with pages of page bytes (0: a
-// plain one), its flags as NewSegment sets them.
-func testSeg(p *Pool, page uint64) *Segment {
-	return &Segment{pool: p, page: page, flags: segFlagsOf(p, page)}
-}
+// plain one), whose blocks onSeg links to it.
+func testSeg(p *Pool, page uint64) *Segment { return &Segment{pool: p, page: page} }
 
 // onSeg makes seg b's segment, as the package's own code does (setSeg),
 // and returns b.
