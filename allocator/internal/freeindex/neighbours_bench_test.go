@@ -40,54 +40,44 @@ func BenchmarkNeighbourState(b *testing.B) {
 		for i := range picks {
 			picks[i] = int32(rand.IntN(n.n))
 		}
-		const mask = 1<<20 - 1
-		b.Run(n.name+"/read", func(b *testing.B) {
-			s := uint64(0)
-			for i := range b.N {
-				s = otherWork(s)
-				f := blocks[picks[i&mask]]
-				if f.prev.IsFree() {
-					s++
-				}
-				if f.next.IsFree() {
-					s++
-				}
-				h := blocks[picks[(i+12345)&mask]]
-				h.Requested = s
-			}
-			neighbourSink = s
-		})
-		b.Run(n.name+"/bits", func(b *testing.B) {
-			s := uint64(0)
-			for i := range b.N {
-				s = otherWork(s)
-				f := blocks[picks[i&mask]]
-				if f.flags&3 != 0 {
-					s++
-				}
-				f.prev.flags ^= 1
-				f.next.flags ^= 2
-				h := blocks[picks[(i+12345)&mask]]
-				h.Requested = s
-				h.prev.flags ^= 1
-				h.next.flags ^= 2
-			}
-			neighbourSink = s
-		})
-		b.Run(n.name+"/none", func(b *testing.B) {
-			s := uint64(0)
-			for i := range b.N {
-				s = otherWork(s)
-				f := blocks[picks[i&mask]]
-				if f.flags&3 != 0 {
-					s++
-				}
-				h := blocks[picks[(i+12345)&mask]]
-				h.Requested = s
-			}
-			neighbourSink = s
-		})
+		for _, v := range []string{"read", "bits", "none"} {
+			b.Run(n.name+"/"+v, func(b *testing.B) { neighbourSink = neighbourOps(b.N, v, blocks, picks) })
+		}
 	}
+}
+
+// neighbourOps runs n ops of the variant v (read, bits or none) on
+// blocks, the freed and the handed-out block of op i picked by picks.
+// The variant is tested in the loop, a branch every op predicts.
+func neighbourOps(n int, v string, blocks []*Block, picks []int32) uint64 {
+	const mask = 1<<20 - 1
+	read, bits := v == "read", v == "bits"
+	s := uint64(0)
+	for i := range n {
+		s = otherWork(s)
+		f := blocks[picks[i&mask]]
+		if read {
+			if f.prev.IsFree() {
+				s++
+			}
+			if f.next.IsFree() {
+				s++
+			}
+		} else if f.flags&3 != 0 {
+			s++
+		}
+		if bits {
+			f.prev.flags ^= 1
+			f.next.flags ^= 2
+		}
+		h := blocks[picks[(i+12345)&mask]]
+		h.Requested = s
+		if bits {
+			h.prev.flags ^= 1
+			h.next.flags ^= 2
+		}
+	}
+	return s
 }
 
 var neighbourSink uint64
