@@ -89,9 +89,11 @@ func (d *Device) finishLocked(i int, upTo uint64) {
 
 // settleLocked lets every stream that is not busy run as far as its waits
 // allow, until nothing moves. Without waits every such stream has finished
-// already.
-func (d *Device) settleLocked() {
-	for moved := d.waits > 0; moved; {
+// already, unless passed: a wait was just passed (finishLocked) that may
+// have held the rest of a stream's work, which then runs though no wait is
+// left.
+func (d *Device) settleLocked(passed bool) {
+	for moved := passed || d.waits > 0; moved; {
 		moved = false
 		for i := range d.streams {
 			st := &d.streams[i]
@@ -323,8 +325,16 @@ func (d *Device) SetStreamBusy(s device.Stream, busy bool) error {
 // it move on.
 func (d *Device) runLocked(s device.Stream, upTo uint64) {
 	i, _ := d.streamIndex(s)
+	d.finishSettledLocked(i, upTo)
+}
+
+// finishSettledLocked runs the work of stream i up to its first upTo
+// events (finishLocked), then lets every stream run as far as its waits
+// allow (settleLocked), passing the waits finishLocked passed.
+func (d *Device) finishSettledLocked(i int, upTo uint64) {
+	w := d.waits
 	d.finishLocked(i, upTo)
-	d.settleLocked()
+	d.settleLocked(d.waits < w)
 }
 
 // CompleteStream finishes the work queued on s so far, as if the device had
@@ -390,7 +400,7 @@ func (d *Device) queueLocked(i int) {
 			st.completed = st.queued
 			d.progressedLocked(i)
 		} else {
-			d.settleLocked()
+			d.settleLocked(false)
 		}
 	}
 	if st.completed < st.queued && !st.listed {
@@ -436,8 +446,7 @@ func (d *Device) SynchronizeEvent(e device.Event) error {
 	t := d.payLocked(d.costs.EventSynchronize)
 	ev, err := d.eventLocked("synchronize event", e)
 	if err == nil {
-		d.finishLocked(ev.stream, ev.seq)
-		d.settleLocked()
+		d.finishSettledLocked(ev.stream, ev.seq)
 		d.c.EventSynchronizations++
 		t += d.settlePoolLocked()
 	}

@@ -399,6 +399,41 @@ func TestWaitStream(t *testing.T) {
 }
 
 // busyAndIdle makes two streams, the first busy.
+// TestPassedWaitRunsTheWorkItHeld: a stream that is not busy, held by a
+// wait for a busy stream, with more work recorded after that wait, runs
+// that work once a wait is passed on its behalf: CompleteStream, or
+// SynchronizeEvent, of a third stream that waits for it finishes the busy
+// stream's awaited work, passes the wait, and leaves no wait at all. (The
+// device model's state machine found it: the held stream's later event
+// stayed pending, because the settle after the run looked only while
+// waits were left.)
+func TestPassedWaitRunsTheWorkItHeld(t *testing.T) {
+	for _, how := range []string{"complete stream", "synchronize event"} {
+		t.Run(how, func(t *testing.T) {
+			d := newDev(t, Config{})
+			a, b := busyAndIdle(t, d)
+			c, err := d.NewStream()
+			require.NoError(t, err)
+			require.NoError(t, d.WaitStream(b, a)) // b waits for busy a
+			require.NoError(t, d.WaitStream(c, b)) // c waits for b
+			eb := recordOn(t, d, b)                // b's work after its wait
+			ec := recordOn(t, d, c)
+			require.False(t, eventDone(t, d, eb))
+			require.False(t, eventDone(t, d, ec))
+			if how == "complete stream" {
+				require.NoError(t, d.CompleteStream(c))
+			} else {
+				require.NoError(t, d.SynchronizeEvent(ec))
+			}
+			assert.True(t, eventDone(t, d, ec))
+			assert.True(t, eventDone(t, d, eb), "b is not busy and waits for nothing now")
+			assert.Zero(t, pending(t, d, b))
+			assert.Zero(t, pending(t, d, c))
+			assert.Zero(t, pending(t, d, a), "a's awaited work ran, and a has no other")
+		})
+	}
+}
+
 func busyAndIdle(t *testing.T, d *Device) (busy, idle device.Stream) {
 	t.Helper()
 	busy, err := d.NewStream()
