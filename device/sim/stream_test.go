@@ -398,7 +398,6 @@ func TestWaitStream(t *testing.T) {
 	requireUnchanged(t, d, before2, nil)
 }
 
-// busyAndIdle makes two streams, the first busy.
 // TestPassedWaitRunsTheWorkItHeld: a stream that is not busy, held by a
 // wait for a busy stream, with more work recorded after that wait, runs
 // that work once a wait is passed on its behalf: CompleteStream, or
@@ -434,6 +433,7 @@ func TestPassedWaitRunsTheWorkItHeld(t *testing.T) {
 	}
 }
 
+// busyAndIdle makes two streams, the first busy.
 func busyAndIdle(t *testing.T, d *Device) (busy, idle device.Stream) {
 	t.Helper()
 	busy, err := d.NewStream()

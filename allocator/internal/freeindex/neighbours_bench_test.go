@@ -63,24 +63,31 @@ func neighbourOps(n int, v string, blocks []*Block, picks []int32) uint64 {
 			if f.next.IsFree() {
 				s++
 			}
-		} else if f.flags&3 != 0 {
+		} else if f.flags&(lowerFree|upperFree) != 0 {
 			s++
 		}
 		if bits {
-			f.prev.flags ^= 1
-			f.next.flags ^= 2
+			f.prev.flags ^= upperFree
+			f.next.flags ^= lowerFree
 		}
 		h := blocks[picks[(i+12345)&mask]]
 		h.Requested = s
 		if bits {
-			h.prev.flags ^= 1
-			h.next.flags ^= 2
+			h.prev.flags ^= upperFree
+			h.next.flags ^= lowerFree
 		}
 	}
 	return s
 }
 
 var neighbourSink uint64
+
+// The model's bits of "my lower (upper) neighbour is free", in bits of
+// Block.flags that the package does not use.
+const (
+	lowerFree = 1 << 6
+	upperFree = 1 << 7
+)
 
 // neighbourModel returns n allocated blocks from Spares, each linked to a
 // lower and an upper neighbour in one random cyclic order.

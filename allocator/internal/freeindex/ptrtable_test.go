@@ -86,9 +86,9 @@ func TestPtrTableMatchesMap(t *testing.T) {
 
 // TestPtrTableLongRuns files 300 blocks whose addresses all hash to one
 // slot near the table's end, so that one probe run wraps past it, and
-// removes them in random orders and then from the start of the run: every
-// lookup, removal and backward shift must still find each block, with no
-// empty slot between an entry and its home.
+// removes them all, in an order rapid draws: after each removal every
+// block left must be found, the removed one not, and no empty slot may lie
+// between an entry and its home.
 func TestPtrTableLongRuns(t *testing.T) {
 	var tab PtrTable
 	tab.init(2048) // a quarter full at 512 entries: room for the run
@@ -98,55 +98,37 @@ func TestPtrTableLongRuns(t *testing.T) {
 			ptrs = append(ptrs, p)
 		}
 	}
-	blocks := map[device.Ptr]*Block{}
-	for _, p := range ptrs {
-		b := &Block{ptr: p, Allocated: true}
-		blocks[p] = b
-		tab.Put(b)
-	}
-	check := func() {
-		t.Helper()
-		for j, b := range tab.slots {
-			if b == nil {
-				continue
+	rapid.Check(t, func(t *rapid.T) {
+		tab.init(2048)
+		blocks := map[device.Ptr]*Block{}
+		for _, p := range ptrs {
+			b := &Block{ptr: p, Allocated: true}
+			blocks[p] = b
+			tab.Put(b)
+		}
+		for i, p := range rapid.Permutation(ptrs).Draw(t, "order") {
+			if got := tab.Remove(p); got != blocks[p] {
+				t.Fatalf("remove %d (%v) = %p, want %p", i, p, got, blocks[p])
 			}
-			for k := tab.home(b.ptr); k != uint64(j); k = (k + 1) & tab.mask {
-				if tab.slots[k] == nil {
-					t.Fatalf("an empty slot between the home of %v and its slot", b.ptr)
+			delete(blocks, p)
+			if tab.Get(p) != nil {
+				t.Fatalf("get(%v) after its removal found a block", p)
+			}
+			for j, b := range tab.slots {
+				for k := uint64(j); b != nil && k != tab.home(b.ptr); {
+					if k = (k - 1) & tab.mask; tab.slots[k] == nil {
+						t.Fatalf("an empty slot between the home of %v and its slot", b.ptr)
+					}
+				}
+			}
+			for p, b := range blocks {
+				if got := tab.Get(p); got != b {
+					t.Fatalf("get(%v) = %p, want %p", p, got, b)
 				}
 			}
 		}
-		for p, b := range blocks {
-			if got := tab.Get(p); got != b {
-				t.Fatalf("get(%v) = %p, want %p", p, got, b)
-			}
+		if tab.Len() != 0 {
+			t.Fatalf("%d entries left", tab.Len())
 		}
-	}
-	check()
-	rapid.Check(t, func(rt *rapid.T) {
-		// One removal at a time, checked; then put back, as it was drawn.
-		p := rapid.SampledFrom(ptrs).Draw(rt, "ptr")
-		if got := tab.Remove(p); got != blocks[p] {
-			rt.Fatalf("remove(%v) = %p, want %p", p, got, blocks[p])
-		}
-		delete(blocks, p)
-		if tab.Get(p) != nil {
-			rt.Fatalf("get(%v) after its removal found a block", p)
-		}
-		check()
-		b := &Block{ptr: p, Allocated: true}
-		blocks[p] = b
-		tab.Put(b)
-		check()
 	})
-	for i, p := range ptrs { // all of them, from the start of the run
-		if got := tab.Remove(p); got != blocks[p] {
-			t.Fatalf("remove %d (%v) = %p, want %p", i, p, got, blocks[p])
-		}
-		delete(blocks, p)
-		check()
-	}
-	if tab.Len() != 0 {
-		t.Fatalf("%d entries left", tab.Len())
-	}
 }
