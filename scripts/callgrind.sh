@@ -24,7 +24,11 @@
 #   (bert_b2_x20, BERT's last step repeated to 20 steps, through
 #   replay.Run under the faithful default and gpumem_policy:planned, the
 #   third step planned and the rest served: instructions per replay, 1
-#   and 11 replays, and planned's as a multiple of the default's), live
+#   and 11 replays, and planned's as a multiple of the default's),
+#   policy-synthetic (offload, kv_legacy and kv_dynamic, the step-marked
+#   traces whose steps never repeat, through replay.Run under each mode
+#   of BenchmarkPolicyReplay: millions of instructions per replay, 1 and
+#   3 replays, and each mode's as a multiple of the default's), live
 #   (BenchmarkLiveBlocks at 1k and 1M live blocks: instructions and
 #   last-level cache misses per op, with callgrind's cache simulation of
 #   an 8 MiB, 16-way last level, 2,000 and 50,000 iterations: the set-up
@@ -169,6 +173,17 @@ for w in "${what[@]}"; do
 		d=$(bench BenchmarkPolicyReplay/bert_b2_x20/faithful_default 1 11 1)
 		p=$(bench BenchmarkPolicyReplay/bert_b2_x20/planned 1 11 1)
 		echo "bert_b2_x20 through replay.Run: the faithful default $d, planned $p instructions per replay ($(echo "scale=3; $p / $d" | bc) x)"
+		;;
+	policy-synthetic)
+		for t in offload kv_legacy kv_dynamic; do
+			d=$(bench "BenchmarkPolicyReplay/$t/faithful_default" 1 3 1000000)
+			line="$t through replay.Run, M instructions per replay: faithful default $d"
+			for m in faithful_expandable low_fragmentation planned; do
+				p=$(bench "BenchmarkPolicyReplay/$t/$m" 1 3 1000000)
+				line+=", $m $p ($(echo "scale=3; $p / $d" | bc) x)"
+			done
+			echo "$line"
+		done
 		;;
 	live)
 		for n in 1k 1M; do
