@@ -37,11 +37,11 @@ type Allocator struct {
 
 	// Written in the world only, read by the fast paths too (kept here,
 	// away from the lines the locks write).
-	aging     bool   // best-fit searches count in the pools' clocks: garbage collection is active, or the policy
-	phased    bool   // phases other than the first were named: blocks are counted by phase (phases.go)
-	stepping  bool   // a step was marked: the shards log their live blocks' changes (steps.go)
-	listening bool   // observers are attached or stepping: takeLocked and finishFreeLocked tell them
-	phase     uint16 // the current phase (SetPhase): the phase of the blocks handed out
+	aging    bool   // best-fit searches count in the pools' clocks: garbage collection is active, or the policy
+	phased   bool   // phases other than the first were named: blocks are counted by phase (phases.go)
+	stepping bool   // a step was marked: the shards log their live blocks' changes (steps.go)
+	hooks    uint8  // hookListen, hookSearch: whom takeLocked and the frees tell
+	phase    uint16 // the current phase (SetPhase): the phase of the blocks handed out
 
 	// Read without a lock; written in the world.
 	single   atomic.Pointer[shard]       // the one shard while there is one (the default stream's), then nil
@@ -186,8 +186,9 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 		events:   deferred.New[*freeindex.Block](dev),
 		phases:   []phaseInfo{{}},
 		phaseIDs: map[string]uint16{"": 0},
-		pol:      newPolicyState(&cfg),
+		pol:      newPolicyState(&cfg, vm != nil),
 	}
+	a.setHooksLocked() // the planned policy's search for steps
 	if a.pol != nil {
 		a.small.Cold().SetWaited(a.pol.hostWaited)
 		a.large.Cold().SetWaited(a.pol.hostWaited)
@@ -311,9 +312,8 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 				return ptr, nil
 			}
 			if a.pol != nil {
-				// The policy with one shard (nothing to lend): the world
-				// searches again, and counts that search (and asks the
-				// plan again).
+				// The policy with one shard (nothing to lend, or a step
+				// starts): the world searches, counts and asks the plan again.
 				x.Pool().GCCalls--
 				a.pol.unplanLocked()
 			}
@@ -329,10 +329,9 @@ func (a *Allocator) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 // fit: the one the index remembers, or the search (searchLocked). It
 // returns the free index searched, the rounded size and the block found,
 // nil when none may serve the request. The world calls it; Alloc's fast
-// path writes out its five lines, which call the same functions: fitLocked
-// is too large for Go to inline, and calling it there costs a cached
-// alloc and free 14 more instructions (570.1 against 555.8,
-// scripts/callgrind.sh pair).
+// path writes out its five lines: fitLocked is too large to inline, and
+// calling it there costs a cached alloc and free 14 more instructions
+// (570.1 against 555.8, scripts/callgrind.sh pair).
 func (a *Allocator) fitLocked(xs *[2]freeindex.Index, size uint64) (*freeindex.Index, uint64, *freeindex.Block) {
 	rounded := a.round(size)
 	x := indexFor(xs, rounded)
@@ -400,6 +399,7 @@ func (a *Allocator) allocWorld(size uint64, s device.Stream, own *shard) (device
 	if a.events.Len() > 0 || len(a.deferred) > 0 {
 		a.processEventsLocked()
 	}
+	a.stepIfDueLocked() // planned policy: a step found without marks starts
 	x, rounded, b := a.fitLocked(xs, size)
 	from := x // the free index b is in
 	if b == nil && a.pol != nil {

@@ -131,12 +131,14 @@
 // Config.Policy = PolicyPlanned (gpumem_policy:planned) is that policy
 // with one pool (every request from the large pool's 2 MiB pages, so
 // small blocks count in large_pool stats; freed pages stay mapped until
-// the device grows short) until a step (MarkStep)
+// the device grows short) until a step (MarkStep; in a program that
+// marks none, a period of its allocations that it finds itself)
 // repeats the one before it: it then packs the step's
 // allocations offline into an arena of free memory and serves the steps
 // that repeat it (same order, same sizes) from there, with no fit and no
-// device call; a request that departs is served by the policy, and the
-// step is planned anew. Memory kept across steps stays out of the plan.
+// device call; a request whose place is taken is served by the policy,
+// one that departs from the pattern too, and the step is planned anew.
+// Memory kept across steps stays out of the plan.
 // Where steps do not repeat, most of them log nothing (runs of quiet
 // steps, up to 64 long), so a repeat is planned at most 66 steps late.
 //

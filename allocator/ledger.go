@@ -271,21 +271,32 @@ func (a *Allocator) takeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block
 	if !sh.live.PutHome(f) {
 		sh.live.Put(f)
 	}
-	if a.listening {
-		a.handedOutLocked(sh, f, size)
+	if a.hooks != 0 {
+		if a.hooks == hookSearch {
+			a.searchStepsLocked(sh, f, size) // the planned policy's search for steps alone
+		} else {
+			a.handedOutLocked(sh, f, size)
+		}
 	}
 	return f
 }
 
 // handedOutLocked logs the hand-out of f, for a request rounded to size
-// bytes, where steps or observers listen (a.listening).
+// bytes, where steps or observers listen (hookListen): the step counts,
+// the planned policy's record of a step and its search for steps, the
+// observers.
 func (a *Allocator) handedOutLocked(sh *shard, f *freeindex.Block, size uint64) {
 	if a.stepping {
 		sh.steps.note(f, +1)
-		if a.pol != nil && a.pol.plan != nil && a.pol.plan.recording { // a quiet step logs nothing
-			if s := a.userStreamLocked(f); !a.pol.plan.countSameLocked(size, s) {
+	}
+	if a.pol != nil && a.pol.plan != nil {
+		if p := a.pol.plan; p.recording { // a quiet step logs nothing
+			if s := a.userStreamLocked(f); !p.countSameLocked(size, s) {
 				a.planAllocatedLocked(f, size, s)
 			}
+		}
+		if a.pol.plan.auto != nil {
+			a.searchStepsLocked(sh, f, size)
 		}
 	}
 	if len(a.observers) > 0 {
@@ -331,12 +342,12 @@ func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) 
 		c.bytes.Drop(int64(b.Size()))
 		c.blocks.Drop(1)
 	}
-	if a.listening {
+	if a.hooks&hookListen != 0 {
 		if a.stepping {
 			sh.steps.note(b, -1)
-			if a.pol != nil && a.pol.plan != nil {
-				a.planFreedLocked(b.Ptr())
-			}
+		}
+		if a.pol != nil && a.pol.plan != nil {
+			a.planFreedLocked(b.Ptr())
 		}
 		if len(a.observers) > 0 {
 			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested, Stream: b.Stream(), Phase: a.phases[b.Phase].name})
@@ -412,7 +423,7 @@ func (a *Allocator) finishFreeLocked(sh *shard, x *freeindex.Index, b *freeindex
 		st[stats.InactiveSplit].pool[k&1].Carry(blocks) // zero or less
 		st[stats.InactiveSplitBytes].pool[k&1].Carry(bytes)
 	}
-	if a.listening {
+	if a.hooks&hookListen != 0 {
 		a.freedLocked(sh, b, requested)
 	}
 	b.Requested = 0
@@ -454,13 +465,13 @@ func (a *Allocator) freeExceeded(sh *shard, k int, b *freeindex.Block, requested
 }
 
 // freedLocked logs the free of b (requested: by the caller, else a
-// pending free completed) where steps or observers listen (a.listening).
+// pending free completed) where steps or observers listen (hookListen).
 func (a *Allocator) freedLocked(sh *shard, b *freeindex.Block, requested bool) {
 	if requested && a.stepping {
 		sh.steps.note(b, -1)
-		if a.pol != nil && a.pol.plan != nil {
-			a.planFreedLocked(b.Ptr())
-		}
+	}
+	if requested && a.pol != nil && a.pol.plan != nil {
+		a.planFreedLocked(b.Ptr())
 	}
 	if len(a.observers) > 0 {
 		ph := a.phases[b.Phase].name

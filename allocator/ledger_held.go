@@ -71,7 +71,7 @@ func (a *Allocator) retakeOther(sh *shard, x *freeindex.Index, f *freeindex.Bloc
 	if !x.Parked() && !sh.live.PutHome(f) {
 		sh.live.Put(f)
 	}
-	if a.listening {
+	if a.hooks != 0 {
 		a.handedOutLocked(sh, f, uint64(n))
 	}
 	return f
@@ -150,7 +150,7 @@ func (a *Allocator) freeHeldLocked(sh *shard, b *freeindex.Block) {
 		st[stats.InactiveSplit].pool[k&1].Carry(blocks)
 		st[stats.InactiveSplitBytes].pool[k&1].Carry(bytes)
 	}
-	if a.listening {
+	if a.hooks&hookListen != 0 {
 		a.freedLocked(sh, b, true)
 		credit = nil // its hand-out again tells them: retakeOther
 	}

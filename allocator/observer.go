@@ -92,12 +92,12 @@ func (a *Allocator) Attach(o Observer) (detach func()) {
 	a.nextID++
 	id := a.nextID
 	a.observers = append(slices.Clip(a.observers), observerEntry{id: id, obs: o})
-	a.listening = true
+	a.setHooksLocked()
 	return func() {
 		a.lockAll()
 		defer a.unlockAll()
 		a.observers = slices.DeleteFunc(slices.Clone(a.observers), func(e observerEntry) bool { return e.id == id })
-		a.listening = len(a.observers) > 0 || a.stepping
+		a.setHooksLocked()
 	}
 }
 

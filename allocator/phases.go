@@ -204,6 +204,9 @@ func (a *Allocator) MarkStep(name string) {
 	}
 	a.lockAll()
 	defer a.unlockAll()
+	if p := a.pol; p != nil && p.plan != nil {
+		p.plan.auto, p.plan.autoDue = nil, false // the program marks its steps
+	}
 	a.steps.Record(a.markStepLocked())
 	if a.pol != nil && a.pol.plan != nil {
 		a.planStepLocked() // planned policy: plan the step just seen

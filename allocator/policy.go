@@ -204,7 +204,7 @@ type policyState struct {
 	plan *planState
 }
 
-func newPolicyState(cfg *Config) *policyState {
+func newPolicyState(cfg *Config, vm bool) *policyState {
 	if cfg.Policy == PolicyFaithful {
 		return nil
 	}
@@ -213,6 +213,9 @@ func newPolicyState(cfg *Config) *policyState {
 	mapAhead := orDefault(l.MapAhead, defaultMapAhead)
 	if cfg.Policy == PolicyPlanned {
 		plan = &planState{}
+		if vm { // nothing is planned without virtual memory
+			plan.auto = new(autoSteps)
+		}
 		mapAhead = orDefault(l.MapAhead, plannedMapAhead)
 	}
 	return &policyState{

@@ -26,9 +26,15 @@ import (
 // walks on from there, a size at a time (freeindex.Index.FitClose). The
 // caller checks that the block may serve the request.
 func (a *Allocator) policyFitLocked(x *freeindex.Index, size uint64) *freeindex.Block {
-	if p := a.pol.plan; p != nil && p.follow {
-		if b := a.planFitLocked(x, size); b != nil {
-			return b // planned policy: the block planned for it
+	if p := a.pol.plan; p != nil {
+		if p.autoDue && !a.world {
+			x.Pool().GCCalls++ // the fast path that misses gives it back
+			return nil         // a step starts: the world marks it (allocWorld)
+		}
+		if p.follow {
+			if b := a.planFitLocked(x, size); b != nil {
+				return b // planned policy: the block planned for it
+			}
 		}
 	}
 	x.Pool().GCCalls++

@@ -20,7 +20,9 @@ import (
 // The planned policy (PolicyPlanned, gpumem_policy:planned) runs as the
 // low_fragmentation policy with one pool (with virtual memory, every
 // request goes to the large pool's 2 MiB pages: onePoolLocked) and
-// watches the steps MarkStep delimits:
+// watches the steps MarkStep delimits, or, in a program that marks none,
+// the steps it finds where its allocations repeat (autoSteps,
+// policy_plan_auto.go), whose boundaries it marks itself:
 //
 //   - Recording: from the first step boundary on, every block handed out
 //     and every free of the step is logged (its position among the step's
@@ -63,14 +65,18 @@ import (
 //     free blocks back, as it settles a pending split; the next carve
 //     holds again. A request of a position the plan leaves out is served
 //     online.
+//   - Skip: a request whose range in the arena is not wholly free (a
+//     block of the plan that lives longer in this step than in the step
+//     planned, a block of the previous step still live, an online block
+//     that landed there) is served online, and the step goes on
+//     following the plan.
 //   - Departure: a request of another size or stream, one past the plan's
-//     end, or one whose range in the arena is not wholly free (a block of
-//     the previous step still live, pages reclaimed, an online block that
-//     landed there) ends the plan for the rest of the step: it and the
-//     requests after it are served online, without error. A step with the
-//     plan's pattern (rounded sizes, order, stream) keeps the plan, served
-//     or not; at the end of any other the plan ends, and that step is
-//     planned once the next repeats it.
+//     end, or one whose arena's segment was released, ends the plan for
+//     the rest of the step: it and the requests after it are served
+//     online, without error. A step with the plan's pattern (rounded
+//     sizes, order, stream) keeps the plan, served or not; at the end of
+//     any other the plan ends, and that step is planned once the next
+//     repeats it.
 //
 // The policy's fast paths run as under low_fragmentation: the plan is
 // asked first by its fit (policyFitLocked, planFitLocked), and the ledger
@@ -161,9 +167,17 @@ type planState struct {
 	pos    int                // the next allocation's position in the current step
 	asked  bool               // the last position taken is served online: a fast path that misses gives it back
 
-	// Counts for tests and measurements: walks counts the served
-	// requests whose place was not found from the block below it.
-	plans, served, departures, walks int64
+	// auto finds the steps of a program that marks none (nil once it
+	// marks one, or without virtual memory, where nothing is planned);
+	// autoDue: it put a boundary before the next allocation, which the
+	// world marks (autoStepLocked; a fast path leaves it to the world).
+	auto    *autoSteps
+	autoDue bool
+
+	// Counts for tests and measurements: skips counts the requests
+	// served online because their place was not wholly free, walks the
+	// served requests whose place was not found from the block below it.
+	plans, served, departures, skips, walks int64
 }
 
 // onePoolLocked reports whether every request goes to the large pool
@@ -216,7 +230,7 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 				// The common case, the place in the block after it,
 				// whose segment is the arena's.
 				if !n.IsFree() || p.seg.Free() != x {
-					return p.departLocked()
+					return p.skipLocked()
 				}
 				return p.serveLocked(x, r, n, ptr, rounded)
 			}
@@ -237,7 +251,7 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		}
 	}
 	if b == nil || !b.IsFree() || b.Ptr()+device.Ptr(b.Size()) < ptr+device.Ptr(rounded) || b.Seg().Free() != x {
-		return p.departLocked()
+		return p.skipLocked()
 	}
 	return p.serveLocked(x, r, b, ptr, rounded)
 }
@@ -256,6 +270,16 @@ func (p *planState) serveLocked(x *freeindex.Index, r *planReq, b *freeindex.Blo
 func (p *planState) departLocked() *freeindex.Block {
 	p.follow = false
 	p.departures++
+	return nil
+}
+
+// skipLocked serves the current request online, its place in the arena
+// not wholly free (a block of the plan that lives longer in this step
+// than in the step planned, or a block served online that landed
+// there); the step goes on following the plan.
+func (p *planState) skipLocked() *freeindex.Block {
+	p.skips++
+	p.asked = true
 	return nil
 }
 

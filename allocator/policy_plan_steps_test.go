@@ -190,24 +190,33 @@ func TestPlannedArenaMovesPastAKeptBlock(t *testing.T) {
 	mustFree(t, a, kept...)
 }
 
-func TestPlannedDepartsWhenItsPlaceIsTaken(t *testing.T) {
-	// Three blocks, each freed after the next: the plan puts the third
-	// where the first was. A step that keeps the first live longer makes
-	// the third depart rather than overlap it.
+func TestPlannedSkipsAPlaceTaken(t *testing.T) {
+	// Four blocks, each freed after the next: the plan puts the third
+	// where the first was. A step that keeps the first live longer
+	// serves the third online rather than overlap it, and goes on
+	// following the plan: the fourth is served from the arena.
 	a, _ := newOn(t, Config{Policy: PolicyPlanned})
-	three := []uint64{8 << 20, 8 << 20, 8 << 20}
-	runStep(t, a, three)
-	runStep(t, a, three)
+	four := []uint64{8 << 20, 8 << 20, 8 << 20, 8 << 20}
+	runStep(t, a, four)
+	runStep(t, a, four)
 	a.MarkStep("step")
 	p := a.pol.plan
 	require.Equal(t, p.reqs[0].off, p.reqs[2].off, "the plan reuses the first block's place")
-	p0, p1 := mustAlloc(t, a, three[0], 0), mustAlloc(t, a, three[1], 0)
-	p2 := mustAlloc(t, a, three[2], 0) // the first is still live
+	p0, p1 := mustAlloc(t, a, four[0], 0), mustAlloc(t, a, four[1], 0)
+	p2 := mustAlloc(t, a, four[2], 0) // the first is still live
+	require.NotEqual(t, p0, p2)
+	mustFree(t, a, p1)
+	require.NoError(t, a.CheckInvariants())
 	_, served, dep := planCounts(a)
 	assert.EqualValues(t, 2, served)
-	assert.EqualValues(t, 1, dep)
-	assert.NotEqual(t, p0, p2)
-	mustFree(t, a, p0, p1, p2)
+	assert.EqualValues(t, 0, dep)
+	assert.EqualValues(t, 1, p.skips)
+	p3 := mustAlloc(t, a, four[3], 0)
+	_, served, _ = planCounts(a)
+	assert.EqualValues(t, 3, served, "the step follows the plan after the skip")
+	assert.Equal(t, a.pol.plan.addr+device.Ptr(p.reqs[3].off), p3)
+	mustFree(t, a, p0, p2, p3)
+	require.NoError(t, a.CheckInvariants())
 }
 
 func TestPlannedWithoutVirtualMemory(t *testing.T) {

@@ -64,6 +64,39 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 	require.Equal(t, [3]int64{1, 5 * 1004, 0}, c, "plans, served, departures on %d bytes", capacity)
 }
 
+// TestPlannedFindsStepsWithoutMarks replays the BERT trace with its last
+// step repeated to 20 steps and every step mark taken out: the planned
+// policy finds the period of its allocations (one step, 1,004
+// allocations), marks its boundaries itself where the bytes allocated
+// are lowest, as the marks were, and plans the step when it repeats:
+// steps are served whole from the arena, two steps later than with the
+// marks (the period is found during the fourth step and confirmed in the
+// fifth). Peak reserved and device calls are those of the marked replay.
+func TestPlannedFindsStepsWithoutMarks(t *testing.T) {
+	ops := repeatLastStep(fileOps("../trace/replay/testdata/bert_b2.trace.gz")(t), 20)
+	var unmarked []trace.Op
+	for _, op := range ops {
+		if op.Kind != trace.Mark {
+			unmarked = append(unmarked, op)
+		}
+	}
+	run := func(ops []trace.Op) (*replay.Result, [3]int64) {
+		a := gpumemtest.New(t, gpumemtest.WithConfig(allocator.Config{Policy: allocator.PolicyPlanned}), gpumemtest.AllowLeaks())
+		res, err := replay.Run(trace.SliceReader(ops), a, a.Device().(*sim.Device), replay.Options{})
+		require.NoError(t, err)
+		require.NoError(t, a.CheckInvariants())
+		var c [3]int64
+		c[0], c[1], c[2] = a.PlanCounts()
+		return res, c
+	}
+	marked, c := run(ops)
+	require.Equal(t, [3]int64{1, 17 * 1004, 0}, c, "marked: plans, served, departures")
+	found, c := run(unmarked)
+	require.Equal(t, [3]int64{1, 15 * 1004, 0}, c, "unmarked: plans, served, departures")
+	require.Equal(t, marked.PeakReserved, found.PeakReserved)
+	require.Equal(t, marked.DeviceAllocs+marked.DeviceFrees, found.DeviceAllocs+found.DeviceFrees)
+}
+
 // TestPlannedCallsNoMoreThanTheDefault replays every trace of
 // POLICY.md's table on an 80 GiB device under the planned policy and
 // PyTorch's default: the planned policy makes no more device calls than

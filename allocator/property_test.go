@@ -55,8 +55,9 @@ type machine struct {
 	freed    []freedSpan
 	lastWait map[[2]device.Stream]int
 
-	// pattern is the sizes of the step that Step repeats, drawn once.
-	pattern []uint64
+	// pattern is the sizes of the step that Step repeats, drawn once;
+	// loop those of the loop that Loop runs, unmarked.
+	pattern, loop []uint64
 }
 
 type freedSpan struct {
@@ -225,8 +226,29 @@ func (m *machine) Step(t *rapid.T) {
 		m.pattern = rapid.SliceOfN(rapid.SampledFrom([]uint64{512, 3000, 300 << 10, 3 * mib, 9 * mib, 21 * mib}), 1, 8).Draw(t, "step")
 	}
 	m.a.MarkStep("step")
+	m.run(t, m.pattern)
+}
+
+// Loop runs the machine's loop three times, unmarked: its sizes (drawn
+// once, autoMinPeriod to autoMinPeriod+4 of them) allocated on the
+// default stream, each freed once the next is allocated. Under the
+// planned policy of a program that has marked no step, the period is
+// found and its steps planned and served (autoSteps); Alloc and Free
+// between Loops shift the boundaries or break the repeat.
+func (m *machine) Loop(t *rapid.T) {
+	if m.loop == nil {
+		m.loop = rapid.SliceOfN(rapid.SampledFrom([]uint64{512, 3000, 300 << 10, 3 * mib, 9 * mib, 21 * mib}), autoMinPeriod, autoMinPeriod+4).Draw(t, "loop")
+	}
+	for range 3 {
+		m.run(t, m.loop)
+	}
+}
+
+// run allocates sizes on the default stream in order, each freed once
+// the next is allocated, the last at the end.
+func (m *machine) run(t *rapid.T, sizes []uint64) {
 	var prev device.Ptr
-	for _, size := range m.pattern {
+	for _, size := range sizes {
 		p := m.alloc(t, size, device.DefaultStream, false)
 		if prev != 0 {
 			m.free(t, prev)
@@ -445,14 +467,24 @@ func TestAllocatorStateMachine(t *testing.T) {
 // expandable segments, the low_fragmentation policy (with tight knobs,
 // or with its defaults) or the planned policy. Op 7 marks a step; op 8
 // repeats the allocations and frees since the last mark, as a training
-// loop's next step would (the planned policy then serves them from its
-// arena).
+// loop's next step would, marked or not (the planned policy then serves
+// them from its arena).
 func FuzzAllocator(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 10, 0, 0, 2, 200, 1, 0, 0, 0, 2, 1, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0})
 	f.Add([]byte{0, 1, 3, 255, 3, 1, 0, 0, 0, 2, 3, 7, 1, 0, 0, 0, 5, 1, 0, 0})
 	// The planned policy (27 bytes): two allocations, then the step they
 	// make repeated four times, served from the arena from the third.
 	f.Add([]byte{0, 0, 3, 10, 0, 0, 2, 5, 8, 0, 0, 0, 8, 0, 0, 0, 8, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0})
+	// The planned policy (83 bytes): 16 allocations, then their step
+	// repeated four times unmarked, whose repeats the policy finds.
+	unmarked := make([]byte, 0, 83)
+	for k := range 16 {
+		unmarked = append(unmarked, 0, 0, 1, byte(k+1))
+	}
+	for range 4 {
+		unmarked = append(unmarked, 8, 0, 0, 1)
+	}
+	f.Add(append(unmarked, 0, 0, 0))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dev := simtest.New(t, simtest.Capacity(256*mib))
 		cfg := Config{MaxSplitSize: 64 * mib}
@@ -522,8 +554,12 @@ func FuzzAllocator(f *testing.F) {
 				stepSizes = stepSizes[:0]
 			case 8:
 				// The step again: its sizes allocated on stream 0, each
-				// freed after the next, the last at the end.
-				a.MarkStep("step")
+				// freed after the next, the last at the end; marked for
+				// an even n (else the planned policy finds the repeats
+				// itself, until the first mark).
+				if n%2 == 0 {
+					a.MarkStep("step")
+				}
 				var prev device.Ptr
 				for _, size := range stepSizes {
 					p, err := a.Alloc(size, 0)

@@ -47,7 +47,8 @@ func (l *stepLog) note(b *freeindex.Block, d int64) {
 // markStepLocked counts the live blocks of every shard by (phase,
 // requested size) at a step boundary, and from now on logs the changes.
 func (a *Allocator) markStepLocked() map[leakKey]int64 {
-	a.stepping, a.listening = true, true
+	a.stepping = true
+	a.setHooksLocked()
 	total := make(map[leakKey]int64)
 	for _, sh := range a.shards {
 		l := &sh.steps

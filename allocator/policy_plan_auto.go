@@ -1,0 +1,219 @@
+// This file holds the planned policy's steps found without marks: a
+// program that never calls MarkStep gets step boundaries where its
+// allocations repeat (policy_plan.go has the policy's model).
+
+package allocator
+
+import (
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
+	"github.com/gpumem/gpumem/stats"
+)
+
+// autoSteps finds the period of a program's allocations, for the planned
+// policy on a program that marks no step, and then marks a step boundary
+// before every allocation that starts a period, as MarkStep would mark
+// it for the plan (not for the step counts of Leaks).
+//
+// The model: allocation n has a token (its rounded size and its stream)
+// and a level (the bytes its stream's shard had allocated just before
+// it). A training or serving loop repeats its step: the same tokens at
+// the same levels, period after period. A period c is found when the
+// last c allocations have the tokens and levels of the c before them.
+// Candidates come from a table of recent contexts (an allocation's token
+// and level and the two tokens before it), filed by position for one
+// allocation in four, chosen by its token and level, so that the same
+// ones are filed in every period: an allocation whose context was filed
+// c allocations ago makes c the candidate, and the allocations after it
+// confirm it one by one or drop it. The level keeps out the shorter periods inside a
+// step: a training step's layers repeat their tokens, but each layer's
+// forward pass holds its activations, so the levels climb; a repeat of
+// tokens and levels is a whole step (or, where levels return between
+// layers, as in inference without gradients, a layer, which the plan
+// then serves). The boundary goes where the level is lowest within the
+// period (its first allocation at that level): where a training step's
+// temporaries are all freed, as a step mark puts it.
+//
+// The first boundary starts the plan's record, the second finds nothing
+// to repeat, and the third plans the step if it repeated (as with marks):
+// a step is planned two periods later than marks would have it. A
+// boundary whose step repeated nothing counts as a miss; after autoMisses
+// in a row without a plan the period is dropped, the plan's record
+// stops, and the search starts again (the program's pattern changed, or
+// the boundaries drifted).
+//
+// The search costs a hand-out the record of its token and level, and
+// one in four a table lookup (takeLocked calls searchStepsLocked: about
+// 34 instructions an operation on random_mixed, where nothing repeats);
+// a free, nothing. It holds 512 KiB; periods of up to autoHistory-1
+// allocations are found. A first MarkStep drops the search for good:
+// marks are the program's own word.
+type autoSteps struct {
+	tok   [autoHistory]uint32 // by allocation, modulo autoHistory: the token
+	lvl   [autoHistory]int64  // the level before the allocation
+	slots [autoSlots]autoSlot // recent contexts: the last allocation of each
+
+	n int64 // allocations seen
+
+	cand, run int64 // the candidate period and the allocations that confirmed it in a row
+	period    int64 // the period found, 0 while searching
+	next      int64 // while a period is found: the allocation that starts the next step
+	misses    int   // boundaries in a row whose step repeated nothing, without a plan
+}
+
+// An autoSlot files the last allocation of a context.
+type autoSlot struct {
+	key uint64
+	pos int64
+}
+
+const (
+	autoHistory   = 1 << 15 // allocations remembered: the longest period found is one less
+	autoSlots     = 1 << 13 // contexts remembered
+	autoMinPeriod = 16      // shorter periods are left to the cache
+	autoMisses    = 3       // boundaries that repeat nothing before the period is dropped
+)
+
+// allocated records an allocation of token t made at the given level,
+// and reports whether the next allocation starts a step. While it
+// searches, one allocation in four, chosen by its token and level (so
+// the same ones in every period), files its context and looks for it;
+// the others cost the record and a multiplication.
+func (d *autoSteps) allocated(t uint32, level int64) bool {
+	n := d.n
+	d.tok[n&(autoHistory-1)], d.lvl[n&(autoHistory-1)] = t, level
+	d.n = n + 1
+	if d.period|d.cand == 0 && (uint64(level)^uint64(t)<<32)*0x9e3779b97f4a7c15>>62 != 0 {
+		return false
+	}
+	return d.more(n, t, level)
+}
+
+// more is allocated's search for allocation n, filed, and its count of
+// the period once found.
+func (d *autoSteps) more(n int64, t uint32, level int64) bool {
+	const mask = autoHistory - 1
+	if d.period > 0 {
+		return d.n == d.next
+	}
+	if c := d.cand; c > 0 {
+		if d.tok[(n-c)&mask] != t || d.lvl[(n-c)&mask] != level {
+			d.cand, d.run = 0, 0
+		} else if d.run++; d.run >= c {
+			d.found(n)
+			return d.n == d.next
+		}
+		return false
+	}
+	if n < 2 {
+		return false
+	}
+	h := (uint64(level) ^ uint64(t)<<32) * 0x9e3779b97f4a7c15
+	key := h ^ (uint64(d.tok[(n-1)&mask])|uint64(d.tok[(n-2)&mask])<<32)*0xc2b2ae3d27d4eb4f
+	sl := &d.slots[key>>(64-13)&(autoSlots-1)]
+	if sl.key == key {
+		if c := n - sl.pos; c >= autoMinPeriod && c < autoHistory && d.tok[(n-c)&mask] == t && d.lvl[(n-c)&mask] == level {
+			d.cand, d.run = c, 1
+		}
+	}
+	sl.key, sl.pos = key, n
+	return false
+}
+
+// found makes the candidate the period, confirmed by allocation n: the
+// next step starts a period after the first allocation at the lowest
+// level of the last period.
+func (d *autoSteps) found(n int64) {
+	const mask = autoHistory - 1
+	c := d.cand
+	low := n - c + 1
+	for i := low + 1; i <= n; i++ {
+		if d.lvl[i&mask] < d.lvl[low&mask] {
+			low = i
+		}
+	}
+	d.period, d.next = c, low+c
+	d.cand, d.run, d.misses = 0, 0, 0
+}
+
+// drop forgets the period: the search starts again, with no context
+// filed (those filed before the period was found would offer its
+// multiples).
+func (d *autoSteps) drop() {
+	d.period, d.next, d.cand, d.run, d.misses = 0, 0, 0, 0, 0
+	clear(d.slots[:])
+}
+
+// searchStepsLocked records the hand-out of f by shard sh, for a request
+// rounded to size bytes, in the search for steps (takeLocked, alone or
+// through handedOutLocked): its token (the size and the stream) at its
+// level (the bytes the shard had allocated before; the steps planned are
+// on one stream).
+func (a *Allocator) searchStepsLocked(sh *shard, f *freeindex.Block, size uint64) {
+	c := &sh.st[stats.AllocatedBytes]
+	t := uint32(size>>9) ^ uint32(f.Stream())<<24
+	if a.pol.plan.auto.allocated(t, c.pool[0].Value()+c.pool[1].Value()-int64(f.Size())) {
+		a.pol.plan.autoDue = true
+	}
+}
+
+// The hooks (Allocator.hooks) of takeLocked and the frees.
+const (
+	hookListen = 1 << iota // observers, the step counts or the plan's record of steps found without marks
+	hookSearch             // the planned policy's search for steps: takeLocked tells it
+)
+
+// setHooksLocked sets the hooks from what listens: observers, the step
+// counts of MarkStep, the planned policy's record of steps found
+// without marks (hookListen), and its search for them (hookSearch).
+func (a *Allocator) setHooksLocked() {
+	var h uint8
+	if len(a.observers) > 0 || a.stepping {
+		h |= hookListen
+	}
+	if p := a.pol; p != nil && p.plan != nil && p.plan.auto != nil {
+		h |= hookSearch
+		if p.plan.recording {
+			h |= hookListen
+		}
+	}
+	a.hooks = h
+}
+
+// stepIfDueLocked runs autoStepLocked where the search for steps put a
+// boundary before this allocation (allocWorld).
+func (a *Allocator) stepIfDueLocked() {
+	if a.pol != nil && a.pol.plan != nil && a.pol.plan.autoDue {
+		a.autoStepLocked()
+	}
+}
+
+// autoStepLocked marks the step boundary that the search for steps put
+// before this allocation (planState.autoDue), in the world, and drops
+// the period after autoMisses boundaries in a row that planned nothing
+// and repeated nothing, stopping the plan's record.
+func (a *Allocator) autoStepLocked() {
+	p := a.pol.plan
+	d := p.auto
+	p.autoDue = false
+	d.next = d.n + d.period // this allocation, the next (d.n), starts the step
+	missed := p.misses
+	a.planStepLocked()
+	switch {
+	case p.reqs != nil:
+		d.misses = 0
+	case p.misses > missed:
+		if d.misses++; d.misses >= autoMisses {
+			d.drop()
+			p.stopRecordingLocked()
+		}
+	}
+	a.setHooksLocked()
+}
+
+// stopRecordingLocked ends the record of steps without a boundary: the
+// search for steps dropped its period, and no boundary may come.
+func (p *planState) stopRecordingLocked() {
+	p.recording, p.logOps, p.recMixed = false, false, false
+	p.rec, p.recSize, p.prevSize = p.rec[:0], p.recSize[:0], p.prevSize[:0]
+	p.same, p.recSame = nil, 0
+}

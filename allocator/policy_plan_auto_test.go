@@ -1,0 +1,256 @@
+package allocator
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpumem/gpumem/device"
+)
+
+// autoOp is an operation fed to autoSteps: an allocation of a token
+// holding bytes (id names it), or the free of the allocation id.
+type autoOp struct {
+	alloc bool
+	id    int
+	tok   uint32
+	bytes int64
+}
+
+// autoFeed runs ops through d, keeping the level (the bytes of the
+// allocations not freed), and returns the allocations (by their index
+// among the allocations) before which d put a boundary.
+func autoFeed(d *autoSteps, ops []autoOp) []int64 {
+	held := map[int]int64{}
+	var at []int64
+	var n, level int64
+	for _, op := range ops {
+		if op.alloc {
+			held[op.id] = op.bytes
+			n++
+			if d.allocated(op.tok, level) {
+				at = append(at, n) // allocation n (0-based) starts a step
+				d.next += d.period // as autoStepLocked does at the boundary
+			}
+			level += op.bytes
+			continue
+		}
+		level -= held[op.id]
+		delete(held, op.id)
+	}
+	return at
+}
+
+// trainingStep returns the operations of a training-like step: layers
+// whose forward passes allocate the same sizes and keep their
+// activations (so the tokens of a layer repeat, the level climbs), a
+// loss kept to the end, a backward pass that frees the activations in
+// reverse, and an optimizer's temporaries; ids from id on. It allocates
+// 3*layers+3 blocks, and its level is lowest before its first.
+func trainingStep(id, layers int) ([]autoOp, int) {
+	var ops []autoOp
+	var acts []int
+	for range layers {
+		for _, tok := range []uint32{10, 11, 12} {
+			ops = append(ops, autoOp{alloc: true, id: id, tok: tok, bytes: int64(tok) << 10})
+			acts = append(acts, id)
+			id++
+		}
+	}
+	loss := id
+	ops = append(ops, autoOp{alloc: true, id: loss, tok: 20, bytes: 512})
+	id++
+	for i := len(acts) - 1; i >= 0; i-- {
+		ops = append(ops, autoOp{id: acts[i]})
+	}
+	ops = append(ops,
+		autoOp{alloc: true, id: id, tok: 30, bytes: 4096},
+		autoOp{alloc: true, id: id + 1, tok: 31, bytes: 4096},
+		autoOp{id: id}, autoOp{id: id + 1}, autoOp{id: loss})
+	return ops, id + 2
+}
+
+// TestAutoStepsFindsTheStep: after a first step of its own (the
+// optimizer's state made), a training loop's steps are found whole, not
+// its layers, whose tokens repeat within a step at climbing levels, and
+// the boundary goes before each step's first allocation, where the level
+// is lowest.
+func TestAutoStepsFindsTheStep(t *testing.T) {
+	const layers, steps = 12, 10
+	d := new(autoSteps)
+	var ops []autoOp
+	id := 0
+	for i := range 7 { // weights and a first step's state, kept
+		ops = append(ops, autoOp{alloc: true, id: id, tok: uint32(100 + i), bytes: 1 << 20})
+		id++
+	}
+	perStep := int64(3*layers + 3)
+	for range steps {
+		var s []autoOp
+		s, id = trainingStep(id, layers)
+		ops = append(ops, s...)
+	}
+	at := autoFeed(d, ops)
+	require.Equal(t, perStep, d.period, "the period is a whole step")
+	require.NotEmpty(t, at, "boundaries")
+	for i, n := range at {
+		require.Zero(t, (n-7)%perStep, "boundary before allocation %d: not a step's first", n)
+		if i > 0 {
+			require.Equal(t, perStep, n-at[i-1], "a boundary before every step from the first found")
+		}
+	}
+	require.Equal(t, 7+steps*perStep, at[len(at)-1], "the last after the last step")
+	require.Less(t, at[0], 7+4*perStep, "found within four steps")
+}
+
+// TestAutoStepsNoPeriod: random sizes, and a loop shorter than
+// autoMinPeriod, find no period.
+func TestAutoStepsNoPeriod(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	d := new(autoSteps)
+	var ops []autoOp
+	var live []int
+	for id := range 200000 {
+		if len(live) > 0 && r.IntN(2) == 0 {
+			k := r.IntN(len(live))
+			ops = append(ops, autoOp{id: live[k]})
+			live[k] = live[len(live)-1]
+			live = live[:len(live)-1]
+		}
+		tok := uint32(r.IntN(64))
+		ops = append(ops, autoOp{alloc: true, id: id, tok: tok, bytes: int64(tok+1) << 9})
+		live = append(live, id)
+	}
+	require.Empty(t, autoFeed(d, ops))
+	require.Zero(t, d.period)
+
+	d = new(autoSteps)
+	ops = ops[:0]
+	for id := range 10000 { // an alloc and free of eight sizes in turn: period 8
+		ops = append(ops, autoOp{alloc: true, id: id, tok: uint32(id % 8), bytes: 512}, autoOp{id: id})
+	}
+	require.Empty(t, autoFeed(d, ops))
+	require.Zero(t, d.period)
+}
+
+// TestAutoStepsLongPeriods: a period of autoHistory-1 allocations is
+// found, one of autoHistory is not (its first repeat is out of the
+// history).
+func TestAutoStepsLongPeriods(t *testing.T) {
+	for _, c := range []struct {
+		period int
+		found  bool
+	}{{autoHistory - 1, true}, {autoHistory, false}} {
+		d := new(autoSteps)
+		var ops []autoOp
+		id := 0
+		for range 4 {
+			for k := range c.period {
+				ops = append(ops, autoOp{alloc: true, id: id, tok: uint32(k), bytes: 512}, autoOp{id: id})
+				id++
+			}
+		}
+		autoFeed(d, ops)
+		if c.found {
+			require.Equal(t, int64(c.period), d.period)
+		} else {
+			require.Zero(t, d.period)
+		}
+	}
+}
+
+// TestAutoStepsDrop: drop forgets the period, and the search finds it
+// again.
+func TestAutoStepsDrop(t *testing.T) {
+	d := new(autoSteps)
+	var ops []autoOp
+	id := 0
+	for range 6 {
+		var s []autoOp
+		s, id = trainingStep(id, 5)
+		ops = append(ops, s...)
+	}
+	autoFeed(d, ops)
+	require.Equal(t, int64(18), d.period)
+	d.drop()
+	require.Zero(t, d.period)
+	autoFeed(d, ops)
+	require.Equal(t, int64(18), d.period)
+}
+
+// TestPlannedAutoStepsEndWithAMark: a program that marks no step has its
+// steps found and planned; its first MarkStep ends the search for good,
+// and the boundaries are its marks from then on.
+func TestPlannedAutoStepsEndWithAMark(t *testing.T) {
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	sizes := make([]uint64, 0, 20)
+	for i := range 20 {
+		sizes = append(sizes, uint64(i+1)<<20)
+	}
+	step := func() {
+		var prev device.Ptr
+		for _, size := range sizes {
+			p := mustAlloc(t, a, size, 0)
+			if prev != 0 {
+				mustFree(t, a, prev)
+			}
+			prev = p
+		}
+		mustFree(t, a, prev)
+	}
+	for range 8 {
+		step()
+		require.NoError(t, a.CheckInvariants())
+	}
+	p := a.pol.plan
+	require.Equal(t, int64(len(sizes)), p.auto.period)
+	plans, served, dep := planCounts(a)
+	require.EqualValues(t, 1, plans)
+	require.Positive(t, served)
+	require.Zero(t, dep)
+	a.MarkStep("step")
+	require.Nil(t, p.auto, "a mark ends the search")
+	require.False(t, p.autoDue)
+	for range 3 {
+		step() // unmarked now: one long step to the plan's eyes
+	}
+	a.MarkStep("step")
+	require.NoError(t, a.CheckInvariants())
+}
+
+// TestPlannedAutoStepsDropAChangedPattern: when the program's loop
+// changes to one of another length, the boundaries of the old period
+// find no repeat; after autoMisses of them the period is dropped, the
+// record stops, and the new loop's period is found. (A loop of the same
+// length keeps the boundaries, and its step is planned at the second
+// boundary: the plan machinery's own rule.)
+func TestPlannedAutoStepsDropAChangedPattern(t *testing.T) {
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	loop := func(n, allocs int, mul uint64) {
+		for range n {
+			var prev device.Ptr
+			for i := range allocs {
+				p := mustAlloc(t, a, uint64(i+1)*mul, 0)
+				if prev != 0 {
+					mustFree(t, a, prev)
+				}
+				prev = p
+			}
+			mustFree(t, a, prev)
+		}
+	}
+	loop(6, 20, 1<<20)
+	p := a.pol.plan
+	require.Equal(t, int64(20), p.auto.period)
+	require.NotNil(t, p.reqs, "planned")
+	loop(4, 23, 3<<19) // boundaries every 20 allocations: no repeat
+	require.Zero(t, p.auto.period, "dropped")
+	require.False(t, p.recording, "the record stops with the period")
+	require.Empty(t, p.rec)
+	loop(6, 23, 3<<19)
+	require.Equal(t, int64(23), p.auto.period, "the new loop's period")
+	plans, _, _ := planCounts(a)
+	require.EqualValues(t, 2, plans)
+	require.NoError(t, a.CheckInvariants())
+}
