@@ -271,11 +271,11 @@ func (a *Allocator) takeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block
 	if !sh.live.PutHome(f) {
 		sh.live.Put(f)
 	}
-	if a.hooks != 0 {
-		if a.hooks == hookSearch {
-			a.searchStepsLocked(sh, f, size) // the planned policy's search for steps alone
-		} else {
+	if h := a.hooks; h != 0 {
+		if h&hookListen != 0 {
 			a.handedOutLocked(sh, f, size)
+		} else {
+			a.searchStepsLocked(sh, f, size) // the planned policy's search for steps alone
 		}
 	}
 	return f
@@ -295,7 +295,7 @@ func (a *Allocator) handedOutLocked(sh *shard, f *freeindex.Block, size uint64) 
 				a.planAllocatedLocked(f, size, s)
 			}
 		}
-		if a.pol.plan.auto != nil {
+		if p := a.pol.plan; p.auto != nil { // no mark yet: the search for steps
 			a.searchStepsLocked(sh, f, size)
 		}
 	}
@@ -467,11 +467,13 @@ func (a *Allocator) freeExceeded(sh *shard, k int, b *freeindex.Block, requested
 // freedLocked logs the free of b (requested: by the caller, else a
 // pending free completed) where steps or observers listen (hookListen).
 func (a *Allocator) freedLocked(sh *shard, b *freeindex.Block, requested bool) {
-	if requested && a.stepping {
-		sh.steps.note(b, -1)
-	}
-	if requested && a.pol != nil && a.pol.plan != nil {
-		a.planFreedLocked(b.Ptr())
+	if requested {
+		if a.stepping {
+			sh.steps.note(b, -1)
+		}
+		if a.pol != nil && a.pol.plan != nil {
+			a.planFreedLocked(b.Ptr())
+		}
 	}
 	if len(a.observers) > 0 {
 		ph := a.phases[b.Phase].name

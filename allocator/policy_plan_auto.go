@@ -44,12 +44,12 @@ import (
 // The search costs a hand-out the record of its token and level, and
 // one in four a table lookup (takeLocked calls searchStepsLocked: about
 // 34 instructions an operation on random_mixed, where nothing repeats);
-// a free, nothing. It holds 512 KiB; periods of up to autoHistory-1
+// a free, nothing. It holds 320 KiB; periods of up to autoHistory-1
 // allocations are found. A first MarkStep drops the search for good:
 // marks are the program's own word.
 type autoSteps struct {
 	tok   [autoHistory]uint32 // by allocation, modulo autoHistory: the token
-	lvl   [autoHistory]int64  // the level before the allocation
+	lvl   [autoHistory]uint32 // the level before the allocation, in 512 bytes (exact to 2 TiB)
 	slots [autoSlots]autoSlot // recent contexts: the last allocation of each
 
 	n int64 // allocations seen
@@ -60,10 +60,10 @@ type autoSteps struct {
 	misses    int   // boundaries in a row whose step repeated nothing, without a plan
 }
 
-// An autoSlot files the last allocation of a context.
+// An autoSlot files the last allocation of a context (its position
+// modulo 2^32: the difference of two is right while it is below that).
 type autoSlot struct {
-	key uint64
-	pos int64
+	key, pos uint32
 }
 
 const (
@@ -79,18 +79,18 @@ const (
 // the same ones in every period), files its context and looks for it;
 // the others cost the record and a multiplication.
 func (d *autoSteps) allocated(t uint32, level int64) bool {
-	n := d.n
-	d.tok[n&(autoHistory-1)], d.lvl[n&(autoHistory-1)] = t, level
+	n, lv := d.n, uint32(uint64(level)>>9)
+	d.tok[n&(autoHistory-1)], d.lvl[n&(autoHistory-1)] = t, lv
 	d.n = n + 1
-	if d.period|d.cand == 0 && (uint64(level)^uint64(t)<<32)*0x9e3779b97f4a7c15>>62 != 0 {
+	if d.period|d.cand == 0 && (uint64(lv)|uint64(t)<<32)*0x9e3779b97f4a7c15>>62 != 0 {
 		return false
 	}
-	return d.more(n, t, level)
+	return d.more(n, t, lv)
 }
 
 // more is allocated's search for allocation n, filed, and its count of
 // the period once found.
-func (d *autoSteps) more(n int64, t uint32, level int64) bool {
+func (d *autoSteps) more(n int64, t, level uint32) bool {
 	const mask = autoHistory - 1
 	if d.period > 0 {
 		return d.n == d.next
@@ -107,15 +107,15 @@ func (d *autoSteps) more(n int64, t uint32, level int64) bool {
 	if n < 2 {
 		return false
 	}
-	h := (uint64(level) ^ uint64(t)<<32) * 0x9e3779b97f4a7c15
-	key := h ^ (uint64(d.tok[(n-1)&mask])|uint64(d.tok[(n-2)&mask])<<32)*0xc2b2ae3d27d4eb4f
-	sl := &d.slots[key>>(64-13)&(autoSlots-1)]
+	h := (uint64(level) | uint64(t)<<32) * 0x9e3779b97f4a7c15
+	h ^= (uint64(d.tok[(n-1)&mask]) | uint64(d.tok[(n-2)&mask])<<32) * 0xc2b2ae3d27d4eb4f
+	sl, key := &d.slots[h>>(64-13)&(autoSlots-1)], uint32(h)
 	if sl.key == key {
-		if c := n - sl.pos; c >= autoMinPeriod && c < autoHistory && d.tok[(n-c)&mask] == t && d.lvl[(n-c)&mask] == level {
+		if c := int64(uint32(n) - sl.pos); c >= autoMinPeriod && c < autoHistory && d.tok[(n-c)&mask] == t && d.lvl[(n-c)&mask] == level {
 			d.cand, d.run = c, 1
 		}
 	}
-	sl.key, sl.pos = key, n
+	sl.key, sl.pos = key, uint32(n)
 	return false
 }
 
