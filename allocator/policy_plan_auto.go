@@ -43,7 +43,7 @@ import (
 //
 // The search costs a hand-out the record of its token and level, and
 // one in four a table lookup (takeLocked calls searchStepsLocked: about
-// 34 instructions an operation on random_mixed, where nothing repeats);
+// 38 instructions an operation on random_mixed, where nothing repeats);
 // a free, nothing. It holds 320 KiB; periods of up to autoHistory-1
 // allocations are found. A first MarkStep drops the search for good:
 // marks are the program's own word.
