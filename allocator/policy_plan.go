@@ -528,6 +528,7 @@ func (a *Allocator) arenaLocked() bool {
 // the plan's.
 func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	p := a.pol.plan
+	a.checkAutoLocked(bad)
 	one := a.onePoolLocked()
 	merged := func(xs *[2]freeindex.Index) {
 		if xs[qSmall].Merged != one || one && xs[qSmall].NSeg() != 0 {

@@ -162,10 +162,14 @@ const (
 	hookSearch             // the planned policy's search for steps: takeLocked tells it
 )
 
-// setHooksLocked sets the hooks from what listens: observers, the step
-// counts of MarkStep, the planned policy's record of steps found
-// without marks (hookListen), and its search for them (hookSearch).
-func (a *Allocator) setHooksLocked() {
+// setHooksLocked sets the hooks from what listens (hooksLocked).
+func (a *Allocator) setHooksLocked() { a.hooks = a.hooksLocked() }
+
+// hooksLocked returns the hooks that what listens asks for: observers,
+// the step counts of MarkStep, the planned policy's record of steps
+// found without marks (hookListen), and its search for them
+// (hookSearch).
+func (a *Allocator) hooksLocked() uint8 {
 	var h uint8
 	if len(a.observers) > 0 || a.stepping {
 		h |= hookListen
@@ -176,7 +180,28 @@ func (a *Allocator) setHooksLocked() {
 			h |= hookListen
 		}
 	}
-	a.hooks = h
+	return h
+}
+
+// checkAutoLocked adds the search for steps to checkPlanLocked: it runs
+// only before a mark; a boundary is due only before the allocation that
+// starts a period found, and the next is never behind the allocations;
+// the hooks are what listens asks for.
+func (a *Allocator) checkAutoLocked(bad func(format string, args ...any)) {
+	p := a.pol.plan
+	d := p.auto
+	if d != nil && a.stepping {
+		bad("the search for steps runs after a mark")
+	}
+	if p.autoDue && (d == nil || d.period == 0 || d.n != d.next) {
+		bad("a step boundary is due where no period starts")
+	}
+	if d != nil && d.period > 0 && d.next < d.n {
+		bad("the search's next boundary, before allocation %d, is behind allocation %d", d.next, d.n)
+	}
+	if h := a.hooksLocked(); a.hooks != h {
+		bad("hooks %#b, where what listens asks for %#b", a.hooks, h)
+	}
 }
 
 // stepIfDueLocked runs autoStepLocked where the search for steps put a

@@ -254,3 +254,44 @@ func TestPlannedAutoStepsDropAChangedPattern(t *testing.T) {
 	require.EqualValues(t, 2, plans)
 	require.NoError(t, a.CheckInvariants())
 }
+
+// TestCheckInvariantsCatchesSearchCorruption: the search for steps'
+// invariants (checkAutoLocked) catch a search that outlived a mark, a
+// boundary due where no period starts, a next boundary behind the
+// allocations, and hooks that are not what listens asks for.
+func TestCheckInvariantsCatchesSearchCorruption(t *testing.T) {
+	setup := func(t *testing.T) *Allocator {
+		a, _ := newOn(t, Config{Policy: PolicyPlanned})
+		for range 3 {
+			var prev device.Ptr
+			for i := range 20 {
+				p := mustAlloc(t, a, uint64(i+1)<<20, 0)
+				if prev != 0 {
+					mustFree(t, a, prev)
+				}
+				prev = p
+			}
+			mustFree(t, a, prev)
+		}
+		require.Equal(t, int64(20), a.pol.plan.auto.period)
+		require.NoError(t, a.CheckInvariants())
+		return a
+	}
+	for _, c := range []struct {
+		name, want string
+		breakIt    func(a *Allocator)
+	}{
+		{"a search after a mark", "after a mark", func(a *Allocator) { a.stepping = true }},
+		{"a boundary due outside a period's start", "no period starts", func(a *Allocator) {
+			a.pol.plan.autoDue, a.pol.plan.auto.next = true, a.pol.plan.auto.n+5
+		}},
+		{"a next boundary behind", "behind", func(a *Allocator) { a.pol.plan.auto.next = a.pol.plan.auto.n - 1 }},
+		{"hooks without the search", "hooks", func(a *Allocator) { a.hooks = 0 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := setup(t)
+			c.breakIt(a)
+			require.ErrorContains(t, a.CheckInvariants(), c.want)
+		})
+	}
+}
