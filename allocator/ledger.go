@@ -289,13 +289,14 @@ func (a *Allocator) handedOutLocked(sh *shard, f *freeindex.Block, size uint64) 
 	if a.stepping {
 		sh.steps.note(f, +1)
 	}
-	if a.pol != nil && a.pol.plan != nil {
-		if p := a.pol.plan; p.recording { // a quiet step logs nothing
+	if pol := a.pol; pol != nil && pol.plan != nil {
+		p := pol.plan
+		if p.recording { // a quiet step logs nothing
 			if s := a.userStreamLocked(f); !p.countSameLocked(size, s) {
 				a.planAllocatedLocked(f, size, s)
 			}
 		}
-		if p := a.pol.plan; p.auto != nil { // no mark yet: the search for steps
+		if p.auto != nil { // no mark yet: the search for steps
 			a.searchStepsLocked(sh, f, size)
 		}
 	}
@@ -465,7 +466,8 @@ func (a *Allocator) freeExceeded(sh *shard, k int, b *freeindex.Block, requested
 }
 
 // freedLocked logs the free of b (requested: by the caller, else a
-// pending free completed) where steps or observers listen (hookListen).
+// pending free completed) where steps, the planned policy's record of a
+// step or observers listen (hookListen).
 func (a *Allocator) freedLocked(sh *shard, b *freeindex.Block, requested bool) {
 	if requested {
 		if a.stepping {

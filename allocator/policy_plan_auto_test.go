@@ -30,8 +30,8 @@ func autoFeed(d *autoSteps, ops []autoOp) []int64 {
 			held[op.id] = op.bytes
 			n++
 			if d.allocated(op.tok, level) {
-				at = append(at, n) // allocation n (0-based) starts a step
-				d.next += d.period // as autoStepLocked does at the boundary
+				at = append(at, n)      // allocation n (0-based) starts a step
+				d.next = d.n + d.period // as autoStepLocked does at the boundary
 			}
 			level += op.bytes
 			continue
@@ -179,19 +179,15 @@ func TestAutoStepsDrop(t *testing.T) {
 	require.Equal(t, int64(18), d.period)
 }
 
-// TestPlannedAutoStepsEndWithAMark: a program that marks no step has its
-// steps found and planned; its first MarkStep ends the search for good,
-// and the boundaries are its marks from then on.
-func TestPlannedAutoStepsEndWithAMark(t *testing.T) {
-	a, _ := newOn(t, Config{Policy: PolicyPlanned})
-	sizes := make([]uint64, 0, 20)
-	for i := range 20 {
-		sizes = append(sizes, uint64(i+1)<<20)
-	}
-	step := func() {
+// unmarkedLoop runs n unmarked steps on a's default stream, each of
+// allocs allocations of mul, 2*mul, ... bytes, each freed once the next
+// is allocated, the last at the end of the step.
+func unmarkedLoop(t *testing.T, a *Allocator, n, allocs int, mul uint64) {
+	t.Helper()
+	for range n {
 		var prev device.Ptr
-		for _, size := range sizes {
-			p := mustAlloc(t, a, size, 0)
+		for i := range allocs {
+			p := mustAlloc(t, a, uint64(i+1)*mul, 0)
 			if prev != 0 {
 				mustFree(t, a, prev)
 			}
@@ -199,12 +195,19 @@ func TestPlannedAutoStepsEndWithAMark(t *testing.T) {
 		}
 		mustFree(t, a, prev)
 	}
+}
+
+// TestPlannedAutoStepsEndWithAMark: a program that marks no step has its
+// steps found and planned; its first MarkStep ends the search for good,
+// and the boundaries are its marks from then on.
+func TestPlannedAutoStepsEndWithAMark(t *testing.T) {
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
 	for range 8 {
-		step()
+		unmarkedLoop(t, a, 1, 20, 1<<20)
 		require.NoError(t, a.CheckInvariants())
 	}
 	p := a.pol.plan
-	require.Equal(t, int64(len(sizes)), p.auto.period)
+	require.Equal(t, int64(20), p.auto.period)
 	plans, served, dep := planCounts(a)
 	require.EqualValues(t, 1, plans)
 	require.Positive(t, served)
@@ -212,9 +215,7 @@ func TestPlannedAutoStepsEndWithAMark(t *testing.T) {
 	a.MarkStep("step")
 	require.Nil(t, p.auto, "a mark ends the search")
 	require.False(t, p.autoDue)
-	for range 3 {
-		step() // unmarked now: one long step to the plan's eyes
-	}
+	unmarkedLoop(t, a, 3, 20, 1<<20) // unmarked now: one long step to the plan's eyes
 	a.MarkStep("step")
 	require.NoError(t, a.CheckInvariants())
 }
@@ -227,28 +228,15 @@ func TestPlannedAutoStepsEndWithAMark(t *testing.T) {
 // boundary: the plan machinery's own rule.)
 func TestPlannedAutoStepsDropAChangedPattern(t *testing.T) {
 	a, _ := newOn(t, Config{Policy: PolicyPlanned})
-	loop := func(n, allocs int, mul uint64) {
-		for range n {
-			var prev device.Ptr
-			for i := range allocs {
-				p := mustAlloc(t, a, uint64(i+1)*mul, 0)
-				if prev != 0 {
-					mustFree(t, a, prev)
-				}
-				prev = p
-			}
-			mustFree(t, a, prev)
-		}
-	}
-	loop(6, 20, 1<<20)
+	unmarkedLoop(t, a, 6, 20, 1<<20)
 	p := a.pol.plan
 	require.Equal(t, int64(20), p.auto.period)
 	require.NotNil(t, p.reqs, "planned")
-	loop(4, 23, 3<<19) // boundaries every 20 allocations: no repeat
+	unmarkedLoop(t, a, 4, 23, 3<<19) // boundaries every 20 allocations: no repeat
 	require.Zero(t, p.auto.period, "dropped")
 	require.False(t, p.recording, "the record stops with the period")
 	require.Empty(t, p.rec)
-	loop(6, 23, 3<<19)
+	unmarkedLoop(t, a, 6, 23, 3<<19)
 	require.Equal(t, int64(23), p.auto.period, "the new loop's period")
 	plans, _, _ := planCounts(a)
 	require.EqualValues(t, 2, plans)
@@ -262,17 +250,7 @@ func TestPlannedAutoStepsDropAChangedPattern(t *testing.T) {
 func TestCheckInvariantsCatchesSearchCorruption(t *testing.T) {
 	setup := func(t *testing.T) *Allocator {
 		a, _ := newOn(t, Config{Policy: PolicyPlanned})
-		for range 3 {
-			var prev device.Ptr
-			for i := range 20 {
-				p := mustAlloc(t, a, uint64(i+1)<<20, 0)
-				if prev != 0 {
-					mustFree(t, a, prev)
-				}
-				prev = p
-			}
-			mustFree(t, a, prev)
-		}
+		unmarkedLoop(t, a, 3, 20, 1<<20)
 		require.Equal(t, int64(20), a.pol.plan.auto.period)
 		require.NoError(t, a.CheckInvariants())
 		return a
@@ -294,4 +272,29 @@ func TestCheckInvariantsCatchesSearchCorruption(t *testing.T) {
 			require.ErrorContains(t, a.CheckInvariants(), c.want)
 		})
 	}
+}
+
+// TestPlannedAutoStepsWithObservers: an observer attached and detached
+// while the policy searches for steps leaves the search on (the hooks
+// keep hookSearch), and steps are still found and planned.
+func TestPlannedAutoStepsWithObservers(t *testing.T) {
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	require.Equal(t, uint8(hookSearch), a.hooks)
+	seen := 0
+	detach := a.Attach(observerFunc(func(e Action) {
+		if e.Kind == ActionAlloc || e.Kind == ActionFreeRequested {
+			seen++
+		}
+	}))
+	require.Equal(t, uint8(hookSearch|hookListen), a.hooks)
+	mustFree(t, a, mustAlloc(t, a, 1<<20, 0))
+	require.Equal(t, 2, seen, "the observer saw the alloc and the free")
+	detach()
+	require.Equal(t, uint8(hookSearch), a.hooks)
+	unmarkedLoop(t, a, 8, 20, 1<<20)
+	require.Equal(t, int64(20), a.pol.plan.auto.period)
+	plans, served, _ := planCounts(a)
+	require.EqualValues(t, 1, plans)
+	require.Positive(t, served)
+	require.NoError(t, a.CheckInvariants())
 }
