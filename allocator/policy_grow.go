@@ -67,11 +67,12 @@ type placement struct {
 // before growth that would raise reserved memory above the high-water
 // mark and above the slack over the peak of requested bytes, or past the
 // cap, or when the device refuses, it unmaps free pages of the pool
-// elsewhere; it maps up to mapAhead bytes more while that stays within
-// the slack. Under the planned policy the two bounds are never below
-// those of a roomy device (roomyLimitsLocked). It returns a free block of at least size
-// bytes, in the free index.
-func (a *Allocator) policyGrowLocked(x *freeindex.Index, size uint64) (*freeindex.Block, error) {
+// elsewhere; with ahead, it maps up to mapAhead bytes more while that
+// stays within the slack (a plan's arena, the whole of a step's need,
+// maps none). Under the planned policy the two bounds are never below
+// those of a roomy device (roomyLimitsLocked). It returns a free block
+// of at least size bytes, in the free index.
+func (a *Allocator) policyGrowLocked(x *freeindex.Index, size uint64, ahead bool) (*freeindex.Block, error) {
 	pl, err := a.placeLocked(x, size)
 	if err != nil {
 		return nil, err
@@ -86,16 +87,18 @@ func (a *Allocator) policyGrowLocked(x *freeindex.Index, size uint64) (*freeinde
 	}
 	requested, peak := a.totalLocked(stats.RequestedBytes), uint64(a.peaks.Peak(statRow(int(stats.RequestedBytes), qAll)))
 	limit := max(pol.hwm, uint64((1+pol.slack)*float64(max(requested+size, peak))))
-	keep, ahead := limit, limit
+	keep, upTo := limit, limit
 	if pol.plan != nil {
 		k, m := a.roomyLimitsLocked()
-		keep, ahead = max(limit, k), max(limit, m)
+		keep, upTo = max(limit, k), max(limit, m)
 	}
 	if r := a.reservedLocked(); pol.reclaim && r+pl.n > keep {
 		a.reclaimLocked(x, r+pl.n-keep, pl.u, true)
 	}
 	need := pl
-	a.mapAheadLocked(&pl, ahead)
+	if ahead {
+		a.mapAheadLocked(&pl, upTo)
+	}
 	m, err := a.mapRangeLocked(pl.u, pl.off, pl.n)
 	if refused(err) && pl.n > need.n {
 		pl = need // the device has not the pages mapped ahead: map what the request needs

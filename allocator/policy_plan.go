@@ -45,8 +45,9 @@ import (
 //     and the stream, as long as the packing's footprint (whole pages):
 //     the range it had, if still wholly free; else the best-fitting free
 //     block; else the stream's free pages are unmapped and the policy's
-//     growth maps the footprint, if the device's memory holds it. When it
-//     cannot, the step runs online and the next boundary tries again.
+//     growth maps the footprint, and no page ahead of it, if the
+//     device's memory holds it. When it cannot, the step runs online and
+//     the next boundary tries again.
 //     The arena is ordinary cached memory: reserved bytes (segments'
 //     pages), free blocks of its segment, so the stats keep their
 //     meaning.
@@ -479,11 +480,14 @@ func (a *Allocator) arenaLocked() bool {
 	b := x.Fit(f)
 	if b == nil {
 		// The step's blocks are free again: give back their pages and
-		// map the arena in one range; unless the device's memory, with
-		// those pages, is short of the arena (memory the free blocks'
-		// neighbours pin stays): the step then runs online, in the
-		// memory as the last step left it (unmapping everything first
-		// would leave the next step to map it again, elsewhere).
+		// map the arena in one range, with no page ahead of it (the
+		// arena is what a step that follows the plan needs; pages mapped
+		// ahead would sit beside it unused, as the pages given back
+		// did); unless the device's memory, with those pages, is short
+		// of the arena (memory the free blocks' neighbours pin stays):
+		// the step then runs online, in the memory as the last step left
+		// it (unmapping everything first would leave the next step to
+		// map it again, elsewhere).
 		a.collected = a.collected[:0]
 		for q := range xs {
 			if xs[q].Kind() != freeindex.KindSmall {
@@ -507,7 +511,7 @@ func (a *Allocator) arenaLocked() bool {
 			}
 			clear(a.collected)
 			a.collected = a.collected[:0]
-			b, _ = a.policyGrowLocked(x, f)
+			b, _ = a.policyGrowLocked(x, f, false)
 		}
 		clear(a.collected)
 		a.collected = a.collected[:0]

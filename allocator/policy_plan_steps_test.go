@@ -262,6 +262,42 @@ func TestPlannedArenaReleasedMidStep(t *testing.T) {
 	assert.EqualValues(t, served2+int64(len(stepSizes)), served3, "the step after it is served from a new arena")
 }
 
+func TestPlannedArenaMapsNoPageAhead(t *testing.T) {
+	// An arena mapped anew is the step's need and no more: growth maps
+	// pages ahead of a request (40 MiB under the planned policy on a
+	// roomy device), but none ahead of an arena, where they would sit
+	// unused beside it while the steps follow the plan.
+	a, dev := newOn(t, Config{Policy: PolicyPlanned})
+	for range 3 {
+		runStep(t, a, stepSizes)
+	}
+	a.MarkStep("step")
+	require.NoError(t, a.EmptyCache()) // the arena's pages go back
+	require.Zero(t, get(t, a, "reserved_bytes.all.current"))
+	calls := deviceCalls(t, a)
+	a.MarkStep("step") // the arena is mapped again
+	p := a.pol.plan
+	require.True(t, p.follow, "the step follows the plan in a new arena")
+	assert.EqualValues(t, p.foot, get(t, a, "reserved_bytes.all.current"), "the arena's pages alone are mapped")
+	assert.EqualValues(t, p.foot, dev.BytesInUse())
+	assert.EqualValues(t, calls+1, deviceCalls(t, a), "one map")
+	_, served, _ := planCounts(a)
+	var prev device.Ptr
+	for _, size := range stepSizes {
+		q := mustAlloc(t, a, size, 0)
+		if prev != 0 {
+			mustFree(t, a, prev)
+		}
+		prev = q
+	}
+	mustFree(t, a, prev)
+	_, served2, dep := planCounts(a)
+	assert.EqualValues(t, len(stepSizes), served2-served, "the step is served from the arena")
+	assert.Zero(t, dep)
+	assert.EqualValues(t, calls+1, deviceCalls(t, a), "and makes no device call")
+	require.NoError(t, a.CheckInvariants())
+}
+
 // TestCheckInvariantsCatchesPlanCorruption breaks the planned policy's
 // state in each way the checker promises to notice.
 func TestCheckInvariantsCatchesPlanCorruption(t *testing.T) {

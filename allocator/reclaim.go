@@ -78,7 +78,7 @@ func (a *Allocator) lastResortLocked(x *freeindex.Index, size, requested, segSiz
 // PyTorch does) wraps device.ErrOutOfMemory.
 func (a *Allocator) growLocked(x *freeindex.Index, size, segSize uint64) (*freeindex.Block, error) {
 	if a.pol != nil && a.vm != nil {
-		return a.policyGrowLocked(x, size) // policy: placement and reclaim
+		return a.policyGrowLocked(x, size, true) // policy: placement and reclaim
 	}
 	if a.allowed > 0 && a.reservedLocked()+segSize > a.allowed {
 		return nil, errOverCap
