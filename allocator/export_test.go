@@ -37,6 +37,14 @@ func (a *Allocator) PlanCounts() (plans, served, departures int64) {
 	return p.plans, p.served, p.departures
 }
 
+// PlanSkips returns how many requests the planned policy served online
+// because their place in the arena was not wholly free.
+func (a *Allocator) PlanSkips() int64 {
+	a.lockAll()
+	defer a.unlockAll()
+	return a.pol.plan.skips
+}
+
 // PlanWalks returns how many requests the planned policy served from an
 // arena without finding the place from the block just below it (the
 // walk from another block of the arena).

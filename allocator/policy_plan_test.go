@@ -3,6 +3,7 @@ package allocator_test
 import (
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/allocator"
@@ -95,6 +96,45 @@ func TestPlannedFindsStepsWithoutMarks(t *testing.T) {
 	require.Equal(t, [3]int64{1, 15 * 1004, 0}, c, "unmarked: plans, served, departures")
 	require.Equal(t, marked.PeakReserved, found.PeakReserved)
 	require.Equal(t, marked.DeviceAllocs+marked.DeviceFrees, found.DeviceAllocs+found.DeviceFrees)
+}
+
+// TestPlannedFindsTheCNNsSteps replays eor_cnn, a real trace with no
+// step marks, on an 80 GiB device: the planned policy finds its period
+// (193 allocations), plans it once and serves the steps after it from the
+// arena. The arena lies at the top of the free block it is found in, so
+// that the requests served online (the blocks the steps keep, and the
+// skips) carve that block's low end rather than the arena: the replay
+// makes the online phase's three maps and no other device call (with the
+// arena at the bottom of its block, online blocks landed in it, and the
+// next boundary unmapped the free pages and mapped an arena elsewhere: 10
+// calls, the faithful default's number). Peak reserved is the online
+// phase's (1.259 x the peak requested).
+func TestPlannedFindsTheCNNsSteps(t *testing.T) {
+	ops := fileOps("../trace/replay/testdata/EoR_NN_cnn_counterfactuals.trace.gz")(t)
+	run := func(cfg allocator.Config, stop int) (*replay.Result, *allocator.Allocator) {
+		a := gpumemtest.New(t, gpumemtest.WithConfig(cfg), gpumemtest.AllowLeaks())
+		res, err := replay.Run(trace.SliceReader(ops[:stop]), a, a.Device().(*sim.Device), replay.Options{})
+		require.NoError(t, err)
+		require.NoError(t, a.CheckInvariants())
+		require.Zero(t, res.OOMs)
+		return res, a
+	}
+	cfg := allocator.Config{Policy: allocator.PolicyPlanned}
+	res, a := run(cfg, len(ops))
+	plans, served, departures := a.PlanCounts()
+	assert.EqualValues(t, 1, plans)
+	assert.Zero(t, departures)
+	assert.Greater(t, served, 3*int64(len(ops))/2/10, "more than three of its ten periods are served")
+	assert.Less(t, a.PlanSkips()*50, served, "a skip is rare")
+	assert.EqualValues(t, 3, res.DeviceAllocs+res.DeviceFrees)
+	faithful, _ := run(allocator.Config{}, len(ops))
+	assert.Less(t, res.DeviceAllocs+res.DeviceFrees, faithful.DeviceAllocs+faithful.DeviceFrees)
+	// The peak is reached in the first quarter of the replay, before the
+	// plan: the arena raises no peak.
+	online, a := run(cfg, len(ops)/4)
+	_, served, _ = a.PlanCounts()
+	require.Zero(t, served)
+	assert.Equal(t, online.PeakReserved, res.PeakReserved, "the arena raises no peak")
 }
 
 // TestPlannedCallsNoMoreThanTheDefault replays every trace of
