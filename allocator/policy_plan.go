@@ -70,8 +70,8 @@ import (
 //   - Skip: a request whose range in the arena is not wholly free (a
 //     block of the plan that lives longer in this step than in the step
 //     planned, a block of the previous step still live, an online block
-//     that landed there) is served online, and the step goes on
-//     following the plan.
+//     that landed there, pages reclaimed) is served online, and the step
+//     goes on following the plan.
 //   - Departure: a request of another size or stream, one past the plan's
 //     end, or one whose arena's segment was released, ends the plan for
 //     the rest of the step: it and the requests after it are served

@@ -255,23 +255,14 @@ func TestCheckInvariantsCatchesSearchCorruption(t *testing.T) {
 		require.NoError(t, a.CheckInvariants())
 		return a
 	}
-	for _, c := range []struct {
-		name, want string
-		breakIt    func(a *Allocator)
-	}{
+	requireCaught(t, setup, []corruption{
 		{"a search after a mark", "after a mark", func(a *Allocator) { a.stepping = true }},
 		{"a boundary due outside a period's start", "no period starts", func(a *Allocator) {
 			a.pol.plan.autoDue, a.pol.plan.auto.next = true, a.pol.plan.auto.n+5
 		}},
 		{"a next boundary behind", "behind", func(a *Allocator) { a.pol.plan.auto.next = a.pol.plan.auto.n - 1 }},
 		{"hooks without the search", "hooks", func(a *Allocator) { a.hooks = 0 }},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			a := setup(t)
-			c.breakIt(a)
-			require.ErrorContains(t, a.CheckInvariants(), c.want)
-		})
-	}
+	})
 }
 
 // TestPlannedAutoStepsWithObservers: an observer attached and detached

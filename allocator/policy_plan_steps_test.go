@@ -282,15 +282,7 @@ func TestPlannedArenaMapsNoPageAhead(t *testing.T) {
 	assert.EqualValues(t, p.foot, dev.BytesInUse())
 	assert.EqualValues(t, calls+1, deviceCalls(t, a), "one map")
 	_, served, _ := planCounts(a)
-	var prev device.Ptr
-	for _, size := range stepSizes {
-		q := mustAlloc(t, a, size, 0)
-		if prev != 0 {
-			mustFree(t, a, prev)
-		}
-		prev = q
-	}
-	mustFree(t, a, prev)
+	runStep(t, a, stepSizes) // its mark ends a step of no allocation, which keeps the plan and the arena
 	_, served2, dep := planCounts(a)
 	assert.EqualValues(t, len(stepSizes), served2-served, "the step is served from the arena")
 	assert.Zero(t, dep)
@@ -311,10 +303,7 @@ func TestCheckInvariantsCatchesPlanCorruption(t *testing.T) {
 		require.NoError(t, a.CheckInvariants())
 		return a
 	}
-	for _, c := range []struct {
-		name, want string
-		breakIt    func(a *Allocator)
-	}{
+	requireCaught(t, setup, []corruption{
 		{"a small-pool index not merged", "small-pool index", func(a *Allocator) { a.def.free[qSmall].Merged = false }},
 		{"a planned block past the arena", "past its arena", func(a *Allocator) { a.pol.plan.reqs[0].off = a.pol.plan.foot }},
 		{"an arena outside its segment", "outside a segment", func(a *Allocator) { a.pol.plan.addr = a.pol.plan.seg.Ptr() + device.Ptr(a.pol.plan.seg.Size()) }},
@@ -336,7 +325,21 @@ func TestCheckInvariantsCatchesPlanCorruption(t *testing.T) {
 			a.pol.plan.recording = false
 			a.pol.plan.recSame = 1 // what the step so far counted as the plan's
 		}},
-	} {
+	})
+}
+
+// A corruption breaks an allocator's state in one way that
+// CheckInvariants promises to notice, with want in its report.
+type corruption struct {
+	name, want string
+	breakIt    func(a *Allocator)
+}
+
+// requireCaught breaks an allocator from setup with each corruption, in
+// a subtest of its own, and requires CheckInvariants to report it.
+func requireCaught(t *testing.T, setup func(*testing.T) *Allocator, cs []corruption) {
+	t.Helper()
+	for _, c := range cs {
 		t.Run(c.name, func(t *testing.T) {
 			a := setup(t)
 			c.breakIt(a)
