@@ -53,9 +53,11 @@ import (
 //     memory: reserved bytes (segments' pages), free blocks of its
 //     segment, so the stats keep their meaning.
 //   - Serving: while the step follows the plan (the n-th allocation has
-//     the plan's rounded size and stream), a planned request is handed the
-//     block at its offset in the arena, carved out of the free block that
-//     holds it (freeindex.Index.Carve): no fit, no device call. That free
+//     the plan's stream and at most its rounded size), a planned request
+//     is handed the block at its offset in the arena, carved out of the
+//     free block that holds it (freeindex.Index.Carve): no fit, no device
+//     call. A request smaller than the plan's (a last batch that is
+//     smaller) takes the start of its place; the rest stays free. That free
 //     block is found from the block handed out in the step for the
 //     request whose place lies just below, in use then (planReq.below,
 //     worked out when the step is planned): its next block, as the plan
@@ -72,13 +74,16 @@ import (
 //     planned, a block of the previous step still live, an online block
 //     that landed there, pages reclaimed) is served online, and the step
 //     goes on following the plan.
-//   - Departure: a request of another size or stream, one past the plan's
-//     end, or one whose arena's segment was released, ends the plan for
-//     the rest of the step: it and the requests after it are served
-//     online, without error. A step with the plan's pattern (rounded
-//     sizes, order, stream) keeps the plan, served or not; at the end of
+//   - Departure: a request larger than the plan's or of another stream,
+//     one past the plan's end, or one whose arena's segment was released,
+//     ends the plan for the rest of the step: it and the requests after
+//     it are served online, without error. A step with the plan's pattern
+//     (rounded sizes, order, stream), or one that fits it (as many
+//     allocations on its stream, none larger than the plan's at its
+//     position: fitsPlan), keeps the plan, served or not; at the end of
 //     any other the plan ends, and that step is planned once the next
-//     repeats it.
+//     repeats it. A program whose steps shrink for good keeps the plan,
+//     and its arena sized for the larger steps, until a step departs.
 //
 // The policy's fast paths run as under low_fragmentation: the plan is
 // asked first by its fit (policyFitLocked, planFitLocked), and the ledger
@@ -196,10 +201,11 @@ func (a *Allocator) onePoolLocked() bool {
 // planFitLocked is step 4 of the allocation ladder under the planned
 // policy, before the fit (policyFitLocked, on the fast path too): the
 // block planned for a request of rounded bytes whose fit would search x,
-// carved out of the arena, in no index and exactly rounded bytes, which
-// takeLocked hands out without a split; nil when the step stops
-// following the plan here, or when the request's position is served
-// online (a fast path that then misses gives the position back,
+// carved out of the arena at its place, in no index and exactly rounded
+// bytes (at most the plan's: a smaller request takes the start of its
+// place), which takeLocked hands out without a split; nil when the step
+// stops following the plan here, or when the request's position is
+// served online (a fast path that then misses gives the position back,
 // unplanLocked, as the world asks again).
 func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex.Block {
 	p := a.pol.plan
@@ -210,7 +216,7 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		return p.departLocked()
 	}
 	r := &p.reqs[k]
-	if r.size != rounded || x.Stream() != p.stream || x.PoolIdx() != qLarge {
+	if r.size < rounded || x.Stream() != p.stream || x.PoolIdx() != qLarge {
 		return p.departLocked()
 	}
 	if !r.arena {

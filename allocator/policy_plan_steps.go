@@ -70,8 +70,9 @@ func (a *Allocator) planFreedLocked(ptr device.Ptr) {
 }
 
 // planStepLocked runs at a step boundary under the planned policy: a step
-// with the plan's pattern (served from the arena or not), or one that
-// allocated nothing, keeps it; a step that repeats the one before it (the
+// with the plan's pattern (served from the arena or not), one that fits
+// it (fitsPlan: the plan's stream, as many allocations, none larger than
+// the plan's), or one that allocated nothing, keeps it; a step that repeats the one before it (the
 // same rounded sizes in the same order, on the same stream) is planned;
 // any other ends the plan, and is the pattern the next step is compared
 // with, unless it allocated on several streams: that is no pattern, and
@@ -90,7 +91,7 @@ func (a *Allocator) planStepLocked() {
 		p.spellSameLocked()
 	}
 	p.same, p.recSame = nil, 0
-	kept := same || p.reqs != nil && !p.recMixed && p.recStream == p.stream && slices.Equal(p.recSize, p.sizes)
+	kept := same || p.reqs != nil && !p.recMixed && p.recStream == p.stream && fitsPlan(p.recSize, p.sizes)
 	missed := false
 	if kept {
 		p.misses = 0
@@ -105,7 +106,7 @@ func (a *Allocator) planStepLocked() {
 	}
 	if p.recMixed {
 		p.prevSize = p.prevSize[:0] // its log stopped at its second stream
-	} else if len(p.recSize) > 0 {
+	} else if len(p.recSize) > 0 && !kept { // a step that kept the plan leaves the plan's sizes the last
 		p.prevSize, p.recSize = p.recSize, p.prevSize
 		p.prevStream = p.recStream
 	}
@@ -120,6 +121,23 @@ func (a *Allocator) planStepLocked() {
 	}
 	p.pos = 0
 	p.follow = p.reqs != nil && a.arenaLocked()
+}
+
+// fitsPlan reports whether a step of the rounded sizes step fits a plan
+// of the rounded sizes plan: as many allocations, each no larger than
+// the plan's at its position. Such a step (a last batch that is smaller,
+// whose activations and temporaries shrink with it) is served from the
+// plan and keeps it.
+func fitsPlan(step, plan []uint64) bool {
+	if len(step) != len(plan) {
+		return false
+	}
+	for k, size := range step {
+		if size > plan[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // maxQuiet bounds a run of quiet steps (planState.quiet): 1 << quietShifts.

@@ -5,6 +5,7 @@ package allocator
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -85,6 +86,50 @@ func TestPlannedServesARepeatedStep(t *testing.T) {
 	assert.Zero(t, dev.BytesInUse())
 }
 
+// TestPlannedServesASmallerStep: a step whose requests are each no
+// larger than the plan's (a last batch that is smaller) is served from
+// the arena whole, each request at the start of its place, and keeps the
+// plan, so that the full step after it is served too; a step with fewer
+// requests is served as far as it goes and ends the plan.
+func TestPlannedServesASmallerStep(t *testing.T) {
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	runStep(t, a, stepSizes)
+	runStep(t, a, stepSizes)
+	full, _ := runStep(t, a, stepSizes) // planned at its mark, served from the arena
+	calls := deviceCalls(t, a)
+
+	smaller := slices.Clone(stepSizes)
+	for k := range smaller {
+		if k%2 == 0 {
+			smaller[k] = smaller[k]/3 + 1 // rounded up to 512 bytes, still smaller
+		}
+	}
+	ptrs, _ := runStep(t, a, smaller)
+	plans, served, dep := planCounts(a)
+	assert.EqualValues(t, 1, plans)
+	assert.Zero(t, dep, "a smaller request does not depart")
+	assert.EqualValues(t, 2*len(stepSizes), served, "every request of the smaller step is served from the arena")
+	assert.Equal(t, full, ptrs, "each at the start of its place")
+	assert.Equal(t, calls, deviceCalls(t, a), "with no device call")
+	require.NoError(t, a.CheckInvariants())
+
+	again, _ := runStep(t, a, stepSizes) // its mark kept the plan
+	plans, served, dep = planCounts(a)
+	assert.EqualValues(t, 1, plans, "the smaller step kept the plan")
+	assert.Zero(t, dep)
+	assert.EqualValues(t, 3*len(stepSizes), served, "the full step after it is served from the arena")
+	assert.Equal(t, full, again)
+	require.NoError(t, a.CheckInvariants())
+
+	runStep(t, a, stepSizes[:len(stepSizes)-1]) // one request fewer: served, and the plan ends at the next mark
+	runStep(t, a, stepSizes)
+	plans, served2, _ := planCounts(a)
+	assert.EqualValues(t, 1, plans)
+	assert.EqualValues(t, served+int64(len(stepSizes)-1), served2, "the full step after a shorter one is served online")
+	assert.Nil(t, a.pol.plan.reqs, "a step with fewer requests ends the plan")
+	require.NoError(t, a.CheckInvariants())
+}
+
 // TestPlannedStepsOnSeveralStreamsAreNoPattern: a step that allocates on
 // a second stream stops its log there and is never planned, nor is the
 // step after it, whatever its sizes; two repeats on one stream then are.
@@ -125,7 +170,7 @@ func TestPlannedDepartsAndReplans(t *testing.T) {
 	runStep(t, a, stepSizes)
 	runStep(t, a, stepSizes) // served from the arena
 	other := append([]uint64(nil), stepSizes...)
-	other[2] /= 2 // a smaller last batch: the third request departs
+	other[2] *= 2 // a larger third request: it departs (a smaller one would be served)
 	runStep(t, a, other)
 	_, served, dep := planCounts(a)
 	assert.EqualValues(t, len(stepSizes)+2, served, "the two requests before the departure are served from the arena")

@@ -65,6 +65,51 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 	require.Equal(t, [3]int64{1, 5 * 1004, 0}, c, "plans, served, departures on %d bytes", capacity)
 }
 
+// TestPlannedServesASmallerLastBatch replays the BERT trace at batch 8
+// with its last step repeated to eight steps, the sixth at batch 4
+// instead (bert_b4's step: the same operations, each size no larger): a
+// last batch that is smaller, as an epoch's last can be. The sixth step
+// is served from the arena whole, as the others are, with no departure,
+// and keeps the plan for the two after it: the replay makes the device
+// calls and reaches the peak reserved of the replay at batch 8 alone.
+func TestPlannedServesASmallerLastBatch(t *testing.T) {
+	big := repeatLastStep(fileOps("../trace/replay/testdata/bert_b8.trace.gz")(t), 8)
+	small := repeatLastStep(fileOps("../trace/replay/testdata/bert_b4.trace.gz")(t), 8)
+	require.Len(t, small, len(big))
+	mixed := append([]trace.Op(nil), big...)
+	marks, smaller := 0, 0
+	for i, op := range big {
+		if op.Kind == trace.Mark {
+			marks++
+		}
+		require.Equal(t, op.Kind, small[i].Kind)
+		require.Equal(t, op.ID, small[i].ID)
+		if marks == 6 && op.Kind == trace.Alloc {
+			require.LessOrEqual(t, small[i].Size, op.Size)
+			mixed[i].Size = small[i].Size
+			if small[i].Size < op.Size {
+				smaller++
+			}
+		}
+	}
+	require.Greater(t, smaller, 100, "the sixth step's requests that batch 4 makes smaller")
+	run := func(ops []trace.Op) (replay.Result, [3]int64) {
+		a := gpumemtest.New(t, gpumemtest.WithCapacity(80<<30), gpumemtest.WithConfig(allocator.Config{Policy: allocator.PolicyPlanned}), gpumemtest.AllowLeaks())
+		res, err := replay.Run(trace.SliceReader(ops), a, a.Device().(*sim.Device), replay.Options{})
+		require.NoError(t, err)
+		require.NoError(t, a.CheckInvariants())
+		var c [3]int64
+		c[0], c[1], c[2] = a.PlanCounts()
+		return *res, c
+	}
+	whole, c := run(big)
+	require.Equal(t, [3]int64{1, 5 * 1004, 0}, c, "batch 8: plans, served, departures")
+	res, c := run(mixed)
+	require.Equal(t, [3]int64{1, 5 * 1004, 0}, c, "a smaller sixth step: plans, served, departures")
+	assert.Equal(t, whole.DeviceAllocs+whole.DeviceFrees, res.DeviceAllocs+res.DeviceFrees)
+	assert.Equal(t, whole.PeakReserved, res.PeakReserved)
+}
+
 // TestPlannedFindsStepsWithoutMarks replays the BERT trace with its last
 // step repeated to 20 steps and every step mark taken out: the planned
 // policy finds the period of its allocations (one step, 1,004

@@ -229,6 +229,25 @@ func (m *machine) Step(t *rapid.T) {
 	m.run(t, m.pattern)
 }
 
+// SmallerStep marks a step boundary and runs the machine's step with some
+// of its sizes made smaller, as a last batch that is smaller makes them:
+// under the planned policy, a step that fits the plan is served from the
+// arena all the same and keeps the plan.
+func (m *machine) SmallerStep(t *rapid.T) {
+	if m.pattern == nil {
+		return // no step drawn yet
+	}
+	div := rapid.Uint64Range(2, 5).Draw(t, "div")
+	sizes := slices.Clone(m.pattern)
+	for k := range sizes {
+		if rapid.Bool().Draw(t, "smaller") {
+			sizes[k] = max(1, sizes[k]/div)
+		}
+	}
+	m.a.MarkStep("step")
+	m.run(t, sizes)
+}
+
 // Loop runs the machine's loop three times, unmarked: its sizes (drawn
 // once, autoMinPeriod to autoMinPeriod+4 of them) allocated on the
 // default stream, each freed once the next is allocated. Under the
@@ -556,12 +575,16 @@ func FuzzAllocator(f *testing.F) {
 				// The step again: its sizes allocated on stream 0, each
 				// freed after the next, the last at the end; marked for
 				// an even n (else the planned policy finds the repeats
-				// itself, until the first mark).
+				// itself, until the first mark); each size halved where
+				// n has bit 1 set.
 				if n%2 == 0 {
 					a.MarkStep("step")
 				}
 				var prev device.Ptr
 				for _, size := range stepSizes {
+					if n&2 != 0 {
+						size = size/2 + 1 // a smaller batch: the plan serves it still
+					}
 					p, err := a.Alloc(size, 0)
 					if err != nil && !errors.Is(err, device.ErrOutOfMemory) {
 						t.Fatalf("Alloc(%d): %v", size, err)
