@@ -72,27 +72,37 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 // is served from the arena whole, as the others are, with no departure,
 // and keeps the plan for the two after it: the replay makes the device
 // calls and reaches the peak reserved of the replay at batch 8 alone.
+// Without marks (twelve steps, the tenth at batch 4), the steps the
+// policy finds are served as at batch 8 alone too.
 func TestPlannedServesASmallerLastBatch(t *testing.T) {
-	big := repeatLastStep(fileOps("../trace/replay/testdata/bert_b8.trace.gz")(t), 8)
-	small := repeatLastStep(fileOps("../trace/replay/testdata/bert_b4.trace.gz")(t), 8)
-	require.Len(t, small, len(big))
-	mixed := append([]trace.Op(nil), big...)
-	marks, smaller := 0, 0
-	for i, op := range big {
-		if op.Kind == trace.Mark {
-			marks++
-		}
-		require.Equal(t, op.Kind, small[i].Kind)
-		require.Equal(t, op.ID, small[i].ID)
-		if marks == 6 && op.Kind == trace.Alloc {
-			require.LessOrEqual(t, small[i].Size, op.Size)
-			mixed[i].Size = small[i].Size
-			if small[i].Size < op.Size {
-				smaller++
+	b8 := fileOps("../trace/replay/testdata/bert_b8.trace.gz")(t)
+	b4 := fileOps("../trace/replay/testdata/bert_b4.trace.gz")(t)
+	// traces returns the batch-8 trace of steps steps, and the same with
+	// step at batch 4, marked or not.
+	traces := func(steps, step int, marked bool) (big, mixed []trace.Op) {
+		all, small := repeatLastStep(b8, steps), repeatLastStep(b4, steps)
+		require.Len(t, small, len(all))
+		marks, smaller := 0, 0
+		for i, op := range all {
+			require.Equal(t, op.Kind, small[i].Kind)
+			require.Equal(t, op.ID, small[i].ID)
+			if op.Kind == trace.Mark {
+				if marks++; !marked {
+					continue
+				}
+			}
+			big, mixed = append(big, op), append(mixed, op)
+			if marks == step && op.Kind == trace.Alloc {
+				require.LessOrEqual(t, small[i].Size, op.Size)
+				mixed[len(mixed)-1].Size = small[i].Size
+				if small[i].Size < op.Size {
+					smaller++
+				}
 			}
 		}
+		require.Greater(t, smaller, 100, "the requests that batch 4 makes smaller")
+		return big, mixed
 	}
-	require.Greater(t, smaller, 100, "the sixth step's requests that batch 4 makes smaller")
 	run := func(ops []trace.Op) (replay.Result, [3]int64) {
 		a := gpumemtest.New(t, gpumemtest.WithCapacity(80<<30), gpumemtest.WithConfig(allocator.Config{Policy: allocator.PolicyPlanned}), gpumemtest.AllowLeaks())
 		res, err := replay.Run(trace.SliceReader(ops), a, a.Device().(*sim.Device), replay.Options{})
@@ -102,10 +112,19 @@ func TestPlannedServesASmallerLastBatch(t *testing.T) {
 		c[0], c[1], c[2] = a.PlanCounts()
 		return *res, c
 	}
+	big, mixed := traces(8, 6, true)
 	whole, c := run(big)
 	require.Equal(t, [3]int64{1, 5 * 1004, 0}, c, "batch 8: plans, served, departures")
 	res, c := run(mixed)
 	require.Equal(t, [3]int64{1, 5 * 1004, 0}, c, "a smaller sixth step: plans, served, departures")
+	assert.Equal(t, whole.DeviceAllocs+whole.DeviceFrees, res.DeviceAllocs+res.DeviceFrees)
+	assert.Equal(t, whole.PeakReserved, res.PeakReserved)
+
+	big, mixed = traces(12, 10, false)
+	whole, c = run(big)
+	require.Equal(t, [3]int64{1, 7 * 1004, 0}, c, "unmarked, batch 8: plans, served, departures")
+	res, c = run(mixed)
+	require.Equal(t, [3]int64{1, 7 * 1004, 0}, c, "unmarked, a smaller tenth step: plans, served, departures")
 	assert.Equal(t, whole.DeviceAllocs+whole.DeviceFrees, res.DeviceAllocs+res.DeviceFrees)
 	assert.Equal(t, whole.PeakReserved, res.PeakReserved)
 }
