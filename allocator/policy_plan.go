@@ -148,6 +148,8 @@ type planState struct {
 
 	// The last step recorded with an allocation, by position, the
 	// rounded size, and its stream: a step is planned when it repeats it.
+	// Under a plan, the plan's sizes and stream: a step that keeps the
+	// plan, one that fits it with smaller sizes too, leaves them.
 	prevSize   []uint64
 	prevStream device.Stream
 
