@@ -72,14 +72,15 @@ func (a *Allocator) planFreedLocked(ptr device.Ptr) {
 // planStepLocked runs at a step boundary under the planned policy: a step
 // with the plan's pattern (served from the arena or not), one that fits
 // it (fitsPlan: the plan's stream, as many allocations, none larger than
-// the plan's), or one that allocated nothing, keeps it; a step that repeats the one before it (the
-// same rounded sizes in the same order, on the same stream) is planned;
-// any other ends the plan, and is the pattern the next step is compared
-// with, unless it allocated on several streams: that is no pattern, and
-// the next step repeats nothing. Planning costs up to n^2/2 reads of blocks for a step whose
-// blocks are mostly in use at once (internal/pack's Greedy: 5.05 M
-// instructions for BERT's 1,004-block step), so a step is planned only
-// once its pattern has repeated: the first step of a training loop, which also
+// the plan's), or one that allocated nothing, keeps it; a step that
+// repeats the one before it (the same rounded sizes in the same order,
+// on the same stream) is planned; any other ends the plan, and is the
+// pattern the next step is compared with, unless it allocated on several
+// streams: that is no pattern, and the next step repeats nothing.
+// Planning costs up to n^2/2 reads of blocks for a step whose blocks are
+// mostly in use at once (internal/pack's Greedy: about 4 M instructions
+// for BERT's 1,004-block step), so a step is planned only once its
+// pattern has repeated: the first step of a training loop, which also
 // makes the optimizer's state, is seldom the one that repeats. The arena
 // is then found for the next step, and recording starts again.
 func (a *Allocator) planStepLocked() {
