@@ -575,8 +575,8 @@ func FuzzAllocator(f *testing.F) {
 				// The step again: its sizes allocated on stream 0, each
 				// freed after the next, the last at the end; marked for
 				// an even n (else the planned policy finds the repeats
-				// itself, until the first mark); each size halved where
-				// n has bit 1 set.
+				// itself, until the first mark); each size halved, plus a
+				// byte, where n has bit 1 set.
 				if n%2 == 0 {
 					a.MarkStep("step")
 				}
