@@ -28,21 +28,11 @@ func (a *Allocator) Lent() int {
 	return a.pol.borrowed
 }
 
-// PlanCounts returns the planned policy's counts: steps planned, requests
-// served from an arena, departures from the plan.
+// PlanCounts returns three of PlanStats: steps planned, requests served
+// from an arena, departures from the plan.
 func (a *Allocator) PlanCounts() (plans, served, departures int64) {
-	a.lockAll()
-	defer a.unlockAll()
-	p := a.pol.plan
-	return p.plans, p.served, p.departures
-}
-
-// PlanSkips returns how many requests the planned policy served online
-// because their place in the arena was not wholly free.
-func (a *Allocator) PlanSkips() int64 {
-	a.lockAll()
-	defer a.unlockAll()
-	return a.pol.plan.skips
+	st, _ := a.PlanStats()
+	return st.Plans, st.Served, st.Departures
 }
 
 // PlanWalks returns how many requests the planned policy served from an

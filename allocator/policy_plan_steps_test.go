@@ -130,6 +130,35 @@ func TestPlannedServesASmallerStep(t *testing.T) {
 	require.NoError(t, a.CheckInvariants())
 }
 
+// TestPlanStats: the planned policy's figures follow its plan, and there
+// are none under another policy.
+func TestPlanStats(t *testing.T) {
+	other, _ := newOn(t, Config{Policy: PolicyLowFragmentation})
+	_, ok := other.PlanStats()
+	assert.False(t, ok, "no figures under another policy")
+
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	st, ok := a.PlanStats()
+	require.True(t, ok)
+	assert.Equal(t, PlanStats{}, st, "nothing planned yet")
+	runStep(t, a, stepSizes)
+	runStep(t, a, stepSizes)
+	runStep(t, a, stepSizes) // planned at its mark, served
+	st, _ = a.PlanStats()
+	assert.Equal(t, PlanStats{Plans: 1, Served: int64(len(stepSizes)), ArenaBytes: a.pol.plan.foot, Following: true}, st)
+	assert.NotZero(t, st.ArenaBytes)
+
+	larger := slices.Clone(stepSizes)
+	larger[3] *= 2
+	runStep(t, a, larger) // departs at its fourth request
+	st, _ = a.PlanStats()
+	assert.Equal(t, PlanStats{Plans: 1, Served: int64(len(stepSizes)) + 3, Departures: 1, ArenaBytes: a.pol.plan.foot}, st)
+	a.MarkStep("step") // the step did not fit: the plan ends
+	st, _ = a.PlanStats()
+	assert.Zero(t, st.ArenaBytes, "no plan, no arena")
+	assert.False(t, st.Following)
+}
+
 // TestPlannedStepsOnSeveralStreamsAreNoPattern: a step that allocates on
 // a second stream stops its log there and is never planned, nor is the
 // step after it, whatever its sizes; two repeats on one stream then are.

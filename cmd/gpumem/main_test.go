@@ -212,3 +212,32 @@ func TestReplaySnapshotRoundTrip(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "--snapshot takes one trace")
 }
+
+// TestReplayPlannedSteps: under the planned policy, replay reports what
+// the plan served (a row of the text, "plan" in --json); under another
+// policy, neither.
+func TestReplayPlannedSteps(t *testing.T) {
+	const cnn = "../../trace/replay/testdata/EoR_NN_cnn_counterfactuals.trace.gz"
+	out, errOut, code := runCmd(t, "replay", "--conf", "gpumem_policy:planned", cnn)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "planned steps           1 planned, 748 requests served from an arena, 8 skips, 0 departures (steps found without marks: 193 allocations each)\n")
+	out, errOut, code = runCmd(t, "replay", "--json", "--conf", "gpumem_policy:planned", cnn)
+	require.Equal(t, 0, code, errOut)
+	var res struct {
+		Plan map[string]any `json:"plan"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.NotNil(t, res.Plan)
+	assert.EqualValues(t, 748, res.Plan["served"])
+	assert.EqualValues(t, 193, res.Plan["found_period"])
+	for _, k := range []string{"plans", "served", "skips", "departures", "arena_bytes", "following", "found_period"} {
+		assert.Contains(t, res.Plan, k)
+	}
+
+	out, errOut, code = runCmd(t, "replay", cnn)
+	require.Equal(t, 0, code, errOut)
+	assert.NotContains(t, out, "planned steps")
+	out, errOut, code = runCmd(t, "replay", "--json", "--conf", "gpumem_policy:low_fragmentation", cnn)
+	require.Equal(t, 0, code, errOut)
+	assert.NotContains(t, out, `"plan"`)
+}

@@ -314,6 +314,13 @@ func printResult(w io.Writer, o *plan.Outcome, device string) {
 	for _, row := range resultRows {
 		fmt.Fprintf(tw, "%s\t%s\n", row.name, row.value(r))
 	}
+	if p := r.Plan; p != nil {
+		found := ""
+		if p.FoundPeriod > 0 {
+			found = fmt.Sprintf(" (steps found without marks: %d allocations each)", p.FoundPeriod)
+		}
+		fmt.Fprintf(tw, "planned steps\t%d planned, %d requests served from an arena, %d skips, %d departures%s\n", p.Plans, p.Served, p.Skips, p.Departures, found)
+	}
 	tw.Flush()
 	if len(r.Phases) > 0 {
 		fmt.Fprintln(w, "phases, in order of first use (peak allocated, allocations):")

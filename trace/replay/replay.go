@@ -145,6 +145,12 @@ type Result struct {
 	// step boundaries or more; Count is the number alive at the last one.
 	Leaks []LeakResult `json:"leaks,omitempty"`
 
+	// Plan holds, for an allocator under the planned policy
+	// (gpumem_policy:planned), its figures at the end of the replay: the
+	// steps planned and the requests served from their arenas; absent
+	// under any other policy.
+	Plan *allocator.PlanStats `json:"plan,omitempty"`
+
 	// Pools holds the figures of the pools the trace made and did not
 	// drop (P lines without a later d), by name, at the end of the
 	// replay; absent when the trace made none.
@@ -327,6 +333,13 @@ func RunContext(ctx context.Context, r trace.OpReader, t Target, dev device.Devi
 				return nil, fmt.Errorf("pool %s: %w", trace.Quote(name), err)
 			}
 			res.Pools[name] = PoolResult{Allocated: ps.AllocatedBytes, Reserved: ps.ReservedBytes, PeakReserved: ps.PeakReservedBytes, Paused: ps.Paused}
+		}
+	}
+	if p, ok := t.(interface {
+		PlanStats() (allocator.PlanStats, bool)
+	}); ok {
+		if st, ok := p.PlanStats(); ok {
+			res.Plan = &st
 		}
 	}
 	if opt.Leaks && rp.stepper != nil {

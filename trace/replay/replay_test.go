@@ -210,6 +210,28 @@ a 1 1000
 	assert.EqualValues(t, 60<<20, dev.BytesInUse(), "a 58 MiB segment and a 2 MiB one")
 }
 
+// TestReplayReportsThePlan: under the planned policy, Result.Plan holds
+// its figures: here a step of two allocations marked four times, the
+// second repeating the first, planned at the third mark and the last two
+// served from its arena. Under another policy, Plan is nil.
+func TestReplayReportsThePlan(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("# memtrace v1\n")
+	for k := range 4 {
+		fmt.Fprintf(&b, "m step\na %d 3000000\na %d 5000\nf %d\nf %d\n", 2*k, 2*k+1, 2*k, 2*k+1)
+	}
+	res, _, _, err := replayString(t, b.String(), 1<<30, allocator.Config{Policy: allocator.PolicyPlanned})
+	require.NoError(t, err)
+	require.NotNil(t, res.Plan)
+	assert.EqualValues(t, 1, res.Plan.Plans)
+	assert.EqualValues(t, 4, res.Plan.Served)
+	assert.Zero(t, res.Plan.Departures)
+	assert.NotZero(t, res.Plan.ArenaBytes)
+	res, _, _, err = replayString(t, b.String(), 1<<30, allocator.Config{Policy: allocator.PolicyLowFragmentation})
+	require.NoError(t, err)
+	assert.Nil(t, res.Plan)
+}
+
 // TestReplayOOMOption: Options.OOM is called at each allocation that runs
 // out of memory, with its number among the a lines, on run's fast path
 // (stream 0, a small ID) and on apply's (another stream, an ID past the

@@ -1,0 +1,56 @@
+// This file holds PlanStats, the planned policy's figures for the program
+// that runs it (policy_plan.go has the policy's model).
+
+package allocator
+
+// PlanStats are the planned policy's figures (Config.Policy
+// PolicyPlanned): how its plans of repeated steps have served the program
+// since the allocator was made. From them a program sees whether its
+// steps are planned, and how much of each the plan serves.
+type PlanStats struct {
+	// Plans counts the steps packed into an arena: each one a step that
+	// repeated the one before it.
+	Plans int64 `json:"plans"`
+	// Served counts the requests handed a block at their place in an
+	// arena: no search of the free blocks, no device call.
+	Served int64 `json:"served"`
+	// Skips counts the requests of a step following its plan whose place
+	// was not wholly free: each was served online, and the step went on
+	// following the plan.
+	Skips int64 `json:"skips"`
+	// Departures counts the steps that stopped following their plan at
+	// a request larger than the plan's, on another stream, or past the
+	// plan's end: that request and the rest of the step were served
+	// online.
+	Departures int64 `json:"departures"`
+	// ArenaBytes is the current plan's arena, in whole pages (0 with no
+	// plan); Following reports whether the current step follows the plan
+	// so far.
+	ArenaBytes uint64 `json:"arena_bytes"`
+	Following  bool   `json:"following"`
+	// FoundPeriod is, in a program that marks no step, the number of
+	// allocations of the steps the policy found itself: 0 while it has
+	// found none, and once the program marks a step (MarkStep), whose
+	// marks then delimit the steps.
+	FoundPeriod int64 `json:"found_period"`
+}
+
+// PlanStats returns the planned policy's figures, and false under any
+// other policy, where there are none. Without virtual memory the planned
+// policy plans nothing, and its figures stay zero.
+func (a *Allocator) PlanStats() (PlanStats, bool) {
+	if !a.made() || a.pol == nil || a.pol.plan == nil {
+		return PlanStats{}, false
+	}
+	a.lockAll()
+	defer a.unlockAll()
+	p := a.pol.plan
+	st := PlanStats{Plans: p.plans, Served: p.served, Skips: p.skips, Departures: p.departures, Following: p.follow}
+	if p.reqs != nil {
+		st.ArenaBytes = p.foot
+	}
+	if p.auto != nil {
+		st.FoundPeriod = p.auto.period
+	}
+	return st, true
+}
