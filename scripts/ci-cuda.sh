@@ -179,7 +179,9 @@ libgpumem() {
 	for decl in \
 		'extern void* gpumem_malloc(ssize_t size, int device, cudaStream_t stream);' \
 		'extern void gpumem_free(void* ptr, ssize_t size, int device, cudaStream_t stream);' \
-		'extern size_t gpumem_memory_stats_json(int device, char* buf, size_t cap);'; do
+		'extern size_t gpumem_memory_stats_json(int device, char* buf, size_t cap);' \
+		'extern int gpumem_mark_step(int device, char* name);' \
+		'extern size_t gpumem_plan_stats_json(int device, char* buf, size_t cap);'; do
 		grep -qF "$decl" "$out/libgpumem.h" || die "libgpumem.h lacks: $decl"
 	done
 	note "building the C test program"
@@ -192,6 +194,9 @@ libgpumem() {
 	note "C test program (stub driver): GPUMEM_ALLOC_CONF=gpumem_policy:low_fragmentation"
 	GPUMEM_ALLOC_CONF=gpumem_policy:low_fragmentation LD_LIBRARY_PATH="$lp" "$out/ctest" ||
 		die "the C test program failed (low_fragmentation)"
+	note "C test program (stub driver): GPUMEM_ALLOC_CONF=gpumem_policy:planned"
+	GPUMEM_ALLOC_CONF=gpumem_policy:planned LD_LIBRARY_PATH="$lp" "$out/ctest" ||
+		die "the C test program failed (planned)"
 	note "C test program (stub driver): a bad configuration"
 	GPUMEM_ALLOC_CONF=no_such_key:1 LD_LIBRARY_PATH="$lp" "$out/ctest" badconf ||
 		die "the C test program failed (bad configuration)"

@@ -152,6 +152,39 @@ func gpumem_memory_stats_json(device C.int, buf *C.char, cap C.size_t) (n C.size
 	return C.size_t(capi.CopyOut(buffer(buf, cap), js))
 }
 
+//export gpumem_mark_step
+func gpumem_mark_step(device C.int, name *C.char) (rc C.int) {
+	defer func() {
+		if fail(recover()) {
+			rc = -1
+		}
+	}()
+	var n string
+	if name != nil {
+		n = C.GoString(name)
+	}
+	if err := lib.MarkStep(int(device), n); err != nil {
+		setLastError(err)
+		return -1
+	}
+	return 0
+}
+
+//export gpumem_plan_stats_json
+func gpumem_plan_stats_json(device C.int, buf *C.char, cap C.size_t) (n C.size_t) {
+	defer func() {
+		if fail(recover()) {
+			n = 0
+		}
+	}()
+	js, err := lib.PlanStatsJSON(int(device))
+	if err != nil {
+		setLastError(err)
+		return 0
+	}
+	return C.size_t(capi.CopyOut(buffer(buf, cap), js))
+}
+
 //export gpumem_memory_summary
 func gpumem_memory_summary(device C.int, abbreviated C.int, buf *C.char, cap C.size_t) (n C.size_t) {
 	defer func() {

@@ -15,6 +15,8 @@
 //	int    gpumem_record_stream(void *ptr, int device, cudaStream_t stream);
 //	size_t gpumem_memory_stats_json(int device, char *buf, size_t cap);
 //	size_t gpumem_memory_summary(int device, int abbreviated, char *buf, size_t cap);
+//	int    gpumem_mark_step(int device, const char *name);
+//	size_t gpumem_plan_stats_json(int device, char *buf, size_t cap);
 //	size_t gpumem_last_error(char *buf, size_t cap);
 //
 // gpumem_malloc and gpumem_free have exactly the signatures PyTorch's
@@ -52,6 +54,14 @@
 // The statistics are one JSON object with PyTorch's memory_stats names
 // ("allocated_bytes.all.current", "reserved_bytes.all.current", ...); the
 // summary is PyTorch's memory_summary table.
+//
+// gpumem_mark_step marks where a step starts (a training step, a
+// request; the name NULL is ""): under gpumem_policy:planned, the steps
+// that are planned once one repeats the one before it (a program that
+// marks none has its steps found by the policy). gpumem_plan_stats_json
+// gives the planned policy's figures as one JSON object ("plans",
+// "served", "skips", "departures", "arena_bytes", "following",
+// "found_period"), or null under any other policy.
 //
 // Without the cuda build tag this command builds as an empty program: the
 // library needs the CUDA backend.

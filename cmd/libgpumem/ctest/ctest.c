@@ -3,7 +3,7 @@
 // device, stream)), with the C API around it: several threads on two
 // streams, frees on another stream than the allocation's, record-stream,
 // out of memory, empty-cache, the stats JSON and its snprintf contract,
-// the summary and the last error.
+// the summary, step marks and the plan's figures, and the last error.
 //
 // It runs against the stub driver (device/cuda/internal/cudastub), whose
 // control functions it finds with dlsym; on a real driver the checks that
@@ -195,6 +195,36 @@ static void *no_error_thread(void *arg) {
 	return NULL;
 }
 
+// check_steps marks four steps of the same allocations on one stream.
+// Under gpumem_policy:planned (in GPUMEM_ALLOC_CONF) the second repeats the
+// first, is planned at the third mark, and the last two are served from
+// its arena; under any other configuration the plan's figures are null.
+static void check_steps(void) {
+	const char *conf = getenv("GPUMEM_ALLOC_CONF");
+	int planned = conf && strstr(conf, "gpumem_policy:planned");
+	const ssize_t sizes[] = {3 * MiB, 512, 25 * MiB, 70 * 1024};
+	for (int step = 0; step < 4; step++) {
+		CHECK(gpumem_mark_step(0, "step") == 0, "mark step: %s", last_error());
+		void *p[4];
+		for (int i = 0; i < 4; i++) {
+			p[i] = gpumem_malloc(sizes[i], 0, streams[0]);
+			CHECK(p[i] != NULL, "malloc in a step: %s", last_error());
+		}
+		for (int i = 0; i < 4; i++) gpumem_free(p[i], sizes[i], 0, streams[0]);
+	}
+	CHECK(gpumem_mark_step(0, NULL) == 0, "mark step with no name: %s", last_error());
+	char buf[512];
+	size_t n = gpumem_plan_stats_json(0, buf, sizeof buf);
+	CHECK(n > 0 && n < sizeof buf, "plan stats length %zu: %s", n, last_error());
+	if (planned) {
+		CHECK(strstr(buf, "\"plans\":1,") != NULL && strstr(buf, "\"served\":8,") != NULL, "planned steps: %s", buf);
+	} else {
+		CHECK(strcmp(buf, "null") == 0, "no plan under %s: %s", conf ? conf : "the default", buf);
+	}
+	CHECK(gpumem_mark_step(-1, "step") == -1, "mark step on device -1");
+	CHECK(gpumem_plan_stats_json(-1, NULL, 0) == 0, "plan stats of device -1");
+}
+
 static int run_all(void) {
 	int stub = stubbed();
 	if (!stub) fprintf(stderr, "ctest: the driver is not the stub: checks that hold events are skipped\n");
@@ -207,6 +237,7 @@ static int run_all(void) {
 
 	check_snprintf();
 	check_streams(stub);
+	check_steps();
 
 	pthread_t th[THREADS];
 	for (long w = 0; w < THREADS; w++) pthread_create(&th[w], NULL, worker, (void *)w);
@@ -247,6 +278,6 @@ int main(int argc, char **argv) {
 		fprintf(stderr, "ctest: %d checks failed\n", n);
 		return 1;
 	}
-	printf("ctest: ok (%s)\n", bad ? "bad configuration" : "threads, two streams, cross-stream free, record-stream, OOM, empty-cache, stats JSON");
+	printf("ctest: ok (%s)\n", bad ? "bad configuration" : "threads, two streams, cross-stream free, record-stream, steps and the plan's figures, OOM, empty-cache, stats JSON");
 	return 0;
 }

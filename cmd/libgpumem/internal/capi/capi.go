@@ -301,6 +301,42 @@ func (l *Lib) Summary(ordinal int, abbreviated bool) (_ string, err error) {
 	return d.a.Summary(abbreviated), nil
 }
 
+// MarkStep marks a step boundary named name on device ordinal (the start
+// of a training step or of a request), as allocator.Allocator.MarkStep
+// does: the steps that gpumem_policy:planned compares and plans, and the
+// step counts that find leaks. The stream-ordered pool
+// (backend:cudaMallocAsync) has no steps: there it does nothing.
+func (l *Lib) MarkStep(ordinal int, name string) (err error) {
+	defer catch(&err)
+	d, err := l.device(ordinal)
+	if err != nil {
+		return err
+	}
+	if s, ok := d.a.(interface{ MarkStep(name string) }); ok {
+		s.MarkStep(name)
+	}
+	return nil
+}
+
+// PlanStatsJSON returns the planned policy's figures of device ordinal
+// (allocator.PlanStats) as one JSON object, or the JSON null under any
+// other policy or backend, which has none.
+func (l *Lib) PlanStatsJSON(ordinal int) (_ []byte, err error) {
+	defer catch(&err)
+	d, err := l.device(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	if p, ok := d.a.(interface {
+		PlanStats() (allocator.PlanStats, bool)
+	}); ok {
+		if st, ok := p.PlanStats(); ok {
+			return json.Marshal(st)
+		}
+	}
+	return []byte("null"), nil
+}
+
 // CopyOut copies src into buf as snprintf does: at most len(buf) bytes,
 // NUL included (nothing when buf is empty), the copy cut short when buf is
 // too small; it returns len(src), the length the whole text needs without

@@ -332,3 +332,48 @@ func TestAsyncBackend(t *testing.T) {
 	require.NoError(t, l.EmptyCache(0))
 	assert.Zero(t, d.BytesInUse())
 }
+
+// TestMarkStepAndPlanStats: under gpumem_policy:planned, steps marked
+// through the library are planned once one repeats the one before it, and
+// PlanStatsJSON gives the figures; under any other policy or backend it
+// gives null, and MarkStep is still no error.
+func TestMarkStepAndPlanStats(t *testing.T) {
+	conf, err := allocator.ParseConf("gpumem_policy:planned")
+	require.NoError(t, err)
+	l, _ := simLib(t, 1<<30, conf)
+	sizes := []int64{3 * mib, 512, 25 * mib, 70 << 10}
+	for range 4 {
+		require.NoError(t, l.MarkStep(0, "step"))
+		var ptrs []uintptr
+		for _, size := range sizes {
+			p, err := l.Malloc(size, 0, 0)
+			require.NoError(t, err)
+			ptrs = append(ptrs, p)
+		}
+		for i, p := range ptrs {
+			require.NoError(t, l.Free(p, sizes[i], 0, 0))
+		}
+	}
+	b, err := l.PlanStatsJSON(0)
+	require.NoError(t, err)
+	var st allocator.PlanStats
+	require.NoError(t, json.Unmarshal(b, &st))
+	assert.EqualValues(t, 1, st.Plans, "the second step repeated the first: planned at the third mark")
+	assert.EqualValues(t, 2*len(sizes), st.Served, "the third and fourth steps served from the arena")
+	assert.Zero(t, st.Departures)
+	assert.NotZero(t, st.ArenaBytes)
+	assert.Contains(t, string(b), `"served":8`)
+
+	for _, c := range []string{"", "gpumem_policy:low_fragmentation", "backend:cudaMallocAsync"} {
+		conf, err := allocator.ParseConf(c)
+		require.NoError(t, err)
+		l, _ := simLib(t, 1<<30, conf)
+		require.NoError(t, l.MarkStep(0, "step"), c)
+		b, err := l.PlanStatsJSON(0)
+		require.NoError(t, err, c)
+		assert.Equal(t, "null", string(b), c)
+	}
+	assert.Error(t, l.MarkStep(-1, "step"), "a bad ordinal")
+	_, err = l.PlanStatsJSON(MaxDevices)
+	assert.Error(t, err, "a bad ordinal")
+}
