@@ -15,7 +15,7 @@
 //	int    gpumem_record_stream(void *ptr, int device, cudaStream_t stream);
 //	size_t gpumem_memory_stats_json(int device, char *buf, size_t cap);
 //	size_t gpumem_memory_summary(int device, int abbreviated, char *buf, size_t cap);
-//	int    gpumem_mark_step(int device, const char *name);
+//	int    gpumem_mark_step(int device, char *name);
 //	size_t gpumem_plan_stats_json(int device, char *buf, size_t cap);
 //	size_t gpumem_last_error(char *buf, size_t cap);
 //
