@@ -19,9 +19,9 @@ type PlanStats struct {
 	// following the plan.
 	Skips int64 `json:"skips"`
 	// Departures counts the steps that stopped following their plan at
-	// a request larger than the plan's, on another stream, or past the
-	// plan's end: that request and the rest of the step were served
-	// online.
+	// a request larger than the plan's, on another stream or past the
+	// plan's end, or after the arena's segment was released (EmptyCache):
+	// that request and the rest of the step were served online.
 	Departures int64 `json:"departures"`
 	// ArenaBytes is the current plan's arena, in whole pages (0 with no
 	// plan); Following reports whether the current step follows the plan

@@ -136,9 +136,13 @@ func TestPlanStats(t *testing.T) {
 	other, _ := newOn(t, Config{Policy: PolicyLowFragmentation})
 	_, ok := other.PlanStats()
 	assert.False(t, ok, "no figures under another policy")
+	var zero Allocator
+	st, ok := zero.PlanStats()
+	assert.False(t, ok, "no figures from an allocator not made by New")
+	assert.Equal(t, PlanStats{}, st)
 
 	a, _ := newOn(t, Config{Policy: PolicyPlanned})
-	st, ok := a.PlanStats()
+	st, ok = a.PlanStats()
 	require.True(t, ok)
 	assert.Equal(t, PlanStats{}, st, "nothing planned yet")
 	runStep(t, a, stepSizes)

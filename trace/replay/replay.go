@@ -56,6 +56,13 @@ type Stepper interface {
 	Leaks() []stats.Leak
 }
 
+// Planner is a Target that plans repeated steps, as *allocator.Allocator
+// does under gpumem_policy:planned: Run reports its figures in
+// Result.Plan when PlanStats reports them (true).
+type Planner interface {
+	PlanStats() (allocator.PlanStats, bool)
+}
+
 // Options configures Run.
 type Options struct {
 	// Phases fills Result.Phases, and Leaks fills Result.Leaks, for a
@@ -335,9 +342,7 @@ func RunContext(ctx context.Context, r trace.OpReader, t Target, dev device.Devi
 			res.Pools[name] = PoolResult{Allocated: ps.AllocatedBytes, Reserved: ps.ReservedBytes, PeakReserved: ps.PeakReservedBytes, Paused: ps.Paused}
 		}
 	}
-	if p, ok := t.(interface {
-		PlanStats() (allocator.PlanStats, bool)
-	}); ok {
+	if p, ok := t.(Planner); ok {
 		if st, ok := p.PlanStats(); ok {
 			res.Plan = &st
 		}
