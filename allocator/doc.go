@@ -133,13 +133,14 @@
 // small blocks count in large_pool stats; freed pages stay mapped until
 // the device grows short) until a step (MarkStep; in a program that
 // marks none, a period of its allocations that it finds itself)
-// repeats the one before it: it then packs the step's
-// allocations offline into an arena of free memory and serves the steps
-// that repeat it (same order, same sizes, or smaller ones: a short last
-// batch) from there, with no fit and no device call; a request whose
-// place is taken is served by the policy, one that departs from the
-// pattern (larger, or on another stream) too, and the step is planned
-// anew. Memory kept across steps stays out of the plan. PlanStats says
+// repeats the one before it, or fits the largest sizes of the steps
+// before it (batches of varying length): it then packs the step's
+// allocations offline, at those largest sizes, into an arena of free
+// memory and serves the steps that fit it (same order, the same sizes
+// or smaller ones: a short last batch) from there, with no fit and no
+// device call; a request whose place is taken is served by the policy,
+// one that departs from the pattern (larger, or on another stream) too,
+// and the next step that fits is planned anew. Memory kept across steps stays out of the plan. PlanStats says
 // what the plans served.
 // Where steps do not repeat, most of them log nothing (runs of quiet
 // steps, up to 64 long), so a repeat is planned at most 66 steps late.

@@ -33,9 +33,9 @@ const (
 	// without the slack's bound into half of what the device has left,
 	// and that, once a step (MarkStep; in a program that marks none, a
 	// period of its allocations that it finds itself) repeats the one
-	// before it, plans the step's allocations offline into an arena and
-	// serves the steps that repeat it from there, without a fit or a
-	// device call (policy_plan.go, policy_plan_auto.go). Configuration:
+	// before it, or fits the largest sizes of the steps before it, plans
+	// the step's allocations offline into an arena and serves the steps
+	// that fit it from there, without a fit or a device call (policy_plan.go, policy_plan_auto.go). Configuration:
 	// gpumem_policy:planned.
 	PolicyPlanned
 )

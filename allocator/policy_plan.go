@@ -1,6 +1,7 @@
 // This file holds the planned policy: the low_fragmentation policy with
-// one pool that, once a step repeats the one before it, serves the steps
-// that repeat it from an arena laid out for that step in advance. Its
+// one pool that, once a step repeats the one before it (or fits within
+// the steps before it), serves the steps that fit it from an arena laid
+// out for that step in advance. Its
 // record of a step and the step boundary are in policy_plan_steps.go, the
 // table that matches its frees with its allocations in policy_plan_live.go.
 
@@ -30,11 +31,17 @@ import (
 //     is a plan, the rounded sizes and the stream alone, all that the
 //     boundary reads of such a step, and of a step that has the plan's
 //     sizes so far only their count (planState.recSame).
-//   - Planning: at a boundary, if the step just seen repeats the step
-//     before it (the same rounded sizes in the same order, all on one
-//     stream), the blocks allocated and freed within the step are
-//     packed offline (internal/pack, the greedy packing trace/plan uses)
-//     into one arena, in the large pool: an offset for each. Blocks of
+//   - Planning: at a boundary, if the step just seen fits the envelope
+//     of the steps before it (as many allocations, all on their stream,
+//     none larger than the envelope's at its position: the step before
+//     it, or, where the steps before it had as many allocations on one
+//     stream with sizes that went up and down, as batches of varying
+//     length make them, the largest of their sizes at each position),
+//     the blocks allocated and freed within the step are packed offline
+//     (internal/pack, the greedy packing trace/plan uses) into one
+//     arena, in the large pool, with the envelope's sizes: an offset for
+//     each. A step that repeats the one before it fits it; steps whose
+//     sizes only grow (a cache that grows by a token a step) never do. Blocks of
 //     every size share it (the one pool), since small and large blocks
 //     peak at different times: BERT's step peaks at 1,313 MB, its small
 //     blocks alone at 80 MB, and two arenas would take their sum. Blocks
@@ -81,9 +88,11 @@ import (
 //     (rounded sizes, order, stream), or one that fits it (as many
 //     allocations on its stream, none larger than the plan's at its
 //     position: fitsPlan), keeps the plan, served or not; at the end of
-//     any other the plan ends, and that step is planned once the next
-//     repeats it. A program whose steps shrink for good keeps the plan,
-//     and its arena sized for the larger steps, until a step departs.
+//     any other the plan ends, that step grows the envelope (or, with
+//     another count or stream, is the envelope), and the next step that
+//     fits it is planned. A program whose steps shrink for good keeps
+//     the plan, and its arena sized for the larger steps, until a step
+//     departs.
 //
 // The policy's fast paths run as under low_fragmentation: the plan is
 // asked first by its fit (policyFitLocked, planFitLocked), and the ledger
@@ -127,10 +136,10 @@ type planState struct {
 	// The step being recorded since the last boundary.
 	recording bool
 	// logOps: the step's operations are logged in rec, as they are
-	// while there is no plan. A step recorded under a plan is planned
-	// only if it repeats the step before it without the plan's pattern,
-	// which that step has (a step with another pattern ends the plan):
-	// its sizes and stream are compared, its operations never read.
+	// while there is no plan. A step recorded under a plan is never
+	// planned: one that fits the envelope, the plan's sizes then, keeps
+	// the plan (any other ends it): its sizes and stream are compared,
+	// its operations never read.
 	logOps bool
 	// same, recSame: under a plan, same is the plan's sizes until the
 	// step logs a size (nil otherwise), and the step's first recSame
@@ -146,16 +155,18 @@ type planState struct {
 	recStream device.Stream
 	recMixed  bool // allocations on more than one stream: not planned
 
-	// The last step recorded with an allocation, by position, the
-	// rounded size, and its stream: a step is planned when it repeats it.
-	// Under a plan, the plan's sizes and stream: a step that keeps the
-	// plan, one that fits it with smaller sizes too, leaves them.
+	// The envelope: by position, the largest rounded size of the steps
+	// recorded with allocations, all on prevStream, since the last with
+	// another count of them, another stream or several, or a quiet run; a
+	// step that fits it is planned. Under a plan, the plan's sizes and
+	// stream: a step that keeps the plan, one that fits it with smaller
+	// sizes too, leaves them.
 	prevSize   []uint64
 	prevStream device.Stream
 
 	// Quiet steps, where steps do not repeat (generation, whose caches
 	// grow by a token a step): misses counts the steps in a row, recorded
-	// with allocations and without a plan, that repeated nothing; from
+	// with allocations and without a plan, that fit no envelope; from
 	// the fourth on, every second miss is followed by quiet steps that log
 	// nothing (recording false), 1, 2, 4, ... up to maxQuiet. A repeat
 	// or a plan ends them. The step before a recorded step is recorded
@@ -321,11 +332,11 @@ func (p *planState) walkStart() *freeindex.Block {
 // leaves no plan; so does any step on a device without virtual memory,
 // whose plain segments count their split blocks (inactive_split), which
 // a carve would change.
-func (a *Allocator) buildPlanLocked() {
+func (a *Allocator) buildPlanLocked(sizes []uint64) {
 	p := a.pol.plan
 	p.reqs = nil
 	n := len(p.recSize)
-	if n == 0 || p.recMixed || a.vm == nil {
+	if n == 0 || p.recMixed || a.vm == nil || len(sizes) != n {
 		return
 	}
 	start, end := make([]int, n), make([]int, n)
@@ -349,7 +360,7 @@ func (a *Allocator) buildPlanLocked() {
 	reqs := make([]planReq, n)
 	var items []pack.Item
 	var which []int32
-	for k, size := range p.recSize {
+	for k, size := range sizes {
 		reqs[k] = planReq{size: size, arena: end[k] >= 0, below: -1}
 		if end[k] >= 0 {
 			items = append(items, pack.Item{Start: start[k], End: end[k], Bytes: size})
@@ -370,7 +381,7 @@ func (a *Allocator) buildPlanLocked() {
 		planBelow(reqs, p.rec, freed)
 	}
 	p.reqs, p.stream = reqs, p.recStream
-	p.sizes = append(p.sizes[:0], p.recSize...)
+	p.sizes = append(p.sizes[:0], sizes...)
 	p.plans++
 }
 
@@ -574,7 +585,7 @@ func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 			p.quiet, p.recording, p.logOps, len(p.recSize), p.recSame, p.reqs != nil)
 	}
 	if p.reqs != nil && (!slices.Equal(p.prevSize, p.sizes) || p.prevStream != p.stream) {
-		bad("the last step recorded has %d sizes on stream %d, not the plan's %d on stream %d", len(p.prevSize), p.prevStream, len(p.sizes), p.stream)
+		bad("the envelope has %d sizes on stream %d, not the plan's %d on stream %d", len(p.prevSize), p.prevStream, len(p.sizes), p.stream)
 	}
 	if p.reqs == nil {
 		return

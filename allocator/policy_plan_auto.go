@@ -36,7 +36,7 @@ import (
 // The first boundary starts the plan's record, the second finds nothing
 // to repeat, and the third plans the step if it repeated (as with marks):
 // a step is planned two periods later than marks would have it. A
-// boundary whose step repeated nothing counts as a miss; after autoMisses
+// boundary whose step fit nothing counts as a miss; after autoMisses
 // in a row without a plan the period is dropped, the plan's record
 // stops, and the search starts again (the program's pattern changed, or
 // the boundaries drifted).
@@ -57,7 +57,7 @@ type autoSteps struct {
 	cand, run int64 // the candidate period and the allocations that confirmed it in a row
 	period    int64 // the period found, 0 while searching
 	next      int64 // while a period is found: the allocation that starts the next step
-	misses    int   // boundaries in a row whose step repeated nothing, without a plan
+	misses    int   // boundaries in a row whose step fit nothing, without a plan
 }
 
 // An autoSlot files the last allocation of a context (its position
@@ -70,7 +70,7 @@ const (
 	autoHistory   = 1 << 15 // allocations remembered: the longest period found is one less
 	autoSlots     = 1 << 13 // contexts remembered
 	autoMinPeriod = 16      // shorter periods are left to the cache
-	autoMisses    = 3       // boundaries that repeat nothing before the period is dropped
+	autoMisses    = 3       // boundaries that fit nothing before the period is dropped
 )
 
 // allocated records an allocation of token t made at the given level,
@@ -215,7 +215,7 @@ func (a *Allocator) stepIfDueLocked() {
 // autoStepLocked marks the step boundary that the search for steps put
 // before this allocation (planState.autoDue), in the world, and drops
 // the period after autoMisses boundaries in a row that planned nothing
-// and repeated nothing, stopping the plan's record.
+// and fit nothing, stopping the plan's record.
 func (a *Allocator) autoStepLocked() {
 	p := a.pol.plan
 	d := p.auto

@@ -6,8 +6,6 @@
 package allocator
 
 import (
-	"slices"
-
 	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 )
@@ -73,10 +71,15 @@ func (a *Allocator) planFreedLocked(ptr device.Ptr) {
 // with the plan's pattern (served from the arena or not), one that fits
 // it (fitsPlan: the plan's stream, as many allocations, none larger than
 // the plan's), or one that allocated nothing, keeps it; a step that
-// repeats the one before it (the same rounded sizes in the same order,
-// on the same stream) is planned; any other ends the plan, and is the
-// pattern the next step is compared with, unless it allocated on several
-// streams: that is no pattern, and the next step repeats nothing.
+// fits the envelope of the steps before it (prevSize: the step before
+// it, or the largest sizes of the last steps with as many allocations on
+// the stream) is planned with the envelope's sizes, so that steps whose
+// sizes go up and down (batches of varying length) are served once the
+// largest has been seen, and a step that repeats the one before it is
+// planned as it was; any other ends the plan and grows the envelope (a
+// step with as many allocations on its stream) or is the envelope the
+// next step is compared with, unless it allocated on several streams:
+// that is no pattern, and the next step fits nothing.
 // Planning costs up to n^2/2 reads of blocks for a step whose blocks are
 // mostly in use at once (internal/pack's Greedy: about 4 M instructions
 // for BERT's 1,004-block step), so a step is planned only once its
@@ -86,28 +89,39 @@ func (a *Allocator) planFreedLocked(ptr device.Ptr) {
 func (a *Allocator) planStepLocked() {
 	p := a.pol.plan
 	// A step that had the plan's sizes whole has nothing in recSize; the
-	// sizes of the last step recorded (prevSize) are the plan's already.
+	// envelope (prevSize) is the plan's sizes already.
 	same := p.same != nil && p.recSame > 0 && p.recSame == len(p.same)
 	if !same {
 		p.spellSameLocked()
 	}
 	p.same, p.recSame = nil, 0
 	kept := same || p.reqs != nil && !p.recMixed && p.recStream == p.stream && fitsPlan(p.recSize, p.sizes)
-	missed := false
+	missed, planned := false, false
 	if kept {
 		p.misses = 0
 	} else if p.recording && len(p.recSize) > 0 {
-		if p.logOps && !p.recMixed && p.recStream == p.prevStream && slices.Equal(p.recSize, p.prevSize) {
-			a.buildPlanLocked() // the pattern repeats
-			p.misses = 0
+		if p.logOps && !p.recMixed && p.recStream == p.prevStream && fitsPlan(p.recSize, p.prevSize) {
+			// The pattern repeats, or the step fits the envelope of the
+			// steps before it: planned with the envelope's sizes.
+			a.buildPlanLocked(p.prevSize)
+			p.misses, planned = 0, true
 		} else {
-			p.reqs = nil // a new pattern: planned once it repeats
+			p.reqs = nil // a new pattern: planned once a step fits it
 			p.misses, missed = p.misses+1, true
 		}
 	}
-	if p.recMixed {
+	switch {
+	case p.recMixed:
 		p.prevSize = p.prevSize[:0] // its log stopped at its second stream
-	} else if len(p.recSize) > 0 && !kept { // a step that kept the plan leaves the plan's sizes the last
+	case len(p.recSize) == 0 || kept || planned:
+		// The envelope stays: the plan's sizes, under a plan.
+	case p.recStream == p.prevStream && len(p.recSize) == len(p.prevSize):
+		// As many allocations on the stream as the envelope,
+		// some larger: the envelope grows to hold both.
+		for k, size := range p.recSize {
+			p.prevSize[k] = max(p.prevSize[k], size)
+		}
+	default:
 		p.prevSize, p.recSize = p.recSize, p.prevSize
 		p.prevStream = p.recStream
 	}
@@ -124,11 +138,12 @@ func (a *Allocator) planStepLocked() {
 	p.follow = p.reqs != nil && a.arenaLocked()
 }
 
-// fitsPlan reports whether a step of the rounded sizes step fits a plan
-// of the rounded sizes plan: as many allocations, each no larger than
-// the plan's at its position. Such a step (a last batch that is smaller,
-// whose activations and temporaries shrink with it) is served from the
-// plan and keeps it.
+// fitsPlan reports whether a step of the rounded sizes step fits a plan,
+// or an envelope, of the rounded sizes plan: as many allocations, each no
+// larger than the plan's at its position. Such a step (a last batch that
+// is smaller, whose activations and temporaries shrink with it) is
+// served from the plan and keeps it; with no plan, it is planned with
+// the envelope's sizes.
 func fitsPlan(step, plan []uint64) bool {
 	if len(step) != len(plan) {
 		return false
@@ -149,7 +164,7 @@ const (
 
 // quietLocked reports whether the next step is quiet, at a boundary
 // without a plan; missed says whether the step that ended was a miss (a
-// step recorded with allocations that repeated nothing). From the fourth
+// step recorded with allocations that fit no envelope). From the fourth
 // miss in a row, every second one starts a run of quiet steps twice as
 // long as the one before, up to maxQuiet; a step without allocations is
 // no miss and starts none.

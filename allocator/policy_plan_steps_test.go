@@ -130,6 +130,81 @@ func TestPlannedServesASmallerStep(t *testing.T) {
 	require.NoError(t, a.CheckInvariants())
 }
 
+// TestPlannedServesStepsThatVaryBothWays: steps of one pattern whose
+// sizes go up and down (batches of varying length) never repeat the one
+// before; a step that fits the envelope of the steps before it, the
+// largest size seen at each position, is planned with the envelope's
+// sizes, and the steps after it are served from the arena whole, each
+// request at the start of its place. A step larger than the envelope
+// departs, grows it, and the next step that fits is planned anew.
+func TestPlannedServesStepsThatVaryBothWays(t *testing.T) {
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	vary := func(mul, div int) []uint64 {
+		sizes := slices.Clone(stepSizes)
+		for k := range sizes {
+			if k%2 == 0 {
+				sizes[k] = sizes[k] * uint64(mul) / uint64(div)
+			} else {
+				sizes[k] = sizes[k] * uint64(div) / uint64(mul)
+			}
+		}
+		return sizes
+	}
+	up, down := vary(2, 1), vary(1, 2) // each larger than the other somewhere
+	runStep(t, a, stepSizes)
+	runStep(t, a, up)        // larger than the step before at even positions: the envelope grows
+	runStep(t, a, down)      // larger at odd positions: it grows again
+	runStep(t, a, stepSizes) // larger than the envelope nowhere: planned at the next mark
+	plans, served, _ := planCounts(a)
+	require.Zero(t, plans)
+	require.Zero(t, served)
+	envelope := make([]uint64, len(stepSizes))
+	for k := range envelope {
+		envelope[k] = roundSize(max(stepSizes[k], up[k], down[k]), nil)
+	}
+	require.Equal(t, envelope, a.pol.plan.prevSize, "the envelope")
+
+	calls := int64(-1)
+	var firsts [][]device.Ptr
+	for i, sizes := range [][]uint64{up, stepSizes, down, up} {
+		ptrs, _ := runStep(t, a, sizes)
+		if i == 0 {
+			require.Equal(t, envelope, a.pol.plan.sizes, "the plan has the envelope's sizes")
+			calls = deviceCalls(t, a)
+		}
+		firsts = append(firsts, ptrs)
+		var dep int64
+		plans, served, dep = planCounts(a)
+		require.EqualValues(t, 1, plans, "step %d kept the plan", i)
+		require.EqualValues(t, (i+1)*len(stepSizes), served, "step %d served from the arena whole", i)
+		require.Zero(t, dep)
+		require.NoError(t, a.CheckInvariants())
+	}
+	for _, ptrs := range firsts[1:] {
+		assert.Equal(t, firsts[0], ptrs, "each request at the start of its place")
+	}
+	assert.Equal(t, calls, deviceCalls(t, a), "with no device call")
+
+	// Larger than the envelope at its last position: served up to it,
+	// then online; the envelope grows and the next step that fits it is
+	// planned again.
+	larger := slices.Clone(up)
+	larger[len(larger)-1] = 3 * envelope[len(larger)-1]
+	runStep(t, a, larger)
+	_, served2, dep := planCounts(a)
+	assert.EqualValues(t, 1, dep, "a larger request departs")
+	assert.EqualValues(t, served+int64(len(stepSizes)-1), served2)
+	runStep(t, a, down) // fits the grown envelope: planned at the next mark
+	runStep(t, a, larger)
+	plans, served3, dep := planCounts(a)
+	assert.EqualValues(t, 2, plans)
+	envelope[len(envelope)-1] = roundSize(larger[len(larger)-1], nil)
+	assert.Equal(t, envelope, a.pol.plan.sizes)
+	assert.EqualValues(t, 1, dep)
+	assert.EqualValues(t, served2+int64(len(stepSizes)), served3, "the largest step is served")
+	require.NoError(t, a.CheckInvariants())
+}
+
 // TestPlanStats: the planned policy's figures follow its plan, and there
 // are none under another policy.
 func TestPlanStats(t *testing.T) {
@@ -390,7 +465,7 @@ func TestCheckInvariantsCatchesPlanCorruption(t *testing.T) {
 			a.pol.plan.recSize = append(a.pol.plan.recSize, 512)
 		}},
 		{"sizes that are not the plan's", "its size", func(a *Allocator) { a.pol.plan.sizes[1]++ }},
-		{"a last step that is not the plan's", "the last step recorded", func(a *Allocator) { a.pol.plan.prevSize[0]++ }},
+		{"an envelope that is not the plan's", "the envelope has", func(a *Allocator) { a.pol.plan.prevSize[0]++ }},
 		{"the plan's sizes counted beside a log", "as the plan's", func(a *Allocator) {
 			a.pol.plan.recSame = 1
 			a.pol.plan.recSize = append(a.pol.plan.recSize, 512)
@@ -522,7 +597,7 @@ func TestPlannedQuietRunsStayBounded(t *testing.T) {
 }
 
 // TestPlannedFindsARepeatAfterThousandsOfMisses: after 5,000 steps of
-// which none repeats the one before (past the 130 misses in a row at
+// which none fits the one before (past the 130 misses in a row at
 // which the quiet runs' length wrapped), steps that repeat are still
 // planned within maxQuiet+3 steps.
 func TestPlannedFindsARepeatAfterThousandsOfMisses(t *testing.T) {
@@ -530,7 +605,7 @@ func TestPlannedFindsARepeatAfterThousandsOfMisses(t *testing.T) {
 	p := a.pol.plan
 	step := []uint64{1 << 20, 0}
 	for i := range 5_000 {
-		step[1] = uint64(i%7+1) << 9 // never the step before's
+		step[1] = uint64(i+1) << 9 // larger than the step before's: it fits no step seen
 		runStep(t, a, step)
 		require.True(t, p.quiet >= 0 && p.quiet < maxQuiet, "step %d: %d quiet steps to come", i, p.quiet)
 	}

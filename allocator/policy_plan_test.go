@@ -65,6 +65,19 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 	require.Equal(t, [3]int64{1, 5 * 1004, 0}, c, "plans, served, departures on %d bytes", capacity)
 }
 
+// planRun replays ops under the planned policy on an 80 GiB device and
+// returns the result and the plan's counts: plans, served, departures.
+func planRun(t *testing.T, ops []trace.Op) (replay.Result, [3]int64) {
+	a := gpumemtest.New(t, gpumemtest.WithCapacity(80<<30), gpumemtest.WithConfig(allocator.Config{Policy: allocator.PolicyPlanned}), gpumemtest.AllowLeaks())
+	res, err := replay.Run(trace.SliceReader(ops), a, a.Device().(*sim.Device), replay.Options{})
+	require.NoError(t, err)
+	require.NoError(t, a.CheckInvariants())
+	require.Zero(t, res.OOMs)
+	var c [3]int64
+	c[0], c[1], c[2] = a.PlanCounts()
+	return *res, c
+}
+
 // TestPlannedServesASmallerLastBatch replays the BERT trace at batch 8
 // with its last step repeated to eight steps, the sixth at batch 4
 // instead (bert_b4's step: the same operations, each size no larger): a
@@ -80,53 +93,93 @@ func TestPlannedServesASmallerLastBatch(t *testing.T) {
 	// traces returns the batch-8 trace of steps steps, and the same with
 	// step at batch 4, marked or not.
 	traces := func(steps, step int, marked bool) (big, mixed []trace.Op) {
-		all, small := repeatLastStep(b8, steps), repeatLastStep(b4, steps)
-		require.Len(t, small, len(all))
-		marks, smaller := 0, 0
-		for i, op := range all {
-			require.Equal(t, op.Kind, small[i].Kind)
-			require.Equal(t, op.ID, small[i].ID)
-			if op.Kind == trace.Mark {
-				if marks++; !marked {
-					continue
-				}
+		batches := [][]trace.Op{repeatLastStep(b8, steps), repeatLastStep(b4, steps)}
+		big = batchSteps(t, batches, marked, func(int) int { return 0 })
+		mixed = batchSteps(t, batches, marked, func(s int) int {
+			if s == step {
+				return 1
 			}
-			big, mixed = append(big, op), append(mixed, op)
-			if marks == step && op.Kind == trace.Alloc {
-				require.LessOrEqual(t, small[i].Size, op.Size)
-				mixed[len(mixed)-1].Size = small[i].Size
-				if small[i].Size < op.Size {
-					smaller++
-				}
+			return 0
+		})
+		smaller := 0
+		for i, op := range big {
+			require.LessOrEqual(t, mixed[i].Size, op.Size)
+			if mixed[i].Size < op.Size {
+				smaller++
 			}
 		}
 		require.Greater(t, smaller, 100, "the requests that batch 4 makes smaller")
 		return big, mixed
 	}
-	run := func(ops []trace.Op) (replay.Result, [3]int64) {
-		a := gpumemtest.New(t, gpumemtest.WithCapacity(80<<30), gpumemtest.WithConfig(allocator.Config{Policy: allocator.PolicyPlanned}), gpumemtest.AllowLeaks())
-		res, err := replay.Run(trace.SliceReader(ops), a, a.Device().(*sim.Device), replay.Options{})
-		require.NoError(t, err)
-		require.NoError(t, a.CheckInvariants())
-		var c [3]int64
-		c[0], c[1], c[2] = a.PlanCounts()
-		return *res, c
-	}
 	big, mixed := traces(8, 6, true)
-	whole, c := run(big)
+	whole, c := planRun(t, big)
 	require.Equal(t, [3]int64{1, 5 * 1004, 0}, c, "batch 8: plans, served, departures")
-	res, c := run(mixed)
+	res, c := planRun(t, mixed)
 	require.Equal(t, [3]int64{1, 5 * 1004, 0}, c, "a smaller sixth step: plans, served, departures")
 	assert.Equal(t, whole.DeviceAllocs+whole.DeviceFrees, res.DeviceAllocs+res.DeviceFrees)
 	assert.Equal(t, whole.PeakReserved, res.PeakReserved)
 
 	big, mixed = traces(12, 10, false)
-	whole, c = run(big)
+	whole, c = planRun(t, big)
 	require.Equal(t, [3]int64{1, 7 * 1004, 0}, c, "unmarked, batch 8: plans, served, departures")
-	res, c = run(mixed)
+	res, c = planRun(t, mixed)
 	require.Equal(t, [3]int64{1, 7 * 1004, 0}, c, "unmarked, a smaller tenth step: plans, served, departures")
 	assert.Equal(t, whole.DeviceAllocs+whole.DeviceFrees, res.DeviceAllocs+res.DeviceFrees)
 	assert.Equal(t, whole.PeakReserved, res.PeakReserved)
+}
+
+// TestPlannedServesBatchesThatVary replays BERT's training step at
+// batch sizes 2, 4 and 8 in orders that go both ways, as a sampler that
+// buckets examples by length feeds a model: no step repeats the one
+// before it (the policy used to plan none of them), but each fits the
+// envelope of the steps before it (at each position, the largest size
+// seen) once the largest batch has run, and is served from a plan of
+// that envelope.
+func TestPlannedServesBatchesThatVary(t *testing.T) {
+	const steps = 14
+	var batches [][]trace.Op
+	for _, f := range []string{"bert_b8", "bert_b4", "bert_b2"} {
+		batches = append(batches, repeatLastStep(fileOps("../trace/replay/testdata/"+f+".trace.gz")(t), steps))
+	}
+	// mix returns the trace whose first two steps are at batch first's
+	// and whose later steps follow order: never the same batch twice in
+	// a row.
+	mix := func(first int, order []int) []trace.Op {
+		require.Len(t, order, steps-2)
+		for i := 1; i < len(order); i++ {
+			require.NotEqual(t, order[i-1], order[i])
+		}
+		return batchSteps(t, batches, true, func(s int) int {
+			if s < 3 {
+				return first
+			}
+			return order[s-3]
+		})
+	}
+	whole, c := planRun(t, batchSteps(t, batches, true, func(int) int { return 0 }))
+	require.Equal(t, [3]int64{1, 11 * 1004, 0}, c, "batch 8 alone: plans, served, departures")
+
+	// Batch 8 first, then 4, 2, 8, 2, 4, 8, ...: the third step (batch
+	// 4) fits the second (batch 8), and is planned with the second's
+	// sizes; every step after it is served from the arena whole, as at
+	// batch 8 alone, with its device calls and its peak reserved.
+	res, c := planRun(t, mix(0, []int{1, 2, 0, 2, 1, 0, 1, 2, 1, 0, 2, 1}))
+	require.Equal(t, [3]int64{1, 11 * 1004, 0}, c, "batch 8 first: plans, served, departures")
+	assert.Equal(t, whole.DeviceAllocs+whole.DeviceFrees, res.DeviceAllocs+res.DeviceFrees, "device calls")
+	assert.Equal(t, whole.PeakReserved, res.PeakReserved)
+
+	// Batch 2 first, then 4, 2, 4, 8, 2, 4, ...: the third step (batch
+	// 4) is larger than the second: the envelope grows. The fourth
+	// (batch 2) fits it and is planned with batch 4's sizes; the fifth is
+	// served; the sixth (batch 8) departs at its first request, larger,
+	// runs online and grows the envelope to batch 8's; the seventh fits
+	// it and is planned again, and the seven after it are served. The
+	// first arena, of batch 4, and the second leave the peak reserved
+	// within 1 % of batch 8 alone's.
+	res, c = planRun(t, mix(2, []int{1, 2, 1, 0, 2, 1, 0, 1, 2, 0, 1, 2}))
+	require.Equal(t, [3]int64{2, 8 * 1004, 1}, c, "batch 8 late: plans, served, departures")
+	assert.LessOrEqual(t, res.DeviceAllocs+res.DeviceFrees, whole.DeviceAllocs+whole.DeviceFrees, "device calls")
+	assert.InEpsilon(t, whole.PeakReserved, res.PeakReserved, 0.01)
 }
 
 // TestPlannedFindsStepsWithoutMarks replays the BERT trace with its last

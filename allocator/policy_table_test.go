@@ -68,6 +68,8 @@ func policyTraces() []policyTrace {
 		{"eor_cnn", "real: CNN with Adam, many tiny blocks (EoR_NN snapshot, converted)", false, fileOps(td + "EoR_NN_cnn_counterfactuals.trace.gz")},
 		{"bert_b2_x20", "real steps: bert_b2 with its last step repeated to 20 steps", true,
 			func(t testing.TB) []trace.Op { return repeatLastStep(fileOps(td+"bert_b2.trace.gz")(t), 20) }},
+		{"bert_batches", "real steps: BERT's training step at batches 2, 4 and 8, 20 steps, the batch changing every step", true,
+			func(t testing.TB) []trace.Op { return bertBatches(t, 20) }},
 		{"offload", "synthetic: LLaMA-7B-shaped fp16 inference, per-layer weights prefetched on 9 copy streams, compute on stream 0", true,
 			func(testing.TB) []trace.Op { return offloadOps(4, 32, 512, 4) }},
 		{"kv_legacy", "synthetic: GPT-2-small generation, batch 8, 128 + 384 tokens; the old past_key_values freed after each step", true,
@@ -281,6 +283,32 @@ func BenchmarkPolicyReplay(b *testing.B) {
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(ops)), "ns/trace-op")
 				b.ReportMetric(float64(got.peakReserved)/float64(got.peakRequested), "reserved/requested")
 				b.ReportMetric(float64(got.calls), "device-calls")
+			})
+		}
+	}
+}
+
+// BenchmarkPolicyBatches replays BERT's training steps at batches that
+// change every step (bertBatches) over 20 and 100 steps, under the
+// faithful default and the planned policy, whose plans of the steps'
+// envelope a longer run amortizes.
+func BenchmarkPolicyBatches(b *testing.B) {
+	for _, steps := range []int{20, 100} {
+		ops := bertBatches(b, steps)
+		for _, m := range []struct{ name, conf string }{{"faithful_default", ""}, {"planned", "gpumem_policy:planned"}} {
+			cfg, err := allocator.ParseConf(m.conf)
+			require.NoError(b, err)
+			b.Run(fmt.Sprintf("steps=%d/%s", steps, m.name), func(b *testing.B) {
+				for b.Loop() {
+					b.StopTimer()
+					dev := simtest.New(b)
+					a, _ := allocator.New(dev, cfg)
+					b.StartTimer()
+					if _, err := replay.Run(trace.SliceReader(ops), a, dev, replay.Options{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*steps), "ns/step")
 			})
 		}
 	}

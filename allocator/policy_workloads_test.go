@@ -8,6 +8,9 @@ package allocator_test
 
 import (
 	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/trace"
 )
@@ -246,4 +249,56 @@ func repeatLastStep(ops []trace.Op, steps int) []trace.Op {
 		out = append(out, body...)
 	}
 	return append(out, tail...)
+}
+
+// batchSteps mixes traces of one program at several batch sizes (the
+// same operations, only the sizes differ): the allocations of the
+// step-th step (0 before the first mark) are those of
+// batches[batch(step)]; the marks are left out when marked is false.
+func batchSteps(t testing.TB, batches [][]trace.Op, marked bool, batch func(step int) int) []trace.Op {
+	var out []trace.Op
+	marks := 0
+	for _, b := range batches[1:] {
+		require.Len(t, b, len(batches[0]))
+	}
+	for i, op := range batches[0] {
+		for _, b := range batches[1:] {
+			if b[i].Kind != op.Kind || b[i].ID != op.ID {
+				t.Fatalf("op %d: %v of block %d in one trace, %v of block %d in another", i, op.Kind, op.ID, b[i].Kind, b[i].ID)
+			}
+		}
+		if op.Kind == trace.Mark {
+			if marks++; !marked {
+				continue
+			}
+		}
+		if op.Kind == trace.Alloc {
+			op.Size = batches[batch(marks)][i].Size
+		}
+		out = append(out, op)
+	}
+	return out
+}
+
+// bertBatchOrder is the batch of bertBatches' steps from the third on,
+// an index into bert_b8, bert_b4, bert_b2, repeated as needed: never the
+// same batch twice in a row, batch 8 first at the sixth step.
+var bertBatchOrder = []int{1, 2, 1, 0, 2, 1, 0, 1, 2, 0, 1, 2, 0, 2, 1, 0, 1, 2}
+
+// bertBatches returns BERT's training trace of steps steps whose batch
+// changes every step, as a sampler that buckets examples by length feeds
+// a model: the first two steps at batch 2, then bert_b4's, bert_b2's and
+// bert_b8's repeated last step in bertBatchOrder.
+func bertBatches(t testing.TB, steps int) []trace.Op {
+	const td = "../trace/replay/testdata/"
+	var batches [][]trace.Op
+	for _, f := range []string{"bert_b8", "bert_b4", "bert_b2"} {
+		batches = append(batches, repeatLastStep(fileOps(td+f+".trace.gz")(t), steps))
+	}
+	return batchSteps(t, batches, true, func(s int) int {
+		if s < 3 {
+			return 2
+		}
+		return bertBatchOrder[(s-3)%len(bertBatchOrder)]
+	})
 }

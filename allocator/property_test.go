@@ -248,6 +248,28 @@ func (m *machine) SmallerStep(t *rapid.T) {
 	m.run(t, sizes)
 }
 
+// VariedStep marks a step boundary and runs the machine's step with some
+// of its sizes made larger, others smaller, as batches of varying length
+// make them: under the planned policy, a larger request departs from the
+// plan, the step grows the envelope of the steps seen, and the next step
+// that fits the envelope is planned with its sizes.
+func (m *machine) VariedStep(t *rapid.T) {
+	if m.pattern == nil {
+		return // no step drawn yet
+	}
+	sizes := slices.Clone(m.pattern)
+	for k := range sizes {
+		switch rapid.IntRange(0, 2).Draw(t, "way") {
+		case 1:
+			sizes[k] *= rapid.Uint64Range(2, 3).Draw(t, "mul")
+		case 2:
+			sizes[k] = max(1, sizes[k]/rapid.Uint64Range(2, 5).Draw(t, "div"))
+		}
+	}
+	m.a.MarkStep("step")
+	m.run(t, sizes)
+}
+
 // Loop runs the machine's loop three times, unmarked: its sizes (drawn
 // once, autoMinPeriod to autoMinPeriod+4 of them) allocated on the
 // default stream, each freed once the next is allocated. Under the
@@ -576,14 +598,20 @@ func FuzzAllocator(f *testing.F) {
 				// freed after the next, the last at the end; marked for
 				// an even n (else the planned policy finds the repeats
 				// itself, until the first mark); each size halved, plus a
-				// byte, where n has bit 1 set.
+				// byte, where n has bit 1 set (a smaller batch: the plan
+				// serves it still), doubled where it has bit 2 set (a
+				// larger one: the plan's envelope grows), and with both,
+				// the sizes at odd positions doubled, the others halved.
 				if n%2 == 0 {
 					a.MarkStep("step")
 				}
 				var prev device.Ptr
-				for _, size := range stepSizes {
-					if n&2 != 0 {
-						size = size/2 + 1 // a smaller batch: the plan serves it still
+				for k, size := range stepSizes {
+					switch {
+					case n&6 == 6 && k%2 == 1, n&6 == 4:
+						size *= 2
+					case n&2 != 0:
+						size = size/2 + 1
 					}
 					p, err := a.Alloc(size, 0)
 					if err != nil && !errors.Is(err, device.ErrOutOfMemory) {

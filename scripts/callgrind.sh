@@ -25,6 +25,11 @@
 #   replay.Run under the faithful default and gpumem_policy:planned, the
 #   third step planned and the rest served: instructions per replay, 1
 #   and 11 replays, and planned's as a multiple of the default's),
+#   policy-batches (BERT's training steps at batches 2, 4 and 8, the
+#   batch changing every step, over 20 and 100 steps, BenchmarkPolicyBatches,
+#   under the faithful default and gpumem_policy:planned, whose plans of
+#   the steps' envelope a long run amortizes: millions of instructions per
+#   replay, 1 and 5 replays, and planned's as a multiple of the default's),
 #   policy-synthetic (offload, kv_legacy and kv_dynamic, the step-marked
 #   traces whose steps never repeat, through replay.Run under each mode
 #   of BenchmarkPolicyReplay: millions of instructions per replay, 1 and
@@ -173,6 +178,13 @@ for w in "${what[@]}"; do
 		d=$(bench BenchmarkPolicyReplay/bert_b2_x20/faithful_default 1 11 1)
 		p=$(bench BenchmarkPolicyReplay/bert_b2_x20/planned 1 11 1)
 		echo "bert_b2_x20 through replay.Run: the faithful default $d, planned $p instructions per replay ($(echo "scale=3; $p / $d" | bc) x)"
+		;;
+	policy-batches)
+		for s in 20 100; do
+			d=$(bench "BenchmarkPolicyBatches/steps=$s/faithful_default" 1 5 1000000)
+			p=$(bench "BenchmarkPolicyBatches/steps=$s/planned" 1 5 1000000)
+			echo "BERT at batches that change every step, $s steps: the faithful default $d, planned $p M instructions per replay ($(echo "scale=3; $p / $d" | bc) x)"
+		done
 		;;
 	policy-synthetic)
 		for t in offload kv_legacy kv_dynamic; do

@@ -57,8 +57,9 @@
 //
 // gpumem_mark_step marks where a step starts (a training step, a
 // request; the name NULL is ""): under gpumem_policy:planned, the steps
-// that are planned once one repeats the one before it (a program that
-// marks none has its steps found by the policy). gpumem_plan_stats_json
+// that are planned once one repeats the one before it, or fits the
+// largest sizes of the steps before it (a program that marks none has
+// its steps found by the policy). gpumem_plan_stats_json
 // gives the planned policy's figures as one JSON object ("plans",
 // "served", "skips", "departures", "arena_bytes", "following",
 // "found_period"), or null under any other policy.
