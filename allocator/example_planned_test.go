@@ -8,6 +8,23 @@ import (
 	"github.com/gpumem/gpumem/device/sim"
 )
 
+// trainStep marks a step and runs a toy training step at batch batch: a
+// forward pass that keeps its activations, then a backward pass that
+// frees them, a gradient at a time.
+func trainStep(a *allocator.Allocator, batch uint64) {
+	a.MarkStep("step")
+	var acts []device.Ptr
+	for _, perSample := range []uint64{3 << 20, 12 << 20, 3 << 20, 1 << 20} {
+		p, _ := a.Alloc(perSample*batch, device.DefaultStream) // the forward pass keeps its activations
+		acts = append(acts, p)
+	}
+	for i := len(acts) - 1; i >= 0; i-- {
+		g, _ := a.Alloc(2<<20*batch, device.DefaultStream) // the backward pass: a gradient
+		_ = a.Free(acts[i])
+		_ = a.Free(g)
+	}
+}
+
 // A training loop under the planned policy marks where each step starts.
 // Once a step has repeated the one before it, the steps after it are
 // served from an arena laid out for the step: no search of the free
@@ -20,29 +37,40 @@ func ExampleAllocator_PlanStats() {
 	a, _ := allocator.New(dev, cfg)
 	weights, _ := a.Alloc(256<<20, device.DefaultStream) // kept across steps: not planned
 
-	step := func(batch uint64) {
-		a.MarkStep("step")
-		var acts []device.Ptr
-		for _, perSample := range []uint64{3 << 20, 12 << 20, 3 << 20, 1 << 20} {
-			p, _ := a.Alloc(perSample*batch, device.DefaultStream) // the forward pass keeps its activations
-			acts = append(acts, p)
-		}
-		for i := len(acts) - 1; i >= 0; i-- {
-			g, _ := a.Alloc(2<<20*batch, device.DefaultStream) // the backward pass: a gradient
-			_ = a.Free(acts[i])
-			_ = a.Free(g)
-		}
-	}
 	for range 5 {
-		step(8)
+		trainStep(a, 8)
 	}
 	st, _ := a.PlanStats()
 	fmt.Printf("%d plan, %d requests served from its arena of %d MiB\n", st.Plans, st.Served, st.ArenaBytes>>20)
-	step(5) // the last batch, smaller
+	trainStep(a, 5) // the last batch, smaller
 	st, _ = a.PlanStats()
 	fmt.Printf("%d requests served, %d departures\n", st.Served, st.Departures)
 	_ = a.Free(weights)
 	// Output:
 	// 1 plan, 24 requests served from its arena of 168 MiB
 	// 32 requests served, 0 departures
+}
+
+// Steps whose batch goes up and down, as a sampler that buckets examples
+// by length makes them, never repeat the one before. The planned policy
+// plans a step that fits the largest sizes seen at each of its
+// positions, and serves every step after it that fits them too: here
+// the third step (batch 2 after 4 and 6) is planned at batch 6's sizes
+// and the five after it are served. A step larger than any before (batch
+// 8) departs from the plan, and the next step that fits is planned
+// anew, at batch 8's sizes: the four after it are served.
+func ExampleAllocator_MarkStep() {
+	cfg, _ := allocator.ParseConf("gpumem_policy:planned")
+	dev, _ := sim.New(sim.Config{})
+	a, _ := allocator.New(dev, cfg)
+
+	for _, batch := range []uint64{4, 6, 2, 5, 3, 6, 1, 4, 8, 2, 7, 3, 5, 6} {
+		trainStep(a, batch)
+	}
+	st, _ := a.PlanStats()
+	fmt.Printf("14 steps: %d plans, %d of 112 requests served from an arena, %d departure\n", st.Plans, st.Served, st.Departures)
+	fmt.Printf("the arena: %d MiB, batch 8's\n", st.ArenaBytes>>20)
+	// Output:
+	// 14 steps: 2 plans, 72 of 112 requests served from an arena, 1 departure
+	// the arena: 168 MiB, batch 8's
 }
