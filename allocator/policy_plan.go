@@ -1,9 +1,9 @@
 // This file holds the planned policy: the low_fragmentation policy with
 // one pool that, once a step repeats the one before it (or fits within
 // the steps before it), serves the steps that fit it from an arena laid
-// out for that step in advance. Its
-// record of a step and the step boundary are in policy_plan_steps.go, the
-// table that matches its frees with its allocations in policy_plan_live.go.
+// out for that step in advance. Its record of a step and the step
+// boundary are in policy_plan_steps.go, the table that matches its frees
+// with its allocations in policy_plan_live.go.
 
 package allocator
 
@@ -41,9 +41,9 @@ import (
 //     (internal/pack, the greedy packing trace/plan uses) into one
 //     arena, in the large pool, with the envelope's sizes: an offset for
 //     each. A step that repeats the one before it fits it; steps whose
-//     sizes only grow (a cache that grows by a token a step) never do. Blocks of
-//     every size share it (the one pool), since small and large blocks
-//     peak at different times: BERT's step peaks at 1,313 MB, its small
+//     sizes only grow (a cache that grows by a token a step) never do.
+//     Blocks of every size share the arena (the one pool), since small
+//     and large blocks peak at different times: BERT's step peaks at 1,313 MB, its small
 //     blocks alone at 80 MB, and two arenas would take their sum. Blocks
 //     that outlive the step (weights, optimizer state, anything kept for
 //     the next step) and blocks allocated before it stay out of the plan
@@ -326,12 +326,14 @@ func (p *planState) walkStart() *freeindex.Block {
 	return p.seg.Head()
 }
 
-// buildPlanLocked plans the recorded step: the blocks it allocated and
-// freed get offsets in their pool's arena; the others are served online.
-// A step with no allocation, or with allocations on several streams,
-// leaves no plan; so does any step on a device without virtual memory,
-// whose plain segments count their split blocks (inactive_split), which
-// a carve would change.
+// buildPlanLocked plans the recorded step with the rounded sizes sizes,
+// by position (the envelope's: each at least the step's own): the blocks
+// it allocated and freed get offsets in the arena, with the lifetimes
+// the step gave them; the others are served online. A step with no
+// allocation, with allocations on several streams, or with sizes not
+// one for each allocation, leaves no plan; so does any step on a device
+// without virtual memory, whose plain segments count their split blocks
+// (inactive_split), which a carve would change.
 func (a *Allocator) buildPlanLocked(sizes []uint64) {
 	p := a.pol.plan
 	p.reqs = nil
