@@ -90,9 +90,12 @@ import (
 //     position: fitsPlan), keeps the plan, served or not; at the end of
 //     any other the plan ends, that step grows the envelope (or, with
 //     another count or stream, is the envelope), and the next step that
-//     fits it is planned. A program whose steps shrink for good keeps
-//     the plan, and its arena sized for the larger steps, until a step
-//     departs.
+//     fits it is planned; but a step of another shape (another count of
+//     allocations, another stream or several: an optimizer's step every
+//     few micro-batches, an evaluation every few steps) right after a
+//     step that kept the plan spares it for the next step. A program
+//     whose steps shrink for good keeps the plan, and its arena sized for
+//     the larger steps, until a step departs.
 //
 // The policy's fast paths run as under low_fragmentation: the plan is
 // asked first by its fit (policyFitLocked, planFitLocked), and the ledger
@@ -174,6 +177,10 @@ type planState struct {
 	// between neighbours, at most maxQuiet+2 steps late.
 	misses int
 	quiet  int
+
+	// spared: the last step had another shape than the plan's and kept
+	// it all the same, once (planStepLocked).
+	spared bool
 
 	// The plan, nil when there is none.
 	reqs   []planReq
@@ -588,6 +595,9 @@ func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	}
 	if p.reqs != nil && (!slices.Equal(p.prevSize, p.sizes) || p.prevStream != p.stream) {
 		bad("the envelope has %d sizes on stream %d, not the plan's %d on stream %d", len(p.prevSize), p.prevStream, len(p.sizes), p.stream)
+	}
+	if p.spared && p.reqs == nil {
+		bad("the planned policy spared a plan it does not have")
 	}
 	if p.reqs == nil {
 		return

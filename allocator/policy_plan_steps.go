@@ -76,10 +76,12 @@ func (a *Allocator) planFreedLocked(ptr device.Ptr) {
 // the stream) is planned with the envelope's sizes, so that steps whose
 // sizes go up and down (batches of varying length) are served once the
 // largest has been seen, and a step that repeats the one before it is
-// planned as it was; any other ends the plan and grows the envelope (a
-// step with as many allocations on its stream) or is the envelope the
-// next step is compared with, unless it allocated on several streams:
-// that is no pattern, and the next step fits nothing.
+// planned as it was; a step of another shape than the plan's (another
+// count of allocations, another stream or several) after one that kept
+// the plan spares it (planState.spared); any other ends the plan and
+// grows the envelope (a step with as many allocations on its stream) or
+// is the envelope the next step is compared with, unless it allocated on
+// several streams: that is no pattern, and the next step fits nothing.
 // Planning costs up to n^2/2 reads of blocks for a step whose blocks are
 // mostly in use at once (internal/pack's Greedy: about 4 M instructions
 // for BERT's 1,004-block step), so a step is planned only once its
@@ -96,8 +98,16 @@ func (a *Allocator) planStepLocked() {
 	}
 	p.same, p.recSame = nil, 0
 	kept := same || p.reqs != nil && !p.recMixed && p.recStream == p.stream && fitsPlan(p.recSize, p.sizes)
+	// A step of another shape than the plan's (another count of
+	// allocations, another stream, or several), after one that kept the
+	// plan, spares it for the step after it: an optimizer's step every
+	// few accumulated micro-batches, an evaluation every few steps. The
+	// next step that does not fit the plan ends it.
+	spare := !kept && p.reqs != nil && !p.spared && len(p.recSize) > 0 &&
+		(p.recMixed || p.recStream != p.stream || len(p.recSize) != len(p.sizes))
+	p.spared = spare
 	missed, planned := false, false
-	if kept {
+	if kept || spare {
 		p.misses = 0
 	} else if p.recording && len(p.recSize) > 0 {
 		if p.logOps && !p.recMixed && p.recStream == p.prevStream && fitsPlan(p.recSize, p.prevSize) {
@@ -111,10 +121,11 @@ func (a *Allocator) planStepLocked() {
 		}
 	}
 	switch {
+	case kept || planned || spare:
+		// The envelope stays: the plan's sizes, under a plan.
 	case p.recMixed:
 		p.prevSize = p.prevSize[:0] // its log stopped at its second stream
-	case len(p.recSize) == 0 || kept || planned:
-		// The envelope stays: the plan's sizes, under a plan.
+	case len(p.recSize) == 0:
 	case p.recStream == p.prevStream && len(p.recSize) == len(p.prevSize):
 		// As many allocations on the stream as the envelope,
 		// some larger: the envelope grows to hold both.

@@ -90,7 +90,8 @@ func TestPlannedServesARepeatedStep(t *testing.T) {
 // larger than the plan's (a last batch that is smaller) is served from
 // the arena whole, each request at the start of its place, and keeps the
 // plan, so that the full step after it is served too; a step with fewer
-// requests is served as far as it goes and ends the plan.
+// requests is served as far as it goes and spares the plan once; two
+// such steps in a row end it.
 func TestPlannedServesASmallerStep(t *testing.T) {
 	a, _ := newOn(t, Config{Policy: PolicyPlanned})
 	runStep(t, a, stepSizes)
@@ -121,12 +122,22 @@ func TestPlannedServesASmallerStep(t *testing.T) {
 	assert.Equal(t, full, again)
 	require.NoError(t, a.CheckInvariants())
 
-	runStep(t, a, stepSizes[:len(stepSizes)-1]) // one request fewer: served, and the plan ends at the next mark
+	// One request fewer: served as far as it goes; another shape than
+	// the plan's, it spares the plan once, and the full step after it is
+	// served. Two shorter steps in a row end the plan.
+	shorter := stepSizes[:len(stepSizes)-1]
+	runStep(t, a, shorter)
 	runStep(t, a, stepSizes)
 	plans, served2, _ := planCounts(a)
 	assert.EqualValues(t, 1, plans)
-	assert.EqualValues(t, served+int64(len(stepSizes)-1), served2, "the full step after a shorter one is served online")
-	assert.Nil(t, a.pol.plan.reqs, "a step with fewer requests ends the plan")
+	assert.EqualValues(t, served+int64(2*len(stepSizes)-1), served2, "the full step after a shorter one is served")
+	runStep(t, a, shorter)
+	runStep(t, a, shorter)
+	runStep(t, a, stepSizes)
+	plans, served3, _ := planCounts(a)
+	assert.EqualValues(t, 1, plans)
+	assert.EqualValues(t, served2+int64(2*len(stepSizes)-2), served3, "the full step after two shorter ones is served online")
+	assert.Nil(t, a.pol.plan.reqs, "two steps with fewer requests end the plan")
 	require.NoError(t, a.CheckInvariants())
 }
 
@@ -202,6 +213,56 @@ func TestPlannedServesStepsThatVaryBothWays(t *testing.T) {
 	assert.Equal(t, envelope, a.pol.plan.sizes)
 	assert.EqualValues(t, 1, dep)
 	assert.EqualValues(t, served2+int64(len(stepSizes)), served3, "the largest step is served")
+	require.NoError(t, a.CheckInvariants())
+}
+
+// TestPlannedSparesAStepOfAnotherShape: micro-batches marked as steps,
+// with the optimizer's step every fourth (its micro-batch's requests,
+// then more): the fourth step has another count of requests than the
+// plan, is served as far as the plan goes and online after, and spares
+// the plan, so that every micro-batch after the plan is served from the
+// arena with no new plan. A program that changes its step for good ends
+// the plan at the second step of the new shape and has it planned at the
+// third's end, a step later than if the first had ended the plan.
+func TestPlannedSparesAStepOfAnotherShape(t *testing.T) {
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	withOptimizer := append(slices.Clone(stepSizes), 8<<20, 8<<20, 2<<20)
+	for cycle := range 5 {
+		for i := range 4 {
+			if i == 3 {
+				runStep(t, a, withOptimizer)
+			} else {
+				runStep(t, a, stepSizes)
+			}
+		}
+		if cycle == 0 {
+			plans, _, _ := planCounts(a)
+			require.EqualValues(t, 1, plans, "the second micro-batch repeats the first: planned at the third's mark")
+		}
+	}
+	plans, served, dep := planCounts(a)
+	assert.EqualValues(t, 1, plans, "the optimizer's steps spared the plan")
+	// Served: the first cycle's third micro-batch and the optimizer's
+	// step as far as the plan goes, then four more cycles.
+	n := int64(len(stepSizes))
+	assert.EqualValues(t, 2*n+4*4*n, served)
+	assert.EqualValues(t, 5, dep, "each optimizer's step departs past the plan's end")
+	require.NoError(t, a.CheckInvariants())
+
+	// The step changes for good: the first of the new shape (the last
+	// cycle's optimizer's step) spared the plan, the second ends it and
+	// is the envelope, the third fits it and is planned at its end, the
+	// fourth is served.
+	for range 2 {
+		runStep(t, a, withOptimizer)
+	}
+	plans, _, _ = planCounts(a)
+	assert.EqualValues(t, 1, plans)
+	assert.Nil(t, a.pol.plan.reqs, "two steps of another shape in a row end the plan")
+	runStep(t, a, withOptimizer)
+	plans, served2, _ := planCounts(a)
+	assert.EqualValues(t, 2, plans, "the new shape is planned")
+	assert.EqualValues(t, served+n+int64(len(withOptimizer)), served2, "the second step of the new shape served as far as the old plan goes, the fourth from the new plan")
 	require.NoError(t, a.CheckInvariants())
 }
 
@@ -474,6 +535,7 @@ func TestCheckInvariantsCatchesPlanCorruption(t *testing.T) {
 			a.pol.plan.rec = append(a.pol.plan.rec, planOp{pos: -1})
 		}},
 		{"quiet steps under a plan", "quiet steps", func(a *Allocator) { a.pol.plan.quiet = 3 }},
+		{"a plan spared that is gone", "spared a plan", func(a *Allocator) { a.pol.plan.reqs, a.pol.plan.spared = nil, true }},
 		{"a quiet step that logs", "quiet steps", func(a *Allocator) {
 			a.pol.plan.recording = false
 			a.pol.plan.recSame = 1 // what the step so far counted as the plan's
