@@ -197,7 +197,10 @@ func (a *Allocator) PhaseStats() []stats.PhaseStats {
 
 // MarkStep marks a step boundary named name (the start of a training step
 // or of a request) and records how many blocks of each (phase, requested
-// size) group are allocated, for Leaks.
+// size) group are allocated, for Leaks. Under PolicyPlanned it is also
+// where the step just seen is planned, if it repeats the one before it or
+// fits the largest sizes of the steps before it, and where a plan is
+// kept or ended; the first mark stops the policy's own search for steps.
 func (a *Allocator) MarkStep(name string) {
 	if !a.made() {
 		return
