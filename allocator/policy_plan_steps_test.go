@@ -221,7 +221,9 @@ func TestPlannedServesStepsThatVaryBothWays(t *testing.T) {
 // then more): the fourth step has another count of requests than the
 // plan, is served as far as the plan goes and online after, and spares
 // the plan, so that every micro-batch after the plan is served from the
-// arena with no new plan. A program that changes its step for good ends
+// arena with no new plan; so do steps of two other shapes in turn, an
+// evaluation and the optimizer's step, each after one of the plan's
+// shape. A program that changes its step for good ends
 // the plan at the second step of the new shape and has it planned at the
 // third's end, a step later than if the first had ended the plan.
 func TestPlannedSparesAStepOfAnotherShape(t *testing.T) {
@@ -249,20 +251,34 @@ func TestPlannedSparesAStepOfAnotherShape(t *testing.T) {
 	assert.EqualValues(t, 5, dep, "each optimizer's step departs past the plan's end")
 	require.NoError(t, a.CheckInvariants())
 
-	// The step changes for good: the first of the new shape (the last
-	// cycle's optimizer's step) spared the plan, the second ends it and
+	// Steps of two other shapes in turn, each after one of the plan's
+	// (an evaluation, then the optimizer's step): each spares the plan.
+	eval := stepSizes[:5]
+	for _, sizes := range [][]uint64{stepSizes, eval, stepSizes, withOptimizer, stepSizes, eval} {
+		runStep(t, a, sizes)
+	}
+	plans, served2, _ := planCounts(a)
+	assert.EqualValues(t, 1, plans, "shapes in turn with the plan's between them keep it")
+	assert.EqualValues(t, served+3*n+5+n+5, served2)
+	runStep(t, a, stepSizes)
+	plans, served, _ = planCounts(a)
+	assert.EqualValues(t, 1, plans)
+	assert.EqualValues(t, served2+n, served, "the step after them is served")
+
+	// The step changes for good: the first of the new shape spares the
+	// plan, the second ends it (each served as far as the plan goes) and
 	// is the envelope, the third fits it and is planned at its end, the
 	// fourth is served.
-	for range 2 {
+	for range 3 {
 		runStep(t, a, withOptimizer)
 	}
 	plans, _, _ = planCounts(a)
 	assert.EqualValues(t, 1, plans)
 	assert.Nil(t, a.pol.plan.reqs, "two steps of another shape in a row end the plan")
 	runStep(t, a, withOptimizer)
-	plans, served2, _ := planCounts(a)
+	plans, served2, _ = planCounts(a)
 	assert.EqualValues(t, 2, plans, "the new shape is planned")
-	assert.EqualValues(t, served+n+int64(len(withOptimizer)), served2, "the second step of the new shape served as far as the old plan goes, the fourth from the new plan")
+	assert.EqualValues(t, served+2*n+int64(len(withOptimizer)), served2, "the first two steps of the new shape served as far as the old plan goes, the fourth from the new plan")
 	require.NoError(t, a.CheckInvariants())
 }
 
