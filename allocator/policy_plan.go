@@ -201,10 +201,11 @@ type planState struct {
 	auto    *autoSteps
 	autoDue bool
 
-	// Counts for tests and measurements: skips counts the requests
+	// Counts, PlanStats' figures but walks: skips counts the requests
 	// served online because their place was not wholly free, walks the
-	// served requests whose place was not found from the block below it.
-	plans, served, departures, skips, walks int64
+	// served requests whose place was not found from the block below it,
+	// spares the steps of another shape that spared their plan.
+	plans, served, departures, skips, walks, spares int64
 }
 
 // onePoolLocked reports whether every request goes to the large pool

@@ -9,7 +9,8 @@ package allocator
 // steps are planned, and how much of each the plan serves.
 type PlanStats struct {
 	// Plans counts the steps packed into an arena: each one a step that
-	// repeated the one before it.
+	// repeated the one before it, or fit the largest sizes of the steps
+	// before it.
 	Plans int64 `json:"plans"`
 	// Served counts the requests handed a block at their place in an
 	// arena: no search of the free blocks, no device call.
@@ -23,6 +24,12 @@ type PlanStats struct {
 	// plan's end, or after the arena's segment was released (EmptyCache):
 	// that request and the rest of the step were served online.
 	Departures int64 `json:"departures"`
+	// Spared counts the steps of another shape than their plan's
+	// (another count of requests, another stream or several) that kept
+	// it all the same, each right after a step that kept it: an
+	// optimizer's step every few micro-batches, an evaluation now and
+	// then.
+	Spared int64 `json:"spared"`
 	// ArenaBytes is the current plan's arena, in whole pages (0 with no
 	// plan); Following reports whether the current step follows the plan
 	// so far.
@@ -45,7 +52,7 @@ func (a *Allocator) PlanStats() (PlanStats, bool) {
 	a.lockAll()
 	defer a.unlockAll()
 	p := a.pol.plan
-	st := PlanStats{Plans: p.plans, Served: p.served, Skips: p.skips, Departures: p.departures, Following: p.follow}
+	st := PlanStats{Plans: p.plans, Served: p.served, Skips: p.skips, Departures: p.departures, Spared: p.spares, Following: p.follow}
 	if p.reqs != nil {
 		st.ArenaBytes = p.foot
 	}

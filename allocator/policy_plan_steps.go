@@ -106,6 +106,9 @@ func (a *Allocator) planStepLocked() {
 	spare := !kept && p.reqs != nil && !p.spared && len(p.recSize) > 0 &&
 		(p.recMixed || p.recStream != p.stream || len(p.recSize) != len(p.sizes))
 	p.spared = spare
+	if spare {
+		p.spares++
+	}
 	missed, planned := false, false
 	if kept || spare {
 		p.misses = 0

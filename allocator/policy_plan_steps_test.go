@@ -244,6 +244,8 @@ func TestPlannedSparesAStepOfAnotherShape(t *testing.T) {
 	}
 	plans, served, dep := planCounts(a)
 	assert.EqualValues(t, 1, plans, "the optimizer's steps spared the plan")
+	st, _ := a.PlanStats()
+	assert.EqualValues(t, 4, st.Spared, "the fifth optimizer's step has no boundary after it yet")
 	// Served: the first cycle's third micro-batch and the optimizer's
 	// step as far as the plan goes, then four more cycles.
 	n := int64(len(stepSizes))
@@ -303,12 +305,17 @@ func TestPlanStats(t *testing.T) {
 	st, _ = a.PlanStats()
 	assert.Equal(t, PlanStats{Plans: 1, Served: int64(len(stepSizes)), ArenaBytes: a.pol.plan.foot, Following: true}, st)
 	assert.NotZero(t, st.ArenaBytes)
+	n := int64(len(stepSizes))
+	runStep(t, a, append(slices.Clone(stepSizes), 4096)) // one request more: departs past the plan's end
+	runStep(t, a, stepSizes)                             // its mark spares the plan: served
+	st, _ = a.PlanStats()
+	assert.Equal(t, PlanStats{Plans: 1, Served: 3 * n, Departures: 1, Spared: 1, ArenaBytes: a.pol.plan.foot, Following: true}, st)
 
 	larger := slices.Clone(stepSizes)
 	larger[3] *= 2
 	runStep(t, a, larger) // departs at its fourth request
 	st, _ = a.PlanStats()
-	assert.Equal(t, PlanStats{Plans: 1, Served: int64(len(stepSizes)) + 3, Departures: 1, ArenaBytes: a.pol.plan.foot}, st)
+	assert.Equal(t, PlanStats{Plans: 1, Served: 3*n + 3, Departures: 2, Spared: 1, ArenaBytes: a.pol.plan.foot}, st)
 	a.MarkStep("step") // the step did not fit: the plan ends
 	st, _ = a.PlanStats()
 	assert.Zero(t, st.ArenaBytes, "no plan, no arena")

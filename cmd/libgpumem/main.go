@@ -61,7 +61,7 @@
 // largest sizes of the steps before it (a program that marks none has
 // its steps found by the policy). gpumem_plan_stats_json
 // gives the planned policy's figures as one JSON object ("plans",
-// "served", "skips", "departures", "arena_bytes", "following",
+// "served", "skips", "departures", "spared", "arena_bytes", "following",
 // "found_period"), or null under any other policy.
 //
 // Without the cuda build tag this command builds as an empty program: the
