@@ -134,7 +134,8 @@ func TestPlannedServesASmallerLastBatch(t *testing.T) {
 // before it (the policy used to plan none of them), but each fits the
 // envelope of the steps before it (at each position, the largest size
 // seen) once the largest batch has run, and is served from a plan of
-// that envelope.
+// that envelope; without marks too, once the policy has found its steps
+// where they repeated.
 func TestPlannedServesBatchesThatVary(t *testing.T) {
 	const steps = 14
 	var batches [][]trace.Op
@@ -180,6 +181,32 @@ func TestPlannedServesBatchesThatVary(t *testing.T) {
 	require.Equal(t, [3]int64{2, 8 * 1004, 1}, c, "batch 8 late: plans, served, departures")
 	assert.LessOrEqual(t, res.DeviceAllocs+res.DeviceFrees, whole.DeviceAllocs+whole.DeviceFrees, "device calls")
 	assert.InEpsilon(t, whole.PeakReserved, res.PeakReserved, 0.01)
+
+	// Without marks: the policy finds its steps only where they repeat,
+	// so the first six run at batch 4. Once it has found the period (one
+	// step, 1,004 allocations), its boundaries are counted in
+	// allocations, and the steps that vary after them are planned from
+	// their envelope as with marks: 2 plans, 17 steps served, 1
+	// departure (the first batch 8). Before the envelope, 1 plan and 3
+	// steps served, with a period of three steps found.
+	var longer [][]trace.Op
+	for _, f := range []string{"bert_b8", "bert_b4", "bert_b2"} {
+		longer = append(longer, repeatLastStep(fileOps("../trace/replay/testdata/"+f+".trace.gz")(t), 24))
+	}
+	order := []int{1, 1, 1, 1, 2, 1, 0, 2, 1, 0, 1, 2, 1, 0, 2, 1, 0, 2, 1, 2, 0, 1}
+	unmarked := batchSteps(t, longer, false, func(s int) int {
+		if s < 3 {
+			return 1
+		}
+		return order[s-3]
+	})
+	a := gpumemtest.New(t, gpumemtest.WithCapacity(80<<30), gpumemtest.WithConfig(allocator.Config{Policy: allocator.PolicyPlanned}), gpumemtest.AllowLeaks())
+	_, err := replay.Run(trace.SliceReader(unmarked), a, a.Device().(*sim.Device), replay.Options{})
+	require.NoError(t, err)
+	require.NoError(t, a.CheckInvariants())
+	st, _ := a.PlanStats()
+	assert.EqualValues(t, 1004, st.FoundPeriod)
+	assert.Equal(t, [3]int64{2, 17 * 1004, 1}, [3]int64{st.Plans, st.Served, st.Departures}, "unmarked: plans, served, departures")
 }
 
 // TestPlannedFindsStepsWithoutMarks replays the BERT trace with its last
