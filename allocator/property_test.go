@@ -516,6 +516,11 @@ func FuzzAllocator(f *testing.F) {
 	// The planned policy (27 bytes): two allocations, then the step they
 	// make repeated four times, served from the arena from the third.
 	f.Add([]byte{0, 0, 3, 10, 0, 0, 2, 5, 8, 0, 0, 0, 8, 0, 0, 0, 8, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0})
+	// The planned policy (51 bytes): two allocations, then their step
+	// repeated, larger, smaller, both ways, and with a third allocation
+	// between repeats (a step of another shape, which spares the plan).
+	f.Add([]byte{0, 0, 3, 10, 0, 0, 2, 5, 8, 0, 0, 0, 8, 0, 0, 4, 8, 0, 0, 0, 8, 0, 0, 2, 8, 0, 0, 6, 8, 0, 0, 0,
+		0, 0, 1, 3, 8, 0, 0, 0, 8, 0, 0, 0, 8, 0, 0, 4, 0, 0, 0})
 	// The planned policy (83 bytes): 16 allocations, then their step
 	// repeated four times unmarked, whose repeats the policy finds.
 	unmarked := make([]byte, 0, 83)
