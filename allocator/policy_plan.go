@@ -3,14 +3,13 @@
 // the steps before it), serves the steps that fit it from an arena laid
 // out for that step in advance. Its record of a step and the step
 // boundary are in policy_plan_steps.go, the table that matches its frees
-// with its allocations in policy_plan_live.go.
+// with its allocations in policy_plan_live.go, the block below each
+// place that a served request starts from in policy_plan_below.go.
 
 package allocator
 
 import (
 	"context"
-	"math"
-	"math/bits"
 	"slices"
 
 	"github.com/gpumem/gpumem/allocator/internal/freeindex"
@@ -393,99 +392,6 @@ func (a *Allocator) buildPlanLocked(sizes []uint64) {
 	p.reqs, p.stream = reqs, p.recStream
 	p.sizes = append(p.sizes[:0], sizes...)
 	p.plans++
-}
-
-// planBelow sets each arena request's below: the operations of the step
-// (rec, freed[t] the position the t-th ends, else -1) are run again in
-// order over the arena's blocks in use, a set of bits by the rank of
-// their offsets among the arena's (blocks in use at once do not share an
-// offset: each holds at least 512 bytes), and each request takes the one
-// just below its place, the highest bit below its own.
-func planBelow(reqs []planReq, rec []planOp, freed []int32) {
-	rank, nr := offsetRanks(reqs)
-	inUse := make([]uint64, (nr+63)/64) // bit r: a block at the r-th offset in use
-	owner := make([]int32, nr)          // the position in use at the r-th offset
-	for t, op := range rec {
-		switch k := op.pos; {
-		case k >= 0 && reqs[k].arena:
-			r := int(rank[k])
-			if j := highestBelow(inUse, r); j >= 0 {
-				reqs[k].below = owner[j]
-			}
-			inUse[r>>6] |= 1 << (r & 63)
-			owner[r] = k
-		case k < 0 && freed[t] >= 0 && reqs[freed[t]].arena:
-			if r := int(rank[freed[t]]); owner[r] == freed[t] {
-				inUse[r>>6] &^= 1 << (r & 63)
-			}
-		}
-	}
-}
-
-// offsetRanks returns, by position, the rank of each arena request's
-// offset among the arena's distinct offsets, and their number. Where
-// offset*n+position fits in 64 bits (n requests), the requests are sorted
-// by that one key; else the offsets are sorted and each searched.
-func offsetRanks(reqs []planReq) ([]int32, int) {
-	if len(reqs) == 0 {
-		return nil, 0 // and no key to divide by n
-	}
-	rank := make([]int32, len(reqs))
-	n := uint64(len(reqs))
-	var top uint64
-	var m int
-	for k := range reqs {
-		if reqs[k].arena {
-			top = max(top, reqs[k].off)
-			m++
-		}
-	}
-	if top <= (math.MaxUint64-n)/n {
-		keys := make([]uint64, 0, m)
-		for k := range reqs {
-			if reqs[k].arena {
-				keys = append(keys, reqs[k].off*n+uint64(k))
-			}
-		}
-		slices.Sort(keys)
-		r := int32(-1)
-		for i, key := range keys {
-			if i == 0 || key/n != keys[i-1]/n {
-				r++
-			}
-			rank[key%n] = r
-		}
-		return rank, int(r + 1)
-	}
-	var offs []uint64
-	for k := range reqs {
-		if reqs[k].arena {
-			offs = append(offs, reqs[k].off)
-		}
-	}
-	slices.Sort(offs)
-	offs = slices.Compact(offs)
-	for k := range reqs {
-		if reqs[k].arena {
-			r, _ := slices.BinarySearch(offs, reqs[k].off)
-			rank[k] = int32(r)
-		}
-	}
-	return rank, len(offs)
-}
-
-// highestBelow returns the highest bit set in set below bit r, or -1.
-func highestBelow(set []uint64, r int) int {
-	w := r >> 6
-	if m := set[w] & (1<<(r&63) - 1); m != 0 {
-		return w<<6 | (63 - bits.LeadingZeros64(m))
-	}
-	for w--; w >= 0; w-- {
-		if set[w] != 0 {
-			return w<<6 | (63 - bits.LeadingZeros64(set[w]))
-		}
-	}
-	return -1
 }
 
 // arenaLocked finds the plan's arena: an address range of p.foot bytes

@@ -138,18 +138,25 @@ func gpumem_record_stream(ptr unsafe.Pointer, device C.int, stream C.cudaStream_
 }
 
 //export gpumem_memory_stats_json
-func gpumem_memory_stats_json(device C.int, buf *C.char, cap C.size_t) (n C.size_t) {
+func gpumem_memory_stats_json(device C.int, buf *C.char, cap C.size_t) C.size_t {
+	return copyText(buf, cap, func() ([]byte, error) { return lib.StatsJSON(int(device)) })
+}
+
+// copyText copies what text returns into buf, snprintf-style (the
+// length it needs, the text cut to fit cap with a NUL), for the exports
+// that return text: 0 on an error, which gpumem_last_error then gives.
+func copyText(buf *C.char, cap C.size_t, text func() ([]byte, error)) (n C.size_t) {
 	defer func() {
 		if fail(recover()) {
 			n = 0
 		}
 	}()
-	js, err := lib.StatsJSON(int(device))
+	b, err := text()
 	if err != nil {
 		setLastError(err)
 		return 0
 	}
-	return C.size_t(capi.CopyOut(buffer(buf, cap), js))
+	return C.size_t(capi.CopyOut(buffer(buf, cap), b))
 }
 
 //export gpumem_mark_step
@@ -171,33 +178,16 @@ func gpumem_mark_step(device C.int, name *C.char) (rc C.int) {
 }
 
 //export gpumem_plan_stats_json
-func gpumem_plan_stats_json(device C.int, buf *C.char, cap C.size_t) (n C.size_t) {
-	defer func() {
-		if fail(recover()) {
-			n = 0
-		}
-	}()
-	js, err := lib.PlanStatsJSON(int(device))
-	if err != nil {
-		setLastError(err)
-		return 0
-	}
-	return C.size_t(capi.CopyOut(buffer(buf, cap), js))
+func gpumem_plan_stats_json(device C.int, buf *C.char, cap C.size_t) C.size_t {
+	return copyText(buf, cap, func() ([]byte, error) { return lib.PlanStatsJSON(int(device)) })
 }
 
 //export gpumem_memory_summary
-func gpumem_memory_summary(device C.int, abbreviated C.int, buf *C.char, cap C.size_t) (n C.size_t) {
-	defer func() {
-		if fail(recover()) {
-			n = 0
-		}
-	}()
-	s, err := lib.Summary(int(device), abbreviated != 0)
-	if err != nil {
-		setLastError(err)
-		return 0
-	}
-	return C.size_t(capi.CopyOut(buffer(buf, cap), []byte(s)))
+func gpumem_memory_summary(device C.int, abbreviated C.int, buf *C.char, cap C.size_t) C.size_t {
+	return copyText(buf, cap, func() ([]byte, error) {
+		s, err := lib.Summary(int(device), abbreviated != 0)
+		return []byte(s), err
+	})
 }
 
 //export gpumem_last_error
