@@ -132,7 +132,8 @@
 // with one pool (every request from the large pool's 2 MiB pages, so
 // small blocks count in large_pool stats; freed pages stay mapped until
 // the device grows short) until a step (MarkStep; in a program that
-// marks none, a period of its allocations that it finds itself)
+// marks none, a period in the order of its allocations and frees that
+// it finds itself, whatever their sizes)
 // repeats the one before it, or fits the largest sizes of the steps
 // before it (batches of varying length): it then packs the step's
 // allocations offline, at those largest sizes, into an arena of free

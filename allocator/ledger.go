@@ -275,7 +275,7 @@ func (a *Allocator) takeLocked(sh *shard, x *freeindex.Index, b *freeindex.Block
 		if h&hookListen != 0 {
 			a.handedOutLocked(sh, f, size)
 		} else {
-			a.searchStepsLocked(sh, f, size) // the planned policy's search for steps alone
+			a.searchStepsLocked(sh, f) // the planned policy's search for steps alone
 		}
 	}
 	return f
@@ -297,7 +297,7 @@ func (a *Allocator) handedOutLocked(sh *shard, f *freeindex.Block, size uint64) 
 			}
 		}
 		if p.auto != nil { // no mark yet: the search for steps
-			a.searchStepsLocked(sh, f, size)
+			a.searchStepsLocked(sh, f)
 		}
 	}
 	if len(a.observers) > 0 {

@@ -21,8 +21,9 @@ import (
 // low_fragmentation policy with one pool (with virtual memory, every
 // request goes to the large pool's 2 MiB pages: onePoolLocked) and
 // watches the steps MarkStep delimits, or, in a program that marks none,
-// the steps it finds where its allocations repeat (autoSteps,
-// policy_plan_auto.go), whose boundaries it marks itself:
+// the steps it finds where the order of its allocations and frees
+// repeats, whatever their sizes (autoSteps, policy_plan_auto.go), whose
+// boundaries it marks itself:
 //
 //   - Recording: from the first step boundary on, every block handed out
 //     and every free of the step is logged (its position among the step's
@@ -180,6 +181,9 @@ type planState struct {
 	// spared: the last step had another shape than the plan's and kept
 	// it all the same, once (planStepLocked).
 	spared bool
+	// grew: the last step had the envelope's count of allocations on its
+	// stream and some larger; it grew the envelope (a miss all the same).
+	grew bool
 
 	// The plan, nil when there is none.
 	reqs   []planReq

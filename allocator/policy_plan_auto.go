@@ -14,11 +14,18 @@ import (
 // before every allocation that starts a period, as MarkStep would mark
 // it for the plan (not for the step counts of Leaks).
 //
-// The model: allocation n has a token (its rounded size and its stream)
-// and a level (the bytes its stream's shard had allocated just before
-// it). A training or serving loop repeats its step: the same tokens at
-// the same levels, period after period. A period c is found when the
-// last c allocations have the tokens and levels of the c before them.
+// The model: allocation n has a token (its stream and the frees since
+// the allocation before it) and a level (the number of blocks its
+// stream's shard held just before it). A training or serving loop
+// repeats its step: the same tokens at the same levels, period after
+// period, whatever the sizes of its blocks, which a batch of another
+// size or length changes while the order of its allocations and frees
+// stays. A period c is found when the last c allocations have the
+// tokens and levels of the c before them, and the bytes allocated at the
+// boundary (below) are those of a period before: a step leaves what it
+// keeps as it found it (the weights, the optimizer's state), while a
+// loop whose memory grows from one repeat to the next (a generation
+// loop's cache, a token a step) is no step.
 // Candidates come from a table of recent contexts (an allocation's token
 // and level and the two tokens before it), filed by position for one
 // allocation in four, chosen by its token and level, so that the same
@@ -29,28 +36,40 @@ import (
 // forward pass holds its activations, so the levels climb; a repeat of
 // tokens and levels is a whole step (or, where levels return between
 // layers, as in inference without gradients, a layer, which the plan
-// then serves). The boundary goes where the level is lowest within the
-// period (its first allocation at that level): where a training step's
-// temporaries are all freed, as a step mark puts it.
+// then serves). The boundary goes where the bytes allocated are lowest
+// within the period (its first allocation at that level): where a
+// training step's temporaries are all freed, as a step mark puts it.
 //
 // The first boundary starts the plan's record, the second finds nothing
 // to repeat, and the third plans the step if it repeated (as with marks):
 // a step is planned two periods later than marks would have it. A
-// boundary whose step fit nothing counts as a miss; after autoMisses
-// in a row without a plan the period is dropped, the plan's record
-// stops, and the search starts again (the program's pattern changed, or
-// the boundaries drifted).
+// boundary whose step fit nothing counts as a miss, unless the tokens
+// and levels of its period repeated the period before and the step only
+// grew the envelope of the steps before it (a larger batch: the plan
+// machinery's own rule plans the next step that fits it); after
+// autoMisses in a row without a plan the period is dropped, the plan's
+// record stops, and the search starts again (the program's pattern
+// changed, or the boundaries drifted).
 //
-// The search costs a hand-out the record of its token and level, and
-// one in four a table lookup (takeLocked calls searchStepsLocked: about
-// 38 instructions an operation on random_mixed, where nothing repeats);
-// a free, nothing. It holds 320 KiB; periods of up to autoHistory-1
-// allocations are found. A first MarkStep drops the search for good:
-// marks are the program's own word.
+// The search costs a hand-out the record of its token and levels, and
+// one in four a table lookup (takeLocked calls searchStepsLocked); a
+// free, nothing: the levels are read from the shard's counters. It holds
+// 448 KiB; periods of up to autoHistory-1 allocations are found. A first
+// MarkStep drops the search for good: marks are the program's own word.
+//
+// What it cannot find: a loop whose allocations and frees alternate one
+// by one throughout, every position the same to the search (its sizes
+// alone tell them apart), is no pattern to it; the cache serves such a
+// loop, one block in use at a time, as well as a plan would. (Before
+// the search compared the order of operations it compared sizes, and
+// found only steps that repeated exactly.)
 type autoSteps struct {
 	tok   [autoHistory]uint32 // by allocation, modulo autoHistory: the token
-	lvl   [autoHistory]uint32 // the level before the allocation, in 512 bytes (exact to 2 TiB)
+	lvl   [autoHistory]uint32 // the level before the allocation: blocks held
+	bytes [autoHistory]uint32 // the bytes allocated before it, in 512 bytes (exact to 2 TiB)
 	slots [autoSlots]autoSlot // recent contexts: the last allocation of each
+
+	held int64 // the level before the last allocation: its token's frees follow from it
 
 	n int64 // allocations seen
 
@@ -58,6 +77,17 @@ type autoSteps struct {
 	period    int64 // the period found, 0 while searching
 	next      int64 // while a period is found: the allocation that starts the next step
 	misses    int   // boundaries in a row whose step fit nothing, without a plan
+	broken    bool  // an allocation since the last boundary differs from the one a period before
+	low       autoLow
+}
+
+// An autoLow is, while a candidate period is confirmed, the first of the
+// allocations that confirmed it with the fewest bytes allocated before
+// it (n), those bytes, and the bytes before the allocation a period
+// earlier, in 512 bytes.
+type autoLow struct {
+	n             int64
+	bytes, before uint32
 }
 
 // An autoSlot files the last allocation of a context (its position
@@ -73,14 +103,20 @@ const (
 	autoMisses    = 3       // boundaries that fit nothing before the period is dropped
 )
 
-// allocated records an allocation of token t made at the given level,
-// and reports whether the next allocation starts a step. While it
-// searches, one allocation in four, chosen by its token and level (so
-// the same ones in every period), files its context and looks for it;
-// the others cost the record and a multiplication.
-func (d *autoSteps) allocated(t uint32, level int64) bool {
-	n, lv := d.n, uint32(uint64(level)>>9)
+// allocated records an allocation on stream s (a small number: the
+// token keeps its low 24 bits) made when its shard held held blocks of
+// bytes bytes, and reports whether the next allocation starts a step.
+// While it searches, one allocation in four, chosen by its token and
+// level (so the same ones in every period), files its context and looks
+// for it; the others cost the record and a multiplication.
+func (d *autoSteps) allocated(s uint32, held, bytes int64) bool {
+	// The frees since the allocation before: it left held+1 blocks.
+	frees := min(uint64(max(d.held+1-held, 0)), 255)
+	t, lv := uint32(frees)|s<<8, uint32(held)
+	n := d.n
+	d.held = held
 	d.tok[n&(autoHistory-1)], d.lvl[n&(autoHistory-1)] = t, lv
+	d.bytes[n&(autoHistory-1)] = uint32(uint64(bytes) >> 9)
 	d.n = n + 1
 	if d.period|d.cand == 0 && (uint64(lv)|uint64(t)<<32)*0x9e3779b97f4a7c15>>62 != 0 {
 		return false
@@ -92,15 +128,23 @@ func (d *autoSteps) allocated(t uint32, level int64) bool {
 // the period once found.
 func (d *autoSteps) more(n int64, t, level uint32) bool {
 	const mask = autoHistory - 1
-	if d.period > 0 {
+	if c := d.period; c > 0 {
+		if d.tok[(n-c)&mask] != t || d.lvl[(n-c)&mask] != level {
+			d.broken = true
+		}
 		return d.n == d.next
 	}
 	if c := d.cand; c > 0 {
 		if d.tok[(n-c)&mask] != t || d.lvl[(n-c)&mask] != level {
 			d.cand, d.run = 0, 0
-		} else if d.run++; d.run >= c {
-			d.found(n)
-			return d.n == d.next
+			return false
+		}
+		if b := d.bytes[n&mask]; b < d.low.bytes {
+			d.low = autoLow{n, b, d.bytes[(n-c)&mask]}
+		}
+		if d.run++; d.run >= c {
+			d.found()
+			return d.period > 0 && d.n == d.next
 		}
 		return false
 	}
@@ -113,45 +157,44 @@ func (d *autoSteps) more(n int64, t, level uint32) bool {
 	if sl.key == key {
 		if c := int64(uint32(n) - sl.pos); c >= autoMinPeriod && c < autoHistory && d.tok[(n-c)&mask] == t && d.lvl[(n-c)&mask] == level {
 			d.cand, d.run = c, 1
+			d.low = autoLow{n, d.bytes[n&mask], d.bytes[(n-c)&mask]}
 		}
 	}
 	sl.key, sl.pos = key, uint32(n)
 	return false
 }
 
-// found makes the candidate the period, confirmed by allocation n: the
-// next step starts a period after the first allocation at the lowest
-// level of the last period.
-func (d *autoSteps) found(n int64) {
-	const mask = autoHistory - 1
+// found makes the candidate the period, confirmed by allocation n,
+// where the bytes allocated at its boundary are those of a period
+// before, and drops the candidate otherwise: the next step starts a
+// period after the first allocation of the last period with the fewest
+// bytes allocated.
+func (d *autoSteps) found() {
 	c := d.cand
-	low := n - c + 1
-	for i := low + 1; i <= n; i++ {
-		if d.lvl[i&mask] < d.lvl[low&mask] {
-			low = i
-		}
+	d.cand, d.run = 0, 0
+	if d.low.bytes != d.low.before {
+		return // memory that grows from one repeat to the next
 	}
-	d.period, d.next = c, low+c
-	d.cand, d.run, d.misses = 0, 0, 0
+	d.period, d.next = c, d.low.n+c
+	d.misses, d.broken = 0, false
 }
 
 // drop forgets the period: the search starts again, with no context
 // filed (those filed before the period was found would offer its
 // multiples).
 func (d *autoSteps) drop() {
-	d.period, d.next, d.cand, d.run, d.misses = 0, 0, 0, 0, 0
+	d.period, d.next, d.cand, d.run, d.misses, d.broken = 0, 0, 0, 0, 0, false
 	clear(d.slots[:])
 }
 
-// searchStepsLocked records the hand-out of f by shard sh, for a request
-// rounded to size bytes, in the search for steps (takeLocked, alone or
-// through handedOutLocked): its token (the size and the stream) at its
-// level (the bytes the shard had allocated before; the steps planned are
-// on one stream).
-func (a *Allocator) searchStepsLocked(sh *shard, f *freeindex.Block, size uint64) {
-	c := &sh.st[stats.AllocatedBytes]
-	t := uint32(size>>9) ^ uint32(f.Stream())<<24
-	if a.pol.plan.auto.allocated(t, c.pool[0].Value()+c.pool[1].Value()-int64(f.Size())) {
+// searchStepsLocked records the hand-out of f by shard sh in the search
+// for steps (takeLocked, alone or through handedOutLocked): its stream,
+// and the blocks and bytes the shard had allocated before it (the steps
+// planned are on one stream).
+func (a *Allocator) searchStepsLocked(sh *shard, f *freeindex.Block) {
+	c, b := &sh.st[stats.Allocation], &sh.st[stats.AllocatedBytes]
+	held := c.pool[0].Value() + c.pool[1].Value() - 1
+	if a.pol.plan.auto.allocated(uint32(f.Stream()), held, b.pool[0].Value()+b.pool[1].Value()-int64(f.Size())) {
 		a.pol.plan.autoDue = true
 	}
 }
@@ -185,7 +228,8 @@ func (a *Allocator) hooksLocked() uint8 {
 
 // checkAutoLocked adds the search for steps to checkPlanLocked: it runs
 // only before a mark; a boundary is due only before the allocation that
-// starts a period found, and the next is never behind the allocations;
+// starts a period found, the order of a period is broken only where one
+// is found, and the next boundary is never behind the allocations;
 // the hooks are what listens asks for.
 func (a *Allocator) checkAutoLocked(bad func(format string, args ...any)) {
 	p := a.pol.plan
@@ -195,6 +239,9 @@ func (a *Allocator) checkAutoLocked(bad func(format string, args ...any)) {
 	}
 	if p.autoDue && (d == nil || d.period == 0 || d.n != d.next) {
 		bad("a step boundary is due where no period starts")
+	}
+	if d != nil && d.period == 0 && d.broken {
+		bad("the search saw an allocation break the order of a period, with no period")
 	}
 	if d != nil && d.period > 0 && d.next < d.n {
 		bad("the search's next boundary, before allocation %d, is behind allocation %d", d.next, d.n)
@@ -223,10 +270,12 @@ func (a *Allocator) autoStepLocked() {
 	d.next = d.n + d.period // this allocation, the next (d.n), starts the step
 	missed := p.misses
 	a.planStepLocked()
+	broken := d.broken
+	d.broken = false
 	switch {
 	case p.reqs != nil:
 		d.misses = 0
-	case p.misses > missed:
+	case p.misses > missed && (broken || !p.grew):
 		if d.misses++; d.misses >= autoMisses {
 			d.drop()
 			p.stopRecordingLocked()

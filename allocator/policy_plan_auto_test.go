@@ -29,7 +29,7 @@ func autoFeed(d *autoSteps, ops []autoOp) []int64 {
 		if op.alloc {
 			held[op.id] = op.bytes
 			n++
-			if d.allocated(op.tok, level) {
+			if d.allocated(0, int64(len(held)-1), level) {
 				at = append(at, n)      // allocation n (0-based) starts a step
 				d.next = d.n + d.period // as autoStepLocked does at the boundary
 			}
@@ -104,6 +104,66 @@ func TestAutoStepsFindsTheStep(t *testing.T) {
 	require.Less(t, at[0], 7+4*perStep, "found within four steps")
 }
 
+// TestAutoStepsFindsStepsOfVaryingBatch: a training loop whose batch
+// changes every step, so that no two steps in a row have the same sizes,
+// has its steps found all the same (the search compares the order of
+// allocations and frees), with the boundary before each step's first
+// allocation.
+func TestAutoStepsFindsStepsOfVaryingBatch(t *testing.T) {
+	const layers, steps = 12, 12
+	d := new(autoSteps)
+	ops := []autoOp{{alloc: true, id: 0, bytes: 1 << 20}} // the weights, kept
+	id := 1
+	for i := range steps {
+		var s []autoOp
+		s, id = trainingStep(id, layers)
+		for k := range s {
+			s[k].bytes *= int64(1 + (i*5)%4) // batches 1, 2, 3, 4, 1, ...
+		}
+		ops = append(ops, s...)
+	}
+	at := autoFeed(d, ops)
+	perStep := int64(3*layers + 3)
+	require.Equal(t, perStep, d.period)
+	require.NotEmpty(t, at)
+	for _, n := range at {
+		require.Zero(t, (n-1)%perStep, "boundary before allocation %d: not a step's first", n)
+	}
+}
+
+// TestAutoStepsGrowingMemoryIsNoStep: a loop whose allocations and frees
+// repeat in the same order, but whose memory kept from one repeat to the
+// next grows (a generation loop that replaces its cache with one a token
+// longer), is no step: the bytes allocated at its boundary differ from
+// those a period before, and no period is found. With a cache of the same
+// size every repeat, the same loop is found.
+func TestAutoStepsGrowingMemoryIsNoStep(t *testing.T) {
+	loop := func(grow int64) []autoOp {
+		var ops []autoOp
+		cache, id := -1, 0
+		for tok := range int64(40) {
+			for k := range 20 { // the step's temporaries, held to its end
+				ops = append(ops, autoOp{alloc: true, id: id + k, bytes: 4096})
+			}
+			ops = append(ops, autoOp{alloc: true, id: id + 20, bytes: (64 + grow*tok) << 10}) // the new cache
+			for k := range 20 {
+				ops = append(ops, autoOp{id: id + k})
+			}
+			if cache >= 0 {
+				ops = append(ops, autoOp{id: cache})
+			}
+			cache, id = id+20, id+21
+		}
+		return ops
+	}
+	d := new(autoSteps)
+	require.Empty(t, autoFeed(d, loop(1)))
+	require.Zero(t, d.period)
+	d = new(autoSteps)
+	require.NotEmpty(t, autoFeed(d, loop(0)))
+	require.Equal(t, int64(21), d.period)
+}
+
 // TestAutoStepsNoPeriod: random sizes, and a loop shorter than
 // autoMinPeriod, find no period.
 func TestAutoStepsNoPeriod(t *testing.T) {
@@ -136,7 +196,8 @@ func TestAutoStepsNoPeriod(t *testing.T) {
 
 // TestAutoStepsLongPeriods: a period of autoHistory-1 allocations is
 // found, one of autoHistory is not (its first repeat is out of the
-// history).
+// history). Each period allocates its blocks one after another and then
+// frees them all.
 func TestAutoStepsLongPeriods(t *testing.T) {
 	for _, c := range []struct {
 		period int
@@ -146,9 +207,12 @@ func TestAutoStepsLongPeriods(t *testing.T) {
 		var ops []autoOp
 		id := 0
 		for range 4 {
-			for k := range c.period {
-				ops = append(ops, autoOp{alloc: true, id: id, tok: uint32(k), bytes: 512}, autoOp{id: id})
+			for range c.period {
+				ops = append(ops, autoOp{alloc: true, id: id, bytes: 512})
 				id++
+			}
+			for k := id - c.period; k < id; k++ {
+				ops = append(ops, autoOp{id: k})
 			}
 		}
 		autoFeed(d, ops)
@@ -243,6 +307,39 @@ func TestPlannedAutoStepsDropAChangedPattern(t *testing.T) {
 	require.NoError(t, a.CheckInvariants())
 }
 
+// TestPlannedAutoStepsThatGrow: unmarked steps whose sizes change from
+// step to step (1, 2, ... 6 MiB times their position, in turn) are found
+// and planned: a step that only grows the envelope of the steps before it
+// is no miss of the period (the steps after the period is found grow it
+// three times in a row or more), and the next step that fits it is
+// planned.
+// A loop of another length after it (of sizes that never fit the plan)
+// breaks the period's order: its boundaries are misses although its
+// steps have as many allocations as the envelope and grow it, and the
+// period is dropped as before.
+func TestPlannedAutoStepsThatGrow(t *testing.T) {
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	for i := range 14 {
+		unmarkedLoop(t, a, 1, 20, uint64(1+i%6)<<20)
+		require.NoError(t, a.CheckInvariants())
+	}
+	p := a.pol.plan
+	require.Equal(t, int64(20), p.auto.period)
+	// Found in the third step, the boundaries start the record after
+	// it; the fourth (4 MiB) starts the envelope, the fifth and sixth
+	// grow it, the seventh (1 MiB) is planned and the seven after it are
+	// served. (Counted as misses, the growths dropped the period at the
+	// sixth step; found again two steps later, it was planned at the
+	// thirteenth, and only the last step was served.)
+	plans, served, dep := planCounts(a)
+	require.EqualValues(t, 1, plans)
+	require.EqualValues(t, 7*20, served)
+	require.Zero(t, dep)
+	unmarkedLoop(t, a, 4, 23, 13<<20)
+	require.Zero(t, p.auto.period, "dropped")
+	require.NoError(t, a.CheckInvariants())
+}
+
 // TestCheckInvariantsCatchesSearchCorruption: the search for steps'
 // invariants (checkAutoLocked) catch a search that outlived a mark, a
 // boundary due where no period starts, a next boundary behind the
@@ -261,6 +358,9 @@ func TestCheckInvariantsCatchesSearchCorruption(t *testing.T) {
 			a.pol.plan.autoDue, a.pol.plan.auto.next = true, a.pol.plan.auto.n+5
 		}},
 		{"a next boundary behind", "behind", func(a *Allocator) { a.pol.plan.auto.next = a.pol.plan.auto.n - 1 }},
+		{"a broken order without a period", "break the order", func(a *Allocator) {
+			a.pol.plan.auto.period, a.pol.plan.auto.broken = 0, true
+		}},
 		{"hooks without the search", "hooks", func(a *Allocator) { a.hooks = 0 }},
 	})
 }

@@ -123,6 +123,7 @@ func (a *Allocator) planStepLocked() {
 			p.misses, missed = p.misses+1, true
 		}
 	}
+	p.grew = false
 	switch {
 	case kept || planned || spare:
 		// The envelope stays: the plan's sizes, under a plan.
@@ -135,6 +136,7 @@ func (a *Allocator) planStepLocked() {
 		for k, size := range p.recSize {
 			p.prevSize[k] = max(p.prevSize[k], size)
 		}
+		p.grew = true
 	default:
 		p.prevSize, p.recSize = p.recSize, p.prevSize
 		p.prevStream = p.recStream

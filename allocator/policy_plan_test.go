@@ -182,13 +182,14 @@ func TestPlannedServesBatchesThatVary(t *testing.T) {
 	assert.LessOrEqual(t, res.DeviceAllocs+res.DeviceFrees, whole.DeviceAllocs+whole.DeviceFrees, "device calls")
 	assert.InEpsilon(t, whole.PeakReserved, res.PeakReserved, 0.01)
 
-	// Without marks: the policy finds its steps only where they repeat,
-	// so the first six run at batch 4. Once it has found the period (one
-	// step, 1,004 allocations), its boundaries are counted in
-	// allocations, and the steps that vary after them are planned from
-	// their envelope as with marks: 2 plans, 17 steps served, 1
-	// departure (the first batch 8). Before the envelope, 1 plan and 3
-	// steps served, with a period of three steps found.
+	// Without marks, the first six steps at batch 4: once the policy has
+	// found the period (one step, 1,004 allocations), its boundaries are
+	// counted in allocations, and the steps that vary after them are
+	// planned from their envelope as with marks: 2 plans, 17 steps
+	// served, 1 departure (the first batch 8). Before the envelope, 1
+	// plan and 3 steps served, with a period of three steps found (the
+	// search compared sizes then; TestPlannedFindsStepsThatVaryWithoutMarks
+	// has steps that vary from the first).
 	var longer [][]trace.Op
 	for _, f := range []string{"bert_b8", "bert_b4", "bert_b2"} {
 		longer = append(longer, repeatLastStep(fileOps("../trace/replay/testdata/"+f+".trace.gz")(t), 24))
@@ -240,6 +241,62 @@ func TestPlannedFindsStepsWithoutMarks(t *testing.T) {
 	require.Equal(t, [3]int64{1, 15 * 1004, 0}, c, "unmarked: plans, served, departures")
 	require.Equal(t, marked.PeakReserved, found.PeakReserved)
 	require.Equal(t, marked.DeviceAllocs+marked.DeviceFrees, found.DeviceAllocs+found.DeviceFrees)
+}
+
+// TestPlannedFindsStepsThatVaryWithoutMarks replays bert_batches (BERT's
+// training step at batches 2, 4 and 8, the batch changing every step
+// from the third) with its marks taken out. The search for steps
+// compares the order of allocations and frees, not the sizes, so it
+// finds the period (one step, 1,004 allocations) although no two steps
+// in a row have the same sizes, puts its boundaries where the marks
+// were, and the plan machinery plans the steps' envelope: once it holds
+// batch 8's sizes, every step is served from the arena. (Before the
+// search compared shapes it found nothing here, and nothing was
+// planned.) The generation traces' caches grow by a token a step: the
+// order of their operations repeats, the bytes kept from one repeat to
+// the next do not, and the search finds no period in them (one that did
+// find them made 384 plans on kv_dynamic, and 4,449 device calls where
+// the online policy makes 13).
+func TestPlannedFindsStepsThatVaryWithoutMarks(t *testing.T) {
+	unmarked := func(ops []trace.Op) []trace.Op {
+		var out []trace.Op
+		for _, op := range ops {
+			if op.Kind != trace.Mark {
+				out = append(out, op)
+			}
+		}
+		return out
+	}
+	run := func(ops []trace.Op) (replay.Result, allocator.PlanStats) {
+		a := gpumemtest.New(t, gpumemtest.WithCapacity(80<<30), gpumemtest.WithConfig(allocator.Config{Policy: allocator.PolicyPlanned}), gpumemtest.AllowLeaks())
+		res, err := replay.Run(trace.SliceReader(ops), a, a.Device().(*sim.Device), replay.Options{})
+		require.NoError(t, err)
+		require.NoError(t, a.CheckInvariants())
+		require.Zero(t, res.OOMs)
+		st, _ := a.PlanStats()
+		return *res, st
+	}
+	for _, steps := range []int{20, 100} {
+		ops := bertBatches(t, steps)
+		marked, mst := run(ops)
+		res, st := run(unmarked(ops))
+		assert.EqualValues(t, 1004, st.FoundPeriod, "%d steps", steps)
+		assert.Equal(t, [3]int64{1, int64(steps-7) * 1004, 0}, [3]int64{st.Plans, st.Served, st.Departures}, "%d steps: plans, served, departures", steps)
+		// With marks the first plan is made at batch 4's envelope, a
+		// step sooner; the batch 8 after it departs and a second plan
+		// follows (2 plans, 1 departure).
+		assert.Equal(t, [3]int64{2, int64(steps-6) * 1004, 1}, [3]int64{mst.Plans, mst.Served, mst.Departures}, "%d steps, marked", steps)
+		assert.LessOrEqual(t, res.DeviceAllocs+res.DeviceFrees, marked.DeviceAllocs+marked.DeviceFrees, "device calls")
+		assert.LessOrEqual(t, res.PeakReserved, marked.PeakReserved)
+	}
+	for _, dynamic := range []bool{false, true} {
+		ops := kvCacheOps(8, 128, 384, dynamic)
+		marked, _ := run(ops)
+		res, st := run(unmarked(ops))
+		assert.Zero(t, st.FoundPeriod, "dynamic %v: a period", dynamic)
+		assert.Zero(t, st.Plans, "dynamic %v: plans", dynamic)
+		assert.LessOrEqual(t, res.DeviceAllocs+res.DeviceFrees, marked.DeviceAllocs+marked.DeviceFrees, "dynamic %v: device calls", dynamic)
+	}
 }
 
 // TestPlannedFindsTheCNNsSteps replays eor_cnn, a real trace with no
