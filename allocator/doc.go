@@ -143,8 +143,9 @@
 // one that departs from the pattern (larger, or on another stream) too,
 // and the next step that fits is planned anew (a step of another shape
 // now and then, an optimizer's step every few micro-batches, keeps the
-// plan). Memory kept across steps stays out of the plan. PlanStats says
-// what the plans served.
+// plan; a plan that ends is kept, and taken up again when its steps come
+// back, training after an evaluation). Memory kept across steps stays out
+// of the plan. PlanStats says what the plans served.
 // Where steps do not repeat, most of them log nothing (runs of quiet
 // steps, up to 64 long), so a repeat is planned at most 66 steps late.
 //

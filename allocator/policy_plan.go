@@ -96,6 +96,14 @@ import (
 //     step that kept the plan spares it for the next step. A program
 //     whose steps shrink for good keeps the plan, and its arena sized for
 //     the larger steps, until a step departs.
+//   - Kept plans: a plan that ends is kept, as it was (its requests and
+//     offsets, not its arena), the last maxKeptPlans of them
+//     (policy_plan_kept.go). A step that fits a kept plan (and the
+//     envelope it would grow), at a boundary where no plan is built, or
+//     where a kept plan covers the envelope that would be packed, takes
+//     that plan up again, packed already: training after an evaluation
+//     of several steps is served from its second step back, with no
+//     packing. A plan packed drops the kept plans it covers.
 //
 // The policy's fast paths run as under low_fragmentation: the plan is
 // asked first by its fit (policyFitLocked, planFitLocked), and the ledger
@@ -208,7 +216,10 @@ type planState struct {
 	// served online because their place was not wholly free, walks the
 	// served requests whose place was not found from the block below it,
 	// spares the steps of another shape that spared their plan.
-	plans, served, departures, skips, walks, spares int64
+	plans, served, departures, skips, walks, spares, reuses int64
+
+	// kept: the plans that ended, the newest last (policy_plan_kept.go).
+	kept []keptPlan
 }
 
 // onePoolLocked reports whether every request goes to the large pool
@@ -479,6 +490,7 @@ func (a *Allocator) arenaLocked() bool {
 func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	p := a.pol.plan
 	a.checkAutoLocked(bad)
+	a.checkKeptLocked(bad)
 	one := a.onePoolLocked()
 	merged := func(xs *[2]freeindex.Index) {
 		if xs[qSmall].Merged != one || one && xs[qSmall].NSeg() != 0 {

@@ -30,6 +30,11 @@ type PlanStats struct {
 	// optimizer's step every few micro-batches, an evaluation now and
 	// then.
 	Spared int64 `json:"spared"`
+	// Reused counts the plans taken up again: a plan that ended is kept
+	// (the last few), and a step of its pattern that comes back (training
+	// after several steps of evaluation) makes it the plan again, with no
+	// packing (Plans does not count it).
+	Reused int64 `json:"reused"`
 	// ArenaBytes is the current plan's arena, in whole pages (0 with no
 	// plan); Following reports whether the current step follows the plan
 	// so far.
@@ -52,7 +57,7 @@ func (a *Allocator) PlanStats() (PlanStats, bool) {
 	a.lockAll()
 	defer a.unlockAll()
 	p := a.pol.plan
-	st := PlanStats{Plans: p.plans, Served: p.served, Skips: p.skips, Departures: p.departures, Spared: p.spares, Following: p.follow}
+	st := PlanStats{Plans: p.plans, Served: p.served, Skips: p.skips, Departures: p.departures, Spared: p.spares, Reused: p.reuses, Following: p.follow}
 	if p.reqs != nil {
 		st.ArenaBytes = p.foot
 	}

@@ -78,10 +78,12 @@ func (a *Allocator) planFreedLocked(ptr device.Ptr) {
 // largest has been seen, and a step that repeats the one before it is
 // planned as it was; a step of another shape than the plan's (another
 // count of allocations, another stream or several) after one that kept
-// the plan spares it (planState.spared); any other ends the plan and
-// grows the envelope (a step with as many allocations on its stream) or
-// is the envelope the next step is compared with, unless it allocated on
-// several streams: that is no pattern, and the next step fits nothing.
+// the plan spares it (planState.spared); any other ends the plan, which
+// is kept (keepPlanLocked), and takes up a kept plan that it fits
+// (training back after an evaluation), or grows the envelope (a step
+// with as many allocations on its stream) or is the envelope the next
+// step is compared with, unless it allocated on several streams: that is
+// no pattern, and the next step fits nothing.
 // Planning costs up to n^2/2 reads of blocks for a step whose blocks are
 // mostly in use at once (internal/pack's Greedy: about 4 M instructions
 // for BERT's 1,004-block step), so a step is planned only once its
@@ -113,14 +115,34 @@ func (a *Allocator) planStepLocked() {
 	if kept || spare {
 		p.misses = 0
 	} else if p.recording && len(p.recSize) > 0 {
-		if p.logOps && !p.recMixed && p.recStream == p.prevStream && fitsPlan(p.recSize, p.prevSize) {
+		if p.reqs != nil {
+			p.keepPlanLocked() // the plan ends; a step that comes back takes it up
+		}
+		switch {
+		case p.logOps && !p.recMixed && p.recStream == p.prevStream && fitsPlan(p.recSize, p.prevSize):
 			// The pattern repeats, or the step fits the envelope of the
-			// steps before it: planned with the envelope's sizes.
-			a.buildPlanLocked(p.prevSize)
+			// steps before it: planned with the envelope's sizes, or by
+			// a kept plan that covers them, packed already.
+			if i := p.keptForLocked(p.prevSize, p.prevStream, nil, p.prevStream); i >= 0 {
+				p.takeUpLocked(i)
+			} else {
+				a.buildPlanLocked(p.prevSize)
+				if p.reqs != nil {
+					p.dropCoveredLocked(p.sizes, p.stream)
+				}
+			}
 			p.misses, planned = 0, true
-		} else {
-			p.reqs = nil // a new pattern: planned once a step fits it
-			p.misses, missed = p.misses+1, true
+		case !p.recMixed && len(p.kept) > 0:
+			// A step of a kept plan's pattern, come back (training after
+			// an evaluation): that plan again, from the next step on.
+			if i := p.keptForLocked(p.recSize, p.recStream, p.prevSize, p.prevStream); i >= 0 {
+				p.takeUpLocked(i)
+				p.misses, planned = 0, true
+				break
+			}
+			fallthrough
+		default:
+			p.misses, missed = p.misses+1, true // a new pattern: planned once a step fits it
 		}
 	}
 	p.grew = false

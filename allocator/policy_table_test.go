@@ -70,6 +70,8 @@ func policyTraces() []policyTrace {
 			func(t testing.TB) []trace.Op { return repeatLastStep(fileOps(td+"bert_b2.trace.gz")(t), 20) }},
 		{"bert_batches", "real steps: BERT's training step at batches 2, 4 and 8, 20 steps, the batch changing every step", true,
 			func(t testing.TB) []trace.Op { return bertBatches(t, 20) }},
+		{"bert_train_eval", "real steps: bert_b2's training step, with an evaluation of four steps (its forward pass) before every six training steps, five rounds", true,
+			func(t testing.TB) []trace.Op { return bertTrainEval(t, 5) }},
 		{"offload", "synthetic: LLaMA-7B-shaped fp16 inference, per-layer weights prefetched on 9 copy streams, compute on stream 0", true,
 			func(testing.TB) []trace.Op { return offloadOps(4, 32, 512, 4) }},
 		{"kv_legacy", "synthetic: GPT-2-small generation, batch 8, 128 + 384 tokens; the old past_key_values freed after each step", true,

@@ -302,3 +302,81 @@ func bertBatches(t testing.TB, steps int) []trace.Op {
 		return bertBatchOrder[(s-3)%len(bertBatchOrder)]
 	})
 }
+
+// bertTrainEval returns BERT's training trace (bert_b2) with rounds
+// rounds after its three steps, each of four evaluation steps and six
+// training steps, each step marked. The training step is the trace's
+// last; an evaluation step is its forward pass (its operations up to the
+// most blocks it holds at once in its first half of allocations, 195
+// blocks after 298 allocations, where the backward pass starts to free
+// them), then the frees of the blocks it allocated and still holds, the
+// last allocated first: a step of another shape, as an evaluation every
+// so many training steps makes.
+func bertTrainEval(t testing.TB, rounds int) []trace.Op {
+	ops := fileOps("../trace/replay/testdata/bert_b2.trace.gz")(t)
+	last := -1
+	for i, op := range ops {
+		if op.Kind == trace.Mark {
+			last = i
+		}
+	}
+	one := repeatLastStep(ops, 3) // the last step once, its ops split into body and tail
+	head := ops[:last+1]
+	rest := one[len(head):]
+	mine := map[uint64]bool{}
+	bodyEnd, allocs := len(rest), 0
+	for i, op := range rest {
+		if op.Kind == trace.Alloc {
+			mine[op.ID] = true
+			allocs++
+		} else if op.Kind == trace.Free && !mine[op.ID] {
+			bodyEnd = min(bodyEnd, i) // the tail: frees of blocks from before the step
+		}
+	}
+	var held, peak, n int
+	peakAt := 0
+	for i, op := range rest[:bodyEnd] {
+		switch op.Kind {
+		case trace.Alloc:
+			if n++; n > allocs/2 {
+				break
+			}
+			if held++; held > peak {
+				peak, peakAt = held, i
+			}
+		case trace.Free:
+			held--
+		}
+	}
+	body, tail := rest[:bodyEnd], rest[bodyEnd:]
+	var eval []trace.Op
+	inUse := map[uint64]bool{}
+	var order []uint64
+	for _, op := range body[:peakAt+1] {
+		eval = append(eval, op)
+		switch op.Kind {
+		case trace.Alloc:
+			inUse[op.ID] = true
+			order = append(order, op.ID)
+		case trace.Free:
+			delete(inUse, op.ID)
+		}
+	}
+	for i := len(order) - 1; i >= 0; i-- {
+		if inUse[order[i]] {
+			eval = append(eval, trace.Op{Kind: trace.Free, ID: order[i]})
+		}
+	}
+	mark := ops[last]
+	out := append([]trace.Op(nil), head...)
+	out = append(out, body...)
+	for range rounds {
+		for range 4 {
+			out = append(append(out, mark), eval...)
+		}
+		for range 6 {
+			out = append(append(out, mark), body...)
+		}
+	}
+	return append(out, tail...)
+}

@@ -220,7 +220,7 @@ func TestReplayPlannedSteps(t *testing.T) {
 	const cnn = "../../trace/replay/testdata/EoR_NN_cnn_counterfactuals.trace.gz"
 	out, errOut, code := runCmd(t, "replay", "--conf", "gpumem_policy:planned", cnn)
 	require.Equal(t, 0, code, errOut)
-	assert.Contains(t, out, "planned steps           1 planned, 748 requests served from an arena, 8 skips, 0 departures, 0 spared (steps found without marks: 193 allocations each)\n")
+	assert.Contains(t, out, "planned steps           1 planned, 0 taken up again, 748 requests served from an arena, 8 skips, 0 departures, 0 spared (steps found without marks: 193 allocations each)\n")
 	out, errOut, code = runCmd(t, "replay", "--json", "--conf", "gpumem_policy:planned", cnn)
 	require.Equal(t, 0, code, errOut)
 	var res struct {
@@ -230,7 +230,7 @@ func TestReplayPlannedSteps(t *testing.T) {
 	require.NotNil(t, res.Plan)
 	assert.EqualValues(t, 748, res.Plan["served"])
 	assert.EqualValues(t, 193, res.Plan["found_period"])
-	for _, k := range []string{"plans", "served", "skips", "departures", "spared", "arena_bytes", "following", "found_period"} {
+	for _, k := range []string{"plans", "served", "skips", "departures", "spared", "reused", "arena_bytes", "following", "found_period"} {
 		assert.Contains(t, res.Plan, k)
 	}
 

@@ -61,8 +61,8 @@
 // largest sizes of the steps before it (a program that marks none has
 // its steps found by the policy). gpumem_plan_stats_json
 // gives the planned policy's figures as one JSON object ("plans",
-// "served", "skips", "departures", "spared", "arena_bytes", "following",
-// "found_period"), or null under any other policy.
+// "served", "skips", "departures", "spared", "reused", "arena_bytes",
+// "following", "found_period"), or null under any other policy.
 //
 // Without the cuda build tag this command builds as an empty program: the
 // library needs the CUDA backend.
