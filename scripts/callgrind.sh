@@ -30,6 +30,11 @@
 #   under the faithful default and gpumem_policy:planned, whose plans of
 #   the steps' envelope a long run amortizes: millions of instructions per
 #   replay, 1 and 5 replays, and planned's as a multiple of the default's),
+#   policy-train-eval (bert_train_eval, BERT's training step with four
+#   evaluation steps before every six training steps, through replay.Run
+#   under the faithful default and gpumem_policy:planned, whose plans are
+#   kept and taken up again: millions of instructions per replay, 1 and 6
+#   replays, and planned's as a multiple of the default's),
 #   policy-synthetic (offload, kv_legacy and kv_dynamic, the step-marked
 #   traces whose steps never repeat, through replay.Run under each mode
 #   of BenchmarkPolicyReplay: millions of instructions per replay, 1 and
@@ -185,6 +190,11 @@ for w in "${what[@]}"; do
 			p=$(bench "BenchmarkPolicyBatches/steps=$s/planned" 1 5 1000000)
 			echo "BERT at batches that change every step, $s steps: the faithful default $d, planned $p M instructions per replay ($(echo "scale=3; $p / $d" | bc) x)"
 		done
+		;;
+	policy-train-eval)
+		d=$(bench BenchmarkPolicyReplay/bert_train_eval/faithful_default 1 6 1000000)
+		p=$(bench BenchmarkPolicyReplay/bert_train_eval/planned 1 6 1000000)
+		echo "bert_train_eval through replay.Run: the faithful default $d, planned $p M instructions per replay ($(echo "scale=3; $p / $d" | bc) x)"
 		;;
 	policy-synthetic)
 		for t in offload kv_legacy kv_dynamic; do
