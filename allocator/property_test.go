@@ -270,6 +270,19 @@ func (m *machine) VariedStep(t *rapid.T) {
 	m.run(t, sizes)
 }
 
+// ShorterStep marks a step boundary and runs the first half of the
+// machine's step: a step of another shape, as an evaluation's forward
+// pass is. Under the planned policy one such step spares the plan, a
+// second ends it and the plan is kept; a step of the machine's step
+// after them takes the kept plan up again.
+func (m *machine) ShorterStep(t *rapid.T) {
+	if len(m.pattern) < 2 {
+		return // no step drawn yet, or one too short to halve
+	}
+	m.a.MarkStep("step")
+	m.run(t, m.pattern[:len(m.pattern)/2])
+}
+
 // Loop runs the machine's loop three times, unmarked: its sizes (drawn
 // once, autoMinPeriod to autoMinPeriod+4 of them) allocated on the
 // default stream, each freed once the next is allocated. Under the
@@ -531,6 +544,18 @@ func FuzzAllocator(f *testing.F) {
 		unmarked = append(unmarked, 8, 0, 0, 1)
 	}
 	f.Add(append(unmarked, 0, 0, 0))
+	// The planned policy (99 bytes): 8 allocations, then their step
+	// marked three times, its first half three times (the plan ends and
+	// is kept), the whole step three times (the kept plan taken up), and
+	// its half again.
+	phases := make([]byte, 0, 99)
+	for k := range 8 {
+		phases = append(phases, 0, 0, 1, byte(k+1))
+	}
+	for _, n := range []byte{0, 0, 0, 8, 8, 8, 0, 0, 0, 8, 8, 8, 0, 0, 0, 8} {
+		phases = append(phases, 8, 0, 0, n)
+	}
+	f.Add(append(phases, 0, 0, 0))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dev := simtest.New(t, simtest.Capacity(256*mib))
 		cfg := Config{MaxSplitSize: 64 * mib}
@@ -606,12 +631,19 @@ func FuzzAllocator(f *testing.F) {
 				// byte, where n has bit 1 set (a smaller batch: the plan
 				// serves it still), doubled where it has bit 2 set (a
 				// larger one: the plan's envelope grows), and with both,
-				// the sizes at odd positions doubled, the others halved.
+				// the sizes at odd positions doubled, the others halved;
+				// only its first half where n has bit 3 set (a step of
+				// another shape: two in a row end the plan, which is
+				// kept, and the whole step after them takes it up).
 				if n%2 == 0 {
 					a.MarkStep("step")
 				}
+				sizes := stepSizes
+				if n&8 != 0 {
+					sizes = sizes[:len(sizes)/2]
+				}
 				var prev device.Ptr
-				for k, size := range stepSizes {
+				for k, size := range sizes {
 					switch {
 					case n&6 == 6 && k%2 == 1, n&6 == 4:
 						size *= 2
