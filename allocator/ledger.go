@@ -292,7 +292,11 @@ func (a *Allocator) handedOutLocked(sh *shard, f *freeindex.Block, size uint64) 
 	if pol := a.pol; pol != nil && pol.plan != nil {
 		p := pol.plan
 		if p.recording { // a quiet step logs nothing
-			if s := a.userStreamLocked(f); !p.countSameLocked(size, s) {
+			if s := a.userStreamLocked(f); p.logOps && !p.recMixed && s == p.recStream && len(p.recSize) > 0 {
+				// A step logged in full on its stream: its log, in line.
+				p.rec = append(p.rec, planOp{ptr: f.Ptr(), pos: int32(len(p.recSize))})
+				p.recSize = append(p.recSize, size)
+			} else if !p.countSameLocked(size, s) {
 				a.planAllocatedLocked(f, size, s)
 			}
 		}
