@@ -37,12 +37,13 @@ import (
 // tokens and levels is a whole step (or, where levels return between
 // layers, as in inference without gradients, a layer, which the plan
 // then serves). The boundary goes where the bytes allocated are lowest
-// within the period (its first allocation at that level): where a
+// within the period (its first allocation with that few): where a
 // training step's temporaries are all freed, as a step mark puts it.
 //
 // The first boundary starts the plan's record, the second finds nothing
-// to repeat, and the third plans the step if it repeated (as with marks):
-// a step is planned two periods later than marks would have it. A
+// to repeat (or a kept plan that the step fits, taken up again), and the
+// third plans the step if it repeated (as with marks): a step is planned
+// two periods later than marks would have it. A
 // boundary whose step fit nothing counts as a miss, unless the tokens
 // and levels of its period repeated the period before and the step only
 // grew the envelope of the steps before it (a larger batch: the plan
