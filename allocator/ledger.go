@@ -353,6 +353,7 @@ func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) 
 		}
 		if a.pol != nil && a.pol.plan != nil {
 			a.planFreedLocked(b.Ptr())
+			a.floorFreedLocked(sh)
 		}
 		if len(a.observers) > 0 {
 			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested, Stream: b.Stream(), Phase: a.phases[b.Phase].name})
@@ -479,6 +480,7 @@ func (a *Allocator) freedLocked(sh *shard, b *freeindex.Block, requested bool) {
 		}
 		if a.pol != nil && a.pol.plan != nil {
 			a.planFreedLocked(b.Ptr())
+			a.floorFreedLocked(sh)
 		}
 	}
 	if len(a.observers) > 0 {

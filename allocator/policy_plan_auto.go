@@ -80,6 +80,22 @@ type autoSteps struct {
 	misses    int   // boundaries in a row whose step fit nothing, without a plan
 	broken    bool  // an allocation since the last boundary differs from the one a period before
 	low       autoLow
+
+	// The floor: where the period's first allocation with the fewest
+	// bytes is the only one of the period with its level and bytes
+	// before it, the boundaries go where the shard comes back to them
+	// (floorHeld blocks of floorBytes, in 512 bytes), after a free or an
+	// allocation, so that steps of another length between them (an
+	// evaluation) keep them at the steps' starts; a step that never
+	// comes back gets one at next, four periods after its start, which
+	// drops the period (the memory the program keeps has changed: the
+	// search finds its steps again). start is the allocation that
+	// started the step.
+	floor      bool
+	floorHeld  uint32
+	floorBytes uint32
+	start      int64
+	forced     bool // the boundary due is one four periods after the step's start, not at the floor
 }
 
 // An autoLow is, while a candidate period is confirmed, the first of the
@@ -110,7 +126,7 @@ const (
 // While it searches, one allocation in four, chosen by its token and
 // level (so the same ones in every period), files its context and looks
 // for it; the others cost the record and a multiplication.
-func (d *autoSteps) allocated(s uint32, held, bytes int64) bool {
+func (d *autoSteps) allocated(s uint32, held, bytes, size int64) bool {
 	// The frees since the allocation before: it left held+1 blocks.
 	frees := min(uint64(max(d.held+1-held, 0)), 255)
 	t, lv := uint32(frees)|s<<8, uint32(held)
@@ -122,7 +138,20 @@ func (d *autoSteps) allocated(s uint32, held, bytes int64) bool {
 	if d.period|d.cand == 0 && (uint64(lv)|uint64(t)<<32)*0x9e3779b97f4a7c15>>62 != 0 {
 		return false
 	}
-	return d.more(n, t, lv)
+	due := d.more(n, t, lv)
+	if d.atFloor(held+1, bytes+size) {
+		d.forced = false
+		return true
+	}
+	return due
+}
+
+// atFloor reports whether a shard that holds held blocks of bytes bytes,
+// after an allocation or a free, is at the floor of the period found, a
+// step long enough after the last boundary: the next allocation starts
+// a step.
+func (d *autoSteps) atFloor(held, bytes int64) bool {
+	return d.floor && uint32(held) == d.floorHeld && uint32(uint64(bytes)>>9) == d.floorBytes && d.n-d.start >= autoMinPeriod
 }
 
 // more is allocated's search for allocation n, filed, and its count of
@@ -133,7 +162,11 @@ func (d *autoSteps) more(n int64, t, level uint32) bool {
 		if d.tok[(n-c)&mask] != t || d.lvl[(n-c)&mask] != level {
 			d.broken = true
 		}
-		return d.n == d.next
+		if d.n == d.next {
+			d.forced = d.floor // four periods without the floor
+			return true
+		}
+		return false
 	}
 	if c := d.cand; c > 0 {
 		if d.tok[(n-c)&mask] != t || d.lvl[(n-c)&mask] != level {
@@ -178,13 +211,23 @@ func (d *autoSteps) found() {
 	}
 	d.period, d.next = c, d.low.n+c
 	d.misses, d.broken = 0, false
+	// The floor, where no other allocation of the period has its level
+	// and bytes (the boundary is first counted: next).
+	const mask = autoHistory - 1
+	fl, fb, same := d.lvl[d.low.n&mask], d.low.bytes, 0
+	for i := d.low.n - c + 1; i <= d.low.n; i++ {
+		if d.lvl[i&mask] == fl && d.bytes[i&mask] == fb {
+			same++
+		}
+	}
+	d.floor, d.floorHeld, d.floorBytes, d.start = same == 1, fl, fb, d.low.n
 }
 
 // drop forgets the period: the search starts again, with no context
 // filed (those filed before the period was found would offer its
 // multiples).
 func (d *autoSteps) drop() {
-	d.period, d.next, d.cand, d.run, d.misses, d.broken = 0, 0, 0, 0, 0, false
+	d.period, d.next, d.cand, d.run, d.misses, d.broken, d.floor, d.forced = 0, 0, 0, 0, 0, false, false, false
 	clear(d.slots[:])
 }
 
@@ -194,9 +237,27 @@ func (d *autoSteps) drop() {
 // planned are on one stream).
 func (a *Allocator) searchStepsLocked(sh *shard, f *freeindex.Block) {
 	c, b := &sh.st[stats.Allocation], &sh.st[stats.AllocatedBytes]
-	held := c.pool[0].Value() + c.pool[1].Value() - 1
-	if a.pol.plan.auto.allocated(uint32(f.Stream()), held, b.pool[0].Value()+b.pool[1].Value()-int64(f.Size())) {
+	held, size := c.pool[0].Value()+c.pool[1].Value()-1, int64(f.Size())
+	d := a.pol.plan.auto
+	if d.allocated(uint32(f.Stream()), held, b.pool[0].Value()+b.pool[1].Value()-size, size) {
 		a.pol.plan.autoDue = true
+	}
+	if d.floor && a.hooks&hookListen == 0 {
+		a.setHooksLocked() // a floor found: the frees tell it (floorFreedLocked)
+	}
+}
+
+// floorFreedLocked puts a step boundary before the next allocation where
+// a free the caller asked for brings shard sh back to the floor of the
+// period found (autoSteps.floor); the free's ledger calls it.
+func (a *Allocator) floorFreedLocked(sh *shard) {
+	d := a.pol.plan.auto
+	if d == nil || !d.floor {
+		return
+	}
+	c, b := &sh.st[stats.Allocation], &sh.st[stats.AllocatedBytes]
+	if d.atFloor(c.pool[0].Value()+c.pool[1].Value(), b.pool[0].Value()+b.pool[1].Value()) {
+		a.pol.plan.autoDue, d.forced = true, false
 	}
 }
 
@@ -220,7 +281,7 @@ func (a *Allocator) hooksLocked() uint8 {
 	}
 	if p := a.pol; p != nil && p.plan != nil && p.plan.auto != nil {
 		h |= hookSearch
-		if p.plan.recording {
+		if p.plan.recording || p.plan.auto.floor {
 			h |= hookListen
 		}
 	}
@@ -229,8 +290,9 @@ func (a *Allocator) hooksLocked() uint8 {
 
 // checkAutoLocked adds the search for steps to checkPlanLocked: it runs
 // only before a mark; a boundary is due only before the allocation that
-// starts a period found, the order of a period is broken only where one
-// is found, and the next boundary is never behind the allocations;
+// starts a period found (anywhere at its floor), the order of a period
+// is broken, and its floor kept, only where one is found, and the next
+// boundary is never behind the allocations;
 // the hooks are what listens asks for.
 func (a *Allocator) checkAutoLocked(bad func(format string, args ...any)) {
 	p := a.pol.plan
@@ -238,8 +300,11 @@ func (a *Allocator) checkAutoLocked(bad func(format string, args ...any)) {
 	if d != nil && a.stepping {
 		bad("the search for steps runs after a mark")
 	}
-	if p.autoDue && (d == nil || d.period == 0 || d.n != d.next) {
+	if p.autoDue && (d == nil || d.period == 0 || !d.floor && d.n != d.next) {
 		bad("a step boundary is due where no period starts")
+	}
+	if d != nil && d.period == 0 && (d.floor || d.forced) {
+		bad("the search has a floor (%v) or a boundary forced (%v) with no period", d.floor, d.forced)
 	}
 	if d != nil && d.period == 0 && d.broken {
 		bad("the search saw an allocation break the order of a period, with no period")
@@ -268,7 +333,10 @@ func (a *Allocator) autoStepLocked() {
 	p := a.pol.plan
 	d := p.auto
 	p.autoDue = false
-	d.next = d.n + d.period // this allocation, the next (d.n), starts the step
+	d.next, d.start = d.n+d.period, d.n // this allocation, the next (d.n), starts the step
+	if d.floor {
+		d.next = d.n + 4*d.period
+	}
 	missed := p.misses
 	a.planStepLocked()
 	broken := d.broken
@@ -278,9 +346,16 @@ func (a *Allocator) autoStepLocked() {
 		d.misses = 0
 	case p.misses > missed && (broken || !p.grew):
 		if d.misses++; d.misses >= autoMisses {
-			d.drop()
-			p.stopRecordingLocked()
+			d.forced = true
 		}
+	}
+	if d.forced {
+		if p.reqs != nil {
+			p.keepPlanLocked() // no boundary comes to judge its steps: kept, for steps that come back
+			p.follow, p.spared = false, false
+		}
+		d.drop()
+		p.stopRecordingLocked()
 	}
 	a.setHooksLocked()
 }

@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,19 +26,32 @@ func autoFeed(d *autoSteps, ops []autoOp) []int64 {
 	held := map[int]int64{}
 	var at []int64
 	var n, level int64
+	due := false
+	step := func() { // as autoStepLocked does at the boundary
+		at = append(at, n) // allocation n (0-based) starts a step
+		d.next, d.start = d.n+d.period, d.n
+		if d.floor {
+			d.next = d.n + 4*d.period
+		}
+		due = false
+	}
 	for _, op := range ops {
 		if op.alloc {
-			held[op.id] = op.bytes
-			n++
-			if d.allocated(0, int64(len(held)-1), level) {
-				at = append(at, n)      // allocation n (0-based) starts a step
-				d.next = d.n + d.period // as autoStepLocked does at the boundary
+			if due {
+				step()
 			}
+			held[op.id] = op.bytes
+			due = d.allocated(0, int64(len(held)-1), level, op.bytes)
+			n++
 			level += op.bytes
 			continue
 		}
 		level -= held[op.id]
 		delete(held, op.id)
+		due = due || d.atFloor(int64(len(held)), level) // as floorFreedLocked does
+	}
+	if due {
+		step()
 	}
 	return at
 }
@@ -284,24 +298,75 @@ func TestPlannedAutoStepsEndWithAMark(t *testing.T) {
 	require.NoError(t, a.CheckInvariants())
 }
 
-// TestPlannedAutoStepsDropAChangedPattern: when the program's loop
-// changes to one of another length, the boundaries of the old period
-// find no repeat; after autoMisses of them the period is dropped, the
-// record stops, and the new loop's period is found. (A loop of the same
-// length keeps the boundaries, and its step is planned at the second
-// boundary: the plan machinery's own rule.)
-func TestPlannedAutoStepsDropAChangedPattern(t *testing.T) {
+// TestPlannedAutoStepsFollowTheFloor: when the program's loop changes
+// to one of another length that starts where the old one did (the same
+// blocks held, the same bytes: the floor), the boundaries follow the
+// floor, not the old period's count, and the new loop is planned as
+// marks would have it, with no drop. When the floor moves (a block kept
+// from then on), no step comes back to it: four periods on, the period
+// is dropped, the record stops, the plan is kept, and the search finds
+// the loop again at its new floor, whose steps take up the kept plan.
+func TestPlannedAutoStepsFollowTheFloor(t *testing.T) {
 	a, _ := newOn(t, Config{Policy: PolicyPlanned})
 	unmarkedLoop(t, a, 6, 20, 1<<20)
 	p := a.pol.plan
 	require.Equal(t, int64(20), p.auto.period)
+	require.True(t, p.auto.floor)
 	require.NotNil(t, p.reqs, "planned")
-	unmarkedLoop(t, a, 4, 23, 3<<19) // boundaries every 20 allocations: no repeat
+	unmarkedLoop(t, a, 6, 23, 3<<19)
+	require.Equal(t, int64(20), p.auto.period, "not dropped")
+	require.Len(t, p.sizes, 23, "the new loop planned")
+	plans, served, _ := planCounts(a)
+	require.EqualValues(t, 2, plans)
+
+	kept := mustAlloc(t, a, 1<<20, 0) // the floor moves
+	unmarkedLoop(t, a, 4, 23, 3<<19)  // 92 allocations, 80 of them four periods
+	require.Zero(t, p.auto.period, "dropped")
+	require.Nil(t, p.reqs, "the plan ends")
+	require.Len(t, p.kept, 2)
+	unmarkedLoop(t, a, 6, 23, 3<<19)
+	require.Equal(t, int64(23), p.auto.period, "the loop's period, at its new floor")
+	require.EqualValues(t, 1, p.reuses, "the kept plan taken up")
+	plans, after, _ := planCounts(a)
+	require.EqualValues(t, 2, plans, "no packing")
+	require.Greater(t, after, served)
+	mustFree(t, a, kept)
+	require.NoError(t, a.CheckInvariants())
+}
+
+// TestPlannedAutoStepsDropAChangedPattern: where the floor is no place
+// of its own in the period (a loop of nests of blocks, one to depth
+// levels deep, each freed whole: every nest starts at the floor),
+// boundaries are counted, a period after the last. When the loop
+// changes to one of deeper nests, they find no repeat; after autoMisses
+// of them the period is dropped, the record stops, and the new loop's
+// period is found and planned.
+func TestPlannedAutoStepsDropAChangedPattern(t *testing.T) {
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	nests := func(n, depth int) {
+		for range n {
+			for d := 1; d <= depth; d++ {
+				var ps []device.Ptr
+				for k := range d {
+					ps = append(ps, mustAlloc(t, a, uint64(k+1)<<20, 0))
+				}
+				for _, p := range slices.Backward(ps) {
+					mustFree(t, a, p)
+				}
+			}
+		}
+	}
+	nests(6, 6) // 21 allocations a loop
+	p := a.pol.plan
+	require.Equal(t, int64(21), p.auto.period)
+	require.False(t, p.auto.floor, "the floor is every nest's start")
+	require.NotNil(t, p.reqs, "planned")
+	nests(4, 7) // 28 a loop: boundaries every 21 allocations find no repeat
 	require.Zero(t, p.auto.period, "dropped")
 	require.False(t, p.recording, "the record stops with the period")
 	require.Empty(t, p.rec)
-	unmarkedLoop(t, a, 6, 23, 3<<19)
-	require.Equal(t, int64(23), p.auto.period, "the new loop's period")
+	nests(6, 7)
+	require.Equal(t, int64(28), p.auto.period, "the new loop's period")
 	plans, _, _ := planCounts(a)
 	require.EqualValues(t, 2, plans)
 	require.NoError(t, a.CheckInvariants())
@@ -313,10 +378,6 @@ func TestPlannedAutoStepsDropAChangedPattern(t *testing.T) {
 // is no miss of the period (the steps after the period is found grow it
 // three times in a row or more), and the next step that fits it is
 // planned.
-// A loop of another length after it (of sizes that never fit the plan)
-// breaks the period's order: its boundaries are misses although its
-// steps have as many allocations as the envelope and grow it, and the
-// period is dropped as before.
 func TestPlannedAutoStepsThatGrow(t *testing.T) {
 	a, _ := newOn(t, Config{Policy: PolicyPlanned})
 	for i := range 14 {
@@ -335,8 +396,6 @@ func TestPlannedAutoStepsThatGrow(t *testing.T) {
 	require.EqualValues(t, 1, plans)
 	require.EqualValues(t, 7*20, served)
 	require.Zero(t, dep)
-	unmarkedLoop(t, a, 4, 23, 13<<20)
-	require.Zero(t, p.auto.period, "dropped")
 	require.NoError(t, a.CheckInvariants())
 }
 
@@ -355,9 +414,12 @@ func TestCheckInvariantsCatchesSearchCorruption(t *testing.T) {
 	requireCaught(t, setup, []corruption{
 		{"a search after a mark", "after a mark", func(a *Allocator) { a.stepping = true }},
 		{"a boundary due outside a period's start", "no period starts", func(a *Allocator) {
-			a.pol.plan.autoDue, a.pol.plan.auto.next = true, a.pol.plan.auto.n+5
+			a.pol.plan.autoDue, a.pol.plan.auto.floor, a.pol.plan.auto.next = true, false, a.pol.plan.auto.n+5
 		}},
 		{"a next boundary behind", "behind", func(a *Allocator) { a.pol.plan.auto.next = a.pol.plan.auto.n - 1 }},
+		{"a floor without a period", "a floor (true)", func(a *Allocator) {
+			a.pol.plan.auto.period, a.pol.plan.auto.floor = 0, true
+		}},
 		{"a broken order without a period", "break the order", func(a *Allocator) {
 			a.pol.plan.auto.period, a.pol.plan.auto.broken = 0, true
 		}},
