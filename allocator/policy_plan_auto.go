@@ -91,7 +91,8 @@ type autoSteps struct {
 	// drops the period (the memory the program keeps has changed: the
 	// search finds its steps again). start is the allocation that
 	// started the step.
-	floor      bool
+	floor      bool // from the first boundary on, where the period has one (hasFloor)
+	hasFloor   bool
 	floorHeld  uint32
 	floorBytes uint32
 	start      int64
@@ -138,12 +139,13 @@ func (d *autoSteps) allocated(s uint32, held, bytes, size int64) bool {
 	if d.period|d.cand == 0 && (uint64(lv)|uint64(t)<<32)*0x9e3779b97f4a7c15>>62 != 0 {
 		return false
 	}
-	due := d.more(n, t, lv)
-	if d.atFloor(held+1, bytes+size) {
-		d.forced = false
+	if d.more(n, t, lv) {
+		if d.forced && d.atFloor(held+1, bytes+size) {
+			d.forced = false
+		}
 		return true
 	}
-	return due
+	return d.floor && d.atFloor(held+1, bytes+size)
 }
 
 // atFloor reports whether a shard that holds held blocks of bytes bytes,
@@ -220,14 +222,15 @@ func (d *autoSteps) found() {
 			same++
 		}
 	}
-	d.floor, d.floorHeld, d.floorBytes, d.start = same == 1, fl, fb, d.low.n
+	d.hasFloor, d.floorHeld, d.floorBytes, d.start = same == 1, fl, fb, d.low.n
 }
 
 // drop forgets the period: the search starts again, with no context
 // filed (those filed before the period was found would offer its
 // multiples).
 func (d *autoSteps) drop() {
-	d.period, d.next, d.cand, d.run, d.misses, d.broken, d.floor, d.forced = 0, 0, 0, 0, 0, false, false, false
+	d.period, d.next, d.cand, d.run, d.misses = 0, 0, 0, 0, 0
+	d.broken, d.floor, d.hasFloor, d.forced = false, false, false, false
 	clear(d.slots[:])
 }
 
@@ -238,12 +241,8 @@ func (d *autoSteps) drop() {
 func (a *Allocator) searchStepsLocked(sh *shard, f *freeindex.Block) {
 	c, b := &sh.st[stats.Allocation], &sh.st[stats.AllocatedBytes]
 	held, size := c.pool[0].Value()+c.pool[1].Value()-1, int64(f.Size())
-	d := a.pol.plan.auto
-	if d.allocated(uint32(f.Stream()), held, b.pool[0].Value()+b.pool[1].Value()-size, size) {
+	if a.pol.plan.auto.allocated(uint32(f.Stream()), held, b.pool[0].Value()+b.pool[1].Value()-size, size) {
 		a.pol.plan.autoDue = true
-	}
-	if d.floor && a.hooks&hookListen == 0 {
-		a.setHooksLocked() // a floor found: the frees tell it (floorFreedLocked)
 	}
 }
 
@@ -303,8 +302,8 @@ func (a *Allocator) checkAutoLocked(bad func(format string, args ...any)) {
 	if p.autoDue && (d == nil || d.period == 0 || !d.floor && d.n != d.next) {
 		bad("a step boundary is due where no period starts")
 	}
-	if d != nil && d.period == 0 && (d.floor || d.forced) {
-		bad("the search has a floor (%v) or a boundary forced (%v) with no period", d.floor, d.forced)
+	if d != nil && (d.period == 0 && (d.floor || d.hasFloor || d.forced) || d.floor && !d.hasFloor) {
+		bad("the search has a floor (%v, found: %v) or a boundary forced (%v) with a period of %d", d.floor, d.hasFloor, d.forced, d.period)
 	}
 	if d != nil && d.period == 0 && d.broken {
 		bad("the search saw an allocation break the order of a period, with no period")
@@ -334,8 +333,8 @@ func (a *Allocator) autoStepLocked() {
 	d := p.auto
 	p.autoDue = false
 	d.next, d.start = d.n+d.period, d.n // this allocation, the next (d.n), starts the step
-	if d.floor {
-		d.next = d.n + 4*d.period
+	if d.floor = d.hasFloor; d.floor {
+		d.next = d.n + 4*d.period // the frees tell the floor from now on (floorFreedLocked)
 	}
 	missed := p.misses
 	a.planStepLocked()

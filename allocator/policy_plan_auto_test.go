@@ -30,7 +30,7 @@ func autoFeed(d *autoSteps, ops []autoOp) []int64 {
 	step := func() { // as autoStepLocked does at the boundary
 		at = append(at, n) // allocation n (0-based) starts a step
 		d.next, d.start = d.n+d.period, d.n
-		if d.floor {
+		if d.floor = d.hasFloor; d.floor {
 			d.next = d.n + 4*d.period
 		}
 		due = false
@@ -414,11 +414,12 @@ func TestCheckInvariantsCatchesSearchCorruption(t *testing.T) {
 	requireCaught(t, setup, []corruption{
 		{"a search after a mark", "after a mark", func(a *Allocator) { a.stepping = true }},
 		{"a boundary due outside a period's start", "no period starts", func(a *Allocator) {
-			a.pol.plan.autoDue, a.pol.plan.auto.floor, a.pol.plan.auto.next = true, false, a.pol.plan.auto.n+5
+			p := a.pol.plan
+			p.autoDue, p.auto.floor, p.auto.hasFloor, p.auto.next = true, false, false, p.auto.n+5
 		}},
 		{"a next boundary behind", "behind", func(a *Allocator) { a.pol.plan.auto.next = a.pol.plan.auto.n - 1 }},
-		{"a floor without a period", "a floor (true)", func(a *Allocator) {
-			a.pol.plan.auto.period, a.pol.plan.auto.floor = 0, true
+		{"a floor without a period", "a floor (true, found: true)", func(a *Allocator) {
+			a.pol.plan.auto.period, a.pol.plan.auto.floor, a.pol.plan.auto.hasFloor = 0, true, true
 		}},
 		{"a broken order without a period", "break the order", func(a *Allocator) {
 			a.pol.plan.auto.period, a.pol.plan.auto.broken = 0, true
