@@ -11,8 +11,9 @@ import (
 
 // autoSteps finds the period of a program's allocations, for the planned
 // policy on a program that marks no step, and then marks a step boundary
-// before every allocation that starts a period, as MarkStep would mark
-// it for the plan (not for the step counts of Leaks).
+// before every allocation that starts a step, as MarkStep would mark it
+// for the plan (not for the step counts of Leaks): where the shard comes
+// back to the period's floor (below), else a period after the last.
 //
 // The model: allocation n has a token (its stream and the frees since
 // the allocation before it) and a level (the number of blocks its
@@ -39,6 +40,13 @@ import (
 // then serves). The boundary goes where the bytes allocated are lowest
 // within the period (its first allocation with that few): where a
 // training step's temporaries are all freed, as a step mark puts it.
+// Where no other allocation of the period has its level and bytes before
+// it, that state is the period's floor: every step of the loop starts
+// from it, an evaluation's steps too, so the boundaries after the first
+// go where the shard comes back to it, and steps of another length keep
+// them at the steps' starts. A step that does not come back within four
+// periods drops the period at once: the memory the program keeps has
+// changed, and the search finds its steps again.
 //
 // The first boundary starts the plan's record, the second finds nothing
 // to repeat (or a kept plan that the step fits, taken up again), and the
