@@ -41,9 +41,12 @@ type PlanStats struct {
 	ArenaBytes uint64 `json:"arena_bytes"`
 	Following  bool   `json:"following"`
 	// FoundPeriod is, in a program that marks no step, the number of
-	// allocations of the steps the policy found itself: 0 while it has
-	// found none, and once the program marks a step (MarkStep), whose
-	// marks then delimit the steps.
+	// allocations of the steps the policy found itself (the period of
+	// its allocations and frees; where the steps start from a floor of
+	// their own, the boundaries follow it, and steps of another length,
+	// an evaluation's, are delimited too): 0 while it has found none,
+	// and once the program marks a step (MarkStep), whose marks then
+	// delimit the steps.
 	FoundPeriod int64 `json:"found_period"`
 }
 
