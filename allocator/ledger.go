@@ -353,7 +353,9 @@ func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) 
 		}
 		if a.pol != nil && a.pol.plan != nil {
 			a.planFreedLocked(b.Ptr())
-			a.floorFreedLocked(sh)
+			if d := a.pol.plan.auto; d != nil && d.floor {
+				a.floorFreedLocked(sh) // steps found without marks, at their floor
+			}
 		}
 		if len(a.observers) > 0 {
 			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested, Stream: b.Stream(), Phase: a.phases[b.Phase].name})
@@ -480,7 +482,9 @@ func (a *Allocator) freedLocked(sh *shard, b *freeindex.Block, requested bool) {
 		}
 		if a.pol != nil && a.pol.plan != nil {
 			a.planFreedLocked(b.Ptr())
-			a.floorFreedLocked(sh)
+			if d := a.pol.plan.auto; d != nil && d.floor {
+				a.floorFreedLocked(sh) // steps found without marks, at their floor
+			}
 		}
 	}
 	if len(a.observers) > 0 {
