@@ -352,10 +352,7 @@ func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) 
 			sh.steps.note(b, -1)
 		}
 		if a.pol != nil && a.pol.plan != nil {
-			a.planFreedLocked(b.Ptr())
-			if d := a.pol.plan.auto; d != nil && d.floor {
-				a.floorFreedLocked(sh) // steps found without marks, at their floor
-			}
+			a.planFreedLocked(sh, b.Ptr())
 		}
 		if len(a.observers) > 0 {
 			a.notifyLocked(Action{Kind: ActionFreeRequested, Ptr: b.Ptr(), Size: b.Size(), Requested: b.Requested, Stream: b.Stream(), Phase: a.phases[b.Phase].name})
@@ -481,10 +478,7 @@ func (a *Allocator) freedLocked(sh *shard, b *freeindex.Block, requested bool) {
 			sh.steps.note(b, -1)
 		}
 		if a.pol != nil && a.pol.plan != nil {
-			a.planFreedLocked(b.Ptr())
-			if d := a.pol.plan.auto; d != nil && d.floor {
-				a.floorFreedLocked(sh) // steps found without marks, at their floor
-			}
+			a.planFreedLocked(sh, b.Ptr())
 		}
 	}
 	if len(a.observers) > 0 {

@@ -58,12 +58,17 @@ func (p *planState) spellSameLocked() {
 	p.same = nil
 }
 
-// planFreedLocked logs the free of the block at ptr in the step being
-// recorded.
-func (a *Allocator) planFreedLocked(ptr device.Ptr) {
+// planFreedLocked logs the free of the block at ptr, which shard sh
+// held, in the step being recorded, and tells the search for steps
+// whether the free brought sh back to the floor of the period found
+// (floorFreedLocked).
+func (a *Allocator) planFreedLocked(sh *shard, ptr device.Ptr) {
 	p := a.pol.plan
 	if p.logOps && !p.recMixed {
 		p.rec = append(p.rec, planOp{ptr: ptr, pos: -1})
+	}
+	if d := p.auto; d != nil && d.floor {
+		a.floorFreedLocked(sh) // steps found without marks, at their floor
 	}
 }
 
