@@ -292,9 +292,12 @@ func (a *Allocator) handedOutLocked(sh *shard, f *freeindex.Block, size uint64) 
 	if pol := a.pol; pol != nil && pol.plan != nil {
 		p := pol.plan
 		if p.recording { // a quiet step logs nothing
-			if s := a.userStreamLocked(f); p.logOps && !p.recMixed && s == p.recStream && len(p.recSize) > 0 {
-				// A step logged in full on its stream: its log, in line.
-				p.rec = append(p.rec, planOp{ptr: f.Ptr(), pos: int32(len(p.recSize))})
+			if s, k := a.userStreamLocked(f), len(p.recSize); !p.recMixed && s == p.recStream && k > 0 && (!p.logOps || k < len(p.prevSize) && size <= p.prevSize[k]) {
+				// A step logged on its stream (its operations too while
+				// it may fit the envelope): its log, in line.
+				if p.logOps {
+					p.rec = append(p.rec, planOp{ptr: f.Ptr(), pos: int32(k)})
+				}
 				p.recSize = append(p.recSize, size)
 			} else if !p.countSameLocked(size, s) {
 				a.planAllocatedLocked(f, size, s)
@@ -351,7 +354,7 @@ func (a *Allocator) freeRequestedLocked(x *freeindex.Index, b *freeindex.Block) 
 		if a.stepping {
 			sh.steps.note(b, -1)
 		}
-		if a.pol != nil && a.pol.plan != nil {
+		if a.pol.freesHeard() {
 			a.planFreedLocked(sh, b.Ptr())
 		}
 		if len(a.observers) > 0 {
@@ -477,7 +480,7 @@ func (a *Allocator) freedLocked(sh *shard, b *freeindex.Block, requested bool) {
 		if a.stepping {
 			sh.steps.note(b, -1)
 		}
-		if a.pol != nil && a.pol.plan != nil {
+		if a.pol.freesHeard() {
 			a.planFreedLocked(sh, b.Ptr())
 		}
 	}

@@ -27,8 +27,10 @@ import (
 //
 //   - Recording: from the first step boundary on, every block handed out
 //     and every free of the step is logged (its position among the step's
-//     allocations, its address, its rounded size, its stream); while there
-//     is a plan, the rounded sizes and the stream alone, all that the
+//     allocations, its address, its rounded size, its stream) while the
+//     step may still fit the envelope (below), which its packing needs;
+//     otherwise (the first step, a step that outgrew the envelope, one
+//     under a plan) the rounded sizes and the stream alone, all that the
 //     boundary reads of such a step, and of a step that has the plan's
 //     sizes so far only their count (planState.recSame).
 //   - Planning: at a boundary, if the step just seen fits the envelope
@@ -147,10 +149,13 @@ type planState struct {
 	// The step being recorded since the last boundary.
 	recording bool
 	// logOps: the step's operations are logged in rec, as they are
-	// while there is no plan. A step recorded under a plan is never
-	// planned: one that fits the envelope, the plan's sizes then, keeps
-	// the plan (any other ends it): its sizes and stream are compared,
-	// its operations never read.
+	// while there is no plan and the step may still fit the envelope
+	// (prevSize), the one case where they are read: planned, packed from
+	// them. A step recorded under a plan is never planned: one that fits
+	// the envelope, the plan's sizes then, keeps the plan (any other
+	// ends it): its sizes and stream are compared, its operations never
+	// read. Nor is a step with no envelope to fit, or one that outgrew
+	// it (stopOpsLocked).
 	logOps bool
 	// same, recSame: under a plan, same is the plan's sizes until the
 	// step logs a size (nil otherwise), and the step's first recSame
@@ -507,6 +512,9 @@ func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	}
 	if p.logOps && len(p.rec) < len(p.recSize) || !p.logOps && len(p.rec) > 0 {
 		bad("the planned policy logged %d operations for %d allocations (logging them: %v)", len(p.rec), len(p.recSize), p.logOps)
+	}
+	if p.logOps && (len(p.prevSize) == 0 || !fitsSoFar(p.recSize, p.prevSize) || len(p.recSize) > 0 && p.recStream != p.prevStream) {
+		bad("the planned policy logs the operations of a step that cannot fit the envelope (%d sizes on stream %d, the envelope's %d on stream %d)", len(p.recSize), p.recStream, len(p.prevSize), p.prevStream)
 	}
 	if p.recSame > len(p.same) || p.same != nil && (p.logOps || len(p.recSize) > 0 || !slices.Equal(p.same, p.sizes)) {
 		bad("the planned policy counts %d allocations as the plan's (%d sizes) beside %d logged (logging operations: %v; the plan's sizes: %d)", p.recSame, len(p.same), len(p.recSize), p.logOps, len(p.sizes))

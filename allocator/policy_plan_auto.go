@@ -256,10 +256,13 @@ func (a *Allocator) searchStepsLocked(sh *shard, f *freeindex.Block) {
 
 // floorFreedLocked puts a step boundary before the next allocation where
 // a free the caller asked for brings shard sh back to the floor of the
-// period found; the free's ledger calls it while the search keeps one
-// (autoSteps.floor).
+// period found, while the search keeps one (autoSteps.floor); the free's
+// ledger calls it while the search runs.
 func (a *Allocator) floorFreedLocked(sh *shard) {
 	d := a.pol.plan.auto
+	if !d.floor {
+		return
+	}
 	c, b := &sh.st[stats.Allocation], &sh.st[stats.AllocatedBytes]
 	if d.atFloor(c.pool[0].Value()+c.pool[1].Value(), b.pool[0].Value()+b.pool[1].Value()) {
 		a.pol.plan.autoDue, d.forced = true, false

@@ -26,12 +26,31 @@ func (a *Allocator) planAllocatedLocked(b *freeindex.Block, rounded uint64, s de
 		p.recStream = s
 	} else if s != p.recStream {
 		p.recMixed = true
+		p.stopOpsLocked()
 		return
 	}
 	if p.logOps {
-		p.rec = append(p.rec, planOp{ptr: b.Ptr(), pos: int32(len(p.recSize))})
+		if k := len(p.recSize); k < len(p.prevSize) && rounded <= p.prevSize[k] && s == p.prevStream {
+			p.rec = append(p.rec, planOp{ptr: b.Ptr(), pos: int32(k)})
+		} else {
+			p.stopOpsLocked()
+		}
 	}
 	p.recSize = append(p.recSize, rounded)
+}
+
+// stopOpsLocked stops logging the step's operations, and forgets those
+// logged, once the step cannot fit the envelope (fitsPlan: an allocation
+// past its count, larger than its size at the position, or on another
+// stream) or allocates on a second stream: such a step is never packed,
+// and what the boundary reads of it (its sizes, its stream) is logged
+// apart. A step that cannot be planned pays for the sizes alone: the
+// first step of all, which has no envelope, logs no operation, and
+// BERT's second step stops at its 698th allocation (where AdamW's first
+// step, the envelope, made its state).
+func (p *planState) stopOpsLocked() {
+	p.logOps = false
+	p.rec = p.rec[:0]
 }
 
 // countSameLocked counts an allocation of rounded bytes on stream s as
@@ -58,16 +77,24 @@ func (p *planState) spellSameLocked() {
 	p.same = nil
 }
 
+// freesHeard reports whether the planned policy hears the frees the
+// caller asks for (planFreedLocked): while it logs a step's operations,
+// or while it searches for steps; a step that follows a plan, or one
+// that cannot fit the envelope, pays this test alone.
+func (p *policyState) freesHeard() bool {
+	return p != nil && p.plan != nil && (p.plan.logOps || p.plan.auto != nil)
+}
+
 // planFreedLocked logs the free of the block at ptr, which shard sh
 // held, in the step being recorded, and tells the search for steps
 // whether the free brought sh back to the floor of the period found
-// (floorFreedLocked).
+// (floorFreedLocked), when it hears them (freesHeard).
 func (a *Allocator) planFreedLocked(sh *shard, ptr device.Ptr) {
 	p := a.pol.plan
-	if p.logOps && !p.recMixed {
+	if p.logOps { // never in a step on several streams (stopOpsLocked)
 		p.rec = append(p.rec, planOp{ptr: ptr, pos: -1})
 	}
-	if d := p.auto; d != nil && d.floor {
+	if p.auto != nil {
 		a.floorFreedLocked(sh) // steps found without marks, at their floor
 	}
 }
@@ -173,7 +200,7 @@ func (a *Allocator) planStepLocked() {
 	if p.reqs == nil && p.quietLocked(missed) {
 		p.recording = false // a quiet step: nothing is logged
 	}
-	p.logOps = p.reqs == nil && p.recording
+	p.logOps = p.reqs == nil && p.recording && len(p.prevSize) > 0 // without an envelope, nothing to fit
 	if p.reqs != nil {
 		p.same = p.sizes
 	}
@@ -197,6 +224,12 @@ func fitsPlan(step, plan []uint64) bool {
 		}
 	}
 	return true
+}
+
+// fitsSoFar reports whether a step whose rounded sizes so far are step
+// may still fit the envelope env: no more allocations, none larger.
+func fitsSoFar(step, env []uint64) bool {
+	return len(step) <= len(env) && fitsPlan(step, env[:len(step)])
 }
 
 // maxQuiet bounds a run of quiet steps (planState.quiet): 1 << quietShifts.

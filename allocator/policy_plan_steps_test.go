@@ -322,6 +322,50 @@ func TestPlanStats(t *testing.T) {
 	assert.False(t, st.Following)
 }
 
+// TestPlannedLogsOnlyStepsThatMayFit: a step's operations are logged
+// only while it may still fit the envelope, the one use of the log; its
+// sizes always are. The first step, with no envelope, logs none; a step
+// that outgrows the envelope forgets its log there; a step within it
+// logs every allocation and free, and is planned at its end.
+func TestPlannedLogsOnlyStepsThatMayFit(t *testing.T) {
+	a, _ := newOn(t, Config{Policy: PolicyPlanned})
+	p := a.pol.plan
+	runStep(t, a, stepSizes)
+	assert.False(t, p.logOps, "the first step has no envelope")
+	assert.Empty(t, p.rec)
+	assert.Len(t, p.recSize, len(stepSizes))
+
+	larger := slices.Clone(stepSizes)
+	larger[5] *= 2
+	a.MarkStep("step")
+	require.True(t, p.logOps, "within the envelope so far")
+	var held []device.Ptr
+	for _, size := range larger[:5] {
+		held = append(held, mustAlloc(t, a, size, 0))
+	}
+	mustFree(t, a, held[0])
+	assert.Len(t, p.rec, 6, "five allocations and a free")
+	held = append(held, mustAlloc(t, a, larger[5], 0))
+	assert.False(t, p.logOps, "larger than the envelope at its position")
+	assert.Empty(t, p.rec, "the log is forgotten")
+	for _, size := range larger[6:] {
+		held = append(held, mustAlloc(t, a, size, 0))
+	}
+	for _, ptr := range held[1:] {
+		mustFree(t, a, ptr)
+	}
+	assert.Len(t, p.recSize, len(larger), "its sizes are logged all the same")
+	require.NoError(t, a.CheckInvariants())
+
+	runStep(t, a, larger) // the envelope grew to the larger step's: within it
+	assert.True(t, p.logOps)
+	assert.Len(t, p.rec, 2*len(larger), "every allocation and every free")
+	runStep(t, a, larger)
+	plans, _, _ := planCounts(a)
+	assert.EqualValues(t, 1, plans, "planned from its log")
+	require.NoError(t, a.CheckInvariants())
+}
+
 // TestPlannedStepsOnSeveralStreamsAreNoPattern: a step that allocates on
 // a second stream stops its log there and is never planned, nor is the
 // step after it, whatever its sizes; two repeats on one stream then are.
@@ -344,7 +388,8 @@ func TestPlannedStepsOnSeveralStreamsAreNoPattern(t *testing.T) {
 	p := a.pol.plan
 	assert.True(t, p.recMixed)
 	assert.Len(t, p.recSize, 1, "the log stops at the second stream")
-	assert.Len(t, p.rec, 2, "the first allocation and its free")
+	assert.Empty(t, p.rec, "its operations, never packed, are forgotten")
+	assert.False(t, p.logOps)
 	runStep(t, a, stepSizes) // after a step on two streams: a repeat of nothing
 	plans, _, _ := planCounts(a)
 	assert.Zero(t, plans)
@@ -547,6 +592,12 @@ func TestCheckInvariantsCatchesPlanCorruption(t *testing.T) {
 		{"a log that lost its operations", "logged", func(a *Allocator) {
 			a.pol.plan.logOps = true // as with no plan
 			a.pol.plan.recSize = append(a.pol.plan.recSize, 512)
+		}},
+		{"operations logged past the envelope", "cannot fit the envelope", func(a *Allocator) {
+			p := a.pol.plan
+			p.same, p.recSame, p.logOps = nil, 0, true
+			p.recSize, p.recStream = append(p.recSize, p.prevSize[0]+512), p.prevStream
+			p.rec = append(p.rec, planOp{pos: 0})
 		}},
 		{"sizes that are not the plan's", "its size", func(a *Allocator) { a.pol.plan.sizes[1]++ }},
 		{"an envelope that is not the plan's", "the envelope has", func(a *Allocator) { a.pol.plan.prevSize[0]++ }},
