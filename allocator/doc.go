@@ -139,8 +139,11 @@
 // allocations offline, at those largest sizes, into an arena of free
 // memory and serves the steps that fit it (same order, the same sizes
 // or smaller ones: a short last batch) from there, with no fit and no
-// device call; a request whose place is taken is served by the policy,
-// one that departs from the pattern (larger, or on another stream) too,
+// device call; the step's allocations on other streams than its main one
+// (an input copied on a stream of its own) keep their places in the
+// pattern and are served by the policy, as is a request whose place is
+// taken, and one that departs from the pattern (larger, or on another
+// stream than the plan's at its position),
 // and the next step that fits is planned anew (a step of another shape
 // now and then, an optimizer's step every few micro-batches, keeps the
 // plan; a plan that ends is kept, and taken up again when its steps come

@@ -292,11 +292,14 @@ func (a *Allocator) handedOutLocked(sh *shard, f *freeindex.Block, size uint64) 
 	if pol := a.pol; pol != nil && pol.plan != nil {
 		p := pol.plan
 		if p.recording { // a quiet step logs nothing
-			if s, k := a.userStreamLocked(f), len(p.recSize); !p.recMixed && s == p.recStream && k > 0 && (!p.logOps || k < len(p.prevSize) && size <= p.prevSize[k]) {
-				// A step logged on its stream (its operations too while
-				// it may fit the envelope): its log, in line.
+			if s, k := a.userStreamLocked(f), len(p.recSize); s == p.recStream && k > 0 && (!p.logOps || k < len(p.prevSize) && size <= p.prevSize[k]) {
+				// A step's allocation on its main stream (its operations
+				// logged too while it may fit the envelope; with no
+				// envelope, its stream): its log, in line.
 				if p.logOps {
 					p.rec = append(p.rec, planOp{ptr: f.Ptr(), pos: int32(k)})
+				} else if len(p.prevSize) == 0 {
+					p.recStreams = append(p.recStreams, s)
 				}
 				p.recSize = append(p.recSize, size)
 			} else if !p.countSameLocked(size, s) {

@@ -34,8 +34,10 @@ import (
 //     boundary reads of such a step, and of a step that has the plan's
 //     sizes so far only their count (planState.recSame).
 //   - Planning: at a boundary, if the step just seen fits the envelope
-//     of the steps before it (as many allocations, all on their stream,
-//     none larger than the envelope's at its position: the step before
+//     of the steps before it (as many allocations on its main stream, the
+//     one with most of them, and side ones, on other streams, at the same
+//     positions: sideSize; none larger than the envelope's at its
+//     position: the step before
 //     it, or, where the steps before it had as many allocations on one
 //     stream with sizes that went up and down, as batches of varying
 //     length make them, the largest of their sizes at each position),
@@ -83,8 +85,12 @@ import (
 //     planned, a block of the previous step still live, an online block
 //     that landed there, pages reclaimed) is served online, and the step
 //     goes on following the plan.
-//   - Departure: a request larger than the plan's or of another stream,
-//     one past the plan's end, or one whose arena's segment was released,
+//   - Side streams: a step's allocations on other streams than its main
+//     one (an input copied on a stream of its own, a collective's buffer)
+//     keep their positions in the plan and are served online; they are
+//     no blocks of the arena, which is the main stream's.
+//   - Departure: a request larger than the plan's, one on another stream
+//     than the plan's at its position, one past the plan's end, or one whose arena's segment was released,
 //     ends the plan for the rest of the step: it and the requests after
 //     it are served online, without error. A step with the plan's pattern
 //     (rounded sizes, order, stream), or one that fits it (as many
@@ -93,7 +99,7 @@ import (
 //     any other the plan ends, that step grows the envelope (or, with
 //     another count or stream, is the envelope), and the next step that
 //     fits it is planned; but a step of another shape (another count of
-//     allocations, another stream or several: an optimizer's step every
+//     allocations, another main stream: an optimizer's step every
 //     few micro-batches, an evaluation every few steps) right after a
 //     step that kept the plan spares it for the next step. A program
 //     whose steps shrink for good keeps the plan, and its arena sized for
@@ -164,16 +170,22 @@ type planState struct {
 	// differs copies them there, and the log goes on as usual (a
 	// boundary copies them too). A step that follows the plan appends
 	// nothing.
-	same      []uint64
-	recSame   int
-	rec       []planOp
-	recSize   []uint64 // by position, the rounded size
-	recStream device.Stream
-	recMixed  bool // allocations on more than one stream: not planned
+	same    []uint64
+	recSame int
+	rec     []planOp
+	recSize []uint64 // by position, the rounded size (sideSize: on a side stream)
+	// recStream is the step's main stream: the envelope's (the plan's,
+	// under a plan), whose allocations are logged with their sizes, the
+	// others' as sideSize; in a step without an envelope, the first
+	// allocation's, until its boundary chooses (mainStreamLocked) from
+	// recStreams, every allocation's stream.
+	recStream  device.Stream
+	recStreams []device.Stream
 
 	// The envelope: by position, the largest rounded size of the steps
-	// recorded with allocations, all on prevStream, since the last with
-	// another count of them, another stream or several, or a quiet run; a
+	// recorded with allocations, on prevStream as their main stream, since
+	// the last with another count of them, side allocations elsewhere,
+	// another main stream, or a quiet run; a
 	// step that fits it is planned. Under a plan, the plan's sizes and
 	// stream: a step that keeps the plan, one that fits it with smaller
 	// sizes too, leaves them.
@@ -256,7 +268,14 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		return p.departLocked()
 	}
 	r := &p.reqs[k]
-	if r.size < rounded || x.Stream() != p.stream || x.PoolIdx() != qLarge {
+	if x.Stream() != p.stream || r.size == sideSize {
+		if x.Stream() != p.stream && r.size == sideSize {
+			p.asked = true // a side allocation where the plan has one: online
+			return nil
+		}
+		return p.departLocked()
+	}
+	if r.size < rounded || x.PoolIdx() != qLarge {
 		return p.departLocked()
 	}
 	if !r.arena {
@@ -356,8 +375,8 @@ func (p *planState) walkStart() *freeindex.Block {
 // buildPlanLocked plans the recorded step with the rounded sizes sizes,
 // by position (the envelope's: each at least the step's own): the blocks
 // it allocated and freed get offsets in the arena, with the lifetimes
-// the step gave them; the others are served online. A step with no
-// allocation, with allocations on several streams, or with sizes not
+// the step gave them; the others, and the side allocations (sideSize),
+// are served online. A step with no allocation, or with sizes not
 // one for each allocation, leaves no plan; so does any step on a device
 // without virtual memory, whose plain segments count their split blocks
 // (inactive_split), which a carve would change.
@@ -365,7 +384,7 @@ func (a *Allocator) buildPlanLocked(sizes []uint64) {
 	p := a.pol.plan
 	p.reqs = nil
 	n := len(p.recSize)
-	if n == 0 || p.recMixed || a.vm == nil || len(sizes) != n {
+	if n == 0 || a.vm == nil || len(sizes) != n {
 		return
 	}
 	start, end := make([]int, n), make([]int, n)
@@ -390,8 +409,8 @@ func (a *Allocator) buildPlanLocked(sizes []uint64) {
 	var items []pack.Item
 	var which []int32
 	for k, size := range sizes {
-		reqs[k] = planReq{size: size, arena: end[k] >= 0, below: -1}
-		if end[k] >= 0 {
+		reqs[k] = planReq{size: size, arena: end[k] >= 0 && size != sideSize, below: -1}
+		if reqs[k].arena {
 			items = append(items, pack.Item{Start: start[k], End: end[k], Bytes: size})
 			which = append(which, int32(k))
 		}
@@ -515,6 +534,9 @@ func (a *Allocator) checkPlanLocked(bad func(format string, args ...any)) {
 	}
 	if p.logOps && (len(p.prevSize) == 0 || !fitsSoFar(p.recSize, p.prevSize) || len(p.recSize) > 0 && p.recStream != p.prevStream) {
 		bad("the planned policy logs the operations of a step that cannot fit the envelope (%d sizes on stream %d, the envelope's %d on stream %d)", len(p.recSize), p.recStream, len(p.prevSize), p.prevStream)
+	}
+	if len(p.recStreams) > 0 && (len(p.prevSize) > 0 || len(p.recStreams) != len(p.recSize)) {
+		bad("the planned policy logs %d streams for a step of %d allocations (an envelope of %d)", len(p.recStreams), len(p.recSize), len(p.prevSize))
 	}
 	if p.recSame > len(p.same) || p.same != nil && (p.logOps || len(p.recSize) > 0 || !slices.Equal(p.same, p.sizes)) {
 		bad("the planned policy counts %d allocations as the plan's (%d sizes) beside %d logged (logging operations: %v; the plan's sizes: %d)", p.recSame, len(p.same), len(p.recSize), p.logOps, len(p.sizes))

@@ -371,7 +371,8 @@ func (a *Allocator) autoStepLocked() {
 // stopRecordingLocked ends the record of steps without a boundary: the
 // search for steps dropped its period, and no boundary may come.
 func (p *planState) stopRecordingLocked() {
-	p.recording, p.logOps, p.recMixed = false, false, false
+	p.recording, p.logOps = false, false
+	p.recStreams = p.recStreams[:0]
 	p.rec, p.recSize, p.prevSize = p.rec[:0], p.recSize[:0], p.prevSize[:0]
 	p.same, p.recSame = nil, 0
 }

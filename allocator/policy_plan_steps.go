@@ -6,60 +6,126 @@
 package allocator
 
 import (
+	"slices"
+
 	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
 )
 
+// sideSize stands, in the sizes of a step (the record's, the envelope's,
+// a plan's), for an allocation on another stream than the step's main
+// one: a side stream's, such as an input batch copied on a stream of its
+// own. It is served online and is no block of the arena; a step fits a
+// pattern only with its side allocations at the same positions. No
+// rounded size is 1 (they are multiples of 512).
+const sideSize = 1
+
 // planAllocatedLocked logs the allocation of b, of rounded bytes on
 // stream s, in the step being recorded; the ledger's hand-out asks
-// countSameLocked first. A step on a second stream is no pattern: from
-// then on it logs nothing (recMixed).
+// countSameLocked first and logs the common cases in line. A step with
+// an envelope (or a plan) has its stream as its main one, and logs an
+// allocation on another stream as sideSize; a step without one (the
+// first of a pattern) logs each allocation's stream too (recStreams), and
+// its boundary chooses its main stream (mainStreamLocked).
 func (a *Allocator) planAllocatedLocked(b *freeindex.Block, rounded uint64, s device.Stream) {
 	p := a.pol.plan
-	if !p.recording || p.recMixed {
+	if !p.recording {
 		return
 	}
 	if p.same != nil {
 		p.spellSameLocked()
 	}
-	if len(p.recSize) == 0 {
-		p.recStream = s
-	} else if s != p.recStream {
-		p.recMixed = true
-		p.stopOpsLocked()
-		return
+	k := len(p.recSize)
+	if len(p.prevSize) == 0 {
+		if k == 0 {
+			p.recStream = s
+		}
+		p.recStreams = append(p.recStreams, s)
+		p.recSize = append(p.recSize, rounded)
+		return // no envelope: no operation logged
+	}
+	v := rounded
+	if s != p.recStream {
+		v = sideSize
 	}
 	if p.logOps {
-		if k := len(p.recSize); k < len(p.prevSize) && rounded <= p.prevSize[k] && s == p.prevStream {
+		if k < len(p.prevSize) && fitsAt(v, p.prevSize[k]) {
 			p.rec = append(p.rec, planOp{ptr: b.Ptr(), pos: int32(k)})
 		} else {
 			p.stopOpsLocked()
 		}
 	}
-	p.recSize = append(p.recSize, rounded)
+	p.recSize = append(p.recSize, v)
+}
+
+// fitsAt reports whether an allocation logged as size fits a pattern's
+// size at its position, want: a side allocation where the pattern has
+// one, else one on the main stream no larger.
+func fitsAt(size, want uint64) bool {
+	return size <= want && (size == sideSize) == (want == sideSize)
 }
 
 // stopOpsLocked stops logging the step's operations, and forgets those
 // logged, once the step cannot fit the envelope (fitsPlan: an allocation
 // past its count, larger than its size at the position, or on another
-// stream) or allocates on a second stream: such a step is never packed,
-// and what the boundary reads of it (its sizes, its stream) is logged
-// apart. A step that cannot be planned pays for the sizes alone: the
-// first step of all, which has no envelope, logs no operation, and
-// BERT's second step stops at its 698th allocation (where AdamW's first
-// step, the envelope, made its state).
+// stream than the envelope's there): such a step is never packed, and
+// what the boundary reads of it (its sizes, its stream) is logged apart.
+// A step that cannot be planned pays for the sizes alone: the first step
+// of all, which has no envelope, logs no operation, and BERT's second
+// step stops at its 698th allocation (where AdamW's first step, the
+// envelope, made its state).
 func (p *planState) stopOpsLocked() {
 	p.logOps = false
 	p.rec = p.rec[:0]
 }
 
+// mainStreamLocked, at the boundary of a step that had no envelope (its
+// allocations' streams in recStreams), makes the stream with the most of
+// its allocations its main one (the first of them on a tie), and logs
+// the others as sideSize: the step is then as those with an envelope
+// log themselves. A program that copies its next input on a stream of
+// its own before its step plans the step all the same.
+func (p *planState) mainStreamLocked() {
+	if len(p.recStreams) == 0 {
+		return
+	}
+	main, most := p.recStreams[0], 0
+	for i, s := range p.recStreams {
+		if slices.Contains(p.recStreams[:i], s) {
+			continue // counted at its first allocation
+		}
+		if n := countStream(p.recStreams[i:], s); n > most {
+			main, most = s, n
+		}
+	}
+	for k, s := range p.recStreams {
+		if s != main {
+			p.recSize[k] = sideSize
+		}
+	}
+	p.recStream = main
+	p.recStreams = p.recStreams[:0]
+}
+
+// countStream counts s in streams.
+func countStream(streams []device.Stream, s device.Stream) int {
+	n := 0
+	for _, t := range streams {
+		if t == s {
+			n++
+		}
+	}
+	return n
+}
+
 // countSameLocked counts an allocation of rounded bytes on stream s as
 // the plan's (recSame) and reports true when the step so far has the
-// plan's sizes and this one is the plan's next on its stream; small
+// plan's sizes and this one is the plan's next: of its size on the
+// plan's stream, or a side allocation where the plan has one; small
 // enough to be inlined into the ledger's hand-out, which logs the
 // allocation (planAllocatedLocked) otherwise.
 func (p *planState) countSameLocked(rounded uint64, s device.Stream) bool {
-	if k := p.recSame; k < len(p.same) && p.same[k] == rounded && s == p.stream {
+	if k := p.recSame; k < len(p.same) && (p.same[k] == rounded && s == p.stream || p.same[k] == sideSize && s != p.stream) {
 		p.recSame++
 		return true
 	}
@@ -91,7 +157,7 @@ func (p *policyState) freesHeard() bool {
 // (floorFreedLocked), when it hears them (freesHeard).
 func (a *Allocator) planFreedLocked(sh *shard, ptr device.Ptr) {
 	p := a.pol.plan
-	if p.logOps { // never in a step on several streams (stopOpsLocked)
+	if p.logOps {
 		p.rec = append(p.rec, planOp{ptr: ptr, pos: -1})
 	}
 	if p.auto != nil {
@@ -101,21 +167,23 @@ func (a *Allocator) planFreedLocked(sh *shard, ptr device.Ptr) {
 
 // planStepLocked runs at a step boundary under the planned policy: a step
 // with the plan's pattern (served from the arena or not), one that fits
-// it (fitsPlan: the plan's stream, as many allocations, none larger than
-// the plan's), or one that allocated nothing, keeps it; a step that
+// it (fitsPlan: the plan's main stream, as many allocations, side ones
+// where the plan has them, none larger than the plan's), or one that
+// allocated nothing, keeps it; a step that
 // fits the envelope of the steps before it (prevSize: the step before
 // it, or the largest sizes of the last steps with as many allocations on
 // the stream) is planned with the envelope's sizes, so that steps whose
 // sizes go up and down (batches of varying length) are served once the
 // largest has been seen, and a step that repeats the one before it is
 // planned as it was; a step of another shape than the plan's (another
-// count of allocations, another stream or several) after one that kept
-// the plan spares it (planState.spared); any other ends the plan, which
-// is kept (keepPlanLocked), and takes up a kept plan that it fits
-// (training back after an evaluation), or grows the envelope (a step
-// with as many allocations on its stream) or is the envelope the next
-// step is compared with, unless it allocated on several streams: that is
-// no pattern, and the next step fits nothing.
+// count of allocations, or another main stream) after one that kept the
+// plan spares it (planState.spared); any other ends the plan, which is
+// kept (keepPlanLocked), and takes up a kept plan that it fits (training
+// back after an evaluation), or grows the envelope (a step with as many
+// allocations on its stream, side ones at the same positions) or is the
+// envelope the next step is compared with, unless most of it ran on
+// other streams than the envelope's: the next step then has no envelope,
+// and chooses its main stream (mainStreamLocked).
 // Planning costs up to n^2/2 reads of blocks for a step whose blocks are
 // mostly in use at once (internal/pack's Greedy: about 4 M instructions
 // for BERT's 1,004-block step), so a step is planned only once its
@@ -131,14 +199,15 @@ func (a *Allocator) planStepLocked() {
 		p.spellSameLocked()
 	}
 	p.same, p.recSame = nil, 0
-	kept := same || p.reqs != nil && !p.recMixed && p.recStream == p.stream && fitsPlan(p.recSize, p.sizes)
+	p.mainStreamLocked()
+	kept := same || p.reqs != nil && p.recStream == p.stream && fitsPlan(p.recSize, p.sizes)
 	// A step of another shape than the plan's (another count of
-	// allocations, another stream, or several), after one that kept the
+	// allocations, or another main stream), after one that kept the
 	// plan, spares it for the step after it: an optimizer's step every
 	// few accumulated micro-batches, an evaluation every few steps. The
 	// next step that does not fit the plan ends it.
 	spare := !kept && p.reqs != nil && !p.spared && len(p.recSize) > 0 &&
-		(p.recMixed || p.recStream != p.stream || len(p.recSize) != len(p.sizes))
+		(p.recStream != p.stream || len(p.recSize) != len(p.sizes))
 	p.spared = spare
 	if spare {
 		p.spares++
@@ -151,7 +220,7 @@ func (a *Allocator) planStepLocked() {
 			p.keepPlanLocked() // the plan ends; a step that comes back takes it up
 		}
 		switch {
-		case p.logOps && !p.recMixed && p.recStream == p.prevStream && fitsPlan(p.recSize, p.prevSize):
+		case p.logOps && p.recStream == p.prevStream && fitsPlan(p.recSize, p.prevSize):
 			// The pattern repeats, or the step fits the envelope of the
 			// steps before it: planned with the envelope's sizes, or by
 			// a kept plan that covers them, packed already.
@@ -164,7 +233,7 @@ func (a *Allocator) planStepLocked() {
 				}
 			}
 			p.misses, planned = 0, true
-		case !p.recMixed && len(p.kept) > 0:
+		case len(p.kept) > 0:
 			// A step of a kept plan's pattern, come back (training after
 			// an evaluation): that plan again, from the next step on.
 			if i := p.keptForLocked(p.recSize, p.recStream, p.prevSize, p.prevStream); i >= 0 {
@@ -181,10 +250,12 @@ func (a *Allocator) planStepLocked() {
 	switch {
 	case kept || planned || spare:
 		// The envelope stays: the plan's sizes, under a plan.
-	case p.recMixed:
-		p.prevSize = p.prevSize[:0] // its log stopped at its second stream
 	case len(p.recSize) == 0:
-	case p.recStream == p.prevStream && len(p.recSize) == len(p.prevSize):
+	case mostlySide(p.recSize):
+		// Most of the step ran on another stream than the envelope's:
+		// the next step, with no envelope, chooses its main stream.
+		p.prevSize = p.prevSize[:0]
+	case p.recStream == p.prevStream && len(p.recSize) == len(p.prevSize) && sidesAgree(p.recSize, p.prevSize):
 		// As many allocations on the stream as the envelope,
 		// some larger: the envelope grows to hold both.
 		for k, size := range p.recSize {
@@ -196,13 +267,16 @@ func (a *Allocator) planStepLocked() {
 		p.prevStream = p.recStream
 	}
 	p.rec, p.recSize = p.rec[:0], p.recSize[:0]
-	p.recMixed, p.recording = false, true
+	p.recording = true
 	if p.reqs == nil && p.quietLocked(missed) {
 		p.recording = false // a quiet step: nothing is logged
 	}
 	p.logOps = p.reqs == nil && p.recording && len(p.prevSize) > 0 // without an envelope, nothing to fit
 	if p.reqs != nil {
 		p.same = p.sizes
+	}
+	if len(p.prevSize) > 0 {
+		p.recStream = p.prevStream // the main stream (the plan's, under a plan)
 	}
 	p.pos = 0
 	p.follow = p.reqs != nil && a.arenaLocked()
@@ -219,11 +293,33 @@ func fitsPlan(step, plan []uint64) bool {
 		return false
 	}
 	for k, size := range step {
-		if size > plan[k] {
+		if !fitsAt(size, plan[k]) {
 			return false
 		}
 	}
 	return true
+}
+
+// sidesAgree reports whether two steps of as many allocations have their
+// side allocations (sideSize) at the same positions.
+func sidesAgree(a, b []uint64) bool {
+	for k, size := range a {
+		if (size == sideSize) != (b[k] == sideSize) {
+			return false
+		}
+	}
+	return true
+}
+
+// mostlySide reports whether most of a step's allocations are side ones.
+func mostlySide(sizes []uint64) bool {
+	n := 0
+	for _, size := range sizes {
+		if size == sideSize {
+			n++
+		}
+	}
+	return 2*n > len(sizes)
 }
 
 // fitsSoFar reports whether a step whose rounded sizes so far are step

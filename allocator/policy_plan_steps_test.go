@@ -366,38 +366,74 @@ func TestPlannedLogsOnlyStepsThatMayFit(t *testing.T) {
 	require.NoError(t, a.CheckInvariants())
 }
 
-// TestPlannedStepsOnSeveralStreamsAreNoPattern: a step that allocates on
-// a second stream stops its log there and is never planned, nor is the
-// step after it, whatever its sizes; two repeats on one stream then are.
-func TestPlannedStepsOnSeveralStreamsAreNoPattern(t *testing.T) {
+// TestPlannedStepsOnSeveralStreams: a step that allocates on a side
+// stream too (an input copied on a stream of its own) is planned on its
+// main stream, the one with most of its allocations, even where the
+// side allocation comes first: the main stream's blocks are served from
+// the arena, the side ones online, with no departure. A step whose side
+// allocation moves does not fit the plan, which ends; a step that runs
+// mostly on the side stream makes the next step choose its main stream
+// again.
+func TestPlannedStepsOnSeveralStreams(t *testing.T) {
 	a, dev := newOn(t, Config{Policy: PolicyPlanned})
-	s, err := dev.NewStream()
+	side, err := dev.NewStream()
 	require.NoError(t, err)
-	mixed := func() {
+	step := func(at int, onSide func(i int) bool) (ptrs []device.Ptr) {
 		a.MarkStep("step")
+		var held device.Ptr
 		for i, size := range stepSizes {
 			st := device.DefaultStream
-			if i == 1 {
-				st = s
+			if onSide(i) {
+				st = side
 			}
-			mustFree(t, a, mustAlloc(t, a, size, st))
+			p := mustAlloc(t, a, size, st)
+			ptrs = append(ptrs, p)
+			if i == at {
+				held = p // the side block lives to the step's end
+				continue
+			}
+			mustFree(t, a, p)
 		}
+		mustFree(t, a, held)
+		return ptrs
 	}
-	mixed()
-	mixed()
+	first := func(i int) bool { return i == 0 }
+	step(0, first)
 	p := a.pol.plan
-	assert.True(t, p.recMixed)
-	assert.Len(t, p.recSize, 1, "the log stops at the second stream")
-	assert.Empty(t, p.rec, "its operations, never packed, are forgotten")
-	assert.False(t, p.logOps)
-	runStep(t, a, stepSizes) // after a step on two streams: a repeat of nothing
-	plans, _, _ := planCounts(a)
-	assert.Zero(t, plans)
-	runStep(t, a, stepSizes) // repeats the one before: planned at the next mark
-	runStep(t, a, stepSizes)
-	plans, served, _ := planCounts(a)
-	assert.EqualValues(t, 1, plans)
-	assert.EqualValues(t, len(stepSizes), served)
+	assert.Equal(t, side, p.recStream, "before its boundary, the first allocation's stream")
+	assert.Len(t, p.recStreams, len(stepSizes))
+	step(0, first)
+	assert.Equal(t, device.DefaultStream, p.prevStream, "the stream with most of the step's allocations")
+	assert.EqualValues(t, sideSize, p.prevSize[0], "the side allocation")
+	assert.Empty(t, p.recStreams, "a step with an envelope logs side allocations as such")
+	assert.True(t, p.logOps, "the step fits the envelope")
+	assert.Len(t, p.rec, 2*len(stepSizes), "its operations, side ones too")
+	for range 3 { // planned at the first of these marks
+		ptrs := step(0, first)
+		plans, _, dep := planCounts(a)
+		assert.EqualValues(t, 1, plans)
+		assert.Zero(t, dep)
+		assert.True(t, p.follow)
+		for i, ptr := range ptrs[1:] {
+			r := p.reqs[i+1]
+			assert.Equal(t, p.addr+device.Ptr(r.off), ptr, "allocation %d at its place", i+1)
+		}
+		assert.False(t, p.reqs[0].arena, "the side allocation is no block of the arena")
+	}
+	_, served, _ := planCounts(a)
+	assert.EqualValues(t, 3*(len(stepSizes)-1), served, "every allocation but the side one, three times")
+	require.NoError(t, a.CheckInvariants())
+
+	step(3, func(i int) bool { return i == 3 }) // the side allocation moved
+	_, _, dep := planCounts(a)
+	assert.EqualValues(t, 1, dep, "a side allocation where the plan has one on the main stream departs")
+	a.MarkStep("step")
+	assert.Nil(t, p.reqs, "the step that moved it does not fit the plan: it ends")
+	for _, size := range stepSizes {
+		mustFree(t, a, mustAlloc(t, a, size, side)) // all on the side stream
+	}
+	a.MarkStep("step")
+	assert.Empty(t, p.prevSize, "a step mostly on another stream: no envelope")
 	require.NoError(t, a.CheckInvariants())
 }
 
@@ -598,6 +634,9 @@ func TestCheckInvariantsCatchesPlanCorruption(t *testing.T) {
 			p.same, p.recSame, p.logOps = nil, 0, true
 			p.recSize, p.recStream = append(p.recSize, p.prevSize[0]+512), p.prevStream
 			p.rec = append(p.rec, planOp{pos: 0})
+		}},
+		{"streams logged beside an envelope", "streams for a step", func(a *Allocator) {
+			a.pol.plan.recStreams = append(a.pol.plan.recStreams, device.DefaultStream)
 		}},
 		{"sizes that are not the plan's", "its size", func(a *Allocator) { a.pol.plan.sizes[1]++ }},
 		{"an envelope that is not the plan's", "the envelope has", func(a *Allocator) { a.pol.plan.prevSize[0]++ }},

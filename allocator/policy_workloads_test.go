@@ -251,6 +251,34 @@ func repeatLastStep(ops []trace.Op, steps int) []trace.Op {
 	return append(out, tail...)
 }
 
+// withSideInput returns ops with each step's input copied on a stream of
+// its own, as a data loader's prefetch does: after each mark, two blocks
+// (token ids and attention mask, int64, batch 2 of 128 tokens) allocated
+// on stream 1 and recorded on stream 0, which reads them; freed at the
+// step's end, before the next mark (the last ones at the end).
+func withSideInput(ops []trace.Op) []trace.Op {
+	var next uint64
+	for _, op := range ops {
+		next = max(next, op.ID+1)
+	}
+	w := &opWriter{next: next}
+	var held []uint64
+	for _, op := range ops {
+		if op.Kind == trace.Mark {
+			w.free(held...)
+			w.ops = append(w.ops, op)
+			ids, mask := w.alloc(2*128*8, 1), w.alloc(2*128*8, 1)
+			w.record(ids, 0)
+			w.record(mask, 0)
+			held = []uint64{ids, mask}
+			continue
+		}
+		w.ops = append(w.ops, op)
+	}
+	w.free(held...)
+	return w.ops
+}
+
 // batchSteps mixes traces of one program at several batch sizes (the
 // same operations, only the sizes differ): the allocations of the
 // step-th step (0 before the first mark) are those of
