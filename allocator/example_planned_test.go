@@ -116,3 +116,39 @@ func ExampleAllocator_PlanStats_evaluation() {
 	// Output:
 	// 2 plans packed, 4 taken up again, 148 requests served from an arena
 }
+
+// A data loader that copies the next input on a stream of its own
+// allocates on that stream at each step's start. The planned policy plans
+// the step on its main stream, the one with most of its allocations, and
+// serves the input copies online, in the copy stream's own memory.
+func ExampleAllocator_PlanStats_sideStream() {
+	cfg, _ := allocator.ParseConf("gpumem_policy:planned")
+	dev, _ := sim.New(sim.Config{})
+	a, _ := allocator.New(dev, cfg)
+	copyStream, _ := dev.NewStream()
+
+	var input device.Ptr
+	for step := range 6 {
+		if input != 0 {
+			_ = a.Free(input) // the last step's input
+		}
+		a.MarkStep("step")
+		input, _ = a.Alloc(1<<20, copyStream) // the input, copied on its stream
+		_ = a.RecordStream(input, device.DefaultStream)
+		var acts []device.Ptr
+		for _, size := range []uint64{24 << 20, 96 << 20, 24 << 20} {
+			p, _ := a.Alloc(size, device.DefaultStream)
+			acts = append(acts, p)
+		}
+		for _, p := range acts {
+			_ = a.Free(p)
+		}
+		if step == 5 {
+			st, _ := a.PlanStats()
+			fmt.Printf("%d plan, %d requests served from its arena, %d departures\n", st.Plans, st.Served, st.Departures)
+		}
+	}
+	_ = a.Free(input)
+	// Output:
+	// 1 plan, 12 requests served from its arena, 0 departures
+}
