@@ -58,6 +58,8 @@ type machine struct {
 	// pattern is the sizes of the step that Step repeats, drawn once;
 	// loop those of the loop that Loop runs, unmarked.
 	pattern, loop []uint64
+	// side is where SideStep allocates on a side stream, drawn once.
+	side int
 }
 
 type freedSpan struct {
@@ -281,6 +283,53 @@ func (m *machine) ShorterStep(t *rapid.T) {
 	}
 	m.a.MarkStep("step")
 	m.run(t, m.pattern[:len(m.pattern)/2])
+}
+
+// SideStep marks a step boundary and runs the machine's step with one
+// more allocation, on a side stream (an input copied on a stream of its
+// own), at a position drawn once, recorded on the default stream and
+// freed at the step's end. Under the planned policy the step is planned
+// on the default stream, the side allocation served online; a Step
+// after SideSteps does not fit their plan, nor a SideStep a Step's.
+func (m *machine) SideStep(t *rapid.T) {
+	if m.pattern == nil {
+		return // no step drawn yet
+	}
+	if m.side == 0 {
+		m.side = 1 + rapid.IntRange(0, len(m.pattern)).Draw(t, "side")
+	}
+	m.a.MarkStep("step")
+	var prev, input device.Ptr
+	side := func() {
+		if input = m.alloc(t, 1<<20, m.streams[1], false); input == 0 {
+			return // out of memory
+		}
+		if err := m.a.RecordStream(input, device.DefaultStream); err != nil {
+			t.Fatalf("RecordStream: %v", err)
+		}
+		b := m.live[input]
+		b.uses = append(b.uses, device.DefaultStream)
+		m.live[input] = b
+	}
+	for k, size := range m.pattern {
+		if k == m.side-1 {
+			side()
+		}
+		p := m.alloc(t, size, device.DefaultStream, false)
+		if prev != 0 {
+			m.free(t, prev)
+		}
+		prev = p
+	}
+	if m.side-1 == len(m.pattern) {
+		side() // the side allocation comes last
+	}
+	if prev != 0 {
+		m.free(t, prev)
+	}
+	if input != 0 {
+		m.free(t, input)
+	}
 }
 
 // Loop runs the machine's loop three times, unmarked: its sizes (drawn
@@ -556,6 +605,14 @@ func FuzzAllocator(f *testing.F) {
 		phases = append(phases, 8, 0, 0, n)
 	}
 	f.Add(append(phases, 0, 0, 0))
+	// The planned policy (35 bytes): two allocations, then their step
+	// marked six times, each begun with an input on stream 1 (a side
+	// allocation): planned on stream 0, served from the third.
+	side := []byte{0, 0, 3, 10, 0, 0, 2, 5}
+	for range 6 {
+		side = append(side, 8, 1, 0, 16)
+	}
+	f.Add(append(side, 0, 0, 0))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dev := simtest.New(t, simtest.Capacity(256*mib))
 		cfg := Config{MaxSplitSize: 64 * mib}
@@ -634,9 +691,21 @@ func FuzzAllocator(f *testing.F) {
 				// the sizes at odd positions doubled, the others halved;
 				// only its first half where n has bit 3 set (a step of
 				// another shape: two in a row end the plan, which is
-				// kept, and the whole step after them takes it up).
+				// kept, and the whole step after them takes it up);
+				// begun with a 4 KiB input on the op's stream, freed at
+				// the step's end, where n has bit 4 set and that stream
+				// is not the default one (a side allocation: the plan is
+				// the default stream's).
 				if n%2 == 0 {
 					a.MarkStep("step")
+				}
+				var input device.Ptr
+				if n&16 != 0 && s != 0 {
+					p, err := a.Alloc(4096, s)
+					if err != nil && !errors.Is(err, device.ErrOutOfMemory) {
+						t.Fatalf("Alloc(4096) on stream %d: %v", s, err)
+					}
+					input = p
 				}
 				sizes := stepSizes
 				if n&8 != 0 {
@@ -666,6 +735,11 @@ func FuzzAllocator(f *testing.F) {
 				}
 				if prev != 0 {
 					if err := a.Free(prev); err != nil {
+						t.Fatalf("Free: %v", err)
+					}
+				}
+				if input != 0 {
+					if err := a.Free(input); err != nil {
 						t.Fatalf("Free: %v", err)
 					}
 				}
