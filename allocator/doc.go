@@ -141,7 +141,7 @@
 // or smaller ones: a short last batch) from there, with no fit and no
 // device call; the step's allocations on other streams than its main one
 // (an input copied on a stream of its own) keep their places in the
-// pattern and are served by the policy, as is a request whose place is
+// pattern and are served by the policy (in marked steps), as is a request whose place is
 // taken, and one that departs from the pattern (larger, or on another
 // stream than the plan's at its position),
 // and the next step that fits is planned anew (a step of another shape

@@ -88,7 +88,11 @@ import (
 //   - Side streams: a step's allocations on other streams than its main
 //     one (an input copied on a stream of its own, a collective's buffer)
 //     keep their positions in the plan and are served online; they are
-//     no blocks of the arena, which is the main stream's.
+//     no blocks of the arena, which is the main stream's. Steps the
+//     program marks only: a step found without marks that allocates on
+//     another stream is no pattern (the search's boundaries fall at
+//     other places among the other streams' allocations from one step to
+//     the next).
 //   - Departure: a request larger than the plan's, one on another stream
 //     than the plan's at its position, one past the plan's end, or one whose arena's segment was released,
 //     ends the plan for the rest of the step: it and the requests after

@@ -452,3 +452,33 @@ func TestPlannedAutoStepsWithObservers(t *testing.T) {
 	require.Positive(t, served)
 	require.NoError(t, a.CheckInvariants())
 }
+
+// TestPlannedAutoStepsWithASideStreamAreNoPattern: in a program that
+// marks no step, the steps the search finds are planned only where they
+// allocate on one stream. The boundaries it puts fall on the compute
+// stream's floor, and another stream's allocations (copy streams that
+// prefetch several layers ahead, in offload) at other places from one
+// found step to the next: such steps are no pattern, as before steps
+// on several streams were planned. Marked, the same loop is planned on
+// its main stream (TestPlannedStepsOnSeveralStreams).
+func TestPlannedAutoStepsWithASideStreamAreNoPattern(t *testing.T) {
+	a, dev := newOn(t, Config{Policy: PolicyPlanned})
+	side, err := dev.NewStream()
+	require.NoError(t, err)
+	for range 8 {
+		input := mustAlloc(t, a, 1<<20, side)
+		unmarkedLoop(t, a, 1, 20, 1<<20)
+		mustFree(t, a, input)
+		require.NoError(t, a.CheckInvariants())
+	}
+	plans, served, _ := planCounts(a)
+	require.Zero(t, plans)
+	require.Zero(t, served)
+	for range 8 {
+		unmarkedLoop(t, a, 1, 20, 1<<20) // the loop alone: planned
+	}
+	plans, served, _ = planCounts(a)
+	require.EqualValues(t, 1, plans)
+	require.Positive(t, served)
+	require.NoError(t, a.CheckInvariants())
+}

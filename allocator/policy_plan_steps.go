@@ -200,14 +200,20 @@ func (a *Allocator) planStepLocked() {
 	}
 	p.same, p.recSame = nil, 0
 	p.mainStreamLocked()
-	kept := same || p.reqs != nil && p.recStream == p.stream && fitsPlan(p.recSize, p.sizes)
+	// A step found without marks (autoSteps) with side allocations is no
+	// pattern: where the search puts a program's boundaries, the other
+	// streams' allocations fall at other places from one step to the
+	// next (offload's copy streams, depth layers ahead: 13 plans and 132
+	// device calls, against none and 34, with them planned).
+	mixed := p.auto != nil && slices.Contains(p.recSize, sideSize)
+	kept := same || p.reqs != nil && !mixed && p.recStream == p.stream && fitsPlan(p.recSize, p.sizes)
 	// A step of another shape than the plan's (another count of
 	// allocations, or another main stream), after one that kept the
 	// plan, spares it for the step after it: an optimizer's step every
 	// few accumulated micro-batches, an evaluation every few steps. The
 	// next step that does not fit the plan ends it.
 	spare := !kept && p.reqs != nil && !p.spared && len(p.recSize) > 0 &&
-		(p.recStream != p.stream || len(p.recSize) != len(p.sizes))
+		(mixed || p.recStream != p.stream || len(p.recSize) != len(p.sizes))
 	p.spared = spare
 	if spare {
 		p.spares++
@@ -220,7 +226,7 @@ func (a *Allocator) planStepLocked() {
 			p.keepPlanLocked() // the plan ends; a step that comes back takes it up
 		}
 		switch {
-		case p.logOps && p.recStream == p.prevStream && fitsPlan(p.recSize, p.prevSize):
+		case !mixed && p.logOps && p.recStream == p.prevStream && fitsPlan(p.recSize, p.prevSize):
 			// The pattern repeats, or the step fits the envelope of the
 			// steps before it: planned with the envelope's sizes, or by
 			// a kept plan that covers them, packed already.
@@ -233,7 +239,7 @@ func (a *Allocator) planStepLocked() {
 				}
 			}
 			p.misses, planned = 0, true
-		case len(p.kept) > 0:
+		case !mixed && len(p.kept) > 0:
 			// A step of a kept plan's pattern, come back (training after
 			// an evaluation): that plan again, from the next step on.
 			if i := p.keptForLocked(p.recSize, p.recStream, p.prevSize, p.prevStream); i >= 0 {
@@ -250,6 +256,8 @@ func (a *Allocator) planStepLocked() {
 	switch {
 	case kept || planned || spare:
 		// The envelope stays: the plan's sizes, under a plan.
+	case mixed:
+		p.prevSize = p.prevSize[:0] // the next step is compared with none
 	case len(p.recSize) == 0:
 	case mostlySide(p.recSize):
 		// Most of the step ran on another stream than the envelope's:
