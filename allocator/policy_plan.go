@@ -272,14 +272,13 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		return p.departLocked()
 	}
 	r := &p.reqs[k]
-	if x.Stream() != p.stream || r.size == sideSize {
-		if x.Stream() != p.stream && r.size == sideSize {
-			p.asked = true // a side allocation where the plan has one: online
-			return nil
-		}
-		return p.departLocked()
+	if x.Stream() != p.stream && r.size == sideSize {
+		p.asked = true // a side allocation where the plan has one: online
+		return nil
 	}
-	if r.size < rounded || x.PoolIdx() != qLarge {
+	// sideSize is below every rounded size: a main allocation where the
+	// plan has a side one departs, as a larger one does.
+	if x.Stream() != p.stream || r.size < rounded || x.PoolIdx() != qLarge {
 		return p.departLocked()
 	}
 	if !r.arena {

@@ -21,8 +21,9 @@ type PlanStats struct {
 	Skips int64 `json:"skips"`
 	// Departures counts the steps that stopped following their plan at
 	// a request larger than the plan's, on another stream than the
-	// plan's at its position, or past the plan's end, or after the arena's segment was released (EmptyCache):
-	// that request and the rest of the step were served online.
+	// plan's at its position, or past the plan's end, or after the
+	// arena's segment was released (EmptyCache): that request and the
+	// rest of the step were served online.
 	Departures int64 `json:"departures"`
 	// Spared counts the steps of another shape than their plan's
 	// (another count of requests, or another main stream) that kept

@@ -424,11 +424,21 @@ func TestPlannedStepsOnSeveralStreams(t *testing.T) {
 	assert.EqualValues(t, 3*(len(stepSizes)-1), served, "every allocation but the side one, three times")
 	require.NoError(t, a.CheckInvariants())
 
-	step(3, func(i int) bool { return i == 3 }) // the side allocation moved
+	third := func(i int) bool { return i == 3 }
+	step(3, third) // the side allocation moved
 	_, _, dep := planCounts(a)
-	assert.EqualValues(t, 1, dep, "a side allocation where the plan has one on the main stream departs")
+	assert.EqualValues(t, 1, dep, "a main allocation where the plan has a side one departs")
 	a.MarkStep("step")
 	assert.Nil(t, p.reqs, "the step that moved it does not fit the plan: it ends")
+	assert.NotEqualValues(t, sideSize, p.prevSize[0], "the envelope is the step that moved it, not grown: its sides differ")
+	assert.EqualValues(t, sideSize, p.prevSize[3])
+	step(3, third) // repeats it: planned at the next mark
+	step(3, func(i int) bool { return i == 0 || i == 3 })
+	plans, _, dep := planCounts(a)
+	assert.EqualValues(t, 2, plans)
+	assert.EqualValues(t, 2, dep, "a side allocation where the plan has a main one departs")
+	a.MarkStep("step")
+	assert.Nil(t, p.reqs)
 	for _, size := range stepSizes {
 		mustFree(t, a, mustAlloc(t, a, size, side)) // all on the side stream
 	}
