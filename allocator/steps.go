@@ -16,10 +16,14 @@ import (
 // requested (-1) once a step has been marked (Allocator.stepping), and the
 // next boundary applies them, so that a boundary costs the operations
 // since the last one, not a walk of every live block. The log is bounded:
-// past minStepLog entries and twice the live blocks at the last
-// boundary, it stops and the next boundary counts the shard's live
-// blocks instead (lost), which the operations since then pay for.
-// Guarded by the shard's lock.
+// past minStepLog entries and the live blocks at the last boundary, it
+// stops and the next boundary counts the shard's live blocks instead
+// (lost). Both go through the same netting table (leakNets), at about
+// the same cost a block or an entry, so the boundary pays the lesser of
+// the two: a step that hands out and frees more blocks than it keeps (a
+// training step: BERT's logs 2,008 changes over 589 live blocks) is
+// counted from its live blocks, a loop that marks every few operations
+// over many live blocks from its log. Guarded by the shard's lock.
 type stepLog struct {
 	alive map[leakKey]int64 // at the last boundary; nil until one has counted the shard
 	log   []stepDelta       // since the last boundary
@@ -33,7 +37,7 @@ type stepDelta struct {
 }
 
 // minStepLog is the least bound of a shard's step log.
-const minStepLog = 1024
+const minStepLog = 64
 
 // note logs that b became live (d = +1) or stopped being so (-1).
 func (l *stepLog) note(b *freeindex.Block, d int64) {
@@ -53,11 +57,20 @@ func (a *Allocator) markStepLocked() map[leakKey]int64 {
 	for _, sh := range a.shards {
 		l := &sh.steps
 		if l.alive == nil || l.lost {
-			l.alive = make(map[leakKey]int64)
+			// Counted in the netting table first, as a log is, then
+			// copied: a live block costs an addition there, where the
+			// map would hash it and find its entry.
+			a.stepNets.reset()
 			sh.live.Each(func(b *freeindex.Block) {
 				a.examined++
-				l.alive[leakKey{b.Phase, b.Requested}]++
+				a.stepNets.add(leakKey{b.Phase, b.Requested}, 1)
 			})
+			if l.alive == nil {
+				l.alive = make(map[leakKey]int64)
+			} else {
+				clear(l.alive)
+			}
+			a.stepNets.each(func(k leakKey, n int64) { l.alive[k] = n })
 		} else {
 			// The log's changes netted by key first: most blocks of a step
 			// are handed out and freed within it, and their +1 and -1
@@ -76,7 +89,7 @@ func (a *Allocator) markStepLocked() map[leakKey]int64 {
 		}
 		clear(l.log)
 		l.log, l.lost = l.log[:0], false
-		l.limit = max(minStepLog, 2*sh.live.Len())
+		l.limit = max(minStepLog, sh.live.Len())
 		for k, n := range l.alive {
 			total[k] += n
 		}
@@ -120,9 +133,9 @@ func (a *Allocator) checkStepsLocked(bad func(string, ...any)) {
 
 // leakNets sums changes by leakKey, for markStepLocked: a table of open
 // addressing with linear probing, at most half full, reset for each log
-// and kept for the next (Allocator.stepNets). It grows with the keys, not
-// with the log: a log may hold twice the live blocks, and its keys are
-// few (a step's blocks come in few sizes).
+// and kept for the next (Allocator.stepNets). It grows with the keys,
+// not with the log or the live blocks it counts: their keys are few (a
+// step's blocks come in few sizes).
 type leakNets struct {
 	slots []leakNet
 	used  []int32 // the slots filled, in the order they were

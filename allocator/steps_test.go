@@ -77,7 +77,7 @@ func TestMarkStepCountsMatchAWalk(t *testing.T) {
 				}
 			}
 			if step%8 == 7 { // past the bound of the default stream's log: the next boundary walks
-				for range minStepLog {
+				for range minStepLog + len(live) {
 					p, err := a.Alloc(512, device.DefaultStream)
 					require.NoError(t, err)
 					require.NoError(t, a.Free(p))
