@@ -1,6 +1,6 @@
 // This file holds the counts of live blocks at step boundaries (MarkStep,
-// for Leaks), kept from what changed since the last boundary rather than
-// from a walk of every live block at each one.
+// for Leaks), kept from what changed since the last boundary, or from a
+// walk of the live blocks where fewer blocks are live than changed.
 
 package allocator
 
@@ -15,15 +15,16 @@ import (
 // since: the ledger logs each block handed out (+1) and each free
 // requested (-1) once a step has been marked (Allocator.stepping), and the
 // next boundary applies them, so that a boundary costs the operations
-// since the last one, not a walk of every live block. The log is bounded:
-// past minStepLog entries and the live blocks at the last boundary, it
-// stops and the next boundary counts the shard's live blocks instead
-// (lost). Both go through the same netting table (leakNets), at about
-// the same cost a block or an entry, so the boundary pays the lesser of
-// the two: a step that hands out and frees more blocks than it keeps (a
-// training step: BERT's logs 2,008 changes over 589 live blocks) is
-// counted from its live blocks, a loop that marks every few operations
-// over many live blocks from its log. Guarded by the shard's lock.
+// since the last one rather than a walk of every live block, unless
+// those are fewer. The log is bounded: past minStepLog entries and the
+// live blocks at the last boundary, it stops and the next boundary counts
+// the shard's live blocks instead (lost). Both go through the same
+// netting table (leakNets), at about the same cost a block or an entry,
+// so the boundary pays the lesser of the two: a step that hands out and
+// frees more blocks than it keeps (a training step: BERT's logs 2,008
+// changes over 589 live blocks) is counted from its live blocks, a loop
+// that marks every few operations over many live blocks from its log.
+// Guarded by the shard's lock.
 type stepLog struct {
 	alive map[leakKey]int64 // at the last boundary; nil until one has counted the shard
 	log   []stepDelta       // since the last boundary
