@@ -39,6 +39,47 @@ func TestMarkStepCostsWhatChanged(t *testing.T) {
 	assert.Equal(t, 7, leaks[0].Grew, "every one of the boundaries kept")
 }
 
+// TestMarkStepWalksWhereFewerAreLive: a boundary nets the step's log
+// while it holds no more changes than the shard has live blocks (and
+// minStepLog), and counts the live blocks otherwise, the cheaper of the
+// two; either way the counts are a walk's.
+func TestMarkStepWalksWhereFewerAreLive(t *testing.T) {
+	for _, c := range []struct {
+		live, pairs int
+		walks       bool
+	}{
+		{live: 10, pairs: minStepLog / 2, walks: false},  // minStepLog changes: the log
+		{live: 10, pairs: minStepLog/2 + 1, walks: true}, // more: the 10 live blocks
+		{live: 500, pairs: 250, walks: false},            // as many changes as live blocks
+		{live: 500, pairs: 251, walks: true},             // more
+		{live: 500, pairs: 1004, walks: true},            // a training step's shape
+		{live: 5000, pairs: 100, walks: false},           // a generation step's
+	} {
+		a, _ := newTest(t, 0, Config{})
+		for i := range c.live {
+			_, err := a.Alloc(uint64(512*(1+i%7)), device.DefaultStream)
+			require.NoError(t, err)
+		}
+		a.MarkStep("first")
+		for range 2 { // the second boundary's bound is the live blocks the first left
+			for i := range c.pairs {
+				p, err := a.Alloc(uint64(512*(1+i%5)), device.DefaultStream)
+				require.NoError(t, err)
+				require.NoError(t, a.Free(p))
+			}
+			a.lockAll()
+			a.examined = 0
+			got := a.markStepLocked()
+			walked := a.examined
+			want := make(map[leakKey]int64)
+			a.def.live.Each(func(b *freeindex.Block) { want[leakKey{b.Phase, b.Requested}]++ })
+			a.unlockAll()
+			assert.Equal(t, want, got, "%d live, %d pairs", c.live, c.pairs)
+			assert.Equal(t, c.walks, walked > 0, "%d live, %d pairs: walked %d blocks", c.live, c.pairs, walked)
+		}
+	}
+}
+
 // TestMarkStepCountsMatchAWalk: over random operations on several
 // streams, with frees that wait for stream events, blocks lent under the
 // policy, and runs of operations long enough to pass the step logs'
