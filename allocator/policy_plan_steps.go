@@ -94,7 +94,7 @@ func (p *planState) mainStreamLocked() {
 		if slices.Contains(p.recStreams[:i], s) {
 			continue // counted at its first allocation
 		}
-		if n := countStream(p.recStreams[i:], s); n > most {
+		if n := countOf(p.recStreams[i:], s); n > most {
 			main, most = s, n
 		}
 	}
@@ -107,11 +107,11 @@ func (p *planState) mainStreamLocked() {
 	p.recStreams = p.recStreams[:0]
 }
 
-// countStream counts s in streams.
-func countStream(streams []device.Stream, s device.Stream) int {
+// countOf counts v in xs.
+func countOf[T comparable](xs []T, v T) int {
 	n := 0
-	for _, t := range streams {
-		if t == s {
+	for _, x := range xs {
+		if x == v {
 			n++
 		}
 	}
@@ -321,13 +321,7 @@ func sidesAgree(a, b []uint64) bool {
 
 // mostlySide reports whether most of a step's allocations are side ones.
 func mostlySide(sizes []uint64) bool {
-	n := 0
-	for _, size := range sizes {
-		if size == sideSize {
-			n++
-		}
-	}
-	return 2*n > len(sizes)
+	return 2*countOf(sizes, sideSize) > len(sizes)
 }
 
 // fitsSoFar reports whether a step whose rounded sizes so far are step
