@@ -14,19 +14,27 @@ import (
 	"github.com/gpumem/gpumem/device"
 )
 
-// wordSums holds, for each word of a largeBuckets' l0, the number of
-// blocks of its 64 classes and the block of the lowest address among
-// them, with that address, in one entry (one cache line for the three; the
-// address spares the walk a load of each word's lowest block). A
+// sumsFrom is the first class that the word sums count: a close fit is
+// for requests of more than 1 MiB, so that it reads no word of smaller
+// classes, and the small blocks that come and go most are not counted.
+// A word below it is read class by class.
+const sumsFrom = 1 << 20 / MinBlockSize
+
+// wordSums holds, for each word of a largeBuckets' l0 from sumsFrom's,
+// the number of blocks of its 64 classes and the block of the lowest
+// address among them, with that address, in one entry (one cache line
+// for the three; the address spares the walk a load of each word's
+// lowest block). A
 // largeBuckets gets them at its first close fit (summarize) and keeps
 // them from then on: insert and remove keep the counts and lower the
 // lowest block in O(1); removing the lowest block forgets it (nil), and
 // the next close fit that reads the word finds it again.
 //
-// Invariants (checked by checkSums): m[w].cnt is the number of blocks of
-// the classes of word w; m[w].low is nil or the block of the lowest
-// address among them, and nil when m[w].cnt is 0; m[w].ptr is m[w].low's
-// address when m[w].low is not nil.
+// Invariants (checked by checkSums): below sumsFrom's word m[w] is zero;
+// from it, m[w].cnt is the number of blocks of the classes of word w;
+// m[w].low is nil or the block of the lowest address among them, and nil
+// when m[w].cnt is 0; m[w].ptr is m[w].low's address when m[w].low is
+// not nil; largeBuckets.sumsAt is sumsFrom once the sums exist.
 type wordSums [largeWords]wordSum
 
 // A wordSum is the entry of one word of l0 in wordSums.
@@ -58,10 +66,12 @@ func (m *wordSums) removed(w int, b *Block) {
 func (s *largeBuckets) summarize() {
 	m := new(wordSums)
 	s.eachBucket(func(bk *bucket) bool {
-		m[(bk.class-1)>>6].cnt += uint32(max(1, len(bk.heap)))
+		if int(bk.class-1) >= sumsFrom {
+			m[(bk.class-1)>>6].cnt += uint32(max(1, len(bk.heap)))
+		}
 		return true
 	})
-	s.sums = m
+	s.sums, s.sumsAt = m, sumsFrom
 }
 
 // findLow finds the lowest block among the classes of word w, which holds
@@ -97,8 +107,8 @@ func (s *largeBuckets) findLow(w int) (device.Ptr, *Block) {
 // stop at the first of them, which is larger than limit.
 func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *Block) (*Block, int, bool) {
 	top := int(min(limit/MinBlockSize, largeClasses)) - 1 // the last class within limit
-	if top == largeClasses-1 {
-		return s.closeFitAll(c, limit, below, window, best)
+	if top == largeClasses-1 || c < sumsFrom {
+		return s.closeFitAll(c, limit, below, window, best) // class by class: the sums count no word below sumsFrom's
 	}
 	if s.sums == nil {
 		s.summarize()
@@ -190,12 +200,18 @@ func (s *largeBuckets) closeFitWord(w, c, top int, below uint64, window int, bes
 // description of the first fault found, or "".
 func (s *largeBuckets) checkSums() string {
 	m := s.sums
+	if (m == nil && s.sumsAt != largeClasses) || (m != nil && s.sumsAt != sumsFrom) {
+		return "the first class the word sums count is wrong"
+	}
 	if m == nil {
 		return ""
 	}
 	var cnt [largeWords]uint32
 	var low [largeWords]*Block
 	s.eachBucket(func(bk *bucket) bool {
+		if int(bk.class-1) < sumsFrom {
+			return true // not counted: its entry stays zero
+		}
 		w := (bk.class - 1) >> 6
 		cnt[w] += uint32(max(1, len(bk.heap)))
 		if low[w] == nil || bk.first.ptr < low[w].ptr {

@@ -31,9 +31,10 @@
 //     address; a B+ tree (freeTree, tree.go) above. For every other pool of a stream that has
 //     a shard of its own. The index that takes a stream's small requests
 //     and the policy's large pool keep their classes in pages by word of
-//     the bitmap instead of the table (KeepPages, pages.go); the close
-//     fit reads whole words of the bitmap from their counts and lowest
-//     blocks (closefit.go). A bound of the classes that hold blocks
+//     the bitmap instead of the table (KeepPages, pages.go), a word of
+//     classes up to 2 MiB keeping its page while it is empty; the close
+//     fit reads whole words of the bitmap of classes above 1 MiB from
+//     their counts and lowest blocks (closefit.go). A bound of the classes that hold blocks
 //     (largeBuckets.top) answers a fit above every block without the
 //     bitmap: what the policy's lends ask of most other streams.
 //   - KindTree: the tree alone, for the many streams of the allocator's

@@ -96,7 +96,7 @@ func (x *Index) Init(shard int, sp *Spares, s device.Stream, p *Pool, k Kind) {
 	case KindSmall:
 		x.buckets = new(sizeBuckets)
 	case KindLarge:
-		x.large = new(largeBuckets)
+		x.large = &largeBuckets{sumsAt: largeClasses} // no sums yet
 	}
 }
 

@@ -196,6 +196,44 @@ func TestIndexCheckCatchesCorruption(t *testing.T) {
 			lb.used = 1
 			return ti
 		}},
+		{"a paged word without its page", "page of classes is missing", func() *testIndex {
+			ti := newTestIndex(KindLarge)
+			ti.x.KeepPages()
+			ti.segment(20 * mib)
+			ti.x.large.pages[classOf(20*mib)>>6] = nil
+			return ti
+		}},
+		{"a large word's page kept when it emptied", "page is kept empty", func() *testIndex {
+			ti := newTestIndex(KindLarge)
+			ti.x.KeepPages()
+			ti.segment(20 * mib)
+			ti.x.large.pages[classOf(30*mib)>>6] = new(classPage) // zero, of a word with no class
+			return ti
+		}},
+		{"a class left in the kept page of an empty word", "empty word is not zero", func() *testIndex {
+			ti := newTestIndex(KindLarge)
+			ti.x.KeepPages()
+			ti.segment(20 * mib)
+			c := classOf(4096) // a word of small classes, which keeps its page
+			p := new(classPage)
+			p[c&63] = bucket{class: int32(c) + 1, first: ti.x.wholes}
+			ti.x.large.pages[c>>6] = p // with no bit for it
+			return ti
+		}},
+		{"a word of small classes counted in the sums", "count of blocks is wrong", func() *testIndex {
+			ti := newTestIndex(KindLarge)
+			ti.segment(20 * mib)
+			ti.x.large.summarize()
+			ti.x.large.sums[classOf(4096)>>6].cnt = 1 // the close fit reads no such word: it stays zero
+			return ti
+		}},
+		{"word sums that count no class", "first class the word sums count", func() *testIndex {
+			ti := newTestIndex(KindLarge)
+			ti.segment(20 * mib)
+			ti.x.large.summarize()
+			ti.x.large.sumsAt = largeClasses
+			return ti
+		}},
 		{"a large bucket out of heap order", "not a heap by address", func() *testIndex {
 			ti := newTestIndex(KindLarge)
 			var bs []*Block

@@ -26,10 +26,12 @@ const (
 // sizes: tensors of one shape, again and again).
 //
 // Invariants (checked by check): a bit of l0 is set exactly when its
-// class is in the table; a bit of l1 (l2) exactly when its word of l0
-// (l1) is not zero; a class's bucket holds its lowest address in first
-// and, for two blocks or more, a heap by address of all of them with
-// every block's heapIdx its position.
+// class is in the table (or its page); a bit of l1 (l2) exactly when its
+// word of l0 (l1) is not zero; a class's bucket holds its lowest address
+// in first and, for two blocks or more, a heap by address of all of them
+// with every block's heapIdx its position. In pages (checkPages): a word
+// with blocks has its page; a word without has none, or, among the
+// words of classes up to 2 MiB (keptWords), a zero one.
 type largeBuckets struct {
 	l0 [largeWords]uint64
 	l1 [largeWords / 64]uint64
@@ -42,7 +44,8 @@ type largeBuckets struct {
 
 	frontier []*Block // ascendHeap's, kept for the next walk
 
-	sums *wordSums // the close fit's counts and lowest blocks per word of l0 (closefit.go), from its first use
+	sums   *wordSums // the close fit's counts and lowest blocks per word of l0 (closefit.go), from its first use
+	sumsAt int       // the first class the sums count: sumsFrom once they exist, above every class before
 
 	pages  []*classPage // its classes by word of l0, if it keeps them so (pages.go): nil for an empty word
 	spareP []*classPage // pages of words that emptied, zero, kept for reuse
@@ -166,7 +169,7 @@ func (s *largeBuckets) slot(c int) int {
 // insert adds b to its class.
 func (s *largeBuckets) insert(b *Block) {
 	c := classOf(b.size)
-	if s.sums != nil {
+	if c >= s.sumsAt {
 		s.sums.added(c>>6, b)
 	}
 	w, bit := classBit(c)
@@ -186,14 +189,15 @@ func (s *largeBuckets) insert(b *Block) {
 	key := int32(c) + 1
 	s.top = max(s.top, c) // a class fills
 	if s.pages != nil {
-		var p *classPage
-		if s.l0[w] != 0 {
-			p = s.pages[w]
-		} else { // the word's first class: its bits above and a page
+		// An empty word of small classes keeps its page, zero.
+		p := s.pages[w]
+		if s.l0[w] == 0 { // the word's first class: its bits above, and a page
 			s.l1[w>>6] |= 1 << (w & 63)
 			s.l2 |= 1 << (w >> 6)
-			p = s.newPage()
-			s.pages[w] = p
+			if p == nil {
+				p = s.newPage()
+				s.pages[w] = p
+			}
 		}
 		s.l0[w] |= bit
 		p[c&63].class, p[c&63].first = key, b // an empty bucket is zero
@@ -228,7 +232,7 @@ func (s *largeBuckets) newHeap() []*Block {
 // remove takes b out of its class.
 func (s *largeBuckets) remove(b *Block) {
 	c := classOf(b.size)
-	if s.sums != nil {
+	if c >= s.sumsAt {
 		s.sums.removed(c>>6, b)
 	}
 	var bk *bucket
@@ -258,7 +262,7 @@ func (s *largeBuckets) remove(b *Block) {
 	w, bit := classBit(c)
 	s.l0[w] &^= bit
 	if s.l0[w] == 0 {
-		if slot < 0 { // its page is zero again
+		if slot < 0 && w >= keptWords { // its page is zero again
 			s.spareP = append(s.spareP, s.pages[w])
 			s.pages[w] = nil
 		}
@@ -273,19 +277,22 @@ func (s *largeBuckets) remove(b *Block) {
 // its size, in buckets that keep pages: a pending split that settles
 // (Index.settle). It is remove and then insert, less what they would undo:
 // a page that the old class's word lets go of serves the new class's word
-// if that needs one (often the same word), and the bits above a word that
-// empties and fills again stay. Its heap steps are remove's and insert's
-// written out: the same steps as shared functions, which Go does not
-// inline, cost the policy 13 instructions per operation on random_mixed
-// (891.3 against 877.9, scripts/callgrind.sh policy) and the faithful
-// default 3.
+// if that needs one, and the bits above a word that empties and fills
+// again stay. Its heap steps are remove's and insert's written out: the
+// same steps as shared functions, which Go does not inline, cost the
+// policy 13 instructions per operation on random_mixed (891.3 against
+// 877.9, scripts/callgrind.sh policy) and the faithful default 3.
 func (s *largeBuckets) move(b *Block, old uint64) {
 	oc, c := classOf(old), classOf(b.size)
 	if m := s.sums; m != nil {
-		m.removed(oc>>6, b)
-		m.added(c>>6, b)
+		if oc >= sumsFrom {
+			m.removed(oc>>6, b)
+		}
+		if c >= sumsFrom {
+			m.added(c>>6, b)
+		}
 	}
-	var freed *classPage // the old class's page, zero, if its word emptied
+	var freed *classPage // the old class's page, zero, if its word emptied and lets it go
 	ow := oc >> 6 & (largeWords - 1)
 	if bk := &s.pages[ow][oc&63]; len(bk.heap) > 0 {
 		h := heapRemove(bk.heap, int(b.heapIdx))
@@ -298,7 +305,7 @@ func (s *largeBuckets) move(b *Block, old uint64) {
 		bk.heap = h
 	} else {
 		*bk = bucket{}
-		if s.l0[ow] &^= 1 << (oc & 63); s.l0[ow] == 0 {
+		if s.l0[ow] &^= 1 << (oc & 63); s.l0[ow] == 0 && ow >= keptWords {
 			freed = s.pages[ow]
 			s.pages[ow] = nil
 		}
@@ -324,26 +331,26 @@ func (s *largeBuckets) move(b *Block, old uint64) {
 		bk := &s.pages[w][c&63] // zero
 		bk.class, bk.first = int32(c)+1, b
 	default: // the word's first class
-		p := freed
+		p := s.pages[w] // a kept word's, zero
 		if p == nil {
-			p = s.newPage()
-		} else if freed = nil; w == ow { // emptied and filled again: the bits above stay
-			s.l0[w] = bit
+			if p, freed = freed, nil; p == nil {
+				p = s.newPage()
+			}
 			s.pages[w] = p
-			p[c&63].class, p[c&63].first = int32(c)+1, b // zero
-			return
-		} else {
-			s.clearWord(ow)
 		}
 		s.l0[w] = bit
+		p[c&63].class, p[c&63].first = int32(c)+1, b // zero
+		if w == ow {
+			return // emptied and filled again: the bits above stay
+		}
 		s.l1[w>>6] |= 1 << (w & 63)
 		s.l2 |= 1 << (w >> 6)
-		s.pages[w] = p
-		p[c&63].class, p[c&63].first = int32(c)+1, b // zero
 	}
-	if freed != nil { // the old word stays empty
-		s.spareP = append(s.spareP, freed)
+	if s.l0[ow] == 0 { // the old word emptied and stays so
 		s.clearWord(ow)
+		if freed != nil {
+			s.spareP = append(s.spareP, freed)
+		}
 	}
 }
 
@@ -424,9 +431,10 @@ func (s *largeBuckets) ascendFrom(c int, f func(*Block) bool) bool {
 	return true
 }
 
-// closeFitAll is closeFit for a limit at or above the largest class's
-// size, where the walk may end at the last class and go on through the
-// blocks above 128 MiB.
+// closeFitAll is closeFit class by class, without the word sums: for a
+// limit at or above the largest class's size, where the walk may end at
+// the last class and go on through the blocks above 128 MiB, and from a
+// class below those the sums count.
 func (s *largeBuckets) closeFitAll(c int, limit, below uint64, window int, best *Block) (*Block, int, bool) {
 	n := 0
 	for c >= 0 {
@@ -447,7 +455,7 @@ func (s *largeBuckets) closeFitAll(c int, limit, below uint64, window int, best 
 		}
 		c = s.firstAtLeast(c + 1)
 	}
-	return best, n, false
+	return best, n, limit < maxLargeSize // no class left: the blocks above 128 MiB are larger than a limit below
 }
 
 // ascendHeap calls f on the blocks of the heap h in address order until f

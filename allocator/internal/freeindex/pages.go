@@ -13,10 +13,18 @@ package freeindex
 // class; a zero bucket is an empty class.
 type classPage [64]bucket
 
+// keptWords is how many words of l0, from the first, keep their pages
+// when they empty: those of the classes of up to 2 MiB.
+const keptWords = SmallBuffer / MinBlockSize / 64
+
 // KeepPages makes x, an empty index of large buckets, keep its classes
 // in pages: 32 KiB, and 2.5 KiB for each word of l0 with blocks (at most
-// 10 MiB), kept for reuse when the word empties. On any other index it
-// does nothing.
+// 10 MiB). A word of the classes of up to 2 MiB keeps its page when it
+// empties (at most 160 KiB for all of them): small blocks come and go in
+// the same few sizes, again and again, and a page taken and given back
+// at each costs more than the blocks' filing. A larger word's page is
+// kept for reuse by any word when the word empties. On any other index
+// it does nothing.
 func (x *Index) KeepPages() {
 	if l := x.large; x.kind == KindLarge && l.l2 == 0 && len(l.pages) == 0 {
 		l.pages = make([]*classPage, largeWords)
@@ -52,9 +60,9 @@ func (s *largeBuckets) bucketOf(c int) *bucket {
 // classes in order and then the table's in table order, until f returns
 // false.
 func (s *largeBuckets) eachBucket(f func(*bucket) bool) {
-	for _, p := range s.pages {
-		if p == nil {
-			continue
+	for w, p := range s.pages {
+		if p == nil || s.l0[w] == 0 {
+			continue // no page, or a zero one (a page missing is checkPages' fault)
 		}
 		for i := range p {
 			if bk := &p[i]; bk.class != 0 && !f(bk) {
@@ -78,13 +86,19 @@ func (s *largeBuckets) checkPages() string {
 		return ""
 	}
 	for w, p := range s.pages {
-		if (p != nil) != (s.l0[w] != 0) {
-			return "a word's page of classes is missing or kept empty"
-		}
 		if p == nil {
+			if s.l0[w] != 0 {
+				return "a word's page of classes is missing"
+			}
 			continue
 		}
+		if s.l0[w] == 0 && w >= keptWords {
+			return "a large word's page is kept empty"
+		}
 		for i, bk := range p {
+			if s.l0[w] == 0 && (bk.class != 0 || bk.first != nil || bk.heap != nil) {
+				return "the page of an empty word is not zero"
+			}
 			if bk.class != 0 && int(bk.class) != w<<6|i+1 {
 				return "a paged class is not at its place"
 			}
