@@ -47,8 +47,8 @@ type largeBuckets struct {
 	sums   *wordSums // the close fit's counts and lowest blocks per word of l0 (closefit.go), from its first use
 	sumsAt int       // the first class the sums count: sumsFrom once they exist, above every class before
 
-	pages  []*classPage // its classes by word of l0, if it keeps them so (pages.go): nil for an empty word
-	spareP []*classPage // pages of words that emptied, zero, kept for reuse
+	pages  *[largeWords]*classPage // its classes by word of l0, if it keeps them so (pages.go): nil for an empty word
+	spareP []*classPage            // pages of words that emptied, zero, kept for reuse
 
 	// top bounds the classes that hold blocks: none is above it. It
 	// rises as a class fills (insert, move), and falls only where fit
@@ -140,6 +140,13 @@ func (s *largeBuckets) find(c int) *bucket {
 	if s.pages != nil { // nil or a page for each word
 		return &s.pages[c>>6][c&63]
 	}
+	return s.findInTable(c)
+}
+
+// findInTable is find in the table, apart so that find is inlined.
+//
+//go:noinline
+func (s *largeBuckets) findInTable(c int) *bucket {
 	key := int32(c) + 1
 	i := s.home(key)
 	for s.tab[i].class != key && s.tab[i].class != 0 {
@@ -238,7 +245,7 @@ func (s *largeBuckets) remove(b *Block) {
 	var bk *bucket
 	slot := -1
 	if s.pages != nil {
-		bk = &s.pages[c>>6][c&63]
+		bk = &s.pages[c>>6&(largeWords-1)][c&63]
 	} else {
 		slot = s.slot(c)
 		bk = &s.tab[slot]
@@ -552,7 +559,7 @@ func (s *largeBuckets) check() string {
 			return "a third-level bit disagrees with its word"
 		}
 	}
-	if bitsSet != classes || len(s.pages) == 0 && classes != s.used {
+	if bitsSet != classes || s.pages == nil && classes != s.used {
 		return "the count of classes is wrong"
 	}
 	if c := s.lastBelow(largeClasses); c > s.top {

@@ -26,8 +26,8 @@ const keptWords = SmallBuffer / MinBlockSize / 64
 // kept for reuse by any word when the word empties. On any other index
 // it does nothing.
 func (x *Index) KeepPages() {
-	if l := x.large; x.kind == KindLarge && l.l2 == 0 && len(l.pages) == 0 {
-		l.pages = make([]*classPage, largeWords)
+	if l := x.large; x.kind == KindLarge && l.l2 == 0 && l.pages == nil {
+		l.pages = new([largeWords]*classPage)
 	}
 }
 
@@ -44,7 +44,7 @@ func (s *largeBuckets) newPage() *classPage {
 
 // bucketOf returns the bucket of class c, or nil if no block is of it.
 func (s *largeBuckets) bucketOf(c int) *bucket {
-	if w := c >> 6; w < len(s.pages) {
+	if w := c >> 6; s.pages != nil && w < largeWords {
 		if p := s.pages[w]; p != nil && p[c&63].class != 0 {
 			return &p[c&63]
 		}
@@ -60,13 +60,15 @@ func (s *largeBuckets) bucketOf(c int) *bucket {
 // classes in order and then the table's in table order, until f returns
 // false.
 func (s *largeBuckets) eachBucket(f func(*bucket) bool) {
-	for w, p := range s.pages {
-		if p == nil || s.l0[w] == 0 {
-			continue // no page, or a zero one (a page missing is checkPages' fault)
-		}
-		for i := range p {
-			if bk := &p[i]; bk.class != 0 && !f(bk) {
-				return
+	if s.pages != nil {
+		for w, p := range s.pages {
+			if p == nil || s.l0[w] == 0 {
+				continue // no page, or a zero one (a page missing is checkPages' fault)
+			}
+			for i := range p {
+				if bk := &p[i]; bk.class != 0 && !f(bk) {
+					return
+				}
 			}
 		}
 	}
@@ -82,7 +84,7 @@ func (s *largeBuckets) eachBucket(f func(*bucket) bool) {
 // and no class in the table; it returns a description of the
 // first fault found, or "".
 func (s *largeBuckets) checkPages() string {
-	if len(s.pages) == 0 {
+	if s.pages == nil {
 		return ""
 	}
 	for w, p := range s.pages {
