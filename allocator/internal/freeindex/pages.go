@@ -9,6 +9,8 @@
 
 package freeindex
 
+import "math/bits"
+
 // A classPage holds the buckets of the 64 classes of one word of l0, by
 // class; a zero bucket is an empty class.
 type classPage [64]bucket
@@ -60,14 +62,19 @@ func (s *largeBuckets) bucketOf(c int) *bucket {
 // classes in order and then the table's in table order, until f returns
 // false.
 func (s *largeBuckets) eachBucket(f func(*bucket) bool) {
-	if s.pages != nil {
-		for w, p := range s.pages {
-			if p == nil || s.l0[w] == 0 {
-				continue // no page, or a zero one (a page missing is checkPages' fault)
-			}
-			for i := range p {
-				if bk := &p[i]; bk.class != 0 && !f(bk) {
-					return
+	if s.pages != nil { // the words with classes, through l2 and l1
+		for m2 := s.l2; m2 != 0; m2 &= m2 - 1 {
+			w1 := bits.TrailingZeros64(m2)
+			for m1 := s.l1[w1]; m1 != 0; m1 &= m1 - 1 {
+				w := w1<<6 | bits.TrailingZeros64(m1)
+				p := s.pages[w]
+				if p == nil {
+					continue // a page missing is checkPages' fault
+				}
+				for i := range p {
+					if bk := &p[i]; bk.class != 0 && !f(bk) {
+						return
+					}
 				}
 			}
 		}
