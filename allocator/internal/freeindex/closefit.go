@@ -96,12 +96,8 @@ func (s *largeBuckets) findLow(w int) (device.Ptr, *Block) {
 // blocks counted; and whether the walk ended here (a size above limit,
 // or the window full) rather than at the last class.
 //
-// When the bitmap shows no class above c within limit (most fits of a
-// loop over tensors of a few shapes: on BERT's steps 1,626 of 1,649
-// close fits a replay, against 3,039 of 37,388 on random_mixed), c's
-// class is the walk, without the sums. Otherwise it reads the classes
-// of c's word one by one, then the non-empty words above it (found
-// through l1 and l2) up to the last class within limit:
+// It reads the classes of c's word one by one, then the non-empty words
+// above it (found through l1 and l2) up to the last class within limit:
 // a word whose classes are all within limit and below below, and whose
 // blocks leave the window unfilled, is read from its sums (its count and
 // its lowest block), as visiting its classes one by one would end; any
@@ -114,30 +110,6 @@ func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *Bl
 	if top == largeClasses-1 || c < sumsFrom {
 		return s.closeFitAll(c, limit, below, window, best) // class by class: the sums count no word below sumsFrom's
 	}
-	// No class above c within limit, as on most fits of a training or
-	// generation step (tensors of a few shapes): c's blocks are the walk.
-	// The first class above c, if it is in c's word of l0, or else the
-	// first word of l0 with classes above c's, tells it (when that word
-	// is top's, the walk reads it).
-	w := c >> 6 & (largeWords - 1)
-	none := false
-	if m := s.l0[w] >> (c & 63) >> 1; m != 0 {
-		none = c+1+bits.TrailingZeros64(m) > top
-	} else if m := s.l1[w>>6] & (^uint64(1) << (w & 63)); m != 0 {
-		none = w&^63|bits.TrailingZeros64(m) > top>>6
-	} else if m := s.l2 & (^uint64(1) << (w >> 6)); m == 0 {
-		none = true
-	} else {
-		w1 := bits.TrailingZeros64(m)
-		none = w1<<6|bits.TrailingZeros64(s.l1[w1]) > top>>6
-	}
-	if none {
-		bk := s.find(c)
-		if uint64(c+1)*MinBlockSize < below && bk.first.ptr < best.ptr {
-			best = bk.first
-		}
-		return best, max(1, len(bk.heap)), true
-	}
 	if s.sums == nil {
 		s.summarize()
 	}
@@ -149,7 +121,7 @@ func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *Bl
 		whole = int((below+MinBlockSize-1)/MinBlockSize) - 2
 	}
 	topW, wholeW := top>>6, (whole+1)>>6-1
-	n, full := 0, false
+	n, full, w := 0, false, c>>6
 	if k := int(s.sums[w&(largeWords-1)].cnt); w <= wholeW && k < window && s.l0[w]&(1<<(c&63)-1) == 0 {
 		n = k // c's word holds no class below c: its sums are those of the classes from c
 		e := &s.sums[w&(largeWords-1)]
@@ -200,6 +172,22 @@ func (s *largeBuckets) closeFit(c int, limit, below uint64, window int, best *Bl
 		}
 		bp = best.ptr
 	}
+}
+
+// noneAboveWord reports whether no class of the words of l0 above w, up
+// to top's, holds blocks: from the first word of l0 with classes above
+// w; when that word is top's, it reports false.
+func (s *largeBuckets) noneAboveWord(w, top int) bool {
+	w1 := w >> 6 & (largeWords/64 - 1)
+	if m := s.l1[w1] & (^uint64(1) << (w & 63)); m != 0 {
+		return w1<<6|bits.TrailingZeros64(m) > top>>6
+	}
+	m := s.l2 & (^uint64(1) << w1)
+	if m == 0 {
+		return true // no class above w
+	}
+	w1 = bits.TrailingZeros64(m)
+	return w1<<6|bits.TrailingZeros64(s.l1[w1]) > top>>6
 }
 
 // closeFitWord is closeFit's walk of the classes from c to the end of
