@@ -90,6 +90,11 @@ func (p *planState) mainStreamLocked() {
 		return
 	}
 	main, most := p.recStreams[0], 0
+	if countOf(p.recStreams, main) == len(p.recStreams) { // one stream, the common case
+		p.recStream = main
+		p.recStreams = p.recStreams[:0]
+		return
+	}
 	for i, s := range p.recStreams {
 		if slices.Contains(p.recStreams[:i], s) {
 			continue // counted at its first allocation
