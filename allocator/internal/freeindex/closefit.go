@@ -24,11 +24,11 @@ const sumsFrom = 1 << 20 / MinBlockSize
 // the number of blocks of its 64 classes and the block of the lowest
 // address among them, with that address, in one entry (one cache line
 // for the three; the address spares the walk a load of each word's
-// lowest block). A
-// largeBuckets gets them at its first close fit (summarize) and keeps
-// them from then on: insert and remove keep the counts and lower the
-// lowest block in O(1); removing the lowest block forgets it (nil), and
-// the next close fit that reads the word finds it again.
+// lowest block). A largeBuckets gets them at its first close fit
+// (summarize) and keeps them from then on: insert, remove and move keep
+// the counts and lower the lowest block in O(1) (for the classes from
+// sumsAt: none before the sums exist); removing the lowest block forgets
+// it (nil), and the next close fit that reads the word finds it again.
 //
 // Invariants (checked by checkSums): below sumsFrom's word m[w] is zero;
 // from it, m[w].cnt is the number of blocks of the classes of word w;

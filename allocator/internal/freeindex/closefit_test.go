@@ -139,3 +139,55 @@ func TestCloseFitAsTheWalk(t *testing.T) {
 		}
 	})
 }
+
+// TestEmptyWordsKeepTheirPages follows the pages of a paged index as
+// words empty: a word of classes up to 2 MiB keeps its page, zero, and
+// has it again when it fills; a larger word gives its page to the spares,
+// and the next word to need one takes it. Both by remove and by a
+// settle's move, with the index's check after each step.
+func TestEmptyWordsKeepTheirPages(t *testing.T) {
+	p := &Pool{idx: 1}
+	seg := testSeg(p, SmallBuffer)
+	var x Index
+	x.Init(0, new(Spares), 0, p, KindLarge)
+	x.KeepPages()
+	s := x.large
+	check := func(step string) {
+		t.Helper()
+		x.Check(func(format string, args ...any) { t.Fatalf(step+": "+format, args...) })
+	}
+	small, large := 64*1024, 8*1024*1024 // words 1 and 256
+	ws, wl := classOf(uint64(small))>>6, classOf(uint64(large))>>6
+	b := onSeg(&Block{ptr: 1 << 32, size: uint64(small), pool: p}, seg)
+	x.Insert(b)
+	kept := s.pages[ws]
+	x.Remove(b)
+	check("a small block removed")
+	if s.pages[ws] != kept || kept == nil {
+		t.Fatalf("a word of small classes let its page go when it emptied")
+	}
+	x.Insert(b)
+	if s.pages[ws] != kept {
+		t.Fatalf("a word of small classes took another page when it filled again")
+	}
+	x.Remove(b)
+	c := onSeg(&Block{ptr: 2 << 32, size: uint64(large), pool: p}, seg)
+	x.Insert(c)
+	given := s.pages[wl]
+	x.Remove(c)
+	check("a large block removed")
+	if s.pages[wl] != nil || len(s.spareP) != 1 || s.spareP[0] != given {
+		t.Fatalf("a word of large classes kept its page when it emptied (spares %d)", len(s.spareP))
+	}
+	// A settle's move from a large word to another: the old word's page
+	// serves the new one, and none goes to the spares.
+	x.Insert(c)
+	f := x.Take(c, uint64(large/2), true) // c's rest, 4 MiB, pends under 8 MiB's key
+	f.Allocated = true
+	x.Flush() // the move, word 256 to word 128
+	check("a large block's rest settled")
+	if w := classOf(uint64(large/2)) >> 6; s.pages[w] == nil || s.pages[wl] != nil || len(s.spareP) != 0 {
+		t.Fatalf("after a move from a large word: page of the new word %v, of the old %v, spares %d",
+			s.pages[w] != nil, s.pages[wl] != nil, len(s.spareP))
+	}
+}

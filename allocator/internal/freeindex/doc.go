@@ -34,7 +34,9 @@
 //     the bitmap instead of the table (KeepPages, pages.go), a word of
 //     classes up to 2 MiB keeping its page while it is empty; the close
 //     fit reads whole words of the bitmap of classes above 1 MiB from
-//     their counts and lowest blocks (closefit.go). A bound of the classes that hold blocks
+//     their counts and lowest blocks (closefit.go), and none where the
+//     bitmap shows no class above the best fit's within its limit
+//     (FitClose). A bound of the classes that hold blocks
 //     (largeBuckets.top) answers a fit above every block without the
 //     bitmap: what the policy's lends ask of most other streams.
 //   - KindTree: the tree alone, for the many streams of the allocator's

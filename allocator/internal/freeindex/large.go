@@ -47,7 +47,7 @@ type largeBuckets struct {
 	sums   *wordSums // the close fit's counts and lowest blocks per word of l0 (closefit.go), from its first use
 	sumsAt int       // the first class the sums count: sumsFrom once they exist, above every class before
 
-	pages  *[largeWords]*classPage // its classes by word of l0, if it keeps them so (pages.go): nil for an empty word
+	pages  *[largeWords]*classPage // its classes by word of l0, if it keeps them so (pages.go): nil for an empty word, or zero for one of keptWords
 	spareP []*classPage            // pages of words that emptied, zero, kept for reuse
 
 	// top bounds the classes that hold blocks: none is above it. It
@@ -291,13 +291,11 @@ func (s *largeBuckets) remove(b *Block) {
 // 877.9, scripts/callgrind.sh policy) and the faithful default 3.
 func (s *largeBuckets) move(b *Block, old uint64) {
 	oc, c := classOf(old), classOf(b.size)
-	if m := s.sums; m != nil {
-		if oc >= sumsFrom {
-			m.removed(oc>>6, b)
-		}
-		if c >= sumsFrom {
-			m.added(c>>6, b)
-		}
+	if oc >= s.sumsAt {
+		s.sums.removed(oc>>6, b)
+	}
+	if c >= s.sumsAt {
+		s.sums.added(c>>6, b)
 	}
 	var freed *classPage // the old class's page, zero, if its word emptied and lets it go
 	ow := oc >> 6 & (largeWords - 1)

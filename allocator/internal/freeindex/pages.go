@@ -87,9 +87,10 @@ func (s *largeBuckets) eachBucket(f func(*bucket) bool) {
 }
 
 // checkPages verifies that an index keeping its classes in pages has a
-// page exactly for each word of l0 with blocks, each class at its place
-// and no class in the table; it returns a description of the
-// first fault found, or "".
+// page for each word of l0 with blocks, each class at its place, no page
+// for an empty word but a zero one for a word of classes up to 2 MiB
+// (keptWords), zero spares, and no class in the table; it returns a
+// description of the first fault found, or "".
 func (s *largeBuckets) checkPages() string {
 	if s.pages == nil {
 		return ""
