@@ -35,6 +35,21 @@ func (a *Allocator) PlanCounts() (plans, served, departures int64) {
 	return st.Plans, st.Served, st.Departures
 }
 
+// PlanWalkStart returns the block a walk to the arena's first address
+// starts from (planState.walkStart): its address and size, and whether
+// it is its segment's first block; and the arena's address. False with
+// no plan.
+func (a *Allocator) PlanWalkStart() (from device.Ptr, size uint64, first bool, addr device.Ptr, ok bool) {
+	a.lockAll()
+	defer a.unlockAll()
+	p := a.pol.plan
+	if p.reqs == nil || p.seg == nil {
+		return 0, 0, false, 0, false
+	}
+	b := p.walkStart(p.addr)
+	return b.Ptr(), b.Size(), b == p.seg.Head(), p.addr, true
+}
+
 // PlanWalks returns how many requests the planned policy served from an
 // arena without finding the place from the block just below it (the
 // walk from another block of the arena).

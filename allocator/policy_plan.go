@@ -222,6 +222,7 @@ type planState struct {
 	addr   device.Ptr         // the arena's address
 	seg    *freeindex.Segment // the arena's segment
 	last   *freeindex.Block   // the block last handed out of the arena, where a walk starts
+	bottom *freeindex.Block   // the block that held the arena's address when last found (floor)
 	follow bool               // the current step follows the plan so far
 	pos    int                // the next allocation's position in the current step
 	asked  bool               // the last position taken is served online: a fast path that misses gives it back
@@ -317,7 +318,7 @@ func (a *Allocator) planFitLocked(x *freeindex.Index, rounded uint64) *freeindex
 		}
 		p.walks++
 		if b = r.at; !freeindex.InSegment(b, p.seg) || ptr < b.Ptr() || ptr >= b.Ptr()+device.Ptr(b.Size()) {
-			b = freeindex.Containing(p.walkStart(), ptr)
+			b = freeindex.Containing(p.walkStart(ptr), ptr)
 		}
 	}
 	if b == nil || !b.IsFree() || b.Ptr()+device.Ptr(b.Size()) < ptr+device.Ptr(rounded) || b.Seg().Free() != x {
@@ -363,16 +364,45 @@ func (p *policyState) unplanLocked() {
 	}
 }
 
-// walkStart returns a block of the arena's segment to start a walk from,
-// for a request that has no block below its place (or whose block below
-// the caller freed early): the block last handed out of the arena while
+// walkStart returns a block of the arena's segment, whose head is one of
+// its blocks, to start a walk to ptr, an address of the arena, from, for
+// a request that has no block below its place (or whose block below the
+// caller freed early): of the block last handed out of the arena, while
 // its struct is still a block of the segment (freed, a struct usually
-// stays as the merged free block), else the segment's first block.
-func (p *planState) walkStart() *freeindex.Block {
-	if freeindex.InSegment(p.last, p.seg) {
-		return p.last
+// stays as the merged free block), and the block that holds the arena's
+// address (floor), the nearer to ptr by address. Not the segment's first
+// block: the blocks below the arena would be walked each time, a cache
+// miss each (on BERT's repeated step, about 130 blocks a walk).
+func (p *planState) walkStart(ptr device.Ptr) *freeindex.Block {
+	f, l := p.floor(), p.last
+	if !freeindex.InSegment(l, p.seg) {
+		l = nil
 	}
-	return p.seg.Head()
+	switch {
+	case f == nil && l == nil:
+		return p.seg.Head()
+	case f == nil || l != nil && l.Ptr() >= f.Ptr() && (l.Ptr() <= ptr || l.Ptr()-ptr < ptr-f.Ptr()):
+		return l
+	}
+	return f
+}
+
+// floor returns the block of the arena's segment, whose head is one of
+// its blocks, that holds the arena's address, or nil if the segment ends
+// below it: the one found last while it still does; else found by a walk
+// from that one, while its struct is a block of the segment (a carve at
+// the arena's address splits it there: the next block holds it), else
+// from the segment's first block (it merged with the block below it).
+func (p *planState) floor() *freeindex.Block {
+	f := p.bottom
+	switch {
+	case !freeindex.InSegment(f, p.seg):
+		f = p.seg.Head()
+	case f.Ptr() <= p.addr && p.addr < f.Ptr()+device.Ptr(f.Size()):
+		return f
+	}
+	p.bottom = freeindex.Containing(f, p.addr)
+	return p.bottom
 }
 
 // buildPlanLocked plans the recorded step with the rounded sizes sizes,
@@ -450,7 +480,7 @@ func (a *Allocator) arenaLocked() bool {
 		return true
 	}
 	if seg := p.seg; seg != nil && a.segments[seg.Ptr()] == seg {
-		if b := freeindex.Containing(seg.Head(), p.addr); b != nil && b.IsFree() && b.Ptr()+device.Ptr(b.Size()) >= p.addr+device.Ptr(f) {
+		if b := p.floor(); b != nil && b.IsFree() && b.Ptr()+device.Ptr(b.Size()) >= p.addr+device.Ptr(f) {
 			return true // the arena is still whole
 		}
 	}
@@ -504,7 +534,7 @@ func (a *Allocator) arenaLocked() bool {
 	// it, and the next boundary unmapped the free pages and mapped an
 	// arena elsewhere: 10 device calls instead of 3).
 	p.addr, p.seg = b.Ptr()+device.Ptr(b.Size()-f), b.Seg()
-	p.last = nil
+	p.last, p.bottom = nil, b
 	return true
 }
 

@@ -26,6 +26,7 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 	cfg := allocator.Config{Policy: allocator.PolicyPlanned}
 	capacity := uint64(80 << 30)
 	var walks int64
+	var last *allocator.Allocator
 	run := func(ops []trace.Op) (replay.Result, [3]int64) {
 		a := gpumemtest.New(t, gpumemtest.WithCapacity(capacity), gpumemtest.WithConfig(cfg), gpumemtest.AllowLeaks())
 		dev := a.Device().(*sim.Device)
@@ -36,6 +37,7 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 		var c [3]int64
 		c[0], c[1], c[2] = a.PlanCounts()
 		walks = a.PlanWalks()
+		last = a
 		return *res, c
 	}
 	res3, c := run(ops)
@@ -48,6 +50,12 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 	// handed out earlier in the step, but for the few with none below
 	// (9 a step).
 	require.Less(t, walks*50, c[1], "%d of %d served requests walked to their place", walks, c[1])
+	// Those walk from a block of the arena, not from the segment's first
+	// block: the model's weights lie below the arena, hundreds of blocks.
+	from, size, first, addr, ok := last.PlanWalkStart()
+	require.True(t, ok)
+	assert.True(t, from <= addr && uint64(addr-from) < size, "a walk to the arena's address %v starts at %v+%d", addr, from, size)
+	assert.False(t, first, "a walk starts from the arena's segment's first block")
 	require.Equal(t, res5.DeviceAllocs+res5.DeviceFrees, res8.DeviceAllocs+res8.DeviceFrees, "the steps served from the arena make no device call")
 
 	// On the smallest device the three steps fit (1.003 x their peak
