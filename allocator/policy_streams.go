@@ -76,6 +76,9 @@ func (a *Allocator) lendLocked(x *freeindex.Index, size uint64) (*freeindex.Inde
 			continue
 		}
 		a.visited++
+		if !y.MayFit(size) {
+			continue // most often, on offload: 152,347 of 242,820
+		}
 		b := y.Fit(size)
 		if b == nil || !a.rule.mayServe(b.Size(), size) {
 			continue

@@ -67,6 +67,9 @@ func TestHeldArena(t *testing.T) {
 	check("free merging both ways")
 
 	p.GCCalls = 12
+	if !x.MayFit(1 << 20) { // the arena's free blocks are in no structure
+		t.Fatal("MayFit: an index that holds an arena with a free block of 1 MiB holds none")
+	}
 	if f := x.Fit(1 << 20); f != m || !f.Indexed() || x.HoldsArena() || f.GCCountBase() != 9 {
 		t.Fatalf("a fit files the arena back first: found %v, held %v, age base %d", f, x.HoldsArena(), m.GCCountBase())
 	}
@@ -76,4 +79,33 @@ func TestHeldArena(t *testing.T) {
 		t.Fatalf("the last free: %v+%d indexed %v", m.Ptr(), m.Size(), m.Indexed())
 	}
 	check("whole again")
+}
+
+// TestMayFitWithAnArenaHeld: an arena carved from a free block above 128
+// MiB (filed in the tree, not in the large buckets, whose bound of
+// classes stays at 0) leaves both empty while held, yet a fit files its
+// free blocks back and finds one: MayFit must not say none.
+func TestMayFitWithAnArenaHeld(t *testing.T) {
+	const page = SmallBuffer
+	const base = device.Ptr(1 << 30)
+	p := NewPool(true, true)
+	var x Index
+	x.Init(0, new(Spares), 7, p, KindLarge)
+	u := x.NewSegment(base, 256*page, page)
+	x.SegmentAdded()
+	whole := x.Put(x.MapPages(u, 0, 256*page)) // 512 MiB, in the tree
+	if !x.MayFit(64 << 20) {
+		t.Fatal("MayFit: none, with a free block of 512 MiB in the tree")
+	}
+	a := x.Carve(whole, base, 4096)
+	a.Allocated = true
+	if !x.HoldsArena() {
+		t.Fatal("the carve holds no arena")
+	}
+	if !x.MayFit(64 << 20) {
+		t.Fatal("MayFit: none, with a free block of about 512 MiB held in the arena")
+	}
+	if f := x.Fit(64 << 20); f == nil || f.Size() != 256*page-4096 {
+		t.Fatalf("Fit after the carve: %v", f)
+	}
 }

@@ -106,7 +106,11 @@ func TestCloseFitAsTheWalk(t *testing.T) {
 				continue
 			}
 			from := size("from")
+			may := x.MayFit(from) // before Fit settles a pending split
 			first := x.Fit(from)
+			if first != nil && !may {
+				t.Fatalf("MayFit(%d): false, where %v fits", from, KeyOf(first))
+			}
 			if first == nil || !x.inLarge(first.size) {
 				continue
 			}

@@ -51,8 +51,9 @@
 // whole); Put (merge a freed block or an unmapped range with its
 // neighbours of the same kind, PyTorch's try_merge_blocks, and file the
 // result); Insert and Remove; the ordered walks Fit, AscendAtLeast,
-// CloseFit, FitClose (the two in one) and DescendBelow; Largest; the whole free segments
-// (AppendWholes, EachWhole); Each; the segments (NewSegment, which makes
+// CloseFit, FitClose (the two in one) and DescendBelow; MayFit (whether a
+// fit may find a block, asked without settling); Largest; the whole free
+// segments (AppendWholes, EachWhole); Each; the segments (NewSegment, which makes
 // one and its first block; MapPages and UnmapPages, which make an
 // expandable segment's pages, just mapped or unmapped, a block of their
 // own; ForgetSegment; the count, SegmentAdded and SegmentRemoved); Flush;

@@ -285,8 +285,9 @@ func TestPutMergesIntoTheTree(t *testing.T) {
 // TestFitBetweenChanges checks Fit against a sorted list of the same
 // blocks after every insert and remove, so that a fit that found nothing
 // (and lowered the large buckets' bound of their classes) is followed by
-// blocks of larger classes, which a later fit must find. It fails if the
-// bound is not raised as a class fills.
+// blocks of larger classes, which a later fit must find, and that MayFit
+// is true where a block fits. It fails if the bound is not raised as a
+// class fills.
 func TestFitBetweenChanges(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := &Pool{idx: 1}
@@ -323,6 +324,9 @@ func TestFitBetweenChanges(t *testing.T) {
 					if b.size >= size && (want == nil || b.size < want.size || b.size == want.size && b.ptr < want.ptr) {
 						want = b
 					}
+				}
+				if !x.MayFit(size) && want != nil {
+					t.Fatalf("MayFit(%d): false, where %v fits", size, KeyOf(want))
 				}
 				if got := x.Fit(size); got != want {
 					t.Fatalf("Fit(%d) = %v, want %v", size, KeyOf(got), KeyOf(want))

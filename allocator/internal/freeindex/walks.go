@@ -26,6 +26,18 @@ func (x *Index) Fit(size uint64) *Block {
 	return x.tree.lowerBound(size)
 }
 
+// MayFit reports whether x may hold a free block of at least size bytes,
+// without settling a pending split or reading the bitmap: false only
+// where x surely holds none, an index of large buckets whose bound of the
+// classes that hold blocks (a split's rest filed under the key of the
+// whole, which is no smaller) lies below size's and whose tree is empty,
+// with no arena held (whose free blocks are in no structure, and may
+// have come from the tree). Fit then returns nil; the policy's search of
+// the other streams' caches for a block to lend asks it first.
+func (x *Index) MayFit(size uint64) bool {
+	return x.kind != KindLarge || x.tree.n != 0 || x.pend == arenaMark || size > maxLargeSize || classOf(size) <= x.large.top
+}
+
 // Largest returns a free block of the largest size, or nil.
 func (x *Index) Largest() *Block {
 	if x.pend != nil {
