@@ -16,9 +16,7 @@ import (
 func TestHeldArena(t *testing.T) {
 	const page = SmallBuffer
 	const base = device.Ptr(1 << 30)
-	p := NewPool(true, true)
-	var x Index
-	x.Init(0, new(Spares), 7, p, KindLarge)
+	x, p := largeIndex()
 	check := func(step string) {
 		t.Helper()
 		var bad []string
@@ -88,9 +86,7 @@ func TestHeldArena(t *testing.T) {
 func TestMayFitWithAnArenaHeld(t *testing.T) {
 	const page = SmallBuffer
 	const base = device.Ptr(1 << 30)
-	p := NewPool(true, true)
-	var x Index
-	x.Init(0, new(Spares), 7, p, KindLarge)
+	x, _ := largeIndex()
 	u := x.NewSegment(base, 256*page, page)
 	x.SegmentAdded()
 	whole := x.Put(x.MapPages(u, 0, 256*page)) // 512 MiB, in the tree
@@ -108,4 +104,13 @@ func TestMayFitWithAnArenaHeld(t *testing.T) {
 	if f := x.Fit(64 << 20); f == nil || f.Size() != 256*page-4096 {
 		t.Fatalf("Fit after the carve: %v", f)
 	}
+}
+
+// largeIndex returns an empty index of the large kind, of stream 7, and
+// its pool of expandable segments, for the tests of a segment's blocks.
+func largeIndex() (*Index, *Pool) {
+	p := NewPool(true, true)
+	x := new(Index)
+	x.Init(0, new(Spares), 7, p, KindLarge)
+	return x, p
 }

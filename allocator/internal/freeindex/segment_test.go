@@ -13,9 +13,7 @@ import (
 func TestSegmentPagesMapAndUnmap(t *testing.T) {
 	const page = SmallBuffer
 	const base = device.Ptr(1 << 30)
-	p := NewPool(true, true)
-	var x Index
-	x.Init(0, new(Spares), 7, p, KindLarge)
+	x, p := largeIndex()
 	// want lists the blocks of the segment from its head: 'u' an unmapped
 	// page, 'f' a free one, each run of one letter one block.
 	expect := func(step string, seg *Segment, want string) {
@@ -58,8 +56,8 @@ func TestSegmentPagesMapAndUnmap(t *testing.T) {
 	u := x.NewSegment(base, 4*page, page)
 	seg := u.Seg()
 	x.SegmentAdded()
-	if !seg.Expandable() || seg.Page() != page || seg.Free() != &x || seg.Head() != u {
-		t.Fatalf("new segment: expandable %v, page %d, free index %p (want %p), head %p (want %p)", seg.Expandable(), seg.Page(), seg.Free(), &x, seg.Head(), u)
+	if !seg.Expandable() || seg.Page() != page || seg.Free() != x || seg.Head() != u {
+		t.Fatalf("new segment: expandable %v, page %d, free index %p (want %p), head %p (want %p)", seg.Expandable(), seg.Page(), seg.Free(), x, seg.Head(), u)
 	}
 	expect("new", seg, "uuuu")
 
