@@ -72,7 +72,9 @@ import (
 //     block is found from the block handed out in the step for the
 //     request whose place lies just below, in use then (planReq.below,
 //     worked out when the step is planned): its next block, as the plan
-//     has it. The first carve takes the free block it carves from out of
+//     has it; where none lies below, a walk from the block that holds the
+//     arena's address or from the one last handed out, the nearer
+//     (walkStart). The first carve takes the free block it carves from out of
 //     the free index and holds its range (the free index's held arena):
 //     the carves after it and the frees of the range's blocks change the
 //     segment's list of blocks alone, until any other use of the index
