@@ -4,7 +4,8 @@
 // out for that step in advance. Its record of a step and the step
 // boundary are in policy_plan_steps.go, the table that matches its frees
 // with its allocations in policy_plan_live.go, the block below each
-// place that a served request starts from in policy_plan_below.go.
+// place that a served request starts from, and where a walk to a place
+// with none starts, in policy_plan_below.go.
 
 package allocator
 
@@ -72,10 +73,11 @@ import (
 //     block is found from the block handed out in the step for the
 //     request whose place lies just below, in use then (planReq.below,
 //     worked out when the step is planned): its next block, as the plan
-//     has it; where none lies below, a walk from the block that holds the
-//     arena's address or from the one last handed out, the nearer
-//     (walkStart). The first carve takes the free block it carves from out of
-//     the free index and holds its range (the free index's held arena):
+//     has it; where none lies below, a walk from the block that holds
+//     the arena's address or from the one last handed out, the nearer
+//     (walkStart). The first carve takes the free block it carves from
+//     out of the free index and holds its range (the free index's held
+//     arena):
 //     the carves after it and the frees of the range's blocks change the
 //     segment's list of blocks alone, until any other use of the index
 //     (a fit, a free elsewhere, a walk of the world) files the range's
@@ -364,47 +366,6 @@ func (p *policyState) unplanLocked() {
 		p.plan.pos--
 		p.plan.asked = false
 	}
-}
-
-// walkStart returns a block of the arena's segment, whose head is one of
-// its blocks, to start a walk to ptr, an address of the arena, from, for
-// a request that has no block below its place (or whose block below the
-// caller freed early): of the block last handed out of the arena, while
-// its struct is still a block of the segment (freed, a struct usually
-// stays as the merged free block), and the block that holds the arena's
-// address (floor), the nearer to ptr by address. Not the segment's first
-// block: the blocks below the arena would be walked each time, a cache
-// miss each (on BERT's repeated step, about 130 blocks a walk).
-func (p *planState) walkStart(ptr device.Ptr) *freeindex.Block {
-	f, l := p.floor(), p.last
-	if !freeindex.InSegment(l, p.seg) {
-		l = nil
-	}
-	switch {
-	case f == nil && l == nil:
-		return p.seg.Head()
-	case f == nil || l != nil && l.Ptr() >= f.Ptr() && (l.Ptr() <= ptr || l.Ptr()-ptr < ptr-f.Ptr()):
-		return l
-	}
-	return f
-}
-
-// floor returns the block of the arena's segment, whose head is one of
-// its blocks, that holds the arena's address, or nil if the segment ends
-// below it: the one found last while it still does; else found by a walk
-// from that one, while its struct is a block of the segment (a carve at
-// the arena's address splits it there: the next block holds it), else
-// from the segment's first block (it merged with the block below it).
-func (p *planState) floor() *freeindex.Block {
-	f := p.bottom
-	switch {
-	case !freeindex.InSegment(f, p.seg):
-		f = p.seg.Head()
-	case f.Ptr() <= p.addr && p.addr < f.Ptr()+device.Ptr(f.Size()):
-		return f
-	}
-	p.bottom = freeindex.Containing(f, p.addr)
-	return p.bottom
 }
 
 // buildPlanLocked plans the recorded step with the rounded sizes sizes,

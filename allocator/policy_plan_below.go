@@ -1,6 +1,8 @@
 // This file holds the planned policy's block below each place (planReq.below,
 // policy_plan.go has the policy's model): worked out when a step is
-// planned, it is where a served request's walk to its place starts.
+// planned, it is where a served request's walk to its place starts; and,
+// for a place with none below, the block such a walk starts from
+// (walkStart).
 
 package allocator
 
@@ -8,6 +10,9 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+
+	"github.com/gpumem/gpumem/allocator/internal/freeindex"
+	"github.com/gpumem/gpumem/device"
 )
 
 // planBelow sets each arena request's below: the operations of the step
@@ -101,4 +106,45 @@ func highestBelow(set []uint64, r int) int {
 		}
 	}
 	return -1
+}
+
+// walkStart returns a block of the arena's segment, whose head is one of
+// its blocks, to start a walk to ptr, an address of the arena, from, for
+// a request that has no block below its place (or whose block below the
+// caller freed early): of the block last handed out of the arena, while
+// its struct is still a block of the segment (freed, a struct usually
+// stays as the merged free block), and the block that holds the arena's
+// address (floor), the nearer to ptr by address. Not the segment's first
+// block: the blocks below the arena would be walked each time, a cache
+// miss each (on BERT's repeated step, about 130 blocks a walk).
+func (p *planState) walkStart(ptr device.Ptr) *freeindex.Block {
+	f, l := p.floor(), p.last
+	if !freeindex.InSegment(l, p.seg) {
+		l = nil
+	}
+	switch {
+	case f == nil && l == nil:
+		return p.seg.Head()
+	case f == nil || l != nil && l.Ptr() >= f.Ptr() && (l.Ptr() <= ptr || l.Ptr()-ptr < ptr-f.Ptr()):
+		return l
+	}
+	return f
+}
+
+// floor returns the block of the arena's segment, whose head is one of
+// its blocks, that holds the arena's address, or nil if the segment ends
+// below it: the one found last while it still does; else found by a walk
+// from that one, while its struct is a block of the segment (a carve at
+// the arena's address splits it there: the next block holds it), else
+// from the segment's first block (it merged with the block below it).
+func (p *planState) floor() *freeindex.Block {
+	f := p.bottom
+	switch {
+	case !freeindex.InSegment(f, p.seg):
+		f = p.seg.Head()
+	case f.Ptr() <= p.addr && p.addr < f.Ptr()+device.Ptr(f.Size()):
+		return f
+	}
+	p.bottom = freeindex.Containing(f, p.addr)
+	return p.bottom
 }

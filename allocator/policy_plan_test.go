@@ -51,7 +51,7 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 	// (9 a step).
 	require.Less(t, walks*50, c[1], "%d of %d served requests walked to their place", walks, c[1])
 	// Those walk from a block of the arena, not from the segment's first
-	// block: the model's weights lie below the arena, hundreds of blocks.
+	// block: about 130 blocks lie below the arena.
 	from, size, first, addr, ok := last.PlanWalkStart()
 	require.True(t, ok)
 	assert.True(t, from <= addr && uint64(addr-from) < size, "a walk to the arena's address %v starts at %v+%d", addr, from, size)

@@ -53,10 +53,10 @@
 // result); Insert and Remove; the ordered walks Fit, AscendAtLeast,
 // CloseFit, FitClose (the two in one) and DescendBelow; MayFit (whether a
 // fit may find a block, asked without settling); Largest; the whole free
-// segments (AppendWholes, EachWhole); Each; the segments (NewSegment, which makes
-// one and its first block; MapPages and UnmapPages, which make an
-// expandable segment's pages, just mapped or unmapped, a block of their
-// own; ForgetSegment; the count, SegmentAdded and SegmentRemoved); Flush;
+// segments (AppendWholes, EachWhole); Each; the segments (NewSegment,
+// which makes one and its first block; MapPages and UnmapPages, which
+// make an expandable segment's pages, just mapped or unmapped, a block of
+// their own; ForgetSegment; the count, SegmentAdded and SegmentRemoved); Flush;
 // and its checks (Check, CheckSegments, Pool.CheckOwners). A Pool is read
 // through its methods too (its unmapped ranges: AscendUnmapped,
 // EachUnmapped, HasUnmapped, UnmappedLen; its ColdView). PtrTable is the
