@@ -39,6 +39,7 @@ var (
 	policyWrite = flag.String("policy.write", "", "write the synthetic traces into this directory as .trace.gz files")
 	policyParts = flag.Bool("policy.parts", false, "measure the policy with each of its parts changed (POLICY.md's second table)")
 	policyTimes = flag.Int("policy.times", 0, "replay every trace under each mode this many rounds, the modes taking turns, and print the fastest replay of each as a multiple of the faithful default's")
+	policySteps = flag.Int("policy.steps", 0, "replay BERT's repeated steps and its batches that change every step, over more and more steps, this many rounds under the faithful default and the planned policy in turns, and print the fastest replay of each")
 )
 
 // policyTrace is one trace of the table.
@@ -236,17 +237,7 @@ func TestPolicyTimes(t *testing.T) {
 		best := make([]time.Duration, len(policyModes))
 		for r := range *policyTimes {
 			for i, m := range policyModes {
-				cfg, err := allocator.ParseConf(m.conf)
-				require.NoError(t, err)
-				dev := simtest.New(t)
-				a, err := allocator.New(dev, cfg)
-				require.NoError(t, err)
-				runtime.GC()
-				start := time.Now()
-				_, err = replay.Run(trace.SliceReader(ops), a, dev, replay.Options{})
-				d := time.Since(start)
-				require.NoError(t, err)
-				if r == 0 || d < best[i] {
+				if d, _ := timedReplay(t, ops, m.conf); r == 0 || d < best[i] {
 					best[i] = d
 				}
 			}
@@ -258,6 +249,72 @@ func TestPolicyTimes(t *testing.T) {
 		b.WriteString("\n")
 	}
 	t.Logf("fastest of %d replays, as a multiple of the faithful default's:\n%s", *policyTimes, b.String())
+}
+
+// timedReplay replays ops on a new simulated device under the
+// configuration conf, after a collection of the Go heap, and returns the
+// replay's wall time and the allocator.
+func timedReplay(t *testing.T, ops []trace.Op, conf string) (time.Duration, *allocator.Allocator) {
+	cfg, err := allocator.ParseConf(conf)
+	require.NoError(t, err)
+	dev := simtest.New(t)
+	a, err := allocator.New(dev, cfg)
+	require.NoError(t, err)
+	runtime.GC()
+	start := time.Now()
+	_, err = replay.Run(trace.SliceReader(ops), a, dev, replay.Options{})
+	d := time.Since(start)
+	require.NoError(t, err)
+	return d, a
+}
+
+// TestPlannedStepsToPayBack measures, with -policy.steps N, how many
+// steps the planned policy takes to pay back its plans in time: bert_b2
+// with its last step repeated, and BERT's batches that change every step
+// (bertBatches), over more and more steps, each replayed N rounds under
+// the faithful default and the planned policy in turns; it prints the
+// fastest replay of each and planned's as a multiple of the default's.
+// Each replay checks what the plans served: every repeated step after
+// the third, from its first plan on.
+func TestPlannedStepsToPayBack(t *testing.T) {
+	if *policySteps <= 0 {
+		t.Skip("measurements: run with -policy.steps N")
+	}
+	repeated := fileOps("../trace/replay/testdata/bert_b2.trace.gz")(t)
+	var b strings.Builder
+	b.WriteString("| trace | steps | faithful default | planned | planned / default | requests served |\n| --- | --- | --- | --- | --- | --- |\n")
+	for _, w := range []struct {
+		name string
+		ops  func(steps int) []trace.Op
+	}{
+		{"bert_b2 repeated", func(steps int) []trace.Op { return repeatLastStep(repeated, steps) }},
+		{"bert_batches", func(steps int) []trace.Op { return bertBatches(t, steps) }},
+	} {
+		for _, steps := range []int{20, 30, 40, 60, 100, 200} {
+			ops := w.ops(steps)
+			var best [2]time.Duration
+			var served int64
+			for r := range *policySteps {
+				for i, conf := range []string{"", "gpumem_policy:planned"} {
+					d, a := timedReplay(t, ops, conf)
+					if r == 0 || d < best[i] {
+						best[i] = d
+					}
+					if st, ok := a.PlanStats(); ok {
+						served = st.Served
+					}
+				}
+			}
+			if w.name == "bert_b2 repeated" {
+				require.Equal(t, int64(steps-3)*1004, served, "%d steps: every step after the third served whole", steps)
+			} else {
+				require.Positive(t, served, "%d steps", steps)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %.2f ms | %.2f ms | %.3f | %d |\n", w.name, steps,
+				float64(best[0].Microseconds())/1000, float64(best[1].Microseconds())/1000, float64(best[1])/float64(best[0]), served)
+		}
+	}
+	t.Logf("fastest of %d replays:\n%s", *policySteps, b.String())
 }
 
 // BenchmarkPolicyReplay replays each trace under each mode, side by side
