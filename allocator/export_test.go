@@ -58,3 +58,14 @@ func (a *Allocator) PlanWalks() int64 {
 	defer a.unlockAll()
 	return a.pol.plan.walks
 }
+
+// PlanFirstFit reports whether the current plan was packed by first fit
+// (packReqs), and whether there is a plan.
+func (a *Allocator) PlanFirstFit() (first, ok bool) {
+	a.lockAll()
+	defer a.unlockAll()
+	if a.pol == nil || a.pol.plan == nil || a.pol.plan.reqs == nil {
+		return false, false
+	}
+	return a.pol.plan.first, true
+}

@@ -10,12 +10,11 @@
 package allocator
 
 import (
-	"context"
+	"math"
 	"slices"
 
 	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
-	"github.com/gpumem/gpumem/internal/pack"
 )
 
 // The planned policy (PolicyPlanned, gpumem_policy:planned) runs as the
@@ -154,6 +153,11 @@ type planReq struct {
 	// start for the next step's walk to the same place, when it is still
 	// a block of the arena's segment holding that place.
 	at *freeindex.Block
+	// start, end: when arena, the operations of the step planned (its
+	// allocations and frees, counted from its boundary) that allocated
+	// and freed the block: its lifetime in the packing, kept for a
+	// packing again (packReqs).
+	start, end int32
 }
 
 // planState is the planned policy's state (policyState.plan), changed in
@@ -220,6 +224,8 @@ type planState struct {
 
 	// The plan, nil when there is none.
 	reqs   []planReq
+	ops    int  // the operations of the step planned: the packing's time
+	first  bool // packed by first fit (packReqs)
 	sizes  []uint64 // by position, the rounded size (reqs[k].size), compared at a boundary
 	stream device.Stream
 	foot   uint64             // the arena's bytes (whole pages of the large pool)
@@ -238,11 +244,17 @@ type planState struct {
 	auto    *autoSteps
 	autoDue bool
 
+	// bestFit: a step under a plan packed by first fit skipped a request
+	// (stepSkips: the skips counted at the step's boundary); that plan
+	// and every plan after it are packed by best fit.
+	bestFit   bool
+	stepSkips int64
+
 	// Counts, PlanStats' figures but walks: skips counts the requests
 	// served online because their place was not wholly free, walks the
 	// served requests whose place was not found from the block below it,
 	// spares the steps of another shape that spared their plan.
-	plans, served, departures, skips, walks, spares, reuses int64
+	plans, served, departures, skips, walks, spares, reuses, repacks int64
 
 	// kept: the plans that ended, the newest last (policy_plan_kept.go).
 	kept []keptPlan
@@ -373,58 +385,37 @@ func (p *policyState) unplanLocked() {
 // it allocated and freed get offsets in the arena, with the lifetimes
 // the step gave them; the others, and the side allocations (sideSize),
 // are served online. A step with no allocation, or with sizes not
-// one for each allocation, leaves no plan; so does any step on a device
+// one for each allocation, or of more than 2^31 - 1 operations (the
+// lifetimes kept are 32-bit), leaves no plan; so does any step on a device
 // without virtual memory, whose plain segments count their split blocks
 // (inactive_split), which a carve would change.
 func (a *Allocator) buildPlanLocked(sizes []uint64) {
 	p := a.pol.plan
-	p.reqs = nil
+	p.reqs, p.first = nil, false
 	n := len(p.recSize)
-	if n == 0 || a.vm == nil || len(sizes) != n {
+	if n == 0 || a.vm == nil || len(sizes) != n || len(p.rec) > math.MaxInt32 {
 		return
 	}
-	start, end := make([]int, n), make([]int, n)
-	for k := range end {
-		end[k] = -1
+	reqs := make([]planReq, n)
+	for k, size := range sizes {
+		reqs[k] = planReq{size: size, below: -1, start: -1, end: -1}
 	}
 	live := newLiveTable(n)
-	freed := make([]int32, len(p.rec)) // by operation, the position a free ends, else -1
 	for t, op := range p.rec {
-		freed[t] = -1
 		if op.pos >= 0 {
-			start[op.pos] = t
+			reqs[op.pos].start = int32(t)
 			live.slot(op.ptr).pos = op.pos + 1
 		} else if s := live.find(op.ptr); s != nil && s.pos > 0 { // a block the step allocated
-			k := s.pos - 1
-			end[k] = t
-			freed[t] = k
+			reqs[s.pos-1].end = int32(t)
 			s.pos = 0
 		}
 	}
-	reqs := make([]planReq, n)
-	var items []pack.Item
-	var which []int32
-	for k, size := range sizes {
-		reqs[k] = planReq{size: size, arena: end[k] >= 0 && size != sideSize, below: -1}
-		if reqs[k].arena {
-			items = append(items, pack.Item{Start: start[k], End: end[k], Bytes: size})
-			which = append(which, int32(k))
-		}
+	for k := range reqs {
+		reqs[k].arena = reqs[k].end >= 0 && reqs[k].size != sideSize
 	}
-	p.foot = 0
-	if len(items) > 0 {
-		// The classic greedy by size alone: the other passes gain little
-		// on a step and cost as much each (the arena is whole pages).
-		idx := pack.Sorted(items, 0)
-		offsets := make([]uint64, len(idx))
-		fp := pack.Greedy(context.Background(), items, len(p.rec), idx, offsets)
-		for i, k := range which {
-			reqs[k].off = offsets[i]
-		}
-		p.foot = pagesFor(fp, a.pol.largePage)
-		planBelow(reqs, p.rec, freed)
-	}
-	p.reqs, p.stream = reqs, p.recStream
+	fp, first := packReqs(reqs, len(p.rec), !p.bestFit && p.auto == nil)
+	p.foot = pagesFor(fp, a.pol.largePage)
+	p.reqs, p.stream, p.ops, p.first = reqs, p.recStream, len(p.rec), first
 	p.sizes = append(p.sizes[:0], sizes...)
 	p.plans++
 }

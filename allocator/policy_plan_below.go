@@ -1,6 +1,6 @@
 // This file holds the planned policy's block below each place (planReq.below,
 // policy_plan.go has the policy's model): worked out when a step is
-// planned, it is where a served request's walk to its place starts; and,
+// packed, it is where a served request's walk to its place starts; and,
 // for a place with none below, the block such a walk starts from
 // (walkStart).
 
@@ -15,27 +15,37 @@ import (
 	"github.com/gpumem/gpumem/device"
 )
 
-// planBelow sets each arena request's below: the operations of the step
-// (rec, freed[t] the position the t-th ends, else -1) are run again in
-// order over the arena's blocks in use, a set of bits by the rank of
-// their offsets among the arena's (blocks in use at once do not share an
-// offset: each holds at least 512 bytes), and each request takes the one
-// just below its place, the highest bit below its own.
-func planBelow(reqs []planReq, rec []planOp, freed []int32) {
+// planBelow sets each arena request's below: the step's allocations
+// and frees of the arena's blocks (at their operations start and end,
+// of ops) are run again in order over the arena's blocks in use, a set
+// of bits by the rank of their offsets among the arena's (blocks in use
+// at once do not share an offset: each holds at least 512 bytes), and
+// each request takes the one just below its place, the highest bit below
+// its own.
+func planBelow(reqs []planReq, ops int) {
 	rank, nr := offsetRanks(reqs)
 	inUse := make([]uint64, (nr+63)/64) // bit r: a block at the r-th offset in use
 	owner := make([]int32, nr)          // the position in use at the r-th offset
-	for t, op := range rec {
-		switch k := op.pos; {
-		case k >= 0 && reqs[k].arena:
+	ev := make([]int32, ops)            // by operation: k+1 allocates the k-th arena block, -k-1 frees it, 0 neither
+	for k := range reqs {
+		if r := &reqs[k]; r.arena {
+			r.below = -1
+			ev[r.start], ev[r.end] = int32(k)+1, -int32(k)-1
+		}
+	}
+	for _, e := range ev {
+		switch {
+		case e > 0:
+			k := e - 1
 			r := int(rank[k])
 			if j := highestBelow(inUse, r); j >= 0 {
 				reqs[k].below = owner[j]
 			}
 			inUse[r>>6] |= 1 << (r & 63)
 			owner[r] = k
-		case k < 0 && freed[t] >= 0 && reqs[freed[t]].arena:
-			if r := int(rank[freed[t]]); owner[r] == freed[t] {
+		case e < 0:
+			k := -e - 1
+			if r := int(rank[k]); owner[r] == k {
 				inUse[r>>6] &^= 1 << (r & 63)
 			}
 		}

@@ -24,6 +24,8 @@ type keptPlan struct {
 	sizes  []uint64
 	stream device.Stream
 	foot   uint64
+	ops    int
+	first  bool
 }
 
 // keepPlanLocked keeps the current plan, which ends: the planned policy
@@ -31,7 +33,7 @@ type keptPlan struct {
 // stream and count of requests, none larger) goes: this one serves
 // every step it would.
 func (p *planState) keepPlanLocked() {
-	k := keptPlan{reqs: p.reqs, sizes: p.sizes, stream: p.stream, foot: p.foot}
+	k := keptPlan{reqs: p.reqs, sizes: p.sizes, stream: p.stream, foot: p.foot, ops: p.ops, first: p.first}
 	for i := range k.reqs {
 		k.reqs[i].at = nil // blocks of the steps it served: a walk starts elsewhere
 	}
@@ -40,7 +42,7 @@ func (p *planState) keepPlanLocked() {
 		p.kept = slices.Delete(p.kept, 0, 1)
 	}
 	p.kept = append(p.kept, k)
-	p.reqs, p.sizes = nil, nil // the sizes are the kept plan's now
+	p.reqs, p.sizes, p.first = nil, nil, false // the sizes are the kept plan's now
 }
 
 // dropCoveredLocked forgets the kept plans that a plan of sizes on stream
@@ -76,7 +78,7 @@ func (p *planState) keptForLocked(step []uint64, s device.Stream, env []uint64, 
 func (p *planState) takeUpLocked(i int) {
 	k := p.kept[i]
 	p.kept = slices.Delete(p.kept, i, i+1)
-	p.reqs, p.sizes, p.stream, p.foot = k.reqs, k.sizes, k.stream, k.foot
+	p.reqs, p.sizes, p.stream, p.foot, p.ops, p.first = k.reqs, k.sizes, k.stream, k.foot, k.ops, k.first
 	p.prevSize = append(p.prevSize[:0], k.sizes...)
 	p.prevStream = k.stream
 	p.reuses++

@@ -36,6 +36,12 @@ type PlanStats struct {
 	// after several steps of evaluation) makes it the plan again, with no
 	// packing (Plans does not count it).
 	Reused int64 `json:"reused"`
+	// Repacks counts the plans packed again by best fit: a plan is
+	// packed by first fit where that packs its step as tight as any
+	// packing can, and a step under it that skipped a request makes it
+	// and every plan after it packed by best fit, which such steps skip
+	// less.
+	Repacks int64 `json:"repacks"`
 	// ArenaBytes is the current plan's arena, in whole pages (0 with no
 	// plan); Following reports whether the current step follows the plan
 	// so far.
@@ -61,7 +67,7 @@ func (a *Allocator) PlanStats() (PlanStats, bool) {
 	a.lockAll()
 	defer a.unlockAll()
 	p := a.pol.plan
-	st := PlanStats{Plans: p.plans, Served: p.served, Skips: p.skips, Departures: p.departures, Spared: p.spares, Reused: p.reuses, Following: p.follow}
+	st := PlanStats{Plans: p.plans, Served: p.served, Skips: p.skips, Departures: p.departures, Spared: p.spares, Reused: p.reuses, Repacks: p.repacks, Following: p.follow}
 	if p.reqs != nil {
 		st.ArenaBytes = p.foot
 	}

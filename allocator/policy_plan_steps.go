@@ -204,6 +204,10 @@ func (a *Allocator) planStepLocked() {
 		p.spellSameLocked()
 	}
 	p.same, p.recSame = nil, 0
+	if p.first && p.skips > p.stepSkips {
+		p.bestFit = true // the plan is packed again below, if it goes on
+	}
+	p.stepSkips = p.skips
 	p.mainStreamLocked()
 	// A step found without marks (autoSteps) with side allocations is no
 	// pattern: where the search puts a program's boundaries, the other
@@ -256,6 +260,9 @@ func (a *Allocator) planStepLocked() {
 		default:
 			p.misses, missed = p.misses+1, true // a new pattern: planned once a step fits it
 		}
+	}
+	if p.reqs != nil && p.first && p.bestFit {
+		a.repackLocked() // the plan, or a kept plan taken up, packed by first fit
 	}
 	p.grew = false
 	switch {

@@ -57,6 +57,13 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 	assert.True(t, from <= addr && uint64(addr-from) < size, "a walk to the arena's address %v starts at %v+%d", addr, from, size)
 	assert.False(t, first, "a walk starts from the arena's segment's first block")
 	require.Equal(t, res5.DeviceAllocs+res5.DeviceFrees, res8.DeviceAllocs+res8.DeviceFrees, "the steps served from the arena make no device call")
+	// Packed by first fit, which packs BERT's step into its peak, and
+	// served with no skip: never packed again.
+	byFirst, ok := last.PlanFirstFit()
+	require.True(t, ok)
+	assert.True(t, byFirst, "BERT's marked step is packed by first fit")
+	st, _ := last.PlanStats()
+	assert.Zero(t, st.Skips+st.Repacks, "skips and packings again")
 
 	// On the smallest device the three steps fit (1.003 x their peak
 	// requested), the repeats fit too (run checks that no request ran out
@@ -357,6 +364,10 @@ func TestPlannedFindsTheCNNsSteps(t *testing.T) {
 	require.True(t, ok)
 	assert.Less(t, st.Skips*50, served, "a skip is rare")
 	assert.EqualValues(t, 193, st.FoundPeriod, "the period found: one step of the CNN")
+	first, ok := a.PlanFirstFit()
+	require.True(t, ok)
+	assert.False(t, first, "steps found without marks are packed by best fit")
+	assert.Zero(t, st.Repacks)
 	assert.EqualValues(t, 3, res.DeviceAllocs+res.DeviceFrees)
 	faithful, _ := run(allocator.Config{}, len(ops))
 	assert.Less(t, res.DeviceAllocs+res.DeviceFrees, faithful.DeviceAllocs+faithful.DeviceFrees)

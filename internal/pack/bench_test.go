@@ -44,16 +44,24 @@ func stepItems(tb testing.TB) ([]Item, int) {
 	return items, t
 }
 
-// BenchmarkGreedyStep packs BERT's step by size, as the allocator does
-// at a step boundary.
+// BenchmarkGreedyStep packs BERT's step by size, under each fit, as the
+// allocator does at a step boundary (first fit; best fit only where
+// first fit misses the peak).
 func BenchmarkGreedyStep(b *testing.B) {
 	items, ops := stepItems(b)
 	idx := orderOf(items, Orders[0])
 	offsets := make([]uint64, len(items))
-	var fp uint64
-	for b.Loop() {
-		fp = Greedy(context.Background(), items, ops, idx, offsets)
+	for _, fit := range []struct {
+		name string
+		fit  Fit
+	}{{"best", BestFit}, {"first", FirstFit}} {
+		b.Run(fit.name, func(b *testing.B) {
+			var fp uint64
+			for b.Loop() {
+				fp = Greedy(context.Background(), items, ops, idx, offsets, fit.fit)
+			}
+			b.ReportMetric(float64(len(items)), "items")
+			b.ReportMetric(float64(fp), "footprint")
+		})
 	}
-	b.ReportMetric(float64(len(items)), "items")
-	b.ReportMetric(float64(fp), "footprint")
 }

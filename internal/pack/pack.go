@@ -7,10 +7,10 @@
 //
 // An Item is in use during [Start, End) (op indices, half open: an item
 // ending at op i and one starting at op i may share memory) and occupies
-// Bytes. Greedy places items one by one in a given order, each at the
-// best-fitting gap: the smallest hole between the already placed items
-// that overlap it in time that holds it, or else above them all ("greedy
-// by size", Pisarchyk and Lee, 2020). The placed items that overlap an
+// Bytes. Greedy places items one by one in a given order, each in a gap
+// between the already placed items that overlap it in time that holds
+// it, or else above them all ("greedy by size", Pisarchyk and Lee, 2020,
+// where the gap is the smallest that holds it). The placed items that overlap an
 // item in time are found through buckets of time, each holding the
 // placed items that touch it in address order, so a pass costs about the
 // number of pairs of items in use at the same time rather than n^2; or,
@@ -20,6 +20,15 @@
 // settled from their highest top down where no gap can start in them
 // (each placed item keeps the lifetime of the item it was placed on),
 // which costs less then.
+//
+// A pass takes, among the gaps that hold an item, the smallest (BestFit,
+// the classic rule; the lowest of those on a tie) or the lowest
+// (FirstFit), whose search stops at the first it finds. On a training
+// step greedy by size packs to the bound either way (BERT's step:
+// 1,313,811,968 bytes, the most it has in use at once), and first fit
+// reads less: more than half of the step's blocks land in a gap, and a
+// best fit reads on past the first gap to the end. Peak is that bound:
+// a packing that meets it cannot be beaten.
 //
 // Orders lists the passes tried: greedy by size first; sizes grouped in
 // classes (powers of 4 by start, powers of 2 by lifetime) and lifetime
@@ -48,6 +57,17 @@ type Item struct {
 	Start, End int
 	Bytes      uint64
 }
+
+// A Fit is the gap a greedy pass takes among those that hold an item.
+type Fit uint8
+
+const (
+	// BestFit takes the smallest gap that holds the item, the lowest of
+	// those on a tie (greedy by size's rule).
+	BestFit Fit = iota
+	// FirstFit takes the lowest gap that holds the item.
+	FirstFit
+)
 
 // An Order is one greedy pass: Less sorts items into the order they are
 // placed in (negative when a goes first).
@@ -92,7 +112,7 @@ func Best(ctx context.Context, items []Item, ops int, bound uint64, parallel boo
 		}
 		idx := Sorted(items, k)
 		offs[k] = make([]uint64, len(items))
-		fps[k] = Greedy(ctx, items, ops, idx, offs[k])
+		fps[k] = Greedy(ctx, items, ops, idx, offs[k], BestFit)
 	}
 	pass(0)
 	n := 1
@@ -202,9 +222,9 @@ func sortedBySize(items []Item, idx []int32) bool {
 }
 
 // Greedy places the items in the order idx (a permutation of their
-// indices), each at the best-fitting gap among the placed items that
-// overlap it in time, writes their offsets in offsets (it reads the items
-// only) and returns the footprint.
+// indices), each at the gap that fit chooses among the placed items that
+// overlap it in time (else above them all), writes their offsets in
+// offsets (it reads the items only) and returns the footprint.
 //
 // It finds the placed items that overlap an item in one of two ways,
 // which place every item alike: by reading the placed items in address
@@ -225,14 +245,36 @@ func sortedBySize(items []Item, idx []int32) bool {
 //
 // It stops early, leaving the rest unplaced, once ctx is done (checked
 // every 1024 items).
-func Greedy(ctx context.Context, items []Item, ops int, idx []int32, offsets []uint64) uint64 {
+func Greedy(ctx context.Context, items []Item, ops int, idx []int32, offsets []uint64, fit Fit) uint64 {
 	if len(items) == 0 {
 		return 0
 	}
 	if scanCheaper(items, ops) {
-		return greedyScan(ctx, items, idx, offsets)
+		return greedyScan(ctx, items, idx, offsets, fit)
 	}
-	return greedyBuckets(ctx, items, ops, idx, offsets)
+	return greedyBuckets(ctx, items, ops, idx, offsets, fit)
+}
+
+// Peak returns the most bytes of items in use at one op, for items whose
+// Start and End are in [0, ops] and whose Bytes sum to at most 2^64 - 1:
+// no packing of them has a smaller footprint.
+func Peak(items []Item, ops int) uint64 {
+	if ops < 0 {
+		return 0
+	}
+	diff := make([]uint64, ops+1) // bytes that start in use at op t, less those that stop (mod 2^64)
+	for i := range items {
+		if b := &items[i]; b.Bytes > 0 && b.Start < b.End && b.Start >= 0 && b.End <= ops {
+			diff[b.Start] += b.Bytes
+			diff[b.End] -= b.Bytes
+		}
+	}
+	var live, peak uint64
+	for _, d := range diff {
+		live += d
+		peak = max(peak, live)
+	}
+	return peak
 }
 
 // scanCosts is how many items greedyBuckets reads for the cost of one
@@ -300,7 +342,7 @@ func bucketWidth(items []Item, ops int) (w, nb int) {
 // item touches about two buckets and a bucket holds about the items live
 // at once. The items found in each bucket are in address order, and are
 // merged into those of the buckets before it.
-func greedyBuckets(ctx context.Context, items []Item, ops int, idx []int32, offsets []uint64) uint64 {
+func greedyBuckets(ctx context.Context, items []Item, ops int, idx []int32, offsets []uint64, fit Fit) uint64 {
 	type entry struct {
 		start, end int32
 		off, top   uint64
@@ -352,8 +394,8 @@ func greedyBuckets(ctx context.Context, items []Item, ops int, idx []int32, offs
 			merged = append(append(merged, cand[i:n]...), cand[j:]...)
 			cand, merged = merged, cand
 		}
-		// The best fit: the smallest gap that holds the item, else the
-		// top.
+		// The smallest gap that holds the item (the lowest, under
+		// FirstFit), else the top.
 		var top uint64
 		bestGap, at := uint64(math.MaxUint64), uint64(0)
 		found := false
@@ -361,6 +403,9 @@ func greedyBuckets(ctx context.Context, items []Item, ops int, idx []int32, offs
 			if c.off > top {
 				if gap := c.off - top; gap >= b.Bytes && gap < bestGap {
 					bestGap, at, found = gap, top, true
+					if fit == FirstFit {
+						break
+					}
 				}
 			}
 			top = max(top, c.top)

@@ -42,6 +42,9 @@ func TestBestIsValidAndAtLeastTheBound(t *testing.T) {
 			}
 			bound = max(bound, live)
 		}
+		if got := Peak(items, ops); got != bound {
+			t.Fatalf("round %d: Peak %d, want %d", round, got, bound)
+		}
 		for _, parallel := range []bool{false, true} {
 			off, fp, order := Best(context.Background(), items, ops, bound, parallel)
 			if fp < bound {
@@ -83,9 +86,10 @@ func TestBestStopped(t *testing.T) {
 }
 
 // greedyPairs is Greedy as its model states it, with no index: each item
-// in turn at the smallest gap among all the placed items that overlap
-// it in time, taken in address order, else above them.
-func greedyPairs(items []Item, idx []int32) ([]uint64, uint64) {
+// in turn at the smallest gap (the lowest, under FirstFit) among all the
+// placed items that overlap it in time, taken in address order, else
+// above them.
+func greedyPairs(items []Item, idx []int32, fit Fit) ([]uint64, uint64) {
 	offsets := make([]uint64, len(items))
 	var placed []int32
 	var footprint uint64
@@ -105,7 +109,7 @@ func greedyPairs(items []Item, idx []int32) ([]uint64, uint64) {
 		bestGap, at, found := uint64(math.MaxUint64), uint64(0), false
 		for _, y := range over {
 			if offsets[y] > top {
-				if gap := offsets[y] - top; gap >= b.Bytes && gap < bestGap {
+				if gap := offsets[y] - top; gap >= b.Bytes && gap < bestGap && !(fit == FirstFit && found) {
 					bestGap, at, found = gap, top, true
 				}
 			}
@@ -131,18 +135,20 @@ func TestGreedyAgreesWithPairs(t *testing.T) {
 		t.Helper()
 		for k, o := range Orders {
 			idx := orderOf(items, o)
-			want, wantFP := greedyPairs(items, idx)
-			for _, g := range []struct {
-				name string
-				run  func([]uint64) uint64
-			}{
-				{"Greedy", func(off []uint64) uint64 { return Greedy(context.Background(), items, ops, idx, off) }},
-				{"greedyScan", func(off []uint64) uint64 { return greedyScan(context.Background(), items, idx, off) }},
-				{"greedyBuckets", func(off []uint64) uint64 { return greedyBuckets(context.Background(), items, ops, idx, off) }},
-			} {
-				got := make([]uint64, len(items))
-				if fp := g.run(got); fp != wantFP || !slices.Equal(got, want) {
-					t.Fatalf("%s, order %d, %s: footprint %d, want %d; offsets equal: %v", name, k, g.name, fp, wantFP, slices.Equal(got, want))
+			for _, fit := range []Fit{BestFit, FirstFit} {
+				want, wantFP := greedyPairs(items, idx, fit)
+				for _, g := range []struct {
+					name string
+					run  func([]uint64) uint64
+				}{
+					{"Greedy", func(off []uint64) uint64 { return Greedy(context.Background(), items, ops, idx, off, fit) }},
+					{"greedyScan", func(off []uint64) uint64 { return greedyScan(context.Background(), items, idx, off, fit) }},
+					{"greedyBuckets", func(off []uint64) uint64 { return greedyBuckets(context.Background(), items, ops, idx, off, fit) }},
+				} {
+					got := make([]uint64, len(items))
+					if fp := g.run(got); fp != wantFP || !slices.Equal(got, want) {
+						t.Fatalf("%s, order %d, fit %d, %s: footprint %d, want %d; offsets equal: %v", name, k, fit, g.name, fp, wantFP, slices.Equal(got, want))
+					}
 				}
 			}
 		}
@@ -161,6 +167,29 @@ func TestGreedyAgreesWithPairs(t *testing.T) {
 	}
 	items, ops := stepItems(t)
 	check("BERT's step", items, ops)
+}
+
+// TestStepPacksToItsPeak holds the package's claim about BERT's step:
+// greedy by size packs it to the bound, the most bytes it has in use at
+// once, under either fit; and first fit places some of its blocks
+// elsewhere than best fit, so that the two are not one rule.
+func TestStepPacksToItsPeak(t *testing.T) {
+	items, ops := stepItems(t)
+	const peak = 1_313_811_968
+	if got := Peak(items, ops); got != peak {
+		t.Fatalf("Peak of BERT's step: %d, want %d", got, peak)
+	}
+	idx := Sorted(items, 0)
+	var offs [2][]uint64
+	for i, fit := range []Fit{BestFit, FirstFit} {
+		offs[i] = make([]uint64, len(items))
+		if fp := Greedy(context.Background(), items, ops, idx, offs[i], fit); fp != peak {
+			t.Errorf("fit %d: footprint %d, want the peak %d", fit, fp, peak)
+		}
+	}
+	if slices.Equal(offs[0], offs[1]) {
+		t.Errorf("first fit placed every block where best fit did")
+	}
 }
 
 // stepLike returns n items shaped like a training step's blocks, of a
@@ -230,16 +259,18 @@ func TestGreedyScanAgreesOnSteps(t *testing.T) {
 		}
 		for k, o := range Orders {
 			idx := orderOf(items, o)
-			want, wantFP := greedyPairs(items, idx)
-			got := make([]uint64, len(items))
-			if fp := greedyScan(context.Background(), items, idx, got); fp != wantFP || !slices.Equal(got, want) {
-				for i := range got {
-					if got[i] != want[i] {
-						t.Fatalf("round %d (%d items, %d ops), order %d: item %d %+v at %d, want %d; footprint %d, want %d",
-							round, len(items), ops, k, i, items[i], got[i], want[i], fp, wantFP)
+			for _, fit := range []Fit{BestFit, FirstFit} {
+				want, wantFP := greedyPairs(items, idx, fit)
+				got := make([]uint64, len(items))
+				if fp := greedyScan(context.Background(), items, idx, got, fit); fp != wantFP || !slices.Equal(got, want) {
+					for i := range got {
+						if got[i] != want[i] {
+							t.Fatalf("round %d (%d items, %d ops), order %d, fit %d: item %d %+v at %d, want %d; footprint %d, want %d",
+								round, len(items), ops, k, fit, i, items[i], got[i], want[i], fp, wantFP)
+						}
 					}
+					t.Fatalf("round %d, order %d, fit %d: footprint %d, want %d", round, k, fit, fp, wantFP)
 				}
-				t.Fatalf("round %d, order %d: footprint %d, want %d", round, k, fp, wantFP)
 			}
 		}
 	}

@@ -34,7 +34,7 @@ import (
 // and only one with a weak item whose support is out of use is read
 // item by item. A chunk is skipped whole where none of its items
 // touches the 64th of the ops that the item's lifetime touches.
-func greedyScan(ctx context.Context, items []Item, idx []int32, offsets []uint64) uint64 {
+func greedyScan(ctx context.Context, items []Item, idx []int32, offsets []uint64, fit Fit) uint64 {
 	var last uint32
 	for i := range items {
 		if b := &items[i]; b.Bytes > 0 && b.Start < b.End {
@@ -52,7 +52,7 @@ func greedyScan(ctx context.Context, items []Item, idx []int32, offsets []uint64
 		if b.Bytes == 0 || b.Start >= b.End {
 			continue
 		}
-		at, sup := s.fit(uint32(b.Start), uint32(b.End), b.Bytes)
+		at, sup := s.fit(uint32(b.Start), uint32(b.End), b.Bytes, fit == FirstFit)
 		offsets[x] = at
 		footprint = max(footprint, at+b.Bytes)
 		s.insert(uint32(b.Start), uint32(b.End), at, at+b.Bytes, sup)
@@ -228,11 +228,12 @@ func (s *scanLists) timesOf(r *scanRun) uint64 {
 // fit returns the offset for an item of bytes in use during [start,
 // end), among the placed items: the smallest gap between those in use
 // at some op of [start, end) that holds it, the lowest of those on a
-// tie, else above them all; and the lifetime of the placed item whose
-// top it is (the whole of time at 0). A gap of exactly bytes is the
-// smallest there can be, and the lowest such is the first found: the
-// search stops there.
-func (s *scanLists) fit(start, end uint32, bytes uint64) (uint64, [2]uint32) {
+// tie (the lowest gap that holds it, when first), else above them all;
+// and the lifetime of the placed item whose top it is (the whole of
+// time at 0). A gap of exactly bytes is the smallest there can be, and
+// the lowest such is the first found: the search stops there, as it
+// stops at the first gap that holds the item when first.
+func (s *scanLists) fit(start, end uint32, bytes uint64, first bool) (uint64, [2]uint32) {
 	var top uint64
 	sup := [2]uint32{0, math.MaxUint32}
 	// best.slack is the best gap found less bytes: a gap g holds the
@@ -291,7 +292,7 @@ func (s *scanLists) fit(start, end uint32, bytes uint64) (uint64, [2]uint32) {
 			if st >= end || ends[i] <= start {
 				continue
 			}
-			if o := offs[i]; o >= top+bytes && best.better(o-top-bytes, top, sup) {
+			if o := offs[i]; o >= top+bytes && (first || best.better(o-top-bytes, top, sup)) {
 				return top, sup
 			}
 			if tops[i] > top {

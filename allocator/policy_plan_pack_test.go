@@ -1,0 +1,80 @@
+package allocator_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/device"
+	"github.com/gpumem/gpumem/gpumemtest"
+)
+
+// TestPlannedPacksAgainByBestFit runs marked steps of three blocks: A
+// (4 MiB) and C (1 MiB) allocated, A freed, B (2 MiB) allocated in A's
+// memory, then B and C freed. The second step repeats the first and is
+// planned at the third's mark, by first fit, which packs the step into
+// its peak (5 MiB: A and C). A step that frees A only after B's
+// allocation keeps the plan (the same requests, in the same order) but
+// finds B's place taken, and B is served online: a skip. At the next
+// mark the plan is packed again by best fit, once: the steps after it,
+// skipping or not, are served from it, and pack nothing more.
+func TestPlannedPacksAgainByBestFit(t *testing.T) {
+	a := gpumemtest.New(t, gpumemtest.WithCapacity(1<<30), gpumemtest.WithConfig(allocator.Config{Policy: allocator.PolicyPlanned}))
+	const mib = 1 << 20
+	alloc := func(n uint64) device.Ptr {
+		p, err := a.Alloc(n, 0)
+		require.NoError(t, err)
+		return p
+	}
+	free := func(p device.Ptr) { require.NoError(t, a.Free(p)) }
+	step := func(late bool) {
+		a.MarkStep("")
+		pa, pc := alloc(4*mib), alloc(mib)
+		if !late {
+			free(pa)
+		}
+		pb := alloc(2 * mib)
+		if late {
+			free(pa)
+		}
+		free(pb)
+		free(pc)
+	}
+	for range 3 {
+		step(false)
+	}
+	st, ok := a.PlanStats()
+	require.True(t, ok)
+	require.EqualValues(t, 1, st.Plans)
+	require.EqualValues(t, 3, st.Served, "the third step, served whole")
+	first, ok := a.PlanFirstFit()
+	require.True(t, ok)
+	require.True(t, first, "the step is packed by first fit")
+	assert.EqualValues(t, 6*mib, st.ArenaBytes, "the arena: 5 MiB in whole pages")
+
+	step(true) // B's place is A's, still in use: B skips
+	st, _ = a.PlanStats()
+	require.EqualValues(t, 1, st.Skips)
+	require.EqualValues(t, 5, st.Served, "A and C")
+	require.Zero(t, st.Repacks, "packed again at the next mark")
+
+	step(false)
+	st, _ = a.PlanStats()
+	first, _ = a.PlanFirstFit()
+	assert.False(t, first, "packed again by best fit")
+	assert.EqualValues(t, 1, st.Repacks)
+	assert.EqualValues(t, 1, st.Plans, "packed again, not planned again")
+	assert.EqualValues(t, 8, st.Served, "the step after the skip, served whole")
+
+	step(true)
+	step(false)
+	step(false)
+	st, _ = a.PlanStats()
+	assert.EqualValues(t, 1, st.Repacks, "a plan packed by best fit is not packed again")
+	assert.EqualValues(t, 2, st.Skips)
+	assert.EqualValues(t, 16, st.Served)
+	assert.Zero(t, st.Departures)
+	require.NoError(t, a.CheckInvariants())
+}
