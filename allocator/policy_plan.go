@@ -224,8 +224,8 @@ type planState struct {
 
 	// The plan, nil when there is none.
 	reqs   []planReq
-	ops    int  // the operations of the step planned: the packing's time
-	first  bool // packed by first fit (packReqs)
+	ops    int      // the operations of the step planned: the packing's time
+	first  bool     // packed by first fit (packReqs)
 	sizes  []uint64 // by position, the rounded size (reqs[k].size), compared at a boundary
 	stream device.Stream
 	foot   uint64             // the arena's bytes (whole pages of the large pool)
