@@ -413,8 +413,8 @@ func (a *Allocator) buildPlanLocked(sizes []uint64) {
 	for k := range reqs {
 		reqs[k].arena = reqs[k].end >= 0 && reqs[k].size != sideSize
 	}
-	fp, first := packReqs(reqs, len(p.rec), !p.bestFit && p.auto == nil)
-	p.foot = pagesFor(fp, a.pol.largePage)
+	first := !p.bestFit && p.auto == nil
+	p.foot = pagesFor(packReqs(reqs, len(p.rec), first), a.pol.largePage)
 	p.reqs, p.stream, p.ops, p.first = reqs, p.recStream, len(p.rec), first
 	p.sizes = append(p.sizes[:0], sizes...)
 	p.plans++

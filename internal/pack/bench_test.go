@@ -45,8 +45,8 @@ func stepItems(tb testing.TB) ([]Item, int) {
 }
 
 // BenchmarkGreedyStep packs BERT's step by size, under each fit, as the
-// allocator does at a step boundary (first fit; best fit only where
-// first fit misses the peak).
+// allocator's planned policy does at a step boundary (by first fit a
+// step the program marks, by best fit one the policy finds).
 func BenchmarkGreedyStep(b *testing.B) {
 	items, ops := stepItems(b)
 	idx := orderOf(items, Orders[0])

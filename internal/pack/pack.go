@@ -27,8 +27,7 @@
 // step greedy by size packs to the bound either way (BERT's step:
 // 1,313,811,968 bytes, the most it has in use at once), and first fit
 // reads less: more than half of the step's blocks land in a gap, and a
-// best fit reads on past the first gap to the end. Peak is that bound:
-// a packing that meets it cannot be beaten.
+// best fit reads on past the first gap to the end.
 //
 // Orders lists the passes tried: greedy by size first; sizes grouped in
 // classes (powers of 4 by start, powers of 2 by lifetime) and lifetime
@@ -253,28 +252,6 @@ func Greedy(ctx context.Context, items []Item, ops int, idx []int32, offsets []u
 		return greedyScan(ctx, items, idx, offsets, fit)
 	}
 	return greedyBuckets(ctx, items, ops, idx, offsets, fit)
-}
-
-// Peak returns the most bytes of items in use at one op, for items whose
-// Start and End are in [0, ops] and whose Bytes sum to at most 2^64 - 1:
-// no packing of them has a smaller footprint.
-func Peak(items []Item, ops int) uint64 {
-	if ops < 0 {
-		return 0
-	}
-	diff := make([]uint64, ops+1) // bytes that start in use at op t, less those that stop (mod 2^64)
-	for i := range items {
-		if b := &items[i]; b.Bytes > 0 && b.Start < b.End && b.Start >= 0 && b.End <= ops {
-			diff[b.Start] += b.Bytes
-			diff[b.End] -= b.Bytes
-		}
-	}
-	var live, peak uint64
-	for _, d := range diff {
-		live += d
-		peak = max(peak, live)
-	}
-	return peak
 }
 
 // scanCosts is how many items greedyBuckets reads for the cost of one
