@@ -92,10 +92,14 @@ var Orders = []Order{
 }
 
 // Best packs items, whose Start and End are in [0, ops] and whose Bytes
-// sum to at most 2^64 - 1 (so that no offset overflows): it runs the
-// first of Orders; unless that footprint is at most bound, it runs the
-// others (at once on the available CPUs when parallel is set) and keeps
-// the smallest footprint. It returns an offset per item, the footprint
+// sum to at most 2^64 - 1 (so that no offset overflows), by first fit: it
+// runs the first of Orders; unless that footprint is at most bound, it
+// runs the others (at once on the available CPUs when parallel is set)
+// and keeps the smallest footprint. (By first fit, the best of the four
+// passes packed every trace of the project as tight as by best fit or
+// tighter: random_mixed 1.024 times its bound against 1.034,
+// random_mixed_2000 1.0000003 against 1.004, eor_cnn its bound against
+// 1.00001; the others their bound either way.) It returns an offset per item, the footprint
 // (the highest end of an item) and the index in Orders of the pass that
 // gave it. A done ctx stops every pass early (checked every 1024 items
 // placed); the result is then meaningless and the caller discards it.
@@ -111,7 +115,7 @@ func Best(ctx context.Context, items []Item, ops int, bound uint64, parallel boo
 		}
 		idx := Sorted(items, k)
 		offs[k] = make([]uint64, len(items))
-		fps[k] = Greedy(ctx, items, ops, idx, offs[k], BestFit)
+		fps[k] = Greedy(ctx, items, ops, idx, offs[k], FirstFit)
 	}
 	pass(0)
 	n := 1

@@ -43,10 +43,12 @@
 // # Packing
 //
 // Pack assigns offsets greedily: blocks in decreasing order of size, then
-// of lifetime length, each at the best-fitting gap, the smallest hole
-// between blocks already placed that overlap it in time and that holds
-// it, or else above them all ("greedy by size", Pisarchyk and Lee,
-// 2020). The blocks that overlap a block in time are found through an
+// of lifetime length, each at the lowest gap between blocks already
+// placed that overlap it in time that holds it, or else above them all
+// ("greedy by size", Pisarchyk and Lee, 2020, with a first fit where
+// theirs takes the smallest such gap: on every trace of the project the
+// first fit packs as tight or tighter, and it stops its search sooner).
+// The blocks that overlap a block in time are found through an
 // index of time buckets, each holding the placed blocks that touch it in
 // address order, so a trace of 10^5 allocations packs in seconds rather
 // than in the n^2 steps of a scan over every placed block; where most
@@ -62,8 +64,8 @@
 // three other orders in parallel and keeps the smallest footprint: sizes
 // grouped in classes (powers of 4, each class by start; powers of 2, each
 // by lifetime) and lifetime first. The classes pack traces whose sizes
-// and lifetimes are random much tighter (random_mixed: 1.034 times the
-// bound against 1.068 by size alone).
+// and lifetimes are random much tighter (random_mixed: 1.024 times the
+// bound against 1.030 by size alone; by best fit, 1.034 and 1.068).
 //
 // The packing is contiguous: one address range per block. An allocator
 // that maps pages of virtual memory (expandable segments) is bound by
