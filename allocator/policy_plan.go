@@ -5,7 +5,8 @@
 // boundary are in policy_plan_steps.go, the table that matches its frees
 // with its allocations in policy_plan_live.go, the block below each
 // place that a served request starts from, and where a walk to a place
-// with none starts, in policy_plan_below.go.
+// with none starts, in policy_plan_below.go, the packing of a step in
+// policy_plan_pack.go.
 
 package allocator
 
@@ -42,10 +43,13 @@ import (
 //     stream with sizes that went up and down, as batches of varying
 //     length make them, the largest of their sizes at each position),
 //     the blocks allocated and freed within the step are packed offline
-//     (internal/pack, the greedy packing trace/plan uses) into one
-//     arena, in the large pool, with the envelope's sizes: an offset for
-//     each. A step that repeats the one before it fits it; steps whose
-//     sizes only grow (a cache that grows by a token a step) never do.
+//     (internal/pack, the greedy packing trace/plan uses; by first fit
+//     a step the program marks, by best fit one the policy finds, and a
+//     plan under which a step skips a request is packed again by best
+//     fit: packReqs) into one arena, in the large pool, with the
+//     envelope's sizes: an offset for each. A step that repeats the one
+//     before it fits it; steps whose sizes only grow (a cache that grows
+//     by a token a step) never do.
 //     Blocks of every size share the arena (the one pool), since small
 //     and large blocks peak at different times: BERT's step peaks at 1,313 MB, its small
 //     blocks alone at 80 MB, and two arenas would take their sum. Blocks
