@@ -44,6 +44,37 @@ func bertStepReqs(tb testing.TB) ([]planReq, int) {
 	return reqs, t
 }
 
+// TestPackStepIsValid packs BERT's step by each fit: the packing is
+// valid (checkPacking) and meets the step's peak; and checkPacking
+// catches two requests in use at once that share a byte, and one past
+// the footprint.
+func TestPackStepIsValid(t *testing.T) {
+	reqs, ops := bertStepReqs(t)
+	for _, first := range []bool{true, false} {
+		fp := packReqs(reqs, ops, first)
+		if err := checkPacking(reqs, fp); err != nil {
+			t.Fatalf("first fit %v: %v", first, err)
+		}
+		if fp != 1_313_811_968 {
+			t.Errorf("first fit %v: footprint %d, want the step's peak", first, fp)
+		}
+	}
+	bad := []planReq{
+		{size: 1024, arena: true, start: 0, end: 4, off: 0},
+		{size: 512, arena: true, start: 3, end: 5, off: 512},
+	}
+	if checkPacking(bad, 1024) == nil {
+		t.Error("two requests in use at once that share bytes pass")
+	}
+	bad[1].start = 4 // in use after the first: it may share its bytes
+	if err := checkPacking(bad, 1024); err != nil {
+		t.Error(err)
+	}
+	if checkPacking(bad, 512) == nil {
+		t.Error("a request past the footprint passes")
+	}
+}
+
 // BenchmarkPackStep packs BERT's step as a step boundary does
 // (packReqs: the sort by size, the greedy packing, the blocks below), by
 // first fit and by best fit, and finds its blocks below alone.

@@ -7,6 +7,7 @@ package allocator
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/gpumem/gpumem/internal/pack"
 )
@@ -56,8 +57,36 @@ func packReqs(reqs []planReq, ops int, first bool) uint64 {
 	for i, k := range which {
 		reqs[k].off, reqs[k].at = offsets[i], nil
 	}
+	if selfCheck {
+		if err := checkPacking(reqs, fp); err != nil {
+			panic("gpumem: " + err.Error())
+		}
+	}
 	planBelow(reqs, ops)
 	return fp
+}
+
+// checkPacking checks a packing of reqs whose footprint is fp: no two
+// arena requests in use at once share a byte, and each ends within fp.
+// It reads every pair (n^2/2), so the self-check runs it once a packing,
+// not after every operation.
+func checkPacking(reqs []planReq, fp uint64) error {
+	for i := range reqs {
+		a := &reqs[i]
+		if !a.arena {
+			continue
+		}
+		if a.off+a.size > fp || a.start >= a.end {
+			return fmt.Errorf("the plan's request %d, in use during [%d, %d), ends at %d, past the packing's %d bytes", i, a.start, a.end, a.off+a.size, fp)
+		}
+		for j := range i {
+			b := &reqs[j]
+			if b.arena && a.start < b.end && b.start < a.end && a.off < b.off+b.size && b.off < a.off+a.size {
+				return fmt.Errorf("the plan's requests %d and %d, in use at once, share bytes: [%d, %d) and [%d, %d)", j, i, b.off, b.off+b.size, a.off, a.off+a.size)
+			}
+		}
+	}
+	return nil
 }
 
 // repackLocked packs the plan again by best fit, at a boundary: its
