@@ -36,11 +36,13 @@ type PlanStats struct {
 	// after several steps of evaluation) makes it the plan again, with no
 	// packing (Plans does not count it).
 	Reused int64 `json:"reused"`
-	// Repacks counts the plans packed again by best fit: a plan is
-	// packed by first fit where that packs its step as tight as any
-	// packing can, and a step under it that skipped a request makes it
-	// and every plan after it packed by best fit, which such steps skip
-	// less.
+	// Repacks counts the plans packed again by best fit: the plan of a
+	// step the program marks is packed by first fit (the lowest free
+	// place for each block, which packs a training step as tight as best
+	// fit, for less work), and a step under it that skipped a request
+	// makes it, and every plan after it, packed by best fit, under which
+	// steps that vary from their plan skip less. A step the policy finds
+	// itself is packed by best fit from the start.
 	Repacks int64 `json:"repacks"`
 	// ArenaBytes is the current plan's arena, in whole pages (0 with no
 	// plan); Following reports whether the current step follows the plan
