@@ -136,8 +136,10 @@
 // it finds itself, whatever their sizes)
 // repeats the one before it, or fits the largest sizes of the steps
 // before it (batches of varying length): it then packs the step's
-// allocations offline, at those largest sizes, into an arena of free
-// memory and serves the steps that fit it (same order, the same sizes
+// allocations offline, at those largest sizes (each at the lowest place
+// free in its lifetime where the program marks the steps, else at the
+// smallest; a plan whose steps find places taken is packed again the
+// second way), into an arena of free memory and serves the steps that fit it (same order, the same sizes
 // or smaller ones: a short last batch) from there, with no fit and no
 // device call; the step's allocations on other streams than its main one
 // (an input copied on a stream of its own) keep their places in the

@@ -220,7 +220,7 @@ func TestReplayPlannedSteps(t *testing.T) {
 	const cnn = "../../trace/replay/testdata/EoR_NN_cnn_counterfactuals.trace.gz"
 	out, errOut, code := runCmd(t, "replay", "--conf", "gpumem_policy:planned", cnn)
 	require.Equal(t, 0, code, errOut)
-	assert.Contains(t, out, "planned steps           1 planned, 0 taken up again, 748 requests served from an arena, 8 skips, 0 departures, 0 spared (steps found without marks: 193 allocations each)\n")
+	assert.Contains(t, out, "planned steps           1 planned, 0 taken up again, 0 packed again, 748 requests served from an arena, 8 skips, 0 departures, 0 spared (steps found without marks: 193 allocations each)\n")
 	out, errOut, code = runCmd(t, "replay", "--json", "--conf", "gpumem_policy:planned", cnn)
 	require.Equal(t, 0, code, errOut)
 	var res struct {

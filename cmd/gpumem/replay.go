@@ -319,7 +319,7 @@ func printResult(w io.Writer, o *plan.Outcome, device string) {
 		if p.FoundPeriod > 0 {
 			found = fmt.Sprintf(" (steps found without marks: %d allocations each)", p.FoundPeriod)
 		}
-		fmt.Fprintf(tw, "planned steps\t%d planned, %d taken up again, %d requests served from an arena, %d skips, %d departures, %d spared%s\n", p.Plans, p.Reused, p.Served, p.Skips, p.Departures, p.Spared, found)
+		fmt.Fprintf(tw, "planned steps\t%d planned, %d taken up again, %d packed again, %d requests served from an arena, %d skips, %d departures, %d spared%s\n", p.Plans, p.Reused, p.Repacks, p.Served, p.Skips, p.Departures, p.Spared, found)
 	}
 	tw.Flush()
 	if len(r.Phases) > 0 {
