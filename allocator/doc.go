@@ -139,9 +139,9 @@
 // allocations offline, at those largest sizes (each at the lowest place
 // free in its lifetime where the program marks the steps, else at the
 // smallest; a plan whose steps find places taken is packed again the
-// second way), into an arena of free memory and serves the steps that fit it (same order, the same sizes
-// or smaller ones: a short last batch) from there, with no fit and no
-// device call; the step's allocations on other streams than its main one
+// second way), into an arena of free memory and serves the steps that
+// fit it (same order, the same sizes or smaller ones: a short last
+// batch) from there, with no fit and no device call; the step's allocations on other streams than its main one
 // (an input copied on a stream of its own) keep their places in the
 // pattern and are served by the policy (in marked steps), as is a request whose place is
 // taken, and one that departs from the pattern (larger, or on another
