@@ -194,8 +194,10 @@ func (a *Allocator) planFreedLocked(sh *shard, ptr device.Ptr) {
 // instructions for BERT's 1,004-block step by first fit, 3.9 M by best
 // fit), so a step is planned only once its
 // pattern has repeated: the first step of a training loop, which also
-// makes the optimizer's state, is seldom the one that repeats. The arena
-// is then found for the next step, and recording starts again.
+// makes the optimizer's state, is seldom the one that repeats. A plan
+// packed by first fit, under which the step skipped a request, is packed
+// again by best fit, as every plan after it is (packReqs). The arena is
+// then found for the next step, and recording starts again.
 func (a *Allocator) planStepLocked() {
 	p := a.pol.plan
 	// A step that had the plan's sizes whole has nothing in recSize; the
