@@ -47,7 +47,8 @@
 // placed that overlap it in time that holds it, or else above them all
 // ("greedy by size", Pisarchyk and Lee, 2020, with a first fit where
 // theirs takes the smallest such gap: on every trace of the project the
-// first fit packs as tight or tighter, and it stops its search sooner).
+// best of the passes below packs as tight by first fit as by best fit,
+// or tighter, and a first fit stops its search sooner).
 // The blocks that overlap a block in time are found through an
 // index of time buckets, each holding the placed blocks that touch it in
 // address order, so a trace of 10^5 allocations packs in seconds rather
