@@ -49,9 +49,9 @@ func bertStepReqs(tb testing.TB) ([]planReq, int) {
 // catches two requests in use at once that share a byte, and one past
 // the footprint.
 func TestPackStepIsValid(t *testing.T) {
-	reqs, ops := bertStepReqs(t)
+	reqs, _ := bertStepReqs(t)
 	for _, first := range []bool{true, false} {
-		fp := packReqs(reqs, ops, first)
+		fp := packReqs(reqs, first)
 		if err := checkPacking(reqs, fp); err != nil {
 			t.Fatalf("first fit %v: %v", first, err)
 		}
@@ -87,7 +87,7 @@ func BenchmarkPackStep(b *testing.B) {
 		b.Run(fit.name, func(b *testing.B) {
 			var fp uint64
 			for b.Loop() {
-				fp = packReqs(reqs, ops, fit.first)
+				fp = packReqs(reqs, fit.first)
 			}
 			b.ReportMetric(float64(fp), "footprint")
 		})

@@ -228,7 +228,6 @@ type planState struct {
 
 	// The plan, nil when there is none.
 	reqs   []planReq
-	ops    int      // the operations of the step planned: the packing's time
 	first  bool     // packed by first fit (packReqs)
 	sizes  []uint64 // by position, the rounded size (reqs[k].size), compared at a boundary
 	stream device.Stream
@@ -418,8 +417,8 @@ func (a *Allocator) buildPlanLocked(sizes []uint64) {
 		reqs[k].arena = reqs[k].end >= 0 && reqs[k].size != sideSize
 	}
 	first := !p.bestFit && p.auto == nil
-	p.foot = pagesFor(packReqs(reqs, len(p.rec), first), a.pol.largePage)
-	p.reqs, p.stream, p.ops, p.first = reqs, p.recStream, len(p.rec), first
+	p.foot = pagesFor(packReqs(reqs, first), a.pol.largePage)
+	p.reqs, p.stream, p.first = reqs, p.recStream, first
 	p.sizes = append(p.sizes[:0], sizes...)
 	p.plans++
 }

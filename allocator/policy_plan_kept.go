@@ -24,7 +24,6 @@ type keptPlan struct {
 	sizes  []uint64
 	stream device.Stream
 	foot   uint64
-	ops    int
 	first  bool
 }
 
@@ -33,7 +32,7 @@ type keptPlan struct {
 // stream and count of requests, none larger) goes: this one serves
 // every step it would.
 func (p *planState) keepPlanLocked() {
-	k := keptPlan{reqs: p.reqs, sizes: p.sizes, stream: p.stream, foot: p.foot, ops: p.ops, first: p.first}
+	k := keptPlan{reqs: p.reqs, sizes: p.sizes, stream: p.stream, foot: p.foot, first: p.first}
 	for i := range k.reqs {
 		k.reqs[i].at = nil // blocks of the steps it served: a walk starts elsewhere
 	}
@@ -78,7 +77,7 @@ func (p *planState) keptForLocked(step []uint64, s device.Stream, env []uint64, 
 func (p *planState) takeUpLocked(i int) {
 	k := p.kept[i]
 	p.kept = slices.Delete(p.kept, i, i+1)
-	p.reqs, p.sizes, p.stream, p.foot, p.ops, p.first = k.reqs, k.sizes, k.stream, k.foot, k.ops, k.first
+	p.reqs, p.sizes, p.stream, p.foot, p.first = k.reqs, k.sizes, k.stream, k.foot, k.first
 	p.prevSize = append(p.prevSize[:0], k.sizes...)
 	p.prevStream = k.stream
 	p.reuses++

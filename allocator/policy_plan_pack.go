@@ -13,7 +13,8 @@ import (
 )
 
 // packReqs packs the arena requests of reqs, with their rounded sizes and
-// their lifetimes among ops operations, greedy by size (the other orders
+// their lifetimes (the step's operations, which end at the last free of
+// one of them), greedy by size (the other orders
 // of internal/pack gain little on a step and cost as much each: the
 // arena is whole pages), by first fit with first set, else by best fit:
 // it sets their offsets and their blocks below (planBelow), forgets the
@@ -35,13 +36,15 @@ import (
 // (buildPlanLocked), and a plan packed by first fit under which a step
 // skips is packed again by best fit, as every plan after it is
 // (planStepLocked).
-func packReqs(reqs []planReq, ops int, first bool) uint64 {
+func packReqs(reqs []planReq, first bool) uint64 {
 	var items []pack.Item
 	var which []int32
+	ops := 0
 	for k := range reqs {
 		if r := &reqs[k]; r.arena {
 			items = append(items, pack.Item{Start: int(r.start), End: int(r.end), Bytes: r.size})
 			which = append(which, int32(k))
+			ops = max(ops, int(r.end)+1)
 		}
 	}
 	if len(items) == 0 {
@@ -93,6 +96,6 @@ func checkPacking(reqs []planReq, fp uint64) error {
 // arena's bytes may change, and arenaLocked then finds its place.
 func (a *Allocator) repackLocked() {
 	p := a.pol.plan
-	p.foot, p.first = pagesFor(packReqs(p.reqs, p.ops, false), a.pol.largePage), false
+	p.foot, p.first = pagesFor(packReqs(p.reqs, false), a.pol.largePage), false
 	p.repacks++
 }
