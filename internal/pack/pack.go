@@ -9,17 +9,17 @@
 // ending at op i and one starting at op i may share memory) and occupies
 // Bytes. Greedy places items one by one in a given order, each in a gap
 // between the already placed items that overlap it in time that holds
-// it, or else above them all ("greedy by size", Pisarchyk and Lee, 2020,
-// where the gap is the smallest that holds it). The placed items that overlap an
-// item in time are found through buckets of time, each holding the
-// placed items that touch it in address order, so a pass costs about the
-// number of pairs of items in use at the same time rather than n^2; or,
-// where most pairs are in use at once (a training step's blocks), by
-// reading the placed items in address order, in chunks that are skipped
-// whole where no item of theirs is in use in the item's time, and
-// settled from their highest top down where no gap can start in them
-// (each placed item keeps the lifetime of the item it was placed on),
-// which costs less then.
+// it, or else above them all ("greedy by size", Pisarchyk and Lee,
+// 2020, where the gap is the smallest that holds it). The placed items
+// that overlap an item in time are found through buckets of time, each
+// holding the placed items that touch it in address order, so a pass
+// costs about the number of pairs of items in use at the same time
+// rather than n^2; or, where most pairs are in use at once (a training
+// step's blocks), by reading the placed items in address order, in
+// chunks that are skipped whole where no item of theirs is in use in
+// the item's time, and settled from their highest top down where no gap
+// can start in them (each placed item keeps the lifetime of the item it
+// was placed on), which costs less then.
 //
 // A pass takes, among the gaps that hold an item, the smallest (BestFit,
 // the classic rule; the lowest of those on a tie) or the lowest
@@ -92,17 +92,18 @@ var Orders = []Order{
 }
 
 // Best packs items, whose Start and End are in [0, ops] and whose Bytes
-// sum to at most 2^64 - 1 (so that no offset overflows), by first fit: it
-// runs the first of Orders; unless that footprint is at most bound, it
-// runs the others (at once on the available CPUs when parallel is set)
-// and keeps the smallest footprint. (By first fit, the best of the four
-// passes packed every trace of the project as tight as by best fit or
-// tighter: random_mixed 1.024 times its bound against 1.034,
+// sum to at most 2^64 - 1 (so that no offset overflows), by first fit:
+// it runs the first of Orders; unless that footprint is at most bound,
+// it runs the others (at once on the available CPUs when parallel is
+// set) and keeps the smallest footprint. (By first fit, the best of the
+// four passes packed every trace of the project as tight as by best fit
+// or tighter: random_mixed 1.024 times its bound against 1.034,
 // random_mixed_2000 1.0000003 against 1.004, eor_cnn its bound against
-// 1.00001; the others their bound either way.) It returns an offset per item, the footprint
-// (the highest end of an item) and the index in Orders of the pass that
-// gave it. A done ctx stops every pass early (checked every 1024 items
-// placed); the result is then meaningless and the caller discards it.
+// 1.00001; the others their bound either way.) It returns an offset per
+// item, the footprint (the highest end of an item) and the index in
+// Orders of the pass that gave it. A done ctx stops every pass early
+// (checked every 1024 items placed); the result is then meaningless and
+// the caller discards it.
 func Best(ctx context.Context, items []Item, ops int, bound uint64, parallel bool) (offsets []uint64, footprint uint64, order int) {
 	if len(items) == 0 {
 		return nil, 0, 0
