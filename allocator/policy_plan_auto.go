@@ -63,8 +63,11 @@ import (
 // The search costs a hand-out the record of its token and levels, and
 // one in four a table lookup (takeLocked calls searchStepsLocked); a
 // free, nothing: the levels are read from the shard's counters. It holds
-// 448 KiB; periods of up to autoHistory-1 allocations are found. A first
-// MarkStep drops the search for good: marks are the program's own word.
+// 64 KiB of contexts and a history that doubles as allocations come, to
+// 384 KiB at autoHistory of them; periods of up to autoHistory-1
+// allocations are found. A first MarkStep drops the search for good:
+// marks are the program's own word (a program that marks its steps
+// after a few hundred allocations pays for a few KiB of history).
 //
 // What it cannot find: a loop whose allocations and frees alternate one
 // by one throughout, every position the same to the search (its sizes
@@ -73,9 +76,7 @@ import (
 // the search compared the order of operations it compared sizes, and
 // found only steps that repeated exactly.)
 type autoSteps struct {
-	tok   [autoHistory]uint32 // by allocation, modulo autoHistory: the token
-	lvl   [autoHistory]uint32 // the level before the allocation: blocks held
-	bytes [autoHistory]uint32 // the bytes allocated before it, in 512 bytes (exact to 2 TiB)
+	hist  []autoRec           // by allocation, modulo its length (a power of two, autoHistory once grown)
 	slots [autoSlots]autoSlot // recent contexts: the last allocation of each
 
 	held int64 // the level before the last allocation: its token's frees follow from it
@@ -118,6 +119,13 @@ type autoLow struct {
 
 // An autoSlot files the last allocation of a context (its position
 // modulo 2^32: the difference of two is right while it is below that).
+// An autoRec is what the search keeps of an allocation: its token, the
+// level before it (blocks held) and the bytes allocated before it, in
+// 512 bytes (exact to 2 TiB).
+type autoRec struct {
+	tok, lvl, bytes uint32
+}
+
 type autoSlot struct {
 	key, pos uint32
 }
@@ -141,8 +149,10 @@ func (d *autoSteps) allocated(s uint32, held, bytes, size int64) bool {
 	t, lv := uint32(frees)|s<<8, uint32(held)
 	n := d.n
 	d.held = held
-	d.tok[n&(autoHistory-1)], d.lvl[n&(autoHistory-1)] = t, lv
-	d.bytes[n&(autoHistory-1)] = uint32(uint64(bytes) >> 9)
+	if n == int64(len(d.hist)) && n < autoHistory {
+		d.grow()
+	}
+	d.hist[n&int64(len(d.hist)-1)] = autoRec{t, lv, uint32(uint64(bytes) >> 9)}
 	d.n = n + 1
 	if d.period|d.cand == 0 && (uint64(lv)|uint64(t)<<32)*0x9e3779b97f4a7c15>>62 != 0 {
 		return false
@@ -167,9 +177,8 @@ func (d *autoSteps) atFloor(held, bytes int64) bool {
 // more is allocated's search for allocation n, filed, and its count of
 // the period once found.
 func (d *autoSteps) more(n int64, t, level uint32) bool {
-	const mask = autoHistory - 1
 	if c := d.period; c > 0 {
-		if d.tok[(n-c)&mask] != t || d.lvl[(n-c)&mask] != level {
+		if e := d.at(n - c); e.tok != t || e.lvl != level {
 			d.broken = true
 		}
 		if d.n == d.next {
@@ -179,12 +188,12 @@ func (d *autoSteps) more(n int64, t, level uint32) bool {
 		return false
 	}
 	if c := d.cand; c > 0 {
-		if d.tok[(n-c)&mask] != t || d.lvl[(n-c)&mask] != level {
+		if e := d.at(n - c); e.tok != t || e.lvl != level {
 			d.cand, d.run = 0, 0
 			return false
 		}
-		if b := d.bytes[n&mask]; b < d.low.bytes {
-			d.low = autoLow{n, b, d.bytes[(n-c)&mask]}
+		if b := d.at(n).bytes; b < d.low.bytes {
+			d.low = autoLow{n, b, d.at(n - c).bytes}
 		}
 		if d.run++; d.run >= c {
 			d.found()
@@ -196,16 +205,33 @@ func (d *autoSteps) more(n int64, t, level uint32) bool {
 		return false
 	}
 	h := (uint64(level) | uint64(t)<<32) * 0x9e3779b97f4a7c15
-	h ^= (uint64(d.tok[(n-1)&mask]) | uint64(d.tok[(n-2)&mask])<<32) * 0xc2b2ae3d27d4eb4f
+	h ^= (uint64(d.at(n-1).tok) | uint64(d.at(n-2).tok)<<32) * 0xc2b2ae3d27d4eb4f
 	sl, key := &d.slots[h>>(64-13)&(autoSlots-1)], uint32(h)
 	if sl.key == key {
-		if c := int64(uint32(n) - sl.pos); c >= autoMinPeriod && c < autoHistory && d.tok[(n-c)&mask] == t && d.lvl[(n-c)&mask] == level {
-			d.cand, d.run = c, 1
-			d.low = autoLow{n, d.bytes[n&mask], d.bytes[(n-c)&mask]}
+		if c := int64(uint32(n) - sl.pos); c >= autoMinPeriod && c < autoHistory {
+			if e := d.at(n - c); e.tok == t && e.lvl == level {
+				d.cand, d.run = c, 1
+				d.low = autoLow{n, d.at(n).bytes, e.bytes}
+			}
 		}
 	}
 	sl.key, sl.pos = key, uint32(n)
 	return false
+}
+
+// at returns the record of allocation i, one of the last len(d.hist).
+func (d *autoSteps) at(i int64) *autoRec {
+	return &d.hist[i&int64(len(d.hist)-1)]
+}
+
+// grow doubles the history (to 256 records from none), once it is full
+// and shorter than autoHistory: the records of allocations 0 to len-1
+// keep their places. A program that marks its steps, which drops the
+// search, never pays for the whole of it.
+func (d *autoSteps) grow() {
+	h := make([]autoRec, max(256, 2*len(d.hist)))
+	copy(h, d.hist)
+	d.hist = h
 }
 
 // found makes the candidate the period, confirmed by allocation n,
@@ -223,10 +249,9 @@ func (d *autoSteps) found() {
 	d.misses, d.broken = 0, false
 	// The floor, where no other allocation of the period has its level
 	// and bytes (the boundary is first counted: next).
-	const mask = autoHistory - 1
-	fl, fb, same := d.lvl[d.low.n&mask], d.low.bytes, 0
+	fl, fb, same := d.at(d.low.n).lvl, d.low.bytes, 0
 	for i := d.low.n - c + 1; i <= d.low.n; i++ {
-		if d.lvl[i&mask] == fl && d.bytes[i&mask] == fb {
+		if e := d.at(i); e.lvl == fl && e.bytes == fb {
 			same++
 		}
 	}
