@@ -93,8 +93,9 @@ func BenchmarkPackStep(b *testing.B) {
 		})
 	}
 	b.Run("below", func(b *testing.B) {
+		byOff := arenaByOffset(reqs)
 		for b.Loop() {
-			planBelow(reqs, ops)
+			planBelow(reqs, ops, byOff)
 		}
 	})
 }

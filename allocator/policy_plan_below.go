@@ -7,9 +7,7 @@
 package allocator
 
 import (
-	"math"
 	"math/bits"
-	"slices"
 
 	"github.com/gpumem/gpumem/allocator/internal/freeindex"
 	"github.com/gpumem/gpumem/device"
@@ -21,9 +19,17 @@ import (
 // of bits by the rank of their offsets among the arena's (blocks in use
 // at once do not share an offset: each holds at least 512 bytes), and
 // each request takes the one just below its place, the highest bit below
-// its own.
-func planBelow(reqs []planReq, ops int) {
-	rank, nr := offsetRanks(reqs)
+// its own. byOff lists the positions of the arena requests by offset
+// (the packing's order, pack.Greedy's: no sort here).
+func planBelow(reqs []planReq, ops int, byOff []int32) {
+	rank := make([]int32, len(reqs)) // by position: the rank of its offset among the arena's distinct ones
+	nr := 0
+	for i, k := range byOff {
+		if i == 0 || reqs[k].off != reqs[byOff[i-1]].off {
+			nr++
+		}
+		rank[k] = int32(nr - 1)
+	}
 	inUse := make([]uint64, (nr+63)/64) // bit r: a block at the r-th offset in use
 	owner := make([]int32, nr)          // the position in use at the r-th offset
 	ev := make([]int32, ops)            // by operation: k+1 allocates the k-th arena block, -k-1 frees it, 0 neither
@@ -50,58 +56,6 @@ func planBelow(reqs []planReq, ops int) {
 			}
 		}
 	}
-}
-
-// offsetRanks returns, by position, the rank of each arena request's
-// offset among the arena's distinct offsets, and their number. Where
-// offset*n+position fits in 64 bits (n requests), the requests are sorted
-// by that one key; else the offsets are sorted and each searched.
-func offsetRanks(reqs []planReq) ([]int32, int) {
-	if len(reqs) == 0 {
-		return nil, 0 // and no key to divide by n
-	}
-	rank := make([]int32, len(reqs))
-	n := uint64(len(reqs))
-	var top uint64
-	var m int
-	for k := range reqs {
-		if reqs[k].arena {
-			top = max(top, reqs[k].off)
-			m++
-		}
-	}
-	if top <= (math.MaxUint64-n)/n {
-		keys := make([]uint64, 0, m)
-		for k := range reqs {
-			if reqs[k].arena {
-				keys = append(keys, reqs[k].off*n+uint64(k))
-			}
-		}
-		slices.Sort(keys)
-		r := int32(-1)
-		for i, key := range keys {
-			if i == 0 || key/n != keys[i-1]/n {
-				r++
-			}
-			rank[key%n] = r
-		}
-		return rank, int(r + 1)
-	}
-	var offs []uint64
-	for k := range reqs {
-		if reqs[k].arena {
-			offs = append(offs, reqs[k].off)
-		}
-	}
-	slices.Sort(offs)
-	offs = slices.Compact(offs)
-	for k := range reqs {
-		if reqs[k].arena {
-			r, _ := slices.BinarySearch(offs, reqs[k].off)
-			rank[k] = int32(r)
-		}
-	}
-	return rank, len(offs)
 }
 
 // highestBelow returns the highest bit set in set below bit r, or -1.

@@ -17,7 +17,8 @@ import (
 // one of them), greedy by size (the other orders
 // of internal/pack gain little on a step and cost as much each: the
 // arena is whole pages), by first fit with first set, else by best fit:
-// it sets their offsets and their blocks below (planBelow), forgets the
+// it sets their offsets and their blocks below (planBelow, from the
+// packing's order of the blocks by offset), forgets the
 // blocks handed out for them (at), and returns the footprint in bytes.
 //
 // First fit packs a step as tight as best fit, and reads less: BERT's
@@ -56,16 +57,20 @@ func packReqs(reqs []planReq, first bool) uint64 {
 	if first {
 		fit = pack.FirstFit
 	}
-	fp := pack.Greedy(context.Background(), items, ops, idx, offsets, fit)
+	byOff := make([]int32, len(items))
+	fp := pack.Greedy(context.Background(), items, ops, idx, offsets, fit, byOff)
 	for i, k := range which {
 		reqs[k].off, reqs[k].at = offsets[i], nil
+	}
+	for i, x := range byOff {
+		byOff[i] = which[x] // positions in reqs, by offset
 	}
 	if selfCheck {
 		if err := checkPacking(reqs, fp); err != nil {
 			panic("gpumem: " + err.Error())
 		}
 	}
-	planBelow(reqs, ops)
+	planBelow(reqs, ops, byOff)
 	return fp
 }
 

@@ -4,6 +4,8 @@
 package allocator
 
 import (
+	"cmp"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -900,46 +902,67 @@ func TestPlannedReclaimsOnlyWhenTheDeviceIsShort(t *testing.T) {
 	assert.Zero(t, refused, "no map refused by the device")
 }
 
-// TestOffsetRanks checks the ranks of the arena requests' offsets, by one
-// sort of packed keys and, for offsets too large to pack, by a search
-// among the sorted offsets, against their definition: the number of
-// distinct arena offsets below each.
-func TestOffsetRanks(t *testing.T) {
-	rank, nr := offsetRanks(nil)
-	require.Empty(t, rank)
-	require.Zero(t, nr)
+// TestPlanBelow packs random steps (requests of random sizes and
+// lifetimes, some not in the arena) by each fit and checks every arena
+// request's block below against its definition: of the arena requests
+// in use when it is allocated, the one at the highest offset below its
+// own, else none (-1); and, on BERT's step, planBelow given the arena's
+// positions sorted by offset, as the benchmark gives them, agrees with
+// the packing's own order.
+func TestPlanBelow(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, big := range []bool{false, true} {
-		for range 50 {
-			reqs := make([]planReq, rng.IntN(300))
-			for k := range reqs {
-				reqs[k] = planReq{arena: rng.IntN(4) > 0, off: uint64(rng.IntN(40)) << 9}
-				if big {
-					reqs[k].off <<= 50
+	check := func(name string, reqs []planReq) {
+		t.Helper()
+		for k, r := range reqs {
+			if !r.arena {
+				continue
+			}
+			want := int32(-1)
+			for j, o := range reqs {
+				if o.arena && o.start < r.start && r.start < o.end && o.off < r.off && (want < 0 || o.off > reqs[want].off) {
+					want = int32(j)
 				}
 			}
-			rank, nr := offsetRanks(reqs)
-			distinct := map[uint64]bool{}
-			for _, r := range reqs {
-				if r.arena {
-					distinct[r.off] = true
-				}
-			}
-			require.Equal(t, len(distinct), nr)
-			for k, r := range reqs {
-				if !r.arena {
-					continue
-				}
-				var below int32
-				for o := range distinct {
-					if o < r.off {
-						below++
-					}
-				}
-				require.Equal(t, below, rank[k], "big offsets %v, request %d", big, k)
-			}
+			require.Equal(t, want, r.below, "%s: request %d", name, k)
 		}
 	}
+	for round := range 100 {
+		n := 1 + rng.IntN(200)
+		ev := rng.Perm(2 * n) // each request's two operations, distinct
+		reqs := make([]planReq, n)
+		for k := range reqs {
+			a, b := int32(ev[2*k]), int32(ev[2*k+1])
+			reqs[k] = planReq{size: uint64(1+rng.IntN(8)) << 9, arena: rng.IntN(5) > 0, start: min(a, b), end: max(a, b), below: -7}
+		}
+		for _, first := range []bool{true, false} {
+			packReqs(reqs, first)
+			check(fmt.Sprintf("round %d, first fit %v", round, first), reqs)
+		}
+	}
+	reqs, ops := bertStepReqs(t)
+	packReqs(reqs, true)
+	check("BERT's step", reqs)
+	want := make([]int32, len(reqs))
+	for k := range reqs {
+		want[k] = reqs[k].below
+	}
+	planBelow(reqs, ops, arenaByOffset(reqs))
+	for k := range reqs {
+		require.Equal(t, want[k], reqs[k].below, "BERT's step, request %d", k)
+	}
+}
+
+// arenaByOffset returns the positions of reqs' arena requests by offset:
+// the order the packing gives planBelow, found by a sort.
+func arenaByOffset(reqs []planReq) []int32 {
+	var byOff []int32
+	for k := range reqs {
+		if reqs[k].arena {
+			byOff = append(byOff, int32(k))
+		}
+	}
+	slices.SortFunc(byOff, func(x, y int32) int { return cmp.Compare(reqs[x].off, reqs[y].off) })
+	return byOff
 }
 
 // TestPlannedStepFreesManyOlderBlocks plans a step of one allocation that

@@ -58,7 +58,7 @@ func BenchmarkGreedyStep(b *testing.B) {
 		b.Run(fit.name, func(b *testing.B) {
 			var fp uint64
 			for b.Loop() {
-				fp = Greedy(context.Background(), items, ops, idx, offsets, fit.fit)
+				fp = Greedy(context.Background(), items, ops, idx, offsets, fit.fit, nil)
 			}
 			b.ReportMetric(float64(len(items)), "items")
 			b.ReportMetric(float64(fp), "footprint")

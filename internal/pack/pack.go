@@ -116,7 +116,7 @@ func Best(ctx context.Context, items []Item, ops int, bound uint64, parallel boo
 		}
 		idx := Sorted(items, k)
 		offs[k] = make([]uint64, len(items))
-		fps[k] = Greedy(ctx, items, ops, idx, offs[k], FirstFit)
+		fps[k] = Greedy(ctx, items, ops, idx, offs[k], FirstFit, nil)
 	}
 	pass(0)
 	n := 1
@@ -247,16 +247,54 @@ func sortedBySize(items []Item, idx []int32) bool {
 // index's 29.9 M instructions; on a trace of 10^5 blocks whose lifetimes are short
 // beside it, the index reads a sliver of the n^2.
 //
-// It stops early, leaving the rest unplaced, once ctx is done (checked
-// every 1024 items).
-func Greedy(ctx context.Context, items []Item, ops int, idx []int32, offsets []uint64, fit Fit) uint64 {
+// If order is not nil, it must have len(items) entries: Greedy lists in
+// it the items by offset, those that take memory from the lowest offset
+// up (items at one offset, never in use at once, in no given order),
+// then the others by index. The scan holds the placed items in that
+// order at its end, so it costs no sort there (the allocator's planned
+// policy walks a step's blocks by offset to find the block below each).
+//
+// It stops early, leaving the rest unplaced (and order meaningless), once
+// ctx is done (checked every 1024 items).
+func Greedy(ctx context.Context, items []Item, ops int, idx []int32, offsets []uint64, fit Fit, order []int32) uint64 {
 	if len(items) == 0 {
 		return 0
 	}
 	if scanCheaper(items, ops) {
-		return greedyScan(ctx, items, idx, offsets, fit)
+		return greedyScan(ctx, items, idx, offsets, fit, order)
 	}
-	return greedyBuckets(ctx, items, ops, idx, offsets, fit)
+	fp := greedyBuckets(ctx, items, ops, idx, offsets, fit)
+	if order != nil {
+		n := 0
+		for i := range items {
+			if takesMemory(&items[i]) {
+				order[n] = int32(i)
+				n++
+			}
+		}
+		slices.SortFunc(order[:n], func(x, y int32) int {
+			return cmp.Or(cmp.Compare(offsets[x], offsets[y]), cmp.Compare(x, y))
+		})
+		listUnplaced(items, order[n:])
+	}
+	return fp
+}
+
+// takesMemory reports whether b is placed: it has bytes and a lifetime.
+func takesMemory(b *Item) bool {
+	return b.Bytes > 0 && b.Start < b.End
+}
+
+// listUnplaced writes in rest the indices of the items that take no
+// memory, in order: the tail of Greedy's order.
+func listUnplaced(items []Item, rest []int32) {
+	n := 0
+	for i := range items {
+		if !takesMemory(&items[i]) && n < len(rest) {
+			rest[n] = int32(i)
+			n++
+		}
+	}
 }
 
 // scanCosts is how many items greedyBuckets reads for the cost of one

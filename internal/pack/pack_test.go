@@ -142,15 +142,30 @@ func TestGreedyAgreesWithPairs(t *testing.T) {
 				want, wantFP := greedyPairs(items, idx, fit)
 				for _, g := range []struct {
 					name string
-					run  func([]uint64) uint64
+					run  func([]uint64, []int32) uint64
 				}{
-					{"Greedy", func(off []uint64) uint64 { return Greedy(context.Background(), items, ops, idx, off, fit) }},
-					{"greedyScan", func(off []uint64) uint64 { return greedyScan(context.Background(), items, idx, off, fit) }},
-					{"greedyBuckets", func(off []uint64) uint64 { return greedyBuckets(context.Background(), items, ops, idx, off, fit) }},
+					{"Greedy", func(off []uint64, order []int32) uint64 {
+						return Greedy(context.Background(), items, ops, idx, off, fit, order)
+					}},
+					{"greedyScan", func(off []uint64, order []int32) uint64 {
+						return greedyScan(context.Background(), items, idx, off, fit, order)
+					}},
+					{"greedyBuckets", func(off []uint64, order []int32) uint64 {
+						return greedyBuckets(context.Background(), items, ops, idx, off, fit)
+					}},
 				} {
 					got := make([]uint64, len(items))
-					if fp := g.run(got); fp != wantFP || !slices.Equal(got, want) {
+					var order []int32
+					if g.name != "greedyBuckets" {
+						order = make([]int32, len(items))
+					}
+					if fp := g.run(got, order); fp != wantFP || !slices.Equal(got, want) {
 						t.Fatalf("%s, order %d, fit %d, %s: footprint %d, want %d; offsets equal: %v", name, k, fit, g.name, fp, wantFP, slices.Equal(got, want))
+					}
+					if order != nil {
+						if err := checkOrder(items, got, order); err != nil {
+							t.Fatalf("%s, order %d, fit %d, %s: %v", name, k, fit, g.name, err)
+						}
 					}
 				}
 			}
@@ -172,6 +187,31 @@ func TestGreedyAgreesWithPairs(t *testing.T) {
 	check("BERT's step", items, ops)
 }
 
+// checkOrder checks Greedy's order of items whose offsets are offsets:
+// each item once, those that take memory by offset, then the others by
+// index.
+func checkOrder(items []Item, offsets []uint64, order []int32) error {
+	seen := make([]bool, len(items))
+	rest := false
+	for n, x := range order {
+		if x < 0 || int(x) >= len(items) || seen[x] {
+			return fmt.Errorf("order[%d] = %d: out of range or listed twice", n, x)
+		}
+		seen[x] = true
+		switch placed := takesMemory(&items[x]); {
+		case placed && rest:
+			return fmt.Errorf("order[%d] = %d takes memory, after an item that takes none", n, x)
+		case placed && n > 0 && offsets[x] < offsets[order[n-1]]:
+			return fmt.Errorf("order[%d] = %d at %d, below the item before it, at %d", n, x, offsets[x], offsets[order[n-1]])
+		case !placed && rest && x < order[n-1]:
+			return fmt.Errorf("order[%d] = %d takes no memory, after %d", n, x, order[n-1])
+		case !placed:
+			rest = true
+		}
+	}
+	return nil
+}
+
 // TestStepPacksToItsPeak holds the package's claim about BERT's step:
 // greedy by size packs it to the bound, the most bytes it has in use at
 // once, under either fit; and first fit places some of its blocks
@@ -186,7 +226,7 @@ func TestStepPacksToItsPeak(t *testing.T) {
 	var offs [2][]uint64
 	for i, fit := range []Fit{BestFit, FirstFit} {
 		offs[i] = make([]uint64, len(items))
-		if fp := Greedy(context.Background(), items, ops, idx, offs[i], fit); fp != peak {
+		if fp := Greedy(context.Background(), items, ops, idx, offs[i], fit, nil); fp != peak {
 			t.Errorf("fit %d: footprint %d, want the peak %d", fit, fp, peak)
 		}
 	}
@@ -264,8 +304,8 @@ func TestGreedyScanAgreesOnSteps(t *testing.T) {
 			idx := orderOf(items, o)
 			for _, fit := range []Fit{BestFit, FirstFit} {
 				want, wantFP := greedyPairs(items, idx, fit)
-				got := make([]uint64, len(items))
-				if fp := greedyScan(context.Background(), items, idx, got, fit); fp != wantFP || !slices.Equal(got, want) {
+				got, order := make([]uint64, len(items)), make([]int32, len(items))
+				if fp := greedyScan(context.Background(), items, idx, got, fit, order); fp != wantFP || !slices.Equal(got, want) {
 					for i := range got {
 						if got[i] != want[i] {
 							t.Fatalf("round %d (%d items, %d ops), order %d, fit %d: item %d %+v at %d, want %d; footprint %d, want %d",
@@ -273,6 +313,9 @@ func TestGreedyScanAgreesOnSteps(t *testing.T) {
 						}
 					}
 					t.Fatalf("round %d, order %d, fit %d: footprint %d, want %d", round, k, fit, fp, wantFP)
+				}
+				if err := checkOrder(items, got, order); err != nil {
+					t.Fatalf("round %d, order %d, fit %d: %v", round, k, fit, err)
 				}
 			}
 		}

@@ -34,7 +34,7 @@ import (
 // and only one with a weak item whose support is out of use is read
 // item by item. A chunk is skipped whole where none of its items
 // touches the 64th of the ops that the item's lifetime touches.
-func greedyScan(ctx context.Context, items []Item, idx []int32, offsets []uint64, fit Fit) uint64 {
+func greedyScan(ctx context.Context, items []Item, idx []int32, offsets []uint64, fit Fit, order []int32) uint64 {
 	var last uint32
 	for i := range items {
 		if b := &items[i]; b.Bytes > 0 && b.Start < b.End {
@@ -55,7 +55,14 @@ func greedyScan(ctx context.Context, items []Item, idx []int32, offsets []uint64
 		at, sup := s.fit(uint32(b.Start), uint32(b.End), b.Bytes, fit == FirstFit)
 		offsets[x] = at
 		footprint = max(footprint, at+b.Bytes)
-		s.insert(uint32(b.Start), uint32(b.End), at, at+b.Bytes, sup)
+		s.insert(uint32(b.Start), uint32(b.End), at, at+b.Bytes, sup, x)
+	}
+	if order != nil {
+		n := 0
+		for _, r := range s.chunks {
+			n += copy(order[n:], r.ids[:r.n])
+		}
+		listUnplaced(items, order[n:])
 	}
 	return footprint
 }
@@ -67,7 +74,8 @@ const scanChunk = 16
 
 // scanLists are the placed items of greedyScan in address order, in
 // chunks: the i-th of a chunk in use during [starts[i], ends[i]) at the
-// bytes [offs[i], tops[i]), its support in use during sups[i]; a chunk's
+// bytes [offs[i], tops[i]), its support in use during sups[i], the
+// item ids[i] of Greedy's; a chunk's
 // times has bit k set where one of its items is in use at some op t with
 // t>>shift == k (shift makes the last op's k less than 64).
 type scanLists struct {
@@ -90,6 +98,7 @@ type scanRun struct {
 	ends       [scanChunk]uint32
 	offs, tops [scanChunk]uint64
 	sups       [scanChunk][2]uint32
+	ids        [scanChunk]int32
 }
 
 // times returns the bits of the 64ths of the ops that [start, end)
@@ -99,10 +108,10 @@ func (s *scanLists) times(start, end uint32) uint64 {
 	return ^uint64(0) >> (63 - (b - a)) << a
 }
 
-// insert adds an item in use during [start, end) at [off, top), whose
+// insert adds item id, in use during [start, end) at [off, top), whose
 // support is in use during sup, after the items below off and before
 // those at or above it.
-func (s *scanLists) insert(start, end uint32, off, top uint64, sup [2]uint32) {
+func (s *scanLists) insert(start, end uint32, off, top uint64, sup [2]uint32, id int32) {
 	// The chunk of the first item at or above off, else the last.
 	c := len(s.chunks) - 1
 	for lo, hi := 0, len(s.chunks); lo < hi; {
@@ -129,6 +138,7 @@ func (s *scanLists) insert(start, end uint32, off, top uint64, sup [2]uint32) {
 		copy(q.offs[:], r.offs[h:])
 		copy(q.tops[:], r.tops[h:])
 		copy(q.sups[:], r.sups[h:])
+		copy(q.ids[:], r.ids[h:])
 		q.weak = r.weak >> h
 		r.n = h
 		r.weak &= 1<<h - 1
@@ -146,7 +156,8 @@ func (s *scanLists) insert(start, end uint32, off, top uint64, sup [2]uint32) {
 	copy(r.offs[i+1:r.n+1], r.offs[i:r.n])
 	copy(r.tops[i+1:r.n+1], r.tops[i:r.n])
 	copy(r.sups[i+1:r.n+1], r.sups[i:r.n])
-	r.starts[i], r.ends[i], r.offs[i], r.tops[i], r.sups[i] = start, end, off, top, sup
+	copy(r.ids[i+1:r.n+1], r.ids[i:r.n])
+	r.starts[i], r.ends[i], r.offs[i], r.tops[i], r.sups[i], r.ids[i] = start, end, off, top, sup, id
 	// Positions from i move up one, in byTop (its even and its odd
 	// nibbles as bytes: a byte of at least i gets its bit 7 set by
 	// |0x80 - i, which borrows from no other) and in weak.
