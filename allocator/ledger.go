@@ -299,7 +299,7 @@ func (a *Allocator) handedOutLocked(sh *shard, f *freeindex.Block, size uint64) 
 				if p.logOps {
 					p.rec = append(p.rec, planOp{ptr: f.Ptr(), pos: int32(k)})
 				} else if len(p.prevSize) == 0 {
-					p.recStreams = append(p.recStreams, s)
+					p.logStream(s, k)
 				}
 				p.recSize = append(p.recSize, size)
 			} else if !p.countSameLocked(size, s) {

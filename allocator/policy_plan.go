@@ -194,7 +194,8 @@ type planState struct {
 	// under a plan), whose allocations are logged with their sizes, the
 	// others' as sideSize; in a step without an envelope, the first
 	// allocation's, until its boundary chooses (mainStreamLocked) from
-	// recStreams, every allocation's stream.
+	// recStreams, every allocation's stream (none while all are on
+	// recStream: logStream).
 	recStream  device.Stream
 	recStreams []device.Stream
 

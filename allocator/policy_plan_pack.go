@@ -38,8 +38,13 @@ import (
 // skips is packed again by best fit, as every plan after it is
 // (planStepLocked).
 func packReqs(reqs []planReq, first bool) uint64 {
-	var items []pack.Item
-	var which []int32
+	n := 0
+	for k := range reqs {
+		if reqs[k].arena {
+			n++
+		}
+	}
+	items, which := make([]pack.Item, 0, n), make([]int32, 0, n)
 	ops := 0
 	for k := range reqs {
 		if r := &reqs[k]; r.arena {

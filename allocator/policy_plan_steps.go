@@ -37,10 +37,7 @@ func (a *Allocator) planAllocatedLocked(b *freeindex.Block, rounded uint64, s de
 	}
 	k := len(p.recSize)
 	if len(p.prevSize) == 0 {
-		if k == 0 {
-			p.recStream = s
-		}
-		p.recStreams = append(p.recStreams, s)
+		p.logStream(s, k)
 		p.recSize = append(p.recSize, rounded)
 		return // no envelope: no operation logged
 	}
@@ -56,6 +53,25 @@ func (a *Allocator) planAllocatedLocked(b *freeindex.Block, rounded uint64, s de
 		}
 	}
 	p.recSize = append(p.recSize, v)
+}
+
+// logStream logs s, the stream of the k-th allocation of a step without
+// an envelope: recStream is the first allocation's, and recStreams stays
+// empty while every allocation is on it (the common case); from the
+// first on another stream, it holds every allocation's.
+func (p *planState) logStream(s device.Stream, k int) {
+	if k == 0 {
+		p.recStream = s
+	}
+	if len(p.recStreams) == 0 {
+		if s == p.recStream {
+			return
+		}
+		for range k {
+			p.recStreams = append(p.recStreams, p.recStream)
+		}
+	}
+	p.recStreams = append(p.recStreams, s)
 }
 
 // fitsAt reports whether an allocation logged as size fits a pattern's
@@ -80,21 +96,17 @@ func (p *planState) stopOpsLocked() {
 }
 
 // mainStreamLocked, at the boundary of a step that had no envelope (its
-// allocations' streams in recStreams), makes the stream with the most of
-// its allocations its main one (the first of them on a tie), and logs
-// the others as sideSize: the step is then as those with an envelope
-// log themselves. A program that copies its next input on a stream of
+// allocations' streams in recStreams, or none there where all were on
+// recStream: logStream), makes the stream with the most of its
+// allocations its main one (the first of them on a tie), and logs the
+// others as sideSize: the step is then as those with an envelope log
+// themselves. A program that copies its next input on a stream of
 // its own before its step plans the step all the same.
 func (p *planState) mainStreamLocked() {
 	if len(p.recStreams) == 0 {
 		return
 	}
-	main, most := p.recStreams[0], 0
-	if countOf(p.recStreams, main) == len(p.recStreams) { // one stream, the common case
-		p.recStream = main
-		p.recStreams = p.recStreams[:0]
-		return
-	}
+	main, most := p.recStreams[0], 0 // two streams or more
 	for i, s := range p.recStreams {
 		if slices.Contains(p.recStreams[:i], s) {
 			continue // counted at its first allocation
@@ -295,6 +307,13 @@ func (a *Allocator) planStepLocked() {
 		p.recording = false // a quiet step: nothing is logged
 	}
 	p.logOps = p.reqs == nil && p.recording && len(p.prevSize) > 0 // without an envelope, nothing to fit
+	if p.logOps {
+		// A step that may fit the envelope is about as long: its logs
+		// are made that long at once (an allocation and a free each),
+		// rather than doubled up to it.
+		p.rec = slices.Grow(p.rec, 2*len(p.prevSize))
+		p.recSize = slices.Grow(p.recSize, len(p.prevSize))
+	}
 	if p.reqs != nil {
 		p.same = p.sizes
 	}

@@ -81,6 +81,21 @@ const scanChunk = 16
 type scanLists struct {
 	chunks []*scanRun
 	shift  uint
+	slab   []scanRun // the chunks to come, made runSlab at a time
+}
+
+// runSlab is how many chunks scanLists makes at once (about 10 KiB).
+const runSlab = 16
+
+// newRun returns a new, empty chunk, from the slab: one allocation for
+// runSlab of them.
+func (s *scanLists) newRun() *scanRun {
+	if len(s.slab) == 0 {
+		s.slab = make([]scanRun, runSlab)
+	}
+	r := &s.slab[0]
+	s.slab = s.slab[1:]
+	return r
 }
 
 // scanRun is one chunk of scanLists: byTop lists its items' positions
@@ -123,7 +138,7 @@ func (s *scanLists) insert(start, end uint32, off, top uint64, sup [2]uint32, id
 		}
 	}
 	if c < 0 {
-		s.chunks = append(s.chunks, &scanRun{})
+		s.chunks = append(s.chunks, s.newRun())
 		c = 0
 	}
 	r := s.chunks[c]
@@ -132,7 +147,8 @@ func (s *scanLists) insert(start, end uint32, off, top uint64, sup [2]uint32, id
 		// Split the chunk in two halves, and insert into the one that
 		// holds the place.
 		h := scanChunk / 2
-		q := &scanRun{n: scanChunk - h}
+		q := s.newRun()
+		q.n = scanChunk - h
 		copy(q.starts[:], r.starts[h:])
 		copy(q.ends[:], r.ends[h:])
 		copy(q.offs[:], r.offs[h:])
