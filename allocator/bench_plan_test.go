@@ -46,8 +46,8 @@ func bertStepReqs(tb testing.TB) ([]planReq, int) {
 
 // TestPackStepIsValid packs BERT's step by each fit: the packing is
 // valid (checkPacking) and meets the step's peak; and checkPacking
-// catches two requests in use at once that share a byte, and one past
-// the footprint.
+// catches two requests in use at once that share a byte, one past the
+// footprint, and one in use for no operation.
 func TestPackStepIsValid(t *testing.T) {
 	reqs, _ := bertStepReqs(t)
 	for _, first := range []bool{true, false} {
@@ -72,6 +72,10 @@ func TestPackStepIsValid(t *testing.T) {
 	}
 	if checkPacking(bad, 512) == nil {
 		t.Error("a request past the footprint passes")
+	}
+	bad[1].end = 4 // in use for no operation
+	if checkPacking(bad, 1024) == nil {
+		t.Error("a request in use for no operation passes")
 	}
 }
 

@@ -117,8 +117,6 @@ type autoLow struct {
 	bytes, before uint32
 }
 
-// An autoSlot files the last allocation of a context (its position
-// modulo 2^32: the difference of two is right while it is below that).
 // An autoRec is what the search keeps of an allocation: its token, the
 // level before it (blocks held) and the bytes allocated before it, in
 // 512 bytes (exact to 2 TiB).
@@ -126,6 +124,8 @@ type autoRec struct {
 	tok, lvl, bytes uint32
 }
 
+// An autoSlot files the last allocation of a context (its position
+// modulo 2^32: the difference of two is right while it is below that).
 type autoSlot struct {
 	key, pos uint32
 }

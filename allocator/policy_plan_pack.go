@@ -14,12 +14,12 @@ import (
 
 // packReqs packs the arena requests of reqs, with their rounded sizes and
 // their lifetimes (the step's operations, which end at the last free of
-// one of them), greedy by size (the other orders
-// of internal/pack gain little on a step and cost as much each: the
-// arena is whole pages), by first fit with first set, else by best fit:
-// it sets their offsets and their blocks below (planBelow, from the
-// packing's order of the blocks by offset), forgets the
-// blocks handed out for them (at), and returns the footprint in bytes.
+// one of them), greedy by size (the other orders of internal/pack gain
+// little on a step and cost as much each: the arena is whole pages), by
+// first fit with first set, else by best fit: it sets their offsets and
+// their blocks below (planBelow, from the packing's order of the blocks
+// by offset), forgets the blocks handed out for them (at), and returns
+// the footprint in bytes.
 //
 // First fit packs a step as tight as best fit, and reads less: BERT's
 // step into its peak of bytes in use either way, in about 60 % of the
@@ -79,8 +79,9 @@ func packReqs(reqs []planReq, first bool) uint64 {
 	return fp
 }
 
-// checkPacking checks a packing of reqs whose footprint is fp: no two
-// arena requests in use at once share a byte, and each ends within fp.
+// checkPacking checks a packing of reqs whose footprint is fp: each arena
+// request is in use for an operation at least, no two in use at once
+// share a byte, and each ends within fp.
 // It reads every pair (n^2/2), so the self-check runs it once a packing,
 // not after every operation.
 func checkPacking(reqs []planReq, fp uint64) error {
@@ -89,7 +90,10 @@ func checkPacking(reqs []planReq, fp uint64) error {
 		if !a.arena {
 			continue
 		}
-		if a.off+a.size > fp || a.start >= a.end {
+		if a.start >= a.end {
+			return fmt.Errorf("the plan's request %d is in use during [%d, %d): no operation", i, a.start, a.end)
+		}
+		if a.off+a.size > fp {
 			return fmt.Errorf("the plan's request %d, in use during [%d, %d), ends at %d, past the packing's %d bytes", i, a.start, a.end, a.off+a.size, fp)
 		}
 		for j := range i {

@@ -318,7 +318,7 @@ func scanCheaper(items []Item, ops int) bool {
 	var n int
 	bucket := func(t int) int { return min(t/w, nb-1) }
 	for i := range items {
-		if b := &items[i]; b.Bytes > 0 && b.Start < b.End {
+		if b := &items[i]; takesMemory(b) {
 			if b.Start < 0 || uint64(b.End) > math.MaxUint32 {
 				return false
 			}
@@ -334,7 +334,7 @@ func scanCheaper(items []Item, ops int) bool {
 	}
 	var read int
 	for i := range items {
-		if b := &items[i]; b.Bytes > 0 && b.Start < b.End {
+		if b := &items[i]; takesMemory(b) {
 			read += prefix[bucket(b.End-1)+1] - prefix[bucket(b.Start)]
 		}
 	}
@@ -379,7 +379,7 @@ func greedyBuckets(ctx context.Context, items []Item, ops int, idx []int32, offs
 		}
 		b := &items[x]
 		offsets[x] = 0
-		if b.Bytes == 0 || b.Start >= b.End {
+		if !takesMemory(b) {
 			continue
 		}
 		start, end := int32(b.Start), int32(b.End)

@@ -37,7 +37,7 @@ import (
 func greedyScan(ctx context.Context, items []Item, idx []int32, offsets []uint64, fit Fit, order []int32) uint64 {
 	var last uint32
 	for i := range items {
-		if b := &items[i]; b.Bytes > 0 && b.Start < b.End {
+		if b := &items[i]; takesMemory(b) {
 			last = max(last, uint32(b.End))
 		}
 	}
@@ -49,7 +49,7 @@ func greedyScan(ctx context.Context, items []Item, idx []int32, offsets []uint64
 		}
 		b := &items[x]
 		offsets[x] = 0
-		if b.Bytes == 0 || b.Start >= b.End {
+		if !takesMemory(b) {
 			continue
 		}
 		at, sup := s.fit(uint32(b.Start), uint32(b.End), b.Bytes, fit == FirstFit)
@@ -74,10 +74,10 @@ const scanChunk = 16
 
 // scanLists are the placed items of greedyScan in address order, in
 // chunks: the i-th of a chunk in use during [starts[i], ends[i]) at the
-// bytes [offs[i], tops[i]), its support in use during sups[i], the
-// item ids[i] of Greedy's; a chunk's
-// times has bit k set where one of its items is in use at some op t with
-// t>>shift == k (shift makes the last op's k less than 64).
+// bytes [offs[i], tops[i]), its support in use during sups[i], the item
+// ids[i] of Greedy's; a chunk's times has bit k set where one of its
+// items is in use at some op t with t>>shift == k (shift makes the last
+// op's k less than 64).
 type scanLists struct {
 	chunks []*scanRun
 	shift  uint
