@@ -313,32 +313,35 @@ const scanCosts = 4
 // Ops past 2^32 - 1, which greedyScan's packed lifetimes do not hold,
 // take the index.
 func scanCheaper(items []Item, ops int) bool {
+	n, read, ok := scanReads(items, ops)
+	return ok && n*n < scanCosts*read
+}
+
+// scanReads returns the number n of items that take memory and the reads
+// of greedyBuckets' model: for each, the items that touch the buckets it
+// touches, summed; ok is false where an item's ops lie outside [0,
+// 2^32 - 1].
+func scanReads(items []Item, ops int) (n, read int, ok bool) {
 	w, nb := bucketWidth(items, ops)
 	touch := make([]int, nb+1) // items touching each bucket, as differences
-	var n int
 	bucket := func(t int) int { return min(t/w, nb-1) }
 	for i := range items {
 		if b := &items[i]; takesMemory(b) {
 			if b.Start < 0 || uint64(b.End) > math.MaxUint32 {
-				return false
+				return 0, 0, false
 			}
 			touch[bucket(b.Start)]++
 			touch[bucket(b.End-1)+1]--
 			n++
 		}
 	}
-	prefix := make([]int, nb+1) // prefix[k]: items touching buckets 0..k-1, summed
+	// Summed over the items, the items touching each bucket they touch
+	// are each bucket's count times itself.
 	for k, d := 0, 0; k < nb; k++ {
 		d += touch[k]
-		prefix[k+1] = prefix[k] + d
+		read += d * d
 	}
-	var read int
-	for i := range items {
-		if b := &items[i]; takesMemory(b) {
-			read += prefix[bucket(b.End-1)+1] - prefix[bucket(b.Start)]
-		}
-	}
-	return n*n < scanCosts*read
+	return n, read, true
 }
 
 // bucketWidth returns greedyBuckets' width of a bucket of time (the mean

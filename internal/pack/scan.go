@@ -73,9 +73,7 @@ func greedyScan(ctx context.Context, items []Item, idx []int32, offsets []uint64
 const scanChunk = 16
 
 // scanLists are the placed items of greedyScan in address order, in
-// chunks: the i-th of a chunk in use during [starts[i], ends[i]) at the
-// bytes [offs[i], tops[i]), its support in use during sups[i], the item
-// ids[i] of Greedy's; a chunk's times has bit k set where one of its
+// chunks (scanItem); a chunk's times has bit k set where one of its
 // items is in use at some op t with t>>shift == k (shift makes the last
 // op's k less than 64).
 type scanLists struct {
@@ -99,21 +97,29 @@ func (s *scanLists) newRun() *scanRun {
 }
 
 // scanRun is one chunk of scanLists: byTop lists its items' positions
-// from the highest top down (the first on a tie), 4 bits each from the
-// lowest; weak has bit i set where item i's support is out of use at
-// some op of its lifetime, and exposed the bits of the times of those
-// ops.
+// from the highest top down (on a tie, the one placed first first), 4
+// bits each from the lowest; weak has bit i set where item i's support
+// is out of use at some op of its lifetime, and exposed the bits of the
+// times of those ops.
 type scanRun struct {
-	times      uint64
-	exposed    uint64
-	n          int
-	weak       uint16
-	byTop      uint64
-	starts     [scanChunk]uint32
-	ends       [scanChunk]uint32
-	offs, tops [scanChunk]uint64
-	sups       [scanChunk][2]uint32
-	ids        [scanChunk]int32
+	times   uint64
+	exposed uint64
+	n       int
+	weak    uint16
+	byTop   uint64
+	items   [scanChunk]scanItem
+	ids     [scanChunk]int32
+}
+
+// A scanItem is a placed item of a chunk: in use during [start, end) at
+// the bytes [off, top), its support in use during sup (the chunk's ids
+// name it in Greedy's items). A chunk keeps its items as one array of 32
+// bytes each, so that an insertion moves them with one copy, and the
+// search reads an item's fields from one place.
+type scanItem struct {
+	start, end uint32
+	off, top   uint64
+	sup        [2]uint32
 }
 
 // times returns the bits of the 64ths of the ops that [start, end)
@@ -131,7 +137,7 @@ func (s *scanLists) insert(start, end uint32, off, top uint64, sup [2]uint32, id
 	c := len(s.chunks) - 1
 	for lo, hi := 0, len(s.chunks); lo < hi; {
 		m := int(uint(lo+hi) >> 1)
-		if r := s.chunks[m]; r.offs[r.n-1] >= off {
+		if r := s.chunks[m]; r.items[r.n-1].off >= off {
 			c, hi = m, m
 		} else {
 			lo = m + 1
@@ -142,38 +148,37 @@ func (s *scanLists) insert(start, end uint32, off, top uint64, sup [2]uint32, id
 		c = 0
 	}
 	r := s.chunks[c]
-	i, _ := slices.BinarySearch(r.offs[:r.n], off)
+	i := 0 // the first item at or above off
+	for hi := r.n; i < hi; {
+		m := int(uint(i+hi) >> 1)
+		if r.items[m].off < off {
+			i = m + 1
+		} else {
+			hi = m
+		}
+	}
 	if r.n == scanChunk {
 		// Split the chunk in two halves, and insert into the one that
 		// holds the place.
 		h := scanChunk / 2
 		q := s.newRun()
 		q.n = scanChunk - h
-		copy(q.starts[:], r.starts[h:])
-		copy(q.ends[:], r.ends[h:])
-		copy(q.offs[:], r.offs[h:])
-		copy(q.tops[:], r.tops[h:])
-		copy(q.sups[:], r.sups[h:])
+		copy(q.items[:], r.items[h:])
 		copy(q.ids[:], r.ids[h:])
 		q.weak = r.weak >> h
 		r.n = h
 		r.weak &= 1<<h - 1
 		r.times, q.times = s.timesOf(r), s.timesOf(q)
 		r.exposed, q.exposed = s.exposedOf(r), s.exposedOf(q)
-		r.rank()
-		q.rank()
+		r.byTop, q.byTop = splitByTop(r.byTop, h)
 		s.chunks = slices.Insert(s.chunks, c+1, q)
 		if i > h {
 			r, i = q, i-h
 		}
 	}
-	copy(r.starts[i+1:r.n+1], r.starts[i:r.n])
-	copy(r.ends[i+1:r.n+1], r.ends[i:r.n])
-	copy(r.offs[i+1:r.n+1], r.offs[i:r.n])
-	copy(r.tops[i+1:r.n+1], r.tops[i:r.n])
-	copy(r.sups[i+1:r.n+1], r.sups[i:r.n])
+	copy(r.items[i+1:r.n+1], r.items[i:r.n])
 	copy(r.ids[i+1:r.n+1], r.ids[i:r.n])
-	r.starts[i], r.ends[i], r.offs[i], r.tops[i], r.sups[i], r.ids[i] = start, end, off, top, sup, id
+	r.items[i], r.ids[i] = scanItem{start: start, end: end, off: off, top: top, sup: sup}, id
 	// Positions from i move up one, in byTop (its even and its odd
 	// nibbles as bytes: a byte of at least i gets its bit 7 set by
 	// |0x80 - i, which borrows from no other) and in weak.
@@ -186,7 +191,7 @@ func (s *scanLists) insert(start, end uint32, off, top uint64, sup [2]uint32, id
 	lo, hi := 0, r.n
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if r.tops[by>>(4*m)&15] >= top {
+		if r.items[by>>(4*m)&15].top >= top {
 			lo = m + 1
 		} else {
 			hi = m
@@ -203,21 +208,22 @@ func (s *scanLists) insert(start, end uint32, off, top uint64, sup [2]uint32, id
 	r.times |= s.times(start, end)
 }
 
-// rank sets r.byTop: positions from the highest top down, the first on
-// a tie.
-func (r *scanRun) rank() {
-	var by [scanChunk]uint8
-	for i := range r.n {
-		k := i
-		for ; k > 0 && r.tops[by[k-1]] < r.tops[i]; k-- {
-			by[k] = by[k-1]
+// splitByTop splits by, the byTop of a full chunk, at position h: the
+// positions below h, and those from h less h, each in by's order.
+func splitByTop(by uint64, h int) (lo, hi uint64) {
+	var nl, nh int
+	for range scanChunk {
+		p := by & 15
+		by >>= 4
+		if p < uint64(h) {
+			lo |= p << (4 * nl)
+			nl++
+		} else {
+			hi |= (p - uint64(h)) << (4 * nh)
+			nh++
 		}
-		by[k] = uint8(i)
 	}
-	r.byTop = 0
-	for k, i := range by[:r.n] {
-		r.byTop |= uint64(i) << (4 * k)
-	}
+	return lo, hi
 }
 
 // exposed returns the bits of the 64ths of the ops that the part of
@@ -238,7 +244,8 @@ func (s *scanLists) exposedOf(r *scanRun) uint64 {
 	var t uint64
 	for u := r.weak; u != 0; u &= u - 1 {
 		i := bits.TrailingZeros16(u)
-		t |= s.exposed(r.starts[i], r.ends[i], r.sups[i])
+		it := &r.items[i]
+		t |= s.exposed(it.start, it.end, it.sup)
 	}
 	return t
 }
@@ -247,7 +254,7 @@ func (s *scanLists) exposedOf(r *scanRun) uint64 {
 func (s *scanLists) timesOf(r *scanRun) uint64 {
 	var t uint64
 	for i := range r.n {
-		t |= s.times(r.starts[i], r.ends[i])
+		t |= s.times(r.items[i].start, r.items[i].end)
 	}
 	return t
 }
@@ -280,12 +287,12 @@ func (s *scanLists) fit(start, end uint32, bytes uint64, first bool) (uint64, [2
 		// or starts a gap (each lies below its own top), and when h is
 		// in use during [start, end), top rises to h's, above every
 		// item after it. Either way r is known without its weak items.
-		if h := r.byTop & 15; r.offs[h] < top+bytes {
-			if r.tops[h] <= top {
+		if h := &r.items[r.byTop&15]; h.off < top+bytes {
+			if h.top <= top {
 				continue
 			}
-			if r.starts[h] < end && r.ends[h] > start {
-				top, sup = r.tops[h], [2]uint32{r.starts[h], r.ends[h]}
+			if h.start < end && h.end > start {
+				top, sup = h.top, [2]uint32{h.start, h.end}
 				continue
 			}
 		}
@@ -295,7 +302,7 @@ func (s *scanLists) fit(start, end uint32, bytes uint64, first bool) (uint64, [2
 		if r.exposed&want != 0 {
 			for u := r.weak; u != 0; u &= u - 1 {
 				i := bits.TrailingZeros16(u)
-				if (r.sups[i][0] >= end || r.sups[i][1] <= start) && r.starts[i] < end && r.ends[i] > start {
+				if it := &r.items[i]; (it.sup[0] >= end || it.sup[1] <= start) && it.start < end && it.end > start {
 					goto read
 				}
 			}
@@ -303,27 +310,27 @@ func (s *scanLists) fit(start, end uint32, bytes uint64, first bool) (uint64, [2
 		// None: the running top rises to the highest top of r's items
 		// in use during [start, end), if above it.
 		for by, k := r.byTop, r.n; k > 0; by, k = by>>4, k-1 {
-			i := by & 15
-			if r.tops[i] <= top {
+			it := &r.items[by&15]
+			if it.top <= top {
 				break
 			}
-			if r.starts[i] < end && r.ends[i] > start {
-				top, sup = r.tops[i], [2]uint32{r.starts[i], r.ends[i]}
+			if it.start < end && it.end > start {
+				top, sup = it.top, [2]uint32{it.start, it.end}
 				break
 			}
 		}
 		continue
 	read:
-		starts, ends, offs, tops := r.starts[:r.n], r.ends[:r.n], r.offs[:r.n], r.tops[:r.n]
-		for i, st := range starts {
-			if st >= end || ends[i] <= start {
+		for i := range r.items[:r.n] {
+			it := &r.items[i]
+			if it.start >= end || it.end <= start {
 				continue
 			}
-			if o := offs[i]; o >= top+bytes && (first || best.better(o-top-bytes, top, sup)) {
+			if o := it.off; o >= top+bytes && (first || best.better(o-top-bytes, top, sup)) {
 				return top, sup
 			}
-			if tops[i] > top {
-				top, sup = tops[i], [2]uint32{st, ends[i]}
+			if it.top > top {
+				top, sup = it.top, [2]uint32{it.start, it.end}
 			}
 		}
 	}
