@@ -202,7 +202,7 @@ func (a *Allocator) planFreedLocked(sh *shard, ptr device.Ptr) {
 // other streams than the envelope's: the next step then has no envelope,
 // and chooses its main stream (mainStreamLocked).
 // Planning costs up to n^2/2 reads of blocks for a step whose blocks are
-// mostly in use at once (internal/pack's Greedy: about 2.7 M
+// mostly in use at once (internal/pack's Greedy: about 2.4 M
 // instructions for BERT's 1,004-block step by first fit, 3.9 M by best
 // fit), so a step is planned only once its
 // pattern has repeated: the first step of a training loop, which also
