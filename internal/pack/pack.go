@@ -345,14 +345,14 @@ func scanReads(items []Item, ops int) (n, read int, ok bool) {
 }
 
 // bucketWidth returns greedyBuckets' width of a bucket of time (the mean
-// lifetime) and the number of buckets, for items whose Start and End are
-// in [0, ops].
+// lifetime, at least 1) and the number of buckets, for items whose Start
+// and End are in [0, ops].
 func bucketWidth(items []Item, ops int) (w, nb int) {
 	var sum int
 	for i := range items {
 		sum += max(0, items[i].End-items[i].Start)
 	}
-	w = max(1, sum/len(items))
+	w = max(1, sum/max(1, len(items)))
 	return w, ops/w + 1
 }
 

@@ -1,10 +1,13 @@
 package pack
 
 import (
+	"cmp"
+	"context"
 	"fmt"
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -169,4 +172,63 @@ func TestScanReadsCountsTheModel(t *testing.T) {
 			t.Fatal("scanReads took an item ending past 2^32 - 1")
 		}
 	}
+}
+
+// FuzzGreedy decodes items from the input, four bytes each (start,
+// lifetime, size in 512-byte units, and the order's key), and holds
+// both of Greedy's searches, by each fit, to the model (greedyPairs):
+// the same offsets and footprint, Greedy's order by offset
+// (checkOrder), and the scan's chunks' invariants after every
+// placement (checkLists).
+//
+//	go test ./internal/pack -run '^$' -fuzz '^FuzzGreedy$' -fuzztime 5m
+func FuzzGreedy(f *testing.F) {
+	f.Add([]byte{0, 4, 1, 0, 1, 2, 2, 1, 2, 5, 1, 2, 4, 1, 3, 3})
+	f.Add([]byte{0, 255, 8, 0, 0, 255, 8, 1, 10, 20, 0, 2, 30, 0, 4, 3, 30, 1, 4, 4})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		n := min(len(data)/4, 300)
+		items := make([]Item, n)
+		keys := make([]byte, n)
+		ops := 1
+		for i := range items {
+			d := data[4*i:]
+			items[i] = Item{Start: int(d[0]), End: int(d[0]) + int(d[1]%64), Bytes: uint64(d[2]%16) * 512}
+			keys[i] = d[3]
+			ops = max(ops, items[i].End)
+		}
+		idx := make([]int32, n)
+		for i := range idx {
+			idx[i] = int32(i)
+		}
+		slices.SortStableFunc(idx, func(x, y int32) int { return cmp.Compare(keys[x], keys[y]) })
+		var last uint32
+		for i := range items {
+			if b := &items[i]; takesMemory(b) {
+				last = max(last, uint32(b.End))
+			}
+		}
+		for _, fit := range []Fit{BestFit, FirstFit} {
+			want, wantFP := greedyPairs(items, idx, fit)
+			got, order := make([]uint64, n), make([]int32, n)
+			if fp := greedyScan(context.Background(), items, idx, got, fit, order); fp != wantFP || !slices.Equal(got, want) {
+				t.Fatalf("fit %d, greedyScan: footprint %d, want %d; offsets %v, want %v", fit, fp, wantFP, got, want)
+			}
+			if err := checkOrder(items, got, order); err != nil {
+				t.Fatalf("fit %d, greedyScan: %v", fit, err)
+			}
+			if fp := greedyBuckets(context.Background(), items, ops, idx, got, fit); fp != wantFP || !slices.Equal(got, want) {
+				t.Fatalf("fit %d, greedyBuckets: footprint %d, want %d; offsets %v, want %v", fit, fp, wantFP, got, want)
+			}
+			s := scanLists{shift: uint(max(0, bits.Len32(last)-6))}
+			offsets := make([]uint64, n)
+			for _, x := range idx {
+				if b := &items[x]; takesMemory(b) {
+					offsets[x] = s.place(b, x, fit == FirstFit)
+					if err := checkLists(&s, items, offsets); err != nil {
+						t.Fatalf("fit %d, after item %d: %v", fit, x, err)
+					}
+				}
+			}
+		}
+	})
 }
