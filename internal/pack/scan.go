@@ -97,8 +97,8 @@ func (s *scanLists) newRun() *scanRun {
 }
 
 // scanRun is one chunk of scanLists: byTop lists its items' positions
-// from the highest top down (on a tie, the one placed first first), 4
-// bits each from the lowest; weak has bit i set where item i's support
+// from the highest top down (on a tie, in the order they were placed),
+// 4 bits each from the lowest; weak has bit i set where item i's support
 // is out of use at some op of its lifetime, and exposed the bits of the
 // times of those ops.
 type scanRun struct {
@@ -114,8 +114,9 @@ type scanRun struct {
 // A scanItem is a placed item of a chunk: in use during [start, end) at
 // the bytes [off, top), its support in use during sup (the chunk's ids
 // name it in Greedy's items). A chunk keeps its items as one array of 32
-// bytes each, so that an insertion moves them with one copy, and the
-// search reads an item's fields from one place.
+// bytes each, so that an insertion moves them with one copy (and their
+// ids with another), and the search reads an item's fields from one
+// place.
 type scanItem struct {
 	start, end uint32
 	off, top   uint64
