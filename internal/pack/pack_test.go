@@ -277,6 +277,23 @@ func stepLike(r *rand.Rand, n int) ([]Item, int) {
 	return items, ops
 }
 
+// scanRound returns the items of a round of the scan's tests, up to
+// most of them, and their ops: step-like items in even rounds, random
+// items of a few sizes in odd ones.
+func scanRound(r *rand.Rand, round, most int) ([]Item, int) {
+	if round%2 == 0 {
+		return stepLike(r, 1+r.IntN(most))
+	}
+	n := 1 + r.IntN(most)
+	ops := 1 + r.IntN(3*n)
+	items := make([]Item, n)
+	for i := range items {
+		s := r.IntN(ops)
+		items[i] = Item{Start: s, End: min(ops, s+1+r.IntN(1+r.IntN(ops))), Bytes: uint64(1+r.IntN(3)) * 512}
+	}
+	return items, ops
+}
+
 // TestGreedyScanAgreesOnSteps holds greedyScan, whose chunks settle the
 // running top without reading their items one by one where no gap can
 // start at them, to the packing as its model states it (greedyPairs):
@@ -287,19 +304,7 @@ func stepLike(r *rand.Rand, n int) ([]Item, int) {
 func TestGreedyScanAgreesOnSteps(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for round := range 200 {
-		var items []Item
-		var ops int
-		if round%2 == 0 {
-			items, ops = stepLike(r, 1+r.IntN(300))
-		} else {
-			n := 1 + r.IntN(300)
-			ops = 1 + r.IntN(3*n)
-			items = make([]Item, n)
-			for i := range items {
-				s := r.IntN(ops)
-				items[i] = Item{Start: s, End: min(ops, s+1+r.IntN(1+r.IntN(ops))), Bytes: uint64(1+r.IntN(3)) * 512}
-			}
-		}
+		items, ops := scanRound(r, round, 300)
 		for k, o := range Orders {
 			idx := orderOf(items, o)
 			for _, fit := range []Fit{BestFit, FirstFit} {

@@ -35,13 +35,7 @@ import (
 // item by item. A chunk is skipped whole where none of its items
 // touches the 64th of the ops that the item's lifetime touches.
 func greedyScan(ctx context.Context, items []Item, idx []int32, offsets []uint64, fit Fit, order []int32) uint64 {
-	var last uint32
-	for i := range items {
-		if b := &items[i]; takesMemory(b) {
-			last = max(last, uint32(b.End))
-		}
-	}
-	s := scanLists{shift: uint(max(0, bits.Len32(last)-6))}
+	s := newScanLists(items)
 	var footprint uint64
 	for n, x := range idx {
 		if n&1023 == 1023 && ctx.Err() != nil {
@@ -65,6 +59,18 @@ func greedyScan(ctx context.Context, items []Item, idx []int32, offsets []uint64
 		listUnplaced(items, order[n:])
 	}
 	return footprint
+}
+
+// newScanLists returns empty lists for items: times cut into 64ths of
+// their ops, up to the last End of those that take memory.
+func newScanLists(items []Item) scanLists {
+	var last uint32
+	for i := range items {
+		if b := &items[i]; takesMemory(b) {
+			last = max(last, uint32(b.End))
+		}
+	}
+	return scanLists{shift: uint(max(0, bits.Len32(last)-6))}
 }
 
 // scanChunk is the most placed items a chunk of scanLists holds (at most

@@ -40,11 +40,11 @@ func checkLists(s *scanLists, items []Item, offsets []uint64) error {
 				return fmt.Errorf("chunk %d: byTop %x is no order of its %d positions", c, r.byTop, r.n)
 			}
 			seen |= 1 << p
-			if t := r.items[p].top; t > prevTop {
+			t := r.items[p].top
+			if t > prevTop {
 				return fmt.Errorf("chunk %d: byTop %x lists top %d after %d", c, r.byTop, t, prevTop)
-			} else {
-				prevTop = t
 			}
+			prevTop = t
 		}
 		for i := range r.items[:r.n] {
 			it, x := &r.items[i], r.ids[i]
@@ -82,12 +82,24 @@ func checkLists(s *scanLists, items []Item, offsets []uint64) error {
 	return nil
 }
 
-// place places item x, b, which takes memory, as greedyScan does (first:
-// by first fit), and returns its offset.
-func (s *scanLists) place(b *Item, x int32, first bool) uint64 {
-	at, sup := s.fit(uint32(b.Start), uint32(b.End), b.Bytes, first)
-	s.insert(uint32(b.Start), uint32(b.End), at, at+b.Bytes, sup, x)
-	return at
+// placeChecked places items in the order idx, as greedyScan does (first:
+// by first fit), and checks the lists after each placement (checkLists).
+func placeChecked(items []Item, idx []int32, first bool) error {
+	s := newScanLists(items)
+	offsets := make([]uint64, len(items))
+	for _, x := range idx {
+		b := &items[x]
+		if !takesMemory(b) {
+			continue
+		}
+		at, sup := s.fit(uint32(b.Start), uint32(b.End), b.Bytes, first)
+		s.insert(uint32(b.Start), uint32(b.End), at, at+b.Bytes, sup, x)
+		offsets[x] = at
+		if err := checkLists(&s, items, offsets); err != nil {
+			return fmt.Errorf("after item %d: %w", x, err)
+		}
+	}
+	return nil
 }
 
 // TestScanListsKeepTheirInvariants places random step-like items and
@@ -97,35 +109,11 @@ func (s *scanLists) place(b *Item, x int32, first bool) uint64 {
 func TestScanListsKeepTheirInvariants(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	for round := range 60 {
-		var items []Item
-		if round%2 == 0 {
-			items, _ = stepLike(r, 1+r.IntN(200))
-		} else {
-			n := 1 + r.IntN(200)
-			ops := 1 + r.IntN(3*n)
-			items = make([]Item, n)
-			for i := range items {
-				s := r.IntN(ops)
-				items[i] = Item{Start: s, End: min(ops, s+1+r.IntN(1+r.IntN(ops))), Bytes: uint64(1+r.IntN(3)) * 512}
-			}
-		}
-		var last uint32
-		for i := range items {
-			if b := &items[i]; takesMemory(b) {
-				last = max(last, uint32(b.End))
-			}
-		}
+		items, _ := scanRound(r, round, 200)
 		for k, o := range Orders {
 			for _, first := range []bool{false, true} {
-				s := scanLists{shift: uint(max(0, bits.Len32(last)-6))}
-				offsets := make([]uint64, len(items))
-				for _, x := range orderOf(items, o) {
-					if b := &items[x]; takesMemory(b) {
-						offsets[x] = s.place(b, x, first)
-						if err := checkLists(&s, items, offsets); err != nil {
-							t.Fatalf("round %d, order %d, first fit %v, after item %d: %v", round, k, first, x, err)
-						}
-					}
+				if err := placeChecked(items, orderOf(items, o), first); err != nil {
+					t.Fatalf("round %d, order %d, first fit %v: %v", round, k, first, err)
 				}
 			}
 		}
@@ -201,12 +189,6 @@ func FuzzGreedy(f *testing.F) {
 			idx[i] = int32(i)
 		}
 		slices.SortStableFunc(idx, func(x, y int32) int { return cmp.Compare(keys[x], keys[y]) })
-		var last uint32
-		for i := range items {
-			if b := &items[i]; takesMemory(b) {
-				last = max(last, uint32(b.End))
-			}
-		}
 		for _, fit := range []Fit{BestFit, FirstFit} {
 			want, wantFP := greedyPairs(items, idx, fit)
 			got, order := make([]uint64, n), make([]int32, n)
@@ -219,15 +201,8 @@ func FuzzGreedy(f *testing.F) {
 			if fp := greedyBuckets(context.Background(), items, ops, idx, got, fit); fp != wantFP || !slices.Equal(got, want) {
 				t.Fatalf("fit %d, greedyBuckets: footprint %d, want %d; offsets %v, want %v", fit, fp, wantFP, got, want)
 			}
-			s := scanLists{shift: uint(max(0, bits.Len32(last)-6))}
-			offsets := make([]uint64, n)
-			for _, x := range idx {
-				if b := &items[x]; takesMemory(b) {
-					offsets[x] = s.place(b, x, fit == FirstFit)
-					if err := checkLists(&s, items, offsets); err != nil {
-						t.Fatalf("fit %d, after item %d: %v", fit, x, err)
-					}
-				}
+			if err := placeChecked(items, idx, fit == FirstFit); err != nil {
+				t.Fatalf("fit %d: %v", fit, err)
 			}
 		}
 	})
