@@ -16,8 +16,8 @@ import (
 	"github.com/gpumem/gpumem/trace"
 )
 
-// offloadPath is the trace that offloadTrace generates, replayed by
-// scripts/callgrind.sh (offload) and benchmarked by BenchmarkReplayOffload.
+// offloadPath is the trace that offloadTrace generates, whose whole
+// `gpumem replay` scripts/callgrind.sh (offload) counts.
 const offloadPath = "testdata/offload10.trace.gz"
 
 var updateOffload = flag.Bool("update-offload", false, "rewrite "+offloadPath+" from offloadTrace")
