@@ -51,7 +51,10 @@ func bertStepReqs(tb testing.TB) ([]planReq, int) {
 func TestPackStepIsValid(t *testing.T) {
 	reqs, _ := bertStepReqs(t)
 	for _, first := range []bool{true, false} {
-		fp := packReqs(reqs, first)
+		fp, bySize := packReqs(reqs, first)
+		if !bySize {
+			t.Errorf("first fit %v: BERT's step packed in time order", first)
+		}
 		if err := checkPacking(reqs, fp); err != nil {
 			t.Fatalf("first fit %v: %v", first, err)
 		}
@@ -91,7 +94,7 @@ func BenchmarkPackStep(b *testing.B) {
 		b.Run(fit.name, func(b *testing.B) {
 			var fp uint64
 			for b.Loop() {
-				fp = packReqs(reqs, fit.first)
+				fp, _ = packReqs(reqs, fit.first)
 			}
 			b.ReportMetric(float64(fp), "footprint")
 		})

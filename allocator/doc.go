@@ -139,7 +139,10 @@
 // allocations offline, at those largest sizes (each at the lowest place
 // free in its lifetime where the program marks the steps, else at the
 // smallest; a plan whose steps find places taken is packed again the
-// second way), into an arena of free memory and serves the steps that
+// second way; a step too large to pack so within a bound on the work
+// at its boundary, which holds the lock, more than about 5,800 blocks
+// in use at once, in the order its blocks come into use), into an arena
+// of free memory and serves the steps that
 // fit it (same order, the same sizes or smaller ones: a short last
 // batch) from there, with no fit and no device call; the step's allocations on other streams than its main one
 // (an input copied on a stream of its own) keep their places in the

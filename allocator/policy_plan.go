@@ -46,7 +46,9 @@ import (
 //     (internal/pack, the greedy packing trace/plan uses; by first fit
 //     a step the program marks, by best fit one the policy finds, and a
 //     plan under which a step skips a request is packed again by best
-//     fit: packReqs) into one arena, in the large pool, with the
+//     fit; a step whose packing by size would read more placed blocks
+//     than packBudget, in the order its blocks come into use: packReqs)
+//     into one arena, in the large pool, with the
 //     envelope's sizes: an offset for each. A step that repeats the one
 //     before it fits it; steps whose sizes only grow (a cache that grows
 //     by a token a step) never do.
@@ -229,7 +231,7 @@ type planState struct {
 
 	// The plan, nil when there is none.
 	reqs   []planReq
-	first  bool     // packed by first fit (packReqs)
+	first  bool     // packed by first fit (packReqs; false for a packing in time order)
 	sizes  []uint64 // by position, the rounded size (reqs[k].size), compared at a boundary
 	stream device.Stream
 	foot   uint64             // the arena's bytes (whole pages of the large pool)
@@ -257,8 +259,9 @@ type planState struct {
 	// Counts, PlanStats' figures but walks: skips counts the requests
 	// served online because their place was not wholly free, walks the
 	// served requests whose place was not found from the block below it,
-	// spares the steps of another shape that spared their plan.
-	plans, served, departures, skips, walks, spares, reuses, repacks int64
+	// spares the steps of another shape that spared their plan,
+	// timeOrdered the packings in time order (packReqs).
+	plans, served, departures, skips, walks, spares, reuses, repacks, timeOrdered int64
 
 	// kept: the plans that ended, the newest last (policy_plan_kept.go).
 	kept []keptPlan
@@ -418,7 +421,12 @@ func (a *Allocator) buildPlanLocked(sizes []uint64) {
 		reqs[k].arena = reqs[k].end >= 0 && reqs[k].size != sideSize
 	}
 	first := !p.bestFit && p.auto == nil
-	p.foot = pagesFor(packReqs(reqs, first), a.pol.largePage)
+	fp, bySize := packReqs(reqs, first)
+	if !bySize {
+		first = false // nothing to pack again by best fit
+		p.timeOrdered++
+	}
+	p.foot = pagesFor(fp, a.pol.largePage)
 	p.reqs, p.stream, p.first = reqs, p.recStream, first
 	p.sizes = append(p.sizes[:0], sizes...)
 	p.plans++

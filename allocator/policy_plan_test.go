@@ -1,6 +1,8 @@
 package allocator_test
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -453,4 +455,97 @@ func TestPlannedTakesUpBERTsPlans(t *testing.T) {
 	st, _ = u.PlanStats()
 	assert.EqualValues(t, 1004, st.FoundPeriod)
 	assert.Equal(t, [3]int64{2, 8, 27420}, [3]int64{st.Plans, st.Reused, st.Served}, "unmarked: plans, taken up, served")
+}
+
+// largeStepOps returns steps marked steps of n allocations each, the same
+// every step: a forward pass whose every third block is a temporary freed
+// at once and the others held, then a backward pass that allocates
+// temporaries and frees the held blocks last first; sizes of 512 B to 2
+// MiB, drawn once. It returns too the most bytes a step has in use at
+// once, each block rounded up to 512 bytes.
+func largeStepOps(n, steps int) ([]trace.Op, uint64) {
+	r := rand.New(rand.NewPCG(uint64(n), 5))
+	sizes := make([]uint64, n)
+	for i := range sizes {
+		sizes[i] = 512 + r.Uint64N(2<<20)
+	}
+	var w opWriter
+	var live, peak uint64
+	size := map[uint64]uint64{}
+	alloc := func(i int) uint64 {
+		id := w.alloc(sizes[i], 0)
+		size[id] = (sizes[i] + 511) &^ 511
+		live += size[id]
+		peak = max(peak, live)
+		return id
+	}
+	free := func(id uint64) {
+		w.free(id)
+		live -= size[id]
+	}
+	for s := range steps {
+		w.mark(fmt.Sprint("step", s))
+		var held []uint64
+		for i := range n / 2 {
+			if id := alloc(i); i%3 == 0 {
+				free(id)
+			} else {
+				held = append(held, id)
+			}
+		}
+		for i := n / 2; i < n; i++ {
+			free(alloc(i))
+			if len(held) > 0 {
+				free(held[len(held)-1])
+				held = held[:len(held)-1]
+			}
+		}
+		for _, id := range held {
+			free(id)
+		}
+	}
+	return w.ops, peak
+}
+
+// TestPlannedPacksALargeStepInTimeOrder: a step whose packing by size
+// would read more placed blocks than a boundary may spend on under the
+// lock (7,000 blocks, some 2,300 of them in use at once: past 2^24 reads
+// by internal/pack's model) is packed in time order, and the steps after
+// it are served from the arena whole, with no device call, as a step
+// packed by size is (2,000 blocks); the arena holds the step's most
+// bytes in use at once, by size in whole pages, in time order within 1 %
+// more.
+func TestPlannedPacksALargeStepInTimeOrder(t *testing.T) {
+	cfg := allocator.Config{Policy: allocator.PolicyPlanned}
+	for _, c := range []struct {
+		n           int
+		timeOrdered int64
+	}{{2000, 0}, {7000, 1}} {
+		run := func(steps int) (replay.Result, allocator.PlanStats, uint64) {
+			a := gpumemtest.New(t, gpumemtest.WithCapacity(80<<30), gpumemtest.WithConfig(cfg))
+			ops, peak := largeStepOps(c.n, steps)
+			res, err := replay.Run(trace.SliceReader(ops), a, a.Device().(*sim.Device), replay.Options{})
+			require.NoError(t, err)
+			require.NoError(t, a.CheckInvariants())
+			require.Zero(t, res.OOMs)
+			st, ok := a.PlanStats()
+			require.True(t, ok)
+			return *res, st, peak
+		}
+		res4, st, _ := run(4)
+		require.Equal(t, int64(1), st.Plans, "%d blocks: plans", c.n)
+		require.Equal(t, c.timeOrdered, st.TimeOrdered, "%d blocks: packings in time order", c.n)
+		require.Equal(t, int64(2*c.n), st.Served, "%d blocks: the second step repeats the first, and the two after it are served whole", c.n)
+		require.Zero(t, st.Skips+st.Departures+st.Repacks, "%d blocks: skips, departures, packings again", c.n)
+		res6, st, peak := run(6)
+		require.Equal(t, int64(4*c.n), st.Served, "%d blocks: the steps after the second served whole", c.n)
+		require.Equal(t, res4.DeviceAllocs+res4.DeviceFrees, res6.DeviceAllocs+res6.DeviceFrees, "%d blocks: the steps served make no device call", c.n)
+		const page = 2 << 20
+		most := (peak + page - 1) &^ (page - 1)
+		if c.timeOrdered > 0 {
+			most = (peak + peak/100 + page - 1) &^ (page - 1)
+		}
+		assert.GreaterOrEqual(t, st.ArenaBytes, peak, "%d blocks: the arena below the step's peak", c.n)
+		assert.LessOrEqual(t, st.ArenaBytes, most, "%d blocks: the arena %d, for a peak of %d", c.n, st.ArenaBytes, peak)
+	}
 }

@@ -319,7 +319,11 @@ func printResult(w io.Writer, o *plan.Outcome, device string) {
 		if p.FoundPeriod > 0 {
 			found = fmt.Sprintf(" (steps found without marks: %d allocations each)", p.FoundPeriod)
 		}
-		fmt.Fprintf(tw, "planned steps\t%d planned, %d taken up again, %d packed again, %d requests served from an arena, %d skips, %d departures, %d spared%s\n", p.Plans, p.Reused, p.Repacks, p.Served, p.Skips, p.Departures, p.Spared, found)
+		timeOrdered := ""
+		if p.TimeOrdered > 0 {
+			timeOrdered = fmt.Sprintf(" (%d in time order: steps too large to pack by size at a boundary)", p.TimeOrdered)
+		}
+		fmt.Fprintf(tw, "planned steps\t%d planned, %d taken up again, %d packed again%s, %d requests served from an arena, %d skips, %d departures, %d spared%s\n", p.Plans, p.Reused, p.Repacks, timeOrdered, p.Served, p.Skips, p.Departures, p.Spared, found)
 	}
 	tw.Flush()
 	if len(r.Phases) > 0 {

@@ -15,33 +15,11 @@ func stepItems(tb testing.TB) ([]Item, int) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	marks := 0
-	start := map[uint64]int{}
-	size := map[uint64]uint64{}
-	var items []Item
-	t := 0
-	for _, op := range ops {
-		if op.Kind == trace.Mark {
-			marks++
-			continue
-		}
-		if marks != 2 {
-			continue
-		}
-		switch op.Kind {
-		case trace.Alloc:
-			start[op.ID], size[op.ID] = t, op.Size
-		case trace.Free:
-			if s, ok := start[op.ID]; ok {
-				items = append(items, Item{Start: s, End: t, Bytes: (size[op.ID] + 511) / 512 * 512})
-			}
-		}
-		t++
-	}
+	items, n := stepOf(ops, 1)
 	if len(items) == 0 {
 		tb.Fatal("no step")
 	}
-	return items, t
+	return items, n
 }
 
 // BenchmarkGreedyStep packs BERT's step by size, under each fit, as the

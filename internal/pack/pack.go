@@ -29,6 +29,14 @@
 // reads less: more than half of the step's blocks land in a gap, and a
 // best fit reads on past the first gap to the end.
 //
+// TimeOrder packs in another way: in the order the items come into use,
+// each in the smallest free gap that holds it, as an allocator that knew
+// no lifetime would, in O(n log n) whatever the lifetimes, and a little
+// looser. Within packs by size unless Greedy's model of its reads (which
+// grow as the square of the items in use at once) passes a budget, and
+// in time order then: a caller that packs while others wait bounds the
+// wait so.
+//
 // Orders lists the passes tried: greedy by size first; sizes grouped in
 // classes (powers of 4 by start, powers of 2 by lifetime) and lifetime
 // first pack items of random sizes and lifetimes tighter. Best runs the
@@ -260,7 +268,13 @@ func Greedy(ctx context.Context, items []Item, ops int, idx []int32, offsets []u
 	if len(items) == 0 {
 		return 0
 	}
-	if scanCheaper(items, ops) {
+	return greedy(ctx, items, ops, idx, offsets, fit, order, scanCheaper(items, ops))
+}
+
+// greedy is Greedy, by the scan (greedyScan) if scan, else through the
+// buckets of time (greedyBuckets).
+func greedy(ctx context.Context, items []Item, ops int, idx []int32, offsets []uint64, fit Fit, order []int32, scan bool) uint64 {
+	if scan {
 		return greedyScan(ctx, items, idx, offsets, fit, order)
 	}
 	fp := greedyBuckets(ctx, items, ops, idx, offsets, fit)

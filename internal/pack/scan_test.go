@@ -167,7 +167,8 @@ func TestScanReadsCountsTheModel(t *testing.T) {
 // both of Greedy's searches, by each fit, to the model (greedyPairs):
 // the same offsets and footprint, Greedy's order by offset
 // (checkOrder), and the scan's chunks' invariants after every
-// placement (checkLists).
+// placement (checkLists); and TimeOrder to its model (timeOrderModel),
+// its packing valid (checkPacked) and its order by offset.
 //
 //	go test ./internal/pack -run '^$' -fuzz '^FuzzGreedy$' -fuzztime 5m
 func FuzzGreedy(f *testing.F) {
@@ -204,6 +205,17 @@ func FuzzGreedy(f *testing.F) {
 			if err := placeChecked(items, idx, fit == FirstFit); err != nil {
 				t.Fatalf("fit %d: %v", fit, err)
 			}
+		}
+		want, wantFP := timeOrderModel(items)
+		got, order := make([]uint64, n), make([]int32, n)
+		if fp := TimeOrder(items, got, order); fp != wantFP || !slices.Equal(got, want) {
+			t.Fatalf("TimeOrder: footprint %d, want %d; offsets %v, want %v", fp, wantFP, got, want)
+		}
+		if err := checkPacked(items, ops, got, wantFP); err != nil {
+			t.Fatalf("TimeOrder: %v", err)
+		}
+		if err := checkOrder(items, got, order); err != nil {
+			t.Fatalf("TimeOrder: %v", err)
 		}
 	})
 }
