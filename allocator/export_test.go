@@ -69,3 +69,15 @@ func (a *Allocator) PlanFirstFit() (first, ok bool) {
 	}
 	return a.pol.plan.first, true
 }
+
+// PackBudget returns the reads a packing by size may take at a step
+// boundary (packBudget).
+func PackBudget() int { return packBudget }
+
+// SetPackBudget sets the reads a packing by size may take at a step
+// boundary (packBudget) and returns a function that restores it.
+func SetPackBudget(n int) (restore func()) {
+	old := packBudget
+	packBudget = n
+	return func() { packBudget = old }
+}

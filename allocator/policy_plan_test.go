@@ -2,13 +2,17 @@ package allocator_test
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpumem/gpumem/allocator"
+	"github.com/gpumem/gpumem/device"
 	"github.com/gpumem/gpumem/device/sim"
 	"github.com/gpumem/gpumem/gpumemtest"
 	"github.com/gpumem/gpumem/trace"
@@ -548,4 +552,81 @@ func TestPlannedPacksALargeStepInTimeOrder(t *testing.T) {
 		assert.GreaterOrEqual(t, st.ArenaBytes, peak, "%d blocks: the arena below the step's peak", c.n)
 		assert.LessOrEqual(t, st.ArenaBytes, most, "%d blocks: the arena %d, for a peak of %d", c.n, st.ArenaBytes, peak)
 	}
+}
+
+// TestPlannedBoundaryWait prints, with -policy.boundary, how long the
+// planned policy's step boundary that packs a step holds the allocator
+// (the slowest MarkStep of four steps of largeStepOps: the boundary
+// after the second step, which repeats the first, packs it), packed by
+// size (no budget) and within the budget (packBudget: in time order past
+// it), beside the time of a step served from the arena (the fourth
+// step's allocations and frees), and the arena of each packing as a
+// multiple of the step's peak of bytes in use: the fastest of three
+// runs.
+func TestPlannedBoundaryWait(t *testing.T) {
+	if !*policyWait {
+		t.Skip("measurements: run with -policy.boundary")
+	}
+	cfg := allocator.Config{Policy: allocator.PolicyPlanned}
+	run := func(ops []trace.Op) (wait, step time.Duration, st allocator.PlanStats) {
+		a := gpumemtest.New(t, gpumemtest.WithCapacity(1<<40), gpumemtest.WithConfig(cfg))
+		ptr := map[uint64]device.Ptr{}
+		marks := 0
+		var from time.Time
+		for _, op := range ops {
+			switch op.Kind {
+			case trace.Mark:
+				if marks == 3 {
+					from = time.Now()
+				}
+				start := time.Now()
+				a.MarkStep(op.Name)
+				wait = max(wait, time.Since(start))
+				marks++
+			case trace.Alloc:
+				p, err := a.Alloc(op.Size, device.Stream(op.Stream))
+				require.NoError(t, err)
+				ptr[op.ID] = p
+			case trace.Free:
+				require.NoError(t, a.Free(ptr[op.ID]))
+			}
+		}
+		step = time.Since(from)
+		st, _ = a.PlanStats()
+		return wait, step, st
+	}
+	var b strings.Builder
+	b.WriteString("| blocks | boundary, by size | boundary, within the budget | a served step | arena / peak, by size | within the budget |\n| --- | --- | --- | --- | --- | --- |\n")
+	for _, n := range []int{1000, 5000, 10000, 20000, 50000} {
+		ops, peak := largeStepOps(n, 4)
+		var wait [2]time.Duration
+		var step time.Duration
+		var arena [2]uint64
+		var timeOrdered int64
+		for r := range 3 {
+			for k, budget := range []int{math.MaxInt, allocator.PackBudget()} {
+				restore := allocator.SetPackBudget(budget)
+				w, s, st := run(ops)
+				restore()
+				require.EqualValues(t, 2*n, st.Served, "%d blocks: the last two steps served", n)
+				if r == 0 || w < wait[k] {
+					wait[k] = w
+				}
+				if k == 1 {
+					if r == 0 || s < step {
+						step = s
+					}
+					timeOrdered = st.TimeOrdered
+				}
+				arena[k] = st.ArenaBytes
+			}
+		}
+		within := fmt.Sprintf("%.4f", float64(arena[1])/float64(peak))
+		if timeOrdered > 0 {
+			within += " (in time order)"
+		}
+		fmt.Fprintf(&b, "| %d | %v | %v | %v | %.4f | %s |\n", n, wait[0].Round(time.Microsecond), wait[1].Round(time.Microsecond), step.Round(time.Microsecond),
+			float64(arena[0])/float64(peak), within)
+	}
+	t.Logf("fastest of 3 runs:\n%s", b.String())
 }

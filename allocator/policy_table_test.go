@@ -9,6 +9,7 @@
 //	go test ./allocator -run PolicyTable -policy.write DIR       # the synthetic traces as files
 //	go test ./allocator -run '^$' -bench PolicyReplay            # speed, side by side
 //	go test ./allocator -run PolicyTimes -policy.times 30 -v     # speed, fastest of 30, x the default
+//	go test ./allocator -run PlannedBoundaryWait -policy.boundary -v   # a boundary that packs a large step
 
 package allocator_test
 
@@ -40,6 +41,7 @@ var (
 	policyParts = flag.Bool("policy.parts", false, "measure the policy with each of its parts changed (POLICY.md's second table)")
 	policyTimes = flag.Int("policy.times", 0, "replay every trace under each mode this many rounds, the modes taking turns, and print the fastest replay of each as a multiple of the faithful default's")
 	policySteps = flag.Int("policy.steps", 0, "replay BERT's repeated steps and its batches that change every step, over more and more steps, this many rounds under the faithful default and the planned policy in turns, and print the fastest replay of each")
+	policyWait  = flag.Bool("policy.boundary", false, "measure the planned policy's step boundary that packs a step, on steps of 1,000 to 50,000 blocks, packed by size and in time order")
 )
 
 // policyTrace is one trace of the table.
