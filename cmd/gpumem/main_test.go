@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -230,9 +231,47 @@ func TestReplayPlannedSteps(t *testing.T) {
 	require.NotNil(t, res.Plan)
 	assert.EqualValues(t, 748, res.Plan["served"])
 	assert.EqualValues(t, 193, res.Plan["found_period"])
-	for _, k := range []string{"plans", "served", "skips", "departures", "spared", "reused", "arena_bytes", "following", "found_period"} {
+	for _, k := range []string{"plans", "served", "skips", "departures", "spared", "reused", "repacks", "time_ordered", "arena_bytes", "following", "found_period"} {
 		assert.Contains(t, res.Plan, k)
 	}
+	assert.NotContains(t, out, "in time order")
+
+	// A step of 7,000 blocks, some 2,300 of them in use at once, is
+	// packed in time order (its packing by size would take the boundary
+	// too long), and the row says so.
+	var big strings.Builder
+	for s := range 4 {
+		fmt.Fprintf(&big, "m step%d\n", s)
+		id, held := 0, []int{}
+		for i := range 3500 {
+			fmt.Fprintf(&big, "a %d %d\n", id, 512+(i*7919)%(2<<20))
+			if i%3 == 0 {
+				fmt.Fprintf(&big, "f %d\n", id)
+			} else {
+				held = append(held, id)
+			}
+			id++
+		}
+		for i := range 3500 {
+			fmt.Fprintf(&big, "a %d %d\nf %d\n", id, 512+(i*104729)%(2<<20), id)
+			id++
+			if len(held) > 0 {
+				fmt.Fprintf(&big, "f %d\n", held[len(held)-1])
+				held = held[:len(held)-1]
+			}
+		}
+		for _, h := range held {
+			fmt.Fprintf(&big, "f %d\n", h)
+		}
+	}
+	path := writeTrace(t, big.String())
+	out, errOut, code = runCmd(t, "replay", "--conf", "gpumem_policy:planned", path)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "1 planned, 0 taken up again, 0 packed again (1 in time order: steps too large to pack by size at a boundary), 14000 requests served")
+	out, errOut, code = runCmd(t, "replay", "--json", "--conf", "gpumem_policy:planned", path)
+	require.Equal(t, 0, code, errOut)
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	assert.EqualValues(t, 1, res.Plan["time_ordered"])
 
 	out, errOut, code = runCmd(t, "replay", cnn)
 	require.Equal(t, 0, code, errOut)
