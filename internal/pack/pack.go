@@ -327,8 +327,20 @@ const scanCosts = 4
 // Ops past 2^32 - 1, which greedyScan's packed lifetimes do not hold,
 // take the index.
 func scanCheaper(items []Item, ops int) bool {
+	scan, _ := searchCost(items, ops)
+	return scan
+}
+
+// searchCost returns whether greedyScan is the cheaper search
+// (scanCheaper) and the reads of the cheaper, in items read in address
+// order: n^2/2 for the scan, half the buckets' model at scanCosts each
+// for the index.
+func searchCost(items []Item, ops int) (scan bool, cost int) {
 	n, read, ok := scanReads(items, ops)
-	return ok && n*n < scanCosts*read
+	if ok && n*n < scanCosts*read {
+		return true, n * n / 2
+	}
+	return false, scanCosts * read / 2
 }
 
 // scanReads returns the number n of items that take memory and the reads

@@ -149,12 +149,7 @@ func Within(items []Item, ops int, offsets []uint64, fit Fit, order []int32, bud
 	if len(items) == 0 {
 		return 0, true
 	}
-	n, read, ok := scanReads(items, ops)
-	scan := ok && n*n < scanCosts*read
-	cost := scanCosts * read / 2
-	if scan {
-		cost = n * n / 2
-	}
+	scan, cost := searchCost(items, ops)
 	if cost > budget {
 		return TimeOrder(items, offsets, order), false
 	}
