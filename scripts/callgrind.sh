@@ -35,6 +35,12 @@
 #   under the faithful default and gpumem_policy:planned, whose plans are
 #   kept and taken up again: millions of instructions per replay, 1 and 6
 #   replays, and planned's as a multiple of the default's),
+#   policy-all (every trace of BenchmarkPolicyReplay, the twelve of
+#   POLICY.md's results table, under the faithful default,
+#   low_fragmentation and planned: millions of instructions per replay,
+#   1 and 11 replays, 1 and 3 for the traces of many steps, 1 and 2 for
+#   random_mixed and offload, and each policy's as a multiple of the
+#   default's; slow, about half an hour),
 #   policy-synthetic (offload, kv_legacy and kv_dynamic, the step-marked
 #   traces whose steps never repeat, through replay.Run under each mode
 #   of BenchmarkPolicyReplay: millions of instructions per replay, 1 and
@@ -227,6 +233,26 @@ for w in "${what[@]}"; do
 				line+=", $m $p ($(echo "scale=3; $p / $d" | bc) x)"
 			done
 			echo "$line"
+		done
+		;;
+	policy-all)
+		# Every trace of BenchmarkPolicyReplay, each name anchored (bert_b2
+		# would match bert_b2_x20 too); the large ones replayed fewer times.
+		for t in random_mixed cs336 bert_b2 bert_b4 bert_b8 eor_cnn bert_b2_x20 bert_batches bert_train_eval offload kv_legacy kv_dynamic; do
+			k=11
+			case $t in
+			random_mixed | offload) k=2 ;;
+			bert_b2_x20 | bert_batches | bert_train_eval | kv_*) k=3 ;;
+			esac
+			# Instructions per replay, in millions only as printed: the
+			# ratios of the small traces' would move by a hundredth.
+			d=$(bench "BenchmarkPolicyReplay/^$t\$/faithful_default" 1 $k 1)
+			line="$t: faithful default $(echo "scale=2; $d / 1000000" | bc)"
+			for m in low_fragmentation planned; do
+				p=$(bench "BenchmarkPolicyReplay/^$t\$/$m" 1 $k 1)
+				line+=", $m $(echo "scale=2; $p / 1000000" | bc) ($(echo "scale=3; $p / $d" | bc) x)"
+			done
+			echo "$line M instructions per replay"
 		done
 		;;
 	live)
