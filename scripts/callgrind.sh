@@ -181,6 +181,24 @@ libgpumem_pairs() {
 	done
 }
 
+# policy_modes TRACE K MODE...: BenchmarkPolicyReplay of TRACE under the
+# faithful default and each MODE, 1 and K replays: millions of
+# instructions per replay and each MODE's as a multiple of the default's.
+# The trace's name is anchored (bert_b2 alone selects bert_b2_x20 too),
+# and the ratios come from whole counts: rounded to a tenth of a million,
+# a small trace's ratio moves by a hundredth.
+policy_modes() {
+	local t=$1 k=$2 d p m line
+	shift 2
+	d=$(bench "BenchmarkPolicyReplay/^$t\$/faithful_default" 1 "$k" 1)
+	line="$t through replay.Run, M instructions per replay: faithful default $(echo "scale=2; $d / 1000000" | bc)"
+	for m in "$@"; do
+		p=$(bench "BenchmarkPolicyReplay/^$t\$/$m" 1 "$k" 1)
+		line+=", $m $(echo "scale=2; $p / 1000000" | bc) ($(echo "scale=3; $p / $d" | bc) x)"
+	done
+	echo "$line"
+}
+
 mixed=trace/replay/testdata/pytorch/random_mixed.trace.gz
 cs336=trace/replay/testdata/pytorch/pub_cs336_MAGMA27_lm_fwdbwd.trace.gz
 offload=trace/replay/testdata/offload10.trace.gz
@@ -226,33 +244,19 @@ for w in "${what[@]}"; do
 		;;
 	policy-synthetic)
 		for t in offload kv_legacy kv_dynamic; do
-			d=$(bench "BenchmarkPolicyReplay/$t/faithful_default" 1 3 1000000)
-			line="$t through replay.Run, M instructions per replay: faithful default $d"
-			for m in faithful_expandable low_fragmentation planned; do
-				p=$(bench "BenchmarkPolicyReplay/$t/$m" 1 3 1000000)
-				line+=", $m $p ($(echo "scale=3; $p / $d" | bc) x)"
-			done
-			echo "$line"
+			policy_modes $t 3 faithful_expandable low_fragmentation planned
 		done
 		;;
 	policy-all)
-		# Every trace of BenchmarkPolicyReplay, each name anchored (bert_b2
-		# would match bert_b2_x20 too); the large ones replayed fewer times.
+		# Every trace of BenchmarkPolicyReplay; the large ones replayed
+		# fewer times.
 		for t in random_mixed cs336 bert_b2 bert_b4 bert_b8 eor_cnn bert_b2_x20 bert_batches bert_train_eval offload kv_legacy kv_dynamic; do
 			k=11
 			case $t in
 			random_mixed | offload) k=2 ;;
 			bert_b2_x20 | bert_batches | bert_train_eval | kv_*) k=3 ;;
 			esac
-			# Instructions per replay, in millions only as printed: the
-			# ratios of the small traces' would move by a hundredth.
-			d=$(bench "BenchmarkPolicyReplay/^$t\$/faithful_default" 1 $k 1)
-			line="$t: faithful default $(echo "scale=2; $d / 1000000" | bc)"
-			for m in low_fragmentation planned; do
-				p=$(bench "BenchmarkPolicyReplay/^$t\$/$m" 1 $k 1)
-				line+=", $m $(echo "scale=2; $p / 1000000" | bc) ($(echo "scale=3; $p / $d" | bc) x)"
-			done
-			echo "$line M instructions per replay"
+			policy_modes $t $k low_fragmentation planned
 		done
 		;;
 	live)
