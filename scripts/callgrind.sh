@@ -41,8 +41,9 @@
 #   1 and 11 replays, 1 and 3 for the traces of many steps, 1 and 2 for
 #   random_mixed and offload, and each policy's as a multiple of the
 #   default's; slow: some ten minutes),
-#   policy-synthetic (offload, kv_legacy and kv_dynamic, the step-marked
-#   traces whose steps never repeat, through replay.Run under each mode
+#   policy-synthetic (offload, kv_legacy and kv_dynamic, the synthetic
+#   step-marked traces: offload's compute steps repeat and are planned,
+#   the KV traces' never repeat; through replay.Run under each mode
 #   of BenchmarkPolicyReplay: millions of instructions per replay, 1 and
 #   3 replays, and each mode's as a multiple of the default's), live
 #   (BenchmarkLiveBlocks at 1k and 1M live blocks: instructions and
