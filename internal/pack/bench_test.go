@@ -24,7 +24,8 @@ func stepItems(tb testing.TB) ([]Item, int) {
 
 // BenchmarkGreedyStep packs BERT's step by size, under each fit, as the
 // allocator's planned policy does at a step boundary (by first fit a
-// step the program marks, by best fit one the policy finds).
+// step the program marks, by best fit one the policy finds), and in time
+// order beside them.
 func BenchmarkGreedyStep(b *testing.B) {
 	items, ops := stepItems(b)
 	idx := orderOf(items, Orders[0])
@@ -42,4 +43,12 @@ func BenchmarkGreedyStep(b *testing.B) {
 			b.ReportMetric(float64(fp), "footprint")
 		})
 	}
+	b.Run("time order", func(b *testing.B) {
+		var fp uint64
+		for b.Loop() {
+			fp = TimeOrder(items, offsets, nil)
+		}
+		b.ReportMetric(float64(len(items)), "items")
+		b.ReportMetric(float64(fp), "footprint")
+	})
 }

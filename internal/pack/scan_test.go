@@ -168,7 +168,8 @@ func TestScanReadsCountsTheModel(t *testing.T) {
 // the same offsets and footprint, Greedy's order by offset
 // (checkOrder), and the scan's chunks' invariants after every
 // placement (checkLists); and TimeOrder to its model (timeOrderModel),
-// its packing valid (checkPacked) and its order by offset.
+// its packing valid (checkPacked) and its order by offset, with its gaps
+// in slices and moved to its tree past a few (gapSlicesMax).
 //
 //	go test ./internal/pack -run '^$' -fuzz '^FuzzGreedy$' -fuzztime 5m
 func FuzzGreedy(f *testing.F) {
@@ -208,14 +209,20 @@ func FuzzGreedy(f *testing.F) {
 		}
 		want, wantFP := timeOrderModel(items)
 		got, order := make([]uint64, n), make([]int32, n)
-		if fp := TimeOrder(items, got, order); fp != wantFP || !slices.Equal(got, want) {
-			t.Fatalf("TimeOrder: footprint %d, want %d; offsets %v, want %v", fp, wantFP, got, want)
-		}
-		if err := checkPacked(items, ops, got, wantFP); err != nil {
-			t.Fatalf("TimeOrder: %v", err)
-		}
-		if err := checkOrder(items, got, order); err != nil {
-			t.Fatalf("TimeOrder: %v", err)
+		// With its gaps in slices, and moved to the tree past a few.
+		for _, most := range []int{gapSlicesMax, len(data) % 8} {
+			restore := setGapSlicesMax(most)
+			fp := TimeOrder(items, got, order)
+			restore()
+			if fp != wantFP || !slices.Equal(got, want) {
+				t.Fatalf("TimeOrder, at most %d gaps in slices: footprint %d, want %d; offsets %v, want %v", most, fp, wantFP, got, want)
+			}
+			if err := checkPacked(items, ops, got, wantFP); err != nil {
+				t.Fatalf("TimeOrder, at most %d gaps in slices: %v", most, err)
+			}
+			if err := checkOrder(items, got, order); err != nil {
+				t.Fatalf("TimeOrder, at most %d gaps in slices: %v", most, err)
+			}
 		}
 	})
 }

@@ -99,30 +99,45 @@ func checkPacked(items []Item, ops int, off []uint64, fp uint64) error {
 // TestTimeOrderAgreesWithItsModel holds TimeOrder to its model
 // (timeOrderModel): the same offset for every item and the same
 // footprint, on step-like items and on random ones, many of which end
-// where others start; the packing valid, and its order by offset.
+// where others start, with its gaps in slices and in its tree
+// (gapSlicesMax); the packing valid, and its order by offset.
 func TestTimeOrderAgreesWithItsModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
 	for round := range 300 {
 		items, ops := scanRound(r, round, 200)
 		want, wantFP := timeOrderModel(items)
-		got, order := make([]uint64, len(items)), make([]int32, len(items))
-		for i := range got {
-			got[i] = 1 // TimeOrder writes every offset
-		}
-		fp := TimeOrder(items, got, order)
-		if fp != wantFP || !slices.Equal(got, want) {
-			t.Fatalf("round %d (%d items): footprint %d, want %d; offsets %v, want %v", round, len(items), fp, wantFP, got, want)
-		}
-		if err := checkPacked(items, ops, got, fp); err != nil {
-			t.Fatalf("round %d: %v", round, err)
-		}
-		if err := checkOrder(items, got, order); err != nil {
-			t.Fatalf("round %d: %v", round, err)
+		// The gaps in slices throughout, and moved to the tree past a
+		// few, at once or as they grow.
+		for _, most := range []int{gapSlicesMax, 0, round % 7} {
+			restore := setGapSlicesMax(most)
+			got, order := make([]uint64, len(items)), make([]int32, len(items))
+			for i := range got {
+				got[i] = 1 // TimeOrder writes every offset
+			}
+			fp := TimeOrder(items, got, order)
+			restore()
+			if fp != wantFP || !slices.Equal(got, want) {
+				t.Fatalf("round %d (%d items), at most %d gaps in slices: footprint %d, want %d; offsets %v, want %v", round, len(items), most, fp, wantFP, got, want)
+			}
+			if err := checkPacked(items, ops, got, fp); err != nil {
+				t.Fatalf("round %d, at most %d gaps in slices: %v", round, most, err)
+			}
+			if err := checkOrder(items, got, order); err != nil {
+				t.Fatalf("round %d, at most %d gaps in slices: %v", round, most, err)
+			}
 		}
 	}
 	if fp := TimeOrder(nil, nil, nil); fp != 0 {
 		t.Fatalf("no items: footprint %d", fp)
 	}
+}
+
+// setGapSlicesMax sets gapSlicesMax to n and returns a function that
+// restores it.
+func setGapSlicesMax(n int) func() {
+	old := gapSlicesMax
+	gapSlicesMax = n
+	return func() { gapSlicesMax = old }
 }
 
 // TestTimeOrderReusesAFreedGap: a gap given back is taken again by the
@@ -237,5 +252,35 @@ func TestWithinKeepsToTheBudget(t *testing.T) {
 	}
 	if fp, bySize := Within(nil, 0, nil, FirstFit, nil, 0); fp != 0 || !bySize {
 		t.Fatalf("no items: %d, %v", fp, bySize)
+	}
+}
+
+// TestSortBy holds sortBy to a comparison sort by key, then index, on
+// indices in and out of order, keys with ties, narrow and wide, and
+// lists short (a comparison sort of numbers) and long (by radix), and
+// keys too wide to share a number with the index (a comparison sort).
+func TestSortBy(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	for round := range 400 {
+		n := r.IntN(300)
+		width := []uint{1, 8, 13, 40, 56, 64}[round%6]
+		keys := make([]uint64, 512)
+		for i := range keys {
+			keys[i] = r.Uint64() >> (64 - width)
+		}
+		idx := r.Perm(512)[:n]
+		if round%3 == 0 {
+			slices.Sort(idx) // indices in order, as TimeOrder's ends are
+		}
+		got := make([]int32, n)
+		for i, x := range idx {
+			got[i] = int32(x)
+		}
+		want := slices.Clone(got)
+		slices.SortFunc(want, func(x, y int32) int { return cmp.Or(cmp.Compare(keys[x], keys[y]), cmp.Compare(x, y)) })
+		sortBy(got, keys)
+		if !slices.Equal(got, want) {
+			t.Fatalf("round %d (%d indices, keys of %d bits): %v, want %v", round, n, width, got, want)
+		}
 	}
 }
