@@ -256,9 +256,10 @@ func TestWithinKeepsToTheBudget(t *testing.T) {
 }
 
 // TestSortBy holds sortBy to a comparison sort by key, then index, on
-// indices in and out of order, keys with ties, narrow and wide, and
-// lists short (a comparison sort of numbers) and long (by radix), and
-// keys too wide to share a number with the index (a comparison sort).
+// indices in and out of order, keys with ties, narrow and wide, some
+// alike in their low bits, and lists short (a comparison sort of
+// numbers) and long (by radix), and keys too wide to share a number
+// with the index (a comparison sort).
 func TestSortBy(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 32))
 	for round := range 400 {
@@ -267,6 +268,9 @@ func TestSortBy(t *testing.T) {
 		keys := make([]uint64, 512)
 		for i := range keys {
 			keys[i] = r.Uint64() >> (64 - width)
+			if round%4 == 1 {
+				keys[i] = keys[i]<<9 + 1000 // low bits alike in every key, as offsets of whole 512 bytes
+			}
 		}
 		idx := r.Perm(512)[:n]
 		if round%3 == 0 {
