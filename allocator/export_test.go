@@ -59,25 +59,23 @@ func (a *Allocator) PlanWalks() int64 {
 	return a.pol.plan.walks
 }
 
-// PlanFirstFit reports whether the current plan was packed by first fit
-// (packReqs), and whether there is a plan.
-func (a *Allocator) PlanFirstFit() (first, ok bool) {
+// SetMarkedPacking sets how a marked step is packed first (markedPacking)
+// to "time" order or "first" fit, and returns a function that restores
+// it.
+func SetMarkedPacking(how string) func() {
+	old := markedPacking
+	markedPacking = map[string]packing{"time": packTime, "first": packFirst}[how]
+	return func() { markedPacking = old }
+}
+
+// PlanPacking reports how the current plan was packed (packReqs): "best"
+// or "first" fit, in "time" order, or in time order as "large", and
+// whether there is a plan.
+func (a *Allocator) PlanPacking() (string, bool) {
 	a.lockAll()
 	defer a.unlockAll()
 	if a.pol == nil || a.pol.plan == nil || a.pol.plan.reqs == nil {
-		return false, false
+		return "", false
 	}
-	return a.pol.plan.first, true
-}
-
-// PackBudget returns the reads a packing by size may take at a step
-// boundary (packBudget).
-func PackBudget() int { return packBudget }
-
-// SetPackBudget sets the reads a packing by size may take at a step
-// boundary (packBudget) and returns a function that restores it.
-func SetPackBudget(n int) (restore func()) {
-	old := packBudget
-	packBudget = n
-	return func() { packBudget = old }
+	return [...]string{packBest: "best", packFirst: "first", packTime: "time", packLarge: "large"}[a.pol.plan.packing], true
 }

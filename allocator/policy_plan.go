@@ -43,11 +43,12 @@ import (
 //     stream with sizes that went up and down, as batches of varying
 //     length make them, the largest of their sizes at each position),
 //     the blocks allocated and freed within the step are packed offline
-//     (internal/pack, the greedy packing trace/plan uses; by first fit
-//     a step the program marks, by best fit one the policy finds, and a
-//     plan under which a step skips a request is packed again by best
-//     fit; a step whose packing by size would read more placed blocks
-//     than packBudget, in the order its blocks come into use: packReqs)
+//     (internal/pack: in the order its blocks come into use a step the
+//     program marks, and again by first fit if that arena finds no
+//     room; greedy by size, by best fit, one the policy finds; a plan
+//     under which a step skips a request is packed again by best fit; a
+//     step whose packing by size would read more placed blocks than
+//     packBudget, in time order: packReqs)
 //     into one arena, in the large pool, with the
 //     envelope's sizes: an offset for each. A step that repeats the one
 //     before it fits it; steps whose sizes only grow (a cache that grows
@@ -230,18 +231,18 @@ type planState struct {
 	grew bool
 
 	// The plan, nil when there is none.
-	reqs   []planReq
-	first  bool     // packed by first fit (packReqs; false for a packing in time order)
-	sizes  []uint64 // by position, the rounded size (reqs[k].size), compared at a boundary
-	stream device.Stream
-	foot   uint64             // the arena's bytes (whole pages of the large pool)
-	addr   device.Ptr         // the arena's address
-	seg    *freeindex.Segment // the arena's segment
-	last   *freeindex.Block   // the block last handed out of the arena, where a walk starts
-	bottom *freeindex.Block   // the block that held the arena's address when last found (floor)
-	follow bool               // the current step follows the plan so far
-	pos    int                // the next allocation's position in the current step
-	asked  bool               // the last position taken is served online: a fast path that misses gives it back
+	reqs    []planReq
+	packing packing  // how it is packed (packReqs)
+	sizes   []uint64 // by position, the rounded size (reqs[k].size), compared at a boundary
+	stream  device.Stream
+	foot    uint64             // the arena's bytes (whole pages of the large pool)
+	addr    device.Ptr         // the arena's address
+	seg     *freeindex.Segment // the arena's segment
+	last    *freeindex.Block   // the block last handed out of the arena, where a walk starts
+	bottom  *freeindex.Block   // the block that held the arena's address when last found (floor)
+	follow  bool               // the current step follows the plan so far
+	pos     int                // the next allocation's position in the current step
+	asked   bool               // the last position taken is served online: a fast path that misses gives it back
 
 	// auto finds the steps of a program that marks none (nil once it
 	// marks one, or without virtual memory, where nothing is planned);
@@ -250,9 +251,10 @@ type planState struct {
 	auto    *autoSteps
 	autoDue bool
 
-	// bestFit: a step under a plan packed by first fit skipped a request
-	// (stepSkips: the skips counted at the step's boundary); that plan
-	// and every plan after it are packed by best fit.
+	// bestFit: a step under a plan packed in time order or by first fit
+	// skipped a request (stepSkips: the skips counted at the step's
+	// boundary); that plan and every plan after it are packed by best
+	// fit.
 	bestFit   bool
 	stepSkips int64
 
@@ -260,7 +262,8 @@ type planState struct {
 	// served online because their place was not wholly free, walks the
 	// served requests whose place was not found from the block below it,
 	// spares the steps of another shape that spared their plan,
-	// timeOrdered the packings in time order (packReqs).
+	// timeOrdered the packings in time order of steps too large to pack
+	// by size (packLarge).
 	plans, served, departures, skips, walks, spares, reuses, repacks, timeOrdered int64
 
 	// kept: the plans that ended, the newest last (policy_plan_kept.go).
@@ -398,7 +401,7 @@ func (p *policyState) unplanLocked() {
 // (inactive_split), which a carve would change.
 func (a *Allocator) buildPlanLocked(sizes []uint64) {
 	p := a.pol.plan
-	p.reqs, p.first = nil, false
+	p.reqs, p.packing = nil, packBest
 	n := len(p.recSize)
 	if n == 0 || a.vm == nil || len(sizes) != n || len(p.rec) > math.MaxInt32 {
 		return
@@ -420,14 +423,16 @@ func (a *Allocator) buildPlanLocked(sizes []uint64) {
 	for k := range reqs {
 		reqs[k].arena = reqs[k].end >= 0 && reqs[k].size != sideSize
 	}
-	first := !p.bestFit && p.auto == nil
-	fp, bySize := packReqs(reqs, first)
-	if !bySize {
-		first = false // nothing to pack again by best fit
+	want := markedPacking
+	if p.bestFit || p.auto != nil {
+		want = packBest
+	}
+	fp, got := packReqs(reqs, want)
+	if got == packLarge {
 		p.timeOrdered++
 	}
 	p.foot = pagesFor(fp, a.pol.largePage)
-	p.reqs, p.stream, p.first = reqs, p.recStream, first
+	p.reqs, p.stream, p.packing = reqs, p.recStream, got
 	p.sizes = append(p.sizes[:0], sizes...)
 	p.plans++
 }

@@ -20,11 +20,11 @@ const maxKeptPlans = 3
 // the blocks below), their sizes and stream, and its arena's bytes. Its
 // arena is not held: a plan taken up again finds one (arenaLocked).
 type keptPlan struct {
-	reqs   []planReq
-	sizes  []uint64
-	stream device.Stream
-	foot   uint64
-	first  bool
+	reqs    []planReq
+	sizes   []uint64
+	stream  device.Stream
+	foot    uint64
+	packing packing
 }
 
 // keepPlanLocked keeps the current plan, which ends: the planned policy
@@ -32,7 +32,7 @@ type keptPlan struct {
 // stream and count of requests, none larger) goes: this one serves
 // every step it would.
 func (p *planState) keepPlanLocked() {
-	k := keptPlan{reqs: p.reqs, sizes: p.sizes, stream: p.stream, foot: p.foot, first: p.first}
+	k := keptPlan{reqs: p.reqs, sizes: p.sizes, stream: p.stream, foot: p.foot, packing: p.packing}
 	for i := range k.reqs {
 		k.reqs[i].at = nil // blocks of the steps it served: a walk starts elsewhere
 	}
@@ -41,7 +41,7 @@ func (p *planState) keepPlanLocked() {
 		p.kept = slices.Delete(p.kept, 0, 1)
 	}
 	p.kept = append(p.kept, k)
-	p.reqs, p.sizes, p.first = nil, nil, false // the sizes are the kept plan's now
+	p.reqs, p.sizes, p.packing = nil, nil, packBest // the sizes are the kept plan's now
 }
 
 // dropCoveredLocked forgets the kept plans that a plan of sizes on stream
@@ -77,7 +77,7 @@ func (p *planState) keptForLocked(step []uint64, s device.Stream, env []uint64, 
 func (p *planState) takeUpLocked(i int) {
 	k := p.kept[i]
 	p.kept = slices.Delete(p.kept, i, i+1)
-	p.reqs, p.sizes, p.stream, p.foot, p.first = k.reqs, k.sizes, k.stream, k.foot, k.first
+	p.reqs, p.sizes, p.stream, p.foot, p.packing = k.reqs, k.sizes, k.stream, k.foot, k.packing
 	p.prevSize = append(p.prevSize[:0], k.sizes...)
 	p.prevStream = k.stream
 	p.reuses++

@@ -1,7 +1,9 @@
 // This file holds the planned policy's packing of a step (policy_plan.go
-// has the policy's model): the offsets of the arena's blocks, by first
-// fit (a step the program marks) or best fit (a step the policy finds),
-// and the packing again by best fit of a plan whose steps skip.
+// has the policy's model): the offsets of the arena's blocks, in time
+// order (a step the program marks) or by best fit (a step the policy
+// finds), and the packings again: by first fit, of a plan in time order
+// whose arena finds no room, and by best fit, of a plan whose steps
+// skip.
 
 package allocator
 
@@ -11,34 +13,64 @@ import (
 	"github.com/gpumem/gpumem/internal/pack"
 )
 
+// A packing is how a plan's arena is packed (packReqs), which decides
+// whether it is packed again.
+type packing uint8
+
+const (
+	// packBest: greedy by size, best fit (the smallest gap that holds
+	// each block). A step the policy finds, and every plan after a step
+	// that skipped.
+	packBest packing = iota
+	// packFirst: greedy by size, first fit (the lowest gap). A marked
+	// step's plan whose arena in time order found no room.
+	packFirst
+	// packTime: in the order the blocks come into use (pack.TimeOrder).
+	// A marked step's plan, first.
+	packTime
+	// packLarge: in time order, a step that greedy by size would take
+	// more than packBudget reads to pack. Never packed again.
+	packLarge
+)
+
+// markedPacking is how a step the program marks is packed first: in time
+// order; a variable for the measurements that compare it with first fit
+// (TestPlannedBoundaryWait, TestPlannedPacksALargeStepInTimeOrder).
+var markedPacking = packTime
+
 // packReqs packs the arena requests of reqs, with their rounded sizes and
 // their lifetimes (the step's operations, which end at the last free of
-// one of them), greedy by size (the other orders of internal/pack gain
-// little on a step and cost as much each: the arena is whole pages), by
-// first fit with first set, else by best fit: it sets their offsets and
-// their blocks below (planBelow, from the packing's order of the blocks
-// by offset), forgets the blocks handed out for them (at), and returns
-// the footprint in bytes and whether it packed by size. A step that
-// greedy by size would take more than packBudget reads of placed blocks
-// to pack is packed in time order instead (pack.Within).
+// one of them), as want asks: in time order, or greedy by size (the
+// other orders of internal/pack gain little on a step and cost as much
+// each: the arena is whole pages), by first or best fit, unless greedy
+// by size would take more than packBudget reads of placed blocks, and
+// then in time order (pack.Within). It sets their offsets and their
+// blocks below (planBelow, from the packing's order of the blocks by
+// offset), forgets the blocks handed out for them (at), and returns the
+// footprint in bytes and how it packed.
 //
-// First fit packs a step as tight as best fit, and reads less: BERT's
-// step into its peak of bytes in use either way, in about 60 % of the
-// time; the envelope of BERT's batches (bert_batches' second plan) into
-// 1,314,950,656 bytes against best fit's 1,314,990,592; and on every
-// whole real trace that trace/plan/offline packs it meets best fit or
-// beats it. Where a step is not as the plan has it, the two differ:
-// first fit packs the blocks low, where a block that lives on past its
-// place in the plan, or one served online in the arena, meets more of
-// the blocks after it. On eor_cnn's steps, which the policy finds
-// without marks, first fit skipped 33 requests where best fit skips 8: a
-// block of 512 bytes still in use at a place planned for one of 7.5 MiB,
-// which, served online, landed in the arena on the places of others. So
-// the steps the policy finds itself are packed by best fit
-// (buildPlanLocked), and a plan packed by first fit under which a step
-// skips is packed again by best fit, as every plan after it is
-// (planStepLocked).
-func packReqs(reqs []planReq, first bool) (uint64, bool) {
+// A step the program marks is packed in time order first: an allocator
+// that knew no lifetime would place them so, each block at its start in
+// the smallest free gap that holds it. That costs O(n log n), where
+// greedy by size reads the placed blocks in use with each block: BERT's
+// step of 1,004 blocks in 0.64 M instructions, against 2.43 M by first
+// fit and 3.9 M by best fit (internal/pack's BenchmarkGreedyStep), and
+// packs a few tenths of a percent looser (BERT's steps 0.04 to 0.51 %
+// above their peaks, which greedy by size meets or comes within 0.09 %
+// of). Where that arena finds no room on the device, the plan is packed
+// again by first fit, which packs a training step as tight as best fit,
+// for less work (planStepLocked). Where a step is not as the plan has
+// it, the packings differ: first fit packs the blocks low, where a block
+// that lives on past its place in the plan, or one served online in the
+// arena, meets more of the blocks after it. On eor_cnn's steps, which
+// the policy finds without marks, first fit skipped 33 requests where
+// best fit skips 8: a block of 512 bytes still in use at a place planned
+// for one of 7.5 MiB, which, served online, landed in the arena on the
+// places of others. So the steps the policy finds itself are packed by
+// best fit (buildPlanLocked), and a plan in time order or by first fit
+// under which a step skips is packed again by best fit, as every plan
+// after it is (planStepLocked).
+func packReqs(reqs []planReq, want packing) (uint64, packing) {
 	n := 0
 	for k := range reqs {
 		if reqs[k].arena {
@@ -55,15 +87,25 @@ func packReqs(reqs []planReq, first bool) (uint64, bool) {
 		}
 	}
 	if len(items) == 0 {
-		return 0, true
+		return 0, want
 	}
 	offsets := make([]uint64, len(items))
-	fit := pack.BestFit
-	if first {
-		fit = pack.FirstFit
-	}
 	byOff := make([]int32, len(items))
-	fp, bySize := pack.Within(items, ops, offsets, fit, byOff, packBudget)
+	var fp uint64
+	got := want
+	switch want {
+	case packTime, packLarge:
+		fp = pack.TimeOrder(items, offsets, byOff)
+	default:
+		fit := pack.BestFit
+		if want == packFirst {
+			fit = pack.FirstFit
+		}
+		var bySize bool
+		if fp, bySize = pack.Within(items, ops, offsets, fit, byOff, packBudget); !bySize {
+			got = packLarge
+		}
+	}
 	for i, k := range which {
 		reqs[k].off, reqs[k].at = offsets[i], nil
 	}
@@ -76,20 +118,19 @@ func packReqs(reqs []planReq, first bool) (uint64, bool) {
 		}
 	}
 	planBelow(reqs, ops, byOff)
-	return fp, bySize
+	return fp, got
 }
 
-// packBudget bounds a packing by size, which runs at a step boundary
-// under the allocator's lock, to 2^24 reads of placed blocks by
-// internal/pack's model (pack.Within): about 80 M instructions, where
-// BERT's step of 1,004 blocks takes 0.5 M reads (2.4 M instructions).
-// The reads grow as the square of the blocks in use at once: a step of
-// more than about 5,800 blocks all in use together would hold the lock
-// for longer (a step of 50,000 such blocks, for seconds), and is packed
-// in time order, in O(n log n), into a few tenths of a percent more
-// (BERT's steps: 0.04 to 0.52 % above their peaks, against 0 to 0.09 %
-// by size).
-var packBudget = 1 << 24 // a variable for the measurement that compares the two packings (TestPlannedBoundaryWait)
+// packBudget bounds a packing by size (a step the policy finds, a plan
+// packed again), which runs at a step boundary under the allocator's
+// lock, to 2^24 reads of placed blocks by internal/pack's model
+// (pack.Within): about 80 M instructions, where BERT's step of 1,004
+// blocks takes 0.5 M reads (2.4 M instructions by first fit). The reads
+// grow as the square of the blocks in use at once: a step of more than
+// about 5,800 blocks all in use together would hold the lock for longer
+// (a step of 50,000 such blocks, for seconds), and is packed in time
+// order instead, as a marked step is first.
+const packBudget = 1 << 24
 
 // checkPacking checks a packing of reqs whose footprint is fp: each arena
 // request is in use for an operation at least, no two in use at once
@@ -118,14 +159,14 @@ func checkPacking(reqs []planReq, fp uint64) error {
 	return nil
 }
 
-// repackLocked packs the plan again by best fit, at a boundary: its
+// repackLocked packs the plan again as want asks, at a boundary: its
 // arena's bytes may change, and arenaLocked then finds its place.
-func (a *Allocator) repackLocked() {
+func (a *Allocator) repackLocked(want packing) {
 	p := a.pol.plan
-	fp, bySize := packReqs(p.reqs, false)
-	p.foot, p.first = pagesFor(fp, a.pol.largePage), false
+	fp, got := packReqs(p.reqs, want)
+	p.foot, p.packing = pagesFor(fp, a.pol.largePage), got
 	p.repacks++
-	if !bySize {
+	if got == packLarge {
 		p.timeOrdered++
 	}
 }

@@ -14,8 +14,8 @@ import (
 // TestPlannedPacksAgainByBestFit runs marked steps of three blocks: A
 // (4 MiB) and C (1 MiB) allocated, A freed, B (2 MiB) allocated in A's
 // memory, then B and C freed. The second step repeats the first and is
-// planned at the third's mark, by first fit, which packs the step into
-// its peak (5 MiB: A and C). A step that frees A only after B's
+// planned at the third's mark, in time order, which packs the step into
+// its peak (5 MiB: A and C; B in the gap A leaves). A step that frees A only after B's
 // allocation keeps the plan (the same requests, in the same order) but
 // finds B's place taken, and B is served online: a skip. At the next
 // mark the plan is packed again by best fit, once: the steps after it,
@@ -49,9 +49,9 @@ func TestPlannedPacksAgainByBestFit(t *testing.T) {
 	require.True(t, ok)
 	require.EqualValues(t, 1, st.Plans)
 	require.EqualValues(t, 3, st.Served, "the third step, served whole")
-	first, ok := a.PlanFirstFit()
+	how, ok := a.PlanPacking()
 	require.True(t, ok)
-	require.True(t, first, "the step is packed by first fit")
+	require.Equal(t, "time", how, "the step is packed in time order")
 	assert.EqualValues(t, 6*mib, st.ArenaBytes, "the arena: 5 MiB in whole pages")
 
 	step(true) // B's place is A's, still in use: B skips
@@ -62,8 +62,8 @@ func TestPlannedPacksAgainByBestFit(t *testing.T) {
 
 	step(false)
 	st, _ = a.PlanStats()
-	first, _ = a.PlanFirstFit()
-	assert.False(t, first, "packed again by best fit")
+	how, _ = a.PlanPacking()
+	assert.Equal(t, "best", how, "packed again by best fit")
 	assert.EqualValues(t, 1, st.Repacks)
 	assert.EqualValues(t, 1, st.Plans, "packed again, not planned again")
 	assert.EqualValues(t, 8, st.Served, "the step after the skip, served whole")

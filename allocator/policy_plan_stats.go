@@ -36,20 +36,23 @@ type PlanStats struct {
 	// after several steps of evaluation) makes it the plan again, with no
 	// packing (Plans does not count it).
 	Reused int64 `json:"reused"`
-	// Repacks counts the plans packed again by best fit: the plan of a
-	// step the program marks is packed by first fit (the lowest free
-	// place for each block, which packs a training step as tight as best
-	// fit, for less work), and a step under it that skipped a request
-	// makes it, and every plan after it, packed by best fit, under which
-	// steps that vary from their plan skip less. A step the policy finds
-	// itself is packed by best fit from the start.
+	// Repacks counts the plans packed again. The plan of a step the
+	// program marks is packed in time order (each block, as it comes
+	// into use, in the smallest free gap that holds it: the cheapest
+	// packing, a few tenths of a percent looser than greedy by size);
+	// where its arena finds no room, it is packed again by first fit
+	// (greedy by size, the lowest free place for each block, which packs
+	// a training step to its peak). A step under a plan packed either way
+	// that skipped a request makes it, and every plan after it, packed by
+	// best fit, under which steps that vary from their plan skip less. A
+	// step the policy finds itself is packed by best fit from the start.
 	Repacks int64 `json:"repacks"`
-	// TimeOrdered counts the packings, of Plans and Repacks, made in
-	// the order the step's blocks come into use rather than by size: a
-	// step whose packing by size would read more than 2^24 placed
-	// blocks (more than about 5,800 blocks in use at once), which the
-	// boundary would spend long on under the allocator's lock, is packed
-	// so in O(n log n), into a few tenths of a percent more memory.
+	// TimeOrdered counts the packings by size, of Plans and Repacks,
+	// made in time order instead: a step whose packing by size would
+	// read more than 2^24 placed blocks (more than about 5,800 blocks in
+	// use at once), which the boundary would spend long on under the
+	// allocator's lock, is packed in time order, in O(n log n). (A marked
+	// step's first packing, in time order by choice, is not counted.)
 	TimeOrdered int64 `json:"time_ordered"`
 	// ArenaBytes is the current plan's arena, in whole pages (0 with no
 	// plan); Following reports whether the current step follows the plan

@@ -201,15 +201,17 @@ func (a *Allocator) planFreedLocked(sh *shard, ptr device.Ptr) {
 // envelope the next step is compared with, unless most of it ran on
 // other streams than the envelope's: the next step then has no envelope,
 // and chooses its main stream (mainStreamLocked).
-// Planning costs up to n^2/2 reads of blocks for a step whose blocks are
-// mostly in use at once (internal/pack's Greedy: about 2.4 M
-// instructions for BERT's 1,004-block step by first fit, 3.9 M by best
-// fit), so a step is planned only once its
-// pattern has repeated: the first step of a training loop, which also
-// makes the optimizer's state, is seldom the one that repeats. A plan
-// packed by first fit, under which the step skipped a request, is packed
-// again by best fit, as every plan after it is (packReqs). The arena is
-// then found for the next step, and recording starts again.
+// Planning costs more than a step served saves (BERT's step of 1,004
+// blocks: 0.64 M instructions to pack in time order, 2.4 M by first fit,
+// 3.9 M by best fit, the blocks below and the arena besides), so a step
+// is planned only once its pattern has repeated: the first step of a
+// training loop, which also makes the optimizer's state, is seldom the
+// one that repeats. A plan packed in time order or by first fit, under
+// which the step skipped a request, is packed again by best fit, as
+// every plan after it is (packReqs). The arena is then found for the
+// next step (a plan in time order whose arena finds no room is packed
+// again by first fit, tighter, and its arena sought again), and
+// recording starts again.
 func (a *Allocator) planStepLocked() {
 	p := a.pol.plan
 	// A step that had the plan's sizes whole has nothing in recSize; the
@@ -219,7 +221,7 @@ func (a *Allocator) planStepLocked() {
 		p.spellSameLocked()
 	}
 	p.same, p.recSame = nil, 0
-	if p.first && p.skips > p.stepSkips {
+	if (p.packing == packTime || p.packing == packFirst) && p.skips > p.stepSkips {
 		p.bestFit = true // the plan is packed again below, if it goes on
 	}
 	p.stepSkips = p.skips
@@ -276,8 +278,8 @@ func (a *Allocator) planStepLocked() {
 			p.misses, missed = p.misses+1, true // a new pattern: planned once a step fits it
 		}
 	}
-	if p.reqs != nil && p.first && p.bestFit {
-		a.repackLocked() // the plan, or a kept plan taken up, packed by first fit
+	if p.reqs != nil && (p.packing == packTime || p.packing == packFirst) && p.bestFit {
+		a.repackLocked(packBest) // the plan, or a kept plan taken up, packed in time order or by first fit
 	}
 	p.grew = false
 	switch {
@@ -322,6 +324,12 @@ func (a *Allocator) planStepLocked() {
 	}
 	p.pos = 0
 	p.follow = p.reqs != nil && a.arenaLocked()
+	if p.reqs != nil && !p.follow && p.packing == packTime {
+		// No room for the arena in time order: by first fit it packs
+		// tighter (a training step at its peak), and may fit.
+		a.repackLocked(packFirst)
+		p.follow = a.arenaLocked()
+	}
 }
 
 // fitsPlan reports whether a step of the rounded sizes step fits a plan,

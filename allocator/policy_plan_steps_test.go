@@ -934,13 +934,13 @@ func TestPlanBelow(t *testing.T) {
 			a, b := int32(ev[2*k]), int32(ev[2*k+1])
 			reqs[k] = planReq{size: uint64(1+rng.IntN(8)) << 9, arena: rng.IntN(5) > 0, start: min(a, b), end: max(a, b), below: -7}
 		}
-		for _, first := range []bool{true, false} {
-			packReqs(reqs, first)
-			check(fmt.Sprintf("round %d, first fit %v", round, first), reqs)
+		for _, how := range []packing{packTime, packFirst, packBest} {
+			packReqs(reqs, how)
+			check(fmt.Sprintf("round %d, packing %d", round, how), reqs)
 		}
 	}
 	reqs, ops := bertStepReqs(t)
-	packReqs(reqs, true)
+	packReqs(reqs, packFirst)
 	check("BERT's step", reqs)
 	want := make([]int32, len(reqs))
 	for k := range reqs {

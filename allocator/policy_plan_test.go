@@ -2,7 +2,6 @@ package allocator_test
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -63,11 +62,10 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 	assert.True(t, from <= addr && uint64(addr-from) < size, "a walk to the arena's address %v starts at %v+%d", addr, from, size)
 	assert.False(t, first, "a walk starts from the arena's segment's first block")
 	require.Equal(t, res5.DeviceAllocs+res5.DeviceFrees, res8.DeviceAllocs+res8.DeviceFrees, "the steps served from the arena make no device call")
-	// Packed by first fit, which packs BERT's step into its peak, and
-	// served with no skip: never packed again.
-	byFirst, ok := last.PlanFirstFit()
+	// Packed in time order, and served with no skip: never packed again.
+	how, ok := last.PlanPacking()
 	require.True(t, ok)
-	assert.True(t, byFirst, "BERT's marked step is packed by first fit")
+	assert.Equal(t, "time", how, "BERT's marked step is packed in time order")
 	st, _ := last.PlanStats()
 	assert.Zero(t, st.Skips+st.Repacks, "skips and packings again")
 
@@ -75,7 +73,9 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 	// requested), the repeats fit too (run checks that no request ran out
 	// of memory), online: the arena, contiguous, cannot use the free pages
 	// that the blocks kept across steps pin, and is not tried. On a device
-	// of 1.005 x the peak requested, they are served from the arena.
+	// of 1.005 x the peak requested, they are served from the arena: not
+	// the arena in time order (0.51 % above the step's peak), which finds
+	// no room, but the plan packed again by first fit, at the peak.
 	card := smallestCard(t, ops, cfg, uint64(res3.PeakRequested), uint64(res3.PeakReserved))
 	capacity = card
 	_, c = run(repeatLastStep(ops, 8))
@@ -84,6 +84,10 @@ func TestPlannedServesRepeatedSteps(t *testing.T) {
 	capacity = (uint64(1.005*float64(res3.PeakRequested)) + page - 1) / page * page
 	_, c = run(repeatLastStep(ops, 8))
 	require.Equal(t, [3]int64{1, 5 * 1004, 0}, c, "plans, served, departures on %d bytes", capacity)
+	how, _ = last.PlanPacking()
+	assert.Equal(t, "first", how, "packed again by first fit")
+	st, _ = last.PlanStats()
+	assert.EqualValues(t, 1, st.Repacks, "packings again")
 }
 
 // TestPlannedServesStepsWithASideStream: BERT's steps with their input
@@ -370,9 +374,9 @@ func TestPlannedFindsTheCNNsSteps(t *testing.T) {
 	require.True(t, ok)
 	assert.Less(t, st.Skips*50, served, "a skip is rare")
 	assert.EqualValues(t, 193, st.FoundPeriod, "the period found: one step of the CNN")
-	first, ok := a.PlanFirstFit()
+	how, ok := a.PlanPacking()
 	require.True(t, ok)
-	assert.False(t, first, "steps found without marks are packed by best fit")
+	assert.Equal(t, "best", how, "steps found without marks are packed by best fit")
 	assert.Zero(t, st.Repacks)
 	assert.EqualValues(t, 3, res.DeviceAllocs+res.DeviceFrees)
 	faithful, _ := run(allocator.Config{}, len(ops))
@@ -514,17 +518,21 @@ func largeStepOps(n, steps int) ([]trace.Op, uint64) {
 // TestPlannedPacksALargeStepInTimeOrder: a step whose packing by size
 // would read more placed blocks than a boundary may spend on under the
 // lock (7,000 blocks, some 2,300 of them in use at once: past 2^24 reads
-// by internal/pack's model) is packed in time order, and the steps after
+// by internal/pack's model) is packed in time order, as a packing by
+// size of it, by first fit (a plan's packing again, as one in time order
+// is when its arena finds no room), would be too; and the steps after
 // it are served from the arena whole, with no device call, as a step
-// packed by size is (2,000 blocks); the arena holds the step's most
-// bytes in use at once, by size in whole pages, in time order within 1 %
-// more.
+// packed by size is (2,000 blocks, first fit). The arena holds the
+// step's most bytes in use at once, by size in whole pages, in time
+// order within 1 % more.
 func TestPlannedPacksALargeStepInTimeOrder(t *testing.T) {
 	cfg := allocator.Config{Policy: allocator.PolicyPlanned}
 	for _, c := range []struct {
 		n           int
-		timeOrdered int64
-	}{{2000, 0}, {7000, 1}} {
+		how         string
+		timeOrdered int64 // past the budget
+	}{{2000, "time", 0}, {7000, "time", 0}, {2000, "first", 0}, {7000, "first", 1}} {
+		restore := allocator.SetMarkedPacking(c.how)
 		run := func(steps int) (replay.Result, allocator.PlanStats, uint64) {
 			a := gpumemtest.New(t, gpumemtest.WithCapacity(80<<30), gpumemtest.WithConfig(cfg))
 			ops, peak := largeStepOps(c.n, steps)
@@ -538,7 +546,7 @@ func TestPlannedPacksALargeStepInTimeOrder(t *testing.T) {
 		}
 		res4, st, _ := run(4)
 		require.Equal(t, int64(1), st.Plans, "%d blocks: plans", c.n)
-		require.Equal(t, c.timeOrdered, st.TimeOrdered, "%d blocks: packings in time order", c.n)
+		require.Equal(t, c.timeOrdered, st.TimeOrdered, "%d blocks, %s: packings in time order past the budget", c.n, c.how)
 		require.Equal(t, int64(2*c.n), st.Served, "%d blocks: the second step repeats the first, and the two after it are served whole", c.n)
 		require.Zero(t, st.Skips+st.Departures+st.Repacks, "%d blocks: skips, departures, packings again", c.n)
 		res6, st, peak := run(6)
@@ -546,23 +554,24 @@ func TestPlannedPacksALargeStepInTimeOrder(t *testing.T) {
 		require.Equal(t, res4.DeviceAllocs+res4.DeviceFrees, res6.DeviceAllocs+res6.DeviceFrees, "%d blocks: the steps served make no device call", c.n)
 		const page = 2 << 20
 		most := (peak + page - 1) &^ (page - 1)
-		if c.timeOrdered > 0 {
+		if c.how == "time" || c.timeOrdered > 0 {
 			most = (peak + peak/100 + page - 1) &^ (page - 1)
 		}
 		assert.GreaterOrEqual(t, st.ArenaBytes, peak, "%d blocks: the arena below the step's peak", c.n)
 		assert.LessOrEqual(t, st.ArenaBytes, most, "%d blocks: the arena %d, for a peak of %d", c.n, st.ArenaBytes, peak)
+		restore()
 	}
 }
 
 // TestPlannedBoundaryWait prints, with -policy.boundary, how long the
 // planned policy's step boundary that packs a step holds the allocator
 // (the slowest MarkStep of four steps of largeStepOps: the boundary
-// after the second step, which repeats the first, packs it), packed by
-// size (no budget) and within the budget (packBudget: in time order past
-// it), beside the time of a step served from the arena (the fourth
-// step's allocations and frees), and the arena of each packing as a
-// multiple of the step's peak of bytes in use: the fastest of three
-// runs.
+// after the second step, which repeats the first, packs it), packed in
+// time order (as a marked step is) and by first fit within the budget
+// (packBudget: in time order past it), beside the time of a step served
+// from the arena (the fourth step's allocations and frees), and the
+// arena of each packing as a multiple of the step's peak of bytes in
+// use: the fastest of three runs.
 func TestPlannedBoundaryWait(t *testing.T) {
 	if !*policyWait {
 		t.Skip("measurements: run with -policy.boundary")
@@ -596,7 +605,7 @@ func TestPlannedBoundaryWait(t *testing.T) {
 		return wait, step, st
 	}
 	var b strings.Builder
-	b.WriteString("| blocks | boundary, by size | boundary, within the budget | a served step | arena / peak, by size | within the budget |\n| --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("| blocks | boundary, in time order | boundary, first fit within the budget | a served step | arena / peak, in time order | first fit within the budget |\n| --- | --- | --- | --- | --- | --- |\n")
 	for _, n := range []int{1000, 5000, 10000, 20000, 50000} {
 		ops, peak := largeStepOps(n, 4)
 		var wait [2]time.Duration
@@ -604,18 +613,19 @@ func TestPlannedBoundaryWait(t *testing.T) {
 		var arena [2]uint64
 		var timeOrdered int64
 		for r := range 3 {
-			for k, budget := range []int{math.MaxInt, allocator.PackBudget()} {
-				restore := allocator.SetPackBudget(budget)
+			for k, how := range []string{"time", "first"} {
+				restore := allocator.SetMarkedPacking(how)
 				w, s, st := run(ops)
 				restore()
 				require.EqualValues(t, 2*n, st.Served, "%d blocks: the last two steps served", n)
 				if r == 0 || w < wait[k] {
 					wait[k] = w
 				}
-				if k == 1 {
+				if k == 0 {
 					if r == 0 || s < step {
 						step = s
 					}
+				} else {
 					timeOrdered = st.TimeOrdered
 				}
 				arena[k] = st.ArenaBytes
