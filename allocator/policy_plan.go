@@ -44,7 +44,8 @@ import (
 //     length make them, the largest of their sizes at each position),
 //     the blocks allocated and freed within the step are packed offline
 //     (internal/pack: in the order its blocks come into use a step the
-//     program marks, and again by first fit if that arena finds no
+//     program marks, by first fit where that lies more than 1 % above
+//     the step's peak, and again by first fit if that arena finds no
 //     room; greedy by size, by best fit, one the policy finds; a plan
 //     under which a step skips a request is packed again by best fit; a
 //     step whose packing by size would read more placed blocks than

@@ -78,3 +78,40 @@ func TestPlannedPacksAgainByBestFit(t *testing.T) {
 	assert.Zero(t, st.Departures)
 	require.NoError(t, a.CheckInvariants())
 }
+
+// TestPlannedPacksALooseStepByFirstFit runs marked steps of three
+// blocks: X (1 MiB) allocated, Y (4 MiB), X freed, Z (2 MiB), then Y and
+// Z freed. In time order Z finds X's gap too small and goes on top: 7 MiB
+// for a step whose peak is 6 MiB (Y and Z), more than 1 % above it. So
+// the plan is packed by first fit at once (Y, then Z above it, then X
+// above Y while Z is not yet in use): 6 MiB, three pages. The second
+// step repeats the first and is planned at the third's mark, and the
+// three steps from there are served whole.
+func TestPlannedPacksALooseStepByFirstFit(t *testing.T) {
+	a := gpumemtest.New(t, gpumemtest.WithCapacity(1<<30), gpumemtest.WithConfig(allocator.Config{Policy: allocator.PolicyPlanned}))
+	const mib = 1 << 20
+	alloc := func(n uint64) device.Ptr {
+		p, err := a.Alloc(n, 0)
+		require.NoError(t, err)
+		return p
+	}
+	free := func(p device.Ptr) { require.NoError(t, a.Free(p)) }
+	for range 5 {
+		a.MarkStep("")
+		px, py := alloc(mib), alloc(4*mib)
+		free(px)
+		pz := alloc(2 * mib)
+		free(py)
+		free(pz)
+	}
+	st, ok := a.PlanStats()
+	require.True(t, ok)
+	require.EqualValues(t, 1, st.Plans)
+	how, ok := a.PlanPacking()
+	require.True(t, ok)
+	assert.Equal(t, "first", how, "a packing in time order 1/6 above the peak is made by first fit")
+	assert.EqualValues(t, 6*mib, st.ArenaBytes, "the arena: the step's peak, three pages")
+	assert.EqualValues(t, 3*3, st.Served, "the third to fifth steps, served whole")
+	assert.Zero(t, st.Repacks+st.Skips+st.Departures)
+	require.NoError(t, a.CheckInvariants())
+}

@@ -39,8 +39,10 @@ type PlanStats struct {
 	// Repacks counts the plans packed again. The plan of a step the
 	// program marks is packed in time order (each block, as it comes
 	// into use, in the smallest free gap that holds it: the cheapest
-	// packing, a few tenths of a percent looser than greedy by size);
-	// where its arena finds no room, it is packed again by first fit
+	// packing, a few tenths of a percent looser than greedy by size on a
+	// training step; by first fit at once where it lies more than 1 %
+	// above the step's peak); where its arena finds no room, it is
+	// packed again by first fit
 	// (greedy by size, the lowest free place for each block, which packs
 	// a training step to its peak). A step under a plan packed either way
 	// that skipped a request makes it, and every plan after it, packed by

@@ -300,6 +300,29 @@ func takesMemory(b *Item) bool {
 	return b.Bytes > 0 && b.Start < b.End
 }
 
+// Peak returns the most bytes that items take at once (no packing
+// takes less), for items whose Start and End are in [0, ops]: by the
+// changes of the bytes in use at each op, in O(n + ops). An item that
+// takes no memory, or lies outside [0, ops], counts for nothing.
+func Peak(items []Item, ops int) uint64 {
+	if ops <= 0 {
+		return 0
+	}
+	delta := make([]int64, ops+1)
+	for i := range items {
+		if b := &items[i]; takesMemory(b) && b.Start >= 0 && b.End <= ops {
+			delta[b.Start] += int64(b.Bytes)
+			delta[b.End] -= int64(b.Bytes)
+		}
+	}
+	var live, peak int64
+	for _, d := range delta {
+		live += d
+		peak = max(peak, live)
+	}
+	return uint64(peak)
+}
+
 // listUnplaced writes in rest the indices of the items that take no
 // memory, in order: the tail of Greedy's order.
 func listUnplaced(items []Item, rest []int32) {

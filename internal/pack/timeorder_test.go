@@ -288,3 +288,27 @@ func TestSortBy(t *testing.T) {
 		}
 	}
 }
+
+// TestPeak holds Peak to the plain count (peakOf) on step-like and
+// random items, many ending where others start, and on BERT's step; items
+// outside [0, ops] count for nothing.
+func TestPeak(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	for round := range 300 {
+		items, ops := scanRound(r, round, 200)
+		if got, want := Peak(items, ops), peakOf(items, ops); got != want {
+			t.Fatalf("round %d (%d items): %d, want %d", round, len(items), got, want)
+		}
+	}
+	items, n := stepItems(t)
+	if got := Peak(items, n); got != 1_313_811_968 {
+		t.Fatalf("BERT's step: %d, want its peak 1,313,811,968", got)
+	}
+	out := []Item{{Start: -1, End: 2, Bytes: 512}, {Start: 0, End: 9, Bytes: 1024}, {Start: 0, End: 1, Bytes: 2048}}
+	if got := Peak(out, 4); got != 2048 {
+		t.Fatalf("items outside [0, 4]: %d, want 2048", got)
+	}
+	if Peak(nil, 0) != 0 || Peak(out, -1) != 0 {
+		t.Fatal("no ops: a peak")
+	}
+}
