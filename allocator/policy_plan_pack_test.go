@@ -11,6 +11,19 @@ import (
 	"github.com/gpumem/gpumem/gpumemtest"
 )
 
+// plannedGiB returns an allocator under the planned policy on a device
+// of 1 GiB, and its Alloc on the default stream and Free, which fail t
+// on an error.
+func plannedGiB(t *testing.T) (*allocator.Allocator, func(uint64) device.Ptr, func(device.Ptr)) {
+	a := gpumemtest.New(t, gpumemtest.WithCapacity(1<<30), gpumemtest.WithConfig(allocator.Config{Policy: allocator.PolicyPlanned}))
+	alloc := func(n uint64) device.Ptr {
+		p, err := a.Alloc(n, 0)
+		require.NoError(t, err)
+		return p
+	}
+	return a, alloc, func(p device.Ptr) { require.NoError(t, a.Free(p)) }
+}
+
 // TestPlannedPacksAgainByBestFit runs marked steps of three blocks: A
 // (4 MiB) and C (1 MiB) allocated, A freed, B (2 MiB) allocated in A's
 // memory, then B and C freed. The second step repeats the first and is
@@ -21,14 +34,8 @@ import (
 // mark the plan is packed again by best fit, once: the steps after it,
 // skipping or not, are served from it, and pack nothing more.
 func TestPlannedPacksAgainByBestFit(t *testing.T) {
-	a := gpumemtest.New(t, gpumemtest.WithCapacity(1<<30), gpumemtest.WithConfig(allocator.Config{Policy: allocator.PolicyPlanned}))
+	a, alloc, free := plannedGiB(t)
 	const mib = 1 << 20
-	alloc := func(n uint64) device.Ptr {
-		p, err := a.Alloc(n, 0)
-		require.NoError(t, err)
-		return p
-	}
-	free := func(p device.Ptr) { require.NoError(t, a.Free(p)) }
 	step := func(late bool) {
 		a.MarkStep("")
 		pa, pc := alloc(4*mib), alloc(mib)
@@ -88,14 +95,8 @@ func TestPlannedPacksAgainByBestFit(t *testing.T) {
 // step repeats the first and is planned at the third's mark, and the
 // three steps from there are served whole.
 func TestPlannedPacksALooseStepByFirstFit(t *testing.T) {
-	a := gpumemtest.New(t, gpumemtest.WithCapacity(1<<30), gpumemtest.WithConfig(allocator.Config{Policy: allocator.PolicyPlanned}))
+	a, alloc, free := plannedGiB(t)
 	const mib = 1 << 20
-	alloc := func(n uint64) device.Ptr {
-		p, err := a.Alloc(n, 0)
-		require.NoError(t, err)
-		return p
-	}
-	free := func(p device.Ptr) { require.NoError(t, a.Free(p)) }
 	for range 5 {
 		a.MarkStep("")
 		px, py := alloc(mib), alloc(4*mib)
