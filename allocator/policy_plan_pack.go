@@ -33,9 +33,15 @@ const (
 	packLarge
 )
 
+// packedLow reports whether a plan packed so is packed again by best fit
+// once a step under it skips: in time order or by first fit, which pack
+// the blocks low, where a block that outlives its place meets more of
+// those after it.
+func (k packing) packedLow() bool { return k == packTime || k == packFirst }
+
 // timeOrderSlack bounds a packing in time order of a step the program
-// marks: one more than 1/timeOrderSlack of the step's peak of bytes in
-// use above it is packed by first fit instead. BERT's steps pack in time
+// marks: one that lies more than peak/timeOrderSlack bytes above the
+// step's peak of bytes in use is made by first fit instead. BERT's steps pack in time
 // order 0.04 to 0.51 % above their peaks and stay so; offload's compute
 // step (484 blocks, each stream's KV blocks kept across it) 62 % above
 // first fit's 74 MB, which first fit then packs.
@@ -48,11 +54,12 @@ var markedPacking = packTime
 
 // packReqs packs the arena requests of reqs, with their rounded sizes and
 // their lifetimes (the step's operations, which end at the last free of
-// one of them), as want asks: in time order, or greedy by size (the
-// other orders of internal/pack gain little on a step and cost as much
-// each: the arena is whole pages), by first or best fit, unless greedy
-// by size would take more than packBudget reads of placed blocks, and
-// then in time order (pack.Within). It sets their offsets and their
+// one of them), as want asks (packTime, packFirst or packBest): in time
+// order, or greedy by size (the other orders of internal/pack gain
+// little on a step and cost as much each: the arena is whole pages), by
+// first or best fit, unless greedy by size would take more than
+// packBudget reads of placed blocks, and then in time order
+// (pack.Within). It sets their offsets and their
 // blocks below (planBelow, from the packing's order of the blocks by
 // offset), forgets the blocks handed out for them (at), and returns the
 // footprint in bytes and how it packed.
@@ -103,13 +110,13 @@ func packReqs(reqs []planReq, want packing) (uint64, packing) {
 	byOff := make([]int32, len(items))
 	var fp uint64
 	got := want
-	if want == packTime || want == packLarge {
+	if want == packTime {
 		fp = pack.TimeOrder(items, offsets, byOff)
-		if peak := pack.Peak(items, ops); want == packTime && fp-min(fp, peak) > peak/timeOrderSlack {
+		if peak := pack.Peak(items, ops); fp-min(fp, peak) > peak/timeOrderSlack {
 			got = packFirst // too loose: by first fit, to the peak
 		}
 	}
-	if got == packFirst || got == packBest {
+	if got != packTime {
 		fit := pack.BestFit
 		if got == packFirst {
 			fit = pack.FirstFit

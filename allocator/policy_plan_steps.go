@@ -221,7 +221,7 @@ func (a *Allocator) planStepLocked() {
 		p.spellSameLocked()
 	}
 	p.same, p.recSame = nil, 0
-	if (p.packing == packTime || p.packing == packFirst) && p.skips > p.stepSkips {
+	if p.packing.packedLow() && p.skips > p.stepSkips {
 		p.bestFit = true // the plan is packed again below, if it goes on
 	}
 	p.stepSkips = p.skips
@@ -278,7 +278,7 @@ func (a *Allocator) planStepLocked() {
 			p.misses, missed = p.misses+1, true // a new pattern: planned once a step fits it
 		}
 	}
-	if p.reqs != nil && (p.packing == packTime || p.packing == packFirst) && p.bestFit {
+	if p.reqs != nil && p.packing.packedLow() && p.bestFit {
 		a.repackLocked(packBest) // the plan, or a kept plan taken up, packed in time order or by first fit
 	}
 	p.grew = false

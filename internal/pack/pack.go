@@ -33,10 +33,10 @@
 // each in the smallest free gap that holds it, as an allocator that knew
 // no lifetime would, in O(n log n) whatever the lifetimes, and a little
 // looser (the allocator's planned policy packs a step the program marks
-// so first: BERT's step in about a quarter of first fit's instructions). Within packs by size unless Greedy's model of its reads (which
-// grow as the square of the items in use at once) passes a budget, and
-// in time order then: a caller that packs while others wait bounds the
-// wait so.
+// so first: BERT's step in about a quarter of first fit's instructions).
+// Within packs by size unless Greedy's model of its reads (which grow as
+// the square of the items in use at once) passes a budget, and in time
+// order then: a caller that packs while others wait bounds the wait so.
 //
 // Orders lists the passes tried: greedy by size first; sizes grouped in
 // classes (powers of 4 by start, powers of 2 by lifetime) and lifetime
