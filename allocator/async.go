@@ -150,11 +150,17 @@ func (a *Async) oomLocked(size uint64, s device.Stream, err error) error {
 			e.ReservedUnallocated = u.Reserved - u.Used
 		}
 	}
+	capped := false
 	if free, total, merr := a.dev.MemInfo(); merr == nil {
 		e.DeviceFree, e.DeviceTotal = free, total
 		if held := total - free; held > e.Reserved {
 			e.HeldElsewhere = held - e.Reserved
 		}
+		capped = a.limit != 0 && a.used+size > a.limit && free >= size
+	}
+	e.Hint = hintAsync
+	if capped {
+		e.Hint = hintCap + hintAsync
 	}
 	return e
 }

@@ -51,6 +51,12 @@ type OutOfMemoryError struct {
 	// Err is the device's own error, if the device refused (nil when the
 	// configured cap refused without asking the device).
 	Err error
+
+	// Hint ends the message: what to try, given the configuration of the
+	// allocator that refused and whether its cap refused while the device
+	// had the memory (hintFor). Error gives general advice where it is
+	// empty, as in an error built by hand.
+	Hint string
 }
 
 // SiteBytes is the memory allocated from one call site.
@@ -126,8 +132,51 @@ func (e *OutOfMemoryError) Error() string {
 		}
 		b.WriteString(".")
 	}
-	b.WriteString(" If reserved but unallocated memory is large, try setting max_split_size_mb (for example GPUMEM_ALLOC_CONF=max_split_size_mb:128) or expandable_segments to avoid fragmentation, or call EmptyCache between phases.")
+	if e.Hint != "" {
+		b.WriteString(e.Hint)
+	} else {
+		b.WriteString(hintGeneral)
+	}
 	return b.String()
+}
+
+// The advice an out-of-memory error ends with (hintFor). As PyTorch has
+// since 2.2, it names expandable segments first for fragmentation rather
+// than max_split_size_mb, which under expandable segments makes it worse.
+const (
+	hintGeneral = " If reserved but unallocated memory is large, try expandable_segments:True or gpumem_policy:low_fragmentation to avoid fragmentation, or call EmptyCache between phases."
+	hintCap     = " The cap refused the request while the device had the memory: raise it (per_process_memory_fraction, SetMemoryFraction or MemoryLimit)."
+	// With expandable segments a pool's free memory merges into ranges
+	// that reach max_split_size; a request below it may not take them,
+	// nor a larger request one more than max_non_split_rounding above it,
+	// so the allocator maps more while that memory stays free (PyTorch
+	// 2.6 does the same).
+	hintSplitExpandable = " With expandable segments, max_split_size_mb keeps a request below it out of free ranges of that size or more, so free memory stays reserved and unused: unset max_split_size_mb, or call EmptyCache between phases."
+	hintExpandable      = " expandable_segments is on: if reserved but unallocated memory is large, try gpumem_policy:low_fragmentation, or call EmptyCache between phases."
+	hintPolicy          = " gpumem_policy:%s packs free memory closely already: if reserved but unallocated memory is large, call EmptyCache between phases; if not, the memory in use needs a larger device or a smaller workload."
+	hintAsync           = " With backend:cudaMallocAsync the driver's pool keeps freed memory until it is trimmed: if reserved but unallocated memory is large, call EmptyCache between phases."
+	hintUncached        = " Nothing is cached, so nothing is fragmented: the memory in use needs a larger device or a smaller workload."
+)
+
+// hintFor returns the advice of an out-of-memory error of an allocator
+// with configuration cfg; capped reports that its cap refused the request
+// while the device had the memory free.
+func hintFor(cfg *Config, capped bool) string {
+	var h string
+	switch {
+	case cfg.MaxSplitSize != 0 && (cfg.ExpandableSegments || cfg.Policy != PolicyFaithful):
+		h = hintSplitExpandable
+	case cfg.Policy != PolicyFaithful:
+		h = fmt.Sprintf(hintPolicy, cfg.Policy)
+	case cfg.ExpandableSegments:
+		h = hintExpandable
+	default:
+		h = hintGeneral
+	}
+	if capped {
+		return hintCap + h
+	}
+	return h
 }
 
 // Is reports whether target is device.ErrOutOfMemory.
@@ -189,6 +238,7 @@ func (a *Allocator) outOfMemoryLocked(requested, allocSize uint64, s device.Stre
 	if err == nil && total >= free && total-free > reserved {
 		e.HeldElsewhere = total - free - reserved
 	}
+	e.Hint = hintFor(&a.cfg, devErr == nil && a.allowed > 0 && err == nil && free >= allocSize)
 	for _, o := range a.observers {
 		if r, ok := o.obs.(SiteReporter); ok {
 			e.Sites = r.LargestSites(maxOOMSites)

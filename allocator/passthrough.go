@@ -68,7 +68,7 @@ func (p *Passthrough) Alloc(size uint64, s device.Stream) (device.Ptr, error) {
 			free, total, _ := p.dev.MemInfo()
 			allocated := uint64(p.st.AllocatedBytes[stats.All].Current)
 			return 0, &OutOfMemoryError{Device: p.ordinal, Stream: s, Requested: size, AllocSize: rounded,
-				DeviceTotal: total, DeviceFree: free, Allocated: allocated, Reserved: allocated, Err: err}
+				DeviceTotal: total, DeviceFree: free, Allocated: allocated, Reserved: allocated, Err: err, Hint: hintUncached}
 		}
 		return 0, err
 	}
