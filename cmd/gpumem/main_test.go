@@ -69,6 +69,20 @@ func TestDemoExpandable(t *testing.T) {
 	assert.Regexp(t, `step 2 .*device mallocs 0, frees 0`, out)
 }
 
+// TestDemoExpandableWithMaxSplitSize runs the demo with a configuration
+// that PyTorch users copy, under which the steps after the first keep
+// mapping memory (allocator's TestMaxSplitSizeStrandsExpandableMemory):
+// the demo says so and what to change.
+func TestDemoExpandableWithMaxSplitSize(t *testing.T) {
+	out, errOut, code := runCmd(t, "demo", "--steps", "3", "--conf", "expandable_segments:True,max_split_size_mb:128")
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `step 2 .*device mallocs [1-9]`, out, "the second step maps more")
+	assert.Contains(t, out, "max_split_size_mb keeps a request below it out of the free ranges")
+	out, errOut, code = runCmd(t, "demo", "--steps", "3", "--conf", "expandable_segments:True")
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `step 2 .*device mallocs 0, frees 0`, out, "without max_split_size_mb the second step maps nothing")
+}
+
 func TestDemoBadFlags(t *testing.T) {
 	_, errOut, code := runCmd(t, "demo", "--steps", "0")
 	assert.Equal(t, 2, code)
