@@ -179,6 +179,7 @@ func New(dev device.Device, cfg Config) (*Allocator, error) {
 			maxNonSplitRounding: cfg.maxNonSplitRounding(),
 			expandable:          vm != nil,
 			large:               cfg.largeSegment(),
+			anyServes:           vm != nil && cfg.Policy != PolicyFaithful,
 		},
 		small:    freeindex.NewPool(true, vm != nil),
 		large:    freeindex.NewPool(false, vm != nil),

@@ -47,6 +47,14 @@ type Config struct {
 	// whole cache. It must be at least the large segment size (20 MiB
 	// unless LargeSegmentSize says otherwise; PyTorch 2.6 wanted more than
 	// 20 MiB). PyTorch: max_split_size_mb. Zero means unlimited.
+	//
+	// With expandable segments the pool's free pages merge into ranges
+	// that reach MaxSplitSize, which then serve no smaller request: PyTorch
+	// 2.6 maps more memory while they stay free, and so does the faithful
+	// policy. The low_fragmentation and planned policies let such a range
+	// serve any request (it is split like any other); there MaxSplitSize
+	// only counts oversize blocks in the stats and lets the out-of-memory
+	// path release them first.
 	MaxSplitSize uint64
 
 	// MaxNonSplitRounding is how much larger than the request a cached

@@ -164,8 +164,8 @@ const (
 func hintFor(cfg *Config, capped bool) string {
 	var h string
 	switch {
-	case cfg.MaxSplitSize != 0 && (cfg.ExpandableSegments || cfg.Policy != PolicyFaithful):
-		h = hintSplitExpandable
+	case cfg.MaxSplitSize != 0 && cfg.ExpandableSegments && cfg.Policy == PolicyFaithful:
+		h = hintSplitExpandable // the policies let any free range serve (splitRule.anyServes)
 	case cfg.Policy != PolicyFaithful:
 		h = fmt.Sprintf(hintPolicy, cfg.Policy)
 	case cfg.ExpandableSegments:

@@ -36,7 +36,7 @@ func TestOutOfMemoryHintFollowsTheConfiguration(t *testing.T) {
 		{"expandable segments with max_split_size", Config{ExpandableSegments: true, MaxSplitSize: 128 * mib}, 300 * mib, hintSplitExpandable},
 		{"max_split_size alone", Config{MaxSplitSize: 128 * mib}, 300 * mib, hintGeneral},
 		{"low_fragmentation", Config{Policy: PolicyLowFragmentation}, 300 * mib, fmt.Sprintf(hintPolicy, "low_fragmentation")},
-		{"planned with max_split_size", Config{Policy: PolicyPlanned, MaxSplitSize: 128 * mib}, 300 * mib, hintSplitExpandable},
+		{"planned with max_split_size", Config{Policy: PolicyPlanned, MaxSplitSize: 128 * mib}, 300 * mib, fmt.Sprintf(hintPolicy, "planned")},
 		{"a cap the device could pass", Config{MemoryLimit: 64 * mib}, 100 * mib, hintCap + hintGeneral},
 		{"a cap the device could not pass", Config{MemoryLimit: 64 * mib}, 300 * mib, hintGeneral},
 	} {
@@ -96,5 +96,42 @@ func TestMaxSplitSizeStrandsExpandableMemory(t *testing.T) {
 		assert.Equal(t, c.grows, grew, "max_split_size %d MiB: reserved %d then %d", c.maxSplit>>20, reserved, get(t, a, "reserved_bytes.all.current"))
 		mustFree(t, a, q)
 		mustFree(t, a, guard)
+	}
+}
+
+// TestPoliciesLetAnyFreeRangeServe checks splitRule.anyServes: under the
+// low_fragmentation and planned policies with expandable segments, a
+// free range of max_split_size or more serves a smaller request (split
+// like any other) instead of stranding it, as it does under the faithful
+// policy (TestMaxSplitSizeStrandsExpandableMemory); on a device without
+// virtual memory, whose segments are whole device allocations, the
+// policies keep PyTorch's rule.
+func TestPoliciesLetAnyFreeRangeServe(t *testing.T) {
+	for _, pol := range []Policy{PolicyLowFragmentation, PolicyPlanned} {
+		for _, vm := range []bool{true, false} {
+			cfg := Config{Policy: pol, MaxSplitSize: 128 * mib}
+			var a *Allocator
+			if vm {
+				a, _ = newTest(t, 0, cfg)
+			} else {
+				sd := simtest.New(t)
+				a = onDevice(t, device.Compose(sd, device.Capabilities{StreamChecker: sd}), cfg)
+			}
+			p := mustAlloc(t, a, 200*mib, 0)
+			guard := mustAlloc(t, a, 20*mib, 0)
+			mustFree(t, a, p)
+			reserved := get(t, a, "reserved_bytes.all.current")
+			q := mustAlloc(t, a, 40*mib, 0)
+			if vm {
+				assert.Equal(t, p, q, "%v: the 200 MiB range serves the 40 MiB request", pol)
+				assert.Equal(t, reserved, get(t, a, "reserved_bytes.all.current"), "%v: nothing more mapped", pol)
+			} else {
+				assert.NotEqual(t, p, q, "%v without virtual memory: the oversize segment is not split", pol)
+				assert.Greater(t, get(t, a, "reserved_bytes.all.current"), reserved, "%v without virtual memory", pol)
+			}
+			mustFree(t, a, q)
+			mustFree(t, a, guard)
+			require.NoError(t, a.CheckInvariants())
+		}
 	}
 }

@@ -98,6 +98,15 @@ type splitRule struct {
 	maxNonSplitRounding uint64 // waste allowed when an oversize block serves an oversize request
 	expandable          bool   // expandable_segments is on (PyTorch 2.6 tests the global setting)
 	large               uint64 // the large segment size (Config.LargeSegmentSize, or 20 MiB)
+
+	// anyServes lets a free block of any size serve any request: the
+	// low_fragmentation and planned policies with expandable segments,
+	// whose free pages merge into ranges that max_split_size would keep
+	// every smaller request out of (PyTorch 2.6 does so, and maps more
+	// while they stay free), and which split a range at any size. There
+	// max_split_size still counts oversize blocks in the stats and lets
+	// the out-of-memory path release cached oversize blocks first.
+	anyServes bool
 }
 
 // shouldSplit reports whether serving size bytes from a block of
@@ -118,6 +127,9 @@ func (r *splitRule) shouldSplit(small bool, blockSize, size uint64) bool {
 // max_split_size) never serves a smaller request, and serves an oversize
 // request only if it is less than max_non_split_rounding bytes larger.
 func (r *splitRule) mayServe(blockSize, size uint64) bool {
+	if r.anyServes {
+		return true
+	}
 	if size < r.maxSplit {
 		return blockSize < r.maxSplit
 	}
@@ -127,6 +139,9 @@ func (r *splitRule) mayServe(blockSize, size uint64) bool {
 // servesBelow returns the size below which a free block may serve a
 // request of size (rounded) bytes: mayServe(b, size) is b < servesBelow(size).
 func (r *splitRule) servesBelow(size uint64) uint64 {
+	if r.anyServes {
+		return maxSplitNone
+	}
 	if size < r.maxSplit {
 		return r.maxSplit
 	}

@@ -86,7 +86,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprint(stdout, ".\n\n")
 	case laterCalls == 0:
 		fmt.Fprint(stdout, ": every step after the first was served from the cache, with no device call.\n\n")
-	case cfg.MaxSplitSize != 0 && (cfg.ExpandableSegments || cfg.Policy != allocator.PolicyFaithful):
+	case cfg.MaxSplitSize != 0 && cfg.ExpandableSegments && cfg.Policy == allocator.PolicyFaithful:
 		fmt.Fprintf(stdout, ": the steps after the first still made %d device calls. With expandable segments, max_split_size_mb keeps a request below it out of the free ranges of that size or more that the segments merge into: unset it.\n\n", laterCalls)
 	default:
 		fmt.Fprintf(stdout, ": the steps after the first still made %d device calls.\n\n", laterCalls)
