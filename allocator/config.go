@@ -109,7 +109,8 @@ type Config struct {
 	// the small pool, 20 MiB for the large one) instead of allocating
 	// separate segments, so that freed memory merges across what would
 	// have been segment boundaries. The device must have the VirtualMemory
-	// capability. PyTorch: expandable_segments.
+	// capability. PyTorch: expandable_segments. (PolicyLowFragmentation
+	// and PolicyPlanned page their pools so wherever the device can.)
 	ExpandableSegments bool
 
 	// ExpandableSegmentsReserve sizes the address range reserved for each
@@ -161,7 +162,10 @@ type Config struct {
 	// Policy selects how the allocator decides: PolicyFaithful (the zero
 	// value) makes PyTorch 2.6's decisions, PolicyLowFragmentation wastes
 	// less, PolicyPlanned also serves repeated steps from a plan (see
-	// policy.go and policy_plan.go). gpumem's own: gpumem_policy.
+	// policy.go and policy_plan.go). gpumem's own: gpumem_policy. The
+	// two policies of gpumem's own page their pools as expandable segments
+	// wherever the device has virtual memory, whatever ExpandableSegments
+	// says, and keep plain segments on a device without it.
 	Policy Policy
 
 	// LowFrag holds the knobs of PolicyLowFragmentation (and of
