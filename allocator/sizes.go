@@ -125,15 +125,15 @@ func (r *splitRule) shouldSplit(small bool, blockSize, size uint64) bool {
 // mayServe reports whether a free block of blockSize bytes may serve a
 // request of size bytes under max_split_size: an oversize block (at least
 // max_split_size) never serves a smaller request, and serves an oversize
-// request only if it is less than max_non_split_rounding bytes larger.
+// request only if it is less than max_non_split_rounding bytes larger;
+// with anyServes, every block serves.
 func (r *splitRule) mayServe(blockSize, size uint64) bool {
-	if r.anyServes {
-		return true
-	}
+	// anyServes is read last: without max_split_size (the default) the
+	// first comparison decides, as it did before the policies had it.
 	if size < r.maxSplit {
-		return blockSize < r.maxSplit
+		return blockSize < r.maxSplit || r.anyServes
 	}
-	return blockSize < size+r.maxNonSplitRounding
+	return blockSize < size+r.maxNonSplitRounding || r.anyServes
 }
 
 // servesBelow returns the size below which a free block may serve a
