@@ -127,6 +127,17 @@ import (
 //     that plan up again, packed already: training after an evaluation
 //     of several steps is served from its second step back, with no
 //     packing. A plan packed drops the kept plans it covers.
+//   - Crowded plans: blocks that outlive a planned step can take its
+//     places at every step (a KV cache that grows by a token, its sizes
+//     rounded alike over several steps: the steps repeat, the caches
+//     they keep land in the arena). A step that followed the plan and
+//     skipped more requests than it was served drops the plan, not kept,
+//     and quiet steps follow, 2^k after the k-th drop (planState.crowded);
+//     an arena that had to be mapped anew k times is mapped anew again
+//     only 2^k boundaries after the last, the steps before it running
+//     online where it is not whole (planState.moves). Without them a
+//     rounded KV workload unmapped and mapped an arena at every boundary
+//     (TestPlannedRoundedKVSteps).
 //
 // The policy's fast paths run as under low_fragmentation: the plan is
 // asked first by its fit (policyFitLocked, planFitLocked), and the ledger
@@ -258,6 +269,27 @@ type planState struct {
 	// fit.
 	bestFit   bool
 	stepSkips int64
+
+	// moves counts the boundaries at which the plan's arena was mapped
+	// anew (unmapped pages and mapped the arena: arenaLocked), and
+	// sinceMove the boundaries since the last of them. Blocks that
+	// outlive a step can land in the arena and break it at every other
+	// boundary (a KV cache that grows by a token, its sizes rounded
+	// alike over several steps); mapping it anew each time unmaps and
+	// maps at every step, so after k moves the arena is mapped anew only
+	// 2^k boundaries after the last, and where it is broken before,
+	// the steps run online. A new plan starts with none.
+	moves, sinceMove int
+
+	// crowded counts the plans dropped because a step that followed one
+	// skipped more requests than it was served (stepServed: the served
+	// requests counted at the last boundary). Blocks that outlive such a
+	// plan's steps take its places (a KV cache that grows by a token,
+	// its sizes rounded alike over several steps): followed, it serves
+	// little, and its arena is broken at every boundary. The k-th drop
+	// is followed by 2^k quiet steps (at most maxQuiet / 2).
+	crowded    int
+	stepServed int64
 
 	// Counts, PlanStats' figures but walks: skips counts the requests
 	// served online because their place was not wholly free, walks the
@@ -435,6 +467,7 @@ func (a *Allocator) buildPlanLocked(sizes []uint64) {
 	p.foot = pagesFor(fp, a.pol.largePage)
 	p.reqs, p.stream, p.packing = reqs, p.recStream, got
 	p.sizes = append(p.sizes[:0], sizes...)
+	p.moves = 0
 	p.plans++
 }
 
@@ -458,7 +491,9 @@ func (a *Allocator) arenaLocked() bool {
 	}
 	x := &xs[qLarge]
 	b := x.Fit(f)
-	if b == nil {
+	if b == nil && p.moves > 0 && p.sinceMove < 1<<min(p.moves, 20) {
+		return false // broken again soon after a move: online this step
+	} else if b == nil {
 		// The step's blocks are free again: give back their pages and
 		// map the arena in one range, with no page ahead of it (the
 		// arena is what a step that follows the plan needs; pages mapped
@@ -491,7 +526,9 @@ func (a *Allocator) arenaLocked() bool {
 			}
 			clear(a.collected)
 			a.collected = a.collected[:0]
-			b, _ = a.policyGrowLocked(x, f, false)
+			if b, _ = a.policyGrowLocked(x, f, false); b != nil {
+				p.moves, p.sinceMove = p.moves+1, 0
+			}
 		}
 		clear(a.collected)
 		a.collected = a.collected[:0]

@@ -78,6 +78,7 @@ func (p *planState) takeUpLocked(i int) {
 	k := p.kept[i]
 	p.kept = slices.Delete(p.kept, i, i+1)
 	p.reqs, p.sizes, p.stream, p.foot, p.packing = k.reqs, k.sizes, k.stream, k.foot, k.packing
+	p.moves = 0
 	p.prevSize = append(p.prevSize[:0], k.sizes...)
 	p.prevStream = k.stream
 	p.reuses++

@@ -224,7 +224,16 @@ func (a *Allocator) planStepLocked() {
 	if p.packing.packedLow() && p.skips > p.stepSkips {
 		p.bestFit = true // the plan is packed again below, if it goes on
 	}
-	p.stepSkips = p.skips
+	if p.reqs != nil && p.skips-p.stepSkips > p.served-p.stepServed {
+		// A crowded plan (planState.crowded) is dropped, not kept, and
+		// quiet steps follow: the step that ended counts for nothing.
+		p.crowded++
+		p.reqs, p.sizes, p.packing = nil, nil, packBest
+		p.prevSize, p.recSize, p.rec = p.prevSize[:0], p.recSize[:0], p.rec[:0]
+		p.quiet = 1 << min(p.crowded, quietShifts-1)
+		same = false
+	}
+	p.stepSkips, p.stepServed = p.skips, p.served
 	p.mainStreamLocked()
 	// A step found without marks (autoSteps) with side allocations is no
 	// pattern: where the search puts a program's boundaries, the other
@@ -323,6 +332,7 @@ func (a *Allocator) planStepLocked() {
 		p.recStream = p.prevStream // the main stream (the plan's, under a plan)
 	}
 	p.pos = 0
+	p.sinceMove++
 	p.follow = p.reqs != nil && a.arenaLocked()
 	if p.reqs != nil && !p.follow && p.packing == packTime {
 		// No room for the arena in time order: by first fit it packs
