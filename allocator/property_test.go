@@ -60,6 +60,10 @@ type machine struct {
 	pattern, loop []uint64
 	// side is where SideStep allocates on a side stream, drawn once.
 	side int
+	// cache is the block CacheStep keeps past its boundary, 0 when none,
+	// and cacheSize its size, which grows by a token each CacheStep.
+	cache     device.Ptr
+	cacheSize uint64
 }
 
 type freedSpan struct {
@@ -332,6 +336,43 @@ func (m *machine) SideStep(t *rapid.T) {
 	}
 }
 
+// CacheStep marks a step boundary and runs the machine's step as a
+// generation step with a KV cache runs it: after the step's first
+// allocation, a cache a token larger than the last replaces it (the last
+// one is freed), and the new one lives on past the next boundary. Under
+// the planned policy the steps repeat while rounding keeps the cache's
+// size; the caches land in the plan's places, and a plan that skips more
+// than it serves is dropped, quiet steps following.
+func (m *machine) CacheStep(t *rapid.T) {
+	if m.pattern == nil {
+		return // no step drawn yet
+	}
+	m.a.MarkStep("step")
+	var prev device.Ptr
+	for k, size := range m.pattern {
+		p := m.alloc(t, size, device.DefaultStream, false)
+		if prev != 0 {
+			m.free(t, prev)
+		}
+		prev = p
+		if k == 0 {
+			if m.cacheSize == 0 {
+				m.cacheSize = rapid.SampledFrom([]uint64{3 * mib, 9 * mib}).Draw(t, "cache")
+			}
+			m.cacheSize += 4096 // a token
+			old := m.cache      // live, or 0 (free forgets it)
+			c := m.alloc(t, m.cacheSize, device.DefaultStream, false)
+			if old != 0 {
+				m.free(t, old)
+			}
+			m.cache = c
+		}
+	}
+	if prev != 0 {
+		m.free(t, prev)
+	}
+}
+
 // Loop runs the machine's loop three times, unmarked: its sizes (drawn
 // once, autoMinPeriod to autoMinPeriod+4 of them) allocated on the
 // default stream, each freed once the next is allocated. Under the
@@ -414,6 +455,9 @@ func (m *machine) free(t *rapid.T, p device.Ptr) {
 	m.ops++
 	m.freed = append(m.freed, freedSpan{span{p, p + device.Ptr(b.size)}, m.ops})
 	delete(m.live, p)
+	if p == m.cache {
+		m.cache = 0 // CacheStep's cache, freed
+	}
 	m.nFrees++
 	for _, s := range b.uses {
 		if m.busy[s] {
