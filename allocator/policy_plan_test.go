@@ -112,14 +112,22 @@ func TestPlannedServesStepsWithASideStream(t *testing.T) {
 // planRun replays ops under the planned policy on an 80 GiB device and
 // returns the result and the plan's counts: plans, served, departures.
 func planRun(t *testing.T, ops []trace.Op) (replay.Result, [3]int64) {
-	a := gpumemtest.New(t, gpumemtest.WithCapacity(80<<30), gpumemtest.WithConfig(allocator.Config{Policy: allocator.PolicyPlanned}), gpumemtest.AllowLeaks())
+	res, st := planStatsRun(t, allocator.Config{Policy: allocator.PolicyPlanned}, ops)
+	return res, [3]int64{st.Plans, st.Served, st.Departures}
+}
+
+// planStatsRun replays ops under cfg, a planned configuration, on an 80
+// GiB device, checks the invariants and that nothing ran out of memory,
+// and returns the result and the plan's figures.
+func planStatsRun(t *testing.T, cfg allocator.Config, ops []trace.Op) (replay.Result, allocator.PlanStats) {
+	a := gpumemtest.New(t, gpumemtest.WithCapacity(80<<30), gpumemtest.WithConfig(cfg), gpumemtest.AllowLeaks())
 	res, err := replay.Run(trace.SliceReader(ops), a, a.Device().(*sim.Device), replay.Options{})
 	require.NoError(t, err)
 	require.NoError(t, a.CheckInvariants())
 	require.Zero(t, res.OOMs)
-	var c [3]int64
-	c[0], c[1], c[2] = a.PlanCounts()
-	return *res, c
+	st, ok := a.PlanStats()
+	require.True(t, ok)
+	return *res, st
 }
 
 // TestPlannedServesASmallerLastBatch replays the BERT trace at batch 8
@@ -312,13 +320,7 @@ func TestPlannedFindsStepsThatVaryWithoutMarks(t *testing.T) {
 		return out
 	}
 	run := func(ops []trace.Op) (replay.Result, allocator.PlanStats) {
-		a := gpumemtest.New(t, gpumemtest.WithCapacity(80<<30), gpumemtest.WithConfig(allocator.Config{Policy: allocator.PolicyPlanned}), gpumemtest.AllowLeaks())
-		res, err := replay.Run(trace.SliceReader(ops), a, a.Device().(*sim.Device), replay.Options{})
-		require.NoError(t, err)
-		require.NoError(t, a.CheckInvariants())
-		require.Zero(t, res.OOMs)
-		st, _ := a.PlanStats()
-		return *res, st
+		return planStatsRun(t, allocator.Config{Policy: allocator.PolicyPlanned}, ops)
 	}
 	for _, steps := range []int{20, 100} {
 		ops := bertBatches(t, steps)
@@ -662,13 +664,7 @@ func TestPlannedRoundedKVSteps(t *testing.T) {
 			for i := range cfg.RoundupPower2Divisions {
 				cfg.RoundupPower2Divisions[i] = div
 			}
-			a := gpumemtest.New(t, gpumemtest.WithConfig(cfg), gpumemtest.AllowLeaks())
-			res, err := replay.Run(trace.SliceReader(ops), a, a.Device().(*sim.Device), replay.Options{})
-			require.NoError(t, err)
-			require.NoError(t, a.CheckInvariants())
-			require.Zero(t, res.OOMs)
-			st, ok := a.PlanStats()
-			require.True(t, ok)
+			res, st := planStatsRun(t, cfg, ops)
 			name := fmt.Sprintf("dynamic %v, roundup %d", dynamic, div)
 			assert.LessOrEqual(t, res.DeviceAllocs+res.DeviceFrees, int64(60), "%s: device calls", name)
 			assert.Greater(t, st.Served, 10*st.Skips, "%s: served against skipped", name)
