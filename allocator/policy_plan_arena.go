@@ -31,7 +31,8 @@ func (a *Allocator) arenaLocked() bool {
 	b := x.Fit(f)
 	if b == nil && p.moves > 0 && p.sinceMove < 1<<min(p.moves, 20) {
 		return false // broken again soon after a move: online this step
-	} else if b == nil {
+	}
+	if b == nil {
 		// The step's blocks are free again: give back their pages and
 		// map the arena in one range, with no page ahead of it (the
 		// arena is what a step that follows the plan needs; pages mapped
